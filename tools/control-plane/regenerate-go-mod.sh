@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Rewrites go.mod/go.sum for the version in version.env: one `replace` per staging module (read
+# from the k8s.io/kubernetes go.mod the proxy serves) and etcd at the version kube-apiserver links.
+# Run only when bumping Kubernetes; commit the result.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/version.env"
+cd "$HERE"
+export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
+STAGING=v0.${K8S_VERSION#v1.}
+rm -f go.mod go.sum
+go mod init reconciler-host.invalid/control-plane
+go mod edit -go=1.25
+GOMOD=$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
+  go mod edit -replace="${m}=${m}@${STAGING}"
+done
+godebug=$(sed -n 's/^godebug[[:space:]]\+\(default=go[0-9.]*\).*/\1/p' "$GOMOD" | head -1)
+[ -z "$godebug" ] || go mod edit -godebug="$godebug"
+go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}"
+go get -tool "k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}"
+etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3)
+go get -tool "go.etcd.io/etcd/server/v3@${etcd}"
+go mod tidy
+echo "go.mod regenerated for $K8S_VERSION (etcd $etcd)"
