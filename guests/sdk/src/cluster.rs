@@ -1,0 +1,51 @@
+//! Writes to the API server, with the guest's name as field manager.
+//!
+//! Each call is one request to the API server (a round trip, not a cache read). After a
+//! write the host's cache shows the returned object at once, so a following `lister::get`
+//! reads the guest's own write.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::bindings::reconciler::api::cluster as wit;
+use crate::lister::parse;
+use crate::{HostError, ObjectRef};
+
+/// JSON merge patch of the status subresource with `{"status": status}`; returns the object
+/// as the API server returned it.
+///
+/// Merge-patch rules apply: fields absent from `status` are left alone, `null` removes a
+/// field, and lists (such as `conditions`) are replaced whole.
+///
+/// # Errors
+///
+/// The host's error: `conflict`, `not-found` (object gone), `invalid` (rejected by the schema),
+/// `denied` (no status write grant).
+pub fn patch_status(target: &ObjectRef, status: &Value) -> Result<Value, HostError> {
+    let patch = json!({ "status": status }).to_string();
+    let returned = wit::patch_status(target, &patch)?;
+    parse(&returned, "the object returned by the status patch")
+}
+
+/// Server-side apply of a whole object (with `apiVersion`, `kind` and `metadata.name`), the
+/// guest owning every field it sets. `k8s-openapi` types serialise with `apiVersion` and
+/// `kind`, so they can be passed as they are.
+///
+/// # Errors
+///
+/// `invalid` when `object` does not serialise; otherwise the host's error.
+pub fn apply<T: Serialize>(object: &T) -> Result<Value, HostError> {
+    let body = serde_json::to_string(object)
+        .map_err(|e| HostError::Invalid(format!("object to apply does not serialise: {e}")))?;
+    let returned = wit::apply(&body)?;
+    parse(&returned, "the object returned by apply")
+}
+
+/// Deletes an object; `Ok(false)` when it was already gone.
+///
+/// # Errors
+///
+/// The host's error.
+pub fn delete(target: &ObjectRef) -> Result<bool, HostError> {
+    wit::delete(target)
+}

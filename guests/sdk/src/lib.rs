@@ -1,0 +1,162 @@
+//! The Rust SDK for reconciler-host guests.
+//!
+//! **A guest is one trait impl; start here.** Implement [`Guest`] (what you want watched, and
+//! what one `reconcile(key)` does) and call [`export!`] once:
+//!
+//! ```ignore
+//! use reconciler_guest::{Action, Guest, Manifest, ReconcileError, Request, gvk, info};
+//!
+//! struct Hello;
+//!
+//! impl Guest for Hello {
+//!     fn manifest() -> Manifest {
+//!         Manifest::new("hello", gvk!("example.com", "v1", "Hello")).concurrency(2)
+//!     }
+//!
+//!     fn reconcile(req: Request) -> Result<Action, ReconcileError> {
+//!         info!("reconciling {}", req.ref_.name);
+//!         Ok(Action::await_change())
+//!     }
+//! }
+//!
+//! reconciler_guest::export!(Hello);
+//! ```
+//!
+//! Build the crate as a `cdylib` for `wasm32-wasip2`; rustc links it straight into a component.
+//!
+//! Everything else is à la carte, one module per host interface of `wit/reconciler.wit` (the
+//! contract; the types here are generated from it):
+//!
+//! | module | what it wraps |
+//! |---|---|
+//! | [`lister`] | cache reads, raw JSON or typed through serde |
+//! | [`cluster`] | status merge patches, server-side apply, deletes |
+//! | [`event`] | Kubernetes events (best effort) |
+//! | [`queue`] | enqueueing other keys of the guest's own kind |
+//! | [`log`] | logging into the host's stream ([`info!`] and friends) |
+//! | [`network_backend`] | the Network sample's backend (only for `network-controller` guests) |
+//! | [`conditions`] | `metav1.Condition` bookkeeping with stable `lastTransitionTime` |
+//!
+//! Host calls fail with [`HostError`]; `?` turns one into a [`ReconcileError`] (see
+//! [`error`] for which failures are retried). A guest that never calls an interface does not
+//! import it: the component linker drops unused imports, so a `controller` guest built with
+//! this SDK does not ask for `network-backend` even though the bindings cover it.
+//!
+//! Besides its own imports, a Rust `wasm32-wasip2` component imports a few WASI interfaces
+//! through std (`wasi:cli/*`, `wasi:io/*`, and `wasi:clocks/*` once it reads the time); the
+//! host provides them without granting any ambient capability.
+
+pub mod cluster;
+pub mod conditions;
+pub mod error;
+pub mod event;
+pub mod lister;
+pub mod log;
+mod manifest;
+mod object;
+pub mod queue;
+
+/// Bindings generated from `wit/` for the `network-controller` world, the superset of every
+/// world in the contract. Prefer the re-exports at the crate root.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "network-controller",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "::reconciler_guest::bindings",
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+pub use bindings::exports::reconciler::api::reconciler::{
+    Manifest, Mapping, Request, SecondaryWatch,
+};
+pub use bindings::reconciler::api::network_backend;
+pub use bindings::reconciler::api::types::{
+    Action, Error as HostError, Gvk, Json, ObjectKey, ObjectRef, ReconcileError,
+};
+pub use error::{permanent, transient};
+
+/// The crates whose types appear in this API, so a guest needs no version of its own.
+pub use k8s_openapi;
+pub use serde_json;
+
+/// A reconciler: what it watches and what it does for one key.
+///
+/// The host calls [`Guest::manifest`] once when it loads the component and
+/// [`Guest::reconcile`] for every key, each call in a fresh instance: keep no state between
+/// calls; read it from the request, the lister or the backend instead.
+pub trait Guest {
+    /// What the guest watches and wants; the host configuration must grant it.
+    fn manifest() -> Manifest;
+
+    /// Drives the object named by `req.ref_` towards its spec.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::Transient`] to be retried with backoff,
+    /// [`ReconcileError::Permanent`] to wait for the next change of the object.
+    fn reconcile(req: Request) -> Result<Action, ReconcileError>;
+}
+
+// The generated trait follows the WIT names; guests implement `Guest` above so their code does
+// not change when the contract renames a function.
+impl<T: Guest> bindings::exports::reconciler::api::reconciler::Guest for T {
+    fn get_manifest() -> Manifest {
+        <T as Guest>::manifest()
+    }
+
+    fn reconcile(request: Request) -> Result<Action, ReconcileError> {
+        <T as Guest>::reconcile(request)
+    }
+}
+
+/// Exports a [`Guest`] implementation as the component's `reconciler` interface.
+///
+/// Call it once, at the top level of the guest crate: `reconciler_guest::export!(MyGuest);`.
+#[macro_export]
+macro_rules! export {
+    ($ty:ident) => {
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+    };
+}
+
+impl Action {
+    /// Done; reconcile again only when the object (or a watched secondary) changes, or at the
+    /// manifest's resync interval.
+    #[must_use]
+    pub fn await_change() -> Self {
+        Action {
+            requeue_after_ms: None,
+        }
+    }
+
+    /// Done for now; reconcile this key again after `after`, e.g. to poll something external.
+    #[must_use]
+    pub fn requeue(after: std::time::Duration) -> Self {
+        Action {
+            requeue_after_ms: Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn action_constructors_say_when_to_come_back() {
+        assert_eq!(Action::await_change().requeue_after_ms, None);
+        assert_eq!(
+            Action::requeue(Duration::from_secs(3)).requeue_after_ms,
+            Some(3000)
+        );
+        assert_eq!(
+            Action::requeue(Duration::MAX).requeue_after_ms,
+            Some(u64::MAX)
+        );
+    }
+}

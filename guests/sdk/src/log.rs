@@ -1,0 +1,41 @@
+//! Logging into the host's log stream, labelled there with the guest, key and attempt.
+//!
+//! Prefer the macros ([`crate::info!`], [`crate::warn!`], ...), which format like `format!`.
+//! Each line is one host call; the host decides which levels it keeps.
+
+pub use crate::bindings::reconciler::api::log::Level;
+
+use crate::bindings::reconciler::api::log as wit;
+
+/// Logs `message` at `level`.
+pub fn log(level: Level, message: &str) {
+    wit::log(level, message);
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __log {
+    ($level:ident, $($arg:tt)+) => {
+        $crate::log::log($crate::log::Level::$level, &::std::format!($($arg)+))
+    };
+}
+
+/// Logs at trace level: `trace!("looked at {}", name)`.
+#[macro_export]
+macro_rules! trace { ($($arg:tt)+) => { $crate::__log!(Trace, $($arg)+) }; }
+
+/// Logs at debug level: `debug!("looked at {}", name)`.
+#[macro_export]
+macro_rules! debug { ($($arg:tt)+) => { $crate::__log!(Debug, $($arg)+) }; }
+
+/// Logs at info level: `info!("created {}", name)`.
+#[macro_export]
+macro_rules! info { ($($arg:tt)+) => { $crate::__log!(Info, $($arg)+) }; }
+
+/// Logs at warn level: `warn!("drift on {}", name)`.
+#[macro_export]
+macro_rules! warn { ($($arg:tt)+) => { $crate::__log!(Warn, $($arg)+) }; }
+
+/// Logs at error level: `error!("gave up on {}", name)`.
+#[macro_export]
+macro_rules! error { ($($arg:tt)+) => { $crate::__log!(Error, $($arg)+) }; }

@@ -1,0 +1,280 @@
+//! Test guest for the host: reconciles `test.reconciler.dev/v1` `Widget` (see `crd.yaml`), and
+//! does whatever the object's `spec` asks, so a test can drive every host path (traps,
+//! timeouts, memory caps, retries, reads, writes, events, the queue) with one object.
+//!
+//! The steps run in this order; every `spec` field is optional:
+//!
+//! 1. object gone: log `gone`, done. `deleting`: event `Normal Finalized`, done.
+//! 2. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
+//!    busy-waits `sleepMs` and carries on. Any other mode is a permanent error.
+//! 3. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
+//! 4. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
+//!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
+//! 5. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
+//!    `guestVersion`, `message`, `get`, `list`. Any failure is transient.
+//! 6. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
+//! 7. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
+//! 8. Done, requeued after `requeueAfterMs` if set.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reconciler_guest::k8s_openapi::api::core::v1::ConfigMap;
+use reconciler_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ObjectMeta, OwnerReference,
+};
+use reconciler_guest::serde_json::{self, Value, json};
+use reconciler_guest::{
+    Action, Guest, Gvk, HostError, Manifest, Mapping, ObjectKey, ObjectRef, ReconcileError,
+    Request, cluster, event, gvk, info, lister, permanent, queue, transient,
+};
+use serde::Deserialize;
+
+/// Reported in `status.guestVersion`; hot-reload tests swap `widget.wasm` for `widget-v2.wasm`.
+pub const VERSION: &str = if cfg!(feature = "v2") { "2" } else { "1" };
+
+struct Widget;
+
+impl Guest for Widget {
+    fn manifest() -> Manifest {
+        Manifest::new("widget", gvk!("test.reconciler.dev", "v1", "Widget"))
+            .watches(gvk!("", "v1", "ConfigMap"), Mapping::Owner)
+            .finalizer("test.reconciler.dev/cleanup")
+            .concurrency(2)
+    }
+
+    fn reconcile(req: Request) -> Result<Action, ReconcileError> {
+        let Some(object) = req.object_value()? else {
+            info!("gone");
+            return Ok(Action::await_change());
+        };
+        // Before parsing the spec, so that a Widget with a malformed spec can still be deleted.
+        if req.deleting {
+            event::normal(&req.ref_, "Finalized", "cleanup done");
+            return Ok(Action::await_change());
+        }
+        let widget: WidgetObject = serde_json::from_value(object)
+            .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
+        let spec = &widget.spec;
+
+        match spec.mode.as_deref() {
+            None => {}
+            Some("trap") => panic!("widget was asked to trap"),
+            Some("loop") => spin_forever(),
+            Some("hog") => hog_memory(),
+            Some("sleep") => busy_wait(Duration::from_millis(spec.sleep_ms.unwrap_or(0))),
+            Some(other) => {
+                return Err(permanent(format!(
+                    "spec.mode {other:?} is not one of trap, loop, hog, sleep"
+                )));
+            }
+        }
+
+        if let Some(n) = spec.fail_times
+            && req.attempt < n
+        {
+            return Err(transient(format!(
+                "attempt {} of {n} fails on purpose",
+                req.attempt
+            )));
+        }
+        if let Some(text) = &spec.permanent_error {
+            return Err(permanent(text.clone()));
+        }
+
+        let get = spec.get.as_ref().map(|g| {
+            let target = ObjectRef {
+                kind: Gvk::new(&g.group, &g.version, &g.kind),
+                namespace: g.namespace.clone(),
+                name: g.name.clone(),
+            };
+            match lister::get(&target) {
+                Ok(Some(_)) => json!("found"),
+                Ok(None) => json!("absent"),
+                Err(e) => json!(e.describe()),
+            }
+        });
+        let list = spec.list.as_ref().map(|l| {
+            let kind = Gvk::new(&l.group, &l.version, &l.kind);
+            match lister::list(&kind, l.namespace.as_deref(), l.label_selector.as_deref()) {
+                Ok(objects) => json!(objects.len()),
+                Err(e) => json!(e.describe()),
+            }
+        });
+
+        let reconciles = widget
+            .status
+            .as_ref()
+            .and_then(|s| s.get("reconciles"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            + 1;
+        let status = json!({
+            "observedGeneration": widget.metadata.generation,
+            "reconciles": reconciles,
+            "lastAttempt": req.attempt,
+            "guestVersion": VERSION,
+            "message": spec.message,
+            "get": get,
+            "list": list,
+        });
+        cluster::patch_status(&req.ref_, &status).map_err(|e| match e {
+            HostError::Conflict(_) => {
+                transient(format!("status write conflicted: {}", e.describe()))
+            }
+            _ => transient(e.describe()),
+        })?;
+
+        if spec.config_map {
+            cluster::apply(&owned_config_map(&req.ref_, &widget.metadata))?;
+        }
+
+        event::normal(&req.ref_, "Reconciled", format!("reconcile {reconciles}"));
+
+        let after = spec.enqueue_after_ms.map(Duration::from_millis);
+        for name in &spec.enqueue {
+            queue::enqueue(&ObjectKey::new(req.ref_.namespace.as_deref(), name), after)?;
+        }
+
+        Ok(Action {
+            requeue_after_ms: spec.requeue_after_ms,
+        })
+    }
+}
+
+reconciler_guest::export!(Widget);
+
+#[derive(Deserialize)]
+struct WidgetObject {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: WidgetSpec,
+    #[serde(default)]
+    status: Option<Value>,
+}
+
+#[derive(Deserialize, Default, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+struct WidgetSpec {
+    mode: Option<String>,
+    sleep_ms: Option<u64>,
+    fail_times: Option<u32>,
+    permanent_error: Option<String>,
+    get: Option<GetSpec>,
+    list: Option<ListSpec>,
+    message: Option<String>,
+    config_map: bool,
+    enqueue: Vec<String>,
+    enqueue_after_ms: Option<u64>,
+    requeue_after_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct GetSpec {
+    #[serde(default)]
+    group: String,
+    version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct ListSpec {
+    #[serde(default)]
+    group: String,
+    version: String,
+    kind: String,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+}
+
+fn owned_config_map(widget: &ObjectRef, meta: &ObjectMeta) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-widget", widget.name)),
+            namespace: widget.namespace.clone(),
+            owner_references: Some(vec![OwnerReference {
+                api_version: widget.kind.api_version(),
+                kind: widget.kind.kind.clone(),
+                name: widget.name.clone(),
+                uid: meta.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("owner".to_owned(), widget.name.clone())])),
+        ..ConfigMap::default()
+    }
+}
+
+fn spin_forever() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+fn hog_memory() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Non-zero bytes so every page is really written, not just reserved.
+        chunks.push(std::hint::black_box(vec![0xA5; 1 << 20]));
+    }
+}
+
+fn busy_wait(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_reads_camel_case_fields_and_defaults_the_rest() {
+        let spec: WidgetSpec = serde_json::from_value(json!({
+            "failTimes": 2, "configMap": true, "enqueue": ["b"], "requeueAfterMs": 50,
+            "list": {"version": "v1", "kind": "ConfigMap", "labelSelector": "a=b"}
+        }))
+        .unwrap();
+        assert_eq!(spec.fail_times, Some(2));
+        assert!(spec.config_map);
+        assert_eq!(spec.enqueue, ["b"]);
+        assert_eq!(spec.requeue_after_ms, Some(50));
+        let list = spec.list.unwrap();
+        assert_eq!(
+            (list.group.as_str(), list.label_selector.as_deref()),
+            ("", Some("a=b"))
+        );
+        assert_eq!(
+            serde_json::from_value::<WidgetSpec>(json!({})).unwrap(),
+            WidgetSpec::default()
+        );
+    }
+
+    #[test]
+    fn owned_config_map_points_back_at_the_widget() {
+        let widget = ObjectRef::namespaced(gvk!("test.reconciler.dev", "v1", "Widget"), "ns", "w");
+        let meta = ObjectMeta {
+            uid: Some("u-1".into()),
+            ..ObjectMeta::default()
+        };
+        let cm = serde_json::to_value(owned_config_map(&widget, &meta)).unwrap();
+        assert_eq!(cm["apiVersion"], "v1");
+        assert_eq!(cm["kind"], "ConfigMap");
+        assert_eq!(cm["metadata"]["name"], "w-widget");
+        assert_eq!(cm["metadata"]["namespace"], "ns");
+        assert_eq!(cm["data"], json!({"owner": "w"}));
+        assert_eq!(
+            cm["metadata"]["ownerReferences"][0],
+            json!({"apiVersion": "test.reconciler.dev/v1", "kind": "Widget", "name": "w",
+                   "uid": "u-1", "controller": true})
+        );
+    }
+}
