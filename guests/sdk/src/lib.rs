@@ -71,7 +71,7 @@ pub mod bindings {
 }
 
 pub use bindings::exports::reconciler::api::reconciler::{
-    Manifest, Mapping, Request, SecondaryWatch,
+    ControllerManifest as Manifest, Mapping, Request, SecondaryWatch,
 };
 pub use bindings::reconciler::api::network_backend;
 pub use bindings::reconciler::api::types::{
@@ -104,7 +104,7 @@ pub trait Guest {
 // The generated trait follows the WIT names; guests implement `Guest` above so their code does
 // not change when the contract renames a function.
 impl<T: Guest> bindings::exports::reconciler::api::reconciler::Guest for T {
-    fn get_manifest() -> Manifest {
+    fn manifest() -> Manifest {
         <T as Guest>::manifest()
     }
 
