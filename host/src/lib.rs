@@ -1,1 +1,2 @@
-
+pub mod metrics;
+pub mod queue;

@@ -1,0 +1,1107 @@
+//! The work queue between informers and workers: client-go's rate-limiting work queue
+//! (`workqueue.TypedRateLimitingInterface`) in async Rust.
+//!
+//! The contract, which every worker loop relies on:
+//!
+//! - **Dedup.** A key waiting in the queue is queued once, however often it is added.
+//!   Informer events only say "look at this key again", so coalescing them is free.
+//! - **Exclusivity.** A key handed out by [`WorkQueue::get`] is not handed out again until
+//!   [`WorkQueue::done`]. Adds in between mark it *dirty*; `done` puts it back, so the
+//!   change that arrived mid-reconcile is seen by the next reconcile, never by a second
+//!   worker racing the first.
+//! - **Retries.** [`WorkQueue::add_rate_limited`] waits the longer of a per-key
+//!   exponential backoff (base × 2^failures, capped) and a reservation on an overall token
+//!   bucket; [`WorkQueue::forget`] resets the key's backoff after a success.
+//! - **Delays.** [`WorkQueue::add_after`] adds later; for a key already waiting, the
+//!   earliest deadline wins.
+//! - **Shutdown.** [`WorkQueue::shutdown`] refuses new keys and drops delayed ones; `get`
+//!   keeps handing out what is queued and returns `None` once empty.
+//!   [`WorkQueue::shutdown_with_drain`] also waits for in-flight keys to be `done`.
+//!
+//! A worker therefore reads as in the sample-controller:
+//!
+//! ```no_run
+//! # use reconciler_host::queue::{ObjectKey, QueueConfig, WorkQueue};
+//! # async fn reconcile(_: &ObjectKey) -> Result<(), ()> { Ok(()) }
+//! # async fn worker(queue: WorkQueue<ObjectKey>) {
+//! while let Some(key) = queue.get().await {
+//!     match reconcile(&key).await {
+//!         // Success: stop counting this key's failures, or its next error would wait
+//!         // as if it had failed all along.
+//!         Ok(()) => queue.forget(&key),
+//!         // Transient failure: retry later, slower each time, never hot-looping.
+//!         Err(()) => queue.add_rate_limited(key.clone()),
+//!     }
+//!     // Always: release the key so a dirty re-add is handed out again.
+//!     queue.done(&key);
+//! }
+//! # }
+//! ```
+//!
+//! Implementation: one `parking_lot` mutex over all state, held for O(1) work per call
+//! (O(log n) when a delayed key is scheduled or becomes due), never across an await.
+//! There is no timer task: waiting getters sleep until the earliest delayed deadline, and
+//! every queue operation first moves due keys into the ready queue, in deadline order,
+//! so delayed keys are ordered against immediate adds as if a timer had fired on time.
+
+use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::str::FromStr;
+use std::sync::atomic::{self, AtomicU64};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::metrics::{ScrapeHook, WorkqueueMetrics};
+
+/// The key the host queues: an object's namespace (none for cluster-scoped objects) and
+/// name. Displays as client-go's `MetaNamespaceKeyFunc` does: `namespace/name` or `name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of a namespaced object.
+    #[must_use]
+    pub fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a cluster-scoped object.
+    #[must_use]
+    pub fn cluster_scoped(name: impl Into<String>) -> Self {
+        Self {
+            namespace: None,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(namespace) => write!(f, "{namespace}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// A string that is not a `namespace/name` or `name` key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid object key {key:?}: expected \"namespace/name\" or \"name\" with non-empty parts")]
+pub struct ParseObjectKeyError {
+    key: String,
+}
+
+impl FromStr for ObjectKey {
+    type Err = ParseObjectKeyError;
+
+    /// The inverse of `Display`, like client-go's `SplitMetaNamespaceKey`.
+    fn from_str(key: &str) -> Result<Self, Self::Err> {
+        let invalid = || ParseObjectKeyError {
+            key: key.to_owned(),
+        };
+        let mut parts = key.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(name), None, None) if !name.is_empty() => Ok(Self::cluster_scoped(name)),
+            (Some(namespace), Some(name), None) if !namespace.is_empty() && !name.is_empty() => {
+                Ok(Self::namespaced(namespace, name))
+            }
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// How fast retries may come. The defaults are client-go's
+/// `DefaultTypedControllerRateLimiter`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Delay of a key's first rate-limited retry; doubles with every further failure.
+    pub base_delay: Duration,
+    /// Ceiling of the per-key backoff.
+    pub max_delay: Duration,
+    /// Sustained rate of rate-limited retries over all keys, per second.
+    pub qps: NonZeroU32,
+    /// Retries allowed at once before `qps` applies.
+    pub burst: NonZeroU32,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_secs(1000),
+            qps: const { NonZeroU32::new(10).unwrap() },
+            burst: const { NonZeroU32::new(100).unwrap() },
+        }
+    }
+}
+
+/// A work queue with client-go semantics; see the [module docs](self). Cheap to clone:
+/// clones share one queue.
+pub struct WorkQueue<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.state.lock();
+        f.debug_struct("WorkQueue")
+            .field("ready", &state.queue.len())
+            .field("in_flight", &state.processing.len())
+            .field("delayed", &state.waiting.len())
+            .field("shutting_down", &state.shutting_down)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<K> {
+    state: Mutex<State<K>>,
+    /// A key became ready, a delayed deadline moved earlier, or the queue shut down.
+    ready: Notify,
+    /// The last in-flight key was done.
+    idle: Notify,
+    metrics: WorkqueueMetrics,
+}
+
+struct State<K> {
+    /// Ready keys in FIFO order; each is also in `dirty` and not in `processing`.
+    queue: VecDeque<K>,
+    /// Keys that need a reconcile: everything in `queue` plus in-flight keys re-added
+    /// since they were handed out.
+    dirty: HashSet<K>,
+    /// In-flight keys and when they were handed out.
+    processing: HashMap<K, Instant>,
+    /// When each dirty key was added, for `workqueue_queue_duration_seconds`.
+    added_at: HashMap<K, Instant>,
+    /// The one live deadline of each delayed key (earliest wins) and its heap entry's
+    /// sequence number; heap entries whose sequence differs are stale and skipped.
+    waiting: HashMap<K, (Instant, u64)>,
+    deadlines: BinaryHeap<Delayed<K>>,
+    next_seq: u64,
+    limiter: Limiter<K>,
+    shutting_down: bool,
+}
+
+impl<K> WorkQueue<K>
+where
+    K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static,
+{
+    /// A queue whose metrics nobody scrapes (offline runs, tests).
+    #[must_use]
+    pub fn new(config: QueueConfig) -> Self {
+        Self::with_metrics(config, WorkqueueMetrics::unregistered())
+    }
+
+    /// A queue reporting the `workqueue_*` series in `metrics` (see
+    /// [`crate::metrics::Metrics::workqueue`]); the in-flight gauges are computed on scrape.
+    /// Give each live queue its own name: two queues on one name would overwrite each
+    /// other's gauges.
+    #[must_use]
+    pub fn with_metrics(config: QueueConfig, metrics: WorkqueueMetrics) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                dirty: HashSet::new(),
+                processing: HashMap::new(),
+                added_at: HashMap::new(),
+                waiting: HashMap::new(),
+                deadlines: BinaryHeap::new(),
+                next_seq: 0,
+                limiter: Limiter::new(&config, Instant::now()),
+                shutting_down: false,
+            }),
+            ready: Notify::new(),
+            idle: Notify::new(),
+            metrics,
+        });
+        let hook: Weak<Shared<K>> = Arc::downgrade(&shared);
+        shared.metrics.register_scrape_hook(hook);
+        Self { shared }
+    }
+
+    /// Queue `key` unless it is already waiting; if it is in flight, mark it to be queued
+    /// again on `done`. Ignored after shutdown. O(1); the lock is held briefly.
+    pub fn add(&self, key: K) {
+        let now = Instant::now();
+        let wake = {
+            let mut state = self.shared.state.lock();
+            let promoted = state.promote_due(now, &self.shared.metrics);
+            state.add(key, now, &self.shared.metrics) || promoted
+        };
+        if wake {
+            self.shared.ready.notify_one();
+        }
+    }
+
+    /// Add `key` once `delay` has passed. If `key` is already scheduled, the earlier of the
+    /// two deadlines wins. A zero delay adds at once. Counts as a retry in the metrics, as
+    /// in client-go. O(log n) in the number of delayed keys.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let now = Instant::now();
+        let wake = {
+            let mut state = self.shared.state.lock();
+            if state.shutting_down {
+                return;
+            }
+            let promoted = state.promote_due(now, &self.shared.metrics);
+            state.add_after(key, delay, now, &self.shared.metrics) || promoted
+        };
+        if wake {
+            self.shared.ready.notify_one();
+        }
+    }
+
+    /// Add `key` after the longer of its exponential backoff and the overall token bucket's
+    /// reservation. Counts a requeue for `key` (see [`Self::num_requeues`]). Call it when a
+    /// reconcile failed transiently.
+    pub fn add_rate_limited(&self, key: K) {
+        let now = Instant::now();
+        let wake = {
+            let mut state = self.shared.state.lock();
+            if state.shutting_down {
+                return;
+            }
+            let promoted = state.promote_due(now, &self.shared.metrics);
+            let delay = state.limiter.when(&key, now);
+            state.add_after(key, delay, now, &self.shared.metrics) || promoted
+        };
+        if wake {
+            self.shared.ready.notify_one();
+        }
+    }
+
+    /// Reset `key`'s backoff: its next rate-limited retry waits the base delay again. Call
+    /// it after a successful reconcile. Does not remove the key from the queue.
+    pub fn forget(&self, key: &K) {
+        self.shared.state.lock().limiter.forget(key);
+    }
+
+    /// How many rate-limited retries `key` had since it was last forgotten.
+    #[must_use]
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.shared.state.lock().limiter.num_requeues(key)
+    }
+
+    /// Wait for a ready key and mark it in flight; the caller must call [`Self::done`] with
+    /// it. `None` once the queue is shut down and empty. Cancel-safe: a dropped `get`
+    /// takes no key.
+    pub async fn get(&self) -> Option<K> {
+        loop {
+            // Register for wake-ups before looking, so an add between the look and the
+            // wait is not missed.
+            let mut notified = pin!(self.shared.ready.notified());
+            notified.as_mut().enable();
+            let next_deadline = {
+                let now = Instant::now();
+                let mut state = self.shared.state.lock();
+                state.promote_due(now, &self.shared.metrics);
+                if let Some(key) = state.take(now, &self.shared.metrics) {
+                    let more = !state.queue.is_empty();
+                    drop(state);
+                    if more {
+                        // Pass the baton: one wake-up per add may have been spent on us.
+                        self.shared.ready.notify_one();
+                    }
+                    return Some(key);
+                }
+                if state.shutting_down {
+                    return None;
+                }
+                state.deadlines.peek().map(|delayed| delayed.at)
+            };
+            match next_deadline {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Release `key` after processing. If it was re-added meanwhile it is queued again
+    /// (even during shutdown: that change arrived before it). A key that is not in flight
+    /// is ignored. O(1).
+    pub fn done(&self, key: &K) {
+        let now = Instant::now();
+        let (requeued, idle) = {
+            let mut state = self.shared.state.lock();
+            let Some(started) = state.processing.remove(key) else {
+                return;
+            };
+            self.shared.metrics.worked_for(now - started);
+            // Keys that fell due while we worked were ready before this re-add.
+            let promoted = state.promote_due(now, &self.shared.metrics);
+            let requeued = state.dirty.contains(key);
+            if requeued {
+                state.queue.push_back(key.clone());
+            }
+            (requeued || promoted, state.processing.is_empty())
+        };
+        if requeued {
+            self.shared.ready.notify_one();
+        }
+        if idle {
+            self.shared.idle.notify_waiters();
+        }
+    }
+
+    /// Ready keys (delayed and in-flight keys not counted).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        let now = Instant::now();
+        let mut state = self.shared.state.lock();
+        state.promote_due(now, &self.shared.metrics);
+        state.queue.len()
+    }
+
+    /// No key is ready.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stop accepting keys and drop delayed ones; `get` hands out what is queued, then
+    /// returns `None`. Does not wait; see [`Self::shutdown_with_drain`].
+    pub fn shutdown(&self) {
+        {
+            let mut state = self.shared.state.lock();
+            state.shutting_down = true;
+            // They could never be added now; free them.
+            state.waiting.clear();
+            state.deadlines.clear();
+        }
+        self.shared.ready.notify_waiters();
+    }
+
+    /// [`Self::shutdown`], then wait until no key is in flight (every `get` matched by its
+    /// `done`). Keys still queued are not waited for, as in client-go.
+    pub async fn shutdown_with_drain(&self) {
+        self.shutdown();
+        loop {
+            let mut idle = pin!(self.shared.idle.notified());
+            idle.as_mut().enable();
+            if self.shared.state.lock().processing.is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// Whether [`Self::shutdown`] was called.
+    #[must_use]
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.state.lock().shutting_down
+    }
+}
+
+impl<K> State<K>
+where
+    K: Clone + Eq + Hash,
+{
+    /// Returns whether a key was pushed onto the ready queue.
+    fn add(&mut self, key: K, now: Instant, metrics: &WorkqueueMetrics) -> bool {
+        if self.shutting_down || self.dirty.contains(&key) {
+            return false;
+        }
+        self.dirty.insert(key.clone());
+        metrics.added();
+        metrics.set_depth(self.dirty.len());
+        self.added_at.entry(key.clone()).or_insert(now);
+        if self.processing.contains_key(&key) {
+            return false;
+        }
+        self.queue.push_back(key);
+        true
+    }
+
+    /// Returns whether waiters should look again (a key was pushed or a deadline set).
+    fn add_after(
+        &mut self,
+        key: K,
+        delay: Duration,
+        now: Instant,
+        metrics: &WorkqueueMetrics,
+    ) -> bool {
+        metrics.retried();
+        if delay.is_zero() {
+            return self.add(key, now, metrics);
+        }
+        let at = now.checked_add(delay).unwrap_or_else(|| far_future(now));
+        let seq = self.next_seq;
+        match self.waiting.entry(key.clone()) {
+            Entry::Occupied(entry) if entry.get().0 <= at => return false,
+            Entry::Occupied(mut entry) => {
+                entry.insert((at, seq));
+            }
+            Entry::Vacant(entry) => {
+                entry.insert((at, seq));
+            }
+        }
+        self.next_seq += 1;
+        self.deadlines.push(Delayed { at, seq, key });
+        true
+    }
+
+    /// Move every delayed key whose deadline has passed into the ready queue, earliest
+    /// first. Returns whether any was pushed.
+    fn promote_due(&mut self, now: Instant, metrics: &WorkqueueMetrics) -> bool {
+        let mut pushed = false;
+        while self.deadlines.peek().is_some_and(|next| next.at <= now) {
+            let Some(due) = self.deadlines.pop() else {
+                break;
+            };
+            if self.waiting.get(&due.key).map(|&(_, seq)| seq) != Some(due.seq) {
+                continue;
+            }
+            self.waiting.remove(&due.key);
+            pushed |= self.add(due.key, now, metrics);
+        }
+        pushed
+    }
+
+    fn take(&mut self, now: Instant, metrics: &WorkqueueMetrics) -> Option<K> {
+        let key = self.queue.pop_front()?;
+        self.dirty.remove(&key);
+        metrics.set_depth(self.dirty.len());
+        if let Some(added) = self.added_at.remove(&key) {
+            metrics.queued_for(now - added);
+        }
+        self.processing.insert(key.clone(), now);
+        Some(key)
+    }
+}
+
+impl<K> ScrapeHook for Shared<K>
+where
+    K: Clone + Eq + Hash + Send + Sync,
+{
+    /// O(in-flight keys) under the lock; in-flight keys are bounded by the worker count.
+    fn before_scrape(&self) {
+        let now = Instant::now();
+        let promoted = {
+            let mut state = self.state.lock();
+            let promoted = state.promote_due(now, &self.metrics);
+            let (unfinished, longest) = state.processing.values().fold(
+                (Duration::ZERO, Duration::ZERO),
+                |(sum, longest), &started| {
+                    let age = now - started;
+                    (sum + age, longest.max(age))
+                },
+            );
+            self.metrics.set_in_flight(unfinished, longest);
+            promoted
+        };
+        if promoted {
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// A delayed add. Ordered by deadline, then by scheduling order, reversed so that
+/// `BinaryHeap` (a max-heap) pops the earliest first. `seq` is unique, so the order is
+/// total without comparing keys.
+struct Delayed<K> {
+    at: Instant,
+    seq: u64,
+    key: K,
+}
+
+impl<K> PartialEq for Delayed<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+
+impl<K> Eq for Delayed<K> {}
+
+impl<K> PartialOrd for Delayed<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K> Ord for Delayed<K> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// A deadline nobody will live to see, for delays too large to add to an `Instant`.
+fn far_future(now: Instant) -> Instant {
+    const THIRTY_YEARS: Duration = Duration::from_secs(86_400 * 365 * 30);
+    now + THIRTY_YEARS
+}
+
+/// client-go's `MaxOf(ItemExponentialFailure, Bucket)` rate limiter.
+struct Limiter<K> {
+    base_delay: Duration,
+    max_delay: Duration,
+    failures: HashMap<K, u32>,
+    bucket: Bucket,
+}
+
+impl<K> Limiter<K>
+where
+    K: Clone + Eq + Hash,
+{
+    fn new(config: &QueueConfig, now: Instant) -> Self {
+        Self {
+            base_delay: config.base_delay,
+            max_delay: config.max_delay,
+            failures: HashMap::new(),
+            bucket: Bucket::new(Quota::per_second(config.qps).allow_burst(config.burst), now),
+        }
+    }
+
+    /// The delay before `key`'s next retry. Both limiters always count, as in client-go:
+    /// the backoff grows and a token is reserved even when the other limiter's delay wins.
+    fn when(&mut self, key: &K, now: Instant) -> Duration {
+        let failures = self.failures.entry(key.clone()).or_insert(0);
+        let exponent = *failures;
+        *failures = failures.saturating_add(1);
+        let backoff = 2u32
+            .checked_pow(exponent)
+            .and_then(|factor| self.base_delay.checked_mul(factor))
+            .map_or(self.max_delay, |delay| delay.min(self.max_delay));
+        backoff.max(self.bucket.reserve(now))
+    }
+
+    fn forget(&mut self, key: &K) {
+        self.failures.remove(key);
+    }
+
+    fn num_requeues(&self, key: &K) -> u32 {
+        self.failures.get(key).copied().unwrap_or(0)
+    }
+}
+
+/// The overall token bucket. governor is the field's GCRA (token bucket) implementation,
+/// so we use it instead of hand-rolling one. client-go's `BucketRateLimiter`, however,
+/// *reserves* a token and returns the wait until it is available — a retry is delayed,
+/// never dropped — while governor only answers "yes" or "not until T" without consuming.
+/// We get the reservation by asking again at T: GCRA admits a cell at exactly its
+/// earliest time and advances its state from there, which consumes the token that the
+/// next caller would otherwise get. To ask "at T" the limiter runs on [`BucketClock`], a
+/// clock we set; it also makes the bucket follow tokio's (pausable) clock like the rest
+/// of the queue. Only used under the queue's lock, so set-then-check is atomic.
+struct Bucket {
+    limiter: RateLimiter<NotKeyed, InMemoryState, BucketClock, NoOpMiddleware<Duration>>,
+    clock: BucketClock,
+    origin: Instant,
+}
+
+impl Bucket {
+    fn new(quota: Quota, origin: Instant) -> Self {
+        let clock = BucketClock::default();
+        Self {
+            limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
+            clock,
+            origin,
+        }
+    }
+
+    /// Take the next token and return how long until it is available. O(1).
+    fn reserve(&self, now: Instant) -> Duration {
+        let now = now.saturating_duration_since(self.origin);
+        self.clock.set(now);
+        match self.limiter.check() {
+            Ok(()) => Duration::ZERO,
+            Err(not_until) => {
+                let available = not_until.earliest_possible();
+                self.clock.set(available);
+                let reserved = self.limiter.check().is_ok();
+                debug_assert!(reserved, "GCRA must admit a cell at its earliest time");
+                available.saturating_sub(now)
+            }
+        }
+    }
+}
+
+/// Time since the bucket's origin, set by [`Bucket::reserve`] before every check.
+#[derive(Clone, Debug, Default)]
+struct BucketClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl BucketClock {
+    fn set(&self, since_origin: Duration) {
+        let nanos = u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.store(nanos, atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clock for BucketClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(atomic::Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Metrics, sample};
+    use tokio::time::{advance, sleep, timeout};
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::namespaced("default", name)
+    }
+
+    fn queue() -> WorkQueue<ObjectKey> {
+        WorkQueue::new(QueueConfig::default())
+    }
+
+    /// `get`, failing the test if nothing is ready within `within`.
+    async fn get_within(queue: &WorkQueue<ObjectKey>, within: Duration) -> ObjectKey {
+        timeout(within, queue.get())
+            .await
+            .expect("a key should be ready")
+            .expect("the queue should not be shut down")
+    }
+
+    /// Assert nothing becomes ready within `within`.
+    async fn assert_nothing_within(queue: &WorkQueue<ObjectKey>, within: Duration) {
+        if let Ok(got) = timeout(within, queue.get()).await {
+            panic!("expected no key within {within:?}, got {got:?}");
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn object_key_displays_and_parses_like_client_go() {
+        assert_eq!(key("a").to_string(), "default/a");
+        assert_eq!(ObjectKey::cluster_scoped("n").to_string(), "n");
+        assert_eq!("default/a".parse(), Ok(key("a")));
+        assert_eq!("n".parse(), Ok(ObjectKey::cluster_scoped("n")));
+        for bad in ["", "/a", "ns/", "a/b/c"] {
+            assert!(
+                bad.parse::<ObjectKey>().is_err(),
+                "{bad:?} should not parse"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rapid_adds_of_one_key_are_queued_once_in_fifo_order() {
+        let q = queue();
+        q.add(key("a"));
+        q.add(key("b"));
+        q.add(key("a"));
+        q.add(key("a"));
+        q.add(key("c"));
+        assert_eq!(q.len(), 3);
+        assert_eq!(get_within(&q, MS).await, key("a"));
+        assert_eq!(get_within(&q, MS).await, key("b"));
+        assert_eq!(get_within(&q, MS).await, key("c"));
+        assert_nothing_within(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_in_flight_is_not_handed_out_again_until_done() {
+        let q = queue();
+        q.add(key("a"));
+        let first = get_within(&q, MS).await;
+        assert_eq!(first, key("a"));
+
+        // Re-added while in flight: dirty, but not ready.
+        q.add(key("a"));
+        q.add(key("a"));
+        assert_eq!(q.len(), 0);
+        let second_worker = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        sleep(Duration::from_secs(10)).await;
+        assert!(!second_worker.is_finished(), "a second worker got {first}");
+
+        // Other keys still flow while "a" is in flight.
+        q.add(key("b"));
+        assert_eq!(second_worker.await.unwrap(), Some(key("b")));
+
+        q.done(&first);
+        assert_eq!(q.len(), 1, "the dirty re-add is queued once on done");
+        assert_eq!(get_within(&q, MS).await, key("a"));
+        q.done(&key("a"));
+        assert_nothing_within(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_without_re_add_does_not_requeue_and_unknown_done_is_ignored() {
+        let q = queue();
+        q.add(key("a"));
+        let a = get_within(&q, MS).await;
+        q.done(&key("never-handed-out"));
+        q.done(&a);
+        q.done(&a);
+        assert_eq!(q.len(), 0);
+        assert_nothing_within(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_workers_each_get_a_distinct_key() {
+        let q = queue();
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for name in ["a", "b", "c", "d", "a", "b"] {
+            q.add(key(name));
+        }
+        let mut got = Vec::new();
+        for worker in workers {
+            got.push(timeout(MS, worker).await.unwrap().unwrap().unwrap());
+        }
+        got.sort();
+        assert_eq!(got, vec![key("a"), key("b"), key("c"), key("d")]);
+    }
+
+    #[test]
+    fn backoff_doubles_from_5ms_per_key_and_forget_resets_it() {
+        let now = Instant::now();
+        let mut limiter = Limiter::new(&QueueConfig::default(), now);
+        let delays: Vec<_> = (0..6).map(|_| limiter.when(&key("a"), now)).collect();
+        assert_eq!(
+            delays,
+            [5, 10, 20, 40, 80, 160].map(Duration::from_millis).to_vec()
+        );
+        assert_eq!(limiter.num_requeues(&key("a")), 6);
+        // Per key: another key starts at the base.
+        assert_eq!(limiter.when(&key("b"), now), 5 * MS);
+        limiter.forget(&key("a"));
+        assert_eq!(limiter.num_requeues(&key("a")), 0);
+        assert_eq!(limiter.when(&key("a"), now), 5 * MS);
+        assert_eq!(limiter.when(&key("a"), now), 10 * MS);
+    }
+
+    #[test]
+    fn backoff_is_capped_at_max_delay() {
+        let now = Instant::now();
+        let config = QueueConfig {
+            max_delay: 40 * MS,
+            ..QueueConfig::default()
+        };
+        let mut limiter = Limiter::new(&config, now);
+        let delays: Vec<_> = (0..6).map(|_| limiter.when(&key("a"), now)).collect();
+        assert_eq!(
+            delays,
+            [5, 10, 20, 40, 40, 40].map(Duration::from_millis).to_vec()
+        );
+
+        // The default cap, 1000 s, is reached after 18 doublings and holds far beyond the
+        // point where 2^n overflows.
+        let mut limiter = Limiter::new(&QueueConfig::default(), now);
+        let delays: Vec<_> = (0..100).map(|_| limiter.when(&key("a"), now)).collect();
+        assert_eq!(delays[17], Duration::from_millis(5 << 17)); // 655.36 s
+        assert!(delays[18..].iter().all(|&d| d == Duration::from_secs(1000)));
+    }
+
+    #[test]
+    fn token_bucket_reserves_after_the_burst_and_refills_at_qps() {
+        let start = Instant::now();
+        let config = QueueConfig {
+            qps: NonZeroU32::new(10).unwrap(),
+            burst: NonZeroU32::new(3).unwrap(),
+            ..QueueConfig::default()
+        };
+        let mut limiter = Limiter::new(&config, start);
+        // Distinct keys, so the backoff stays at 5 ms and the bucket shows.
+        let delays: Vec<_> = ["a", "b", "c", "d", "e"]
+            .into_iter()
+            .map(|name| limiter.when(&key(name), start))
+            .collect();
+        assert_eq!(
+            delays,
+            [5, 5, 5, 100, 200].map(Duration::from_millis).to_vec()
+        );
+        // Reserved, not dropped: 50 ms later the next token is still 250 ms away.
+        assert_eq!(limiter.when(&key("f"), start + 50 * MS), 250 * MS);
+        // After a quiet second the bucket has refilled.
+        let later = start + Duration::from_secs(2);
+        let delays: Vec<_> = ["g", "h", "i", "j"]
+            .into_iter()
+            .map(|name| limiter.when(&key(name), later))
+            .collect();
+        assert_eq!(delays, [5, 5, 5, 100].map(Duration::from_millis).to_vec());
+    }
+
+    #[test]
+    fn default_bucket_allows_100_then_10_per_second() {
+        let now = Instant::now();
+        let mut limiter = Limiter::new(&QueueConfig::default(), now);
+        for i in 0..100 {
+            assert_eq!(
+                limiter.when(&i, now),
+                5 * MS,
+                "retry {i} is within the burst"
+            );
+        }
+        assert_eq!(limiter.when(&100, now), 100 * MS);
+        assert_eq!(limiter.when(&101, now), 200 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_add_becomes_ready_after_the_backoff() {
+        let q = queue();
+        q.add_rate_limited(key("a"));
+        assert_eq!(q.num_requeues(&key("a")), 1);
+        assert_nothing_within(&q, 4 * MS).await;
+        assert_eq!(get_within(&q, 2 * MS).await, key("a"));
+        q.done(&key("a"));
+
+        q.add_rate_limited(key("a"));
+        assert_nothing_within(&q, 9 * MS).await;
+        assert_eq!(get_within(&q, 2 * MS).await, key("a"));
+        q.done(&key("a"));
+
+        q.forget(&key("a"));
+        assert_eq!(q.num_requeues(&key("a")), 0);
+        q.add_rate_limited(key("a"));
+        assert_nothing_within(&q, 4 * MS).await;
+        assert_eq!(get_within(&q, 2 * MS).await, key("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_adds_come_out_in_deadline_order() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after(key("c"), 30 * MS);
+        q.add_after(key("a"), 10 * MS);
+        q.add_after(key("b"), 20 * MS);
+        assert_eq!(q.len(), 0);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push((
+                get_within(&q, Duration::from_secs(1)).await,
+                start.elapsed(),
+            ));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (key("a"), 10 * MS),
+                (key("b"), 20 * MS),
+                (key("c"), 30 * MS)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn earliest_deadline_wins_and_superseded_ones_never_fire() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after(key("a"), 50 * MS);
+        q.add_after(key("a"), 10 * MS);
+        q.add_after(key("a"), 100 * MS);
+        assert_eq!(get_within(&q, Duration::from_secs(1)).await, key("a"));
+        assert_eq!(start.elapsed(), 10 * MS);
+        q.done(&key("a"));
+        assert_nothing_within(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_delayed_key_is_ordered_before_a_later_immediate_add() {
+        let q = queue();
+        q.add_after(key("delayed"), 10 * MS);
+        // Nobody is waiting in `get` while the deadline passes.
+        advance(20 * MS).await;
+        q.add(key("immediate"));
+        assert_eq!(get_within(&q, MS).await, key("delayed"));
+        assert_eq!(get_within(&q, MS).await, key("immediate"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_add_of_a_waiting_key_is_deduplicated() {
+        let q = queue();
+        q.add(key("a"));
+        q.add_after(key("a"), 10 * MS);
+        advance(20 * MS).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(get_within(&q, MS).await, key("a"));
+        assert_nothing_within(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_deadline_wakes_a_getter_sleeping_on_a_later_one() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after(key("late"), Duration::from_secs(10));
+        let getter = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        tokio::task::yield_now().await;
+        q.add_after(key("early"), 10 * MS);
+        assert_eq!(getter.await.unwrap(), Some(key("early")));
+        assert_eq!(start.elapsed(), 10 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_hands_out_what_is_queued_then_none_and_ignores_new_keys() {
+        let q = queue();
+        q.add(key("a"));
+        q.add_after(key("delayed"), 10 * MS);
+        q.shutdown();
+        assert!(q.is_shutting_down());
+        q.add(key("b"));
+        q.add_after(key("c"), MS);
+        q.add_rate_limited(key("d"));
+        assert_eq!(q.num_requeues(&key("d")), 0);
+        assert_eq!(q.get().await, Some(key("a")));
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(q.get().await, None);
+        assert_eq!(q.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_wakes_every_waiting_getter() {
+        let q = queue();
+        let getters: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        q.shutdown();
+        for getter in getters {
+            assert_eq!(timeout(MS, getter).await.unwrap().unwrap(), None);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_with_drain_waits_for_in_flight_keys() {
+        let q = queue();
+        q.add(key("a"));
+        q.add(key("b"));
+        let a = get_within(&q, MS).await;
+        let b = get_within(&q, MS).await;
+        q.add(key("a")); // dirty: handed out again after done, despite shutdown
+        let drain = tokio::spawn({
+            let q = q.clone();
+            async move { q.shutdown_with_drain().await }
+        });
+        sleep(Duration::from_secs(10)).await;
+        assert!(!drain.is_finished());
+        q.done(&a);
+        let a_again = get_within(&q, MS).await;
+        assert_eq!(a_again, key("a"));
+        q.done(&b);
+        sleep(Duration::from_secs(10)).await;
+        assert!(!drain.is_finished(), "a is in flight again");
+        q.done(&a_again);
+        timeout(MS, drain).await.unwrap().unwrap();
+        assert_eq!(q.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_with_drain_returns_at_once_when_idle() {
+        let q = queue();
+        timeout(MS, q.shutdown_with_drain()).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_follow_the_queue() {
+        let metrics = Metrics::new();
+        let q = WorkQueue::with_metrics(QueueConfig::default(), metrics.workqueue("network"));
+        let value = |series: &str| {
+            let series = format!("workqueue_{series}{{name=\"network\"}}");
+            sample(&metrics.render(), &series)
+        };
+
+        q.add(key("a"));
+        q.add(key("b"));
+        q.add(key("a"));
+        assert_eq!(value("adds_total"), Some(2.0));
+        assert_eq!(value("depth"), Some(2.0));
+
+        advance(Duration::from_secs(1)).await;
+        let a = get_within(&q, MS).await;
+        assert_eq!(value("depth"), Some(1.0));
+        assert_eq!(value("queue_duration_seconds_count"), Some(1.0));
+        assert_eq!(value("queue_duration_seconds_sum"), Some(1.0));
+
+        advance(Duration::from_secs(2)).await;
+        let b = get_within(&q, MS).await;
+        assert_eq!(value("depth"), Some(0.0));
+        assert_eq!(value("queue_duration_seconds_sum"), Some(4.0));
+
+        // Computed on scrape: a has run 2 s, b 0 s so far.
+        assert_eq!(value("unfinished_work_seconds"), Some(2.0));
+        assert_eq!(value("longest_running_processor_seconds"), Some(2.0));
+        advance(Duration::from_secs(3)).await;
+        assert_eq!(value("unfinished_work_seconds"), Some(8.0));
+        assert_eq!(value("longest_running_processor_seconds"), Some(5.0));
+
+        q.done(&a);
+        assert_eq!(value("work_duration_seconds_count"), Some(1.0));
+        assert_eq!(value("work_duration_seconds_sum"), Some(5.0));
+        assert_eq!(value("unfinished_work_seconds"), Some(3.0));
+        q.done(&b);
+        assert_eq!(value("work_duration_seconds_sum"), Some(8.0));
+        assert_eq!(value("unfinished_work_seconds"), Some(0.0));
+        assert_eq!(value("longest_running_processor_seconds"), Some(0.0));
+
+        q.add_rate_limited(key("a"));
+        q.add_after(key("b"), MS);
+        assert_eq!(value("retries_total"), Some(2.0));
+        assert_eq!(
+            value("adds_total"),
+            Some(2.0),
+            "delayed keys are not added yet"
+        );
+        advance(10 * MS).await;
+        // Due keys are promoted on scrape too, so depth is current without a getter.
+        assert_eq!(value("depth"), Some(2.0));
+        assert_eq!(value("adds_total"), Some(4.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_queue_keeps_its_counters_in_the_exposition() {
+        let metrics = Metrics::new();
+        let q: WorkQueue<ObjectKey> =
+            WorkQueue::with_metrics(QueueConfig::default(), metrics.workqueue("gone"));
+        q.add(key("a"));
+        drop(q);
+        let text = metrics.render();
+        assert_eq!(
+            sample(&text, r#"workqueue_adds_total{name="gone"}"#),
+            Some(1.0)
+        );
+    }
+}
