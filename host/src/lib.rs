@@ -1,2 +1,3 @@
+pub mod backends;
 pub mod metrics;
 pub mod queue;
