@@ -1,3 +1,20 @@
+//! reconciler-host: the generic half of a Kubernetes controller, native; the business half,
+//! `reconcile(key)`, in sandboxed WebAssembly components.
+//!
+//! Newcomers start with [`runtime`] (how a guest is compiled and called) and [`capabilities`]
+//! (what a guest may call, one module per WIT interface). The data flow reads in module order:
+//! [`informers`] → [`queue`] → [`guests`] / [`runtime`] → [`capabilities`] → [`backends`].
+//! The contract itself is `wit/reconciler.wit`; [`wit`] holds the generated bindings.
+
 pub mod backends;
+pub mod capabilities;
+pub mod cli;
+pub mod config;
+pub mod guests;
+pub mod informers;
 pub mod metrics;
+pub mod objects;
+pub mod offline;
 pub mod queue;
+pub mod runtime;
+pub mod wit;

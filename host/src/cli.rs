@@ -1,0 +1,221 @@
+//! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
+//! `reconcile` (one offline reconcile against objects from files; prints every host call).
+//! Logs go to stderr so that stdout carries only the commands' JSON.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::backends::{MemoryBackend, NetworkBackend};
+use crate::capabilities::{CallContext, GuestContext, Providers, backend::NETWORK_BACKEND};
+use crate::config::{Grant, HostConfig};
+use crate::objects::{Gvk, ObjectRef};
+use crate::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+use crate::runtime::{Request, Runtime, RuntimeOptions};
+
+#[derive(Parser)]
+#[command(name = "reconciler-host", version, about = "Kubernetes controllers whose reconcile logic is a WebAssembly component")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a guest against the WIT world (and a host configuration) and print its manifest.
+    Check {
+        /// The guest component.
+        file: PathBuf,
+        /// Also check the manifest against the grants of this host configuration.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run one reconcile offline and print `{"result": ..., "calls": [...]}` as JSON.
+    ///
+    /// Objects are loaded into an in-memory cache; cluster writes are recorded (and applied to
+    /// that cache, as the API server would), never sent; the network backend is in memory.
+    /// Without --config every call is allowed; with it, the guest's grant applies as in `run`.
+    Reconcile {
+        #[arg(long)]
+        guest: PathBuf,
+        /// Files or directories of objects (multi-document YAML or JSON).
+        #[arg(long, num_args = 1.., required = true)]
+        objects: Vec<PathBuf>,
+        /// Kind of the key: group/version/Kind (version/Kind for the core group).
+        #[arg(long)]
+        kind: Gvk,
+        /// The key: [namespace/]name.
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// JSON file holding the in-memory network backend's state; read before, written after.
+        #[arg(long)]
+        backend_state: Option<PathBuf>,
+        /// The retry count the guest sees.
+        #[arg(long, default_value_t = 0)]
+        attempt: u32,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Check { file, config } => check(file, config).await,
+            Command::Reconcile {
+                guest,
+                objects,
+                kind,
+                key,
+                config,
+                backend_state,
+                attempt,
+            } => reconcile(guest, objects, kind, key, config, backend_state, attempt).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("RECONCILER_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Option<HostConfig>> {
+    path.map(|p| HostConfig::load(p)).transpose().map_err(Into::into)
+}
+
+async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<crate::runtime::LoadedGuest> {
+    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
+}
+
+async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = load_config(config.as_ref())?;
+    let runtime = Arc::new(Runtime::new(RuntimeOptions::default())?);
+    let loaded = load_guest(runtime, file).await?;
+    let manifest = &loaded.manifest;
+    let world = if loaded.imports_network {
+        "network-controller"
+    } else {
+        "controller"
+    };
+    let grant = match &config {
+        None => json!(null),
+        Some(config) => match config.grant(&manifest.name) {
+            None => json!({ "granted": false, "reason": format!("no grant for guest `{}`", manifest.name) }),
+            Some(grant) => match crate::guests::check_grant(manifest, loaded.imports_network, &grant, config) {
+                Ok(()) => json!({ "granted": true }),
+                Err(missing) => json!({ "granted": false, "reason": missing }),
+            },
+        },
+    };
+    let refused = grant.get("granted") == Some(&json!(false));
+    let report = json!({ "file": loaded.file, "sha256": loaded.hash, "world": world, "manifest": manifest, "grant": grant });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if refused {
+        bail!("{} would be refused: {}", loaded.file.display(), grant["reason"].as_str().unwrap_or(""));
+    }
+    Ok(())
+}
+
+fn parse_key(key: &str) -> anyhow::Result<(Option<String>, String)> {
+    let parts: Vec<&str> = key.split('/').collect();
+    match parts.as_slice() {
+        [name] if !name.is_empty() => Ok((None, (*name).to_owned())),
+        [ns, name] if !ns.is_empty() && !name.is_empty() => Ok((Some((*ns).to_owned()), (*name).to_owned())),
+        _ => bail!("--key `{key}` must be name or namespace/name"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn reconcile(
+    guest_file: PathBuf,
+    objects: Vec<PathBuf>,
+    kind: Gvk,
+    key: String,
+    config: Option<PathBuf>,
+    backend_state: Option<PathBuf>,
+    attempt: u32,
+) -> anyhow::Result<()> {
+    let config = load_config(config.as_ref())?;
+    let (namespace, name) = parse_key(&key)?;
+    let cache = Arc::new(MemoryCache::load(&objects)?);
+    let runtime = Arc::new(Runtime::new(RuntimeOptions::default())?);
+    let loaded = load_guest(runtime.clone(), guest_file).await?;
+    let manifest = &loaded.manifest;
+
+    let grant = match &config {
+        None => Grant::unrestricted(),
+        Some(config) => {
+            let grant = config
+                .grant(&manifest.name)
+                .with_context(|| format!("guest `{}` has no grant in the host configuration", manifest.name))?;
+            crate::guests::check_grant(manifest, loaded.imports_network, &grant, config)
+                .map_err(|missing| anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name))?;
+            grant
+        }
+    };
+    let network = Arc::new(match &backend_state {
+        Some(path) => MemoryBackend::with_state_file(path.clone())?,
+        None => MemoryBackend::new(),
+    });
+    let networks = [(NETWORK_BACKEND.to_owned(), network as Arc<dyn NetworkBackend>)].into();
+    let context = Arc::new(GuestContext {
+        guest: manifest.name.clone(),
+        grant,
+        providers: Providers {
+            lister: cache.clone(),
+            cluster: Arc::new(RecordingCluster::new(cache.clone())),
+            queue: Arc::new(RecordingQueue),
+            networks,
+        },
+        metrics: None,
+    });
+
+    let object_ref = ObjectRef {
+        kind,
+        namespace,
+        name,
+    };
+    let object = cache.get(&object_ref);
+    let request = Request {
+        deleting: object
+            .as_ref()
+            .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())),
+        object: object.map(|o| o.to_string()),
+        object_ref,
+        attempt,
+    };
+    let call = CallContext::new(context, key, Some(tokio::runtime::Handle::current())).recording();
+    let run = tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, &request)).await?;
+    let output = json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() });
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! The host configuration (YAML): where guests come from, what each guest is granted, and the
+//! backends that hold actual state. Grants are deny-by-default: a guest without an entry under
+//! `guests:` is refused, and every read, write and backend call is checked against its entry.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::objects::Gvk;
+
+/// Default deadline of one reconcile (guest CPU time plus host calls).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
+/// Default cap on a guest instance's linear memory.
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read host configuration {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("host configuration {path} is invalid: {source}")]
+    Parse { path: PathBuf, source: serde_yaml::Error },
+    #[error("host configuration {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The whole host configuration file.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostConfig {
+    /// Directory of `*.wasm` guests for `run` (the CLI flag overrides it).
+    #[serde(default)]
+    pub guest_directory: Option<PathBuf>,
+    /// Limits for guests whose grant does not set their own.
+    #[serde(default)]
+    pub defaults: Limits,
+    /// Providers of actual state, by name (`network`).
+    #[serde(default)]
+    pub backends: BTreeMap<String, serde_json::Value>,
+    /// What each guest (by manifest name) may do.
+    #[serde(default)]
+    pub guests: BTreeMap<String, Grant>,
+}
+
+impl HostConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses YAML text; `path` only names the source in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Self = serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        for (guest, grant) in &config.guests {
+            for backend in &grant.backends {
+                if !config.backends.contains_key(backend) {
+                    return Err(ConfigError::Invalid {
+                        path: path.to_owned(),
+                        message: format!(
+                            "guests.{guest}.backends names `{backend}`, which is not configured under backends:"
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The grant of a guest, with the host defaults filled in for unset limits.
+    pub fn grant(&self, guest: &str) -> Option<Grant> {
+        let mut grant = self.guests.get(guest)?.clone();
+        grant.limits = grant.limits.or(&self.defaults);
+        Some(grant)
+    }
+}
+
+/// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock deadline of one reconcile, e.g. `2s`, `500ms`.
+    #[serde(default, with = "humantime_serde")]
+    pub deadline: Option<Duration>,
+    /// Linear memory cap of one instance in MiB.
+    pub memory_mib: Option<u64>,
+    /// Keys reconciled at once (overrides the manifest's concurrency when lower).
+    pub concurrency: Option<u32>,
+    /// Overall retry rate of the guest's queue (token bucket).
+    pub qps: Option<u32>,
+    pub burst: Option<u32>,
+}
+
+impl Limits {
+    fn or(&self, fallback: &Limits) -> Limits {
+        Limits {
+            deadline: self.deadline.or(fallback.deadline),
+            memory_mib: self.memory_mib.or(fallback.memory_mib),
+            concurrency: self.concurrency.or(fallback.concurrency),
+            qps: self.qps.or(fallback.qps),
+            burst: self.burst.or(fallback.burst),
+        }
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline.unwrap_or(DEFAULT_DEADLINE)
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
+        usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+}
+
+/// A write target: a kind, or one subresource of it (`samplecrd.k8s.io/v1/Network/status`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct WriteTarget {
+    pub kind: Gvk,
+    pub subresource: Option<String>,
+}
+
+impl fmt::Display for WriteTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.subresource {
+            Some(sub) => write!(f, "{}/{sub}", self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+impl TryFrom<String> for WriteTarget {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        // A kind starts with an upper-case letter, so a lower-case last segment after it is a
+        // subresource: `v1/Pod/status`, `apps/v1/Deployment/scale`.
+        if let Some((head, last)) = s.rsplit_once('/')
+            && last.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && head
+                .rsplit('/')
+                .next()
+                .is_some_and(|k| k.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        {
+            let kind = head.parse::<Gvk>().map_err(|e| e.to_string())?;
+            return Ok(Self {
+                kind,
+                subresource: Some(last.to_owned()),
+            });
+        }
+        let kind = s.parse::<Gvk>().map_err(|e| e.to_string())?;
+        Ok(Self {
+            kind,
+            subresource: None,
+        })
+    }
+}
+
+/// What one guest may do. Everything not listed is denied.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grant {
+    /// Kinds the guest may watch and read through the lister (and record events about).
+    #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
+    pub read: BTreeSet<Gvk>,
+    /// Kinds (apply, delete, finalizers) and subresources (`.../status`) it may write.
+    #[serde(default)]
+    pub write: BTreeSet<WriteTarget>,
+    /// Backends (by name under `backends:`) it may call.
+    #[serde(default)]
+    pub backends: BTreeSet<String>,
+    /// Environment variables the guest sees through WASI; none by default.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: Limits,
+    /// Allows every read, write and backend: only the offline runner uses this, when it is
+    /// given no host configuration.
+    #[serde(skip)]
+    pub unrestricted: bool,
+}
+
+/// A call outside the grant. The message names the guest, the missing right and where to add it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("guest `{guest}` may not {what}: add it to guests.{guest}.{field} in the host configuration")]
+pub struct Denied {
+    pub guest: String,
+    pub what: String,
+    pub field: &'static str,
+}
+
+impl Grant {
+    pub fn unrestricted() -> Self {
+        Self {
+            unrestricted: true,
+            ..Self::default()
+        }
+    }
+
+    pub fn may_read(&self, guest: &str, kind: &Gvk) -> Result<(), Denied> {
+        if self.unrestricted || self.read.contains(kind) {
+            return Ok(());
+        }
+        Err(Denied {
+            guest: guest.to_owned(),
+            what: format!("read {kind}"),
+            field: "read",
+        })
+    }
+
+    pub fn may_write(&self, guest: &str, kind: &Gvk, subresource: Option<&str>) -> Result<(), Denied> {
+        let wanted = WriteTarget {
+            kind: kind.clone(),
+            subresource: subresource.map(str::to_owned),
+        };
+        if self.unrestricted || self.write.contains(&wanted) {
+            return Ok(());
+        }
+        Err(Denied {
+            guest: guest.to_owned(),
+            what: format!("write {wanted}"),
+            field: "write",
+        })
+    }
+
+    pub fn may_call_backend(&self, guest: &str, backend: &str) -> Result<(), Denied> {
+        if self.unrestricted || self.backends.contains(backend) {
+            return Ok(());
+        }
+        Err(Denied {
+            guest: guest.to_owned(),
+            what: format!("call the `{backend}` backend"),
+            field: "backends",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST_YAML: &str = r#"
+defaults:
+  deadline: 3s
+  memoryMiB: 48
+backends:
+  network: {provider: memory}
+guests:
+  network:
+    read: [samplecrd.k8s.io/v1/Network]
+    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status, v1/Pod/status]
+    backends: [network]
+    limits: {deadline: 250ms}
+"#;
+
+    #[test]
+    fn parses_grants_and_fills_limits_from_defaults() {
+        let config = HostConfig::parse(HOST_YAML, Path::new("host.yaml")).unwrap();
+        let grant = config.grant("network").unwrap();
+        assert_eq!(grant.limits.deadline(), Duration::from_millis(250));
+        assert_eq!(grant.limits.memory_bytes(), 48 << 20);
+        let network = Gvk::new("samplecrd.k8s.io", "v1", "Network");
+        assert!(grant.may_read("network", &network).is_ok());
+        assert!(grant.may_write("network", &network, None).is_ok());
+        assert!(grant.may_write("network", &network, Some("status")).is_ok());
+        assert!(grant.may_write("network", &Gvk::new("", "v1", "Pod"), Some("status")).is_ok());
+        assert!(grant.may_call_backend("network", "network").is_ok());
+        assert!(config.grant("other").is_none());
+    }
+
+    #[test]
+    fn denials_say_what_is_missing_and_where_to_add_it() {
+        let config = HostConfig::parse(HOST_YAML, Path::new("host.yaml")).unwrap();
+        let grant = config.grant("network").unwrap();
+        let secret = Gvk::new("", "v1", "Secret");
+        assert_eq!(
+            grant.may_read("network", &secret).unwrap_err().to_string(),
+            "guest `network` may not read v1/Secret: add it to guests.network.read in the host configuration"
+        );
+        let pod = Gvk::new("", "v1", "Pod");
+        assert_eq!(
+            grant.may_write("network", &pod, None).unwrap_err().what,
+            "write v1/Pod"
+        );
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_unconfigured_backends() {
+        let typo = "guests:\n  a:\n    reads: [v1/Pod]\n";
+        let err = HostConfig::parse(typo, Path::new("h.yaml")).unwrap_err().to_string();
+        assert!(err.contains("unknown field `reads`"), "{err}");
+        let missing = "guests:\n  a:\n    backends: [network]\n";
+        let err = HostConfig::parse(missing, Path::new("h.yaml")).unwrap_err().to_string();
+        assert!(err.contains("`network`, which is not configured"), "{err}");
+        let bad_kind = "guests:\n  a:\n    read: [Network]\n";
+        let err = HostConfig::parse(bad_kind, Path::new("h.yaml")).unwrap_err().to_string();
+        assert!(err.contains("group/version/Kind"), "{err}");
+    }
+}

@@ -1,0 +1,373 @@
+//! The guest directory: every `*.wasm` in it is a guest. Files are loaded at start, then the
+//! directory is watched: a new file is loaded, a changed file is compiled, validated and swapped
+//! in (reconciles already running finish on the old version, which they hold), a removed file
+//! is unloaded. A file that fails to load is refused with its reason, and if an earlier version
+//! of it was good, that version stays active.
+//!
+//! Watching is by rescan: any change in the directory (inotify via `notify`) schedules a short
+//! debounced rescan that compares content hashes. That one mechanism covers plain copies,
+//! editors that write a temp file and rename it, and Kubernetes ConfigMap volumes, which swap a
+//! `..data` symlink so every file changes at once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+
+use crate::capabilities::backend::NETWORK_BACKEND;
+use crate::config::{Grant, HostConfig};
+use crate::metrics::Metrics;
+use crate::runtime::{LoadError, LoadedGuest, Manifest, Runtime};
+
+/// Quiet time after the last file event before rescanning.
+const DEBOUNCE: Duration = Duration::from_millis(150);
+/// Rescan even without events, in case a notification was missed (e.g. on network filesystems).
+const SAFETY_RESCAN: Duration = Duration::from_secs(30);
+
+/// A guest that passed every check, with what it was granted.
+#[derive(Debug)]
+pub struct ActiveGuest {
+    pub loaded: LoadedGuest,
+    pub grant: Grant,
+}
+
+impl ActiveGuest {
+    pub fn name(&self) -> &str {
+        &self.loaded.manifest.name
+    }
+}
+
+/// What changed in the set of active guests.
+#[derive(Debug, Clone)]
+pub enum GuestEvent {
+    /// A guest became active, or a new version of it replaced the old one.
+    Loaded(Arc<ActiveGuest>),
+    /// The guest's file was removed (the name is the manifest name).
+    Unloaded(String),
+}
+
+/// Status of one file, as logs, metrics and `/guests` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileStatus {
+    pub file: PathBuf,
+    /// SHA-256 of the file's current content.
+    pub hash: String,
+    pub state: FileState,
+    /// The guest name of the active version from this file, if any.
+    pub guest: Option<String>,
+    /// The content hash of the version that is active (differs from `hash` after a refusal).
+    pub active_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state", content = "reason")]
+pub enum FileState {
+    Loaded,
+    Failed(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RefusalError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("{file}: guest `{guest}` has no grant: add guests.{guest} to the host configuration with what it needs (read: {needs})")]
+    NoGrant { file: String, guest: String, needs: String },
+    #[error("{file}: guest `{guest}` asks for more than its grant: {missing}")]
+    BeyondGrant { file: String, guest: String, missing: String },
+    #[error("{file}: guest name `{guest}` is already used by {other}; each guest needs a unique manifest name")]
+    DuplicateName { file: String, guest: String, other: String },
+}
+
+/// Checks a manifest against a grant; lists everything missing at once.
+pub fn check_grant(manifest: &Manifest, imports_network: bool, grant: &Grant, config: &HostConfig) -> Result<(), String> {
+    let guest = &manifest.name;
+    let mut missing = Vec::new();
+    let mut need_read = |kind: &crate::objects::Gvk, why: &str| {
+        if !grant.read.contains(kind) {
+            missing.push(format!("read {kind} ({why}; add it to guests.{guest}.read)"));
+        }
+    };
+    need_read(&manifest.primary, "its primary watch");
+    for secondary in &manifest.secondary {
+        need_read(&secondary.kind, "a secondary watch");
+    }
+    if manifest.finalizer.is_some() && grant.may_write(guest, &manifest.primary, None).is_err() {
+        missing.push(format!(
+            "write {} (to add and remove its finalizer; add it to guests.{guest}.write)",
+            manifest.primary
+        ));
+    }
+    if imports_network {
+        if !grant.backends.contains(NETWORK_BACKEND) {
+            missing.push(format!(
+                "the `{NETWORK_BACKEND}` backend (it imports network-backend; add it to guests.{guest}.backends)"
+            ));
+        } else if !config.backends.contains_key(NETWORK_BACKEND) {
+            missing.push(format!("a `{NETWORK_BACKEND}` entry under backends: in the host configuration"));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing.join(", "))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    files: BTreeMap<PathBuf, FileEntry>,
+}
+
+struct FileEntry {
+    hash: String,
+    state: FileState,
+    active: Option<Arc<ActiveGuest>>,
+}
+
+/// The set of guests loaded from one directory.
+pub struct GuestDirectory {
+    dir: PathBuf,
+    runtime: Arc<Runtime>,
+    config: Arc<HostConfig>,
+    metrics: Option<Metrics>,
+    state: Mutex<State>,
+    events: broadcast::Sender<GuestEvent>,
+}
+
+impl GuestDirectory {
+    pub fn new(dir: PathBuf, runtime: Arc<Runtime>, config: Arc<HostConfig>, metrics: Option<Metrics>) -> Arc<Self> {
+        let (events, _) = broadcast::channel(256);
+        Arc::new(Self {
+            dir,
+            runtime,
+            config,
+            metrics,
+            state: Mutex::new(State::default()),
+            events,
+        })
+    }
+
+    /// Receives every later change; call before the first `rescan` to miss nothing.
+    pub fn subscribe(&self) -> broadcast::Receiver<GuestEvent> {
+        self.events.subscribe()
+    }
+
+    /// The guests active now.
+    pub fn active(&self) -> Vec<Arc<ActiveGuest>> {
+        self.state
+            .lock()
+            .files
+            .values()
+            .filter_map(|f| f.active.clone())
+            .collect()
+    }
+
+    pub fn statuses(&self) -> Vec<FileStatus> {
+        self.state
+            .lock()
+            .files
+            .iter()
+            .map(|(file, entry)| FileStatus {
+                file: file.clone(),
+                hash: entry.hash.clone(),
+                state: entry.state.clone(),
+                guest: entry.active.as_ref().map(|a| a.name().to_owned()),
+                active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
+            })
+            .collect()
+    }
+
+    /// Brings the loaded set in line with the directory. Compiling happens on this thread; call
+    /// it from a blocking context.
+    pub fn rescan(&self) {
+        let present = match self.wasm_files() {
+            Ok(files) => files,
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), "cannot read the guest directory: {e}");
+                return;
+            }
+        };
+        let known: Vec<PathBuf> = self.state.lock().files.keys().cloned().collect();
+        for file in known.iter().filter(|f| !present.contains(f)) {
+            self.unload(file);
+        }
+        for file in &present {
+            let bytes = match std::fs::read(file) {
+                Ok(bytes) => bytes,
+                // Vanished between listing and reading: the next event rescans.
+                Err(e) => {
+                    tracing::debug!(file = %file.display(), "skipping unreadable file: {e}");
+                    continue;
+                }
+            };
+            let hash = hex(&Sha256::digest(&bytes));
+            let unchanged = self.state.lock().files.get(file).is_some_and(|e| e.hash == hash);
+            if !unchanged {
+                self.load(file, &bytes, hash);
+            }
+        }
+    }
+
+    fn wasm_files(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // Dot-files are editor temporaries and ConfigMap internals (`..data/`).
+            if name.starts_with('.') || !name.ends_with(".wasm") {
+                continue;
+            }
+            // `is_file` follows symlinks, as ConfigMap volumes need.
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    fn load(&self, file: &Path, bytes: &[u8], hash: String) {
+        let result = self.validate(file, bytes);
+        let mut state = self.state.lock();
+        let previous = state.files.get(file).and_then(|e| e.active.clone());
+        match result {
+            Ok(active) => {
+                let active = Arc::new(active);
+                let name = active.name().to_owned();
+                if let Some(other) = state
+                    .files
+                    .iter()
+                    .find(|(f, e)| f.as_path() != file && e.active.as_ref().is_some_and(|a| a.name() == name))
+                {
+                    let err = RefusalError::DuplicateName {
+                        file: file.display().to_string(),
+                        guest: name,
+                        other: other.0.display().to_string(),
+                    };
+                    drop(state);
+                    return self.refuse(file, hash, previous, err);
+                }
+                if let Some(old) = &previous
+                    && old.name() != name
+                {
+                    let _ = self.events.send(GuestEvent::Unloaded(old.name().to_owned()));
+                    self.set_loaded_metric(old, false);
+                }
+                tracing::info!(
+                    file = %file.display(), guest = %name, hash = %active.loaded.hash,
+                    replaced = previous.is_some(), "guest loaded"
+                );
+                self.set_loaded_metric(&active, true);
+                state.files.insert(
+                    file.to_owned(),
+                    FileEntry {
+                        hash,
+                        state: FileState::Loaded,
+                        active: Some(active.clone()),
+                    },
+                );
+                drop(state);
+                let _ = self.events.send(GuestEvent::Loaded(active));
+            }
+            Err(err) => {
+                drop(state);
+                self.refuse(file, hash, previous, err);
+            }
+        }
+    }
+
+    fn refuse(&self, file: &Path, hash: String, previous: Option<Arc<ActiveGuest>>, err: RefusalError) {
+        match &previous {
+            Some(old) => tracing::error!(
+                file = %file.display(), keeping = %old.loaded.hash,
+                "guest refused, keeping the last good version: {err}"
+            ),
+            None => tracing::error!(file = %file.display(), "guest refused: {err}"),
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.guest_load_failed(&file.display().to_string());
+        }
+        self.state.lock().files.insert(
+            file.to_owned(),
+            FileEntry {
+                hash,
+                state: FileState::Failed(err.to_string()),
+                active: previous,
+            },
+        );
+    }
+
+    fn unload(&self, file: &Path) {
+        let Some(entry) = self.state.lock().files.remove(file) else {
+            return;
+        };
+        if let Some(active) = entry.active {
+            tracing::info!(file = %file.display(), guest = %active.name(), "guest unloaded");
+            self.set_loaded_metric(&active, false);
+            let _ = self.events.send(GuestEvent::Unloaded(active.name().to_owned()));
+        }
+    }
+
+    fn set_loaded_metric(&self, guest: &ActiveGuest, loaded: bool) {
+        if let Some(metrics) = &self.metrics {
+            metrics.guest_loaded(guest.name(), &guest.loaded.hash, loaded);
+        }
+    }
+
+    fn validate(&self, file: &Path, bytes: &[u8]) -> Result<ActiveGuest, RefusalError> {
+        let loaded = self.runtime.load(bytes, file)?;
+        let manifest = &loaded.manifest;
+        let name = file.display().to_string();
+        let Some(grant) = self.config.grant(&manifest.name) else {
+            let mut needs = vec![manifest.primary.to_string()];
+            needs.extend(manifest.secondary.iter().map(|s| s.kind.to_string()));
+            return Err(RefusalError::NoGrant {
+                file: name,
+                guest: manifest.name.clone(),
+                needs: needs.join(", "),
+            });
+        };
+        check_grant(manifest, loaded.imports_network, &grant, &self.config).map_err(|missing| {
+            RefusalError::BeyondGrant {
+                file: name,
+                guest: manifest.name.clone(),
+                missing,
+            }
+        })?;
+        Ok(ActiveGuest { loaded, grant })
+    }
+
+    /// Loads everything now, then keeps watching until the returned task is dropped/aborted.
+    pub async fn watch(self: Arc<Self>) -> anyhow::Result<()> {
+        use notify::Watcher;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let _ = tx.send(event.map(|_| ()));
+        })?;
+        watcher.watch(&self.dir, notify::RecursiveMode::NonRecursive)?;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.rescan()).await?;
+        loop {
+            let event = tokio::time::timeout(SAFETY_RESCAN, rx.recv()).await;
+            match event {
+                Ok(None) => anyhow::bail!("the guest directory watcher stopped"),
+                Ok(Some(Err(e))) => tracing::warn!(dir = %self.dir.display(), "watch error: {e}"),
+                Ok(Some(Ok(()))) | Err(_) => {}
+            }
+            // Debounce: a copy or a ConfigMap swap is several events in quick succession.
+            while let Ok(Some(_)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || this.rescan()).await?;
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,575 @@
+//! The wasmtime engine: compiling guests (with an on-disk cache), and running one reconcile in a
+//! fresh instance under a deadline and a memory cap.
+//!
+//! Cost model, per guest version:
+//! - compile: once per content hash; the artefact is cached on disk keyed by the content's
+//!   SHA-256 and the engine's compatibility hash, so a restart or a re-added file only maps it.
+//! - `InstancePre`: once; it resolves every import against the host's linker up front.
+//!
+//! Per reconcile: a new `Store` (guest state, an empty WASI context, limits), instantiation
+//! from the pooling allocator (slots are reused, linear memory is copy-on-write from the
+//! compiled image, reset on return), one call, and drop. Nothing survives between keys.
+//!
+//! Isolation: a guest sees no files, sockets, environment or arguments (WASI is linked because
+//! language toolchains import it, but the context is empty unless its grant sets `env`);
+//! clocks and random numbers are available. The deadline is enforced with epoch interruption
+//! (a ticker thread advances the epoch every `EPOCH_TICK`), memory with a resource limiter.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker, ResourceTable, types::ComponentItem};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::capabilities::{Call, CallContext, GuestContext};
+use crate::objects::{Gvk, ObjectRef};
+use crate::wit::{NetworkControllerPre, guest};
+
+/// Granularity of deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Bytes of guest stderr kept per reconcile (a panic message fits; a flood does not grow memory).
+const STDERR_CAPTURE: usize = 16 * 1024;
+const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
+const NETWORK_BACKEND_IMPORT: &str = "reconciler:api/network-backend@0.1.0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{file}: not a WebAssembly component ({reason}); build the guest for wasm32-wasip2 or with a component toolchain")]
+    Compile { file: String, reason: String },
+    #[error("{file}: targets another world: {reason}; a guest must export {RECONCILER_EXPORT} and import only the reconciler:api interfaces and WASI")]
+    WrongWorld { file: String, reason: String },
+    #[error("{file}: manifest() failed: {reason}")]
+    Manifest { file: String, reason: String },
+    #[error("{file}: manifest is invalid: {reason}")]
+    InvalidManifest { file: String, reason: String },
+    #[error("compile cache {path}: {source}")]
+    Cache { path: PathBuf, source: std::io::Error },
+}
+
+/// How secondary objects map to primary keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Mapping {
+    Owner,
+    Label(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecondaryWatch {
+    pub kind: Gvk,
+    pub mapping: Mapping,
+}
+
+/// What a guest asks of the host (the WIT `manifest`, in host types).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub name: String,
+    pub primary: Gvk,
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub secondary: Vec<SecondaryWatch>,
+    pub finalizer: Option<String>,
+    pub concurrency: u32,
+    #[serde(with = "humantime_serde")]
+    pub resync: Option<Duration>,
+}
+
+impl Manifest {
+    fn from_wit(m: guest::ControllerManifest) -> Result<Self, String> {
+        let valid_name = !m.name.is_empty()
+            && m.name.len() <= 63
+            && m.name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid_name {
+            return Err(format!(
+                "name `{}` must be 1-63 lower-case letters, digits or dashes (it is the field manager and the grant key)",
+                m.name
+            ));
+        }
+        let primary: Gvk = m.primary.into();
+        if primary.version.is_empty() || primary.kind.is_empty() {
+            return Err("primary kind needs a version and a kind".into());
+        }
+        Ok(Self {
+            name: m.name,
+            primary,
+            namespace: m.namespace,
+            label_selector: m.label_selector,
+            secondary: m
+                .secondary
+                .into_iter()
+                .map(|s| SecondaryWatch {
+                    kind: s.kind.into(),
+                    mapping: match s.mapping {
+                        guest::Mapping::Owner => Mapping::Owner,
+                        guest::Mapping::Label(l) => Mapping::Label(l),
+                    },
+                })
+                .collect(),
+            finalizer: m.finalizer,
+            concurrency: m.concurrency,
+            resync: (m.resync_seconds > 0).then(|| Duration::from_secs(u64::from(m.resync_seconds))),
+        })
+    }
+}
+
+/// One compiled, validated guest version, ready to instantiate.
+pub struct LoadedGuest {
+    pre: NetworkControllerPre<HostState>,
+    /// SHA-256 of the component bytes, hex.
+    pub hash: String,
+    pub manifest: Manifest,
+    /// Whether the component imports `network-backend` (the `network-controller` world).
+    pub imports_network: bool,
+    pub file: PathBuf,
+}
+
+impl std::fmt::Debug for LoadedGuest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedGuest")
+            .field("file", &self.file)
+            .field("hash", &self.hash)
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Input of one reconcile.
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    #[serde(rename = "ref")]
+    pub object_ref: ObjectRef,
+    /// The cached object as JSON text, or none when it is gone.
+    #[serde(skip)]
+    pub object: Option<String>,
+    pub deleting: bool,
+    pub attempt: u32,
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The guest returned an action.
+    Ok {
+        #[serde(rename = "requeueAfterMs")]
+        requeue_after_ms: Option<u64>,
+    },
+    /// The guest asked for a retry with backoff.
+    Transient(String),
+    /// The guest said retrying will not help.
+    Permanent(String),
+    /// The guest trapped (a panic, an abort, a bug); the text carries its message and stderr.
+    Trap(String),
+    /// The guest ran past its deadline and was interrupted.
+    Deadline(String),
+    /// The guest tried to grow its memory past its cap.
+    MemoryLimit(String),
+}
+
+impl Outcome {
+    /// Label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Ok {
+                requeue_after_ms: None,
+            } => "success",
+            Outcome::Ok { .. } => "requeue",
+            Outcome::Transient(_) => "error",
+            Outcome::Permanent(_) => "permanent_error",
+            Outcome::Trap(_) => "trap",
+            Outcome::Deadline(_) => "deadline",
+            Outcome::MemoryLimit(_) => "memory_limit",
+        }
+    }
+}
+
+/// Result of one reconcile run, with what the host observed.
+#[derive(Debug)]
+pub struct Run {
+    pub outcome: Outcome,
+    /// Some write hit a 409 conflict: retry with backoff whatever the guest returned.
+    pub conflicted: bool,
+    /// Every import call, when recording was asked for.
+    pub calls: Option<Vec<Call>>,
+    pub instantiate_time: Duration,
+    pub total_time: Duration,
+}
+
+/// Per-store data: the capabilities' call context, an empty WASI context and the limiter.
+pub struct HostState {
+    pub(crate) call: CallContext,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryCap,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps linear memory and remembers whether the cap was hit, so an out-of-memory abort is
+/// reported as a memory-limit hit rather than an anonymous trap.
+struct MemoryCap {
+    max_bytes: usize,
+    hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// Engine settings that matter to the operator.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Where compiled artefacts are cached; none = compile in memory every time.
+    pub cache_dir: Option<PathBuf>,
+    /// Largest memory cap any guest may have (sizes the pooling allocator's slots).
+    pub max_memory_mib: u64,
+    /// Instances alive at once across all guests (pool slots).
+    pub max_instances: u32,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            max_memory_mib: 512,
+            max_instances: 128,
+        }
+    }
+}
+
+/// The wasmtime engine and the host's linker. Cheap to share (`Arc`).
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache_dir: Option<PathBuf>,
+    engine_hash: String,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    pub fn new(options: RuntimeOptions) -> anyhow::Result<Self> {
+        let mut pool = PoolingAllocationConfig::default();
+        let instances = options.max_instances.max(1);
+        pool.total_component_instances(instances)
+            // A Rust wasip2 component holds a handful of core instances (the program and small
+            // shims); other toolchains may hold more.
+            .total_core_instances(instances * 16)
+            .max_core_instances_per_component(32)
+            .total_memories(instances * 2)
+            .max_memories_per_component(4)
+            .total_tables(instances * 4)
+            .max_tables_per_component(8)
+            .max_memory_size(usize::try_from(options.max_memory_mib << 20)?)
+            // Keeping the first pages resident makes the reset on return a memset instead of
+            // an madvise + page faults on the next instantiation.
+            .linear_memory_keep_resident(64 << 10)
+            .table_keep_resident(16 << 10);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        crate::wit::NetworkController::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |state| state,
+        )?;
+
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_hash = format!("{:016x}", hasher.finish());
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (weak_engine, stop) = (engine.weak(), ticker_stop.clone());
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak_engine.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })?;
+
+        if let Some(dir) = &options.cache_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(Self {
+            engine,
+            linker,
+            cache_dir: options.cache_dir,
+            engine_hash,
+            ticker_stop,
+        })
+    }
+
+    /// Compiles (or maps from the cache) and validates a component, then calls `manifest()`
+    /// in a throwaway instance whose host calls are all denied.
+    pub fn load(&self, bytes: &[u8], file: &Path) -> Result<LoadedGuest, LoadError> {
+        let name = file.display().to_string();
+        let hash = hex(&Sha256::digest(bytes));
+        let component = self.compile_cached(bytes, &hash, &name)?;
+
+        let imports_network = component
+            .component_type()
+            .imports(&self.engine)
+            .any(|(import, _)| import == NETWORK_BACKEND_IMPORT);
+        let exports_reconciler = component
+            .component_type()
+            .exports(&self.engine)
+            .any(|(export, item)| export == RECONCILER_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_)));
+        if !exports_reconciler {
+            return Err(LoadError::WrongWorld {
+                file: name,
+                reason: format!("it does not export {RECONCILER_EXPORT}"),
+            });
+        }
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld {
+                file: name.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let pre = NetworkControllerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            file: name.clone(),
+            reason: format!("{e:#}"),
+        })?;
+
+        let mut store = self.store(
+            CallContext::loading(&name),
+            &crate::config::Limits::default(),
+        );
+        let manifest = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.reconciler_api_reconciler().call_manifest(&mut store))
+            .map_err(|e| LoadError::Manifest {
+                file: name.clone(),
+                reason: describe_failure(&e, &store).1,
+            })?;
+        let manifest = Manifest::from_wit(manifest).map_err(|reason| LoadError::InvalidManifest {
+            file: name.clone(),
+            reason,
+        })?;
+        Ok(LoadedGuest {
+            pre,
+            hash,
+            manifest,
+            imports_network,
+            file: file.to_owned(),
+        })
+    }
+
+    fn compile_cached(&self, bytes: &[u8], hash: &str, name: &str) -> Result<Component, LoadError> {
+        let compile = || {
+            Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile {
+                file: name.to_owned(),
+                reason: format!("{e:#}"),
+            })
+        };
+        let Some(dir) = &self.cache_dir else {
+            return compile();
+        };
+        let path = dir.join(format!("{hash}-{}.cwasm", self.engine_hash));
+        if path.exists() {
+            // SAFETY: the file is an artefact this engine configuration serialised into the
+            // host's own cache directory, named by the content hash and engine hash.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => tracing::warn!(path = %path.display(), "discarding unreadable compile cache entry: {e:#}"),
+            }
+        }
+        let component = compile()?;
+        let serialized = component.serialize().map_err(|e| LoadError::Compile {
+            file: name.to_owned(),
+            reason: format!("{e:#}"),
+        })?;
+        // Write then rename, so a concurrent reader never maps a half-written file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, serialized)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| LoadError::Cache {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(component)
+    }
+
+    fn store(&self, call: CallContext, limits: &crate::config::Limits) -> Store<HostState> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for (k, v) in &call.guest.grant.env {
+            wasi.env(k, v);
+        }
+        let deadline = call.deadline;
+        let state = HostState {
+            call,
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryCap {
+                max_bytes: limits.memory_bytes(),
+                hit: false,
+            },
+            stderr,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .div_ceil(EPOCH_TICK.as_millis())
+            .max(1);
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// Runs one reconcile in a fresh instance. Blocks the calling thread (run it on a blocking
+    /// thread); the guest's deadline and memory cap come from its grant.
+    pub fn reconcile(&self, guest: &LoadedGuest, mut call: CallContext, request: &Request) -> Run {
+        let started = Instant::now();
+        let limits = call.guest.grant.limits.clone();
+        call.deadline = started + limits.deadline();
+        let mut store = self.store(call, &limits);
+        let instance = guest.pre.instantiate(&mut store);
+        let instantiate_time = started.elapsed();
+        let wit_request = guest::Request {
+            ref_: (&request.object_ref).into(),
+            object: request.object.clone(),
+            deleting: request.deleting,
+            attempt: request.attempt,
+        };
+        let result = instance.and_then(|i| i.reconciler_api_reconciler().call_reconcile(&mut store, &wit_request));
+        let outcome = match result {
+            Ok(Ok(action)) => Outcome::Ok {
+                requeue_after_ms: action.requeue_after_ms,
+            },
+            Ok(Err(crate::wit::types::ReconcileError::Transient(m))) => Outcome::Transient(m),
+            Ok(Err(crate::wit::types::ReconcileError::Permanent(m))) => Outcome::Permanent(m),
+            Err(e) => {
+                let (kind, message) = describe_failure(&e, &store);
+                match kind {
+                    FailureKind::Deadline => Outcome::Deadline(message),
+                    FailureKind::MemoryLimit => Outcome::MemoryLimit(message),
+                    FailureKind::Trap => Outcome::Trap(message),
+                }
+            }
+        };
+        let state = store.into_data();
+        Run {
+            outcome,
+            conflicted: state.call.conflicted,
+            calls: state.call.calls,
+            instantiate_time,
+            total_time: started.elapsed(),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+enum FailureKind {
+    Trap,
+    Deadline,
+    MemoryLimit,
+}
+
+/// Classifies a failed call and builds a message with the trap and the guest's stderr (where a
+/// Rust panic or an allocation failure prints its reason).
+fn describe_failure(e: &wasmtime::Error, store: &Store<HostState>) -> (FailureKind, String) {
+    let state = store.data();
+    let stderr = state
+        .wasi_stderr()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
+    let kind = if matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        FailureKind::Deadline
+    } else if state.limiter.hit {
+        FailureKind::MemoryLimit
+    } else {
+        FailureKind::Trap
+    };
+    let head = match kind {
+        FailureKind::Deadline => format!(
+            "guest ran past its deadline of {:?} and was interrupted",
+            state.call.guest.grant.limits.deadline()
+        ),
+        FailureKind::MemoryLimit => format!(
+            "guest tried to grow its memory past its cap of {} MiB",
+            state.limiter.max_bytes >> 20
+        ),
+        FailureKind::Trap => format!("guest trapped: {}", root_cause(e)),
+    };
+    let message = match stderr {
+        Some(stderr) => format!("{head}; guest stderr: {stderr}"),
+        None => head,
+    };
+    (kind, message)
+}
+
+fn root_cause(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{e:#}"),
+    }
+}
+
+impl HostState {
+    fn wasi_stderr(&self) -> Option<String> {
+        Some(String::from_utf8_lossy(&self.stderr.contents()).into_owned())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl CallContext {
+    /// The context of `manifest()`: a guest that calls the host while describing itself is
+    /// refused (no grant is known yet).
+    fn loading(file: &str) -> Self {
+        CallContext::new(Arc::new(GuestContext::deny_all(file)), String::new(), None)
+    }
+}

@@ -1,0 +1,56 @@
+//! Host-side bindings generated from `wit/` (the one source of truth), and conversions between
+//! the generated types and the host's own.
+//!
+//! The bindings are generated for the `network-controller` world, a superset of `controller`:
+//! a guest built for `controller` simply does not import `network-backend`, and linking it
+//! against the larger set of host functions is fine.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "network-controller",
+});
+
+pub use exports::reconciler::api::reconciler as guest;
+pub use reconciler::api::types;
+
+use crate::objects::{Gvk, ObjectRef};
+
+impl From<types::Gvk> for Gvk {
+    fn from(g: types::Gvk) -> Self {
+        Gvk {
+            group: g.group,
+            version: g.version,
+            kind: g.kind,
+        }
+    }
+}
+
+impl From<&Gvk> for types::Gvk {
+    fn from(g: &Gvk) -> Self {
+        types::Gvk {
+            group: g.group.clone(),
+            version: g.version.clone(),
+            kind: g.kind.clone(),
+        }
+    }
+}
+
+impl From<types::ObjectRef> for ObjectRef {
+    fn from(r: types::ObjectRef) -> Self {
+        ObjectRef {
+            kind: r.kind.into(),
+            namespace: r.namespace,
+            name: r.name,
+        }
+    }
+}
+
+impl From<&ObjectRef> for types::ObjectRef {
+    fn from(r: &ObjectRef) -> Self {
+        types::ObjectRef {
+            kind: (&r.kind).into(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        }
+    }
+}
