@@ -96,7 +96,7 @@ impl Guest for Network {
                 Ok(Action::await_change())
             }
             Err(HostError::Invalid(reason)) => {
-                let message = format!("the backend rejected {}: {reason}", desired.cidr);
+                let message = format!("the backend rejected the spec: {reason}");
                 status.set_ready(generation, false, "BackendRejected", &message);
                 event::warning(&req.ref_, "BackendRejected", message.as_str());
                 write_status(&req.ref_, before.as_ref(), &status)?;
@@ -159,6 +159,7 @@ fn converge(
     let change = match (status::plan(valid, current.as_ref()), current) {
         (Plan::InSync, Some(actual)) => return Ok(actual),
         (Plan::Create | Plan::InSync, _) => {
+            info!("creating backend network {} ({})", desired.id, desired.cidr);
             format!("created backend network {} ({})", desired.id, desired.cidr)
         }
         (Plan::Correct(drift), _) => {
@@ -171,7 +172,6 @@ fn converge(
         }
     };
     let actual = backend::ensure(desired)?;
-    info!("{change}");
     event::normal(network, "Synced", change);
     Ok(actual)
 }
