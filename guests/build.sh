@@ -11,7 +11,7 @@ repo="$(dirname "$guests")"
 out="$repo/target/guests"
 target=wasm32-wasip2
 # cargo package name -> artefact name (cargo writes cdylibs with underscores)
-artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world)
+artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world bench:bench)
 
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
 

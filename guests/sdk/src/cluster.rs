@@ -27,6 +27,15 @@ pub fn patch_status(target: &ObjectRef, status: &Value) -> Result<Value, HostErr
     parse(&returned, "the object returned by the status patch")
 }
 
+/// Like [`patch_status`], for guests that build the merge patch (`{"status": ...}`) as JSON
+/// text themselves and do not need the returned object parsed: the cheapest way to write status.
+///
+/// # Errors
+/// As [`patch_status`].
+pub fn patch_status_raw(target: &ObjectRef, patch: &str) -> Result<String, HostError> {
+    Ok(wit::patch_status(target, patch)?)
+}
+
 /// Server-side apply of a whole object (with `apiVersion`, `kind` and `metadata.name`), the
 /// guest owning every field it sets. `k8s-openapi` types serialise with `apiVersion` and
 /// `kind`, so they can be passed as they are.
