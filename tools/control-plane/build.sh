@@ -8,7 +8,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=version.env
+# shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
 OUT=${CONTROL_PLANE_BIN:-$HERE/../../.cache/control-plane/$K8S_VERSION}
 mkdir -p "$OUT"
@@ -18,6 +18,11 @@ if [ "${1:-}" = "--print" ]; then
   echo "$OUT"
   exit 0
 fi
+
+# Several callers at once (test binaries, parallel `cp up`s) wait for one build instead of
+# racing to write the same binaries.
+exec 8>"$OUT/.build.lock"
+flock 8
 
 stamp="$OUT/.built"
 if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] && [ -x "$OUT/kubectl" ] \

@@ -1,0 +1,188 @@
+//! Server-side apply of YAML manifests: CRDs (waiting for `Established`) and any other objects.
+//!
+//! Relative paths are taken from the repository root, because cargo runs each test in its
+//! package directory (`tests/`), where `examples/...` would not resolve.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::discovery::{self, Scope};
+use kube::{Api, Client, ResourceExt};
+use serde::Deserialize;
+
+use crate::FIELD_MANAGER;
+use crate::paths::repo_root;
+use crate::wait::wait_until;
+
+/// How long a CRD may take to become `Established` (normally well under a second).
+pub const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn resolve(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        repo_root().join(path)
+    }
+}
+
+/// The YAML documents of a file, empty ones skipped, each as JSON.
+fn documents(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut docs = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = serde_json::Value::deserialize(doc)
+            .with_context(|| format!("{}: YAML document {} is not valid", path.display(), i + 1))?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// Applies every CRD in the YAML file (server-side apply, forced, field manager
+/// [`FIELD_MANAGER`]) and waits until each is `Established`. Safe to call from many tests at
+/// once: applying an unchanged CRD is a no-op.
+pub async fn apply_crd_file(
+    client: &Client,
+    path: impl AsRef<Path>,
+) -> Result<Vec<CustomResourceDefinition>> {
+    let path = resolve(path.as_ref());
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for (i, doc) in documents(&path)?.into_iter().enumerate() {
+        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        if kind != "CustomResourceDefinition" {
+            bail!(
+                "{}: document {} is a {kind:?}, not a CustomResourceDefinition; use apply_file for other objects",
+                path.display(),
+                i + 1
+            );
+        }
+        let crd: CustomResourceDefinition = serde_json::from_value(doc).with_context(|| {
+            format!("{}: document {} is not a valid CRD", path.display(), i + 1)
+        })?;
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying CRD {name} from {}", path.display()))?;
+        names.push(name);
+    }
+    if names.is_empty() {
+        bail!("{} holds no CRD", path.display());
+    }
+    let mut crds = Vec::new();
+    for name in names {
+        crds.push(wait_crd_established(client, &name, CRD_ESTABLISHED_TIMEOUT).await?);
+    }
+    Ok(crds)
+}
+
+/// Waits until the CRD `name` has condition `Established=True`; the timeout error shows the
+/// conditions it had last.
+pub async fn wait_crd_established(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> Result<CustomResourceDefinition> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_until(
+        &format!("CRD {name} to be Established"),
+        timeout,
+        || async {
+            let crd = api.get(name).await?;
+            let conditions = crd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                return Ok(crd);
+            }
+            let summary: Vec<String> = conditions
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={} ({})",
+                        c.type_,
+                        c.status,
+                        c.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            Err(anyhow!("conditions: [{}]", summary.join(", ")))
+        },
+    )
+    .await
+}
+
+/// Applies every object in the YAML file (server-side apply, forced, field manager
+/// [`FIELD_MANAGER`]) and returns them as stored. Kinds are resolved through discovery, retried
+/// for a few seconds so objects of a just-established CRD work. Namespaced objects without a
+/// namespace go to `namespace`; an error names the file and document otherwise.
+pub async fn apply_file(
+    client: &Client,
+    path: impl AsRef<Path>,
+    namespace: Option<&str>,
+) -> Result<Vec<DynamicObject>> {
+    let path = resolve(path.as_ref());
+    let mut applied = Vec::new();
+    for (i, doc) in documents(&path)?.into_iter().enumerate() {
+        let at = || format!("{} document {}", path.display(), i + 1);
+        let object: DynamicObject =
+            serde_json::from_value(doc).with_context(|| format!("{} is not an object", at()))?;
+        let types = object
+            .types
+            .clone()
+            .ok_or_else(|| anyhow!("{} has no apiVersion/kind", at()))?;
+        let gvk = GroupVersionKind::try_from(&types).with_context(at)?;
+        let (resource, caps) = wait_until(
+            &format!(
+                "the API server to serve {}/{}",
+                types.api_version, types.kind
+            ),
+            Duration::from_secs(10),
+            || async { Ok(discovery::pinned_kind(client, &gvk).await?) },
+        )
+        .await
+        .with_context(at)?;
+        let name = object.name_any();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+            Scope::Namespaced => {
+                let ns = object
+                    .namespace()
+                    .or_else(|| namespace.map(str::to_owned))
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "{} ({} {name}) is namespaced but names no namespace",
+                            at(),
+                            types.kind
+                        )
+                    })?;
+                Api::namespaced_with(client.clone(), &ns, &resource)
+            }
+        };
+        let stored = api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .with_context(|| format!("applying {} {name} from {}", types.kind, at()))?;
+        applied.push(stored);
+    }
+    Ok(applied)
+}

@@ -1,0 +1,66 @@
+//! Where things are: the repository, the `cp` script, the built binaries, cargo's target dir.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The repository root (the directory holding the workspace `Cargo.toml`).
+pub fn repo_root() -> PathBuf {
+    // This crate lives at <repo>/tests; the path is fixed at compile time.
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        Path::to_path_buf,
+    )
+}
+
+/// `tools/control-plane/cp`, the script that starts, stops and restarts control planes.
+pub fn cp_script() -> PathBuf {
+    repo_root().join("tools/control-plane/cp")
+}
+
+/// The directory holding the built `kube-apiserver`, `etcd` and `kubectl`
+/// (`tools/control-plane/build.sh --print`). They exist once any `cp up` has run.
+pub fn control_plane_bin_dir() -> Result<PathBuf> {
+    let script = repo_root().join("tools/control-plane/build.sh");
+    let out = Command::new(&script)
+        .arg("--print")
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} --print failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// The built `kubectl` (matching the control plane's version).
+pub fn kubectl() -> Result<PathBuf> {
+    let path = control_plane_bin_dir()?.join("kubectl");
+    if !path.is_file() {
+        bail!(
+            "{} is not built yet; run `tools/control-plane/cp up` (or tools/control-plane/build.sh) once",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Cargo's target directory for the running test binary (`<target>/<profile>/deps/<bin>`), so
+/// control-plane state lands beside the build (and `cargo clean` removes it), wherever
+/// `CARGO_TARGET_DIR` points. Falls back to `<repo>/target`.
+pub fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.ancestors()
+                .find(|dir| dir.file_name().is_some_and(|name| name == "deps"))
+                .and_then(Path::parent)
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| repo_root().join("target"))
+}
