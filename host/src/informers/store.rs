@@ -1,0 +1,564 @@
+//! The informer's cache: the objects the watch reported, a namespace index, and the host's own
+//! writes laid over them (read-your-writes).
+//!
+//! Why not kube-runtime's `reflector::Store`: its writer is fed only by the watch stream, so the
+//! host cannot put the API server's answer to its own write into it, and it applies every event
+//! without comparing resourceVersions. We need both: the write overlay (client-go's
+//! `MutationCache`, which the API server's CRD naming controller uses to read its own status
+//! writes) and "drop an update whose resourceVersion did not change". The store is plain data and
+//! returns the events to emit; the caller holds the lock and does the sending.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use kube::{
+    ResourceExt,
+    api::DynamicObject,
+    core::{Selector, SelectorExt},
+};
+
+use super::InformerEvent;
+
+/// `(namespace, name)`; the namespace is `""` for cluster-scoped objects.
+type Key = (String, String);
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+pub(super) struct Store {
+    /// namespace → name → entry. The outer map is the namespace index; both levels are sorted so
+    /// `list` is deterministic (a guest sees the same order on replay).
+    objects: BTreeMap<String, BTreeMap<String, Entry>>,
+    /// Keys whose entry carries an overlay; small, so expiry and `len` only walk these.
+    overlaid: BTreeSet<Key>,
+    /// Entries with `watched` set.
+    watched_count: usize,
+    /// Recently deleted keys and their last resourceVersion, so a late `record_write` of an older
+    /// version cannot resurrect a deleted object.
+    tombstones: HashMap<Key, (String, Instant)>,
+    tombstone_order: VecDeque<(Instant, Key)>,
+    /// Keys seen since the watcher restarted its list (`Init` .. `InitDone`).
+    relisting: Option<HashSet<Key>>,
+    /// How long an overlay the watch never confirms stays in force.
+    ttl: Duration,
+}
+
+#[derive(Default)]
+struct Entry {
+    /// The newest state the watch reported: what subscribers were last told.
+    watched: Option<Arc<DynamicObject>>,
+    /// The host's own write (or delete), newer than `watched`, shown to readers until the watch
+    /// catches up or the ttl passes.
+    overlay: Option<Overlay>,
+}
+
+struct Overlay {
+    kind: OverlayKind,
+    at: Instant,
+}
+
+enum OverlayKind {
+    Written(Arc<DynamicObject>),
+    /// Deleted by the host; `rv` is the last version it knew.
+    Deleted {
+        rv: Option<String>,
+    },
+}
+
+fn key_of(obj: &DynamicObject) -> Key {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+fn rv_number(rv: Option<&str>) -> Option<u64> {
+    rv?.parse().ok()
+}
+
+/// `a` is strictly newer than `b`. resourceVersions are opaque in general; etcd-backed servers
+/// use integers, so compare those (as client-go's integer mutation cache does) and otherwise
+/// answer "no", which makes the caller prefer the watch.
+fn newer(a: Option<&str>, b: Option<&str>) -> bool {
+    matches!((rv_number(a), rv_number(b)), (Some(a), Some(b)) if a > b)
+}
+
+impl Entry {
+    fn visible(&self, now: Instant, ttl: Duration) -> Option<&Arc<DynamicObject>> {
+        match &self.overlay {
+            Some(overlay) if now.saturating_duration_since(overlay.at) < ttl => match &overlay.kind
+            {
+                OverlayKind::Written(obj) => Some(obj),
+                OverlayKind::Deleted { .. } => None,
+            },
+            _ => self.watched.as_ref(),
+        }
+    }
+}
+
+impl Store {
+    pub(super) fn new(ttl: Duration) -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            overlaid: BTreeSet::new(),
+            watched_count: 0,
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
+            relisting: None,
+            ttl,
+        }
+    }
+
+    /// O(log n).
+    pub(super) fn get(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        now: Instant,
+    ) -> Option<Arc<DynamicObject>> {
+        self.objects
+            .get(namespace.unwrap_or_default())?
+            .get(name)?
+            .visible(now, self.ttl)
+            .cloned()
+    }
+
+    /// O(objects in `namespace`), or O(n) for all namespaces; sorted by namespace, then name.
+    pub(super) fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+        now: Instant,
+    ) -> Vec<Arc<DynamicObject>> {
+        let matches = |obj: &&Arc<DynamicObject>| {
+            selector.is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&NO_LABELS)))
+        };
+        let visible = |names: &BTreeMap<String, Entry>| -> Vec<Arc<DynamicObject>> {
+            names
+                .values()
+                .filter_map(|e| e.visible(now, self.ttl))
+                .filter(matches)
+                .cloned()
+                .collect()
+        };
+        match namespace {
+            Some(ns) => self.objects.get(ns).map(visible).unwrap_or_default(),
+            None => self.objects.values().flat_map(visible).collect(),
+        }
+    }
+
+    /// Number of objects `list(None, None)` would return; O(overlays), not O(n).
+    pub(super) fn len(&self, now: Instant) -> usize {
+        let mut len = self.watched_count;
+        for (ns, name) in &self.overlaid {
+            let Some(entry) = self.objects.get(ns).and_then(|m| m.get(name)) else {
+                continue;
+            };
+            match (
+                entry.watched.is_some(),
+                entry.visible(now, self.ttl).is_some(),
+            ) {
+                (false, true) => len += 1,
+                (true, false) => len -= 1,
+                _ => {}
+            }
+        }
+        len
+    }
+
+    /// The watcher restarted its list; objects not listed again by `end_relist` are gone.
+    pub(super) fn begin_relist(&mut self) {
+        self.relisting = Some(HashSet::new());
+    }
+
+    /// An object from the watch (listed or changed). Returns the event to emit, or `None` when
+    /// its resourceVersion equals the one subscribers already saw.
+    pub(super) fn apply(&mut self, obj: Arc<DynamicObject>, now: Instant) -> Option<InformerEvent> {
+        self.expire(now);
+        let key = key_of(&obj);
+        if let Some(seen) = &mut self.relisting {
+            seen.insert(key.clone());
+        }
+        let entry = self
+            .objects
+            .entry(key.0.clone())
+            .or_default()
+            .entry(key.1.clone())
+            .or_default();
+        let old = entry.watched.clone();
+        if let Some(old) = &old
+            && old.resource_version() == obj.resource_version()
+        {
+            return None;
+        }
+        if old.is_none() {
+            self.watched_count += 1;
+        }
+        entry.watched = Some(obj.clone());
+        let obj_rv = obj.metadata.resource_version.as_deref();
+        let keep_overlay = entry.overlay.as_ref().is_some_and(|o| match &o.kind {
+            OverlayKind::Written(w) => newer(w.metadata.resource_version.as_deref(), obj_rv),
+            // The watch saw a version after the one deleted: re-created (or a stale delete).
+            OverlayKind::Deleted { rv } => !newer(obj_rv, rv.as_deref()),
+        });
+        if !keep_overlay && entry.overlay.take().is_some() {
+            self.overlaid.remove(&key);
+        }
+        if let Some((rv, _)) = self.tombstones.get(&key)
+            && newer(obj_rv, Some(rv))
+        {
+            self.tombstones.remove(&key);
+        }
+        Some(InformerEvent::Applied { object: obj, old })
+    }
+
+    /// The watch reported a deletion.
+    pub(super) fn delete(&mut self, obj: Arc<DynamicObject>, now: Instant) -> InformerEvent {
+        self.expire(now);
+        let key = key_of(&obj);
+        self.remove_entry(&key);
+        self.tombstone(key, obj.resource_version(), now);
+        InformerEvent::Deleted { object: obj }
+    }
+
+    /// The relist is complete: whatever the watch knew but did not list again was deleted while
+    /// we were not watching.
+    pub(super) fn end_relist(&mut self, now: Instant) -> Vec<InformerEvent> {
+        self.expire(now);
+        let seen = self.relisting.take().unwrap_or_default();
+        let mut gone = Vec::new();
+        for (ns, names) in &mut self.objects {
+            for (name, entry) in names.iter_mut() {
+                let key = (ns.clone(), name.clone());
+                if !seen.contains(&key)
+                    && let Some(obj) = entry.watched.take()
+                {
+                    self.watched_count -= 1;
+                    gone.push((key, obj));
+                }
+            }
+            // A write the relist did not show yet may still be newer than the list: keep it
+            // until the watch confirms it or the ttl passes.
+            names.retain(|_, e| e.watched.is_some() || e.overlay.is_some());
+        }
+        self.objects.retain(|_, names| !names.is_empty());
+        gone.into_iter()
+            .map(|(key, obj)| {
+                self.tombstone(key, obj.resource_version(), now);
+                InformerEvent::Deleted { object: obj }
+            })
+            .collect()
+    }
+
+    /// The API server's answer to one of the host's writes. Shown at once unless the cache (or a
+    /// recent deletion) already holds this version or a newer one. Returns whether it was taken.
+    pub(super) fn record_write(&mut self, obj: Arc<DynamicObject>, now: Instant) -> bool {
+        self.expire(now);
+        let key = key_of(&obj);
+        let rv = obj.metadata.resource_version.as_deref();
+        if let Some((deleted_rv, _)) = self.tombstones.get(&key)
+            && !newer(rv, Some(deleted_rv))
+        {
+            return false;
+        }
+        let ttl = self.ttl;
+        let entry = self.objects.get(&key.0).and_then(|m| m.get(&key.1));
+        if let Some(entry) = entry {
+            if let Some(watched) = &entry.watched
+                && !newer(rv, watched.metadata.resource_version.as_deref())
+            {
+                return false;
+            }
+            if let Some(overlay) = &entry.overlay
+                && now.saturating_duration_since(overlay.at) < ttl
+            {
+                let shadowed = match &overlay.kind {
+                    OverlayKind::Written(w) => w.metadata.resource_version.as_deref(),
+                    OverlayKind::Deleted { rv } => rv.as_deref(),
+                };
+                if shadowed.is_some() && !newer(rv, shadowed) {
+                    return false;
+                }
+            }
+        }
+        let entry = self
+            .objects
+            .entry(key.0.clone())
+            .or_default()
+            .entry(key.1.clone())
+            .or_default();
+        entry.overlay = Some(Overlay {
+            kind: OverlayKind::Written(obj),
+            at: now,
+        });
+        self.overlaid.insert(key);
+        true
+    }
+
+    /// The host deleted the object and the API server confirmed it is gone: hide it at once.
+    /// Subscribers still get `Deleted` from the watch. Returns whether something was hidden.
+    pub(super) fn record_delete(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+        now: Instant,
+    ) -> bool {
+        self.expire(now);
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        let ttl = self.ttl;
+        let Some(names) = self.objects.get_mut(&key.0) else {
+            return false;
+        };
+        let Some(entry) = names.get_mut(&key.1) else {
+            return false;
+        };
+        let Some(visible) = entry.visible(now, ttl) else {
+            return false;
+        };
+        let rv = visible.metadata.resource_version.clone();
+        if entry.watched.is_none() {
+            names.remove(&key.1);
+            if names.is_empty() {
+                self.objects.remove(&key.0);
+            }
+            self.overlaid.remove(&key);
+        } else {
+            entry.overlay = Some(Overlay {
+                kind: OverlayKind::Deleted { rv: rv.clone() },
+                at: now,
+            });
+            self.overlaid.insert(key.clone());
+        }
+        if let Some(rv) = rv {
+            self.tombstone(key, Some(rv), now);
+        }
+        true
+    }
+
+    fn remove_entry(&mut self, key: &Key) {
+        if let Some(names) = self.objects.get_mut(&key.0) {
+            if let Some(entry) = names.remove(&key.1)
+                && entry.watched.is_some()
+            {
+                self.watched_count -= 1;
+            }
+            if names.is_empty() {
+                self.objects.remove(&key.0);
+            }
+        }
+        self.overlaid.remove(key);
+    }
+
+    fn tombstone(&mut self, key: Key, rv: Option<String>, now: Instant) {
+        if let Some(rv) = rv {
+            self.tombstones.insert(key.clone(), (rv, now));
+            self.tombstone_order.push_back((now, key));
+        }
+    }
+
+    /// Drops overlays and tombstones older than the ttl. Amortised O(expired + overlays).
+    fn expire(&mut self, now: Instant) {
+        let ttl = self.ttl;
+        let old = |at: Instant| now.saturating_duration_since(at) >= ttl;
+        while let Some((at, _)) = self.tombstone_order.front()
+            && old(*at)
+        {
+            let Some((at, key)) = self.tombstone_order.pop_front() else {
+                break;
+            };
+            if self.tombstones.get(&key).is_some_and(|(_, t)| *t == at) {
+                self.tombstones.remove(&key);
+            }
+        }
+        let expired: Vec<Key> = self
+            .overlaid
+            .iter()
+            .filter(|(ns, name)| {
+                let entry = self.objects.get(ns).and_then(|m| m.get(name));
+                entry.is_none_or(|e| e.overlay.as_ref().is_none_or(|o| old(o.at)))
+            })
+            .cloned()
+            .collect();
+        for key in expired {
+            self.overlaid.remove(&key);
+            let Some(names) = self.objects.get_mut(&key.0) else {
+                continue;
+            };
+            let Some(entry) = names.get_mut(&key.1) else {
+                continue;
+            };
+            entry.overlay = None;
+            if entry.watched.is_none() {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.objects.remove(&key.0);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    fn cm(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "namespace": ns, "name": name, "resourceVersion": rv },
+        }))
+        .unwrap();
+        if !labels.is_empty() {
+            obj.metadata.labels = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            );
+        }
+        Arc::new(obj)
+    }
+
+    fn rv_of(obj: Option<Arc<DynamicObject>>) -> Option<String> {
+        obj.and_then(|o| o.resource_version())
+    }
+
+    #[test]
+    fn unchanged_resource_version_is_dropped() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        assert!(matches!(
+            s.apply(cm("a", "x", "1", &[]), t),
+            Some(InformerEvent::Applied { old: None, .. })
+        ));
+        assert!(s.apply(cm("a", "x", "1", &[]), t).is_none());
+        let Some(InformerEvent::Applied {
+            object,
+            old: Some(old),
+        }) = s.apply(cm("a", "x", "2", &[]), t)
+        else {
+            panic!("expected an update")
+        };
+        assert_eq!(
+            (object.resource_version(), old.resource_version()),
+            (Some("2".into()), Some("1".into()))
+        );
+        assert_eq!(s.len(t), 1);
+    }
+
+    #[test]
+    fn namespace_index_and_selector() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "1", &[("app", "web")]), t);
+        s.apply(cm("a", "y", "2", &[("app", "db")]), t);
+        s.apply(cm("b", "x", "3", &[("app", "web")]), t);
+        let names = |v: Vec<Arc<DynamicObject>>| {
+            v.iter()
+                .map(|o| format!("{}/{}", o.namespace().unwrap(), o.name_any()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(s.list(Some("a"), None, t)), ["a/x", "a/y"]);
+        assert_eq!(names(s.list(None, None, t)), ["a/x", "a/y", "b/x"]);
+        let web = super::super::parse_selector("app=web").unwrap();
+        assert_eq!(names(s.list(None, Some(&web), t)), ["a/x", "b/x"]);
+        assert_eq!(names(s.list(Some("b"), Some(&web), t)), ["b/x"]);
+        assert!(s.list(Some("c"), None, t).is_empty());
+        assert!(
+            s.get(None, "x", t).is_none(),
+            "namespaced objects need their namespace"
+        );
+    }
+
+    #[test]
+    fn a_write_wins_until_the_watch_catches_up() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        assert!(s.record_write(cm("a", "x", "7", &[]), t));
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
+        // An older event is still news to subscribers, but does not regress readers.
+        assert!(s.apply(cm("a", "x", "6", &[]), t).is_some());
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
+        // The watch reaches the written version: the event is emitted (subscribers never saw 7).
+        assert!(s.apply(cm("a", "x", "7", &[]), t).is_some());
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
+        assert!(s.overlaid.is_empty());
+        // Writes older than (or equal to) what the watch has are ignored.
+        assert!(!s.record_write(cm("a", "x", "7", &[]), t));
+        assert!(!s.record_write(cm("a", "x", "3", &[]), t));
+    }
+
+    #[test]
+    fn uncomparable_versions_prefer_the_watch() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "abc", &[]), t);
+        assert!(!s.record_write(cm("a", "x", "def", &[]), t));
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("abc".into()));
+    }
+
+    #[test]
+    fn a_write_of_a_new_object_is_visible_and_expires_unconfirmed() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        assert!(s.record_write(cm("a", "new", "9", &[]), t));
+        assert_eq!(s.len(t), 1);
+        assert_eq!(s.list(Some("a"), None, t).len(), 1);
+        let later = t + TTL;
+        assert!(s.get(Some("a"), "new", later).is_none());
+        assert_eq!(s.len(later), 0);
+        s.apply(cm("a", "other", "10", &[]), later);
+        assert!(
+            s.objects.get("a").is_some_and(|m| !m.contains_key("new")),
+            "expired overlay purged"
+        );
+    }
+
+    #[test]
+    fn deletes_hide_and_tombstones_block_stale_writes() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        assert!(s.record_delete(Some("a"), "x", t));
+        assert!(s.get(Some("a"), "x", t).is_none());
+        assert_eq!(s.len(t), 0);
+        assert!(
+            !s.record_write(cm("a", "x", "5", &[]), t),
+            "the deleted version stays deleted"
+        );
+        // The watch's delete still reaches subscribers.
+        assert!(matches!(
+            s.delete(cm("a", "x", "6", &[]), t),
+            InformerEvent::Deleted { .. }
+        ));
+        assert!(!s.record_write(cm("a", "x", "6", &[]), t));
+        assert!(s.get(Some("a"), "x", t).is_none());
+        // A re-creation (newer version) is accepted.
+        assert!(s.record_write(cm("a", "x", "8", &[]), t));
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("8".into()));
+    }
+
+    #[test]
+    fn relist_reports_what_vanished_and_keeps_unconfirmed_writes() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "keep", "1", &[]), t);
+        s.apply(cm("a", "gone", "2", &[]), t);
+        s.record_write(cm("b", "written", "9", &[]), t);
+        s.begin_relist();
+        assert!(
+            s.apply(cm("a", "keep", "1", &[]), t).is_none(),
+            "unchanged on relist"
+        );
+        let events = s.end_relist(t);
+        assert_eq!(events.len(), 1);
+        assert!(
+            matches!(&events[0], InformerEvent::Deleted { object } if object.name_any() == "gone")
+        );
+        assert_eq!(s.len(t), 2);
+        assert!(s.get(Some("b"), "written", t).is_some());
+    }
+}

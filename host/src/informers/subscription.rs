@@ -1,0 +1,125 @@
+//! A subscriber's view of an informer's events: a tokio broadcast receiver plus the two things a
+//! bare receiver lacks for a controller — no silent loss on lag, and a per-subscriber resync.
+//!
+//! Resync is per subscriber (client-go's `AddEventHandlerWithResyncPeriod`), not per informer:
+//! guests that share one informer ask for different periods (`manifest.resync-seconds`), and a
+//! resync only re-sends what is cached, so it costs no API call.
+
+use std::{
+    collections::VecDeque,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt, stream::BoxStream};
+use kube::api::DynamicObject;
+use tokio::{
+    sync::broadcast::{Receiver, error::RecvError},
+    time::{Instant, Interval, MissedTickBehavior},
+};
+
+use super::{Informer, InformerEvent};
+
+/// Events of one informer, for one subscriber.
+///
+/// Starts with an `Applied { old: None }` for every object already cached (as client-go does
+/// for a handler added to a running informer), then follows the watch. When this subscriber
+/// falls more than the informer's event buffer behind, the missed events are replaced by a
+/// `Resync` of every cached object, so no live key is lost (a deletion missed that way is not
+/// replayed; the resync reflects the cache after it). With a resync period, every cached object
+/// is also sent as `Resync` each period, counted from when the previous resync was delivered.
+///
+/// Holds a handle: the informer keeps running while a subscription is alive. The stream never
+/// ends on its own.
+pub struct Subscription {
+    inner: BoxStream<'static, InformerEvent>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
+struct State {
+    informer: Informer,
+    events: Receiver<InformerEvent>,
+    pending: VecDeque<InformerEvent>,
+    resync: Option<Interval>,
+}
+
+fn resync_all(objects: Vec<Arc<DynamicObject>>) -> VecDeque<InformerEvent> {
+    objects
+        .into_iter()
+        .map(|object| InformerEvent::Resync { object })
+        .collect()
+}
+
+impl Subscription {
+    pub(super) fn new(
+        informer: Informer,
+        snapshot: Vec<Arc<DynamicObject>>,
+        events: Receiver<InformerEvent>,
+        resync: Option<Duration>,
+    ) -> Self {
+        let resync = resync.filter(|p| !p.is_zero()).map(|period| {
+            let mut interval = tokio::time::interval_at(Instant::now() + period, period);
+            interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            interval
+        });
+        let state = State {
+            informer,
+            events,
+            pending: snapshot
+                .into_iter()
+                .map(|object| InformerEvent::Applied { object, old: None })
+                .collect(),
+            resync,
+        };
+        let inner = futures::stream::unfold(state, |mut state| async move {
+            loop {
+                if let Some(event) = state.pending.pop_front() {
+                    return Some((event, state));
+                }
+                let State { events, resync, .. } = &mut state;
+                let tick = async {
+                    match resync {
+                        Some(interval) => {
+                            interval.tick().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    received = events.recv() => match received {
+                        Ok(event) => return Some((event, state)),
+                        Err(RecvError::Lagged(missed)) => {
+                            tracing::warn!(
+                                informer = %state.informer.describe(),
+                                missed,
+                                "subscriber fell behind the event buffer; resending every cached object"
+                            );
+                            state.pending = resync_all(state.informer.list(None, None));
+                        }
+                        // The sender lives as long as the informer, which `state` keeps alive.
+                        Err(RecvError::Closed) => return None,
+                    },
+                    () = tick => state.pending = resync_all(state.informer.list(None, None)),
+                }
+            }
+        })
+        .boxed();
+        Self { inner }
+    }
+}
+
+impl Stream for Subscription {
+    type Item = InformerEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<InformerEvent>> {
+        self.inner.poll_next_unpin(cx)
+    }
+}
