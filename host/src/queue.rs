@@ -248,7 +248,8 @@ where
     }
 
     /// Queue `key` unless it is already waiting; if it is in flight, mark it to be queued
-    /// again on `done`. Ignored after shutdown. O(1); the lock is held briefly.
+    /// again on `done`. Ignored after shutdown. O(1) (plus O(log n) per delayed key that has
+    /// fallen due and is moved to the ready queue first); the lock is held briefly.
     pub fn add(&self, key: K) {
         let now = Instant::now();
         let wake = {
