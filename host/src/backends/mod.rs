@@ -127,7 +127,8 @@ pub const MAX_ID_LEN: usize = 255;
 /// ```
 ///
 /// or `provider: memory` with an optional `state-file: <path>` (loaded if present, rewritten
-/// after every change).
+/// after every change). The camelCase spellings `bridgePrefix` and `stateFile` are accepted
+/// too, matching the rest of the host configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 // Unknown keys are errors: a misspelt `bridge_prefix:` must not silently mean the default.
 #[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
@@ -136,6 +137,7 @@ pub enum BackendConfig {
         #[serde(
             default,
             rename = "state-file",
+            alias = "stateFile",
             skip_serializing_if = "Option::is_none"
         )]
         state_file: Option<PathBuf>,
@@ -143,7 +145,11 @@ pub enum BackendConfig {
     Linux {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         netns: Option<String>,
-        #[serde(default = "default_bridge_prefix", rename = "bridge-prefix")]
+        #[serde(
+            default = "default_bridge_prefix",
+            rename = "bridge-prefix",
+            alias = "bridgePrefix"
+        )]
         bridge_prefix: String,
     },
 }
@@ -543,6 +549,11 @@ mod tests {
             }
         );
         assert!(serde_yaml::from_str::<BackendConfig>("provider: ovs\n").is_err());
+        let camel: BackendConfig =
+            serde_yaml::from_str("provider: linux\nbridgePrefix: net\n").unwrap();
+        assert!(
+            matches!(camel, BackendConfig::Linux { bridge_prefix, .. } if bridge_prefix == "net")
+        );
         let typo = serde_yaml::from_str::<BackendConfig>("provider: linux\nbridge_prefix: x\n");
         assert!(typo.unwrap_err().to_string().contains("bridge_prefix"));
     }
