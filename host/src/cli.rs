@@ -26,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller host: load every guest in the directory and reconcile.
+    Run(crate::host::RunArgs),
     /// Validate a guest against the WIT world (and a host configuration) and print its manifest.
     Check {
         /// The guest component.
@@ -59,6 +61,9 @@ enum Command {
         /// The retry count the guest sees.
         #[arg(long, default_value_t = 0)]
         attempt: u32,
+        /// Fix the guest's wall clock at this RFC 3339 time, for reproducible output.
+        #[arg(long, value_parser = humantime::parse_rfc3339)]
+        now: Option<std::time::SystemTime>,
     },
 }
 
@@ -74,6 +79,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Run(args) => crate::host::run(args).await,
             Command::Check { file, config } => check(file, config).await,
             Command::Reconcile {
                 guest,
@@ -83,7 +89,16 @@ pub fn main() -> ExitCode {
                 config,
                 backend_state,
                 attempt,
-            } => reconcile(guest, objects, kind, key, config, backend_state, attempt).await,
+                now,
+            } => {
+                let options = OfflineRun {
+                    config,
+                    backend_state,
+                    attempt,
+                    now,
+                };
+                reconcile(guest, objects, kind, key, options).await
+            }
         }
     });
     match result {
@@ -118,7 +133,10 @@ async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<crat
 
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = load_config(config.as_ref())?;
-    let runtime = Arc::new(Runtime::new(RuntimeOptions::default())?);
+    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+        cache_dir: crate::host::default_cache_dir(),
+        ..RuntimeOptions::default()
+    })?);
     let loaded = load_guest(runtime, file).await?;
     let manifest = &loaded.manifest;
     let world = if loaded.imports_network {
@@ -154,20 +172,27 @@ fn parse_key(key: &str) -> anyhow::Result<(Option<String>, String)> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn reconcile(
-    guest_file: PathBuf,
-    objects: Vec<PathBuf>,
-    kind: Gvk,
-    key: String,
+struct OfflineRun {
     config: Option<PathBuf>,
     backend_state: Option<PathBuf>,
     attempt: u32,
-) -> anyhow::Result<()> {
+    now: Option<std::time::SystemTime>,
+}
+
+async fn reconcile(guest_file: PathBuf, objects: Vec<PathBuf>, kind: Gvk, key: String, options: OfflineRun) -> anyhow::Result<()> {
+    let OfflineRun {
+        config,
+        backend_state,
+        attempt,
+        now,
+    } = options;
     let config = load_config(config.as_ref())?;
     let (namespace, name) = parse_key(&key)?;
     let cache = Arc::new(MemoryCache::load(&objects)?);
-    let runtime = Arc::new(Runtime::new(RuntimeOptions::default())?);
+    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+        cache_dir: crate::host::default_cache_dir(),
+        ..RuntimeOptions::default()
+    })?);
     let loaded = load_guest(runtime.clone(), guest_file).await?;
     let manifest = &loaded.manifest;
 
@@ -197,6 +222,7 @@ async fn reconcile(
             networks,
         },
         metrics: None,
+        fixed_clock: now,
     });
 
     let object_ref = ObjectRef {

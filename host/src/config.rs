@@ -38,7 +38,7 @@ pub struct HostConfig {
     pub defaults: Limits,
     /// Providers of actual state, by name (`network`).
     #[serde(default)]
-    pub backends: BTreeMap<String, serde_json::Value>,
+    pub backends: BTreeMap<String, crate::backends::BackendConfig>,
     /// What each guest (by manifest name) may do.
     #[serde(default)]
     pub guests: BTreeMap<String, Grant>,
@@ -90,6 +90,7 @@ pub struct Limits {
     #[serde(default, with = "humantime_serde")]
     pub deadline: Option<Duration>,
     /// Linear memory cap of one instance in MiB.
+    #[serde(rename = "memoryMiB", alias = "memoryMib")]
     pub memory_mib: Option<u64>,
     /// Keys reconciled at once (overrides the manifest's concurrency when lower).
     pub concurrency: Option<u32>,

@@ -9,12 +9,17 @@
 pub mod backends;
 pub mod capabilities;
 pub mod cli;
+pub mod cluster;
 pub mod config;
+pub mod controller;
 pub mod guests;
+pub mod host;
 pub mod informers;
+pub mod leader;
 pub mod metrics;
 pub mod objects;
 pub mod offline;
 pub mod queue;
 pub mod runtime;
+pub mod server;
 pub mod wit;

@@ -441,6 +441,9 @@ impl Runtime {
         for (k, v) in &call.guest.grant.env {
             wasi.env(k, v);
         }
+        if let Some(at) = call.guest.fixed_clock {
+            wasi.wall_clock(FixedClock(at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default()));
+        }
         let deadline = call.deadline;
         let state = HostState {
             call,
@@ -559,6 +562,18 @@ fn root_cause(e: &wasmtime::Error) -> String {
 impl HostState {
     fn wasi_stderr(&self) -> Option<String> {
         Some(String::from_utf8_lossy(&self.stderr.contents()).into_owned())
+    }
+}
+
+/// A wall clock that always reads the same instant.
+struct FixedClock(Duration);
+
+impl wasmtime_wasi::HostWallClock for FixedClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
     }
 }
 

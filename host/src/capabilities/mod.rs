@@ -126,6 +126,8 @@ pub struct GuestContext {
     pub grant: Grant,
     pub providers: Providers,
     pub metrics: Option<crate::metrics::Metrics>,
+    /// A fixed wall-clock time for the guest (offline runs that must be reproducible).
+    pub fixed_clock: Option<std::time::SystemTime>,
 }
 
 /// One import call, as the offline runner prints it: JSON payloads embedded as JSON.
@@ -264,6 +266,7 @@ impl GuestContext {
                 networks: BTreeMap::new(),
             },
             metrics: None,
+            fixed_clock: None,
         }
     }
 }

@@ -9,7 +9,7 @@ struct Bench;
 
 impl Guest for Bench {
     fn manifest() -> Manifest {
-        Manifest::new("bench", gvk!("test.reconciler.dev", "v1", "Widget"))
+        Manifest::new("bench", gvk!("test.reconciler.dev", "v1", "Widget")).concurrency(4)
     }
 
     fn reconcile(req: Request) -> Result<Action, ReconcileError> {

@@ -11,7 +11,9 @@
 //! 4. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
 //! 5. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
-//!    `guestVersion`, `message`, `get`, `list`. Any failure is transient.
+//!    `guestVersion`, `message`, `get`, `list`. Any failure is transient. With
+//!    `optimisticStatus: true` the patch carries the resourceVersion read, so a concurrent
+//!    change of the object makes it fail with a conflict (409).
 //! 6. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
 //! 7. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
 //! 8. Done, requeued after `requeueAfterMs` if set.
@@ -118,7 +120,18 @@ impl Guest for Widget {
             "get": get,
             "list": list,
         });
-        cluster::patch_status(&req.ref_, &status).map_err(|e| match e {
+        let written = if spec.optimistic_status {
+            // With the resourceVersion read, the server refuses the write (409) if the object
+            // changed since: the conflict path of the host.
+            let patch = json!({
+                "metadata": {"resourceVersion": widget.metadata.resource_version},
+                "status": status,
+            });
+            cluster::patch_status_raw(&req.ref_, &patch.to_string()).map(|_| ())
+        } else {
+            cluster::patch_status(&req.ref_, &status).map(|_| ())
+        };
+        written.map_err(|e| match e {
             HostError::Conflict(_) => {
                 transient(format!("status write conflicted: {}", e.describe()))
             }
@@ -167,6 +180,7 @@ struct WidgetSpec {
     enqueue: Vec<String>,
     enqueue_after_ms: Option<u64>,
     requeue_after_ms: Option<u64>,
+    optimistic_status: bool,
 }
 
 #[derive(Deserialize, Debug, PartialEq)]

@@ -1,0 +1,164 @@
+//! Per-reconcile overhead of the sandbox: a fresh instance per reconcile (store, WASI context,
+//! instantiation from the pool, one call with a ~1 KB object in and one status patch out, drop)
+//! against the same logic compiled natively, measured in the same run on the same machine.
+//!
+//! `cargo bench -p reconciler-host --bench reconcile` (or `./dev bench`). Prints figures; asserts
+//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000).
+
+#[path = "../../guests/testing/bench/src/logic.rs"]
+mod logic;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use reconciler_host::capabilities::{Cluster, EventRecord, GuestContext, HostError, Providers, CallContext};
+use reconciler_host::config::Grant;
+use reconciler_host::objects::ObjectRef;
+use reconciler_host::offline::{MemoryCache, RecordingQueue};
+use reconciler_host::runtime::{Outcome, Request, Runtime, RuntimeOptions};
+use serde_json::{Value, json};
+
+/// Answers every write with a small fixed object: the API round trip is not the sandbox's cost.
+struct NullCluster(Value);
+
+#[async_trait]
+impl Cluster for NullCluster {
+    async fn patch_status(&self, _: &str, _: &ObjectRef, _: &Value) -> Result<Value, HostError> {
+        Ok(self.0.clone())
+    }
+    async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
+        Ok(self.0.clone())
+    }
+    async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {
+        Ok(true)
+    }
+    async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
+        Ok(())
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// A Widget of about 1 KB, as the API server would send it.
+fn object() -> String {
+    let items: Vec<String> = (0..24).map(|i| format!("item-{i:03}-abcdef")).collect();
+    json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {
+            "name": "bench", "namespace": "default", "uid": "8c2a3f0e-0000-4000-8000-000000000001",
+            "resourceVersion": "123456", "generation": 7, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"app": "bench", "tier": "backend"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply", "apiVersion": "test.reconciler.dev/v1"}]
+        },
+        "spec": {"items": items, "message": "a typical spec of a typical custom resource"}
+    })
+    .to_string()
+}
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
+    Stats {
+        median: at(0.5),
+        p99: at(0.99),
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let status = std::process::Command::new(repo().join("guests/build.sh"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run guests/build.sh");
+    assert!(status.success(), "guests/build.sh failed");
+    let iterations: usize = std::env::var("BENCH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(20_000);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(repo().join("target/bench-compile-cache")),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let path = repo().join("target/guests/bench.wasm");
+    let guest = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap();
+
+    let object = object();
+    let object_ref = ObjectRef::of_object(&serde_json::from_str(&object).unwrap()).unwrap();
+    let returned = json!({"metadata": {"resourceVersion": "123457"}});
+    let cluster = Arc::new(NullCluster(returned));
+    let context = Arc::new(GuestContext {
+        guest: "bench".into(),
+        grant: Grant::unrestricted(),
+        providers: Providers {
+            lister: Arc::new(MemoryCache::default()),
+            cluster: cluster.clone(),
+            queue: Arc::new(RecordingQueue),
+            networks: Default::default(),
+        },
+        metrics: None,
+        fixed_clock: None,
+    });
+    let request = Request {
+        object_ref: object_ref.clone(),
+        object: Some(object.clone()),
+        deleting: false,
+        attempt: 0,
+    };
+
+    let wasm_once = || {
+        let call = CallContext::new(context.clone(), String::new(), Some(rt.handle().clone()));
+        let started = Instant::now();
+        let run = runtime.reconcile(&guest, call, &request);
+        let total = started.elapsed();
+        assert_eq!(run.outcome, Outcome::Ok { requeue_after_ms: None }, "bench guest failed");
+        (total, run.instantiate_time)
+    };
+    // The native baseline does what the guest and the host import do together: compute the
+    // patch, parse it as the import does, and hand it to the same provider.
+    let native_once = || {
+        let started = Instant::now();
+        let patch = logic::status_patch(&object).unwrap();
+        let patch: Value = serde_json::from_str(&patch).unwrap();
+        let written = rt.block_on(cluster.patch_status("bench", &object_ref, &patch)).unwrap();
+        std::hint::black_box(written.to_string());
+        started.elapsed()
+    };
+
+    for _ in 0..iterations / 10 {
+        wasm_once();
+        native_once();
+    }
+    let mut wasm = Vec::with_capacity(iterations);
+    let mut instantiate = Vec::with_capacity(iterations);
+    let mut native = Vec::with_capacity(iterations);
+    // Interleaved, so both see the same machine conditions.
+    for _ in 0..iterations {
+        let (total, inst) = wasm_once();
+        wasm.push(total);
+        instantiate.push(inst);
+        native.push(native_once());
+    }
+    let (w, i, n) = (stats(wasm), stats(instantiate), stats(native));
+    println!("reconcile overhead: {iterations} reconciles of a {} B object, one status patch each", object.len());
+    println!("  wasm, fresh instance per reconcile: median {:7.2} µs   p99 {:7.2} µs", us(w.median), us(w.p99));
+    println!("    of which store + instantiate:     median {:7.2} µs   p99 {:7.2} µs", us(i.median), us(i.p99));
+    println!("    of which call (logic + import):   median {:7.2} µs", us(w.median.saturating_sub(i.median)));
+    println!("  native, same logic:                 median {:7.2} µs   p99 {:7.2} µs", us(n.median), us(n.p99));
+    println!(
+        "  ratio wasm/native (median): {:.2}x   sandbox overhead (median): {:.2} µs",
+        w.median.as_secs_f64() / n.median.as_secs_f64(),
+        us(w.median.saturating_sub(n.median))
+    );
+}

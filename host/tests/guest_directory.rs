@@ -1,0 +1,181 @@
+//! The guest directory: hot add, replace and remove, refusals that keep the last good version,
+//! grant checks at load, and the file-system patterns of editors and ConfigMap volumes.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconciler_host::config::HostConfig;
+use reconciler_host::guests::{FileState, GuestDirectory, GuestEvent};
+use reconciler_host::runtime::{Runtime, RuntimeOptions};
+use tokio::sync::broadcast::Receiver;
+
+const GRANTS: &str = r#"
+guests:
+  widget:
+    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
+    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
+"#;
+
+fn directory(dir: &Path, grants: &str) -> Arc<GuestDirectory> {
+    let runtime = Arc::new(
+        Runtime::new(RuntimeOptions {
+            cache_dir: Some(common::cache_dir()),
+            ..RuntimeOptions::default()
+        })
+        .unwrap(),
+    );
+    let config = Arc::new(HostConfig::parse(grants, "host.yaml".as_ref()).unwrap());
+    GuestDirectory::new(dir.to_owned(), runtime, config, None)
+}
+
+fn copy(guest: &str, to: &Path) {
+    std::fs::copy(common::guest(guest), to).unwrap();
+}
+
+fn active_hash(directory: &GuestDirectory) -> Option<String> {
+    directory.active().first().map(|g| g.loaded.hash.clone())
+}
+
+fn next_loaded(events: &mut Receiver<GuestEvent>) -> String {
+    match events.try_recv() {
+        Ok(GuestEvent::Loaded(guest)) => guest.loaded.hash.clone(),
+        other => panic!("expected a Loaded event, got {other:?}"),
+    }
+}
+
+#[test]
+fn add_replace_refuse_and_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), GRANTS);
+    let mut events = guests.subscribe();
+    let file = dir.path().join("widget.wasm");
+
+    // Add.
+    copy("widget", &file);
+    guests.rescan();
+    let v1 = next_loaded(&mut events);
+    assert_eq!(active_hash(&guests).as_deref(), Some(v1.as_str()));
+
+    // Replace with a new version: swapped, a new event.
+    copy("widget-v2", &file);
+    guests.rescan();
+    let v2 = next_loaded(&mut events);
+    assert_ne!(v1, v2);
+    assert_eq!(active_hash(&guests).as_deref(), Some(v2.as_str()));
+
+    // Replace with garbage: refused with file and reason; the last good version stays active.
+    std::fs::write(&file, b"not wasm at all").unwrap();
+    guests.rescan();
+    assert!(events.try_recv().is_err(), "a refused file must not change the active set");
+    assert_eq!(active_hash(&guests).as_deref(), Some(v2.as_str()));
+    let status = &guests.statuses()[0];
+    let FileState::Failed(reason) = &status.state else { panic!("{status:?}") };
+    assert!(reason.contains("widget.wasm: not a WebAssembly component"), "{reason}");
+    assert_eq!(status.active_hash.as_deref(), Some(v2.as_str()));
+
+    // Unchanged content: nothing happens.
+    guests.rescan();
+    assert!(events.try_recv().is_err());
+
+    // Remove: unloaded, its name announced.
+    std::fs::remove_file(&file).unwrap();
+    guests.rescan();
+    match events.try_recv() {
+        Ok(GuestEvent::Unloaded(name)) => assert_eq!(name, "widget"),
+        other => panic!("expected Unloaded, got {other:?}"),
+    }
+    assert!(guests.active().is_empty());
+    assert!(guests.statuses().is_empty());
+}
+
+#[test]
+fn a_guest_without_a_grant_or_beyond_it_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    copy("widget", &dir.path().join("widget.wasm"));
+
+    let none = directory(dir.path(), "guests: {}\n");
+    none.rescan();
+    assert!(none.active().is_empty());
+    let FileState::Failed(reason) = &none.statuses()[0].state else { panic!() };
+    assert!(reason.contains("guest `widget` has no grant: add guests.widget"), "{reason}");
+
+    // Reads its primary but not its secondary, and may not write for its finalizer.
+    let partial = directory(dir.path(), "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget]\n");
+    partial.rescan();
+    assert!(partial.active().is_empty());
+    let FileState::Failed(reason) = &partial.statuses()[0].state else { panic!() };
+    assert!(reason.contains("asks for more than its grant"), "{reason}");
+    assert!(reason.contains("read v1/ConfigMap (a secondary watch; add it to guests.widget.read)"), "{reason}");
+    assert!(reason.contains("write test.reconciler.dev/v1/Widget (to add and remove its finalizer"), "{reason}");
+}
+
+#[test]
+fn the_network_guest_needs_a_configured_network_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    copy("network", &dir.path().join("network.wasm"));
+    let grants = "guests:\n  network:\n    read: [samplecrd.k8s.io/v1/Network]\n    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]\n";
+    let guests = directory(dir.path(), grants);
+    guests.rescan();
+    let FileState::Failed(reason) = &guests.statuses()[0].state else { panic!() };
+    assert!(reason.contains("the `network` backend (it imports network-backend"), "{reason}");
+}
+
+#[test]
+fn two_files_with_the_same_guest_name_keep_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    copy("widget", &dir.path().join("a.wasm"));
+    copy("widget-v2", &dir.path().join("b.wasm"));
+    let guests = directory(dir.path(), GRANTS);
+    guests.rescan();
+    assert_eq!(guests.active().len(), 1);
+    let statuses = guests.statuses();
+    assert_eq!(statuses[0].state, FileState::Loaded);
+    let FileState::Failed(reason) = &statuses[1].state else { panic!("{statuses:?}") };
+    assert!(reason.contains("guest name `widget` is already used by"), "{reason}");
+}
+
+/// Waits for the next guest event from the watching task.
+async fn next_event(events: &mut Receiver<GuestEvent>) -> GuestEvent {
+    tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("a guest event within 30 s")
+        .expect("event channel open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), GRANTS);
+    let mut events = guests.subscribe();
+    let watching = tokio::spawn(guests.clone().watch());
+
+    // An editor or `kubectl cp`-style write: a temp file renamed into place.
+    let tmp = dir.path().join(".widget.wasm.swp");
+    copy("widget", &tmp);
+    std::fs::rename(&tmp, dir.path().join("widget.wasm")).unwrap();
+    let GuestEvent::Loaded(v1) = next_event(&mut events).await else { panic!("expected Loaded") };
+    std::fs::remove_file(dir.path().join("widget.wasm")).unwrap();
+    assert!(matches!(next_event(&mut events).await, GuestEvent::Unloaded(_)));
+
+    // A ConfigMap volume: widget.wasm -> ..data/widget.wasm, ..data -> ..<timestamp>/, and an
+    // update swaps the ..data symlink atomically to a new timestamped directory.
+    let first = dir.path().join("..2026_11_22_01");
+    std::fs::create_dir(&first).unwrap();
+    copy("widget", &first.join("widget.wasm"));
+    std::os::unix::fs::symlink("..2026_11_22_01", dir.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/widget.wasm", dir.path().join("widget.wasm")).unwrap();
+    let GuestEvent::Loaded(again) = next_event(&mut events).await else { panic!("expected Loaded") };
+    assert_eq!(again.loaded.hash, v1.loaded.hash);
+
+    let second = dir.path().join("..2026_11_22_02");
+    std::fs::create_dir(&second).unwrap();
+    copy("widget-v2", &second.join("widget.wasm"));
+    std::os::unix::fs::symlink("..2026_11_22_02", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    let GuestEvent::Loaded(v2) = next_event(&mut events).await else { panic!("expected Loaded") };
+    assert_ne!(v2.loaded.hash, v1.loaded.hash);
+    watching.abort();
+}

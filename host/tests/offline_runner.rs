@@ -1,0 +1,164 @@
+//! `reconciler-host reconcile`, the offline runner: its JSON output for the reference guests is
+//! pinned here, case by case. A case is a folder under `tests/fixtures/` with `objects.yaml`,
+//! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
+//! before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
+//! `expected-backend-state.json` (the backend after the run).
+//!
+//! After an intended change of behaviour, regenerate with `BLESS=1 cargo test --test
+//! offline_runner` and review the diff like code.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const NOW: &str = "2026-01-02T03:04:05Z";
+
+struct Case {
+    name: &'static str,
+    guest: &'static str,
+    kind: &'static str,
+    key: &'static str,
+    attempt: u32,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn run_case(case: &Case) {
+    let dir = fixture(case.name);
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("backend-state.json");
+    if dir.join("backend-state.json").exists() {
+        std::fs::copy(dir.join("backend-state.json"), &state).unwrap();
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_reconciler-host"));
+    command
+        .args(["reconcile", "--guest"])
+        .arg(common::guest(case.guest))
+        .arg("--objects")
+        .arg(dir.join("objects.yaml"))
+        .args(["--kind", case.kind, "--key", case.key, "--now", NOW])
+        .args(["--attempt", &case.attempt.to_string()])
+        .arg("--backend-state")
+        .arg(&state)
+        .env("XDG_CACHE_HOME", common::cache_dir());
+    if dir.join("host.yaml").exists() {
+        command.arg("--config").arg(dir.join("host.yaml"));
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}: exit {:?}\n{}",
+        case.name,
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let actual: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
+    compare(&dir.join("expected.json"), &actual, case.name);
+    if state.exists() {
+        let after: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        compare(&dir.join("expected-backend-state.json"), &after, case.name);
+    }
+}
+
+fn compare(expected_file: &Path, actual: &Value, case: &str) {
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(expected_file, serde_json::to_string_pretty(actual).unwrap() + "\n").unwrap();
+        return;
+    }
+    let expected: Value = serde_json::from_slice(
+        &std::fs::read(expected_file)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1 to create it)", expected_file.display())),
+    )
+    .unwrap();
+    assert!(
+        expected == *actual,
+        "{case}: output differs from {}\nactual:\n{}",
+        expected_file.display(),
+        serde_json::to_string_pretty(actual).unwrap()
+    );
+}
+
+const WIDGET: &str = "test.reconciler.dev/v1/Widget";
+const NETWORK: &str = "samplecrd.k8s.io/v1/Network";
+
+macro_rules! cases {
+    ($($test:ident: $name:literal, $guest:literal, $kind:expr, $key:literal, $attempt:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            run_case(&Case { name: $name, guest: $guest, kind: $kind, key: $key, attempt: $attempt });
+        }
+    )*};
+}
+
+cases! {
+    widget_reads_writes_applies_records_and_enqueues: "widget-full", "widget", WIDGET, "demo/w1", 0;
+    widget_key_without_object_is_gone: "widget-gone", "widget", WIDGET, "demo/w1", 0;
+    widget_deleting_records_finalized: "widget-deleting", "widget", WIDGET, "demo/w1", 0;
+    widget_sees_denials_from_its_grant: "widget-denied", "widget", WIDGET, "demo/w1", 2;
+    network_created_in_the_backend_and_ready: "network-create", "network", NETWORK, "demo/frontend", 0;
+    network_gateway_change_updates_the_backend: "network-update", "network", NETWORK, "demo/frontend", 0;
+    network_invalid_spec_is_not_ready_without_retry: "network-invalid", "network", NETWORK, "demo/broken", 0;
+    network_deleting_removes_the_backend_network: "network-delete", "network", NETWORK, "demo/frontend", 0;
+    network_overlap_is_rejected_on_the_later_network: "network-overlap", "network", NETWORK, "demo/wide", 0;
+    network_gone_cleans_up_the_backend: "network-gone", "network", NETWORK, "demo/frontend", 0;
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_a_clear_message() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+            .args(args)
+            .env("XDG_CACHE_HOME", common::cache_dir())
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let guest = common::guest("widget");
+    let guest = guest.to_str().unwrap();
+    let objects = fixture("widget-full").join("objects.yaml");
+    let objects = objects.to_str().unwrap();
+    let err = run(&["reconcile", "--guest", guest, "--objects", "/nonexistent.yaml", "--kind", WIDGET, "--key", "a"]);
+    assert!(err.contains("cannot read objects from /nonexistent.yaml"), "{err}");
+    let err = run(&["reconcile", "--guest", guest, "--objects", objects, "--kind", "Widget", "--key", "a"]);
+    assert!(err.contains("group/version/Kind"), "{err}");
+    let err = run(&["reconcile", "--guest", guest, "--objects", objects, "--kind", WIDGET, "--key", "a/b/c"]);
+    assert!(err.contains("--key `a/b/c` must be name or namespace/name"), "{err}");
+    let bogus = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bogus.path(), "not a component").unwrap();
+    let err = run(&["reconcile", "--guest", bogus.path().to_str().unwrap(), "--objects", objects, "--kind", WIDGET, "--key", "a"]);
+    assert!(err.contains("not a WebAssembly component"), "{err}");
+}
+
+#[test]
+fn check_prints_the_manifest_and_refuses_beyond_the_grant() {
+    let guest = common::guest("network");
+    let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .arg("check")
+        .arg(&guest)
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["world"], "network-controller");
+    assert_eq!(report["manifest"]["name"], "network");
+    assert_eq!(report["manifest"]["finalizer"], "samplecrd.k8s.io/network-backend");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .arg("check")
+        .arg(&guest)
+        .arg("--config")
+        .arg(fixture("widget-denied").join("host.yaml"))
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("would be refused: no grant for guest `network`"), "{err}");
+}

@@ -1,0 +1,230 @@
+//! The wasmtime half of the host without Kubernetes: loading guests, refusing bad ones, and
+//! surviving guests that trap, loop or eat memory. Every failure test then runs a good
+//! reconcile on the same runtime, to show the host keeps serving.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconciler_host::backends::{MemoryBackend, NetworkBackend};
+use reconciler_host::capabilities::{CallContext, GuestContext, Providers};
+use reconciler_host::config::{Grant, HostConfig, Limits};
+use reconciler_host::objects::{Gvk, ObjectRef};
+use reconciler_host::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+use reconciler_host::runtime::{LoadError, LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use serde_json::{Value, json};
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        cache_dir: Some(common::cache_dir()),
+        ..RuntimeOptions::default()
+    })
+    .expect("engine")
+}
+
+fn load(runtime: &Runtime, name: &str) -> LoadedGuest {
+    let path = common::guest(name);
+    runtime.load(&std::fs::read(&path).unwrap(), &path).expect("guest loads")
+}
+
+fn widget(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": "ns", "generation": 1, "uid": "uid-1", "resourceVersion": "10"},
+        "spec": spec,
+    })
+}
+
+struct Harness {
+    cache: Arc<MemoryCache>,
+    context: Arc<GuestContext>,
+}
+
+fn harness(grant: Grant) -> Harness {
+    let cache = Arc::new(MemoryCache::default());
+    let networks: BTreeMap<String, Arc<dyn NetworkBackend>> =
+        [("network".to_owned(), Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>)].into();
+    let context = Arc::new(GuestContext {
+        guest: "widget".into(),
+        grant,
+        providers: Providers {
+            lister: cache.clone(),
+            cluster: Arc::new(RecordingCluster::new(cache.clone())),
+            queue: Arc::new(RecordingQueue),
+            networks,
+        },
+        metrics: None,
+        fixed_clock: None,
+    });
+    Harness { cache, context }
+}
+
+fn reconcile(runtime: &Runtime, guest: &LoadedGuest, h: &Harness, object: Value) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+    h.cache.put(object.clone());
+    let request = Request {
+        object_ref: ObjectRef::of_object(&object).unwrap(),
+        object: Some(object.to_string()),
+        deleting: false,
+        attempt: 0,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let call = CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
+    let run = runtime.reconcile(guest, call, &request);
+    (run.outcome, run.calls.unwrap_or_default())
+}
+
+fn with_limits(deadline: Duration, memory_mib: u64) -> Grant {
+    Grant {
+        limits: Limits {
+            deadline: Some(deadline),
+            memory_mib: Some(memory_mib),
+            ..Limits::default()
+        },
+        ..Grant::unrestricted()
+    }
+}
+
+/// A plain reconcile on the same runtime succeeds: the host is still serving.
+fn assert_still_serving(runtime: &Runtime, guest: &LoadedGuest) {
+    let h = harness(Grant::unrestricted());
+    let (outcome, calls) = reconcile(runtime, guest, &h, widget("after", json!({"message": "still here"})));
+    assert_eq!(outcome, Outcome::Ok { requeue_after_ms: None });
+    assert!(calls.iter().any(|c| c.function == "patch-status"), "{calls:?}");
+}
+
+#[test]
+fn loads_a_guest_and_reads_its_manifest() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let m = &guest.manifest;
+    assert_eq!(m.name, "widget");
+    assert_eq!(m.primary, Gvk::new("test.reconciler.dev", "v1", "Widget"));
+    assert_eq!(m.secondary.len(), 1);
+    assert_eq!(m.secondary[0].kind, Gvk::new("", "v1", "ConfigMap"));
+    assert_eq!(m.finalizer.as_deref(), Some("test.reconciler.dev/cleanup"));
+    assert!(!guest.imports_network, "widget uses the controller world");
+    assert_eq!(guest.hash.len(), 64);
+    let network = load(&runtime, "network");
+    assert!(network.imports_network, "network uses the network-controller world");
+}
+
+#[test]
+fn a_reconcile_runs_in_a_fresh_instance_and_records_its_calls() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(Grant::unrestricted());
+    let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", json!({"requeueAfterMs": 250, "message": "hi"})));
+    assert_eq!(outcome, Outcome::Ok { requeue_after_ms: Some(250) });
+    let patch = calls.iter().find(|c| c.function == "patch-status").expect("status patch");
+    assert_eq!(patch.args["patch"]["status"]["reconciles"], 1);
+    assert_eq!(patch.args["patch"]["status"]["message"], "hi");
+    // The cache now holds the written status (read-your-writes within the offline providers),
+    // so a second reconcile — a fresh instance, no guest state kept — counts on from it.
+    let stored = h.cache.get(&ObjectRef::of_object(&widget("w", json!({}))).unwrap()).unwrap();
+    let (_, calls) = reconcile(&runtime, &guest, &h, stored);
+    let patch = calls.iter().find(|c| c.function == "patch-status").unwrap();
+    assert_eq!(patch.args["patch"]["status"]["reconciles"], 2);
+}
+
+#[test]
+fn a_malformed_file_is_refused_with_its_name_and_reason() {
+    let runtime = runtime();
+    let err = runtime.load(b"\0asm\x01\0\0\0garbage", "bad.wasm".as_ref()).unwrap_err();
+    assert!(matches!(err, LoadError::Compile { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.starts_with("bad.wasm: not a WebAssembly component"), "{message}");
+    let err = runtime.load(b"hello", "text.wasm".as_ref()).unwrap_err().to_string();
+    assert!(err.starts_with("text.wasm: not a WebAssembly component"), "{err}");
+    assert_still_serving(&runtime, &load(&runtime, "widget"));
+}
+
+#[test]
+fn a_component_of_another_world_is_refused() {
+    let runtime = runtime();
+    let path = common::guest("wrong-world");
+    let err = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap_err();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
+    assert!(err.to_string().contains("does not export reconciler:api/reconciler@0.1.0"), "{err}");
+}
+
+#[test]
+fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(Grant::unrestricted());
+    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "trap"})));
+    let Outcome::Trap(message) = outcome else { panic!("expected a trap, got {outcome:?}") };
+    assert!(message.contains("widget was asked to trap"), "{message}");
+    assert_still_serving(&runtime, &guest);
+}
+
+#[test]
+fn a_guest_that_loops_forever_is_interrupted_at_its_deadline() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(with_limits(Duration::from_millis(200), 64));
+    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "loop"})));
+    let Outcome::Deadline(message) = outcome else { panic!("expected a deadline hit, got {outcome:?}") };
+    assert!(message.contains("deadline of 200ms"), "{message}");
+    assert_still_serving(&runtime, &guest);
+}
+
+#[test]
+fn a_guest_that_allocates_without_bound_hits_its_memory_cap() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(with_limits(Duration::from_secs(10), 16));
+    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "hog"})));
+    let Outcome::MemoryLimit(message) = outcome else { panic!("expected a memory-limit hit, got {outcome:?}") };
+    assert!(message.contains("cap of 16 MiB"), "{message}");
+    assert_still_serving(&runtime, &guest);
+}
+
+#[test]
+fn a_call_outside_the_grant_returns_denied_to_the_guest() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let config = HostConfig::parse(
+        "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget/status]\n",
+        "host.yaml".as_ref(),
+    )
+    .unwrap();
+    let h = harness(config.grant("widget").unwrap());
+    let spec = json!({"get": {"group": "", "version": "v1", "kind": "Secret", "namespace": "ns", "name": "s"}, "configMap": true});
+    let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", spec));
+    // The guest saw the denial and carried on: it wrote the text into its status.
+    let get = calls.iter().find(|c| c.interface == "lister").unwrap();
+    assert_eq!(
+        get.returned["error"]["denied"],
+        "guest `widget` may not read v1/Secret: add it to guests.widget.read in the host configuration"
+    );
+    let patch = calls.iter().find(|c| c.function == "patch-status").unwrap();
+    assert!(patch.args["patch"]["status"]["get"].as_str().unwrap().starts_with("denied: "), "{patch:?}");
+    // Applying a ConfigMap needs a write grant it does not have: the guest's call fails.
+    let apply = calls.iter().find(|c| c.function == "apply").unwrap();
+    assert!(apply.returned["error"]["denied"].as_str().unwrap().contains("may not write v1/ConfigMap"), "{apply:?}");
+    // The SDK maps `denied` to a permanent error: retrying cannot help until the grant changes.
+    let Outcome::Permanent(message) = outcome else { panic!("expected a permanent error, got {outcome:?}") };
+    assert!(message.contains("may not write v1/ConfigMap"), "{message}");
+}
+
+#[test]
+fn the_compile_cache_is_keyed_by_content_and_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        cache_dir: Some(dir.path().to_owned()),
+        ..RuntimeOptions::default()
+    };
+    let path = common::guest("widget");
+    let bytes = std::fs::read(&path).unwrap();
+    let first = Runtime::new(options.clone()).unwrap().load(&bytes, &path).unwrap();
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].to_string_lossy().starts_with(&first.hash));
+    // A second engine maps the cached artefact and gets the same guest.
+    let second = Runtime::new(options).unwrap().load(&bytes, &path).unwrap();
+    assert_eq!(second.manifest, first.manifest);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
