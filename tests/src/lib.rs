@@ -33,12 +33,14 @@
 //! takes a few seconds, and reusing the shared one costs one `/readyz` request.
 
 pub mod control_plane;
+pub mod host;
 pub mod manifests;
 pub mod namespace;
 pub mod paths;
 pub mod wait;
 pub mod watch;
 
+pub use host::{HostOptions, HostProcess, guest_component};
 pub use control_plane::{ControlPlane, PrivateControlPlane, Restart, client_for_kubeconfig};
 pub use manifests::{apply_crd_file, apply_file, wait_crd_established};
 pub use namespace::test_namespace;

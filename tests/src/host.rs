@@ -1,0 +1,179 @@
+//! Running `reconciler-host run` as a real process against a control plane: its configuration,
+//! its guest directory, its HTTP endpoints, and killing or stopping it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::paths::{repo_root, target_dir};
+use crate::wait::wait_until;
+
+/// Builds the host binary and the guests once per test process (both are incremental).
+pub fn build_host_and_guests() -> Result<()> {
+    static BUILT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let run = |cmd: &mut Command, what: &str| -> std::result::Result<(), String> {
+                let status = cmd.status().map_err(|e| format!("{what}: {e}"))?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("{what} failed: {status}"))
+                }
+            };
+            run(
+                Command::new("cargo")
+                    .args(["build", "-p", "reconciler-host", "--bin", "reconciler-host"])
+                    .current_dir(repo_root()),
+                "cargo build -p reconciler-host",
+            )?;
+            run(
+                Command::new(repo_root().join("guests/build.sh")).stdout(Stdio::null()),
+                "guests/build.sh",
+            )
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// A built guest component.
+pub fn guest_component(name: &str) -> Result<PathBuf> {
+    build_host_and_guests()?;
+    let path = target_dir().join("guests").join(format!("{name}.wasm"));
+    anyhow::ensure!(path.exists(), "{} was not built", path.display());
+    Ok(path)
+}
+
+/// What a host process is started with.
+pub struct HostOptions<'a> {
+    pub kubeconfig: &'a Path,
+    /// The host configuration (YAML text).
+    pub config: String,
+    /// Guests copied into its directory before it starts.
+    pub guests: Vec<&'a str>,
+    /// Only this namespace is watched (`--watch-namespace`), so concurrent tests don't meet.
+    pub namespace: Option<&'a str>,
+    pub extra_args: Vec<String>,
+}
+
+/// A running `reconciler-host run`. Killed when dropped.
+pub struct HostProcess {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl HostProcess {
+    pub async fn start(options: HostOptions<'_>) -> Result<Self> {
+        build_host_and_guests()?;
+        let dir = tempfile::Builder::new().prefix("host-").tempdir()?;
+        let guests = dir.path().join("guests");
+        std::fs::create_dir(&guests)?;
+        for guest in &options.guests {
+            std::fs::copy(guest_component(guest)?, guests.join(format!("{guest}.wasm")))?;
+        }
+        let config = dir.path().join("host.yaml");
+        std::fs::write(&config, &options.config)?;
+        let port = free_port()?;
+        let log = std::fs::File::create(dir.path().join("host.log"))?;
+        let mut command = Command::new(target_dir().join("debug/reconciler-host"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--guests")
+            .arg(&guests)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--cache-dir")
+            .arg(target_dir().join("test-compile-cache"))
+            .args(&options.extra_args)
+            .env("KUBECONFIG", options.kubeconfig)
+            .env("RUST_LOG", "info,reconciler_host=debug")
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(ns) = options.namespace {
+            command.args(["--watch-namespace", ns]);
+        }
+        let child = command.spawn().context("start reconciler-host")?;
+        let host = Self {
+            child: Some(child),
+            dir,
+            port,
+        };
+        wait_until("the host to serve /healthz", Duration::from_secs(60), || host.get("/healthz"))
+            .await
+            .map_err(|e| e.context(host.log_tail()))?;
+        Ok(host)
+    }
+
+    /// Replaces (or adds) a guest file in the host's directory, by rename as deployments do.
+    pub fn put_guest(&self, file_name: &str, component: &str) -> Result<()> {
+        let guests = self.dir.path().join("guests");
+        let tmp = guests.join(format!(".{file_name}.tmp"));
+        std::fs::copy(guest_component(component)?, &tmp)?;
+        std::fs::rename(&tmp, guests.join(file_name))?;
+        Ok(())
+    }
+
+    pub async fn get(&self, path: &str) -> Result<String> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let output = tokio::process::Command::new("curl")
+            .args(["-sf", "--max-time", "5", &url])
+            .output()
+            .await?;
+        if !output.status.success() {
+            bail!("GET {url} failed ({})", output.status);
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The value of one metric sample (`name{labels}` exactly as exposed), or 0 when absent.
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        let text = self.get("/metrics").await?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().split(' ').next()?.parse().ok()))
+            .unwrap_or(0.0))
+    }
+
+    /// SIGKILL: the process dies mid-work, as on a node failure.
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait: the graceful path.
+    pub async fn terminate(&mut self) -> Result<std::process::ExitStatus> {
+        let Some(mut child) = self.child.take() else { bail!("already stopped") };
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+        Ok(status)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        format!("host log (last 40 lines):\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
