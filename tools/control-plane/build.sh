@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl and etcd for one pinned Kubernetes release from the Go module
-# proxy alone (no release downloads). The binaries land in a git-ignored cache directory keyed by
-# the version; a second call with them present returns at once.
+# proxy alone (no release downloads). The binaries land in the user's cache directory
+# ($XDG_CACHE_HOME or ~/.cache, /reconciler-host/control-plane/<version>), keyed by the version,
+# so fresh checkouts and CI runs on the same machine reuse them; a second call with them present
+# returns at once. CONTROL_PLANE_BIN overrides the directory.
 #
 #   tools/control-plane/build.sh            # build (or reuse) the pinned version
 #   tools/control-plane/build.sh --print    # print the binary directory and exit
@@ -10,7 +12,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
-OUT=${CONTROL_PLANE_BIN:-$HERE/../../.cache/control-plane/$K8S_VERSION}
+OUT=${CONTROL_PLANE_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/control-plane/$K8S_VERSION}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
