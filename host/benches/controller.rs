@@ -43,15 +43,25 @@ fn fail(e: impl std::fmt::Display) -> BenchError {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 fn resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("test.reconciler.dev", "v1", "Widget"))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "test.reconciler.dev",
+        "v1",
+        "Widget",
+    ))
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,8 +83,21 @@ async fn orchestrate() -> anyhow::Result<()> {
     let m = env_usize("BENCH_RSS_OBJECTS", 10_000);
     let cp_dir = repo().join("target/bench-control-plane");
     let cp = repo().join("tools/control-plane/cp");
-    sh(Command::new(&cp).arg("up").arg("--dir").arg(&cp_dir).arg("--reuse"))?;
-    sh(Command::new("cargo").args(["build", "-p", "reconciler-host", "--release", "--bin", "reconciler-host"]).current_dir(repo()))?;
+    sh(Command::new(&cp)
+        .arg("up")
+        .arg("--dir")
+        .arg(&cp_dir)
+        .arg("--reuse"))?;
+    sh(Command::new("cargo")
+        .args([
+            "build",
+            "-p",
+            "reconciler-host",
+            "--release",
+            "--bin",
+            "reconciler-host",
+        ])
+        .current_dir(repo()))?;
     sh(Command::new(repo().join("guests/build.sh")).stdout(Stdio::null()))?;
     let kubeconfig = cp_dir.join("kubeconfig");
     sh(Command::new(&cp)
@@ -82,10 +105,12 @@ async fn orchestrate() -> anyhow::Result<()> {
         .arg(&cp_dir)
         .args(["kubectl", "apply", "--server-side", "-f"])
         .arg(repo().join("guests/testing/widget/crd.yaml")))?;
-    sh(Command::new(&cp)
-        .arg("--dir")
-        .arg(&cp_dir)
-        .args(["kubectl", "wait", "--for=condition=Established", "crd/widgets.test.reconciler.dev"]))?;
+    sh(Command::new(&cp).arg("--dir").arg(&cp_dir).args([
+        "kubectl",
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.test.reconciler.dev",
+    ]))?;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig)?,
         &Default::default(),
@@ -94,7 +119,9 @@ async fn orchestrate() -> anyhow::Result<()> {
     let client = kube::Client::try_from(config)?;
     let run_id = std::process::id();
 
-    println!("controller benchmark, N = {n} objects, on this machine (2 cores shared by apiserver, etcd and the controller)");
+    println!(
+        "controller benchmark, N = {n} objects, on this machine (2 cores shared by apiserver, etcd and the controller)"
+    );
 
     // (a) The physical limit: one client patching N statuses in a row.
     let ns = namespace(&client, &format!("bench-raw-{run_id}")).await?;
@@ -103,17 +130,28 @@ async fn orchestrate() -> anyhow::Result<()> {
     let objects = api.list(&ListParams::default()).await?.items;
     let started = Instant::now();
     for object in &objects {
-        let patch: serde_json::Value = serde_json::from_str(&logic::status_patch(&serde_json::to_string(object)?).map_err(anyhow::Error::msg)?)?;
-        api.patch_status(object.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        let patch: serde_json::Value = serde_json::from_str(
+            &logic::status_patch(&serde_json::to_string(object)?).map_err(anyhow::Error::msg)?,
+        )?;
+        api.patch_status(
+            object.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
     }
     let raw = started.elapsed();
-    println!("  (a) raw loop, {n} status patches from one client:      {:8.2} s  ({:7.0} patches/s)", raw.as_secs_f64(), n as f64 / raw.as_secs_f64());
+    println!(
+        "  (a) raw loop, {n} status patches from one client:      {:8.2} s  ({:7.0} patches/s)",
+        raw.as_secs_f64(),
+        n as f64 / raw.as_secs_f64()
+    );
 
     // (b) The host with the Rust bench guest.
     let ns = namespace(&client, &format!("bench-host-{run_id}")).await?;
     create_widgets(&client, &ns, n).await?;
-    let (host_time, _) = run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns)).await?;
+    let (host_time, _) =
+        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns)).await?;
     println!(
         "  (b) reconciler-host + Rust guest, N fresh objects:     {:8.2} s  ({:.2}x the raw loop's speed)",
         host_time.as_secs_f64(),
@@ -123,20 +161,26 @@ async fn orchestrate() -> anyhow::Result<()> {
     // (c) The native kube-rs controller, same logic.
     let ns = namespace(&client, &format!("bench-native-{run_id}")).await?;
     create_widgets(&client, &ns, n).await?;
-    let (native_time, _) = run_until_reconciled(&client, &ns, n, || spawn_native(&kubeconfig, &ns)).await?;
+    let (native_time, _) =
+        run_until_reconciled(&client, &ns, n, || spawn_native(&kubeconfig, &ns)).await?;
     println!(
         "  (c) native kube-rs controller, N fresh objects:        {:8.2} s  ({:.2}x the raw loop's speed)",
         native_time.as_secs_f64(),
         raw.as_secs_f64() / native_time.as_secs_f64()
     );
-    println!("      host vs native: {:.2}x the native time", host_time.as_secs_f64() / native_time.as_secs_f64());
+    println!(
+        "      host vs native: {:.2}x the native time",
+        host_time.as_secs_f64() / native_time.as_secs_f64()
+    );
 
     // Memory with M objects cached.
     let ns = namespace(&client, &format!("bench-rss-{run_id}")).await?;
     create_widgets(&client, &ns, m).await?;
-    let (_, host_rss) = run_until_reconciled(&client, &ns, m, || spawn_host(&kubeconfig, &ns)).await?;
+    let (_, host_rss) =
+        run_until_reconciled(&client, &ns, m, || spawn_host(&kubeconfig, &ns)).await?;
     clear_status(&client, &ns).await?;
-    let (_, native_rss) = run_until_reconciled(&client, &ns, m, || spawn_native(&kubeconfig, &ns)).await?;
+    let (_, native_rss) =
+        run_until_reconciled(&client, &ns, m, || spawn_native(&kubeconfig, &ns)).await?;
     println!(
         "  RSS with {m} objects cached: host {:.1} MiB, native {:.1} MiB ({:.2}x)",
         host_rss as f64 / 1024.0,
@@ -165,7 +209,11 @@ async fn create_widgets(client: &kube::Client, ns: &str, n: usize) -> anyhow::Re
                 "spec": {"items": items, "message": "a typical spec of a typical custom resource"},
             }))
             .unwrap();
-            async move { api.create(&PostParams::default(), &object).await.map(|_| ()) }
+            async move {
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .map(|_| ())
+            }
         })
         .buffer_unordered(16)
         .try_collect::<()>()
@@ -175,11 +223,25 @@ async fn create_widgets(client: &kube::Client, ns: &str, n: usize) -> anyhow::Re
 
 async fn clear_status(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource());
-    let names: Vec<String> = api.list(&ListParams::default()).await?.items.into_iter().filter_map(|o| o.metadata.name).collect();
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
     futures::stream::iter(names)
         .map(|name| {
             let api = api.clone();
-            async move { api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": null}))).await.map(|_| ()) }
+            async move {
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": null})),
+                )
+                .await
+                .map(|_| ())
+            }
         })
         .buffer_unordered(16)
         .try_collect::<()>()
@@ -200,12 +262,18 @@ async fn run_until_reconciled(
     let mut child = spawn()?;
     let result = loop {
         let list = api.list(&ListParams::default()).await?;
-        let done = list.items.iter().filter(|o| o.data.get("status").is_some_and(|s| !s.is_null())).count();
+        let done = list
+            .items
+            .iter()
+            .filter(|o| o.data.get("status").is_some_and(|s| !s.is_null()))
+            .count();
         if done >= n {
             break Ok((started.elapsed(), rss_kib(child.id())));
         }
         if started.elapsed() > Duration::from_secs(600) {
-            break Err(anyhow::anyhow!("only {done} of {n} reconciled after 10 minutes"));
+            break Err(anyhow::anyhow!(
+                "only {done} of {n} reconciled after 10 minutes"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -217,7 +285,11 @@ async fn run_until_reconciled(
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -225,7 +297,10 @@ fn spawn_host(kubeconfig: &Path, ns: &str) -> anyhow::Result<Child> {
     let dir = repo().join("target/bench-host");
     let guests = dir.join("guests");
     std::fs::create_dir_all(&guests)?;
-    std::fs::copy(repo().join("target/guests/bench.wasm"), guests.join("bench.wasm"))?;
+    std::fs::copy(
+        repo().join("target/guests/bench.wasm"),
+        guests.join("bench.wasm"),
+    )?;
     let config = dir.join("host.yaml");
     std::fs::write(
         &config,
@@ -271,7 +346,8 @@ fn native_controller_process() -> anyhow::Result<()> {
                 |object: Arc<DynamicObject>, api: Arc<Api<DynamicObject>>| async move {
                     let text = serde_json::to_string(&*object).map_err(fail)?;
                     let patch: serde_json::Value =
-                        serde_json::from_str(&logic::status_patch(&text).map_err(fail)?).map_err(fail)?;
+                        serde_json::from_str(&logic::status_patch(&text).map_err(fail)?)
+                            .map_err(fail)?;
                     let name = object.metadata.name.clone().unwrap_or_default();
                     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use reconciler_host::capabilities::{Cluster, EventRecord, GuestContext, HostError, Providers, CallContext};
+use reconciler_host::capabilities::{
+    CallContext, Cluster, EventRecord, GuestContext, HostError, Providers,
+};
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::offline::{MemoryCache, RecordingQueue};
@@ -40,7 +42,10 @@ impl Cluster for NullCluster {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 /// A Widget of about 1 KB, as the API server would send it.
@@ -83,9 +88,15 @@ fn main() {
         .status()
         .expect("run guests/build.sh");
     assert!(status.success(), "guests/build.sh failed");
-    let iterations: usize = std::env::var("BENCH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(20_000);
+    let iterations: usize = std::env::var("BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(repo().join("target/bench-compile-cache")),
         ..RuntimeOptions::default()
@@ -122,7 +133,13 @@ fn main() {
         let started = Instant::now();
         let run = runtime.reconcile(&guest, call, &request);
         let total = started.elapsed();
-        assert_eq!(run.outcome, Outcome::Ok { requeue_after_ms: None }, "bench guest failed");
+        assert_eq!(
+            run.outcome,
+            Outcome::Ok {
+                requeue_after_ms: None
+            },
+            "bench guest failed"
+        );
         (total, run.instantiate_time)
     };
     // The native baseline does what the guest and the host import do together: compute the
@@ -131,7 +148,9 @@ fn main() {
         let started = Instant::now();
         let patch = logic::status_patch(&object).unwrap();
         let patch: Value = serde_json::from_str(&patch).unwrap();
-        let written = rt.block_on(cluster.patch_status("bench", &object_ref, &patch)).unwrap();
+        let written = rt
+            .block_on(cluster.patch_status("bench", &object_ref, &patch))
+            .unwrap();
         std::hint::black_box(written.to_string());
         started.elapsed()
     };
@@ -151,11 +170,29 @@ fn main() {
         native.push(native_once());
     }
     let (w, i, n) = (stats(wasm), stats(instantiate), stats(native));
-    println!("reconcile overhead: {iterations} reconciles of a {} B object, one status patch each", object.len());
-    println!("  wasm, fresh instance per reconcile: median {:7.2} µs   p99 {:7.2} µs", us(w.median), us(w.p99));
-    println!("    of which store + instantiate:     median {:7.2} µs   p99 {:7.2} µs", us(i.median), us(i.p99));
-    println!("    of which call (logic + import):   median {:7.2} µs", us(w.median.saturating_sub(i.median)));
-    println!("  native, same logic:                 median {:7.2} µs   p99 {:7.2} µs", us(n.median), us(n.p99));
+    println!(
+        "reconcile overhead: {iterations} reconciles of a {} B object, one status patch each",
+        object.len()
+    );
+    println!(
+        "  wasm, fresh instance per reconcile: median {:7.2} µs   p99 {:7.2} µs",
+        us(w.median),
+        us(w.p99)
+    );
+    println!(
+        "    of which store + instantiate:     median {:7.2} µs   p99 {:7.2} µs",
+        us(i.median),
+        us(i.p99)
+    );
+    println!(
+        "    of which call (logic + import):   median {:7.2} µs",
+        us(w.median.saturating_sub(i.median))
+    );
+    println!(
+        "  native, same logic:                 median {:7.2} µs   p99 {:7.2} µs",
+        us(n.median),
+        us(n.p99)
+    );
     println!(
         "  ratio wasm/native (median): {:.2}x   sandbox overhead (median): {:.2} µs",
         w.median.as_secs_f64() / n.median.as_secs_f64(),

@@ -18,7 +18,11 @@ use crate::offline::{MemoryCache, RecordingCluster, RecordingQueue};
 use crate::runtime::{Request, Runtime, RuntimeOptions};
 
 #[derive(Parser)]
-#[command(name = "reconciler-host", version, about = "Kubernetes controllers whose reconcile logic is a WebAssembly component")]
+#[command(
+    name = "reconciler-host",
+    version,
+    about = "Kubernetes controllers whose reconcile logic is a WebAssembly component"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -114,7 +118,9 @@ fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("RECONCILER_LOG_FORMAT").is_ok_and(|f| f == "json");
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -123,10 +129,15 @@ fn init_tracing() {
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Option<HostConfig>> {
-    path.map(|p| HostConfig::load(p)).transpose().map_err(Into::into)
+    path.map(|p| HostConfig::load(p))
+        .transpose()
+        .map_err(Into::into)
 }
 
-async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<crate::runtime::LoadedGuest> {
+async fn load_guest(
+    runtime: Arc<Runtime>,
+    file: PathBuf,
+) -> anyhow::Result<crate::runtime::LoadedGuest> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
     Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
 }
@@ -147,18 +158,26 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let grant = match &config {
         None => json!(null),
         Some(config) => match config.grant(&manifest.name) {
-            None => json!({ "granted": false, "reason": format!("no grant for guest `{}`", manifest.name) }),
-            Some(grant) => match crate::guests::check_grant(manifest, loaded.imports_network, &grant, config) {
-                Ok(()) => json!({ "granted": true }),
-                Err(missing) => json!({ "granted": false, "reason": missing }),
-            },
+            None => {
+                json!({ "granted": false, "reason": format!("no grant for guest `{}`", manifest.name) })
+            }
+            Some(grant) => {
+                match crate::guests::check_grant(manifest, loaded.imports_network, &grant, config) {
+                    Ok(()) => json!({ "granted": true }),
+                    Err(missing) => json!({ "granted": false, "reason": missing }),
+                }
+            }
         },
     };
     let refused = grant.get("granted") == Some(&json!(false));
     let report = json!({ "file": loaded.file, "sha256": loaded.hash, "world": world, "manifest": manifest, "grant": grant });
     println!("{}", serde_json::to_string_pretty(&report)?);
     if refused {
-        bail!("{} would be refused: {}", loaded.file.display(), grant["reason"].as_str().unwrap_or(""));
+        bail!(
+            "{} would be refused: {}",
+            loaded.file.display(),
+            grant["reason"].as_str().unwrap_or("")
+        );
     }
     Ok(())
 }
@@ -167,7 +186,9 @@ fn parse_key(key: &str) -> anyhow::Result<(Option<String>, String)> {
     let parts: Vec<&str> = key.split('/').collect();
     match parts.as_slice() {
         [name] if !name.is_empty() => Ok((None, (*name).to_owned())),
-        [ns, name] if !ns.is_empty() && !name.is_empty() => Ok((Some((*ns).to_owned()), (*name).to_owned())),
+        [ns, name] if !ns.is_empty() && !name.is_empty() => {
+            Ok((Some((*ns).to_owned()), (*name).to_owned()))
+        }
         _ => bail!("--key `{key}` must be name or namespace/name"),
     }
 }
@@ -179,7 +200,13 @@ struct OfflineRun {
     now: Option<std::time::SystemTime>,
 }
 
-async fn reconcile(guest_file: PathBuf, objects: Vec<PathBuf>, kind: Gvk, key: String, options: OfflineRun) -> anyhow::Result<()> {
+async fn reconcile(
+    guest_file: PathBuf,
+    objects: Vec<PathBuf>,
+    kind: Gvk,
+    key: String,
+    options: OfflineRun,
+) -> anyhow::Result<()> {
     let OfflineRun {
         config,
         backend_state,
@@ -199,11 +226,15 @@ async fn reconcile(guest_file: PathBuf, objects: Vec<PathBuf>, kind: Gvk, key: S
     let grant = match &config {
         None => Grant::unrestricted(),
         Some(config) => {
-            let grant = config
-                .grant(&manifest.name)
-                .with_context(|| format!("guest `{}` has no grant in the host configuration", manifest.name))?;
-            crate::guests::check_grant(manifest, loaded.imports_network, &grant, config)
-                .map_err(|missing| anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name))?;
+            let grant = config.grant(&manifest.name).with_context(|| {
+                format!(
+                    "guest `{}` has no grant in the host configuration",
+                    manifest.name
+                )
+            })?;
+            crate::guests::check_grant(manifest, loaded.imports_network, &grant, config).map_err(
+                |missing| anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name),
+            )?;
             grant
         }
     };
@@ -211,7 +242,11 @@ async fn reconcile(guest_file: PathBuf, objects: Vec<PathBuf>, kind: Gvk, key: S
         Some(path) => MemoryBackend::with_state_file(path.clone())?,
         None => MemoryBackend::new(),
     });
-    let networks = [(NETWORK_BACKEND.to_owned(), network as Arc<dyn NetworkBackend>)].into();
+    let networks = [(
+        NETWORK_BACKEND.to_owned(),
+        network as Arc<dyn NetworkBackend>,
+    )]
+    .into();
     let context = Arc::new(GuestContext {
         guest: manifest.name.clone(),
         grant,
@@ -232,15 +267,17 @@ async fn reconcile(guest_file: PathBuf, objects: Vec<PathBuf>, kind: Gvk, key: S
     };
     let object = cache.get(&object_ref);
     let request = Request {
-        deleting: object
-            .as_ref()
-            .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())),
+        deleting: object.as_ref().is_some_and(|o| {
+            o.pointer("/metadata/deletionTimestamp")
+                .is_some_and(|t| !t.is_null())
+        }),
         object: object.map(|o| o.to_string()),
         object_ref,
         attempt,
     };
     let call = CallContext::new(context, key, Some(tokio::runtime::Handle::current())).recording();
-    let run = tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, &request)).await?;
+    let run =
+        tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, &request)).await?;
     let output = json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() });
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())

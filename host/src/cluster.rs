@@ -74,7 +74,11 @@ impl KubeCluster {
         }
     }
 
-    async fn api(&self, kind: &Gvk, namespace: Option<&str>) -> Result<Api<DynamicObject>, HostError> {
+    async fn api(
+        &self,
+        kind: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>, HostError> {
         let resource = match self.informers.get(kind) {
             Some(informer) => informer.api_resource().clone(),
             None => {
@@ -82,10 +86,13 @@ impl KubeCluster {
                 match cached {
                     Some(resource) => resource,
                     None => {
-                        let (resource, _) = kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
-                            .await
-                            .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
-                        self.discovered.lock().insert(kind.clone(), resource.clone());
+                        let (resource, _) =
+                            kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
+                                .await
+                                .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
+                        self.discovered
+                            .lock()
+                            .insert(kind.clone(), resource.clone());
                         resource
                     }
                 }
@@ -105,19 +112,35 @@ impl KubeCluster {
 
     /// Adds `finalizer` to the object unless present; returns the object as written.
     /// The JSON patch tests the resourceVersion, so it never races a concurrent change.
-    pub async fn add_finalizer(&self, object: &ObjectRef, current: &Value, finalizer: &str) -> Result<Value, HostError> {
-        let finalizers = current.pointer("/metadata/finalizers").and_then(Value::as_array);
-        let mut ops = vec![json!({ "op": "test", "path": "/metadata/resourceVersion", "value": current.pointer("/metadata/resourceVersion") })];
+    pub async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &Value,
+        finalizer: &str,
+    ) -> Result<Value, HostError> {
+        let finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array);
+        let mut ops = vec![
+            json!({ "op": "test", "path": "/metadata/resourceVersion", "value": current.pointer("/metadata/resourceVersion") }),
+        ];
         match finalizers {
-            None => ops.push(json!({ "op": "add", "path": "/metadata/finalizers", "value": [finalizer] })),
+            None => ops
+                .push(json!({ "op": "add", "path": "/metadata/finalizers", "value": [finalizer] })),
             Some(list) if list.iter().any(|f| f == finalizer) => return Ok(current.clone()),
-            Some(_) => ops.push(json!({ "op": "add", "path": "/metadata/finalizers/-", "value": finalizer })),
+            Some(_) => ops
+                .push(json!({ "op": "add", "path": "/metadata/finalizers/-", "value": finalizer })),
         }
         self.json_patch(object, ops, "adding the finalizer").await
     }
 
     /// Removes `finalizer` if present; a test op guards the index against concurrent edits.
-    pub async fn remove_finalizer(&self, object: &ObjectRef, current: &Value, finalizer: &str) -> Result<(), HostError> {
+    pub async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &Value,
+        finalizer: &str,
+    ) -> Result<(), HostError> {
         let Some(index) = current
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -136,18 +159,29 @@ impl KubeCluster {
         }
     }
 
-    async fn json_patch(&self, object: &ObjectRef, ops: Vec<Value>, what: &str) -> Result<Value, HostError> {
+    async fn json_patch(
+        &self,
+        object: &ObjectRef,
+        ops: Vec<Value>,
+        what: &str,
+    ) -> Result<Value, HostError> {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
             .map_err(|e| HostError::Other(format!("building the patch for {what}: {e}")))?;
         let api = self.api(&object.kind, object.namespace.as_deref()).await?;
         let written = api
-            .patch(&object.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch(
+                &object.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
             .await
             // A failed `test` op is a 422: the object changed under us, which is a conflict.
-            .map_err(|e| match map_kube_error(e, &format!("{what} on {object}")) {
-                HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
-                other => other,
-            })?;
+            .map_err(
+                |e| match map_kube_error(e, &format!("{what} on {object}")) {
+                    HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
+                    other => other,
+                },
+            )?;
         self.remember(&object.kind, &written);
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
@@ -155,7 +189,12 @@ impl KubeCluster {
 
 #[async_trait]
 impl Cluster for KubeCluster {
-    async fn patch_status(&self, manager: &str, object: &ObjectRef, patch: &Value) -> Result<Value, HostError> {
+    async fn patch_status(
+        &self,
+        manager: &str,
+        object: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Value, HostError> {
         let api = self.api(&object.kind, object.namespace.as_deref()).await?;
         let params = PatchParams {
             field_manager: Some(manager.to_owned()),
@@ -170,11 +209,16 @@ impl Cluster for KubeCluster {
     }
 
     async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError> {
-        let target = ObjectRef::of_object(object)
-            .ok_or_else(|| HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into()))?;
+        let target = ObjectRef::of_object(object).ok_or_else(|| {
+            HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
+        })?;
         let api = self.api(&target.kind, target.namespace.as_deref()).await?;
         let written = api
-            .patch(&target.name, &PatchParams::apply(manager).force(), &Patch::Apply(object))
+            .patch(
+                &target.name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(object),
+            )
             .await
             .map_err(|e| map_kube_error(e, &format!("apply of {target}")))?;
         self.remember(&target.kind, &written);
@@ -213,7 +257,9 @@ impl Cluster for KubeCluster {
             namespace: regarding.namespace.clone(),
             name: Some(regarding.name.clone()),
             uid: cached.as_ref().and_then(|o| o.metadata.uid.clone()),
-            resource_version: cached.as_ref().and_then(|o| o.metadata.resource_version.clone()),
+            resource_version: cached
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone()),
             ..ObjectReference::default()
         };
         let published = Event {

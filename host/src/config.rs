@@ -19,9 +19,15 @@ pub const DEFAULT_MEMORY_MIB: u64 = 64;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read host configuration {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("host configuration {path} is invalid: {source}")]
-    Parse { path: PathBuf, source: serde_yaml::Error },
+    Parse {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
     #[error("host configuration {path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -190,7 +196,9 @@ pub struct Grant {
 
 /// A call outside the grant. The message names the guest, the missing right and where to add it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("guest `{guest}` may not {what}: add it to guests.{guest}.{field} in the host configuration")]
+#[error(
+    "guest `{guest}` may not {what}: add it to guests.{guest}.{field} in the host configuration"
+)]
 pub struct Denied {
     pub guest: String,
     pub what: String,
@@ -216,7 +224,12 @@ impl Grant {
         })
     }
 
-    pub fn may_write(&self, guest: &str, kind: &Gvk, subresource: Option<&str>) -> Result<(), Denied> {
+    pub fn may_write(
+        &self,
+        guest: &str,
+        kind: &Gvk,
+        subresource: Option<&str>,
+    ) -> Result<(), Denied> {
         let wanted = WriteTarget {
             kind: kind.clone(),
             subresource: subresource.map(str::to_owned),
@@ -271,7 +284,11 @@ guests:
         assert!(grant.may_read("network", &network).is_ok());
         assert!(grant.may_write("network", &network, None).is_ok());
         assert!(grant.may_write("network", &network, Some("status")).is_ok());
-        assert!(grant.may_write("network", &Gvk::new("", "v1", "Pod"), Some("status")).is_ok());
+        assert!(
+            grant
+                .may_write("network", &Gvk::new("", "v1", "Pod"), Some("status"))
+                .is_ok()
+        );
         assert!(grant.may_call_backend("network", "network").is_ok());
         assert!(config.grant("other").is_none());
     }
@@ -295,13 +312,19 @@ guests:
     #[test]
     fn refuses_unknown_fields_and_unconfigured_backends() {
         let typo = "guests:\n  a:\n    reads: [v1/Pod]\n";
-        let err = HostConfig::parse(typo, Path::new("h.yaml")).unwrap_err().to_string();
+        let err = HostConfig::parse(typo, Path::new("h.yaml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown field `reads`"), "{err}");
         let missing = "guests:\n  a:\n    backends: [network]\n";
-        let err = HostConfig::parse(missing, Path::new("h.yaml")).unwrap_err().to_string();
+        let err = HostConfig::parse(missing, Path::new("h.yaml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`network`, which is not configured"), "{err}");
         let bad_kind = "guests:\n  a:\n    read: [Network]\n";
-        let err = HostConfig::parse(bad_kind, Path::new("h.yaml")).unwrap_err().to_string();
+        let err = HostConfig::parse(bad_kind, Path::new("h.yaml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("group/version/Kind"), "{err}");
     }
 }

@@ -28,7 +28,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backends::NetworkBackend;
-use crate::capabilities::{CallContext, GuestContext, HostError, Lister, Providers, WorkQueue as QueueCapability};
+use crate::capabilities::{
+    CallContext, GuestContext, HostError, Lister, Providers, WorkQueue as QueueCapability,
+};
 use crate::cluster::{KubeCluster, to_kube_gvk};
 use crate::guests::ActiveGuest;
 use crate::informers::{Informer, InformerEvent, Informers, Scope, parse_selector};
@@ -101,7 +103,12 @@ impl Controller {
             Some(period) => caches.primary.subscribe_with_resync(period),
             None => caches.primary.subscribe(),
         };
-        tasks.spawn(map_events(primary_events, queue.clone(), None, manifest.primary.clone()));
+        tasks.spawn(map_events(
+            primary_events,
+            queue.clone(),
+            None,
+            manifest.primary.clone(),
+        ));
         for (informer, mapping) in &caches.secondaries {
             tasks.spawn(map_events(
                 informer.subscribe(),
@@ -114,8 +121,13 @@ impl Controller {
         let (synced_tx, synced) = watch::channel(false);
         let workers = concurrency(&guest);
         {
-            let (caches, queue, version, shared, name) =
-                (caches.clone(), queue.clone(), version.subscribe(), shared.clone(), name.clone());
+            let (caches, queue, version, shared, name) = (
+                caches.clone(),
+                queue.clone(),
+                version.subscribe(),
+                shared.clone(),
+                name.clone(),
+            );
             tasks.spawn(async move {
                 caches.wait_synced().await;
                 tracing::info!(guest = %name, workers, "caches synced; starting workers");
@@ -242,7 +254,9 @@ impl Caches {
                 Ok(informer) => {
                     readable.insert(kind.clone(), informer);
                 }
-                Err(e) => tracing::warn!(guest = %manifest.name, %kind, "granted kind cannot be cached: {e}"),
+                Err(e) => {
+                    tracing::warn!(guest = %manifest.name, %kind, "granted kind cannot be cached: {e}")
+                }
             }
         }
         Ok(Self {
@@ -264,7 +278,12 @@ impl Caches {
 }
 
 impl Version {
-    fn new(shared: &Shared, guest: &Arc<ActiveGuest>, caches: &Arc<Caches>, queue: &WorkQueue<ObjectKey>) -> Self {
+    fn new(
+        shared: &Shared,
+        guest: &Arc<ActiveGuest>,
+        caches: &Arc<Caches>,
+        queue: &WorkQueue<ObjectKey>,
+    ) -> Self {
         let cluster = Arc::new(KubeCluster::new(
             shared.client.clone(),
             caches.readable_with_primary(),
@@ -409,7 +428,9 @@ async fn process_next(
     let version = version.borrow().clone();
     let attempt = queue.num_requeues(&key);
     let span = tracing::info_span!("reconcile", guest = %version.guest.name(), key = %key, attempt);
-    let next = sync(shared, caches, &version, &key, attempt).instrument(span).await;
+    let next = sync(shared, caches, &version, &key, attempt)
+        .instrument(span)
+        .await;
     match next {
         Next::Done { requeue_after } => {
             // Success resets the key's backoff.
@@ -426,13 +447,21 @@ async fn process_next(
 }
 
 enum Next {
-    Done { requeue_after: Option<Duration> },
+    Done {
+        requeue_after: Option<Duration>,
+    },
     Retry,
     /// A permanent error: wait for the object to change.
     GiveUp,
 }
 
-async fn sync(shared: &Shared, caches: &Caches, version: &Arc<Version>, key: &ObjectKey, attempt: u32) -> Next {
+async fn sync(
+    shared: &Shared,
+    caches: &Caches,
+    version: &Arc<Version>,
+    key: &ObjectKey,
+    attempt: u32,
+) -> Next {
     let guest = &version.guest;
     let manifest = &guest.loaded.manifest;
     let object_ref = ObjectRef {
@@ -444,9 +473,10 @@ async fn sync(shared: &Shared, caches: &Caches, version: &Arc<Version>, key: &Ob
         .primary
         .get(key.namespace.as_deref(), &key.name)
         .and_then(|o| serde_json::to_value(&*o).ok());
-    let deleting = object
-        .as_ref()
-        .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()));
+    let deleting = object.as_ref().is_some_and(|o| {
+        o.pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+    });
     let cluster = &version.cluster;
 
     if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &object, deleting) {
@@ -474,7 +504,11 @@ async fn sync(shared: &Shared, caches: &Caches, version: &Arc<Version>, key: &Ob
     let (runtime, loaded) = (shared.runtime.clone(), version.clone());
     // Guest code is CPU-bound and its imports block: run it off the async workers.
     let started = Instant::now();
-    let run = match tokio::task::spawn_blocking(move || runtime.reconcile(&loaded.guest.loaded, call, &request)).await {
+    let run = match tokio::task::spawn_blocking(move || {
+        runtime.reconcile(&loaded.guest.loaded, call, &request)
+    })
+    .await
+    {
         Ok(run) => run,
         Err(e) => {
             tracing::error!("reconcile task failed: {e}");
@@ -496,7 +530,10 @@ async fn sync(shared: &Shared, caches: &Caches, version: &Arc<Version>, key: &Ob
                     .get(key.namespace.as_deref(), &key.name)
                     .and_then(|o| serde_json::to_value(&*o).ok())
                     .unwrap_or_else(|| current.clone());
-                if let Err(e) = cluster.remove_finalizer(&object_ref, &latest, finalizer).await {
+                if let Err(e) = cluster
+                    .remove_finalizer(&object_ref, &latest, finalizer)
+                    .await
+                {
                     tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
                     return Next::Retry;
                 }
@@ -511,7 +548,9 @@ async fn sync(shared: &Shared, caches: &Caches, version: &Arc<Version>, key: &Ob
             Next::Retry
         }
         Outcome::Permanent(message) => {
-            tracing::warn!("reconcile failed permanently (no retry until the object changes): {message}");
+            tracing::warn!(
+                "reconcile failed permanently (no retry until the object changes): {message}"
+            );
             Next::GiveUp
         }
         Outcome::Transient(message) => {
@@ -562,7 +601,12 @@ impl Lister for CacheLister {
             .transpose()
     }
 
-    fn list(&self, kind: &Gvk, namespace: Option<&str>, label_selector: Option<&str>) -> Result<Vec<String>, HostError> {
+    fn list(
+        &self,
+        kind: &Gvk,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<String>, HostError> {
         let informer = self.informer(kind)?;
         let selector = label_selector
             .map(parse_selector)
@@ -590,7 +634,12 @@ impl CacheLister {
 struct QueueHandle(WorkQueue<ObjectKey>);
 
 impl QueueCapability for QueueHandle {
-    fn enqueue(&self, namespace: Option<String>, name: String, after: Option<Duration>) -> Result<(), HostError> {
+    fn enqueue(
+        &self,
+        namespace: Option<String>,
+        name: String,
+        after: Option<Duration>,
+    ) -> Result<(), HostError> {
         if name.is_empty() {
             return Err(HostError::Invalid("an empty name is not a key".into()));
         }

@@ -76,21 +76,44 @@ pub enum FileState {
 pub enum RefusalError {
     #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("{file}: guest `{guest}` has no grant: add guests.{guest} to the host configuration with what it needs (read: {needs})")]
-    NoGrant { file: String, guest: String, needs: String },
+    #[error(
+        "{file}: guest `{guest}` has no grant: add guests.{guest} to the host configuration with what it needs (read: {needs})"
+    )]
+    NoGrant {
+        file: String,
+        guest: String,
+        needs: String,
+    },
     #[error("{file}: guest `{guest}` asks for more than its grant: {missing}")]
-    BeyondGrant { file: String, guest: String, missing: String },
-    #[error("{file}: guest name `{guest}` is already used by {other}; each guest needs a unique manifest name")]
-    DuplicateName { file: String, guest: String, other: String },
+    BeyondGrant {
+        file: String,
+        guest: String,
+        missing: String,
+    },
+    #[error(
+        "{file}: guest name `{guest}` is already used by {other}; each guest needs a unique manifest name"
+    )]
+    DuplicateName {
+        file: String,
+        guest: String,
+        other: String,
+    },
 }
 
 /// Checks a manifest against a grant; lists everything missing at once.
-pub fn check_grant(manifest: &Manifest, imports_network: bool, grant: &Grant, config: &HostConfig) -> Result<(), String> {
+pub fn check_grant(
+    manifest: &Manifest,
+    imports_network: bool,
+    grant: &Grant,
+    config: &HostConfig,
+) -> Result<(), String> {
     let guest = &manifest.name;
     let mut missing = Vec::new();
     let mut need_read = |kind: &crate::objects::Gvk, why: &str| {
         if !grant.read.contains(kind) {
-            missing.push(format!("read {kind} ({why}; add it to guests.{guest}.read)"));
+            missing.push(format!(
+                "read {kind} ({why}; add it to guests.{guest}.read)"
+            ));
         }
     };
     need_read(&manifest.primary, "its primary watch");
@@ -109,7 +132,9 @@ pub fn check_grant(manifest: &Manifest, imports_network: bool, grant: &Grant, co
                 "the `{NETWORK_BACKEND}` backend (it imports network-backend; add it to guests.{guest}.backends)"
             ));
         } else if !config.backends.contains_key(NETWORK_BACKEND) {
-            missing.push(format!("a `{NETWORK_BACKEND}` entry under backends: in the host configuration"));
+            missing.push(format!(
+                "a `{NETWORK_BACKEND}` entry under backends: in the host configuration"
+            ));
         }
     }
     if missing.is_empty() {
@@ -141,7 +166,12 @@ pub struct GuestDirectory {
 }
 
 impl GuestDirectory {
-    pub fn new(dir: PathBuf, runtime: Arc<Runtime>, config: Arc<HostConfig>, metrics: Option<Metrics>) -> Arc<Self> {
+    pub fn new(
+        dir: PathBuf,
+        runtime: Arc<Runtime>,
+        config: Arc<HostConfig>,
+        metrics: Option<Metrics>,
+    ) -> Arc<Self> {
         let (events, _) = broadcast::channel(256);
         Arc::new(Self {
             dir,
@@ -207,7 +237,12 @@ impl GuestDirectory {
                 }
             };
             let hash = hex(&Sha256::digest(&bytes));
-            let unchanged = self.state.lock().files.get(file).is_some_and(|e| e.hash == hash);
+            let unchanged = self
+                .state
+                .lock()
+                .files
+                .get(file)
+                .is_some_and(|e| e.hash == hash);
             if !unchanged {
                 self.load(file, &bytes, hash);
             }
@@ -240,11 +275,9 @@ impl GuestDirectory {
             Ok(active) => {
                 let active = Arc::new(active);
                 let name = active.name().to_owned();
-                if let Some(other) = state
-                    .files
-                    .iter()
-                    .find(|(f, e)| f.as_path() != file && e.active.as_ref().is_some_and(|a| a.name() == name))
-                {
+                if let Some(other) = state.files.iter().find(|(f, e)| {
+                    f.as_path() != file && e.active.as_ref().is_some_and(|a| a.name() == name)
+                }) {
                     let err = RefusalError::DuplicateName {
                         file: file.display().to_string(),
                         guest: name,
@@ -256,7 +289,9 @@ impl GuestDirectory {
                 if let Some(old) = &previous
                     && old.name() != name
                 {
-                    let _ = self.events.send(GuestEvent::Unloaded(old.name().to_owned()));
+                    let _ = self
+                        .events
+                        .send(GuestEvent::Unloaded(old.name().to_owned()));
                     self.set_loaded_metric(old, false);
                 }
                 tracing::info!(
@@ -282,7 +317,13 @@ impl GuestDirectory {
         }
     }
 
-    fn refuse(&self, file: &Path, hash: String, previous: Option<Arc<ActiveGuest>>, err: RefusalError) {
+    fn refuse(
+        &self,
+        file: &Path,
+        hash: String,
+        previous: Option<Arc<ActiveGuest>>,
+        err: RefusalError,
+    ) {
         match &previous {
             Some(old) => tracing::error!(
                 file = %file.display(), keeping = %old.loaded.hash,
@@ -310,7 +351,9 @@ impl GuestDirectory {
         if let Some(active) = entry.active {
             tracing::info!(file = %file.display(), guest = %active.name(), "guest unloaded");
             self.set_loaded_metric(&active, false);
-            let _ = self.events.send(GuestEvent::Unloaded(active.name().to_owned()));
+            let _ = self
+                .events
+                .send(GuestEvent::Unloaded(active.name().to_owned()));
         }
     }
 
@@ -347,9 +390,10 @@ impl GuestDirectory {
     pub async fn watch(self: Arc<Self>) -> anyhow::Result<()> {
         use notify::Watcher;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let _ = tx.send(event.map(|_| ()));
-        })?;
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let _ = tx.send(event.map(|_| ()));
+            })?;
         watcher.watch(&self.dir, notify::RecursiveMode::NonRecursive)?;
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.rescan()).await?;

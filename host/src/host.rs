@@ -75,11 +75,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.guest_directory.clone())
         .context("no guest directory: pass --guests or set guestDirectory in the configuration")?;
-    anyhow::ensure!(dir.is_dir(), "guest directory {} does not exist", dir.display());
+    anyhow::ensure!(
+        dir.is_dir(),
+        "guest directory {} does not exist",
+        dir.display()
+    );
 
     let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
     for (name, backend) in &config.backends {
-        let provider = crate::backends::from_config(backend).with_context(|| format!("backend `{name}`"))?;
+        let provider =
+            crate::backends::from_config(backend).with_context(|| format!("backend `{name}`"))?;
         networks.insert(name.clone(), provider);
     }
 
@@ -98,13 +103,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         ..RuntimeOptions::default()
     })?);
-    let directory = GuestDirectory::new(dir.clone(), runtime.clone(), config.clone(), Some(metrics.clone()));
+    let directory = GuestDirectory::new(
+        dir.clone(),
+        runtime.clone(),
+        config.clone(),
+        Some(metrics.clone()),
+    );
     let mut guest_events = directory.subscribe();
     let watcher = tokio::spawn(directory.clone().watch());
 
     let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
-    let (addr, _server) =
-        crate::server::serve(args.listen, metrics.clone(), directory.clone(), readiness.clone()).await?;
+    let (addr, _server) = crate::server::serve(
+        args.listen,
+        metrics.clone(),
+        directory.clone(),
+        readiness.clone(),
+    )
+    .await?;
     tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
 
     let election = if args.leader_elect {
@@ -253,7 +268,9 @@ impl Manager {
         match Controller::start(&self.shared, guest.clone()).await {
             Ok(controller) => {
                 self.pending.remove(&name);
-                self.readiness.lock().insert(name.clone(), controller.synced());
+                self.readiness
+                    .lock()
+                    .insert(name.clone(), controller.synced());
                 self.controllers.insert(name, controller);
             }
             Err(e) => {

@@ -52,7 +52,9 @@ impl fmt::Display for Gvk {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("`{0}` is not a kind: write group/version/Kind, or version/Kind for the core group (e.g. samplecrd.k8s.io/v1/Network, v1/ConfigMap)")]
+#[error(
+    "`{0}` is not a kind: write group/version/Kind, or version/Kind for the core group (e.g. samplecrd.k8s.io/v1/Network, v1/ConfigMap)"
+)]
 pub struct GvkParseError(String);
 
 impl FromStr for Gvk {
@@ -74,7 +76,9 @@ impl FromStr for Gvk {
 }
 
 /// Deserializes a set of kinds written as strings (`samplecrd.k8s.io/v1/Network`).
-pub fn deserialize_kinds<'de, D>(deserializer: D) -> Result<std::collections::BTreeSet<Gvk>, D::Error>
+pub fn deserialize_kinds<'de, D>(
+    deserializer: D,
+) -> Result<std::collections::BTreeSet<Gvk>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -123,7 +127,10 @@ mod tests {
 
     #[test]
     fn parses_core_and_grouped_kinds() {
-        assert_eq!("v1/ConfigMap".parse::<Gvk>().unwrap(), Gvk::new("", "v1", "ConfigMap"));
+        assert_eq!(
+            "v1/ConfigMap".parse::<Gvk>().unwrap(),
+            Gvk::new("", "v1", "ConfigMap")
+        );
         let network: Gvk = "samplecrd.k8s.io/v1/Network".parse().unwrap();
         assert_eq!(network, Gvk::new("samplecrd.k8s.io", "v1", "Network"));
         assert_eq!(network.to_string(), "samplecrd.k8s.io/v1/Network");

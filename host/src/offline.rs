@@ -17,14 +17,19 @@ use crate::objects::{Gvk, ObjectRef};
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
     #[error("cannot read objects from {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: document {index} is not valid YAML or JSON: {source}")]
     Parse {
         path: PathBuf,
         index: usize,
         source: serde_yaml::Error,
     },
-    #[error("{path}: document {index} is not a Kubernetes object: it needs apiVersion, kind and metadata.name")]
+    #[error(
+        "{path}: document {index} is not a Kubernetes object: it needs apiVersion, kind and metadata.name"
+    )]
     NotAnObject { path: PathBuf, index: usize },
 }
 
@@ -35,7 +40,12 @@ pub struct MemoryCache {
 }
 
 fn cache_key(r: &ObjectRef) -> String {
-    format!("{}|{}|{}", r.kind, r.namespace.as_deref().unwrap_or(""), r.name)
+    format!(
+        "{}|{}|{}",
+        r.kind,
+        r.namespace.as_deref().unwrap_or(""),
+        r.name
+    )
 }
 
 impl MemoryCache {
@@ -68,7 +78,12 @@ impl MemoryCache {
                 continue;
             }
             let items = match value.get("items").and_then(Value::as_array) {
-                Some(items) if value.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) => {
+                Some(items)
+                    if value
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .is_some_and(|k| k.ends_with("List")) =>
+                {
                     items.clone()
                 }
                 _ => vec![value],
@@ -131,7 +146,12 @@ impl Lister for MemoryCache {
         Ok(MemoryCache::get(self, object).map(|v| v.to_string()))
     }
 
-    fn list(&self, kind: &Gvk, namespace: Option<&str>, label_selector: Option<&str>) -> Result<Vec<String>, HostError> {
+    fn list(
+        &self,
+        kind: &Gvk,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<String>, HostError> {
         let selector = label_selector
             .map(parse_selector)
             .transpose()
@@ -140,7 +160,9 @@ impl Lister for MemoryCache {
         Ok(objects
             .values()
             .filter(|o| {
-                let Some(r) = ObjectRef::of_object(o) else { return false };
+                let Some(r) = ObjectRef::of_object(o) else {
+                    return false;
+                };
                 r.kind == *kind && namespace.is_none_or(|ns| r.namespace.as_deref() == Some(ns))
             })
             .filter(|o| {
@@ -204,11 +226,15 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 #[async_trait]
 impl Cluster for RecordingCluster {
-    async fn patch_status(&self, _manager: &str, object: &ObjectRef, patch: &Value) -> Result<Value, HostError> {
-        let mut current = self
-            .cache
-            .get(object)
-            .ok_or_else(|| HostError::NotFound(format!("{object} is not among the loaded objects")))?;
+    async fn patch_status(
+        &self,
+        _manager: &str,
+        object: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Value, HostError> {
+        let mut current = self.cache.get(object).ok_or_else(|| {
+            HostError::NotFound(format!("{object} is not among the loaded objects"))
+        })?;
         // Only `status` is written through the status subresource, as on a real server.
         if let Some(status) = patch.get("status") {
             let mut merged = current.get("status").cloned().unwrap_or(Value::Null);
@@ -221,8 +247,9 @@ impl Cluster for RecordingCluster {
     }
 
     async fn apply(&self, _manager: &str, object: &Value) -> Result<Value, HostError> {
-        let r = ObjectRef::of_object(object)
-            .ok_or_else(|| HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into()))?;
+        let r = ObjectRef::of_object(object).ok_or_else(|| {
+            HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
+        })?;
         let mut merged = self.cache.get(&r).unwrap_or(Value::Null);
         merge_patch(&mut merged, object);
         self.bump(&mut merged);
@@ -243,7 +270,12 @@ impl Cluster for RecordingCluster {
 pub struct RecordingQueue;
 
 impl WorkQueue for RecordingQueue {
-    fn enqueue(&self, _namespace: Option<String>, _name: String, _after: Option<Duration>) -> Result<(), HostError> {
+    fn enqueue(
+        &self,
+        _namespace: Option<String>,
+        _name: String,
+        _after: Option<Duration>,
+    ) -> Result<(), HostError> {
         Ok(())
     }
 }
@@ -255,7 +287,10 @@ mod tests {
     #[test]
     fn merge_patch_follows_rfc_7386() {
         let mut target = serde_json::json!({"a": {"b": 1, "c": 2}, "d": [1]});
-        merge_patch(&mut target, &serde_json::json!({"a": {"b": null, "e": 3}, "d": [2]}));
+        merge_patch(
+            &mut target,
+            &serde_json::json!({"a": {"b": null, "e": 3}, "d": [2]}),
+        );
         assert_eq!(target, serde_json::json!({"a": {"c": 2, "e": 3}, "d": [2]}));
     }
 
@@ -271,11 +306,26 @@ mod tests {
         let cache = MemoryCache::load(&[dir.path().to_owned()]).unwrap();
         let cm = Gvk::new("", "v1", "ConfigMap");
         assert_eq!(Lister::list(&cache, &cm, Some("n"), None).unwrap().len(), 2);
-        assert_eq!(Lister::list(&cache, &cm, None, Some("app=x")).unwrap().len(), 1);
-        assert_eq!(Lister::list(&cache, &cm, Some("other"), None).unwrap().len(), 0);
+        assert_eq!(
+            Lister::list(&cache, &cm, None, Some("app=x"))
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            Lister::list(&cache, &cm, Some("other"), None)
+                .unwrap()
+                .len(),
+            0
+        );
 
         std::fs::write(dir.path().join("b.yaml"), "kind: Thing\n").unwrap();
-        let err = MemoryCache::load(&[dir.path().to_owned()]).unwrap_err().to_string();
-        assert!(err.contains("b.yaml: document 1 is not a Kubernetes object"), "{err}");
+        let err = MemoryCache::load(&[dir.path().to_owned()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("b.yaml: document 1 is not a Kubernetes object"),
+            "{err}"
+        );
     }
 }

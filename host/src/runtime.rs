@@ -41,16 +41,23 @@ const NETWORK_BACKEND_IMPORT: &str = "reconciler:api/network-backend@0.1.0";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{file}: not a WebAssembly component ({reason}); build the guest for wasm32-wasip2 or with a component toolchain")]
+    #[error(
+        "{file}: not a WebAssembly component ({reason}); build the guest for wasm32-wasip2 or with a component toolchain"
+    )]
     Compile { file: String, reason: String },
-    #[error("{file}: targets another world: {reason}; a guest must export {RECONCILER_EXPORT} and import only the reconciler:api interfaces and WASI")]
+    #[error(
+        "{file}: targets another world: {reason}; a guest must export {RECONCILER_EXPORT} and import only the reconciler:api interfaces and WASI"
+    )]
     WrongWorld { file: String, reason: String },
     #[error("{file}: manifest() failed: {reason}")]
     Manifest { file: String, reason: String },
     #[error("{file}: manifest is invalid: {reason}")]
     InvalidManifest { file: String, reason: String },
     #[error("compile cache {path}: {source}")]
-    Cache { path: PathBuf, source: std::io::Error },
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// How secondary objects map to primary keys.
@@ -117,7 +124,8 @@ impl Manifest {
                 .collect(),
             finalizer: m.finalizer,
             concurrency: m.concurrency,
-            resync: (m.resync_seconds > 0).then(|| Duration::from_secs(u64::from(m.resync_seconds))),
+            resync: (m.resync_seconds > 0)
+                .then(|| Duration::from_secs(u64::from(m.resync_seconds))),
         })
     }
 }
@@ -231,7 +239,12 @@ struct MemoryCap {
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.hit = true;
             return Ok(false);
@@ -239,7 +252,12 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -353,23 +371,27 @@ impl Runtime {
             .component_type()
             .imports(&self.engine)
             .any(|(import, _)| import == NETWORK_BACKEND_IMPORT);
-        let exports_reconciler = component
-            .component_type()
-            .exports(&self.engine)
-            .any(|(export, item)| export == RECONCILER_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_)));
+        let exports_reconciler =
+            component
+                .component_type()
+                .exports(&self.engine)
+                .any(|(export, item)| {
+                    export == RECONCILER_EXPORT
+                        && matches!(item.ty, ComponentItem::ComponentInstance(_))
+                });
         if !exports_reconciler {
             return Err(LoadError::WrongWorld {
                 file: name,
                 reason: format!("it does not export {RECONCILER_EXPORT}"),
             });
         }
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::WrongWorld {
-                file: name.clone(),
-                reason: format!("{e:#}"),
-            })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::WrongWorld {
+                    file: name.clone(),
+                    reason: format!("{e:#}"),
+                })?;
         let pre = NetworkControllerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             file: name.clone(),
             reason: format!("{e:#}"),
@@ -381,15 +403,20 @@ impl Runtime {
         );
         let manifest = pre
             .instantiate(&mut store)
-            .and_then(|instance| instance.reconciler_api_reconciler().call_manifest(&mut store))
+            .and_then(|instance| {
+                instance
+                    .reconciler_api_reconciler()
+                    .call_manifest(&mut store)
+            })
             .map_err(|e| LoadError::Manifest {
                 file: name.clone(),
                 reason: describe_failure(&e, &store).1,
             })?;
-        let manifest = Manifest::from_wit(manifest).map_err(|reason| LoadError::InvalidManifest {
-            file: name.clone(),
-            reason,
-        })?;
+        let manifest =
+            Manifest::from_wit(manifest).map_err(|reason| LoadError::InvalidManifest {
+                file: name.clone(),
+                reason,
+            })?;
         Ok(LoadedGuest {
             pre,
             hash,
@@ -415,7 +442,9 @@ impl Runtime {
             // host's own cache directory, named by the content hash and engine hash.
             match unsafe { Component::deserialize_file(&self.engine, &path) } {
                 Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!(path = %path.display(), "discarding unreadable compile cache entry: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "discarding unreadable compile cache entry: {e:#}")
+                }
             }
         }
         let component = compile()?;
@@ -442,7 +471,9 @@ impl Runtime {
             wasi.env(k, v);
         }
         if let Some(at) = call.guest.fixed_clock {
-            wasi.wall_clock(FixedClock(at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default()));
+            wasi.wall_clock(FixedClock(
+                at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default(),
+            ));
         }
         let deadline = call.deadline;
         let state = HostState {
@@ -482,7 +513,10 @@ impl Runtime {
             deleting: request.deleting,
             attempt: request.attempt,
         };
-        let result = instance.and_then(|i| i.reconciler_api_reconciler().call_reconcile(&mut store, &wit_request));
+        let result = instance.and_then(|i| {
+            i.reconciler_api_reconciler()
+                .call_reconcile(&mut store, &wit_request)
+        });
         let outcome = match result {
             Ok(Ok(action)) => Outcome::Ok {
                 requeue_after_ms: action.requeue_after_ms,

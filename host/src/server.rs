@@ -73,7 +73,10 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], state.metrics.render())
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        state.metrics.render(),
+    )
 }
 
 async fn guests(State(state): State<AppState>) -> impl IntoResponse {

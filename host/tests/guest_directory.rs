@@ -69,11 +69,19 @@ fn add_replace_refuse_and_remove() {
     // Replace with garbage: refused with file and reason; the last good version stays active.
     std::fs::write(&file, b"not wasm at all").unwrap();
     guests.rescan();
-    assert!(events.try_recv().is_err(), "a refused file must not change the active set");
+    assert!(
+        events.try_recv().is_err(),
+        "a refused file must not change the active set"
+    );
     assert_eq!(active_hash(&guests).as_deref(), Some(v2.as_str()));
     let status = &guests.statuses()[0];
-    let FileState::Failed(reason) = &status.state else { panic!("{status:?}") };
-    assert!(reason.contains("widget.wasm: not a WebAssembly component"), "{reason}");
+    let FileState::Failed(reason) = &status.state else {
+        panic!("{status:?}")
+    };
+    assert!(
+        reason.contains("widget.wasm: not a WebAssembly component"),
+        "{reason}"
+    );
     assert_eq!(status.active_hash.as_deref(), Some(v2.as_str()));
 
     // Unchanged content: nothing happens.
@@ -99,17 +107,33 @@ fn a_guest_without_a_grant_or_beyond_it_is_refused_at_load() {
     let none = directory(dir.path(), "guests: {}\n");
     none.rescan();
     assert!(none.active().is_empty());
-    let FileState::Failed(reason) = &none.statuses()[0].state else { panic!() };
-    assert!(reason.contains("guest `widget` has no grant: add guests.widget"), "{reason}");
+    let FileState::Failed(reason) = &none.statuses()[0].state else {
+        panic!()
+    };
+    assert!(
+        reason.contains("guest `widget` has no grant: add guests.widget"),
+        "{reason}"
+    );
 
     // Reads its primary but not its secondary, and may not write for its finalizer.
-    let partial = directory(dir.path(), "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget]\n");
+    let partial = directory(
+        dir.path(),
+        "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget]\n",
+    );
     partial.rescan();
     assert!(partial.active().is_empty());
-    let FileState::Failed(reason) = &partial.statuses()[0].state else { panic!() };
+    let FileState::Failed(reason) = &partial.statuses()[0].state else {
+        panic!()
+    };
     assert!(reason.contains("asks for more than its grant"), "{reason}");
-    assert!(reason.contains("read v1/ConfigMap (a secondary watch; add it to guests.widget.read)"), "{reason}");
-    assert!(reason.contains("write test.reconciler.dev/v1/Widget (to add and remove its finalizer"), "{reason}");
+    assert!(
+        reason.contains("read v1/ConfigMap (a secondary watch; add it to guests.widget.read)"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("write test.reconciler.dev/v1/Widget (to add and remove its finalizer"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -119,8 +143,13 @@ fn the_network_guest_needs_a_configured_network_backend() {
     let grants = "guests:\n  network:\n    read: [samplecrd.k8s.io/v1/Network]\n    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]\n";
     let guests = directory(dir.path(), grants);
     guests.rescan();
-    let FileState::Failed(reason) = &guests.statuses()[0].state else { panic!() };
-    assert!(reason.contains("the `network` backend (it imports network-backend"), "{reason}");
+    let FileState::Failed(reason) = &guests.statuses()[0].state else {
+        panic!()
+    };
+    assert!(
+        reason.contains("the `network` backend (it imports network-backend"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -133,8 +162,13 @@ fn two_files_with_the_same_guest_name_keep_the_first() {
     assert_eq!(guests.active().len(), 1);
     let statuses = guests.statuses();
     assert_eq!(statuses[0].state, FileState::Loaded);
-    let FileState::Failed(reason) = &statuses[1].state else { panic!("{statuses:?}") };
-    assert!(reason.contains("guest name `widget` is already used by"), "{reason}");
+    let FileState::Failed(reason) = &statuses[1].state else {
+        panic!("{statuses:?}")
+    };
+    assert!(
+        reason.contains("guest name `widget` is already used by"),
+        "{reason}"
+    );
 }
 
 /// Waits for the next guest event from the watching task.
@@ -156,9 +190,14 @@ async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
     let tmp = dir.path().join(".widget.wasm.swp");
     copy("widget", &tmp);
     std::fs::rename(&tmp, dir.path().join("widget.wasm")).unwrap();
-    let GuestEvent::Loaded(v1) = next_event(&mut events).await else { panic!("expected Loaded") };
+    let GuestEvent::Loaded(v1) = next_event(&mut events).await else {
+        panic!("expected Loaded")
+    };
     std::fs::remove_file(dir.path().join("widget.wasm")).unwrap();
-    assert!(matches!(next_event(&mut events).await, GuestEvent::Unloaded(_)));
+    assert!(matches!(
+        next_event(&mut events).await,
+        GuestEvent::Unloaded(_)
+    ));
 
     // A ConfigMap volume: widget.wasm -> ..data/widget.wasm, ..data -> ..<timestamp>/, and an
     // update swaps the ..data symlink atomically to a new timestamped directory.
@@ -167,7 +206,9 @@ async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
     copy("widget", &first.join("widget.wasm"));
     std::os::unix::fs::symlink("..2026_11_22_01", dir.path().join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/widget.wasm", dir.path().join("widget.wasm")).unwrap();
-    let GuestEvent::Loaded(again) = next_event(&mut events).await else { panic!("expected Loaded") };
+    let GuestEvent::Loaded(again) = next_event(&mut events).await else {
+        panic!("expected Loaded")
+    };
     assert_eq!(again.loaded.hash, v1.loaded.hash);
 
     let second = dir.path().join("..2026_11_22_02");
@@ -175,7 +216,9 @@ async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
     copy("widget-v2", &second.join("widget.wasm"));
     std::os::unix::fs::symlink("..2026_11_22_02", dir.path().join("..data_tmp")).unwrap();
     std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
-    let GuestEvent::Loaded(v2) = next_event(&mut events).await else { panic!("expected Loaded") };
+    let GuestEvent::Loaded(v2) = next_event(&mut events).await else {
+        panic!("expected Loaded")
+    };
     assert_ne!(v2.loaded.hash, v1.loaded.hash);
     watching.abort();
 }

@@ -25,7 +25,9 @@ struct Case {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn run_case(case: &Case) {
@@ -57,7 +59,8 @@ fn run_case(case: &Case) {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    let actual: Value = serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
+    let actual: Value =
+        serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
     compare(&dir.join("expected.json"), &actual, case.name);
     if state.exists() {
         let after: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
@@ -67,14 +70,21 @@ fn run_case(case: &Case) {
 
 fn compare(expected_file: &Path, actual: &Value, case: &str) {
     if std::env::var_os("BLESS").is_some() {
-        std::fs::write(expected_file, serde_json::to_string_pretty(actual).unwrap() + "\n").unwrap();
+        std::fs::write(
+            expected_file,
+            serde_json::to_string_pretty(actual).unwrap() + "\n",
+        )
+        .unwrap();
         return;
     }
-    let expected: Value = serde_json::from_slice(
-        &std::fs::read(expected_file)
-            .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1 to create it)", expected_file.display())),
-    )
-    .unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(expected_file).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with BLESS=1 to create it)",
+                expected_file.display()
+            )
+        }))
+        .unwrap();
     assert!(
         expected == *actual,
         "{case}: output differs from {}\nactual:\n{}",
@@ -123,15 +133,61 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     let guest = guest.to_str().unwrap();
     let objects = fixture("widget-full").join("objects.yaml");
     let objects = objects.to_str().unwrap();
-    let err = run(&["reconcile", "--guest", guest, "--objects", "/nonexistent.yaml", "--kind", WIDGET, "--key", "a"]);
-    assert!(err.contains("cannot read objects from /nonexistent.yaml"), "{err}");
-    let err = run(&["reconcile", "--guest", guest, "--objects", objects, "--kind", "Widget", "--key", "a"]);
+    let err = run(&[
+        "reconcile",
+        "--guest",
+        guest,
+        "--objects",
+        "/nonexistent.yaml",
+        "--kind",
+        WIDGET,
+        "--key",
+        "a",
+    ]);
+    assert!(
+        err.contains("cannot read objects from /nonexistent.yaml"),
+        "{err}"
+    );
+    let err = run(&[
+        "reconcile",
+        "--guest",
+        guest,
+        "--objects",
+        objects,
+        "--kind",
+        "Widget",
+        "--key",
+        "a",
+    ]);
     assert!(err.contains("group/version/Kind"), "{err}");
-    let err = run(&["reconcile", "--guest", guest, "--objects", objects, "--kind", WIDGET, "--key", "a/b/c"]);
-    assert!(err.contains("--key `a/b/c` must be name or namespace/name"), "{err}");
+    let err = run(&[
+        "reconcile",
+        "--guest",
+        guest,
+        "--objects",
+        objects,
+        "--kind",
+        WIDGET,
+        "--key",
+        "a/b/c",
+    ]);
+    assert!(
+        err.contains("--key `a/b/c` must be name or namespace/name"),
+        "{err}"
+    );
     let bogus = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(bogus.path(), "not a component").unwrap();
-    let err = run(&["reconcile", "--guest", bogus.path().to_str().unwrap(), "--objects", objects, "--kind", WIDGET, "--key", "a"]);
+    let err = run(&[
+        "reconcile",
+        "--guest",
+        bogus.path().to_str().unwrap(),
+        "--objects",
+        objects,
+        "--kind",
+        WIDGET,
+        "--key",
+        "a",
+    ]);
     assert!(err.contains("not a WebAssembly component"), "{err}");
 }
 
@@ -148,7 +204,10 @@ fn check_prints_the_manifest_and_refuses_beyond_the_grant() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["world"], "network-controller");
     assert_eq!(report["manifest"]["name"], "network");
-    assert_eq!(report["manifest"]["finalizer"], "samplecrd.k8s.io/network-backend");
+    assert_eq!(
+        report["manifest"]["finalizer"],
+        "samplecrd.k8s.io/network-backend"
+    );
 
     let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
         .arg("check")
@@ -160,5 +219,8 @@ fn check_prints_the_manifest_and_refuses_beyond_the_grant() {
         .unwrap();
     assert!(!output.status.success());
     let err = String::from_utf8_lossy(&output.stderr);
-    assert!(err.contains("would be refused: no grant for guest `network`"), "{err}");
+    assert!(
+        err.contains("would be refused: no grant for guest `network`"),
+        "{err}"
+    );
 }

@@ -26,7 +26,9 @@ fn runtime() -> Runtime {
 
 fn load(runtime: &Runtime, name: &str) -> LoadedGuest {
     let path = common::guest(name);
-    runtime.load(&std::fs::read(&path).unwrap(), &path).expect("guest loads")
+    runtime
+        .load(&std::fs::read(&path).unwrap(), &path)
+        .expect("guest loads")
 }
 
 fn widget(name: &str, spec: Value) -> Value {
@@ -44,8 +46,11 @@ struct Harness {
 
 fn harness(grant: Grant) -> Harness {
     let cache = Arc::new(MemoryCache::default());
-    let networks: BTreeMap<String, Arc<dyn NetworkBackend>> =
-        [("network".to_owned(), Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>)].into();
+    let networks: BTreeMap<String, Arc<dyn NetworkBackend>> = [(
+        "network".to_owned(),
+        Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>,
+    )]
+    .into();
     let context = Arc::new(GuestContext {
         guest: "widget".into(),
         grant,
@@ -61,7 +66,12 @@ fn harness(grant: Grant) -> Harness {
     Harness { cache, context }
 }
 
-fn reconcile(runtime: &Runtime, guest: &LoadedGuest, h: &Harness, object: Value) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+fn reconcile(
+    runtime: &Runtime,
+    guest: &LoadedGuest,
+    h: &Harness,
+    object: Value,
+) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
     h.cache.put(object.clone());
     let request = Request {
         object_ref: ObjectRef::of_object(&object).unwrap(),
@@ -69,8 +79,12 @@ fn reconcile(runtime: &Runtime, guest: &LoadedGuest, h: &Harness, object: Value)
         deleting: false,
         attempt: 0,
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let call = CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let call =
+        CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
     let run = runtime.reconcile(guest, call, &request);
     (run.outcome, run.calls.unwrap_or_default())
 }
@@ -89,9 +103,22 @@ fn with_limits(deadline: Duration, memory_mib: u64) -> Grant {
 /// A plain reconcile on the same runtime succeeds: the host is still serving.
 fn assert_still_serving(runtime: &Runtime, guest: &LoadedGuest) {
     let h = harness(Grant::unrestricted());
-    let (outcome, calls) = reconcile(runtime, guest, &h, widget("after", json!({"message": "still here"})));
-    assert_eq!(outcome, Outcome::Ok { requeue_after_ms: None });
-    assert!(calls.iter().any(|c| c.function == "patch-status"), "{calls:?}");
+    let (outcome, calls) = reconcile(
+        runtime,
+        guest,
+        &h,
+        widget("after", json!({"message": "still here"})),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Ok {
+            requeue_after_ms: None
+        }
+    );
+    assert!(
+        calls.iter().any(|c| c.function == "patch-status"),
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -107,7 +134,10 @@ fn loads_a_guest_and_reads_its_manifest() {
     assert!(!guest.imports_network, "widget uses the controller world");
     assert_eq!(guest.hash.len(), 64);
     let network = load(&runtime, "network");
-    assert!(network.imports_network, "network uses the network-controller world");
+    assert!(
+        network.imports_network,
+        "network uses the network-controller world"
+    );
 }
 
 #[test]
@@ -115,14 +145,30 @@ fn a_reconcile_runs_in_a_fresh_instance_and_records_its_calls() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
     let h = harness(Grant::unrestricted());
-    let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", json!({"requeueAfterMs": 250, "message": "hi"})));
-    assert_eq!(outcome, Outcome::Ok { requeue_after_ms: Some(250) });
-    let patch = calls.iter().find(|c| c.function == "patch-status").expect("status patch");
+    let (outcome, calls) = reconcile(
+        &runtime,
+        &guest,
+        &h,
+        widget("w", json!({"requeueAfterMs": 250, "message": "hi"})),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Ok {
+            requeue_after_ms: Some(250)
+        }
+    );
+    let patch = calls
+        .iter()
+        .find(|c| c.function == "patch-status")
+        .expect("status patch");
     assert_eq!(patch.args["patch"]["status"]["reconciles"], 1);
     assert_eq!(patch.args["patch"]["status"]["message"], "hi");
     // The cache now holds the written status (read-your-writes within the offline providers),
     // so a second reconcile — a fresh instance, no guest state kept — counts on from it.
-    let stored = h.cache.get(&ObjectRef::of_object(&widget("w", json!({}))).unwrap()).unwrap();
+    let stored = h
+        .cache
+        .get(&ObjectRef::of_object(&widget("w", json!({}))).unwrap())
+        .unwrap();
     let (_, calls) = reconcile(&runtime, &guest, &h, stored);
     let patch = calls.iter().find(|c| c.function == "patch-status").unwrap();
     assert_eq!(patch.args["patch"]["status"]["reconciles"], 2);
@@ -131,12 +177,23 @@ fn a_reconcile_runs_in_a_fresh_instance_and_records_its_calls() {
 #[test]
 fn a_malformed_file_is_refused_with_its_name_and_reason() {
     let runtime = runtime();
-    let err = runtime.load(b"\0asm\x01\0\0\0garbage", "bad.wasm".as_ref()).unwrap_err();
+    let err = runtime
+        .load(b"\0asm\x01\0\0\0garbage", "bad.wasm".as_ref())
+        .unwrap_err();
     assert!(matches!(err, LoadError::Compile { .. }), "{err:?}");
     let message = err.to_string();
-    assert!(message.starts_with("bad.wasm: not a WebAssembly component"), "{message}");
-    let err = runtime.load(b"hello", "text.wasm".as_ref()).unwrap_err().to_string();
-    assert!(err.starts_with("text.wasm: not a WebAssembly component"), "{err}");
+    assert!(
+        message.starts_with("bad.wasm: not a WebAssembly component"),
+        "{message}"
+    );
+    let err = runtime
+        .load(b"hello", "text.wasm".as_ref())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("text.wasm: not a WebAssembly component"),
+        "{err}"
+    );
     assert_still_serving(&runtime, &load(&runtime, "widget"));
 }
 
@@ -144,9 +201,15 @@ fn a_malformed_file_is_refused_with_its_name_and_reason() {
 fn a_component_of_another_world_is_refused() {
     let runtime = runtime();
     let path = common::guest("wrong-world");
-    let err = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap_err();
+    let err = runtime
+        .load(&std::fs::read(&path).unwrap(), &path)
+        .unwrap_err();
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
-    assert!(err.to_string().contains("does not export reconciler:api/reconciler@0.1.0"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not export reconciler:api/reconciler@0.1.0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -155,7 +218,9 @@ fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
     let guest = load(&runtime, "widget");
     let h = harness(Grant::unrestricted());
     let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "trap"})));
-    let Outcome::Trap(message) = outcome else { panic!("expected a trap, got {outcome:?}") };
+    let Outcome::Trap(message) = outcome else {
+        panic!("expected a trap, got {outcome:?}")
+    };
     assert!(message.contains("widget was asked to trap"), "{message}");
     assert_still_serving(&runtime, &guest);
 }
@@ -166,7 +231,9 @@ fn a_guest_that_loops_forever_is_interrupted_at_its_deadline() {
     let guest = load(&runtime, "widget");
     let h = harness(with_limits(Duration::from_millis(200), 64));
     let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "loop"})));
-    let Outcome::Deadline(message) = outcome else { panic!("expected a deadline hit, got {outcome:?}") };
+    let Outcome::Deadline(message) = outcome else {
+        panic!("expected a deadline hit, got {outcome:?}")
+    };
     assert!(message.contains("deadline of 200ms"), "{message}");
     assert_still_serving(&runtime, &guest);
 }
@@ -177,7 +244,9 @@ fn a_guest_that_allocates_without_bound_hits_its_memory_cap() {
     let guest = load(&runtime, "widget");
     let h = harness(with_limits(Duration::from_secs(10), 16));
     let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "hog"})));
-    let Outcome::MemoryLimit(message) = outcome else { panic!("expected a memory-limit hit, got {outcome:?}") };
+    let Outcome::MemoryLimit(message) = outcome else {
+        panic!("expected a memory-limit hit, got {outcome:?}")
+    };
     assert!(message.contains("cap of 16 MiB"), "{message}");
     assert_still_serving(&runtime, &guest);
 }
@@ -201,12 +270,26 @@ fn a_call_outside_the_grant_returns_denied_to_the_guest() {
         "guest `widget` may not read v1/Secret: add it to guests.widget.read in the host configuration"
     );
     let patch = calls.iter().find(|c| c.function == "patch-status").unwrap();
-    assert!(patch.args["patch"]["status"]["get"].as_str().unwrap().starts_with("denied: "), "{patch:?}");
+    assert!(
+        patch.args["patch"]["status"]["get"]
+            .as_str()
+            .unwrap()
+            .starts_with("denied: "),
+        "{patch:?}"
+    );
     // Applying a ConfigMap needs a write grant it does not have: the guest's call fails.
     let apply = calls.iter().find(|c| c.function == "apply").unwrap();
-    assert!(apply.returned["error"]["denied"].as_str().unwrap().contains("may not write v1/ConfigMap"), "{apply:?}");
+    assert!(
+        apply.returned["error"]["denied"]
+            .as_str()
+            .unwrap()
+            .contains("may not write v1/ConfigMap"),
+        "{apply:?}"
+    );
     // The SDK maps `denied` to a permanent error: retrying cannot help until the grant changes.
-    let Outcome::Permanent(message) = outcome else { panic!("expected a permanent error, got {outcome:?}") };
+    let Outcome::Permanent(message) = outcome else {
+        panic!("expected a permanent error, got {outcome:?}")
+    };
     assert!(message.contains("may not write v1/ConfigMap"), "{message}");
 }
 
@@ -219,8 +302,14 @@ fn the_compile_cache_is_keyed_by_content_and_reused() {
     };
     let path = common::guest("widget");
     let bytes = std::fs::read(&path).unwrap();
-    let first = Runtime::new(options.clone()).unwrap().load(&bytes, &path).unwrap();
-    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let first = Runtime::new(options.clone())
+        .unwrap()
+        .load(&bytes, &path)
+        .unwrap();
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].to_string_lossy().starts_with(&first.hash));
     // A second engine maps the cached artefact and gets the same guest.

@@ -73,7 +73,10 @@ impl HostProcess {
         let guests = dir.path().join("guests");
         std::fs::create_dir(&guests)?;
         for guest in &options.guests {
-            std::fs::copy(guest_component(guest)?, guests.join(format!("{guest}.wasm")))?;
+            std::fs::copy(
+                guest_component(guest)?,
+                guests.join(format!("{guest}.wasm")),
+            )?;
         }
         let config = dir.path().join("host.yaml");
         std::fs::write(&config, &options.config)?;
@@ -103,9 +106,13 @@ impl HostProcess {
             dir,
             port,
         };
-        wait_until("the host to serve /healthz", Duration::from_secs(60), || host.get("/healthz"))
-            .await
-            .map_err(|e| e.context(host.log_tail()))?;
+        wait_until(
+            "the host to serve /healthz",
+            Duration::from_secs(60),
+            || host.get("/healthz"),
+        )
+        .await
+        .map_err(|e| e.context(host.log_tail()))?;
         Ok(host)
     }
 
@@ -135,7 +142,10 @@ impl HostProcess {
         let text = self.get("/metrics").await?;
         Ok(text
             .lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().split(' ').next()?.parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().split(' ').next()?.parse().ok())
+            })
             .unwrap_or(0.0))
     }
 
@@ -150,7 +160,9 @@ impl HostProcess {
 
     /// SIGTERM and wait: the graceful path.
     pub async fn terminate(&mut self) -> Result<std::process::ExitStatus> {
-        let Some(mut child) = self.child.take() else { bail!("already stopped") };
+        let Some(mut child) = self.child.take() else {
+            bail!("already stopped")
+        };
         let pid = child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status()?;
         let status = tokio::task::spawn_blocking(move || child.wait()).await??;
@@ -164,7 +176,10 @@ impl HostProcess {
     pub fn log_tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
-        format!("host log (last 40 lines):\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
+        format!(
+            "host log (last 40 lines):\n{}",
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        )
     }
 }
 
@@ -175,5 +190,7 @@ impl Drop for HostProcess {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }

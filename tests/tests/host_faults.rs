@@ -7,7 +7,10 @@ use std::time::Duration;
 use anyhow::Result;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use reconciler_host_tests::{HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file, test_namespace, wait_until};
+use reconciler_host_tests::{
+    HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file, test_namespace,
+    wait_until,
+};
 use serde_json::json;
 
 const GRANTS: &str = r#"
@@ -18,7 +21,11 @@ guests:
 "#;
 
 fn widgets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("test.reconciler.dev", "v1", "Widget"));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "test.reconciler.dev",
+        "v1",
+        "Widget",
+    ));
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
@@ -28,34 +35,48 @@ async fn create(api: &Api<DynamicObject>, name: &str) -> Result<()> {
         "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
         "metadata": {"name": name}, "spec": {"message": name},
     }))?;
-    wait_until(&format!("create {name}"), Duration::from_secs(60), || async {
-        match api.create(&PostParams::default(), &object).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    })
+    wait_until(
+        &format!("create {name}"),
+        Duration::from_secs(60),
+        || async {
+            match api.create(&PostParams::default(), &object).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
     .await
 }
 
 /// Every named widget has status.message == its name (reconciled at its current spec).
-async fn all_converged(api: &Api<DynamicObject>, names: &[String], host: &HostProcess) -> Result<()> {
-    wait_until(&format!("{} widgets converged", names.len()), Duration::from_secs(120), || async {
-        let mut missing = Vec::new();
-        for name in names {
-            let ok = api
-                .get(name)
-                .await
-                .ok()
-                .and_then(|o| o.data.get("status").cloned())
-                .is_some_and(|s| s["message"] == name.as_str() && s["reconciles"].as_u64() >= Some(1));
-            if !ok {
-                missing.push(name.clone());
+async fn all_converged(
+    api: &Api<DynamicObject>,
+    names: &[String],
+    host: &HostProcess,
+) -> Result<()> {
+    wait_until(
+        &format!("{} widgets converged", names.len()),
+        Duration::from_secs(120),
+        || async {
+            let mut missing = Vec::new();
+            for name in names {
+                let ok = api
+                    .get(name)
+                    .await
+                    .ok()
+                    .and_then(|o| o.data.get("status").cloned())
+                    .is_some_and(|s| {
+                        s["message"] == name.as_str() && s["reconciles"].as_u64() >= Some(1)
+                    });
+                if !ok {
+                    missing.push(name.clone());
+                }
             }
-        }
-        anyhow::ensure!(missing.is_empty(), "not converged: {missing:?}");
-        Ok(())
-    })
+            anyhow::ensure!(missing.is_empty(), "not converged: {missing:?}");
+            Ok(())
+        },
+    )
     .await
     .map_err(|e| e.context(host.log_tail()))
 }
@@ -140,9 +161,17 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
         config: GRANTS.into(),
         guests: vec!["widget"],
         namespace: Some(&ns),
-        extra_args: ["--leader-elect", "--lease-namespace", &ns, "--lease-duration", "4s", "--identity", identity]
-            .map(String::from)
-            .to_vec(),
+        extra_args: [
+            "--leader-elect",
+            "--lease-namespace",
+            &ns,
+            "--lease-duration",
+            "4s",
+            "--identity",
+            identity,
+        ]
+        .map(String::from)
+        .to_vec(),
     };
     let mut a = HostProcess::start(options("host-a")).await?;
     wait_until("host-a leads", Duration::from_secs(30), || async {
@@ -154,9 +183,14 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
     let api = widgets(&client, &ns);
     create(&api, "first").await?;
     all_converged(&api, &["first".into()], &a).await?;
-    assert_eq!(b.metric("reconciler_leader").await?, 0.0, "the standby does not lead");
     assert_eq!(
-        b.metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}").await?,
+        b.metric("reconciler_leader").await?,
+        0.0,
+        "the standby does not lead"
+    );
+    assert_eq!(
+        b.metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}")
+            .await?,
         0.0,
         "the standby does not reconcile"
     );
@@ -174,7 +208,11 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
     // A graceful stop releases the lease at once.
     let mut b = b;
     let status = b.terminate().await?;
-    assert!(status.success(), "SIGTERM exits cleanly: {status}\n{}", b.log_tail());
+    assert!(
+        status.success(),
+        "SIGTERM exits cleanly: {status}\n{}",
+        b.log_tail()
+    );
     assert!(b.log().contains("lease released"), "{}", b.log_tail());
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use reconciler_host_tests::{ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until};
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until,
+};
 use serde_json::{Value, json};
 
 const GRANTS: &str = r#"
@@ -19,7 +21,11 @@ guests:
 "#;
 
 fn widget_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("test.reconciler.dev", "v1", "Widget"))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "test.reconciler.dev",
+        "v1",
+        "Widget",
+    ))
 }
 
 struct Setup {
@@ -62,7 +68,11 @@ impl Setup {
 
     async fn patch_spec(&self, name: &str, spec: Value) -> Result<()> {
         self.widgets
-            .patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
             .await?;
         Ok(())
     }
@@ -73,7 +83,13 @@ impl Setup {
     }
 
     /// Waits until the widget's status satisfies `check`, and returns it.
-    async fn wait_status(&self, name: &str, what: &str, timeout: Duration, check: impl Fn(&Value) -> bool) -> Result<Value> {
+    async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
         let result = wait_until(what, timeout, || async {
             let status = self.status(name).await?;
             anyhow::ensure!(check(&status), "status is {status}");
@@ -93,44 +109,75 @@ fn reconciles(status: &Value) -> u64 {
 }
 
 #[tokio::test]
-async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_events() -> Result<()> {
+async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_events() -> Result<()>
+{
     let s = setup("converge").await?;
-    s.create("w1", json!({"message": "hello", "configMap": true})).await?;
+    s.create("w1", json!({"message": "hello", "configMap": true}))
+        .await?;
     let status = s
-        .wait_status("w1", "w1 reconciled", Duration::from_secs(60), |st| reconciles(st) >= 1 && st["message"] == "hello")
+        .wait_status("w1", "w1 reconciled", Duration::from_secs(60), |st| {
+            reconciles(st) >= 1 && st["message"] == "hello"
+        })
         .await?;
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(status["guestVersion"], "1");
 
     let w1 = s.widgets.get("w1").await?;
     assert!(
-        w1.metadata.finalizers.iter().flatten().any(|f| f == "test.reconciler.dev/cleanup"),
+        w1.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "test.reconciler.dev/cleanup"),
         "finalizer added before the first reconcile: {:?}",
         w1.metadata.finalizers
     );
-    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
-    let owned = config_maps.get("w1-widget").await.context("the guest applied its ConfigMap")?;
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), &s.ns);
+    let owned = config_maps
+        .get("w1-widget")
+        .await
+        .context("the guest applied its ConfigMap")?;
     assert_eq!(owned.metadata.owner_references.unwrap()[0].name, "w1");
-    assert_eq!(owned.metadata.managed_fields.unwrap()[0].manager.as_deref(), Some("widget"));
+    assert_eq!(
+        owned.metadata.managed_fields.unwrap()[0].manager.as_deref(),
+        Some("widget")
+    );
 
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
-    wait_until("a Reconciled event about w1", Duration::from_secs(30), || async {
-        let list = events.list(&Default::default()).await?;
-        list.items
-            .iter()
-            .find(|e| e.reason.as_deref() == Some("Reconciled") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("w1"))
-            .map(|_| ())
-            .context("no event yet")
-    })
+    wait_until(
+        "a Reconciled event about w1",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("Reconciled")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("w1")
+                })
+                .map(|_| ())
+                .context("no event yet")
+        },
+    )
     .await?;
 
     // A change to the secondary (owned ConfigMap) wakes its owner.
     let before = reconciles(&s.status("w1").await?);
     config_maps
-        .patch("w1-widget", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})))
+        .patch(
+            "w1-widget",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})),
+        )
         .await?;
-    s.wait_status("w1", "w1 reconciled after its ConfigMap changed", Duration::from_secs(30), |st| reconciles(st) > before)
-        .await?;
+    s.wait_status(
+        "w1",
+        "w1 reconciled after its ConfigMap changed",
+        Duration::from_secs(30),
+        |st| reconciles(st) > before,
+    )
+    .await?;
 
     let metrics = s.host.get("/metrics").await?;
     for family in [
@@ -147,10 +194,17 @@ async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_e
         "reconciler_guest_loaded{",
         "reconciler_informer_objects{",
     ] {
-        assert!(metrics.contains(family), "/metrics lacks {family}:\n{metrics}");
+        assert!(
+            metrics.contains(family),
+            "/metrics lacks {family}:\n{metrics}"
+        );
     }
     assert!(s.metric("workqueue_adds_total{name=\"widget\"}").await? >= 2.0);
-    assert!(s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}").await? >= 2.0);
+    assert!(
+        s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}")
+            .await?
+            >= 2.0
+    );
     assert_eq!(s.host.get("/readyz").await?, "ok");
     Ok(())
 }
@@ -159,23 +213,42 @@ async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_e
 async fn rapid_updates_are_deduplicated_and_each_key_runs_on_one_worker_at_a_time() -> Result<()> {
     let s = setup("dedup").await?;
     // Each reconcile takes ~150 ms, so updates pile up while one runs.
-    s.create("w", json!({"mode": "sleep", "sleepMs": 150, "message": "m0"})).await?;
-    s.wait_status("w", "first reconcile", Duration::from_secs(60), |st| reconciles(st) >= 1).await?;
+    s.create(
+        "w",
+        json!({"mode": "sleep", "sleepMs": 150, "message": "m0"}),
+    )
+    .await?;
+    s.wait_status("w", "first reconcile", Duration::from_secs(60), |st| {
+        reconciles(st) >= 1
+    })
+    .await?;
     for i in 1..=20 {
-        s.patch_spec("w", json!({"message": format!("m{i}")})).await?;
+        s.patch_spec("w", json!({"message": format!("m{i}")}))
+            .await?;
     }
     let status = s
-        .wait_status("w", "the last update reconciled", Duration::from_secs(60), |st| st["message"] == "m20")
+        .wait_status(
+            "w",
+            "the last update reconciled",
+            Duration::from_secs(60),
+            |st| st["message"] == "m20",
+        )
         .await?;
     let generation = s.widgets.get("w").await?.metadata.generation.unwrap_or(0);
     assert_eq!(status["observedGeneration"], generation);
     // 21 versions of the spec; rapid updates to a queued key collapse into one reconcile.
-    assert!(reconciles(&status) < 21, "no deduplication: {} reconciles for 21 versions", reconciles(&status));
+    assert!(
+        reconciles(&status) < 21,
+        "no deduplication: {} reconciles for 21 versions",
+        reconciles(&status)
+    );
     // Exclusivity (and read-your-writes): every reconcile read the status the previous one
     // wrote, so the guest's counter equals the number of successful reconciles. Two workers on
     // one key, or a stale cache read, would both write n+1 and lose a count.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let succeeded = s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}").await?;
+    let succeeded = s
+        .metric("reconciler_reconcile_total{guest=\"widget\",result=\"success\"}")
+        .await?;
     assert_eq!(reconciles(&s.status("w").await?) as f64, succeeded);
     Ok(())
 }
@@ -186,7 +259,12 @@ async fn failures_back_off_and_success_resets_the_backoff() -> Result<()> {
     let started = std::time::Instant::now();
     s.create("w", json!({"failTimes": 4})).await?;
     let status = s
-        .wait_status("w", "success after 4 failures", Duration::from_secs(60), |st| reconciles(st) >= 1)
+        .wait_status(
+            "w",
+            "success after 4 failures",
+            Duration::from_secs(60),
+            |st| reconciles(st) >= 1,
+        )
         .await?;
     // Attempts 0..3 failed, attempt 4 succeeded: 5 + 10 + 20 + 40 ms of backoff at least.
     assert_eq!(status["lastAttempt"], 4);
@@ -194,14 +272,24 @@ async fn failures_back_off_and_success_resets_the_backoff() -> Result<()> {
     assert!(s.metric("workqueue_retries_total{name=\"widget\"}").await? >= 4.0);
     // At least those 4 failures (the guest's own status write wakes it again, and it fails its
     // first attempts again: the widget fails attempts below failTimes whatever the change).
-    assert!(s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"error\"}").await? >= 4.0);
+    assert!(
+        s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"error\"}")
+            .await?
+            >= 4.0
+    );
 
     // After the success the key's failures were forgotten: a new change starts again at attempt 0.
-    s.patch_spec("w", json!({"failTimes": 2, "message": "again"})).await?;
-    let status = s
-        .wait_status("w", "second success", Duration::from_secs(60), |st| st["message"] == "again")
+    s.patch_spec("w", json!({"failTimes": 2, "message": "again"}))
         .await?;
-    assert_eq!(status["lastAttempt"], 2, "backoff reset on success: attempts count from 0 again");
+    let status = s
+        .wait_status("w", "second success", Duration::from_secs(60), |st| {
+            st["message"] == "again"
+        })
+        .await?;
+    assert_eq!(
+        status["lastAttempt"], 2,
+        "backoff reset on success: attempts count from 0 again"
+    );
     Ok(())
 }
 
@@ -209,9 +297,18 @@ async fn failures_back_off_and_success_resets_the_backoff() -> Result<()> {
 async fn requeue_after_reconciles_again_without_changes() -> Result<()> {
     let s = setup("requeue").await?;
     s.create("w", json!({"requeueAfterMs": 200})).await?;
-    s.wait_status("w", "four reconciles of an unchanged object", Duration::from_secs(60), |st| reconciles(st) >= 4)
-        .await?;
-    assert!(s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"requeue\"}").await? >= 4.0);
+    s.wait_status(
+        "w",
+        "four reconciles of an unchanged object",
+        Duration::from_secs(60),
+        |st| reconciles(st) >= 4,
+    )
+    .await?;
+    assert!(
+        s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"requeue\"}")
+            .await?
+            >= 4.0
+    );
     Ok(())
 }
 
@@ -219,16 +316,32 @@ async fn requeue_after_reconciles_again_without_changes() -> Result<()> {
 async fn a_write_conflict_retries_the_reconcile() -> Result<()> {
     let s = setup("conflict").await?;
     // The guest busy-waits 1.5 s, then writes status with the resourceVersion it read.
-    s.create("w", json!({"mode": "sleep", "sleepMs": 1500, "optimisticStatus": true})).await?;
+    s.create(
+        "w",
+        json!({"mode": "sleep", "sleepMs": 1500, "optimisticStatus": true}),
+    )
+    .await?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     // Changing the object while the guest sleeps makes its write stale: 409.
     s.widgets
-        .patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})))
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
         .await?;
     let status = s
-        .wait_status("w", "success after the conflict", Duration::from_secs(60), |st| reconciles(st) >= 1)
+        .wait_status(
+            "w",
+            "success after the conflict",
+            Duration::from_secs(60),
+            |st| reconciles(st) >= 1,
+        )
         .await?;
-    assert!(status["lastAttempt"].as_u64().unwrap_or(0) >= 1, "the conflicted reconcile was retried: {status}");
+    assert!(
+        status["lastAttempt"].as_u64().unwrap_or(0) >= 1,
+        "the conflicted reconcile was retried: {status}"
+    );
     let conflicts = s
         .metric("reconciler_host_calls_total{guest=\"widget\",interface=\"cluster\",function=\"patch-status\",outcome=\"error\"}")
         .await?;
@@ -240,14 +353,21 @@ async fn a_write_conflict_retries_the_reconcile() -> Result<()> {
 async fn the_finalizer_holds_deletion_until_the_guest_cleaned_up() -> Result<()> {
     let s = setup("finalizer").await?;
     s.create("w", json!({})).await?;
-    s.wait_status("w", "reconciled", Duration::from_secs(60), |st| reconciles(st) >= 1).await?;
-    s.widgets.delete("w", &DeleteParams::default()).await?;
-    wait_until("w deleted after its finalizer was removed", Duration::from_secs(60), || async {
-        match s.widgets.get_opt("w").await? {
-            None => Ok(()),
-            Some(o) => anyhow::bail!("still there, finalizers {:?}", o.metadata.finalizers),
-        }
+    s.wait_status("w", "reconciled", Duration::from_secs(60), |st| {
+        reconciles(st) >= 1
     })
+    .await?;
+    s.widgets.delete("w", &DeleteParams::default()).await?;
+    wait_until(
+        "w deleted after its finalizer was removed",
+        Duration::from_secs(60),
+        || async {
+            match s.widgets.get_opt("w").await? {
+                None => Ok(()),
+                Some(o) => anyhow::bail!("still there, finalizers {:?}", o.metadata.finalizers),
+            }
+        },
+    )
     .await
     .map_err(|e| e.context(s.host.log_tail()))?;
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
@@ -257,15 +377,26 @@ async fn the_finalizer_holds_deletion_until_the_guest_cleaned_up() -> Result<()>
         .items
         .into_iter()
         .any(|e| e.reason.as_deref() == Some("Finalized"));
-    assert!(finalized, "the guest ran with deleting = true before the finalizer went");
+    assert!(
+        finalized,
+        "the guest ran with deleting = true before the finalizer went"
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn reads_outside_the_grant_are_denied_at_call_time() -> Result<()> {
     let s = setup("denied").await?;
-    s.create("w", json!({"get": {"group": "", "version": "v1", "kind": "Secret", "name": "x"}})).await?;
-    let status = s.wait_status("w", "reconciled", Duration::from_secs(60), |st| reconciles(st) >= 1).await?;
+    s.create(
+        "w",
+        json!({"get": {"group": "", "version": "v1", "kind": "Secret", "name": "x"}}),
+    )
+    .await?;
+    let status = s
+        .wait_status("w", "reconciled", Duration::from_secs(60), |st| {
+            reconciles(st) >= 1
+        })
+        .await?;
     assert_eq!(
         status["get"],
         "denied: guest `widget` may not read v1/Secret: add it to guests.widget.read in the host configuration"
@@ -283,15 +414,25 @@ async fn a_trapping_guest_is_retried_and_the_host_keeps_serving() -> Result<()> 
     let s = setup("trap").await?;
     s.create("bad", json!({"mode": "trap"})).await?;
     s.create("good", json!({"message": "fine"})).await?;
-    s.wait_status("good", "the good widget reconciled", Duration::from_secs(60), |st| st["message"] == "fine")
-        .await?;
+    s.wait_status(
+        "good",
+        "the good widget reconciled",
+        Duration::from_secs(60),
+        |st| st["message"] == "fine",
+    )
+    .await?;
     wait_until("the trap counted", Duration::from_secs(30), || async {
-        let traps = s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"trap\"}").await?;
+        let traps = s
+            .metric("reconciler_reconcile_total{guest=\"widget\",result=\"trap\"}")
+            .await?;
         anyhow::ensure!(traps >= 2.0, "{traps} traps so far");
         Ok(())
     })
     .await?;
-    assert!(s.host.log().contains("widget was asked to trap"), "the log says what happened");
+    assert!(
+        s.host.log().contains("widget was asked to trap"),
+        "the log says what happened"
+    );
     Ok(())
 }
 
@@ -299,20 +440,38 @@ async fn a_trapping_guest_is_retried_and_the_host_keeps_serving() -> Result<()> 
 async fn replacing_the_guest_file_swaps_versions_while_objects_exist() -> Result<()> {
     let s = setup("swap").await?;
     s.create("w", json!({"requeueAfterMs": 100})).await?;
-    s.wait_status("w", "v1 reconciled", Duration::from_secs(60), |st| st["guestVersion"] == "1").await?;
+    s.wait_status("w", "v1 reconciled", Duration::from_secs(60), |st| {
+        st["guestVersion"] == "1"
+    })
+    .await?;
     s.host.put_guest("widget.wasm", "widget-v2")?;
-    s.wait_status("w", "v2 reconciling", Duration::from_secs(60), |st| st["guestVersion"] == "2").await?;
-    let errors = s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"error\"}").await?;
-    let traps = s.metric("reconciler_reconcile_total{guest=\"widget\",result=\"trap\"}").await?;
-    assert_eq!((errors, traps), (0.0, 0.0), "the swap caused no failed reconcile");
+    s.wait_status("w", "v2 reconciling", Duration::from_secs(60), |st| {
+        st["guestVersion"] == "2"
+    })
+    .await?;
+    let errors = s
+        .metric("reconciler_reconcile_total{guest=\"widget\",result=\"error\"}")
+        .await?;
+    let traps = s
+        .metric("reconciler_reconcile_total{guest=\"widget\",result=\"trap\"}")
+        .await?;
+    assert_eq!(
+        (errors, traps),
+        (0.0, 0.0),
+        "the swap caused no failed reconcile"
+    );
 
     // A broken file does not replace the good version.
     std::fs::write(s.host.dir.path().join("guests/widget.wasm"), b"broken")?;
-    wait_until("the refusal reported on /guests", Duration::from_secs(30), || async {
-        let guests = s.host.get("/guests").await?;
-        anyhow::ensure!(guests.contains("not a WebAssembly component"), "{guests}");
-        Ok(())
-    })
+    wait_until(
+        "the refusal reported on /guests",
+        Duration::from_secs(30),
+        || async {
+            let guests = s.host.get("/guests").await?;
+            anyhow::ensure!(guests.contains("not a WebAssembly component"), "{guests}");
+            Ok(())
+        },
+    )
     .await?;
     let before = reconciles(&s.status("w").await?);
     s.wait_status("w", "v2 still reconciling", Duration::from_secs(30), |st| {

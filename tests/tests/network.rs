@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use reconciler_host_tests::{ControlPlane, HostOptions, HostProcess, apply_crd_file, guest_component, test_namespace, wait_until};
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, guest_component, test_namespace,
+    wait_until,
+};
 use serde_json::{Value, json};
 
 /// A network namespace for one test, deleted on drop.
@@ -23,7 +26,9 @@ impl Netns {
 
     /// The bridges in the namespace: name → (addresses "a.b.c.d/len", up).
     fn bridges(&self) -> Result<Vec<(String, Vec<String>, bool)>> {
-        let out = Command::new("ip").args(["-n", &self.0, "-j", "address", "show", "type", "bridge"]).output()?;
+        let out = Command::new("ip")
+            .args(["-n", &self.0, "-j", "address", "show", "type", "bridge"])
+            .output()?;
         anyhow::ensure!(out.status.success(), "ip address show failed");
         let links: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
         Ok(links
@@ -36,7 +41,9 @@ impl Netns {
                     .filter(|a| a["family"] == "inet")
                     .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
                     .collect();
-                let up = l["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "UP"));
+                let up = l["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "UP"));
                 (l["ifname"].as_str().unwrap_or("").to_owned(), addrs, up)
             })
             .collect())
@@ -64,14 +71,18 @@ guests:
 }
 
 fn network_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("samplecrd.k8s.io", "v1", "Network"));
+    let resource =
+        ApiResource::from_gvk(&GroupVersionKind::gvk("samplecrd.k8s.io", "v1", "Network"));
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 fn ready(object: &DynamicObject) -> Option<(String, String)> {
     let conditions = object.data["status"]["conditions"].as_array()?;
     let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
-    Some((ready["status"].as_str()?.to_owned(), ready["reason"].as_str()?.to_owned()))
+    Some((
+        ready["status"].as_str()?.to_owned(),
+        ready["reason"].as_str()?.to_owned(),
+    ))
 }
 
 struct Setup {
@@ -118,23 +129,38 @@ impl Setup {
     }
 
     async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Result<DynamicObject> {
-        wait_until(&format!("{name} Ready={status} ({reason})"), Duration::from_secs(90), || async {
-            let object = self.api.get(name).await?;
-            let generation = object.metadata.generation;
-            let observed = object.data["status"]["observedGeneration"].as_i64();
-            match ready(&object) {
-                Some((s, r)) if s == status && r == reason && observed == generation => Ok(object),
-                other => bail!("Ready is {other:?}, observedGeneration {observed:?} of {generation:?}"),
-            }
-        })
+        wait_until(
+            &format!("{name} Ready={status} ({reason})"),
+            Duration::from_secs(90),
+            || async {
+                let object = self.api.get(name).await?;
+                let generation = object.metadata.generation;
+                let observed = object.data["status"]["observedGeneration"].as_i64();
+                match ready(&object) {
+                    Some((s, r)) if s == status && r == reason && observed == generation => {
+                        Ok(object)
+                    }
+                    other => bail!(
+                        "Ready is {other:?}, observedGeneration {observed:?} of {generation:?}"
+                    ),
+                }
+            },
+        )
         .await
         .map_err(|e| e.context(self.host.log_tail()))
     }
 
     /// The bridge of a Network as the kernel reports it.
     fn bridge(&self, object: &DynamicObject) -> Result<Option<(Vec<String>, bool)>> {
-        let name = object.data["status"]["interfaceName"].as_str().context("status.interfaceName")?;
-        Ok(self.netns.bridges()?.into_iter().find(|(n, _, _)| n == name).map(|(_, a, up)| (a, up)))
+        let name = object.data["status"]["interfaceName"]
+            .as_str()
+            .context("status.interfaceName")?;
+        Ok(self
+            .netns
+            .bridges()?
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, a, up)| (a, up)))
     }
 }
 
@@ -143,20 +169,35 @@ async fn create_update_repair_and_delete_a_bridge() -> Result<()> {
     let s = setup("net-lifecycle").await?;
     s.create("frontend", "10.210.1.0/24", "10.210.1.1").await?;
     let object = s.wait_ready("frontend", "True", "Synced").await?;
-    assert_eq!(s.bridge(&object)?, Some((vec!["10.210.1.1/24".to_owned()], true)));
+    assert_eq!(
+        s.bridge(&object)?,
+        Some((vec!["10.210.1.1/24".to_owned()], true))
+    );
     assert_eq!(object.data["status"]["actualGateway"], "10.210.1.1");
 
     // Update the gateway: the address changes, observedGeneration follows.
     s.api
-        .patch("frontend", &PatchParams::default(), &Patch::Merge(json!({"spec": {"gateway": "10.210.1.254"}})))
+        .patch(
+            "frontend",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gateway": "10.210.1.254"}})),
+        )
         .await?;
     let object = s.wait_ready("frontend", "True", "Synced").await?;
     assert_eq!(object.metadata.generation, Some(2));
-    assert_eq!(s.bridge(&object)?, Some((vec!["10.210.1.254/24".to_owned()], true)));
+    assert_eq!(
+        s.bridge(&object)?,
+        Some((vec!["10.210.1.254/24".to_owned()], true))
+    );
 
     // Delete the bridge by hand: drift, repaired on the guest's next resync (30 s).
-    let name = object.data["status"]["interfaceName"].as_str().unwrap().to_owned();
-    let status = Command::new("ip").args(["-n", &s.netns.0, "link", "del", &name]).status()?;
+    let name = object.data["status"]["interfaceName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = Command::new("ip")
+        .args(["-n", &s.netns.0, "link", "del", &name])
+        .status()?;
     assert!(status.success());
     wait_until("the bridge repaired", Duration::from_secs(60), || async {
         match s.bridge(&object)? {
@@ -175,7 +216,10 @@ async fn create_update_repair_and_delete_a_bridge() -> Result<()> {
     })
     .await
     .map_err(|e| e.context(s.host.log_tail()))?;
-    assert!(s.netns.bridges()?.iter().all(|(n, _, _)| *n != name), "bridge removed");
+    assert!(
+        s.netns.bridges()?.iter().all(|(n, _, _)| *n != name),
+        "bridge removed"
+    );
     Ok(())
 }
 
@@ -187,21 +231,47 @@ async fn invalid_and_overlapping_specs_are_not_ready_with_a_reason() -> Result<(
     s.create("zero", "10.211.0.0/24", "10.211.0.0").await?;
     let object = s.wait_ready("zero", "False", "InvalidSpec").await?;
     let conditions = object.data["status"]["conditions"].to_string();
-    assert!(conditions.contains("gateway"), "the message names the field: {conditions}");
+    assert!(
+        conditions.contains("gateway"),
+        "the message names the field: {conditions}"
+    );
 
     s.create("first", "10.212.0.0/24", "10.212.0.1").await?;
     s.wait_ready("first", "True", "Synced").await?;
     s.create("later", "10.212.0.0/16", "10.212.1.1").await?;
     let later = s.wait_ready("later", "False", "BackendRejected").await?;
-    assert!(later.data["status"]["conditions"].to_string().contains("10.212.0.0/24"), "names the other network");
-    assert_eq!(s.netns.bridges()?.len(), 1, "only the first network is realised");
+    assert!(
+        later.data["status"]["conditions"]
+            .to_string()
+            .contains("10.212.0.0/24"),
+        "names the other network"
+    );
+    assert_eq!(
+        s.netns.bridges()?.len(),
+        1,
+        "only the first network is realised"
+    );
 
     // No retry storm: settled objects are not reconciled again and again.
-    let settled = s.host.metric("reconciler_reconcile_total{guest=\"network\",result=\"success\"}").await?;
+    let settled = s
+        .host
+        .metric("reconciler_reconcile_total{guest=\"network\",result=\"success\"}")
+        .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later_count = s.host.metric("reconciler_reconcile_total{guest=\"network\",result=\"success\"}").await?;
-    assert!(later_count - settled <= 1.0, "{settled} -> {later_count} reconciles while nothing changed");
-    assert_eq!(s.host.metric("reconciler_reconcile_total{guest=\"network\",result=\"error\"}").await?, 0.0);
+    let later_count = s
+        .host
+        .metric("reconciler_reconcile_total{guest=\"network\",result=\"success\"}")
+        .await?;
+    assert!(
+        later_count - settled <= 1.0,
+        "{settled} -> {later_count} reconciles while nothing changed"
+    );
+    assert_eq!(
+        s.host
+            .metric("reconciler_reconcile_total{guest=\"network\",result=\"error\"}")
+            .await?,
+        0.0
+    );
     Ok(())
 }
 
@@ -210,22 +280,36 @@ async fn converges_after_a_host_kill_and_across_a_guest_replacement() -> Result<
     let cp = ControlPlane::shared().await?;
     let mut s = setup("net-restart").await?;
     for i in 0..3 {
-        s.create(&format!("n{i}"), &format!("10.213.{i}.0/24"), &format!("10.213.{i}.1")).await?;
+        s.create(
+            &format!("n{i}"),
+            &format!("10.213.{i}.0/24"),
+            &format!("10.213.{i}.1"),
+        )
+        .await?;
     }
     s.wait_ready("n0", "True", "Synced").await?;
     s.host.kill()?;
     for i in 3..6 {
-        s.create(&format!("n{i}"), &format!("10.213.{i}.0/24"), &format!("10.213.{i}.1")).await?;
+        s.create(
+            &format!("n{i}"),
+            &format!("10.213.{i}.0/24"),
+            &format!("10.213.{i}.1"),
+        )
+        .await?;
     }
     s.api.delete("n1", &DeleteParams::default()).await?;
     s.host = start_host(cp, &s.ns, &s.netns).await?;
     for i in [0, 2, 3, 4, 5] {
         s.wait_ready(&format!("n{i}"), "True", "Synced").await?;
     }
-    wait_until("n1 deleted while the host was down, cleaned up after", Duration::from_secs(60), || async {
-        anyhow::ensure!(s.api.get_opt("n1").await?.is_none(), "n1 still there");
-        Ok(())
-    })
+    wait_until(
+        "n1 deleted while the host was down, cleaned up after",
+        Duration::from_secs(60),
+        || async {
+            anyhow::ensure!(s.api.get_opt("n1").await?.is_none(), "n1 still there");
+            Ok(())
+        },
+    )
     .await?;
     assert_eq!(s.netns.bridges()?.len(), 5);
 
@@ -235,18 +319,39 @@ async fn converges_after_a_host_kill_and_across_a_guest_replacement() -> Result<
     bytes.extend_from_slice(&[0x00, 0x06, 0x05, b'b', b'u', b'i', b'l', b'd']);
     let guests = s.host.dir.path().join("guests");
     std::fs::write(guests.join(".network.wasm.tmp"), &bytes)?;
-    std::fs::rename(guests.join(".network.wasm.tmp"), guests.join("network.wasm"))?;
-    wait_until("the new version loaded", Duration::from_secs(30), || async {
-        let log = s.host.log();
-        anyhow::ensure!(log.matches("guest loaded").count() >= 2, "not yet");
-        Ok(())
-    })
+    std::fs::rename(
+        guests.join(".network.wasm.tmp"),
+        guests.join("network.wasm"),
+    )?;
+    wait_until(
+        "the new version loaded",
+        Duration::from_secs(30),
+        || async {
+            let log = s.host.log();
+            anyhow::ensure!(log.matches("guest loaded").count() >= 2, "not yet");
+            Ok(())
+        },
+    )
     .await?;
     s.api
-        .patch("n0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"gateway": "10.213.0.2"}})))
+        .patch(
+            "n0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gateway": "10.213.0.2"}})),
+        )
         .await?;
     s.wait_ready("n0", "True", "Synced").await?;
-    assert_eq!(s.host.metric("reconciler_reconcile_total{guest=\"network\",result=\"error\"}").await?, 0.0);
-    assert_eq!(s.host.metric("reconciler_reconcile_total{guest=\"network\",result=\"trap\"}").await?, 0.0);
+    assert_eq!(
+        s.host
+            .metric("reconciler_reconcile_total{guest=\"network\",result=\"error\"}")
+            .await?,
+        0.0
+    );
+    assert_eq!(
+        s.host
+            .metric("reconciler_reconcile_total{guest=\"network\",result=\"trap\"}")
+            .await?,
+        0.0
+    );
     Ok(())
 }

@@ -37,11 +37,17 @@ fn to_wit(s: NetworkStatus) -> wit::NetworkStatus {
 
 impl wit::Host for HostState {
     fn get(&mut self, id: String) -> Result<Option<wit::NetworkStatus>, types::Error> {
-        let result = self
-            .network()
-            .and_then(|b| self.call.block_on(async { b.get(&id).await.map_err(HostError::from) }));
-        self.call
-            .finish("network-backend", "get", || json!({ "id": id }), &result, as_json);
+        let result = self.network().and_then(|b| {
+            self.call
+                .block_on(async { b.get(&id).await.map_err(HostError::from) })
+        });
+        self.call.finish(
+            "network-backend",
+            "get",
+            || json!({ "id": id }),
+            &result,
+            as_json,
+        );
         result.map(|s| s.map(to_wit)).map_err(Into::into)
     }
 
@@ -51,20 +57,32 @@ impl wit::Host for HostState {
             cidr: spec.cidr,
             gateway: spec.gateway,
         };
-        let result = self
-            .network()
-            .and_then(|b| self.call.block_on(async { b.ensure(&spec).await.map_err(HostError::from) }));
-        self.call
-            .finish("network-backend", "ensure", || json!({ "spec": spec }), &result, as_json);
+        let result = self.network().and_then(|b| {
+            self.call
+                .block_on(async { b.ensure(&spec).await.map_err(HostError::from) })
+        });
+        self.call.finish(
+            "network-backend",
+            "ensure",
+            || json!({ "spec": spec }),
+            &result,
+            as_json,
+        );
         result.map(to_wit).map_err(Into::into)
     }
 
     fn delete(&mut self, id: String) -> Result<bool, types::Error> {
-        let result = self
-            .network()
-            .and_then(|b| self.call.block_on(async { b.delete(&id).await.map_err(HostError::from) }));
-        self.call
-            .finish("network-backend", "delete", || json!({ "id": id }), &result, as_json);
+        let result = self.network().and_then(|b| {
+            self.call
+                .block_on(async { b.delete(&id).await.map_err(HostError::from) })
+        });
+        self.call.finish(
+            "network-backend",
+            "delete",
+            || json!({ "id": id }),
+            &result,
+            as_json,
+        );
         result.map_err(Into::into)
     }
 }

@@ -19,7 +19,14 @@ impl cluster::Host for HostState {
             .may_write(guest, &object.kind, Some("status"))
             .map_err(HostError::from)
             .and_then(|()| parse_json(&patch, "the status patch"))
-            .and_then(|patch| ctx.block_on(ctx.guest.providers.cluster.patch_status(guest, &object, &patch)));
+            .and_then(|patch| {
+                ctx.block_on(
+                    ctx.guest
+                        .providers
+                        .cluster
+                        .patch_status(guest, &object, &patch),
+                )
+            });
         self.call.finish(
             "cluster",
             "patch-status",
@@ -60,8 +67,13 @@ impl cluster::Host for HostState {
             .may_write(guest, &object.kind, None)
             .map_err(HostError::from)
             .and_then(|()| ctx.block_on(ctx.guest.providers.cluster.delete(guest, &object)));
-        self.call
-            .finish("cluster", "delete", || json!({ "ref": object }), &result, as_json);
+        self.call.finish(
+            "cluster",
+            "delete",
+            || json!({ "ref": object }),
+            &result,
+            as_json,
+        );
         result.map_err(Into::into)
     }
 

@@ -42,10 +42,11 @@ impl lister::Host for HostState {
             .may_read(&ctx.guest.guest, &kind)
             .map_err(HostError::from)
             .and_then(|()| {
-                ctx.guest
-                    .providers
-                    .lister
-                    .list(&kind, namespace.as_deref(), label_selector.as_deref())
+                ctx.guest.providers.lister.list(
+                    &kind,
+                    namespace.as_deref(),
+                    label_selector.as_deref(),
+                )
             });
         self.call.finish(
             "lister",

@@ -99,7 +99,12 @@ pub struct EventRecord {
 /// Writes to the API server. `manager` is the guest's name (field manager, event reporter).
 #[async_trait]
 pub trait Cluster: Send + Sync {
-    async fn patch_status(&self, manager: &str, object: &ObjectRef, patch: &Value) -> Result<Value, HostError>;
+    async fn patch_status(
+        &self,
+        manager: &str,
+        object: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Value, HostError>;
     async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
     async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
     async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
@@ -107,7 +112,12 @@ pub trait Cluster: Send + Sync {
 
 /// The calling guest's own work queue.
 pub trait WorkQueue: Send + Sync {
-    fn enqueue(&self, namespace: Option<String>, name: String, after: Option<Duration>) -> Result<(), HostError>;
+    fn enqueue(
+        &self,
+        namespace: Option<String>,
+        name: String,
+        after: Option<Duration>,
+    ) -> Result<(), HostError>;
 }
 
 /// The providers behind the capabilities, chosen by the host (`run` or the offline runner).
@@ -154,17 +164,24 @@ pub struct CallContext {
 
 impl CallContext {
     /// Runs a provider future to completion on this blocking thread, bounded by the deadline.
-    fn block_on<T>(&self, fut: impl std::future::Future<Output = Result<T, HostError>>) -> Result<T, HostError> {
+    fn block_on<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, HostError>>,
+    ) -> Result<T, HostError> {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let Some(handle) = &self.runtime else {
-            return Err(HostError::Unavailable("no async runtime for host calls".into()));
+            return Err(HostError::Unavailable(
+                "no async runtime for host calls".into(),
+            ));
         };
         handle.block_on(async {
-            tokio::time::timeout(remaining, fut).await.unwrap_or_else(|_| {
-                Err(HostError::Unavailable(
-                    "the reconcile deadline passed while waiting for the host call".into(),
-                ))
-            })
+            tokio::time::timeout(remaining, fut)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(HostError::Unavailable(
+                        "the reconcile deadline passed while waiting for the host call".into(),
+                    ))
+                })
         })
     }
 
@@ -223,7 +240,8 @@ fn error_json(e: &HostError) -> Value {
 
 /// Parses JSON text a guest handed over; a parse failure is the guest's `invalid` error.
 fn parse_json(text: &str, what: &str) -> Result<Value, HostError> {
-    serde_json::from_str(text).map_err(|e| HostError::Invalid(format!("{what} is not valid JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| HostError::Invalid(format!("{what} is not valid JSON: {e}")))
 }
 
 /// Embeds JSON text as JSON in recorded calls (falls back to the string if it does not parse).
@@ -233,7 +251,11 @@ fn embed(text: &str) -> Value {
 
 impl CallContext {
     /// A context for reconciling `key`; the deadline is reset when the reconcile starts.
-    pub fn new(guest: Arc<GuestContext>, key: String, runtime: Option<tokio::runtime::Handle>) -> Self {
+    pub fn new(
+        guest: Arc<GuestContext>,
+        key: String,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Self {
         let deadline = Instant::now() + guest.grant.limits.deadline();
         Self {
             guest,

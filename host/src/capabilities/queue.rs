@@ -9,7 +9,11 @@ use crate::wit::reconciler::api::queue;
 use crate::wit::types;
 
 impl queue::Host for HostState {
-    fn enqueue(&mut self, key: types::ObjectKey, after_ms: Option<u64>) -> Result<(), types::Error> {
+    fn enqueue(
+        &mut self,
+        key: types::ObjectKey,
+        after_ms: Option<u64>,
+    ) -> Result<(), types::Error> {
         let result = self.call.guest.providers.queue.enqueue(
             key.namespace.clone(),
             key.name.clone(),

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
 }
 
 /// Path of a built guest (`widget`, `widget-v2`, `network`, `wrong-world`), building all guests
@@ -21,7 +24,9 @@ pub fn guest(name: &str) -> PathBuf {
             .expect("run guests/build.sh");
         assert!(status.success(), "guests/build.sh failed");
     });
-    let path = repo_root().join("target/guests").join(format!("{name}.wasm"));
+    let path = repo_root()
+        .join("target/guests")
+        .join(format!("{name}.wasm"));
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
