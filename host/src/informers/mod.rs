@@ -254,6 +254,12 @@ impl Informers {
     /// GVK after the first success; failures are not cached, so a CRD installed later resolves
     /// on the next call) and a new list+watch in the background. The returned handle has not
     /// necessarily synced: gate on [`Informer::wait_synced`].
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::UnknownKind`] when the API server does not serve the kind (yet),
+    /// `ClusterScoped` for a namespace on a cluster-scoped kind, `Selector` for a bad label
+    /// selector, `NotWatchable` and `Discovery` as named.
     pub async fn acquire(
         &self,
         gvk: &GroupVersionKind,
@@ -496,7 +502,8 @@ impl Informer {
         self.shared.cache.last_error.lock().clone()
     }
 
-    /// The cached object. `namespace` is none for cluster-scoped kinds. O(log n), no API call.
+    /// The cached object. `namespace` is required for namespaced kinds and none for
+    /// cluster-scoped ones. O(log n), no API call.
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
         self.shared
             .cache

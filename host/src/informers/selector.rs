@@ -22,6 +22,10 @@ pub struct SelectorError {
 ///
 /// The expressions are sorted, so two spellings of the same selector (`a=1,b=2` and
 /// `b=2, a=1`) give equal `Selector`s and the same `to_string()`.
+///
+/// # Errors
+///
+/// A [`SelectorError`] naming the byte offset and what was expected there.
 pub fn parse_selector(input: &str) -> Result<Selector, SelectorError> {
     let mut parser = Parser {
         input,

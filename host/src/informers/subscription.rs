@@ -33,6 +33,7 @@ use super::{Informer, InformerEvent};
 ///
 /// Holds a handle: the informer keeps running while a subscription is alive. The stream never
 /// ends on its own.
+#[must_use = "a subscription does nothing unless polled"]
 pub struct Subscription {
     inner: BoxStream<'static, InformerEvent>,
 }

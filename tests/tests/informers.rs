@@ -1,0 +1,793 @@
+//! Shared informers (`reconciler_host::informers`) against a real kube-apiserver.
+//!
+//! Each test has its own `Informers`, namespace(s) and, where a CRD is needed, its own API group,
+//! so tests run in parallel on the shared control plane. Read-your-writes holds the informer's
+//! watch back with a TCP relay (TLS passes through untouched) so "the watch has not seen it yet"
+//! is a fact, not a race. The relist test restarts kube-apiserver, so it has a control plane of
+//! its own.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::{Api, Client, Config, ResourceExt};
+use reconciler_host::informers::{
+    Informer, InformerError, InformerEvent, Informers, Options, Scope, Subscription, parse_selector,
+};
+use reconciler_host::metrics::Metrics;
+use reconciler_host_tests::namespace::unique_name;
+use reconciler_host_tests::{
+    ControlPlane, PrivateControlPlane, Restart, test_namespace, wait_crd_established, wait_until,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn configmaps() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "ConfigMap")
+}
+
+fn in_namespace(ns: &str) -> Scope {
+    Scope {
+        namespace: Some(ns.to_owned()),
+        label_selector: None,
+    }
+}
+
+async fn setup(prefix: &str) -> Result<(Client, String)> {
+    let client = ControlPlane::shared().await?.client().await?;
+    let ns = test_namespace(&client, prefix).await?;
+    Ok((client, ns))
+}
+
+async fn create_cm(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Result<ConfigMap> {
+    let labels: serde_json::Map<_, _> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect();
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": labels },
+        "data": { "k": "v1" },
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .with_context(|| format!("creating ConfigMap {ns}/{name}"))
+}
+
+async fn set_data(client: &Client, ns: &str, name: &str, value: &str) -> Result<ConfigMap> {
+    let patch = serde_json::json!({ "data": { "k": value } });
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("patching ConfigMap {ns}/{name}"))
+}
+
+fn to_dynamic(cm: &ConfigMap) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(serde_json::to_value(cm)?)?)
+}
+
+async fn synced(informer: &Informer) -> Result<()> {
+    tokio::time::timeout(TIMEOUT, informer.wait_synced())
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "informer not synced after {TIMEOUT:?}; last error: {:?}",
+                informer.last_error()
+            )
+        })
+}
+
+fn rv(obj: &DynamicObject) -> String {
+    obj.resource_version().unwrap_or_default()
+}
+
+fn show(event: &InformerEvent) -> String {
+    let at = |o: &DynamicObject| {
+        format!(
+            "{}/{}@{}",
+            o.namespace().unwrap_or_default(),
+            o.name_any(),
+            rv(o)
+        )
+    };
+    match event {
+        InformerEvent::Applied { object, old } => {
+            format!("Applied({}, old={:?})", at(object), old.as_deref().map(at))
+        }
+        InformerEvent::Deleted { object } => format!("Deleted({})", at(object)),
+        InformerEvent::Resync { object } => format!("Resync({})", at(object)),
+    }
+}
+
+async fn next_event(sub: &mut Subscription) -> Result<InformerEvent> {
+    tokio::time::timeout(TIMEOUT, sub.next())
+        .await
+        .map_err(|_| anyhow!("no informer event within {TIMEOUT:?}"))?
+        .ok_or_else(|| anyhow!("the subscription ended"))
+}
+
+async fn next_events(sub: &mut Subscription, n: usize) -> Result<Vec<InformerEvent>> {
+    let mut events = Vec::with_capacity(n);
+    for _ in 0..n {
+        events.push(next_event(sub).await?);
+    }
+    Ok(events)
+}
+
+fn names<'a>(objects: impl IntoIterator<Item = &'a Arc<DynamicObject>>) -> Vec<String> {
+    objects
+        .into_iter()
+        .map(|o| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()))
+        .collect()
+}
+
+#[tokio::test]
+async fn one_watch_per_kind_and_scope_shared_by_all_handles_and_released_with_the_last()
+-> Result<()> {
+    let (client, ns) = setup("inf-share").await?;
+    create_cm(&client, &ns, "shared", &[("a", "1"), ("b", "2")]).await?;
+    let informers = Informers::new(client.clone());
+
+    let first = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    let second = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    let active = informers.active();
+    ensure!(
+        active.len() == 1 && active[0].handles == 2,
+        "one informer, two handles: {active:?}"
+    );
+    ensure!(
+        informers.watch_tasks() == 1,
+        "one watch, got {}",
+        informers.watch_tasks()
+    );
+    synced(&second).await?;
+    let (a, b) = (
+        first.get(Some(&ns), "shared"),
+        second.get(Some(&ns), "shared"),
+    );
+    ensure!(
+        matches!((&a, &b), (Some(a), Some(b)) if Arc::ptr_eq(a, b)),
+        "both handles read the same cached object"
+    );
+
+    // One selector spelled two ways is one scope; a different scope is another informer.
+    let spaced = Scope {
+        namespace: Some(ns.clone()),
+        label_selector: Some("b=2, a=1".into()),
+    };
+    let tight = Scope {
+        namespace: Some(ns.clone()),
+        label_selector: Some("a==1,b=2".into()),
+    };
+    let s1 = informers.acquire(&configmaps(), spaced).await?;
+    let s2 = informers.acquire(&configmaps(), tight).await?;
+    ensure!(informers.active().len() == 2, "{:?}", informers.active());
+    ensure!(informers.watch_tasks() == 2);
+    ensure!(
+        s1.scope().label_selector.as_deref() == Some("a=1,b=2"),
+        "{:?}",
+        s1.scope()
+    );
+
+    // A subscription keeps its informer alive on its own.
+    let sub = first.subscribe();
+    drop((first, second, s1, s2));
+    let active = informers.active();
+    ensure!(
+        active.len() == 1 && active[0].handles == 1,
+        "only the subscription's: {active:?}"
+    );
+    drop(sub);
+    ensure!(
+        informers.active().is_empty(),
+        "released: {:?}",
+        informers.active()
+    );
+    wait_until("both watch tasks to stop", TIMEOUT, || async {
+        match informers.watch_tasks() {
+            0 => Ok(()),
+            n => Err(anyhow!("{n} still running")),
+        }
+    })
+    .await?;
+
+    // The next acquire starts afresh.
+    let again = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    ensure!(informers.watch_tasks() == 1);
+    synced(&again).await?;
+    ensure!(again.get(Some(&ns), "shared").is_some() && again.len() == 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn create_update_delete_arrive_as_events_and_unchanged_versions_do_not() -> Result<()> {
+    let (client, ns) = setup("inf-events").await?;
+    let informers = Informers::new(client.clone());
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+    ensure!(informer.namespaced() && informer.api_resource().plural == "configmaps");
+    let mut sub = informer.subscribe();
+
+    let created = create_cm(&client, &ns, "a", &[]).await?;
+    let event = next_event(&mut sub).await?;
+    let InformerEvent::Applied { object, old: None } = &event else {
+        bail!("expected a creation, got {}", show(&event))
+    };
+    ensure!(object.name_any() == "a" && Some(rv(object)) == created.resource_version());
+    // List items lack apiVersion/kind; the cache fills them in.
+    let types = object.types.as_ref().context("apiVersion/kind missing")?;
+    ensure!(
+        types.api_version == "v1" && types.kind == "ConfigMap",
+        "{types:?}"
+    );
+
+    let updated = set_data(&client, &ns, "a", "v2").await?;
+    let event = next_event(&mut sub).await?;
+    let InformerEvent::Applied {
+        object,
+        old: Some(old),
+    } = &event
+    else {
+        bail!("expected an update, got {}", show(&event))
+    };
+    ensure!(
+        Some(rv(object)) == updated.resource_version()
+            && Some(rv(old)) == created.resource_version()
+    );
+    ensure!(object.data["data"]["k"] == "v2", "{:?}", object.data);
+
+    // The same value again changes nothing, so no new resourceVersion and no event: the next
+    // event is the real change after it.
+    let same = set_data(&client, &ns, "a", "v2").await?;
+    ensure!(
+        same.resource_version() == updated.resource_version(),
+        "no-op patch kept the version"
+    );
+    let changed = set_data(&client, &ns, "a", "v3").await?;
+    let event = next_event(&mut sub).await?;
+    let InformerEvent::Applied {
+        object,
+        old: Some(old),
+    } = &event
+    else {
+        bail!("expected the v3 update, got {}", show(&event))
+    };
+    ensure!(
+        Some(rv(object)) == changed.resource_version()
+            && Some(rv(old)) == updated.resource_version(),
+        "got {}",
+        show(&event)
+    );
+
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("a", &DeleteParams::default())
+        .await?;
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(&event, InformerEvent::Deleted { object } if object.name_any() == "a"),
+        "expected the deletion, got {}",
+        show(&event)
+    );
+    ensure!(informer.get(Some(&ns), "a").is_none() && informer.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn late_subscribers_get_the_cache_lagging_ones_a_resync_and_periodic_resyncs_arrive()
+-> Result<()> {
+    let (client, ns) = setup("inf-subscribe").await?;
+    for i in 0..5 {
+        create_cm(&client, &ns, &format!("a{i}"), &[]).await?;
+    }
+    let options = Options {
+        event_buffer: 2,
+        ..Options::default()
+    };
+    let informers = Informers::with_options(client.clone(), options);
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+
+    // Subscribing to a running informer replays what it holds, as creations.
+    let mut late = informer.subscribe();
+    let replay = next_events(&mut late, 5).await?;
+    ensure!(
+        replay
+            .iter()
+            .all(|e| matches!(e, InformerEvent::Applied { old: None, .. })),
+        "{:?}",
+        replay.iter().map(show).collect::<Vec<_>>()
+    );
+    ensure!(names(replay.iter().map(InformerEvent::object)) == names(&informer.list(None, None)));
+
+    // Five changes into a buffer of two while the subscriber is not reading: it lags, and
+    // instead of losing keys it receives every cached object as a Resync.
+    let mut slow = informer.subscribe();
+    next_events(&mut slow, 5).await?;
+    for i in 0..5 {
+        create_cm(&client, &ns, &format!("b{i}"), &[]).await?;
+    }
+    wait_until("10 objects in the cache", TIMEOUT, || async {
+        match informer.len() {
+            10 => Ok(()),
+            n => Err(anyhow!("{n}")),
+        }
+    })
+    .await?;
+    let mut missing: BTreeSet<String> = (0..5).map(|i| format!("b{i}")).collect();
+    let mut resyncs = 0;
+    while !missing.is_empty() {
+        let event = next_event(&mut slow).await?;
+        resyncs += usize::from(matches!(event, InformerEvent::Resync { .. }));
+        missing.remove(&event.object().name_any());
+    }
+    ensure!(
+        resyncs > 0,
+        "the lagging subscriber should have been resynced"
+    );
+
+    // A periodic resync re-sends every cached object, after the initial replay.
+    let mut periodic = informer.subscribe_with_resync(Duration::from_millis(300));
+    next_events(&mut periodic, 10).await?;
+    let resync = next_events(&mut periodic, 10).await?;
+    ensure!(
+        resync
+            .iter()
+            .all(|e| matches!(e, InformerEvent::Resync { .. })),
+        "{:?}",
+        resync.iter().map(show).collect::<Vec<_>>()
+    );
+    let seen: BTreeSet<String> = names(resync.iter().map(InformerEvent::object))
+        .into_iter()
+        .collect();
+    ensure!(seen.len() == 10, "every object once: {seen:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_uses_the_namespace_index_and_label_selectors() -> Result<()> {
+    let (client, ns1) = setup("inf-list-a").await?;
+    let ns2 = test_namespace(&client, "inf-list-b").await?;
+    // Unique per run, so the cluster-wide informer sees only this test's objects.
+    let tag = ns1.clone();
+    create_cm(&client, &ns1, "web", &[("app", "web"), ("t", &tag)]).await?;
+    create_cm(&client, &ns1, "db", &[("app", "db"), ("t", &tag)]).await?;
+    create_cm(&client, &ns2, "web", &[("app", "web"), ("t", &tag)]).await?;
+    let untagged = create_cm(&client, &ns1, "untagged", &[("app", "web")]).await?;
+
+    let metrics = Metrics::new();
+    let options = Options {
+        metrics: Some(metrics.clone()),
+        ..Options::default()
+    };
+    let informers = Informers::with_options(client.clone(), options);
+    let tagged = informers
+        .acquire(
+            &configmaps(),
+            Scope {
+                namespace: None,
+                label_selector: Some(format!("t={tag}")),
+            },
+        )
+        .await?;
+    synced(&tagged).await?;
+    let (a, b) = (ns1.as_str(), ns2.as_str());
+    ensure!(
+        names(&tagged.list(None, None))
+            == [format!("{a}/db"), format!("{a}/web"), format!("{b}/web")]
+    );
+    ensure!(names(&tagged.list(Some(a), None)) == [format!("{a}/db"), format!("{a}/web")]);
+    let web = parse_selector("app=web")?;
+    ensure!(names(&tagged.list(None, Some(&web))) == [format!("{a}/web"), format!("{b}/web")]);
+    ensure!(names(&tagged.list(Some(b), Some(&web))) == [format!("{b}/web")]);
+    ensure!(
+        tagged
+            .list(Some(b), Some(&parse_selector("app in (db)")?))
+            .is_empty()
+    );
+    ensure!(tagged.list(Some("no-such-namespace"), None).is_empty());
+    ensure!(tagged.get(Some(b), "web").is_some() && tagged.get(Some(b), "db").is_none());
+    // Writes outside the informer's scope are not cached: its watch would never correct them.
+    ensure!(!tagged.record_write(to_dynamic(&untagged)?), "out of scope");
+
+    let one_namespace = informers.acquire(&configmaps(), in_namespace(a)).await?;
+    synced(&one_namespace).await?;
+    ensure!(
+        names(&one_namespace.list(None, None))
+            == [
+                format!("{a}/db"),
+                format!("{a}/untagged"),
+                format!("{a}/web")
+            ]
+    );
+    ensure!(one_namespace.list(Some(b), None).is_empty());
+
+    // Both ConfigMap informers add up to one series, gone once they are released.
+    let series = r#"reconciler_informer_objects{group="",version="v1",kind="ConfigMap"}"#;
+    let text = metrics.render();
+    ensure!(
+        text.contains(&format!("{series} 6")),
+        "expected 3 + 3 objects:\n{text}"
+    );
+    drop((tagged, one_namespace));
+    let text = metrics.render();
+    ensure!(!text.contains(series), "series should be removed:\n{text}");
+    Ok(())
+}
+
+/// A TCP relay in front of kube-apiserver whose server → client direction can be held back,
+/// chunk by chunk in arrival order. The informer's client goes through it; the test writes
+/// directly, so it can make the API server answer while the watch provably has not seen it.
+struct Relay {
+    addr: SocketAddr,
+    /// Chunks read from the server so far (each gets the next number).
+    received: Arc<AtomicU64>,
+    /// Chunks numbered up to this are passed on; later ones wait.
+    released: Arc<watch::Sender<u64>>,
+}
+
+impl Relay {
+    async fn start(upstream: String) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let received = Arc::new(AtomicU64::new(0));
+        let released = Arc::new(watch::channel(u64::MAX).0);
+        let (counter, gate) = (received.clone(), released.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+                    let _ = to_server.shutdown().await;
+                });
+                // Read eagerly and number chunks as they arrive, so holding never delays reading.
+                let (chunks, mut queue) = mpsc::unbounded_channel::<(u64, Vec<u8>)>();
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                        let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        if chunks.send((number, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let mut gate = gate.subscribe();
+                tokio::spawn(async move {
+                    while let Some((number, bytes)) = queue.recv().await {
+                        if gate.wait_for(|r| *r >= number).await.is_err()
+                            || to_client.write_all(&bytes).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown().await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            received,
+            released,
+        })
+    }
+
+    fn received(&self) -> u64 {
+        self.received.load(Ordering::SeqCst)
+    }
+
+    /// Pass on chunks up to `number`; hold every later one.
+    fn release_through(&self, number: u64) {
+        self.released.send_replace(number);
+    }
+
+    fn open(&self) {
+        self.released.send_replace(u64::MAX);
+    }
+
+    /// Waits until chunks beyond `mark` arrived and then nothing more for 300 ms.
+    async fn settled_after(&self, mark: u64) -> Result<u64> {
+        wait_until("the relay to receive the watch event", TIMEOUT, || async {
+            let now = self.received();
+            if now <= mark {
+                bail!("nothing received yet");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if self.received() != now {
+                bail!("still receiving");
+            }
+            Ok(now)
+        })
+        .await
+    }
+}
+
+/// A client for `plane` whose connections go through a new [`Relay`].
+async fn client_through_relay(plane: &ControlPlane) -> Result<(Client, Relay)> {
+    plane.client().await?; // installs the rustls crypto provider
+    let kubeconfig = Kubeconfig::read_from(plane.kubeconfig())?;
+    let mut config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let host = config
+        .cluster_url
+        .host()
+        .context("kubeconfig server has no host")?;
+    let port = config.cluster_url.port_u16().unwrap_or(443);
+    let relay = Relay::start(format!("{host}:{port}")).await?;
+    // Same IP, so the serving certificate still matches; only the port differs.
+    config.cluster_url = format!("https://{}", relay.addr).parse()?;
+    Ok((Client::try_from(config)?, relay))
+}
+
+#[tokio::test]
+async fn read_your_writes_shows_a_write_before_the_watch_and_survives_older_watch_events()
+-> Result<()> {
+    let (client, ns) = setup("inf-ryw").await?;
+    let (relayed, relay) = client_through_relay(ControlPlane::shared().await?).await?;
+    let informers = Informers::new(relayed);
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+    let mut sub = informer.subscribe();
+    let v1 = create_cm(&client, &ns, "status", &[]).await?;
+    next_event(&mut sub).await?;
+
+    // Hold the watch. The API server makes v2, which reaches the relay (not the informer) ...
+    let hold = relay.received();
+    relay.release_through(hold);
+    let v2 = set_data(&client, &ns, "status", "v2").await?;
+    let cut = relay.settled_after(hold).await?;
+    // ... then v3, the host's own write. Recorded, it is read back at once: the watch has
+    // delivered neither version, which `record_write` returning true also proves.
+    let v3 = set_data(&client, &ns, "status", "v3").await?;
+    ensure!(
+        informer.get(Some(&ns), "status").map(|o| rv(&o)) == v1.resource_version(),
+        "watch held"
+    );
+    ensure!(
+        informer.record_write(to_dynamic(&v3)?),
+        "the write is newer than the cache"
+    );
+    let got = informer.get(Some(&ns), "status").context("cached")?;
+    ensure!(Some(rv(&got)) == v3.resource_version() && got.data["data"]["k"] == "v3");
+    ensure!(names(&informer.list(Some(&ns), None)).len() == 1);
+    ensure!(
+        !informer.record_write(to_dynamic(&v2)?),
+        "an older write is ignored"
+    );
+
+    // Let exactly the v2 event through: subscribers hear of it, readers keep v3.
+    relay.release_through(cut);
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(&event, InformerEvent::Applied { object, .. } if Some(rv(object)) == v2.resource_version()),
+        "expected the v2 event, got {}",
+        show(&event)
+    );
+    let got = informer.get(Some(&ns), "status").context("cached")?;
+    ensure!(
+        Some(rv(&got)) == v3.resource_version(),
+        "regressed to {} by an older watch event",
+        rv(&got)
+    );
+
+    // The watch catches up; the write is now simply the watched state.
+    relay.open();
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(&event, InformerEvent::Applied { object, .. } if Some(rv(object)) == v3.resource_version()),
+        "expected the v3 event, got {}",
+        show(&event)
+    );
+    ensure!(
+        !informer.record_write(to_dynamic(&v3)?),
+        "the watch has it now"
+    );
+
+    // Deletion: hidden at once, announced when the watch sees it.
+    let hold = relay.received();
+    relay.release_through(hold);
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("status", &DeleteParams::default())
+        .await?;
+    ensure!(informer.record_delete(Some(&ns), "status"));
+    ensure!(informer.get(Some(&ns), "status").is_none() && informer.is_empty());
+    ensure!(
+        !informer.record_write(to_dynamic(&v3)?),
+        "a deleted version stays deleted"
+    );
+    relay.open();
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(event, InformerEvent::Deleted { .. }),
+        "got {}",
+        show(&event)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn unknown_kinds_and_impossible_scopes_are_clear_errors() -> Result<()> {
+    let (client, ns) = setup("inf-errors").await?;
+    let informers = Informers::new(client);
+
+    let cases = [
+        (
+            GroupVersionKind::gvk("no-such-group.example.com", "v1", "Gadget"),
+            ["no-such-group.example.com", "v1", "Gadget"],
+        ),
+        (
+            GroupVersionKind::gvk("", "v1", "NoSuchKind"),
+            ["\"\"", "v1", "NoSuchKind"],
+        ),
+        (
+            GroupVersionKind::gvk("apps", "v9", "Deployment"),
+            ["apps", "v9", "Deployment"],
+        ),
+    ];
+    for (gvk, parts) in cases {
+        let err = informers
+            .acquire(&gvk, Scope::all())
+            .await
+            .expect_err("unknown kind");
+        ensure!(
+            matches!(err, InformerError::UnknownKind { .. }),
+            "{gvk:?}: {err:?}"
+        );
+        let text = err.to_string();
+        ensure!(
+            parts.iter().all(|p| text.contains(p)) && text.contains("CRD"),
+            "{text}"
+        );
+    }
+
+    let namespaces = GroupVersionKind::gvk("", "v1", "Namespace");
+    let err = informers
+        .acquire(&namespaces, in_namespace(&ns))
+        .await
+        .expect_err("cluster-scoped");
+    ensure!(
+        matches!(err, InformerError::ClusterScoped { .. }),
+        "{err:?}"
+    );
+
+    let bad = Scope {
+        namespace: None,
+        label_selector: Some("app in web".into()),
+    };
+    let err = informers
+        .acquire(&configmaps(), bad)
+        .await
+        .expect_err("bad selector");
+    ensure!(matches!(err, InformerError::Selector { .. }), "{err:?}");
+    ensure!(format!("{err:#}").contains("expected '('"), "{err:#}");
+
+    ensure!(informers.active().is_empty() && informers.watch_tasks() == 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_crd_installed_after_start_becomes_watchable() -> Result<()> {
+    let (client, ns) = setup("inf-crd").await?;
+    let informers = Informers::new(client.clone());
+    let group = format!("{}.informers.reconciler-host.test", unique_name("g"));
+    let gvk = GroupVersionKind::gvk(&group, "v1", "Widget");
+
+    let err = informers
+        .acquire(&gvk, Scope::all())
+        .await
+        .expect_err("no CRD yet");
+    ensure!(matches!(err, InformerError::UnknownKind { .. }), "{err:?}");
+
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": format!("widgets.{group}") },
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList" },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+            }],
+        },
+    }))?;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await?;
+    wait_crd_established(&client, &crd.name_any(), TIMEOUT).await?;
+
+    // The earlier miss was not cached: discovery runs again and finds the new kind.
+    let informer = wait_until("the new kind to resolve", TIMEOUT, || async {
+        Ok(informers.acquire(&gvk, Scope::all()).await?)
+    })
+    .await?;
+    ensure!(informer.namespaced() && informer.api_resource().plural == "widgets");
+    synced(&informer).await?;
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    let widget: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": "w" }, "spec": { "size": 3 },
+    }))?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &resource)
+        .create(&PostParams::default(), &widget)
+        .await?;
+    let cached = wait_until("the widget in the cache", TIMEOUT, || async {
+        informer
+            .get(Some(&ns), "w")
+            .ok_or_else(|| anyhow!("not yet"))
+    })
+    .await?;
+    ensure!(cached.data["spec"]["size"] == 3, "{:?}", cached.data);
+    Ok(())
+}
+
+/// Restarting kube-apiserver starts its watch cache afresh, so the informer's resourceVersion
+/// is too old to resume from: the API server answers 410 Gone and the watcher lists again. The
+/// relist returns every object with the resourceVersion subscribers already saw; none of them
+/// may be announced again.
+#[tokio::test]
+async fn after_a_relist_unchanged_objects_are_not_announced_again() -> Result<()> {
+    let plane = PrivateControlPlane::start("informers-relist").await?;
+    let client = plane.client().await?;
+    let ns = test_namespace(&client, "inf-relist").await?;
+    for i in 0..3 {
+        create_cm(&client, &ns, &format!("a{i}"), &[]).await?;
+    }
+    let informers = Informers::new(client.clone());
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+    ensure!(informer.lists() == 1);
+    let mut sub = informer.subscribe();
+    next_events(&mut sub, 3).await?;
+
+    plane
+        .restart_apiserver(Restart {
+            hard: false,
+            pause: Duration::from_millis(500),
+        })
+        .await?;
+    wait_until(
+        "the informer to relist after the restart",
+        Duration::from_secs(90),
+        || async {
+            match informer.lists() {
+                1 => Err(anyhow!(
+                    "still 1 list; last error: {:?}",
+                    informer.last_error()
+                )),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await?;
+    // Sorts after the others, so any re-announcement from the relist would come before it.
+    let after = create_cm(&client, &ns, "z-after-restart", &[]).await?;
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(&event, InformerEvent::Applied { object, old: None } if Some(rv(object)) == after.resource_version()),
+        "expected only the new object, got {}",
+        show(&event)
+    );
+    ensure!(informer.len() == 4);
+    plane.stop().await
+}
