@@ -196,6 +196,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
     manager.stop_all().await;
+    // The election releases the lease once every receiver of its channel is gone.
+    drop(is_leader);
     if let Some(election) = election {
         election.release().await;
     }

@@ -356,9 +356,6 @@ where
 
 /// A client for the kubeconfig at `path` (its current context).
 pub async fn client_for_kubeconfig(path: &Path) -> Result<Client> {
-    // The workspace builds kube without choosing a rustls crypto provider; install ring once.
-    // An error only means some provider is installed already, which is all that is needed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = Kubeconfig::read_from(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

@@ -525,7 +525,7 @@ impl Relay {
 
 /// A client for `plane` whose connections go through a new [`Relay`].
 async fn client_through_relay(plane: &ControlPlane) -> Result<(Client, Relay)> {
-    plane.client().await?; // installs the rustls crypto provider
+    plane.client().await?;
     let kubeconfig = Kubeconfig::read_from(plane.kubeconfig())?;
     let mut config =
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
