@@ -116,7 +116,9 @@ pub fn main() -> ExitCode {
 
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // netlink-packet-route warns about every kernel attribute newer than itself: not actionable.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,netlink_packet_route=error"));
     let json = std::env::var("RECONCILER_LOG_FORMAT").is_ok_and(|f| f == "json");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
