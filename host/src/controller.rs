@@ -33,7 +33,7 @@ use crate::capabilities::{
 };
 use crate::cluster::{KubeCluster, to_kube_gvk};
 use crate::guests::ActiveGuest;
-use crate::informers::{Informer, InformerEvent, Informers, Scope, parse_selector};
+use crate::informers::{Informer, InformerEvent, Informers, Scope};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::objects::{Gvk, ObjectRef};
 use crate::queue::{ObjectKey, QueueConfig, WorkQueue};
@@ -608,10 +608,7 @@ impl Lister for CacheLister {
         label_selector: Option<&str>,
     ) -> Result<Vec<String>, HostError> {
         let informer = self.informer(kind)?;
-        let selector = label_selector
-            .map(parse_selector)
-            .transpose()
-            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        let selector = crate::capabilities::label_selector(label_selector)?;
         informer
             .list(namespace, selector.as_ref())
             .iter()

@@ -11,7 +11,6 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::capabilities::{Cluster, EventRecord, HostError, Lister, WorkQueue};
-use crate::informers::parse_selector;
 use crate::objects::{Gvk, ObjectRef};
 
 #[derive(Debug, thiserror::Error)]
@@ -152,10 +151,7 @@ impl Lister for MemoryCache {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<String>, HostError> {
-        let selector = label_selector
-            .map(parse_selector)
-            .transpose()
-            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        let selector = crate::capabilities::label_selector(label_selector)?;
         let objects = self.objects.lock();
         Ok(objects
             .values()

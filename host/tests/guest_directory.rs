@@ -12,12 +12,10 @@ use reconciler_host::guests::{FileState, GuestDirectory, GuestEvent};
 use reconciler_host::runtime::{Runtime, RuntimeOptions};
 use tokio::sync::broadcast::Receiver;
 
-const GRANTS: &str = r#"
-guests:
-  widget:
-    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
-    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
-"#;
+fn grants() -> String {
+    std::fs::read_to_string(common::repo_root().join("guests/testing/widget/host.yaml"))
+        .expect("guests/testing/widget/host.yaml")
+}
 
 fn directory(dir: &Path, grants: &str) -> Arc<GuestDirectory> {
     let runtime = Arc::new(
@@ -49,7 +47,7 @@ fn next_loaded(events: &mut Receiver<GuestEvent>) -> String {
 #[test]
 fn add_replace_refuse_and_remove() {
     let dir = tempfile::tempdir().unwrap();
-    let guests = directory(dir.path(), GRANTS);
+    let guests = directory(dir.path(), &grants());
     let mut events = guests.subscribe();
     let file = dir.path().join("widget.wasm");
 
@@ -157,7 +155,7 @@ fn two_files_with_the_same_guest_name_keep_the_first() {
     let dir = tempfile::tempdir().unwrap();
     copy("widget", &dir.path().join("a.wasm"));
     copy("widget-v2", &dir.path().join("b.wasm"));
-    let guests = directory(dir.path(), GRANTS);
+    let guests = directory(dir.path(), &grants());
     guests.rescan();
     assert_eq!(guests.active().len(), 1);
     let statuses = guests.statuses();
@@ -182,7 +180,7 @@ async fn next_event(events: &mut Receiver<GuestEvent>) -> GuestEvent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
     let dir = tempfile::tempdir().unwrap();
-    let guests = directory(dir.path(), GRANTS);
+    let guests = directory(dir.path(), &grants());
     let mut events = guests.subscribe();
     let watching = tokio::spawn(guests.clone().watch());
 

@@ -13,12 +13,12 @@ use reconciler_host_tests::{
 };
 use serde_json::json;
 
-const GRANTS: &str = r#"
-guests:
-  widget:
-    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
-    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
-"#;
+fn grants() -> String {
+    std::fs::read_to_string(
+        reconciler_host_tests::repo_root().join("guests/testing/widget/host.yaml"),
+    )
+    .expect("guests/testing/widget/host.yaml")
+}
 
 fn widgets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -89,7 +89,7 @@ async fn nothing_is_lost_across_apiserver_and_etcd_restarts() -> Result<()> {
     let ns = test_namespace(&client, "restarts").await?;
     let host = HostProcess::start(HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config: GRANTS.into(),
+        config: grants(),
         guests: vec!["widget"],
         namespace: Some(&ns),
         extra_args: vec![],
@@ -130,7 +130,7 @@ async fn a_killed_host_restarted_converges_everything() -> Result<()> {
     let ns = test_namespace(&client, "kill").await?;
     let options = || HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config: GRANTS.into(),
+        config: grants(),
         guests: vec!["widget"],
         namespace: Some(&ns),
         extra_args: vec![],
@@ -158,7 +158,7 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
     let ns = test_namespace(&client, "leader").await?;
     let options = |identity: &str| HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config: GRANTS.into(),
+        config: grants(),
         guests: vec!["widget"],
         namespace: Some(&ns),
         extra_args: [

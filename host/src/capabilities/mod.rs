@@ -244,6 +244,14 @@ fn parse_json(text: &str, what: &str) -> Result<Value, HostError> {
         .map_err(|e| HostError::Invalid(format!("{what} is not valid JSON: {e}")))
 }
 
+/// Parses the lister's optional label selector; a bad one is the guest's `invalid` error.
+pub fn label_selector(selector: Option<&str>) -> Result<Option<kube::core::Selector>, HostError> {
+    selector
+        .map(crate::informers::parse_selector)
+        .transpose()
+        .map_err(|e| HostError::Invalid(e.to_string()))
+}
+
 /// Embeds JSON text as JSON in recorded calls (falls back to the string if it does not parse).
 fn embed(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
