@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -469,19 +468,25 @@ async fn sync(
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
-    let mut object = caches
-        .primary
-        .get(key.namespace.as_deref(), &key.name)
-        .and_then(|o| serde_json::to_value(&*o).ok());
-    let deleting = object.as_ref().is_some_and(|o| {
-        o.pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null())
-    });
+    let cached = caches.primary.get(key.namespace.as_deref(), &key.name);
+    let deleting = cached
+        .as_ref()
+        .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
     let cluster = &version.cluster;
+    // The guest gets JSON text; serialise once, and build a JSON tree only for a finalizer patch.
+    let mut object = cached
+        .as_ref()
+        .and_then(|o| serde_json::to_string(&**o).ok());
 
-    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &object, deleting) {
-        match cluster.add_finalizer(&object_ref, current, finalizer).await {
-            Ok(written) => object = Some(written),
+    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &cached, deleting)
+        && !has_finalizer(current, finalizer)
+    {
+        let current = serde_json::to_value(&**current).unwrap_or_default();
+        match cluster
+            .add_finalizer(&object_ref, &current, finalizer)
+            .await
+        {
+            Ok(written) => object = Some(written.to_string()),
             Err(HostError::NotFound(_)) => object = None,
             Err(e) => {
                 tracing::warn!("adding finalizer {finalizer} failed, will retry: {e}");
@@ -492,7 +497,7 @@ async fn sync(
 
     let request = Request {
         object_ref: object_ref.clone(),
-        object: object.as_ref().map(Value::to_string),
+        object,
         deleting,
         attempt,
     };
@@ -523,13 +528,14 @@ async fn sync(
     match run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
             tracing::debug!(took = ?run.total_time, "reconciled");
-            if deleting && let (Some(finalizer), Some(current)) = (&manifest.finalizer, &object) {
-                // Read the latest version: the guest may have written the object meanwhile.
-                let latest = caches
-                    .primary
-                    .get(key.namespace.as_deref(), &key.name)
-                    .and_then(|o| serde_json::to_value(&*o).ok())
-                    .unwrap_or_else(|| current.clone());
+            // Read the latest version: the guest may have written the object meanwhile.
+            let latest = deleting
+                .then(|| caches.primary.get(key.namespace.as_deref(), &key.name))
+                .flatten();
+            if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest)
+                && has_finalizer(&latest, finalizer)
+            {
+                let latest = serde_json::to_value(&*latest).unwrap_or_default();
                 if let Err(e) = cluster
                     .remove_finalizer(&object_ref, &latest, finalizer)
                     .await
@@ -562,6 +568,15 @@ async fn sync(
             Next::Retry
         }
     }
+}
+
+fn has_finalizer(object: &DynamicObject, finalizer: &str) -> bool {
+    object
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == finalizer)
 }
 
 fn result_label(outcome: &Outcome) -> ReconcileResult {

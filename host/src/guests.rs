@@ -16,13 +16,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
 use crate::capabilities::backend::NETWORK_BACKEND;
 use crate::config::{Grant, HostConfig};
 use crate::metrics::Metrics;
-use crate::runtime::{LoadError, LoadedGuest, Manifest, Runtime};
+use crate::runtime::{LoadError, LoadedGuest, Manifest, Runtime, content_hash};
 
 /// Quiet time after the last file event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -236,7 +235,7 @@ impl GuestDirectory {
                     continue;
                 }
             };
-            let hash = hex(&Sha256::digest(&bytes));
+            let hash = content_hash(&bytes);
             let unchanged = self
                 .state
                 .lock()
@@ -410,8 +409,4 @@ impl GuestDirectory {
             tokio::task::spawn_blocking(move || this.rescan()).await?;
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

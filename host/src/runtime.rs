@@ -364,7 +364,7 @@ impl Runtime {
     /// in a throwaway instance whose host calls are all denied.
     pub fn load(&self, bytes: &[u8], file: &Path) -> Result<LoadedGuest, LoadError> {
         let name = file.display().to_string();
-        let hash = hex(&Sha256::digest(bytes));
+        let hash = content_hash(bytes);
         let component = self.compile_cached(bytes, &hash, &name)?;
 
         let imports_network = component
@@ -611,8 +611,13 @@ impl wasmtime_wasi::HostWallClock for FixedClock {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// SHA-256 of a component's bytes, hex: the identity of a guest version (compile cache key,
+/// `/guests`, change detection in the guest directory).
+pub fn content_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl CallContext {
