@@ -3,7 +3,8 @@
 //! against the same logic compiled natively, measured in the same run on the same machine.
 //!
 //! `cargo bench -p reconciler-host --bench reconcile` (or `./dev bench`). Prints figures; asserts
-//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000).
+//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000); `BENCH_GUEST` runs another
+//! build of the bench guest.
 
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
@@ -64,6 +65,15 @@ fn object() -> String {
     .to_string()
 }
 
+/// One wasm reconcile, by phase.
+struct Phases {
+    total: Duration,
+    store: Duration,
+    instantiate: Duration,
+    call: Duration,
+    teardown: Duration,
+}
+
 struct Stats {
     median: Duration,
     p99: Duration,
@@ -102,7 +112,9 @@ fn main() {
         ..RuntimeOptions::default()
     })
     .unwrap();
-    let path = repo().join("target/guests/bench.wasm");
+    // BENCH_GUEST compares another build of the bench guest (another opt-level, allocator...).
+    let path = std::env::var_os("BENCH_GUEST")
+        .map_or_else(|| repo().join("target/guests/bench.wasm"), PathBuf::from);
     let guest = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap();
 
     let object = object();
@@ -128,10 +140,17 @@ fn main() {
         attempt: 0,
     };
 
-    let wasm_once = || {
+    // The object gone: the guest returns at once (no JSON, no host call), so this is the fixed
+    // cost of the sandbox alone.
+    let empty_request = Request {
+        object: None,
+        ..request.clone()
+    };
+
+    let wasm_once = |request: &Request| {
         let call = CallContext::new(context.clone(), String::new(), Some(rt.handle().clone()));
         let started = Instant::now();
-        let run = runtime.reconcile(&guest, call, &request);
+        let run = runtime.reconcile(&guest, call, request);
         let total = started.elapsed();
         assert_eq!(
             run.outcome,
@@ -140,7 +159,13 @@ fn main() {
             },
             "bench guest failed"
         );
-        (total, run.instantiate_time)
+        Phases {
+            total,
+            store: run.store_time,
+            instantiate: run.instantiate_time,
+            call: run.call_time,
+            teardown: run.teardown_time,
+        }
     };
     // The native baseline does what the guest and the host import do together: compute the
     // patch, parse it as the import does, and hand it to the same provider.
@@ -156,20 +181,21 @@ fn main() {
     };
 
     for _ in 0..iterations / 10 {
-        wasm_once();
+        wasm_once(&request);
+        wasm_once(&empty_request);
         native_once();
     }
-    let mut wasm = Vec::with_capacity(iterations);
-    let mut instantiate = Vec::with_capacity(iterations);
+    let mut wasm: Vec<Phases> = Vec::with_capacity(iterations);
+    let mut empty = Vec::with_capacity(iterations);
     let mut native = Vec::with_capacity(iterations);
-    // Interleaved, so both see the same machine conditions.
+    // Interleaved, so all see the same machine conditions.
     for _ in 0..iterations {
-        let (total, inst) = wasm_once();
-        wasm.push(total);
-        instantiate.push(inst);
+        wasm.push(wasm_once(&request));
+        empty.push(wasm_once(&empty_request).total);
         native.push(native_once());
     }
-    let (w, i, n) = (stats(wasm), stats(instantiate), stats(native));
+    let phase = |f: fn(&Phases) -> Duration| stats(wasm.iter().map(f).collect());
+    let (w, n) = (phase(|p| p.total), stats(native));
     println!(
         "reconcile overhead: {iterations} reconciles of a {} B object, one status patch each",
         object.len()
@@ -179,14 +205,27 @@ fn main() {
         us(w.median),
         us(w.p99)
     );
+    for (name, f) in [
+        (
+            "store (state, limits)",
+            (|p| p.store) as fn(&Phases) -> Duration,
+        ),
+        ("instantiate (pool slot)", |p| p.instantiate),
+        ("call (guest + host import)", |p| p.call),
+        ("teardown (slot reset)", |p| p.teardown),
+    ] {
+        let s = phase(f);
+        println!(
+            "    {name:<30} median {:7.2} µs   p99 {:7.2} µs",
+            us(s.median),
+            us(s.p99)
+        );
+    }
+    let e = stats(empty);
     println!(
-        "    of which store + instantiate:     median {:7.2} µs   p99 {:7.2} µs",
-        us(i.median),
-        us(i.p99)
-    );
-    println!(
-        "    of which call (logic + import):   median {:7.2} µs",
-        us(w.median.saturating_sub(i.median))
+        "  wasm, fixed cost (empty reconcile): median {:7.2} µs   p99 {:7.2} µs",
+        us(e.median),
+        us(e.p99)
     );
     println!(
         "  native, same logic:                 median {:7.2} µs   p99 {:7.2} µs",
