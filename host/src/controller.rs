@@ -105,14 +105,16 @@ impl Controller {
         tasks.spawn(map_events(
             primary_events,
             queue.clone(),
-            None,
+            Route::Primary {
+                generation_changed_only: manifest.generation_changed_only,
+            },
             manifest.primary.clone(),
         ));
         for (informer, mapping) in &caches.secondaries {
             tasks.spawn(map_events(
                 informer.subscribe(),
                 queue.clone(),
-                Some(mapping.clone()),
+                Route::Secondary(mapping.clone()),
                 manifest.primary.clone(),
             ));
         }
@@ -175,6 +177,7 @@ impl Controller {
             && a.secondary == b.secondary
             && a.finalizer == b.finalizer
             && a.resync == b.resync
+            && a.generation_changed_only == b.generation_changed_only
             && concurrency(&current.guest) == concurrency(new)
     }
 
@@ -344,17 +347,32 @@ async fn acquire_scoped(
 }
 
 /// Turns informer events into keys of the primary kind.
+/// How an informer's events become primary keys.
+enum Route {
+    /// The primary kind: the object's own key.
+    Primary { generation_changed_only: bool },
+    /// A secondary kind: the keys its mapping names.
+    Secondary(Mapping),
+}
+
 async fn map_events(
     mut events: crate::informers::Subscription,
     queue: WorkQueue<ObjectKey>,
-    mapping: Option<Mapping>,
+    route: Route,
     primary: Gvk,
 ) {
     while let Some(event) = events.next().await {
         let object = event.object();
-        match &mapping {
-            None => queue.add(key_of(object)),
-            Some(mapping) => {
+        match &route {
+            Route::Primary {
+                generation_changed_only,
+            } => {
+                if *generation_changed_only && same_generation(&event) {
+                    continue;
+                }
+                queue.add(key_of(object));
+            }
+            Route::Secondary(mapping) => {
                 for key in primary_keys(object, mapping, &primary) {
                     queue.add(key);
                 }
@@ -367,6 +385,22 @@ async fn map_events(
             }
         }
     }
+}
+
+/// An update that left the generation and the deletion timestamp as they were (a status,
+/// label or annotation write). False for anything else, and for kinds without a generation.
+fn same_generation(event: &InformerEvent) -> bool {
+    let InformerEvent::Applied {
+        object,
+        old: Some(old),
+    } = event
+    else {
+        return false;
+    };
+    let (new, old) = (&object.metadata, &old.metadata);
+    new.generation.is_some()
+        && new.generation == old.generation
+        && new.deletion_timestamp == old.deletion_timestamp
 }
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
@@ -661,5 +695,54 @@ impl QueueCapability for QueueHandle {
             None => self.0.add(key),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn widget(generation: Option<i64>, deleting: bool) -> Arc<DynamicObject> {
+        let mut object = DynamicObject::new(
+            "w",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        object.metadata.generation = generation;
+        object.metadata.deletion_timestamp =
+            deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        Arc::new(object)
+    }
+
+    fn update(old: Arc<DynamicObject>, new: Arc<DynamicObject>) -> InformerEvent {
+        InformerEvent::Applied {
+            object: new,
+            old: Some(old),
+        }
+    }
+
+    #[test]
+    fn only_updates_that_keep_the_generation_are_skipped() {
+        let same = update(widget(Some(3), false), widget(Some(3), false));
+        assert!(same_generation(&same), "status/label write");
+        let spec = update(widget(Some(3), false), widget(Some(4), false));
+        assert!(!same_generation(&spec), "spec change");
+        let deleting = update(widget(Some(3), false), widget(Some(3), true));
+        assert!(!same_generation(&deleting), "deletion started");
+        let no_generation = update(widget(None, false), widget(None, false));
+        assert!(!same_generation(&no_generation), "kind without generation");
+        let created = InformerEvent::Applied {
+            object: widget(Some(1), false),
+            old: None,
+        };
+        assert!(!same_generation(&created), "creation");
+        let resync = InformerEvent::Resync {
+            object: widget(Some(1), false),
+        };
+        assert!(!same_generation(&resync), "resync");
+        let deleted = InformerEvent::Deleted {
+            object: widget(Some(1), false),
+        };
+        assert!(!same_generation(&deleted), "deletion");
     }
 }

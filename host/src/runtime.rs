@@ -90,6 +90,8 @@ pub struct Manifest {
     pub concurrency: u32,
     #[serde(with = "humantime_serde")]
     pub resync: Option<Duration>,
+    /// Primary updates that keep `metadata.generation` do not enqueue (see the WIT).
+    pub generation_changed_only: bool,
 }
 
 impl Manifest {
@@ -129,6 +131,7 @@ impl Manifest {
             concurrency: m.concurrency,
             resync: (m.resync_seconds > 0)
                 .then(|| Duration::from_secs(u64::from(m.resync_seconds))),
+            generation_changed_only: m.generation_changed_only,
         })
     }
 }

@@ -313,6 +313,55 @@ async fn requeue_after_reconciles_again_without_changes() -> Result<()> {
 }
 
 #[tokio::test]
+async fn status_and_label_writes_do_not_wake_a_generation_changed_only_guest() -> Result<()> {
+    let s = setup("generation").await?;
+    s.create("w", json!({"message": "m0"})).await?;
+    s.wait_status("w", "first reconcile", Duration::from_secs(60), |st| {
+        reconciles(st) >= 1
+    })
+    .await?;
+    let success = "reconciler_reconcile_total{guest=\"widget\",result=\"success\"}";
+    // Someone else's status write and a label change: neither changes metadata.generation.
+    s.widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"external": "written by someone else"}})),
+        )
+        .await?;
+    s.widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await?;
+    // Both events reach the host's informer within milliseconds; give a reconcile they would
+    // have caused ample time to show up in the guest's counter and in the metric.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = s.status("w").await?;
+    assert_eq!(status["external"], "written by someone else");
+    assert_eq!(
+        reconciles(&status),
+        1,
+        "woken by a status or label write: {status}"
+    );
+    assert_eq!(s.metric(success).await?, 1.0);
+    // A spec change bumps the generation and does reconcile.
+    s.patch_spec("w", json!({"message": "m1"})).await?;
+    let status = s
+        .wait_status(
+            "w",
+            "the spec change reconciled",
+            Duration::from_secs(60),
+            |st| st["message"] == "m1",
+        )
+        .await?;
+    assert_eq!(reconciles(&status), 2, "{status}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_write_conflict_retries_the_reconcile() -> Result<()> {
     let s = setup("conflict").await?;
     // The guest busy-waits 1.5 s, then writes status with the resourceVersion it read.

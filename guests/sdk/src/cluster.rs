@@ -33,7 +33,7 @@ pub fn patch_status(target: &ObjectRef, status: &Value) -> Result<Value, HostErr
 /// # Errors
 /// As [`patch_status`].
 pub fn patch_status_raw(target: &ObjectRef, patch: &str) -> Result<String, HostError> {
-    Ok(wit::patch_status(target, patch)?)
+    wit::patch_status(target, patch)
 }
 
 /// Server-side apply of a whole object (with `apiVersion`, `kind` and `metadata.name`), the

@@ -15,6 +15,7 @@ impl Manifest {
             finalizer: None,
             concurrency: 0,
             resync_seconds: 0,
+            generation_changed_only: false,
         }
     }
 
@@ -62,6 +63,16 @@ impl Manifest {
         self.resync_seconds = seconds;
         self
     }
+
+    /// Reconcile a primary only when its `metadata.generation` changes (its spec, or its
+    /// deletion), not on status, label or annotation writes: a guest that records something
+    /// new in its status on every reconcile then does not wake itself. Creation, deletion,
+    /// secondaries, requeues and resync still reconcile.
+    #[must_use]
+    pub fn generation_changed_only(mut self) -> Self {
+        self.generation_changed_only = true;
+        self
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +91,8 @@ mod tests {
         assert_eq!(m.secondary[0].mapping, Mapping::Owner);
         assert_eq!(m.finalizer.as_deref(), Some("test.reconciler.dev/cleanup"));
         assert_eq!((m.concurrency, m.resync_seconds), (2, 0));
-        assert_eq!((m.namespace, m.label_selector), (None, None));
+        assert!(!m.generation_changed_only);
+        assert_eq!((&m.namespace, &m.label_selector), (&None, &None));
+        assert!(m.generation_changed_only().generation_changed_only);
     }
 }

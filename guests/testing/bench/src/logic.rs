@@ -6,6 +6,10 @@ use serde_json::{Value, json};
 
 /// From an object's JSON, the status merge patch a typical controller would write: the
 /// observed generation, a Ready condition and a summary of the spec.
+///
+/// # Errors
+///
+/// When `object` is not JSON.
 pub fn status_patch(object: &str) -> Result<String, String> {
     let object: Value =
         serde_json::from_str(object).map_err(|e| format!("object does not parse: {e}"))?;

@@ -17,6 +17,10 @@
 //! 6. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
 //! 7. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
 //! 8. Done, requeued after `requeueAfterMs` if set.
+//!
+//! Its manifest asks for `generation_changed_only`: status, label and annotation writes do not
+//! wake it (its own status write would otherwise wake it for ever, the counter being new each
+//! time); spec changes, deletion, its `ConfigMap`s, requeues and the queue do.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -43,6 +47,9 @@ impl Guest for Widget {
             .watches(gvk!("", "v1", "ConfigMap"), Mapping::Owner)
             .finalizer("test.reconciler.dev/cleanup")
             .concurrency(2)
+            // Its status counts reconciles, so every status write is new: without this, the
+            // write would wake it again, for ever.
+            .generation_changed_only()
     }
 
     fn reconcile(req: Request) -> Result<Action, ReconcileError> {
