@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every guest as a release WebAssembly component and collects them in
-# <repo>/target/guests/: network.wasm, widget.wasm, widget-v2.wasm, wrong-world.wasm.
+# <repo>/target/guests/: network.wasm, widget.wasm, widget-v2.wasm, and the test guests
+# wrong-world.wasm, old-contract.wasm and bench.wasm.
 #
 # Idempotent: cargo rebuilds only what changed, and an artefact is replaced (atomically, by
 # rename) only when its bytes differ, so a host watching the directory sees no spurious reloads.
@@ -11,7 +12,7 @@ repo="$(dirname "$guests")"
 out="$repo/target/guests"
 target=wasm32-wasip2
 # cargo package name -> artefact name (cargo writes cdylibs with underscores)
-artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world bench:bench)
+artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world old_contract:old-contract bench:bench)
 
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
 

@@ -441,13 +441,17 @@ impl Runtime {
             CallContext::loading(&name),
             &crate::config::Limits::default(),
         );
-        let manifest = pre
-            .instantiate(&mut store)
-            .and_then(|instance| {
-                instance
-                    .reconciler_api_reconciler()
-                    .call_manifest(&mut store)
-            })
+        // Instantiation type-checks the exports: a guest built against another revision of
+        // the contract fails here, before any of its code runs.
+        let instance = pre.instantiate(&mut store).map_err(|e| LoadError::WrongWorld {
+            file: name.clone(),
+            reason: format!(
+                "its {RECONCILER_EXPORT} export does not match this host's (built against another revision of wit/?): {e:#}"
+            ),
+        })?;
+        let manifest = instance
+            .reconciler_api_reconciler()
+            .call_manifest(&mut store)
             .map_err(|e| LoadError::Manifest {
                 file: name.clone(),
                 reason: describe_failure(&e, &store).1,

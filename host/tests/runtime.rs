@@ -213,6 +213,23 @@ fn a_component_of_another_world_is_refused() {
 }
 
 #[test]
+fn a_guest_built_against_another_revision_of_the_contract_is_refused() {
+    let runtime = runtime();
+    let path = common::guest("old-contract");
+    let err = runtime
+        .load(&std::fs::read(&path).unwrap(), &path)
+        .unwrap_err();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("old-contract.wasm"), "{message}");
+    assert!(
+        message.contains("export does not match this host's"),
+        "{message}"
+    );
+    assert_still_serving(&runtime, &load(&runtime, "widget"));
+}
+
+#[test]
 fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
