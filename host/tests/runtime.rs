@@ -230,6 +230,46 @@ fn a_guest_built_against_another_revision_of_the_contract_is_refused() {
 }
 
 #[test]
+fn no_free_instance_slot_is_a_transient_error_not_a_guest_fault() {
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(common::cache_dir()),
+        max_instances: 1,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let guest = load(&runtime, "widget");
+    std::thread::scope(|scope| {
+        // Holds the only slot for 1.5 s.
+        let busy = scope.spawn(|| {
+            let h = harness(Grant::unrestricted());
+            reconcile(
+                &runtime,
+                &guest,
+                &h,
+                widget("busy", json!({"mode": "sleep", "sleepMs": 1500})),
+            )
+            .0
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let h = harness(Grant::unrestricted());
+        let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", json!({})));
+        let Outcome::Transient(message) = outcome else {
+            panic!("expected a transient error, got {outcome:?}")
+        };
+        assert!(message.contains("no free instance slot"), "{message}");
+        assert!(message.contains("at most 1 guest instances"), "{message}");
+        assert!(calls.is_empty(), "the guest did not run: {calls:?}");
+        assert_eq!(
+            busy.join().unwrap(),
+            Outcome::Ok {
+                requeue_after_ms: None
+            }
+        );
+    });
+    assert_still_serving(&runtime, &guest);
+}
+
+#[test]
 fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
