@@ -88,17 +88,10 @@ async fn orchestrate() -> anyhow::Result<()> {
         .arg("--dir")
         .arg(&cp_dir)
         .arg("--reuse"))?;
-    sh(Command::new("cargo")
-        .args([
-            "build",
-            "-p",
-            "reconciler-host",
-            "--release",
-            "--bin",
-            "reconciler-host",
-        ])
-        .current_dir(repo()))?;
-    sh(Command::new(repo().join("guests/build.sh")).stdout(Stdio::null()))?;
+    // Guests and the release host binary, without the variables cargo set for this bench.
+    sh(Command::new(repo().join("dev"))
+        .args(["build", "--release"])
+        .stdout(Stdio::null()))?;
     let kubeconfig = cp_dir.join("kubeconfig");
     sh(Command::new(&cp)
         .arg("--dir")

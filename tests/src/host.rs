@@ -24,15 +24,13 @@ pub fn build_host_and_guests() -> Result<()> {
                     Err(format!("{what} failed: {status}"))
                 }
             };
+            // `dev build` runs cargo without the variables cargo set for this test process,
+            // so the nested build reuses the outer build's artefacts.
             run(
-                Command::new("cargo")
-                    .args(["build", "-p", "reconciler-host", "--bin", "reconciler-host"])
-                    .current_dir(repo_root()),
-                "cargo build -p reconciler-host",
-            )?;
-            run(
-                Command::new(repo_root().join("guests/build.sh")).stdout(Stdio::null()),
-                "guests/build.sh",
+                Command::new(repo_root().join("dev"))
+                    .arg("build")
+                    .stdout(Stdio::null()),
+                "./dev build (guests and host binary)",
             )
         })
         .clone()
