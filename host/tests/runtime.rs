@@ -31,6 +31,14 @@ fn load(runtime: &Runtime, name: &str) -> LoadedGuest {
         .expect("guest loads")
 }
 
+/// Loads a built guest that must be refused; returns why.
+fn refused(runtime: &Runtime, name: &str) -> LoadError {
+    let path = common::guest(name);
+    runtime
+        .load(&std::fs::read(&path).unwrap(), &path)
+        .expect_err("the guest must be refused")
+}
+
 fn widget(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
@@ -200,10 +208,7 @@ fn a_malformed_file_is_refused_with_its_name_and_reason() {
 #[test]
 fn a_component_of_another_world_is_refused() {
     let runtime = runtime();
-    let path = common::guest("wrong-world");
-    let err = runtime
-        .load(&std::fs::read(&path).unwrap(), &path)
-        .unwrap_err();
+    let err = refused(&runtime, "wrong-world");
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
     assert!(
         err.to_string()
@@ -215,10 +220,7 @@ fn a_component_of_another_world_is_refused() {
 #[test]
 fn a_guest_built_against_another_revision_of_the_contract_is_refused() {
     let runtime = runtime();
-    let path = common::guest("old-contract");
-    let err = runtime
-        .load(&std::fs::read(&path).unwrap(), &path)
-        .unwrap_err();
+    let err = refused(&runtime, "old-contract");
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("old-contract.wasm"), "{message}");
