@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every guest as a release WebAssembly component and collects them in
 # <repo>/target/guests/: network.wasm, widget.wasm, widget-v2.wasm, and the test guests
-# wrong-world.wasm, old-contract.wasm and bench.wasm.
+# wrong-world.wasm, old-contract.wasm and bench.wasm (Rust, guests/*), and greeter.wasm
+# (Python, guests/python/build.sh).
 #
 # Idempotent: cargo rebuilds only what changed, and an artefact is replaced (atomically, by
 # rename) only when its bytes differ, so a host watching the directory sees no spurious reloads.
@@ -46,9 +47,11 @@ for pair in "${artefacts[@]}"; do
     fi
 done
 
+# Guests in other languages, against the same WIT.
+"$guests/python/build.sh"
+
 echo "guests in $out:"
-for pair in "${artefacts[@]}"; do
-    dst="$out/${pair#*:}.wasm"
+for dst in "$out"/*.wasm; do
     printf '  %-18s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
 done
 

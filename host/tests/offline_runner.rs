@@ -1,5 +1,5 @@
 //! `reconciler-host reconcile`, the offline runner: its JSON output for the reference guests is
-//! pinned here, case by case. A case is a folder under `tests/fixtures/` with `objects.yaml`,
+//! pinned here, case by case (Rust guests, and the Python guest `greeter`). A case is a folder under `tests/fixtures/` with `objects.yaml`,
 //! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
 //! before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
 //! `expected-backend-state.json` (the backend after the run).
@@ -116,6 +116,8 @@ cases! {
     network_deleting_removes_the_backend_network: "network-delete", "network", NETWORK, "demo/frontend", 0;
     network_overlap_is_rejected_on_the_later_network: "network-overlap", "network", NETWORK, "demo/wide", 0;
     network_gone_cleans_up_the_backend: "network-gone", "network", NETWORK, "demo/frontend", 0;
+    python_guest_greets_and_records_an_event: "greeter-hello", "greeter", WIDGET, "demo/w1", 0;
+    python_guest_permanent_error_writes_nothing: "greeter-invalid", "greeter", WIDGET, "demo/w1", 0;
 }
 
 #[test]

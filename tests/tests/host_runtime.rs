@@ -36,14 +36,19 @@ struct Setup {
 }
 
 async fn setup(prefix: &str) -> Result<Setup> {
+    setup_with(prefix, "widget", GRANTS).await
+}
+
+/// A host running one guest (`target/guests/<guest>.wasm`) with `grants`.
+async fn setup_with(prefix: &str, guest: &'static str, grants: &str) -> Result<Setup> {
     let cp = ControlPlane::shared().await?;
     let client = cp.client().await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
     let ns = test_namespace(&client, prefix).await?;
     let host = HostProcess::start(HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config: GRANTS.into(),
-        guests: vec!["widget"],
+        config: grants.into(),
+        guests: vec![guest],
         namespace: Some(&ns),
         extra_args: vec![],
     })
@@ -358,6 +363,39 @@ async fn status_and_label_writes_do_not_wake_a_generation_changed_only_guest() -
         )
         .await?;
     assert_eq!(reconciles(&status), 2, "{status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_python_guest_reconciles_through_the_same_contract() -> Result<()> {
+    let grants = r#"
+guests:
+  greeter:
+    read: [test.reconciler.dev/v1/Widget]
+    write: [test.reconciler.dev/v1/Widget/status]
+"#;
+    let s = setup_with("python", "greeter", grants).await?;
+    s.create("w", json!({"message": "from Kubernetes"})).await?;
+    let status = s
+        .wait_status("w", "greeted", Duration::from_secs(120), |st| {
+            st["greeting"] == "hello, from Kubernetes"
+        })
+        .await?;
+    assert_eq!(status["observedGeneration"], 1);
+    s.patch_spec("w", json!({"message": 7})).await?;
+    wait_until(
+        "the permanent error counted",
+        Duration::from_secs(60),
+        || async {
+            let failed = s
+                .metric("reconciler_reconcile_total{guest=\"greeter\",result=\"permanent_error\"}")
+                .await?;
+            anyhow::ensure!(failed >= 1.0, "{failed}");
+            Ok(())
+        },
+    )
+    .await?;
+    assert_eq!(s.status("w").await?["greeting"], "hello, from Kubernetes");
     Ok(())
 }
 
