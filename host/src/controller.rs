@@ -346,7 +346,6 @@ async fn acquire_scoped(
     }
 }
 
-/// Turns informer events into keys of the primary kind.
 /// How an informer's events become primary keys.
 enum Route {
     /// The primary kind: the object's own key.
@@ -355,6 +354,7 @@ enum Route {
     Secondary(Mapping),
 }
 
+/// Turns informer events into keys of the primary kind.
 async fn map_events(
     mut events: crate::informers::Subscription,
     queue: WorkQueue<ObjectKey>,
@@ -703,7 +703,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn widget(generation: Option<i64>, deleting: bool) -> Arc<DynamicObject> {
+    fn object(generation: Option<i64>, deleting: bool) -> Arc<DynamicObject> {
         let mut object = DynamicObject::new(
             "w",
             &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
@@ -723,25 +723,25 @@ mod tests {
 
     #[test]
     fn only_updates_that_keep_the_generation_are_skipped() {
-        let same = update(widget(Some(3), false), widget(Some(3), false));
+        let same = update(object(Some(3), false), object(Some(3), false));
         assert!(same_generation(&same), "status/label write");
-        let spec = update(widget(Some(3), false), widget(Some(4), false));
+        let spec = update(object(Some(3), false), object(Some(4), false));
         assert!(!same_generation(&spec), "spec change");
-        let deleting = update(widget(Some(3), false), widget(Some(3), true));
+        let deleting = update(object(Some(3), false), object(Some(3), true));
         assert!(!same_generation(&deleting), "deletion started");
-        let no_generation = update(widget(None, false), widget(None, false));
+        let no_generation = update(object(None, false), object(None, false));
         assert!(!same_generation(&no_generation), "kind without generation");
         let created = InformerEvent::Applied {
-            object: widget(Some(1), false),
+            object: object(Some(1), false),
             old: None,
         };
         assert!(!same_generation(&created), "creation");
         let resync = InformerEvent::Resync {
-            object: widget(Some(1), false),
+            object: object(Some(1), false),
         };
         assert!(!same_generation(&resync), "resync");
         let deleted = InformerEvent::Deleted {
-            object: widget(Some(1), false),
+            object: object(Some(1), false),
         };
         assert!(!same_generation(&deleted), "deletion");
     }
