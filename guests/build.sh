@@ -16,11 +16,7 @@ target=wasm32-wasip2
 artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world old_contract:old-contract bench:bench)
 
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
-# Run from a test or bench, we inherit what cargo sets for a running target; build scripts
-# that watch those variables would rebuild on every switch (see ../dev).
-for var in $(compgen -e | grep -E '^CARGO_(MANIFEST_|PKG_|BIN_EXE_|CRATE_NAME$|BIN_NAME$|PRIMARY_PACKAGE$|TARGET_TMPDIR$)' || true); do
-  unset "$var"
-done
+source "$repo/tools/cargo-env.sh"
 
 if ! rustup target list --installed | grep -qx "$target"; then
     echo "build.sh: adding the $target target to the toolchain" >&2

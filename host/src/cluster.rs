@@ -110,43 +110,48 @@ impl KubeCluster {
         }
     }
 
-    /// Adds `finalizer` to the object unless present; returns the object as written.
-    /// The JSON patch tests the resourceVersion, so it never races a concurrent change.
+    /// Adds `finalizer` to the cached object unless present; returns the object as written, or
+    /// none when it already had it. The JSON patch tests the resourceVersion, so it never races
+    /// a concurrent change.
     pub async fn add_finalizer(
         &self,
         object: &ObjectRef,
-        current: &Value,
+        current: &DynamicObject,
         finalizer: &str,
-    ) -> Result<Value, HostError> {
-        let finalizers = current
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array);
-        let mut ops = vec![
-            json!({ "op": "test", "path": "/metadata/resourceVersion", "value": current.pointer("/metadata/resourceVersion") }),
-        ];
-        match finalizers {
-            None => ops
-                .push(json!({ "op": "add", "path": "/metadata/finalizers", "value": [finalizer] })),
-            Some(list) if list.iter().any(|f| f == finalizer) => return Ok(current.clone()),
-            Some(_) => ops
-                .push(json!({ "op": "add", "path": "/metadata/finalizers/-", "value": finalizer })),
+    ) -> Result<Option<Value>, HostError> {
+        let finalizers = current.metadata.finalizers.as_ref();
+        if finalizers.is_some_and(|list| list.iter().any(|f| f == finalizer)) {
+            return Ok(None);
         }
-        self.json_patch(object, ops, "adding the finalizer").await
+        let add = match finalizers {
+            None => json!({ "op": "add", "path": "/metadata/finalizers", "value": [finalizer] }),
+            Some(_) => json!({ "op": "add", "path": "/metadata/finalizers/-", "value": finalizer }),
+        };
+        let ops = vec![
+            json!({ "op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resource_version }),
+            add,
+        ];
+        self.json_patch(object, ops, "adding the finalizer")
+            .await
+            .map(Some)
     }
 
-    /// Removes `finalizer` if present; a test op guards the index against concurrent edits.
+    /// Removes `finalizer` if the cached object has it; a test op guards the index against
+    /// concurrent edits. Returns whether it was there.
     pub async fn remove_finalizer(
         &self,
         object: &ObjectRef,
-        current: &Value,
+        current: &DynamicObject,
         finalizer: &str,
-    ) -> Result<(), HostError> {
+    ) -> Result<bool, HostError> {
         let Some(index) = current
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .and_then(|list| list.iter().position(|f| f == finalizer))
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .position(|f| f == finalizer)
         else {
-            return Ok(());
+            return Ok(false);
         };
         let path = format!("/metadata/finalizers/{index}");
         let ops = vec![
@@ -154,7 +159,7 @@ impl KubeCluster {
             json!({ "op": "remove", "path": path }),
         ];
         match self.json_patch(object, ops, "removing the finalizer").await {
-            Ok(_) | Err(HostError::NotFound(_)) => Ok(()),
+            Ok(_) | Err(HostError::NotFound(_)) => Ok(true),
             Err(e) => Err(e),
         }
     }

@@ -507,20 +507,15 @@ async fn sync(
         .as_ref()
         .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
     let cluster = &version.cluster;
-    // The guest gets JSON text; serialise once, and build a JSON tree only for a finalizer patch.
+    // The guest gets JSON text, serialised once.
     let mut object = cached
         .as_ref()
         .and_then(|o| serde_json::to_string(&**o).ok());
 
-    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &cached, deleting)
-        && !has_finalizer(current, finalizer)
-    {
-        let current = serde_json::to_value(&**current).unwrap_or_default();
-        match cluster
-            .add_finalizer(&object_ref, &current, finalizer)
-            .await
-        {
-            Ok(written) => object = Some(written.to_string()),
+    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &cached, deleting) {
+        match cluster.add_finalizer(&object_ref, current, finalizer).await {
+            Ok(None) => {}
+            Ok(Some(written)) => object = Some(written.to_string()),
             Err(HostError::NotFound(_)) => object = None,
             Err(e) => {
                 tracing::warn!("adding finalizer {finalizer} failed, will retry: {e}");
@@ -561,23 +556,23 @@ async fn sync(
 
     match run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
-            tracing::debug!(took = ?run.total_time, "reconciled");
+            tracing::debug!(took = ?run.total_time(), "reconciled");
             // Read the latest version: the guest may have written the object meanwhile.
             let latest = deleting
                 .then(|| caches.primary.get(key.namespace.as_deref(), &key.name))
                 .flatten();
-            if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest)
-                && has_finalizer(&latest, finalizer)
-            {
-                let latest = serde_json::to_value(&*latest).unwrap_or_default();
-                if let Err(e) = cluster
+            if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest) {
+                match cluster
                     .remove_finalizer(&object_ref, &latest, finalizer)
                     .await
                 {
-                    tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
-                    return Next::Retry;
+                    Ok(true) => tracing::info!("finalizer {finalizer} removed"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
+                        return Next::Retry;
+                    }
                 }
-                tracing::info!("finalizer {finalizer} removed");
             }
             Next::Done {
                 requeue_after: requeue_after_ms.map(Duration::from_millis),
@@ -602,15 +597,6 @@ async fn sync(
             Next::Retry
         }
     }
-}
-
-fn has_finalizer(object: &DynamicObject, finalizer: &str) -> bool {
-    object
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == finalizer)
 }
 
 fn result_label(outcome: &Outcome) -> ReconcileResult {

@@ -221,12 +221,17 @@ pub struct Run {
     pub calls: Option<Vec<Call>>,
     /// Where the time went: store creation, instantiation, the guest call (including its host
     /// calls), and teardown (dropping the store returns the slot to the pool and resets its
-    /// memory). `total_time` is their sum.
+    /// memory). [`Run::total_time`] is their sum.
     pub store_time: Duration,
     pub instantiate_time: Duration,
     pub call_time: Duration,
     pub teardown_time: Duration,
-    pub total_time: Duration,
+}
+
+impl Run {
+    pub fn total_time(&self) -> Duration {
+        self.store_time + self.instantiate_time + self.call_time + self.teardown_time
+    }
 }
 
 /// Per-store data: the capabilities' call context, the guest's WASI context and the limiter.
@@ -234,42 +239,47 @@ pub struct HostState {
     pub(crate) call: CallContext,
     /// Built on the guest's first WASI call: most reconciles make none, and building one (its
     /// random sources, clocks, pipes) is a measurable share of a fresh instance's cost.
-    wasi: Option<WasiCtx>,
+    wasi: Option<GuestWasi>,
     table: ResourceTable,
     limiter: MemoryCap,
-    /// Created with the WASI context; read when a reconcile fails.
-    stderr: Option<MemoryOutputPipe>,
+}
+
+/// A guest's WASI context and the stderr it writes to (read when a reconcile fails).
+struct GuestWasi {
+    ctx: WasiCtx,
+    stderr: MemoryOutputPipe,
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        let ctx = self.wasi.get_or_insert_with(|| {
-            let (ctx, stderr) = wasi_context(&self.call);
-            self.stderr = Some(stderr);
-            ctx
-        });
+        let wasi = self.wasi.get_or_insert_with(|| GuestWasi::new(&self.call));
         WasiCtxView {
-            ctx,
+            ctx: &mut wasi.ctx,
             table: &mut self.table,
         }
     }
 }
 
-/// A guest's WASI context: no files, sockets or arguments; the environment its grant sets; a
-/// fixed wall clock when the offline runner asks for one; stderr captured for error messages.
-fn wasi_context(call: &CallContext) -> (WasiCtx, MemoryOutputPipe) {
-    let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
-    let mut wasi = WasiCtxBuilder::new();
-    wasi.stderr(stderr.clone());
-    for (k, v) in &call.guest.grant.env {
-        wasi.env(k, v);
+impl GuestWasi {
+    /// No files, sockets or arguments; the environment the guest's grant sets; a fixed wall
+    /// clock when the offline runner asks for one; stderr captured for error messages.
+    fn new(call: &CallContext) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for (k, v) in &call.guest.grant.env {
+            wasi.env(k, v);
+        }
+        if let Some(at) = call.guest.fixed_clock {
+            wasi.wall_clock(FixedClock(
+                at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default(),
+            ));
+        }
+        Self {
+            ctx: wasi.build(),
+            stderr,
+        }
     }
-    if let Some(at) = call.guest.fixed_clock {
-        wasi.wall_clock(FixedClock(
-            at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default(),
-        ));
-    }
-    (wasi.build(), stderr)
 }
 
 /// Caps linear memory and remembers whether the cap was hit, so an out-of-memory abort is
@@ -523,7 +533,6 @@ impl Runtime {
                 max_bytes: limits.memory_bytes(),
                 hit: false,
             },
-            stderr: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -588,7 +597,6 @@ impl Runtime {
             instantiate_time: instantiated - stored,
             call_time: called - instantiated,
             teardown_time: finished - called,
-            total_time: finished - started,
         }
     }
 
@@ -645,8 +653,8 @@ fn root_cause(e: &wasmtime::Error) -> String {
 
 impl HostState {
     fn wasi_stderr(&self) -> Option<String> {
-        let stderr = self.stderr.as_ref()?;
-        Some(String::from_utf8_lossy(&stderr.contents()).into_owned())
+        let wasi = self.wasi.as_ref()?;
+        Some(String::from_utf8_lossy(&wasi.stderr.contents()).into_owned())
     }
 }
 

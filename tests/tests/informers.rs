@@ -124,6 +124,20 @@ async fn next_event(sub: &mut Subscription) -> Result<InformerEvent> {
         .ok_or_else(|| anyhow!("the subscription ended"))
 }
 
+/// The next event, which must be an update: (new, old).
+async fn next_update(
+    sub: &mut Subscription,
+    what: &str,
+) -> Result<(Arc<DynamicObject>, Arc<DynamicObject>)> {
+    match next_event(sub).await? {
+        InformerEvent::Applied {
+            object,
+            old: Some(old),
+        } => Ok((object, old)),
+        other => bail!("expected {what}, got {}", show(&other)),
+    }
+}
+
 async fn next_events(sub: &mut Subscription, n: usize) -> Result<Vec<InformerEvent>> {
     let mut events = Vec::with_capacity(n);
     for _ in 0..n {
@@ -240,17 +254,10 @@ async fn create_update_delete_arrive_as_events_and_unchanged_versions_do_not() -
     );
 
     let updated = set_data(&client, &ns, "a", "v2").await?;
-    let event = next_event(&mut sub).await?;
-    let InformerEvent::Applied {
-        object,
-        old: Some(old),
-    } = &event
-    else {
-        bail!("expected an update, got {}", show(&event))
-    };
+    let (object, old) = next_update(&mut sub, "an update").await?;
     ensure!(
-        Some(rv(object)) == updated.resource_version()
-            && Some(rv(old)) == created.resource_version()
+        Some(rv(&object)) == updated.resource_version()
+            && Some(rv(&old)) == created.resource_version()
     );
     ensure!(object.data["data"]["k"] == "v2", "{:?}", object.data);
 
@@ -262,19 +269,13 @@ async fn create_update_delete_arrive_as_events_and_unchanged_versions_do_not() -
         "no-op patch kept the version"
     );
     let changed = set_data(&client, &ns, "a", "v3").await?;
-    let event = next_event(&mut sub).await?;
-    let InformerEvent::Applied {
-        object,
-        old: Some(old),
-    } = &event
-    else {
-        bail!("expected the v3 update, got {}", show(&event))
-    };
+    let (object, old) = next_update(&mut sub, "the v3 update").await?;
     ensure!(
-        Some(rv(object)) == changed.resource_version()
-            && Some(rv(old)) == updated.resource_version(),
-        "got {}",
-        show(&event)
+        Some(rv(&object)) == changed.resource_version()
+            && Some(rv(&old)) == updated.resource_version(),
+        "got {} after {}",
+        rv(&object),
+        rv(&old)
     );
 
     Api::<ConfigMap>::namespaced(client.clone(), &ns)
