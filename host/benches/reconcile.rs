@@ -20,7 +20,7 @@ use reconciler_host::capabilities::{
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::offline::{MemoryCache, RecordingQueue};
-use reconciler_host::runtime::{Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
 /// Answers every write with a small fixed object: the API round trip is not the sandbox's cost.
@@ -112,10 +112,16 @@ fn main() {
         ..RuntimeOptions::default()
     })
     .unwrap();
-    // BENCH_GUEST compares another build of the bench guest (another opt-level, allocator...).
-    let path = std::env::var_os("BENCH_GUEST")
-        .map_or_else(|| repo().join("target/guests/bench.wasm"), PathBuf::from);
-    let guest = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap();
+    // BENCH_GUEST runs other builds of the bench guest (another allocator, opt-level...),
+    // several separated by `:`, interleaved in the same run so their figures compare.
+    let paths: Vec<PathBuf> = match std::env::var_os("BENCH_GUEST") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => vec![repo().join("target/guests/bench.wasm")],
+    };
+    let guests: Vec<_> = paths
+        .iter()
+        .map(|path| runtime.load(&std::fs::read(path).unwrap(), path).unwrap())
+        .collect();
 
     let object = object();
     let object_ref = ObjectRef::of_object(&serde_json::from_str(&object).unwrap()).unwrap();
@@ -147,10 +153,12 @@ fn main() {
         ..request.clone()
     };
 
-    let wasm_once = |request: &Request| {
+    let wasm_once = |guest: &LoadedGuest, request: &Request| {
         let call = CallContext::new(context.clone(), String::new(), Some(rt.handle().clone()));
+        // The host hands each reconcile a request it owns (the controller builds one per key).
+        let request = request.clone();
         let started = Instant::now();
-        let run = runtime.reconcile(&guest, call, request);
+        let run = runtime.reconcile(guest, call, request);
         let total = started.elapsed();
         assert_eq!(
             run.outcome,
@@ -181,25 +189,46 @@ fn main() {
     };
 
     for _ in 0..iterations / 10 {
-        wasm_once(&request);
-        wasm_once(&empty_request);
+        for guest in &guests {
+            wasm_once(guest, &request);
+            wasm_once(guest, &empty_request);
+        }
         native_once();
     }
-    let mut wasm: Vec<Phases> = Vec::with_capacity(iterations);
-    let mut empty = Vec::with_capacity(iterations);
+    let mut wasm: Vec<Vec<Phases>> = guests
+        .iter()
+        .map(|_| Vec::with_capacity(iterations))
+        .collect();
+    let mut empty: Vec<Vec<Duration>> = guests
+        .iter()
+        .map(|_| Vec::with_capacity(iterations))
+        .collect();
     let mut native = Vec::with_capacity(iterations);
     // Interleaved, so all see the same machine conditions.
     for _ in 0..iterations {
-        wasm.push(wasm_once(&request));
-        empty.push(wasm_once(&empty_request).total);
+        for (i, guest) in guests.iter().enumerate() {
+            wasm[i].push(wasm_once(guest, &request));
+            empty[i].push(wasm_once(guest, &empty_request).total);
+        }
         native.push(native_once());
     }
-    let phase = |f: fn(&Phases) -> Duration| stats(wasm.iter().map(f).collect());
-    let (w, n) = (phase(|p| p.total), stats(native));
+    let n = stats(native);
     println!(
         "reconcile overhead: {iterations} reconciles of a {} B object, one status patch each",
         object.len()
     );
+    for ((path, wasm), empty) in paths.iter().zip(wasm).zip(empty) {
+        if paths.len() > 1 {
+            println!("guest {}", path.display());
+        }
+        report(&wasm, empty, &n);
+    }
+}
+
+/// Prints one guest's figures against the native baseline.
+fn report(wasm: &[Phases], empty: Vec<Duration>, n: &Stats) {
+    let phase = |f: fn(&Phases) -> Duration| stats(wasm.iter().map(f).collect());
+    let w = phase(|p| p.total);
     println!(
         "  wasm, fresh instance per reconcile: median {:7.2} µs   p99 {:7.2} µs",
         us(w.median),

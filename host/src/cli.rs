@@ -279,7 +279,7 @@ async fn reconcile(
     };
     let call = CallContext::new(context, key, Some(tokio::runtime::Handle::current())).recording();
     let run =
-        tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, &request)).await?;
+        tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
     let output = json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() });
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())

@@ -539,7 +539,7 @@ async fn sync(
     // Guest code is CPU-bound and its imports block: run it off the async workers.
     let started = Instant::now();
     let run = match tokio::task::spawn_blocking(move || {
-        runtime.reconcile(&loaded.guest.loaded, call, &request)
+        runtime.reconcile(&loaded.guest.loaded, call, request)
     })
     .await
     {

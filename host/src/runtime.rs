@@ -60,11 +60,6 @@ pub enum LoadError {
     Manifest { file: String, reason: String },
     #[error("{file}: manifest is invalid: {reason}")]
     InvalidManifest { file: String, reason: String },
-    #[error("compile cache {path}: {source}")]
-    Cache {
-        path: PathBuf,
-        source: std::io::Error,
-    },
 }
 
 /// How secondary objects map to primary keys.
@@ -512,14 +507,10 @@ impl Runtime {
             file: name.to_owned(),
             reason: format!("{e:#}"),
         })?;
-        // Write then rename, so a concurrent reader never maps a half-written file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, serialized)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|source| LoadError::Cache {
-                path: path.clone(),
-                source,
-            })?;
+        // A cache that cannot be written costs a compile next time, not this guest: warn only.
+        if let Err(e) = write_atomically(dir, &path, &serialized) {
+            tracing::warn!(path = %path.display(), "could not write the compile cache: {e}");
+        }
         Ok(component)
     }
 
@@ -548,7 +539,7 @@ impl Runtime {
 
     /// Runs one reconcile in a fresh instance. Blocks the calling thread (run it on a blocking
     /// thread); the guest's deadline and memory cap come from its grant.
-    pub fn reconcile(&self, guest: &LoadedGuest, mut call: CallContext, request: &Request) -> Run {
+    pub fn reconcile(&self, guest: &LoadedGuest, mut call: CallContext, request: Request) -> Run {
         let started = Instant::now();
         let limits = call.guest.grant.limits.clone();
         call.deadline = started + limits.deadline();
@@ -556,9 +547,10 @@ impl Runtime {
         let stored = Instant::now();
         let instance = guest.pre.instantiate(&mut store);
         let instantiated = Instant::now();
+        // Moved, not copied: the object is the largest value a reconcile passes in.
         let wit_request = guest::Request {
-            ref_: (&request.object_ref).into(),
-            object: request.object.clone(),
+            ref_: request.object_ref.into(),
+            object: request.object,
             deleting: request.deleting,
             attempt: request.attempt,
         };
@@ -668,6 +660,16 @@ impl wasmtime_wasi::HostWallClock for FixedClock {
     fn now(&self) -> Duration {
         self.0
     }
+}
+
+/// Writes `bytes` to `path` through a uniquely named temporary file in `dir` and a rename, so
+/// a concurrent reader never maps a half-written file and concurrent writers (two loads of the
+/// same content) never share a temporary file.
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// SHA-256 of a component's bytes, hex: the identity of a guest version (compile cache key,

@@ -25,12 +25,12 @@ impl From<types::Gvk> for Gvk {
     }
 }
 
-impl From<&Gvk> for types::Gvk {
-    fn from(g: &Gvk) -> Self {
+impl From<Gvk> for types::Gvk {
+    fn from(g: Gvk) -> Self {
         types::Gvk {
-            group: g.group.clone(),
-            version: g.version.clone(),
-            kind: g.kind.clone(),
+            group: g.group,
+            version: g.version,
+            kind: g.kind,
         }
     }
 }
@@ -45,12 +45,12 @@ impl From<types::ObjectRef> for ObjectRef {
     }
 }
 
-impl From<&ObjectRef> for types::ObjectRef {
-    fn from(r: &ObjectRef) -> Self {
+impl From<ObjectRef> for types::ObjectRef {
+    fn from(r: ObjectRef) -> Self {
         types::ObjectRef {
-            kind: (&r.kind).into(),
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
+            kind: r.kind.into(),
+            namespace: r.namespace,
+            name: r.name,
         }
     }
 }

@@ -93,7 +93,7 @@ fn reconcile(
         .unwrap();
     let call =
         CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
-    let run = runtime.reconcile(guest, call, &request);
+    let run = runtime.reconcile(guest, call, request);
     (run.outcome, run.calls.unwrap_or_default())
 }
 
@@ -375,4 +375,65 @@ fn the_compile_cache_is_keyed_by_content_and_reused() {
     let second = Runtime::new(options).unwrap().load(&bytes, &path).unwrap();
     assert_eq!(second.manifest, first.manifest);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn concurrent_loads_of_the_same_guest_share_a_cold_compile_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(dir.path().to_owned()),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let path = common::guest("bench");
+    let bytes = std::fs::read(&path).unwrap();
+    // Each load compiles and writes the same cache entry at the same time.
+    std::thread::scope(|s| {
+        let loads: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| runtime.load(&bytes, &path)))
+            .collect();
+        for load in loads {
+            let guest = load
+                .join()
+                .unwrap()
+                .expect("every concurrent load succeeds");
+            assert_eq!(guest.manifest.name, "bench");
+        }
+    });
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "one entry, no temporary files left: {entries:?}"
+    );
+}
+
+#[test]
+fn a_compile_cache_that_cannot_be_written_does_not_refuse_the_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(dir.path().to_owned()),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let path = common::guest("bench");
+    let bytes = std::fs::read(&path).unwrap();
+    let guest = runtime.load(&bytes, &path).unwrap();
+    // Put a directory where the entry goes: it can be neither read nor replaced.
+    let entry = std::fs::read_dir(dir.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::create_dir(&entry).unwrap();
+    let again = runtime
+        .load(&bytes, &path)
+        .expect("compiled without the cache");
+    assert_eq!(again.hash, guest.hash);
+    assert!(entry.is_dir());
 }
