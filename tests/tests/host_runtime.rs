@@ -139,10 +139,13 @@ async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_e
     );
     let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(s.client.clone(), &s.ns);
-    let owned = config_maps
-        .get("w1-widget")
-        .await
-        .context("the guest applied its ConfigMap")?;
+    // The guest writes its status before it applies the ConfigMap: wait for that too.
+    let owned = wait_until(
+        "the guest applied its ConfigMap",
+        Duration::from_secs(30),
+        || async { Ok(config_maps.get("w1-widget").await?) },
+    )
+    .await?;
     assert_eq!(owned.metadata.owner_references.unwrap()[0].name, "w1");
     assert_eq!(
         owned.metadata.managed_fields.unwrap()[0].manager.as_deref(),
