@@ -1,10 +1,10 @@
-//! Per-reconcile overhead of the sandbox: a fresh instance per reconcile (store, WASI context,
-//! instantiation from the pool, one call with a ~1 KB object in and one status patch out, drop)
+//! Per-reconcile overhead of the sandbox: a fresh instance per reconcile (store, instantiation
+//! from the pool, one call with a ~1 KB object in and one status patch out, drop)
 //! against the same logic compiled natively, measured in the same run on the same machine.
 //!
 //! `cargo bench -p reconciler-host --bench reconcile` (or `./dev bench`). Prints figures; asserts
-//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000); `BENCH_GUEST` runs another
-//! build of the bench guest.
+//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000); `BENCH_GUEST=a.wasm:b.wasm`
+//! runs other builds of the bench guest, interleaved with each other.
 
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;

@@ -4,7 +4,7 @@
 //! reconcile's allocations never need to be reused: handing them out from a bump pointer and
 //! ignoring frees is enough, and much cheaper than a general-purpose allocator compiled to
 //! WebAssembly. Measured with `host/benches/reconcile.rs`, the benchmark guest's call got about
-//! 18 % faster. Written here rather than taken from a crate because the allocators made for
+//! 15 % faster. Written here rather than taken from a crate because the allocators made for
 //! WebAssembly (dlmalloc, which std uses, and talc) were measured no faster: the gain comes
 //! from not freeing at all, which only a host that throws instances away makes safe.
 //!

@@ -44,7 +44,7 @@
 //!
 //! Memory: the SDK installs a bump-arena global allocator ([`arena`]), because every reconcile
 //! runs in a fresh instance whose memory the host discards; it made the benchmark guest's call
-//! about 18 % faster. Disable the default `arena` feature to bring your own allocator.
+//! about 15 % faster. Disable the default `arena` feature to bring your own allocator.
 //!
 //! Besides its own imports, a Rust `wasm32-wasip2` component imports a few WASI interfaces
 //! through std (`wasi:cli/*`, `wasi:io/*`, and `wasi:clocks/*` once it reads the time); the
