@@ -5,6 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +18,7 @@ use reconciler_host::runtime::{LoadError, LoadedGuest, Outcome, Request, Runtime
 use serde_json::{Value, json};
 
 fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        cache_dir: Some(common::cache_dir()),
-        ..RuntimeOptions::default()
-    })
-    .expect("engine")
+    caching_runtime(&common::cache_dir())
 }
 
 fn load(runtime: &Runtime, name: &str) -> LoadedGuest {
@@ -355,36 +352,22 @@ fn a_call_outside_the_grant_returns_denied_to_the_guest() {
 #[test]
 fn the_compile_cache_is_keyed_by_content_and_reused() {
     let dir = tempfile::tempdir().unwrap();
-    let options = RuntimeOptions {
-        cache_dir: Some(dir.path().to_owned()),
-        ..RuntimeOptions::default()
-    };
     let path = common::guest("widget");
     let bytes = std::fs::read(&path).unwrap();
-    let first = Runtime::new(options.clone())
-        .unwrap()
-        .load(&bytes, &path)
-        .unwrap();
-    let entries: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let first = caching_runtime(dir.path()).load(&bytes, &path).unwrap();
+    let entries = cache_entries(dir.path());
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].to_string_lossy().starts_with(&first.hash));
     // A second engine maps the cached artefact and gets the same guest.
-    let second = Runtime::new(options).unwrap().load(&bytes, &path).unwrap();
+    let second = caching_runtime(dir.path()).load(&bytes, &path).unwrap();
     assert_eq!(second.manifest, first.manifest);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    assert_eq!(cache_entries(dir.path()).len(), 1);
 }
 
 #[test]
 fn concurrent_loads_of_the_same_guest_share_a_cold_compile_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(dir.path().to_owned()),
-        ..RuntimeOptions::default()
-    })
-    .unwrap();
+    let runtime = caching_runtime(dir.path());
     let path = common::guest("bench");
     let bytes = std::fs::read(&path).unwrap();
     // Each load compiles and writes the same cache entry at the same time.
@@ -400,10 +383,7 @@ fn concurrent_loads_of_the_same_guest_share_a_cold_compile_cache() {
             assert_eq!(guest.manifest.name, "bench");
         }
     });
-    let entries: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let entries = cache_entries(dir.path());
     assert_eq!(
         entries.len(),
         1,
@@ -414,21 +394,12 @@ fn concurrent_loads_of_the_same_guest_share_a_cold_compile_cache() {
 #[test]
 fn a_compile_cache_that_cannot_be_written_does_not_refuse_the_guest() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(dir.path().to_owned()),
-        ..RuntimeOptions::default()
-    })
-    .unwrap();
+    let runtime = caching_runtime(dir.path());
     let path = common::guest("bench");
     let bytes = std::fs::read(&path).unwrap();
     let guest = runtime.load(&bytes, &path).unwrap();
     // Put a directory where the entry goes: it can be neither read nor replaced.
-    let entry = std::fs::read_dir(dir.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let entry = dir.path().join(&cache_entries(dir.path())[0]);
     std::fs::remove_file(&entry).unwrap();
     std::fs::create_dir(&entry).unwrap();
     let again = runtime
@@ -436,4 +407,21 @@ fn a_compile_cache_that_cannot_be_written_does_not_refuse_the_guest() {
         .expect("compiled without the cache");
     assert_eq!(again.hash, guest.hash);
     assert!(entry.is_dir());
+}
+
+/// A runtime whose compile cache is `dir`.
+fn caching_runtime(dir: &Path) -> Runtime {
+    Runtime::new(RuntimeOptions {
+        cache_dir: Some(dir.to_owned()),
+        ..RuntimeOptions::default()
+    })
+    .unwrap()
+}
+
+/// The file names in a compile cache directory.
+fn cache_entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
 }

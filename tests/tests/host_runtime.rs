@@ -104,6 +104,14 @@ impl Setup {
         result.map_err(|e| e.context(self.host.log_tail()))
     }
 
+    /// Waits until the guest has reconciled `name` at least once.
+    async fn reconciled(&self, name: &str, what: &str) -> Result<Value> {
+        self.wait_status(name, what, Duration::from_secs(60), |st| {
+            reconciles(st) >= 1
+        })
+        .await
+    }
+
     async fn metric(&self, series: &str) -> Result<f64> {
         self.host.metric(series).await
     }
@@ -226,10 +234,7 @@ async fn rapid_updates_are_deduplicated_and_each_key_runs_on_one_worker_at_a_tim
         json!({"mode": "sleep", "sleepMs": 150, "message": "m0"}),
     )
     .await?;
-    s.wait_status("w", "first reconcile", Duration::from_secs(60), |st| {
-        reconciles(st) >= 1
-    })
-    .await?;
+    s.reconciled("w", "first reconcile").await?;
     for i in 1..=20 {
         s.patch_spec("w", json!({"message": format!("m{i}")}))
             .await?;
@@ -266,14 +271,7 @@ async fn failures_back_off_and_success_resets_the_backoff() -> Result<()> {
     let s = setup("backoff").await?;
     let started = std::time::Instant::now();
     s.create("w", json!({"failTimes": 4})).await?;
-    let status = s
-        .wait_status(
-            "w",
-            "success after 4 failures",
-            Duration::from_secs(60),
-            |st| reconciles(st) >= 1,
-        )
-        .await?;
+    let status = s.reconciled("w", "success after 4 failures").await?;
     // Attempts 0..3 failed, attempt 4 succeeded: 5 + 10 + 20 + 40 ms of backoff at least.
     assert_eq!(status["lastAttempt"], 4);
     assert!(started.elapsed() >= Duration::from_millis(75));
@@ -324,10 +322,7 @@ async fn requeue_after_reconciles_again_without_changes() -> Result<()> {
 async fn status_and_label_writes_do_not_wake_a_generation_changed_only_guest() -> Result<()> {
     let s = setup("generation").await?;
     s.create("w", json!({"message": "m0"})).await?;
-    s.wait_status("w", "first reconcile", Duration::from_secs(60), |st| {
-        reconciles(st) >= 1
-    })
-    .await?;
+    s.reconciled("w", "first reconcile").await?;
     let success = "reconciler_reconcile_total{guest=\"widget\",result=\"success\"}";
     // Someone else's status write and a label change: neither changes metadata.generation.
     s.widgets
@@ -420,14 +415,7 @@ async fn a_write_conflict_retries_the_reconcile() -> Result<()> {
             &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
         )
         .await?;
-    let status = s
-        .wait_status(
-            "w",
-            "success after the conflict",
-            Duration::from_secs(60),
-            |st| reconciles(st) >= 1,
-        )
-        .await?;
+    let status = s.reconciled("w", "success after the conflict").await?;
     assert!(
         status["lastAttempt"].as_u64().unwrap_or(0) >= 1,
         "the conflicted reconcile was retried: {status}"
@@ -443,10 +431,7 @@ async fn a_write_conflict_retries_the_reconcile() -> Result<()> {
 async fn the_finalizer_holds_deletion_until_the_guest_cleaned_up() -> Result<()> {
     let s = setup("finalizer").await?;
     s.create("w", json!({})).await?;
-    s.wait_status("w", "reconciled", Duration::from_secs(60), |st| {
-        reconciles(st) >= 1
-    })
-    .await?;
+    s.reconciled("w", "reconciled").await?;
     s.widgets.delete("w", &DeleteParams::default()).await?;
     wait_until(
         "w deleted after its finalizer was removed",
@@ -482,11 +467,7 @@ async fn reads_outside_the_grant_are_denied_at_call_time() -> Result<()> {
         json!({"get": {"group": "", "version": "v1", "kind": "Secret", "name": "x"}}),
     )
     .await?;
-    let status = s
-        .wait_status("w", "reconciled", Duration::from_secs(60), |st| {
-            reconciles(st) >= 1
-        })
-        .await?;
+    let status = s.reconciled("w", "reconciled").await?;
     assert_eq!(
         status["get"],
         "denied: guest `widget` may not read v1/Secret: add it to guests.widget.read in the host configuration"
