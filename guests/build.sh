@@ -4,6 +4,10 @@
 # wrong-world.wasm, old-contract.wasm and bench.wasm (Rust, guests/*), and greeter.wasm
 # (Python, guests/python/build.sh).
 #
+# Each Rust guest is then slimmed by tools/slim (reconciler-slim: the WASI stdio functions std
+# imports are answered inside the component, which makes every instantiation cheaper); the
+# linker's original stays in <repo>/target/guests/unslimmed/ for comparison and tests.
+#
 # Idempotent: cargo rebuilds only what changed, and an artefact is replaced (atomically, by
 # rename) only when its bytes differ, so a host watching the directory sees no spurious reloads.
 set -euo pipefail
@@ -28,19 +32,33 @@ if ! cargo build --release --target "$target"; then
     exit 1
 fi
 
+if ! (cd "$repo" && cargo build --release --quiet -p reconciler-slim); then
+    echo "build.sh: error: cargo build of tools/slim failed; see the compiler output above" >&2
+    exit 1
+fi
+slim="$repo/target/release/reconciler-slim"
+
+# Moves $1 over $2 unless their bytes are equal (then drops $1).
+replace_if_changed() {
+    if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
+}
+
 built="${CARGO_TARGET_DIR:-$guests/target}/$target/release"
-mkdir -p "$out"
+mkdir -p "$out/unslimmed"
 for pair in "${artefacts[@]}"; do
     src="$built/${pair%%:*}.wasm"
-    dst="$out/${pair#*:}.wasm"
+    name="${pair#*:}.wasm"
     if [[ ! -f "$src" ]]; then
         echo "build.sh: error: cargo succeeded but $src is missing" >&2
         exit 1
     fi
-    if ! cmp -s "$src" "$dst"; then
-        cp "$src" "$dst.partial"
-        mv -f "$dst.partial" "$dst"
+    cp "$src" "$out/unslimmed/$name.partial"
+    replace_if_changed "$out/unslimmed/$name.partial" "$out/unslimmed/$name"
+    if ! "$slim" "$out/unslimmed/$name" "$out/$name.partial"; then
+        echo "build.sh: error: reconciler-slim failed on $name (its message is above)" >&2
+        exit 1
     fi
+    replace_if_changed "$out/$name.partial" "$out/$name"
 done
 
 # Guests in other languages, against the same WIT.

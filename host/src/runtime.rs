@@ -237,6 +237,8 @@ pub struct HostState {
     wasi: Option<GuestWasi>,
     table: ResourceTable,
     limiter: MemoryCap,
+    /// The last line the guest logged at error level (the Rust SDK logs its panics there).
+    pub(crate) last_error: Option<String>,
 }
 
 /// A guest's WASI context and the stderr it writes to (read when a reconcile fails).
@@ -524,6 +526,7 @@ impl Runtime {
                 max_bytes: limits.memory_bytes(),
                 hit: false,
             },
+            last_error: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -603,8 +606,9 @@ enum FailureKind {
     MemoryLimit,
 }
 
-/// Classifies a failed call and builds a message with the trap and the guest's stderr (where a
-/// Rust panic or an allocation failure prints its reason).
+/// Classifies a failed call and builds a message with the trap and what the guest said last:
+/// its stderr (where std reports a panic or an allocation failure), or, when that is empty,
+/// the last line it logged at error level (where the Rust SDK reports a panic).
 fn describe_failure(e: &wasmtime::Error, store: &Store<HostState>) -> (FailureKind, String) {
     let state = store.data();
     let stderr = state
@@ -629,9 +633,10 @@ fn describe_failure(e: &wasmtime::Error, store: &Store<HostState>) -> (FailureKi
         ),
         FailureKind::Trap => format!("guest trapped: {}", root_cause(e)),
     };
-    let message = match stderr {
-        Some(stderr) => format!("{head}; guest stderr: {stderr}"),
-        None => head,
+    let message = match (stderr, &state.last_error) {
+        (Some(stderr), _) => format!("{head}; guest stderr: {stderr}"),
+        (None, Some(logged)) => format!("{head}; last error the guest logged: {logged}"),
+        (None, None) => head,
     };
     (kind, message)
 }

@@ -46,9 +46,15 @@
 //! runs in a fresh instance whose memory the host discards; it made the benchmark guest's call
 //! about 15 % faster. Disable the default `arena` feature to bring your own allocator.
 //!
+//! Panics: the SDK's panic hook logs the panic message at error level before the instance
+//! traps, and the host puts the last error logged into the reconcile's error. (std's own hook
+//! writes to stderr, which a slimmed guest does not have; see below.)
+//!
 //! Besides its own imports, a Rust `wasm32-wasip2` component imports a few WASI interfaces
 //! through std (`wasi:cli/*`, `wasi:io/*`, and `wasi:clocks/*` once it reads the time); the
-//! host provides them without granting any ambient capability.
+//! host provides them without granting any ambient capability. `reconciler-slim` (in
+//! `tools/slim`, run by `guests/build.sh`) answers the stdio ones inside the component, which
+//! makes each reconcile's instantiation cheaper; stdout and stderr then go nowhere.
 
 pub mod arena;
 pub mod cluster;
@@ -110,10 +116,12 @@ pub trait Guest {
 // not change when the contract renames a function.
 impl<T: Guest> bindings::exports::reconciler::api::reconciler::Guest for T {
     fn manifest() -> Manifest {
+        log::report_panics();
         <T as Guest>::manifest()
     }
 
     fn reconcile(request: Request) -> Result<Action, ReconcileError> {
+        log::report_panics();
         <T as Guest>::reconcile(request)
     }
 }

@@ -12,6 +12,15 @@ pub fn log(level: Level, message: &str) {
     wit::log(level, message);
 }
 
+/// Installs, once per instance, a panic hook that logs the panic (message and location) at
+/// error level. The SDK calls it on entry to every export.
+pub(crate) fn report_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| log(Level::Error, &format!("guest {info}"))));
+    });
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __log {

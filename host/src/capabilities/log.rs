@@ -14,7 +14,10 @@ impl log::Host for HostState {
             Level::Debug => tracing::debug!(target: "guest", guest, key, "{message}"),
             Level::Info => tracing::info!(target: "guest", guest, key, "{message}"),
             Level::Warn => tracing::warn!(target: "guest", guest, key, "{message}"),
-            Level::Error => tracing::error!(target: "guest", guest, key, "{message}"),
+            Level::Error => {
+                tracing::error!(target: "guest", guest, key, "{message}");
+                self.last_error = Some(message.clone());
+            }
         }
         let level_name = match level {
             Level::Trace => "trace",
