@@ -3,8 +3,9 @@
 //! against the same logic compiled natively, measured in the same run on the same machine.
 //!
 //! `cargo bench -p reconciler-host --bench reconcile` (or `./dev bench`). Prints figures; asserts
-//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000); `BENCH_GUEST=a.wasm:b.wasm`
-//! runs other builds of the bench guest, interleaved with each other.
+//! nothing. `BENCH_ITERATIONS` sets the sample size (default 20000). By default it runs the
+//! bench guest as built (slimmed by `tools/slim`) and as rustc linked it, interleaved;
+//! `BENCH_GUEST=a.wasm:b.wasm` runs other builds instead.
 
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
@@ -112,11 +113,17 @@ fn main() {
         ..RuntimeOptions::default()
     })
     .unwrap();
-    // BENCH_GUEST runs other builds of the bench guest (another allocator, opt-level...),
-    // several separated by `:`, interleaved in the same run so their figures compare.
+    // Several builds of the bench guest, interleaved in the same run so their figures compare:
+    // by default the one the build installs (slimmed by tools/slim) and rustc's original;
+    // BENCH_GUEST (paths separated by `:`, relative to the repository root) names others.
     let paths: Vec<PathBuf> = match std::env::var_os("BENCH_GUEST") {
-        Some(list) => std::env::split_paths(&list).collect(),
-        None => vec![repo().join("target/guests/bench.wasm")],
+        Some(list) => std::env::split_paths(&list)
+            .map(|p| repo().join(p))
+            .collect(),
+        None => vec![
+            repo().join("target/guests/bench.wasm"),
+            repo().join("target/guests/unslimmed/bench.wasm"),
+        ],
     };
     let guests: Vec<_> = paths
         .iter()
@@ -224,7 +231,10 @@ fn main() {
     );
     for ((path, wasm), empty) in paths.iter().zip(wasm).zip(empty) {
         if paths.len() > 1 {
-            println!("guest {}", path.display());
+            println!(
+                "guest {}",
+                path.strip_prefix(repo()).unwrap_or(path).display()
+            );
         }
         report(&wasm, empty, &n);
     }

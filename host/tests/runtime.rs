@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,14 +271,20 @@ fn no_free_instance_slot_is_a_transient_error_not_a_guest_fault() {
 #[test]
 fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
     let runtime = runtime();
-    let guest = load(&runtime, "widget");
-    let h = harness(Grant::unrestricted());
-    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "trap"})));
-    let Outcome::Trap(message) = outcome else {
-        panic!("expected a trap, got {outcome:?}")
-    };
-    assert!(message.contains("widget was asked to trap"), "{message}");
-    assert_still_serving(&runtime, &guest);
+    // Slimmed (no stderr) and as linked (stderr): the SDK logs the panic either way.
+    for name in ["widget", "unslimmed/widget"] {
+        let guest = load(&runtime, name);
+        let h = harness(Grant::unrestricted());
+        let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "trap"})));
+        let Outcome::Trap(message) = outcome else {
+            panic!("{name}: expected a trap, got {outcome:?}")
+        };
+        assert!(
+            message.contains("guest panicked at") && message.contains("widget was asked to trap"),
+            "{name}: {message}"
+        );
+        assert_still_serving(&runtime, &guest);
+    }
 }
 
 #[test]
@@ -424,4 +430,129 @@ fn cache_entries(dir: &Path) -> Vec<std::ffi::OsString> {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect()
+}
+
+// Slimmed guests (tools/slim). guests/build.sh slims every Rust guest; the linker's originals
+// are in target/guests/unslimmed/.
+
+/// The WASI interfaces whose functions reconciler-slim answers inside the guest.
+const STDIO: [&str; 12] = [
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:cli/exit",
+    "wasi:io/streams",
+    "wasi:io/poll",
+    "wasi:io/error",
+];
+
+/// A component's imports, without versions (`wasi:io/streams`).
+fn imports(runtime: &Runtime, component: &[u8]) -> BTreeSet<String> {
+    let component = wasmtime::component::Component::new(runtime.engine(), component).unwrap();
+    component
+        .component_type()
+        .imports(runtime.engine())
+        .map(|(name, _)| name.split('@').next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn slimming_drops_exactly_the_wasi_stdio_imports() {
+    let runtime = runtime();
+    let original = std::fs::read(common::guest("unslimmed/widget")).unwrap();
+    let slimmed = reconciler_slim::slim(&original).unwrap();
+    assert_eq!(slimmed.kept, None);
+    let (before, after) = (
+        imports(&runtime, &original),
+        imports(&runtime, &slimmed.component),
+    );
+    let gone: BTreeSet<String> = before.difference(&after).cloned().collect();
+    assert_eq!(gone, STDIO.iter().map(|s| s.to_string()).collect());
+    assert!(after.is_subset(&before), "{after:?}");
+    for kept in [
+        "reconciler:api/cluster",
+        "wasi:cli/environment",
+        "wasi:clocks/wall-clock",
+    ] {
+        assert!(after.contains(kept), "{kept} missing from {after:?}");
+    }
+    assert_eq!(slimmed.removed.len(), 18, "{:?}", slimmed.removed);
+    // What the build installs is this tool's output.
+    assert_eq!(
+        slimmed.component,
+        std::fs::read(common::guest("widget")).unwrap()
+    );
+}
+
+#[test]
+fn a_slimmed_guest_reconciles_as_the_original_does() {
+    let runtime = runtime();
+    let spec = json!({"message": "same", "configMap": true, "enqueue": ["other"]});
+    let runs: Vec<_> = ["widget", "unslimmed/widget"]
+        .iter()
+        .map(|name| {
+            let guest = load(&runtime, name);
+            let (outcome, calls) = reconcile(
+                &runtime,
+                &guest,
+                &harness(Grant::unrestricted()),
+                widget("w", spec.clone()),
+            );
+            let called: Vec<_> = calls.iter().map(|c| (c.interface, c.function)).collect();
+            (outcome, called)
+        })
+        .collect();
+    assert_eq!(
+        runs[0].0,
+        Outcome::Ok {
+            requeue_after_ms: None
+        }
+    );
+    assert!(runs[0].1.contains(&("cluster", "apply")), "{:?}", runs[0].1);
+    assert_eq!(runs[0], runs[1]);
+}
+
+#[test]
+fn a_slimmed_guest_that_prints_carries_on() {
+    let runtime = runtime();
+    for name in ["widget", "unslimmed/widget"] {
+        let guest = load(&runtime, name);
+        let h = harness(Grant::unrestricted());
+        let (outcome, calls) =
+            reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "print"})));
+        assert_eq!(
+            outcome,
+            Outcome::Ok {
+                requeue_after_ms: None
+            },
+            "{name}"
+        );
+        assert!(
+            calls.iter().any(|c| c.function == "patch-status"),
+            "{name}: {calls:?}"
+        );
+    }
+}
+
+#[test]
+fn slimming_leaves_a_component_of_another_shape_as_it_is() {
+    // componentize-py links CPython as several core modules.
+    let greeter = std::fs::read(common::guest("greeter")).unwrap();
+    let slimmed = reconciler_slim::slim(&greeter).unwrap();
+    let reason = slimmed.kept.expect("left as it is");
+    assert!(reason.contains("core modules"), "{reason}");
+    assert!(slimmed.removed.is_empty());
+    assert!(slimmed.component == greeter);
+}
+
+#[test]
+fn slimming_refuses_what_is_not_a_component() {
+    let core_module = b"\0asm\x01\0\0\0";
+    let error = reconciler_slim::slim(core_module).err().expect("refused");
+    assert_eq!(error.to_string(), "not a WebAssembly component");
 }

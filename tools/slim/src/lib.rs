@@ -133,14 +133,16 @@ pub fn slim(component: &[u8]) -> Result<Slimmed> {
     if !Parser::is_component(component) {
         bail!("not a WebAssembly component");
     }
-    let program = program_module(component)?;
-    let imports = function_imports(program)?;
-
     let keep = |reason: String| Slimmed {
         component: component.to_vec(),
         removed: Vec::new(),
         kept: Some(reason),
     };
+    let program = match program_module(component)? {
+        Ok(program) => program,
+        Err(shape) => return Ok(keep(shape)),
+    };
+    let imports = function_imports(program)?;
     let mut stubs = HashMap::new();
     for (index, import) in imports.iter().enumerate() {
         let interface = unversioned(&import.module);
@@ -176,12 +178,13 @@ pub fn slim(component: &[u8]) -> Result<Slimmed> {
         .collect();
 
     let mut module = rewrite(program, &imports, &stubs)?;
-    let (resolve, world) = match wit_component::decode(component)
-        .context("reading the component's WIT world")?
-    {
-        wit_parser::decoding::DecodedWasm::Component(resolve, world) => (resolve, world),
-        wit_parser::decoding::DecodedWasm::WitPackage(..) => bail!("a WIT package, not a component"),
-    };
+    let (resolve, world) =
+        match wit_component::decode(component).context("reading the component's WIT world")? {
+            wit_parser::decoding::DecodedWasm::Component(resolve, world) => (resolve, world),
+            wit_parser::decoding::DecodedWasm::WitPackage(..) => {
+                bail!("a WIT package, not a component")
+            }
+        };
     wit_component::embed_component_metadata(
         &mut module,
         &resolve,
@@ -206,8 +209,9 @@ fn unversioned(module: &str) -> &str {
 }
 
 /// The component's one program module: the core module with a memory. The others must be
-/// wit-component's shim and fixup modules, which the encoder regenerates.
-fn program_module(component: &[u8]) -> Result<&[u8]> {
+/// wit-component's shim and fixup modules, which the encoder regenerates. `Ok(Err(shape))`
+/// describes a component of another shape (composed, several programs), left alone.
+fn program_module(component: &[u8]) -> Result<Result<&[u8], String>> {
     let mut modules = Vec::new();
     // parse_all descends into nested modules: `depth` 1 is the component itself.
     let mut depth = 0;
@@ -221,19 +225,21 @@ fn program_module(component: &[u8]) -> Result<&[u8]> {
             // wit-component nests type-only components (export shims); a nested module means
             // a composition, which this crate does not take apart.
             Payload::ModuleSection { .. } => {
-                bail!("a core module inside a nested component (composed components are not supported)")
+                return Ok(Err(
+                    "it is composed of components with core modules of their own".into(),
+                ));
             }
             _ => {}
         }
     }
     let mut programs = modules.iter().filter(|m| defines_memory(m));
-    match (programs.next(), programs.next(), modules.len()) {
+    Ok(match (programs.next(), programs.next(), modules.len()) {
         (Some(program), None, 1..=3) => Ok(program),
-        _ => bail!(
-            "expected one program module and wit-component's shims (what rustc links for wasm32-wasip2), found {} core modules",
+        _ => Err(format!(
+            "it has {} core modules, not one program and wit-component's shims (what rustc links for wasm32-wasip2)",
             modules.len()
-        ),
-    }
+        )),
+    })
 }
 
 fn defines_memory(module: &[u8]) -> bool {
@@ -299,7 +305,11 @@ fn function_imports(module: &[u8]) -> Result<Vec<FunctionImport>> {
 /// The program module with the imports in `stubs` replaced by functions appended after its
 /// own, every function index renumbered, and the component metadata and DWARF dropped (the
 /// metadata is embedded again from the component's world; code offsets have moved).
-fn rewrite(module: &[u8], imports: &[FunctionImport], stubs: &HashMap<usize, Stub>) -> Result<Vec<u8>> {
+fn rewrite(
+    module: &[u8],
+    imports: &[FunctionImport],
+    stubs: &HashMap<usize, Stub>,
+) -> Result<Vec<u8>> {
     let defined = Parser::new(0)
         .parse_all(module)
         .find_map(|p| match p {

@@ -6,7 +6,8 @@
 //!
 //! 1. object gone: log `gone`, done. `deleting`: event `Normal Finalized`, done.
 //! 2. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
-//!    busy-waits `sleepMs` and carries on. Any other mode is a permanent error.
+//!    busy-waits `sleepMs` and carries on, `print` writes a line to stdout and one to stderr
+//!    and carries on. Any other mode is a permanent error.
 //! 3. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
 //! 4. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
@@ -72,9 +73,13 @@ impl Guest for Widget {
             Some("loop") => spin_forever(),
             Some("hog") => hog_memory(),
             Some("sleep") => busy_wait(Duration::from_millis(spec.sleep_ms.unwrap_or(0))),
+            Some("print") => {
+                println!("widget {} printed to stdout", req.ref_.name);
+                eprintln!("widget {} printed to stderr", req.ref_.name);
+            }
             Some(other) => {
                 return Err(permanent(format!(
-                    "spec.mode {other:?} is not one of trap, loop, hog, sleep"
+                    "spec.mode {other:?} is not one of trap, loop, hog, sleep, print"
                 )));
             }
         }
