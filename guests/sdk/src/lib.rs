@@ -23,6 +23,8 @@
 //! ```
 //!
 //! Build the crate as a `cdylib` for `wasm32-wasip2`; rustc links it straight into a component.
+//! Then, optionally, `reconciler-slim guest.wasm guest.slim.wasm` (`tools/slim` in the host's
+//! repository) for a cheaper instantiation; see below.
 //!
 //! Everything else is à la carte, one module per host interface of `wit/reconciler.wit` (the
 //! contract; the types here are generated from it):
