@@ -23,12 +23,12 @@
 //! monotonic-clock `subscribe-*` returns a `pollable`, a filesystem returns streams), the guest
 //! is left as it is and [`Slimmed::kept`] says why.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context, Result, bail};
 use wasm_encoder::reencode::{self, Reencode};
 use wasm_encoder::{CodeSection, FunctionSection, ImportSection, Instruction, MemArg, ValType};
-use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
+use wasmparser::{Parser, Payload, TypeRef};
 
 /// Interfaces (package and name, without the version) whose functions are answered inside the
 /// guest. They hand each other resources (streams, pollables, errors), so they go together.
@@ -52,11 +52,11 @@ fn compatible(interface: &str, function: &str) -> bool {
     interface.starts_with("reconciler:api/")
         || matches!(
             interface,
-            "wasi:cli/environment" | "wasi:clocks/wall-clock" | "wasi:random/random"
-        )
-        || matches!(
-            interface,
-            "wasi:random/insecure" | "wasi:random/insecure-seed"
+            "wasi:cli/environment"
+                | "wasi:clocks/wall-clock"
+                | "wasi:random/random"
+                | "wasi:random/insecure"
+                | "wasi:random/insecure-seed"
         )
         || (interface == "wasi:clocks/monotonic-clock" && matches!(function, "now" | "resolution"))
 }
@@ -127,8 +127,9 @@ pub struct Slimmed {
 ///
 /// # Errors
 ///
-/// When `component` is not a component made of one program module and wit-component's shims
-/// (what rustc's `wasm32-wasip2` linker produces), or when re-encoding it fails.
+/// When `component` is not a WebAssembly component, does not parse, or cannot be encoded
+/// again. A component of another shape is not an error: it comes back unchanged, with
+/// [`Slimmed::kept`] saying why.
 pub fn slim(component: &[u8]) -> Result<Slimmed> {
     if !Parser::is_component(component) {
         bail!("not a WebAssembly component");
@@ -243,10 +244,9 @@ fn program_module(component: &[u8]) -> Result<Result<&[u8], String>> {
 }
 
 fn defines_memory(module: &[u8]) -> bool {
-    Parser::new(0).parse_all(module).any(|p| {
-        matches!(&p, Ok(Payload::MemorySection(s)) if s.count() > 0)
-            || matches!(&p, Ok(Payload::ExportSection(s)) if s.clone().into_iter().any(|e| matches!(e, Ok(e) if e.kind == ExternalKind::Memory)))
-    })
+    Parser::new(0)
+        .parse_all(module)
+        .any(|p| matches!(p, Ok(Payload::MemorySection(s)) if s.count() > 0))
 }
 
 /// One function import of the program module, with its lowered core signature.
@@ -264,18 +264,15 @@ fn function_imports(module: &[u8]) -> Result<Vec<FunctionImport>> {
     for payload in Parser::new(0).parse_all(module) {
         match payload? {
             Payload::TypeSection(section) => {
+                let convert = |v: &[wasmparser::ValType]| {
+                    v.iter()
+                        .map(|t| ValType::try_from(*t))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))
+                };
                 for ty in section.into_iter_err_on_gc_types() {
                     let ty = ty?;
-                    let mut convert = reencode::RoundtripReencoder;
-                    let vals = |v: &[wasmparser::ValType], c: &mut reencode::RoundtripReencoder| {
-                        v.iter()
-                            .map(|t| c.val_type(*t))
-                            .collect::<Result<Vec<_>, _>>()
-                    };
-                    types.push((
-                        vals(ty.params(), &mut convert)?,
-                        vals(ty.results(), &mut convert)?,
-                    ));
+                    types.push((convert(ty.params())?, convert(ty.results())?));
                 }
             }
             Payload::ImportSection(section) => {
@@ -336,7 +333,7 @@ fn rewrite(
     }
     let mut slimmer = Slimmer {
         remap,
-        removed_before: stubs.len(),
+        removed: u32::try_from(stubs.len())?,
         stubbed: stubs.keys().copied().collect(),
         appended,
         next_import: 0,
@@ -351,8 +348,9 @@ fn rewrite(
 struct Slimmer {
     /// New index of each imported function, by old index.
     remap: Vec<u32>,
-    removed_before: usize,
-    stubbed: std::collections::HashSet<usize>,
+    /// How many imported functions became stubs, and which (by old index).
+    removed: u32,
+    stubbed: HashSet<usize>,
     /// Stubs to append: type index, behaviour, parameter count.
     appended: Vec<(u32, Stub, usize)>,
     next_import: usize,
@@ -365,7 +363,7 @@ impl Reencode for Slimmer {
         Ok(match self.remap.get(func as usize) {
             Some(new) => *new,
             // A defined function moves down by the number of imports removed.
-            None => func - u32::try_from(self.removed_before).expect("import count fits u32"),
+            None => func - self.removed,
         })
     }
 
