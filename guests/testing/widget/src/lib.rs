@@ -6,8 +6,8 @@
 //!
 //! 1. object gone: log `gone`, done. `deleting`: event `Normal Finalized`, done.
 //! 2. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
-//!    busy-waits `sleepMs` and carries on, `print` writes a line to stdout and one to stderr
-//!    and carries on. Any other mode is a permanent error.
+//!    busy-waits `sleepMs` and carries on, `print` reads stdin to its end, writes a line to
+//!    stdout and one to stderr, and carries on. Any other mode is a permanent error.
 //! 3. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
 //! 4. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
@@ -74,7 +74,10 @@ impl Guest for Widget {
             Some("hog") => hog_memory(),
             Some("sleep") => busy_wait(Duration::from_millis(spec.sleep_ms.unwrap_or(0))),
             Some("print") => {
-                println!("widget {} printed to stdout", req.ref_.name);
+                let mut input = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)
+                    .map_err(|e| transient(format!("reading stdin: {e}")))?;
+                println!("widget {} read {} bytes of stdin", req.ref_.name, input.len());
                 eprintln!("widget {} printed to stderr", req.ref_.name);
             }
             Some(other) => {
