@@ -3,9 +3,9 @@
 //! the guest instead of imports.
 //!
 //! Why: the host instantiates a guest afresh for every reconcile, and every lowered import costs
-//! something at each instantiation. A Rust guest imports ~19 such functions only because std's
+//! something at each instantiation. A Rust guest imports ~18 such functions only because std's
 //! panic and print paths reference them; a reconciler has no terminal, and the host discards its
-//! stdout anyway. Without them a reconcile's instantiation takes about 40 % less time
+//! stdout anyway. Without them a reconcile's instantiation takes about a third less time
 //! (`host/benches/reconcile.rs`).
 //!
 //! What the guest sees afterwards:
