@@ -36,7 +36,7 @@ if ! (cd "$repo" && cargo build --release --quiet -p reconciler-slim); then
     echo "build.sh: error: cargo build of tools/slim failed; see the compiler output above" >&2
     exit 1
 fi
-slim="$repo/target/release/reconciler-slim"
+slim="${CARGO_TARGET_DIR:-$repo/target}/release/reconciler-slim"
 
 # Moves $1 over $2 unless their bytes are equal (then drops $1).
 replace_if_changed() {
