@@ -77,7 +77,11 @@ impl Guest for Widget {
                 let mut input = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)
                     .map_err(|e| transient(format!("reading stdin: {e}")))?;
-                println!("widget {} read {} bytes of stdin", req.ref_.name, input.len());
+                println!(
+                    "widget {} read {} bytes of stdin",
+                    req.ref_.name,
+                    input.len()
+                );
                 eprintln!("widget {} printed to stderr", req.ref_.name);
             }
             Some(other) => {
