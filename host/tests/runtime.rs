@@ -1,6 +1,7 @@
 //! The wasmtime half of the host without Kubernetes: loading guests, refusing bad ones, and
 //! surviving guests that trap, loop or eat memory. Every failure test then runs a good
-//! reconcile on the same runtime, to show the host keeps serving.
+//! reconcile on the same runtime, to show the host keeps serving. Last, slimmed guests
+//! (`tools/slim`) against rustc's originals.
 
 mod common;
 

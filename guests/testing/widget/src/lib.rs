@@ -67,29 +67,7 @@ impl Guest for Widget {
             .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
         let spec = &widget.spec;
 
-        match spec.mode.as_deref() {
-            None => {}
-            Some("trap") => panic!("widget was asked to trap"),
-            Some("loop") => spin_forever(),
-            Some("hog") => hog_memory(),
-            Some("sleep") => busy_wait(Duration::from_millis(spec.sleep_ms.unwrap_or(0))),
-            Some("print") => {
-                let mut input = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)
-                    .map_err(|e| transient(format!("reading stdin: {e}")))?;
-                println!(
-                    "widget {} read {} bytes of stdin",
-                    req.ref_.name,
-                    input.len()
-                );
-                eprintln!("widget {} printed to stderr", req.ref_.name);
-            }
-            Some(other) => {
-                return Err(permanent(format!(
-                    "spec.mode {other:?} is not one of trap, loop, hog, sleep, print"
-                )));
-            }
-        }
+        run_mode(spec, &req.ref_.name)?;
 
         if let Some(n) = spec.fail_times
             && req.attempt < n
@@ -241,6 +219,30 @@ fn owned_config_map(widget: &ObjectRef, meta: &ObjectMeta) -> ConfigMap {
         data: Some(BTreeMap::from([("owner".to_owned(), widget.name.clone())])),
         ..ConfigMap::default()
     }
+}
+
+/// Step 2: what `spec.mode` asks for.
+fn run_mode(spec: &WidgetSpec, name: &str) -> Result<(), ReconcileError> {
+    match spec.mode.as_deref() {
+        None => {}
+        Some("trap") => panic!("widget was asked to trap"),
+        Some("loop") => spin_forever(),
+        Some("hog") => hog_memory(),
+        Some("sleep") => busy_wait(Duration::from_millis(spec.sleep_ms.unwrap_or(0))),
+        Some("print") => {
+            let mut input = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)
+                .map_err(|e| transient(format!("reading stdin: {e}")))?;
+            println!("widget {name} read {} bytes of stdin", input.len());
+            eprintln!("widget {name} printed to stderr");
+        }
+        Some(other) => {
+            return Err(permanent(format!(
+                "spec.mode {other:?} is not one of trap, loop, hog, sleep, print"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn spin_forever() -> ! {
