@@ -436,22 +436,6 @@ fn cache_entries(dir: &Path) -> Vec<std::ffi::OsString> {
 // Slimmed guests (tools/slim). guests/build.sh slims every Rust guest; the linker's originals
 // are in target/guests/unslimmed/.
 
-/// The WASI interfaces whose functions reconciler-slim answers inside the guest.
-const STDIO: [&str; 12] = [
-    "wasi:cli/stdin",
-    "wasi:cli/stdout",
-    "wasi:cli/stderr",
-    "wasi:cli/terminal-input",
-    "wasi:cli/terminal-output",
-    "wasi:cli/terminal-stdin",
-    "wasi:cli/terminal-stdout",
-    "wasi:cli/terminal-stderr",
-    "wasi:cli/exit",
-    "wasi:io/streams",
-    "wasi:io/poll",
-    "wasi:io/error",
-];
-
 /// A component's imports, without versions (`wasi:io/streams`).
 fn imports(runtime: &Runtime, component: &[u8]) -> BTreeSet<String> {
     let component = wasmtime::component::Component::new(runtime.engine(), component).unwrap();
@@ -473,7 +457,11 @@ fn slimming_drops_exactly_the_wasi_stdio_imports() {
         imports(&runtime, &slimmed.component),
     );
     let gone: BTreeSet<String> = before.difference(&after).cloned().collect();
-    assert_eq!(gone, STDIO.iter().map(|s| s.to_string()).collect());
+    let stdio = reconciler_slim::STDIO
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(gone, stdio);
     assert!(after.is_subset(&before), "{after:?}");
     for kept in [
         "reconciler:api/cluster",

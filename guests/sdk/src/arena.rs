@@ -141,31 +141,13 @@ unsafe impl<Fallback: GlobalAlloc, const N: usize> GlobalAlloc for Arena<Fallbac
     not(target_feature = "atomics")
 ))]
 mod global {
-    struct Global(super::Arena<std::alloc::System, { super::ARENA_BYTES }>);
+    use super::{ARENA_BYTES, Arena};
 
     // SAFETY: single-threaded WebAssembly (no `atomics` target feature): no concurrent access.
-    unsafe impl Sync for Global {}
-
-    // SAFETY: delegates to the arena, a valid allocator.
-    unsafe impl core::alloc::GlobalAlloc for Global {
-        unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
-            unsafe { self.0.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
-            unsafe { self.0.dealloc(ptr, layout) }
-        }
-        unsafe fn realloc(
-            &self,
-            ptr: *mut u8,
-            layout: core::alloc::Layout,
-            new_size: usize,
-        ) -> *mut u8 {
-            unsafe { self.0.realloc(ptr, layout, new_size) }
-        }
-    }
+    unsafe impl<Fallback: Sync, const N: usize> Sync for Arena<Fallback, N> {}
 
     #[global_allocator]
-    static GLOBAL: Global = Global(super::Arena::new(std::alloc::System));
+    static GLOBAL: Arena<std::alloc::System, ARENA_BYTES> = Arena::new(std::alloc::System);
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 //! monotonic-clock `subscribe-*` returns a `pollable`, a filesystem returns streams), the guest
 //! is left as it is and [`Slimmed::kept`] says why.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use anyhow::{Context, Result, bail};
 use wasm_encoder::reencode::{self, Reencode};
@@ -32,7 +32,7 @@ use wasmparser::{Parser, Payload, TypeRef};
 
 /// Interfaces (package and name, without the version) whose functions are answered inside the
 /// guest. They hand each other resources (streams, pollables, errors), so they go together.
-const STDIO: &[&str] = &[
+pub const STDIO: &[&str] = &[
     "wasi:cli/stdin",
     "wasi:cli/stdout",
     "wasi:cli/stderr",
@@ -143,7 +143,7 @@ pub fn slim(component: &[u8]) -> Result<Slimmed> {
         Ok(program) => program,
         Err(shape) => return Ok(keep(shape)),
     };
-    let imports = function_imports(program)?;
+    let Functions { imports, defined } = functions(program)?;
     let mut stubs = HashMap::new();
     for (index, import) in imports.iter().enumerate() {
         let interface = unversioned(&import.module);
@@ -178,7 +178,7 @@ pub fn slim(component: &[u8]) -> Result<Slimmed> {
         .map(|(_, i)| format!("{}#{}", unversioned(&i.module), i.name))
         .collect();
 
-    let mut module = rewrite(program, &imports, &stubs)?;
+    let mut module = rewrite(program, &imports, defined, &stubs)?;
     let (resolve, world) =
         match wit_component::decode(component).context("reading the component's WIT world")? {
             wit_parser::decoding::DecodedWasm::Component(resolve, world) => (resolve, world),
@@ -258,9 +258,16 @@ struct FunctionImport {
     results: Vec<ValType>,
 }
 
-fn function_imports(module: &[u8]) -> Result<Vec<FunctionImport>> {
+/// The program module's function imports and how many functions it defines.
+struct Functions {
+    imports: Vec<FunctionImport>,
+    defined: u32,
+}
+
+fn functions(module: &[u8]) -> Result<Functions> {
     let mut types = Vec::new();
     let mut imports = Vec::new();
+    let mut defined = 0;
     for payload in Parser::new(0).parse_all(module) {
         match payload? {
             Payload::TypeSection(section) => {
@@ -293,10 +300,11 @@ fn function_imports(module: &[u8]) -> Result<Vec<FunctionImport>> {
                     }
                 }
             }
+            Payload::FunctionSection(section) => defined = section.count(),
             _ => {}
         }
     }
-    Ok(imports)
+    Ok(Functions { imports, defined })
 }
 
 /// The program module with the imports in `stubs` replaced by functions appended after its
@@ -305,15 +313,12 @@ fn function_imports(module: &[u8]) -> Result<Vec<FunctionImport>> {
 fn rewrite(
     module: &[u8],
     imports: &[FunctionImport],
+    defined: u32,
     stubs: &HashMap<usize, Stub>,
 ) -> Result<Vec<u8>> {
-    let defined = Parser::new(0)
-        .parse_all(module)
-        .find_map(|p| match p {
-            Ok(Payload::FunctionSection(s)) => Some(s.count()),
-            _ => None,
-        })
-        .context("the program module defines no functions")?;
+    if defined == 0 {
+        bail!("the program module defines no functions");
+    }
     let kept = u32::try_from(imports.len() - stubs.len())?;
     let mut remap = Vec::with_capacity(imports.len());
     let (mut next_kept, mut next_stub) = (0, kept + defined);
@@ -333,8 +338,8 @@ fn rewrite(
     }
     let mut slimmer = Slimmer {
         remap,
+        kept,
         removed: u32::try_from(stubs.len())?,
-        stubbed: stubs.keys().copied().collect(),
         appended,
         next_import: 0,
     };
@@ -348,9 +353,9 @@ fn rewrite(
 struct Slimmer {
     /// New index of each imported function, by old index.
     remap: Vec<u32>,
-    /// How many imported functions became stubs, and which (by old index).
+    /// How many imported functions stay imports, and how many became stubs.
+    kept: u32,
     removed: u32,
-    stubbed: HashSet<usize>,
     /// Stubs to append: type index, behaviour, parameter count.
     appended: Vec<(u32, Stub, usize)>,
     next_import: usize,
@@ -377,7 +382,8 @@ impl Reencode for Slimmer {
             if matches!(import.ty, TypeRef::Func(_)) {
                 let index = self.next_import;
                 self.next_import += 1;
-                if self.stubbed.contains(&index) {
+                // Kept imports are renumbered below `kept`; stubs come after every function.
+                if self.remap[index] >= self.kept {
                     continue;
                 }
             }
