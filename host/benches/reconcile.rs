@@ -212,7 +212,8 @@ fn main() {
             }
             return;
         }
-        _ => {}
+        Ok(other) => panic!("BENCH_PROFILE is `wasm` or `native`, not `{other}`"),
+        Err(_) => {}
     }
     for _ in 0..iterations / 10 {
         for guest in &guests {
@@ -302,10 +303,10 @@ fn report(wasm: &[Phases], empty: Vec<Duration>, n: &Stats) {
     );
     // The ratio is (fixed + work) / native: what the work costs in the sandbox (the full
     // reconcile less the empty one) bounds how much fixed cost a 2x target leaves.
-    let variable = us(w.median) - us(e.median);
-    let budget = 2.0 * us(n.median) - variable;
+    let work = us(w.median) - us(e.median);
+    let budget = 2.0 * us(n.median) - work;
     println!(
-        "  the work (full - empty reconcile): {variable:.2} µs = {:.2}x native; 2x native leaves {budget:.2} µs for the fixed cost",
-        variable / us(n.median)
+        "  the work (full - empty reconcile): {work:.2} µs = {:.2}x native; 2x native leaves {budget:.2} µs for the fixed cost",
+        work / us(n.median)
     );
 }
