@@ -226,6 +226,12 @@ fn a_guest_built_against_another_revision_of_the_contract_is_refused() {
         message.contains("export does not match this host's"),
         "{message}"
     );
+    // Its manifest is the host's: what is refused is `reconcile`'s signature, which reconciles
+    // rely on having been checked here (they do not check it again).
+    assert!(
+        message.contains("type mismatch with parameters"),
+        "{message}"
+    );
     assert_still_serving(&runtime, &load(&runtime, "widget"));
 }
 
