@@ -4,7 +4,8 @@
 //! Cost model, per guest version:
 //! - compile: once per content hash; the artefact is cached on disk keyed by the content's
 //!   SHA-256 and the engine's compatibility hash, so a restart or a re-added file only maps it.
-//! - `InstancePre`: once; it resolves every import against the host's linker up front.
+//! - `InstancePre`: once; it resolves every import against the host's linker up front, and the
+//!   exports' types are checked once (by instantiating it for `manifest()`), not per instance.
 //!
 //! Per reconcile: a new `Store` (guest state, limits; the empty WASI context is built only if
 //! the guest makes a WASI call), instantiation from the pooling allocator (slots are reused,
