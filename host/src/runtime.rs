@@ -454,20 +454,20 @@ impl Runtime {
             .component_type()
             .imports(&self.engine)
             .any(|(import, _)| import == NETWORK_BACKEND_IMPORT);
-        let exports_reconciler =
-            component
-                .component_type()
-                .exports(&self.engine)
-                .any(|(export, item)| {
-                    export == RECONCILER_EXPORT
-                        && matches!(item.ty, ComponentItem::ComponentInstance(_))
-                });
-        if !exports_reconciler {
+        let Some((ComponentItem::ComponentInstance(_), interface)) =
+            component.get_export(None, RECONCILER_EXPORT)
+        else {
             return Err(LoadError::WrongWorld {
                 file: name,
                 reason: format!("it does not export {RECONCILER_EXPORT}"),
             });
-        }
+        };
+        let reconcile = component
+            .get_export_index(Some(&interface), "reconcile")
+            .ok_or_else(|| LoadError::WrongWorld {
+                file: name.clone(),
+                reason: format!("its {RECONCILER_EXPORT} export has no `reconcile` function"),
+            })?;
         let instance_pre =
             self.linker
                 .instantiate_pre(&component)
@@ -479,14 +479,6 @@ impl Runtime {
             file: name.clone(),
             reason: format!("{e:#}"),
         })?;
-
-        let reconcile = component
-            .get_export_index(None, RECONCILER_EXPORT)
-            .and_then(|interface| component.get_export_index(Some(&interface), "reconcile"))
-            .ok_or_else(|| LoadError::WrongWorld {
-                file: name.clone(),
-                reason: format!("its {RECONCILER_EXPORT} export has no `reconcile` function"),
-            })?;
 
         let mut store = self.store(
             CallContext::loading(&name),
