@@ -3,6 +3,9 @@
 //!   (a) a raw loop of N status patches from one client — the physical limit;
 //!   (b) `reconciler-host run` with the bench guest bringing N fresh objects to their status;
 //!   (c) a native kube-rs `Controller` (same logic, `guests/testing/bench/src/logic.rs`) doing it;
+//!   (d) (b) again, with the hostile test guest attacking in the same host all the while
+//!       (guests/testing/hostile: deadline-long spins and WASI sleeps, event, log and write
+//!       floods, refused path tricks), to show what a hostile neighbour costs a good guest;
 //! and the resident memory of (b) and (c) with M objects cached.
 //!
 //! `cargo bench -p reconciler-host --bench controller` (or `./dev bench`). Prints figures;
@@ -144,7 +147,7 @@ async fn orchestrate() -> anyhow::Result<()> {
     let ns = namespace(&client, &format!("bench-host-{run_id}")).await?;
     create_widgets(&client, &ns, n).await?;
     let (host_time, _) =
-        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns)).await?;
+        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns, false)).await?;
     println!(
         "  (b) reconciler-host + Rust guest, N fresh objects:     {:8.2} s  ({:.2}x the raw loop's speed)",
         host_time.as_secs_f64(),
@@ -166,11 +169,23 @@ async fn orchestrate() -> anyhow::Result<()> {
         host_time.as_secs_f64() / native_time.as_secs_f64()
     );
 
+    // (d) The same host and guest next to a hostile guest.
+    let ns = namespace(&client, &format!("bench-hostile-{run_id}")).await?;
+    create_widgets(&client, &ns, n).await?;
+    start_attacks(&client, &ns).await?;
+    let (contested, _) =
+        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns, true)).await?;
+    println!(
+        "  (d) as (b), a hostile guest attacking meanwhile:       {:8.2} s  ({:.0} % of (b)'s throughput)",
+        contested.as_secs_f64(),
+        100.0 * host_time.as_secs_f64() / contested.as_secs_f64()
+    );
+
     // Memory with M objects cached.
     let ns = namespace(&client, &format!("bench-rss-{run_id}")).await?;
     create_widgets(&client, &ns, m).await?;
     let (_, host_rss) =
-        run_until_reconciled(&client, &ns, m, || spawn_host(&kubeconfig, &ns)).await?;
+        run_until_reconciled(&client, &ns, m, || spawn_host(&kubeconfig, &ns, false)).await?;
     clear_status(&client, &ns).await?;
     let (_, native_rss) =
         run_until_reconciled(&client, &ns, m, || spawn_native(&kubeconfig, &ns)).await?;
@@ -211,6 +226,34 @@ async fn create_widgets(client: &kube::Client, ns: &str, n: usize) -> anyhow::Re
         .buffer_unordered(16)
         .try_collect::<()>()
         .await?;
+    Ok(())
+}
+
+/// The hostile guest's attacks for (d), each repeated for as long as the bench runs: the
+/// expensive ones (a spin or a WASI sleep up to its deadline, floods up to its rates) and cheap
+/// refusals at a high rate.
+async fn start_attacks(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let attacks = [
+        ("spin", 4, 0),
+        ("sleep", 4, 0),
+        ("alloc", 2, 0),
+        ("event-flood", 1, 100),
+        ("log-flood", 1, 100),
+        ("enqueue-victim", 2, 10),
+        ("ns-path-delete", 2, 10),
+        ("apply-secret", 2, 10),
+        ("patch-oversized", 1, 50),
+    ];
+    for (attack, copies, repeat_ms) in attacks {
+        for i in 0..copies {
+            let object = serde_json::from_value(json!({
+                "metadata": {"name": format!("{attack}-{i}"), "labels": {"hostile.reconciler.dev/attack": "bench"}},
+                "data": {"attack": attack, "victim": "bench-victim", "repeat-ms": repeat_ms.to_string()},
+            }))?;
+            api.create(&PostParams::default(), &object).await?;
+        }
+    }
     Ok(())
 }
 
@@ -286,21 +329,29 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_host(kubeconfig: &Path, ns: &str) -> anyhow::Result<Child> {
+/// The host with the bench guest, and with `hostile` the hostile test guest beside it, granted
+/// what an operator would give an untrusted guest: its own kind, two workers, tight limits.
+fn spawn_host(kubeconfig: &Path, ns: &str, hostile: bool) -> anyhow::Result<Child> {
     let dir = repo().join("target/bench-host");
     let guests = dir.join("guests");
+    let _ = std::fs::remove_dir_all(&guests);
     std::fs::create_dir_all(&guests)?;
     std::fs::copy(
         repo().join("target/guests/bench.wasm"),
         guests.join("bench.wasm"),
     )?;
+    let mut grants = format!(
+        "guests:\n  bench:\n    read: [test.reconciler.dev/v1/Widget]\n    write: [test.reconciler.dev/v1/Widget/status]\n    limits: {{concurrency: {CONCURRENCY}}}\n"
+    );
+    if hostile {
+        std::fs::copy(
+            repo().join("target/guests/hostile.wasm"),
+            guests.join("hostile.wasm"),
+        )?;
+        grants.push_str("  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n    limits: {concurrency: 2, deadline: 1s, memoryMiB: 32, writesPerSecond: 20}\n");
+    }
     let config = dir.join("host.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "guests:\n  bench:\n    read: [test.reconciler.dev/v1/Widget]\n    write: [test.reconciler.dev/v1/Widget/status]\n    limits: {{concurrency: {CONCURRENCY}}}\n"
-        ),
-    )?;
+    std::fs::write(&config, grants)?;
     Ok(Command::new(repo().join("target/release/reconciler-host"))
         .arg("run")
         .arg("--config")

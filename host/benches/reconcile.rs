@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use reconciler_host::capabilities::{
-    CallContext, Cluster, EventRecord, GuestContext, HostError, Providers,
+    CallContext, Cluster, EventRecord, GuestContext, HostError, Providers, WorkQueue,
 };
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
-use reconciler_host::offline::{MemoryCache, RecordingQueue};
+use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
 use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
@@ -136,18 +136,13 @@ fn main() {
     let object_ref = ObjectRef::of_object(&serde_json::from_str(&object).unwrap()).unwrap();
     let returned = json!({"metadata": {"resourceVersion": "123457"}});
     let cluster = Arc::new(NullCluster(returned));
-    let context = Arc::new(GuestContext {
-        guest: "bench".into(),
-        grant: Grant::unrestricted(),
-        providers: Providers {
-            lister: Arc::new(MemoryCache::default()),
-            cluster: cluster.clone(),
-            queue: Arc::new(RecordingQueue),
-            networks: Default::default(),
-        },
-        metrics: None,
-        fixed_clock: None,
-    });
+    let providers = Providers {
+        lister: Arc::new(MemoryCache::default()),
+        cluster: cluster.clone(),
+        queue: Arc::new(RecordingQueue::default()) as Arc<dyn WorkQueue>,
+        network: None,
+    };
+    let context = Arc::new(GuestContext::new("bench", Grant::unrestricted(), providers));
     let request = Request {
         object_ref: object_ref.clone(),
         object: Some(object.clone()),

@@ -11,10 +11,10 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use crate::backends::{MemoryBackend, NetworkBackend};
-use crate::capabilities::{CallContext, GuestContext, Providers, backend::NETWORK_BACKEND};
+use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
-use crate::objects::{Gvk, ObjectRef};
-use crate::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::providers::offline::MemoryCache;
 use crate::runtime::{Request, Runtime, RuntimeOptions};
 
 #[derive(Parser)]
@@ -56,7 +56,7 @@ enum Command {
         kind: Gvk,
         /// The key: [namespace/]name.
         #[arg(long)]
-        key: String,
+        key: ObjectKey,
         #[arg(long)]
         config: Option<PathBuf>,
         /// JSON file holding the in-memory network backend's state; read before, written after.
@@ -108,10 +108,28 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: many error types already quote their
+/// source in their own message, and `{:#}` would print it again.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.lines().next().unwrap_or_default().trim();
+        if text.is_empty() || out.contains(text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(text);
+    }
+    out
 }
 
 fn init_tracing() {
@@ -152,23 +170,17 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     })?);
     let loaded = load_guest(runtime, file).await?;
     let manifest = &loaded.manifest;
-    let world = if loaded.imports_network {
-        "network-controller"
-    } else {
-        "controller"
-    };
+    let world = loaded.world();
     let grant = match &config {
         None => json!(null),
         Some(config) => match config.grant(&manifest.name) {
             None => {
                 json!({ "granted": false, "reason": format!("no grant for guest `{}`", manifest.name) })
             }
-            Some(grant) => {
-                match crate::guests::check_grant(manifest, loaded.imports_network, &grant, config) {
-                    Ok(()) => json!({ "granted": true }),
-                    Err(missing) => json!({ "granted": false, "reason": missing }),
-                }
-            }
+            Some(grant) => match crate::guests::check_grant(&loaded, &grant, config) {
+                Ok(()) => json!({ "granted": true }),
+                Err(missing) => json!({ "granted": false, "reason": missing }),
+            },
         },
     };
     let refused = grant.get("granted") == Some(&json!(false));
@@ -184,17 +196,6 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse_key(key: &str) -> anyhow::Result<(Option<String>, String)> {
-    let parts: Vec<&str> = key.split('/').collect();
-    match parts.as_slice() {
-        [name] if !name.is_empty() => Ok((None, (*name).to_owned())),
-        [ns, name] if !ns.is_empty() && !name.is_empty() => {
-            Ok((Some((*ns).to_owned()), (*name).to_owned()))
-        }
-        _ => bail!("--key `{key}` must be name or namespace/name"),
-    }
-}
-
 struct OfflineRun {
     config: Option<PathBuf>,
     backend_state: Option<PathBuf>,
@@ -206,7 +207,7 @@ async fn reconcile(
     guest_file: PathBuf,
     objects: Vec<PathBuf>,
     kind: Gvk,
-    key: String,
+    key: ObjectKey,
     options: OfflineRun,
 ) -> anyhow::Result<()> {
     let OfflineRun {
@@ -216,7 +217,6 @@ async fn reconcile(
         now,
     } = options;
     let config = load_config(config.as_ref())?;
-    let (namespace, name) = parse_key(&key)?;
     let cache = Arc::new(MemoryCache::load(&objects)?);
     let runtime = Arc::new(Runtime::new(RuntimeOptions {
         cache_dir: crate::host::default_cache_dir(),
@@ -234,9 +234,9 @@ async fn reconcile(
                     manifest.name
                 )
             })?;
-            crate::guests::check_grant(manifest, loaded.imports_network, &grant, config).map_err(
-                |missing| anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name),
-            )?;
+            crate::guests::check_grant(&loaded, &grant, config).map_err(|missing| {
+                anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name)
+            })?;
             grant
         }
     };
@@ -244,28 +244,20 @@ async fn reconcile(
         Some(path) => MemoryBackend::with_state_file(path.clone())?,
         None => MemoryBackend::new(),
     });
-    let networks = [(
-        NETWORK_BACKEND.to_owned(),
-        network as Arc<dyn NetworkBackend>,
-    )]
-    .into();
-    let context = Arc::new(GuestContext {
-        guest: manifest.name.clone(),
-        grant,
-        providers: Providers {
-            lister: cache.clone(),
-            cluster: Arc::new(RecordingCluster::new(cache.clone())),
-            queue: Arc::new(RecordingQueue),
-            networks,
-        },
-        metrics: None,
-        fixed_clock: now,
-    });
+    let providers = crate::providers::offline::providers(
+        cache.clone(),
+        Some(network as Arc<dyn NetworkBackend>),
+    );
+    let context = Arc::new(
+        GuestContext::new(manifest.name.clone(), grant, providers)
+            .with_scope(Scope::of(manifest, None))
+            .with_clock(now),
+    );
 
     let object_ref = ObjectRef {
         kind,
-        namespace,
-        name,
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
     };
     let object = cache.get(&object_ref);
     let request = Request {
@@ -277,7 +269,12 @@ async fn reconcile(
         object_ref,
         attempt,
     };
-    let call = CallContext::new(context, key, Some(tokio::runtime::Handle::current())).recording();
+    let call = CallContext::new(
+        context,
+        key.to_string(),
+        Some(tokio::runtime::Handle::current()),
+    )
+    .recording();
     let run =
         tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
     let output = json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() });

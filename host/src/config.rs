@@ -13,8 +13,10 @@ use crate::objects::Gvk;
 
 /// Default deadline of one reconcile (guest CPU time plus host calls).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
-/// Default cap on a guest instance's linear memory.
-pub const DEFAULT_MEMORY_MIB: u64 = 64;
+/// Default cap on a guest instance's linear memory (all of its memories together).
+pub const DEFAULT_MEMORY_MIB: usize = 64;
+/// Default host-wide cap on one guest's concurrency (`maxConcurrency`).
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -48,6 +50,13 @@ pub struct HostConfig {
     /// What each guest (by manifest name) may do.
     #[serde(default)]
     pub guests: BTreeMap<String, Grant>,
+    /// The most keys any one guest may reconcile at once. A manifest asking for more is
+    /// refused at load, so no guest can take a lion's share of the instance slots.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// What happens to objects still carrying a guest's finalizer once the guest is unloaded.
+    #[serde(default)]
+    pub finalizer_policy: crate::finalizer::Policy,
 }
 
 impl HostConfig {
@@ -65,7 +74,16 @@ impl HostConfig {
             path: path.to_owned(),
             source,
         })?;
+        let cap = config.max_concurrency();
         for (guest, grant) in &config.guests {
+            if grant.limits.concurrency.is_some_and(|c| c > cap) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message: format!(
+                        "guests.{guest}.limits.concurrency is above maxConcurrency ({cap})"
+                    ),
+                });
+            }
             for backend in &grant.backends {
                 if !config.backends.contains_key(backend) {
                     return Err(ConfigError::Invalid {
@@ -78,6 +96,13 @@ impl HostConfig {
             }
         }
         Ok(config)
+    }
+
+    /// The host-wide cap on one guest's concurrency.
+    pub fn max_concurrency(&self) -> u32 {
+        self.max_concurrency
+            .unwrap_or(DEFAULT_MAX_CONCURRENCY)
+            .max(1)
     }
 
     /// The grant of a guest, with the host defaults filled in for unset limits.
@@ -103,6 +128,16 @@ pub struct Limits {
     /// Overall retry rate of the guest's queue (token bucket).
     pub qps: Option<u32>,
     pub burst: Option<u32>,
+    /// API writes per second the guest may make (status patches, applies, deletes); a write
+    /// beyond the rate waits, within the reconcile's deadline.
+    pub writes_per_second: Option<u32>,
+    pub write_burst: Option<u32>,
+    /// Events per second; beyond the rate an event is refused with `unavailable`.
+    pub events_per_second: Option<u32>,
+    pub event_burst: Option<u32>,
+    /// Log lines per second; beyond the rate lines are dropped and counted.
+    pub log_lines_per_second: Option<u32>,
+    pub log_burst: Option<u32>,
 }
 
 impl Limits {
@@ -113,6 +148,25 @@ impl Limits {
             concurrency: self.concurrency.or(fallback.concurrency),
             qps: self.qps.or(fallback.qps),
             burst: self.burst.or(fallback.burst),
+            writes_per_second: self.writes_per_second.or(fallback.writes_per_second),
+            write_burst: self.write_burst.or(fallback.write_burst),
+            events_per_second: self.events_per_second.or(fallback.events_per_second),
+            event_burst: self.event_burst.or(fallback.event_burst),
+            log_lines_per_second: self.log_lines_per_second.or(fallback.log_lines_per_second),
+            log_burst: self.log_burst.or(fallback.log_burst),
+        }
+    }
+
+    /// The guest's per-guest rates, defaults filled in.
+    pub fn rates(&self) -> crate::capabilities::Rates {
+        let d = crate::capabilities::Rates::default();
+        crate::capabilities::Rates {
+            writes_per_second: self.writes_per_second.unwrap_or(d.writes_per_second),
+            write_burst: self.write_burst.unwrap_or(d.write_burst),
+            events_per_second: self.events_per_second.unwrap_or(d.events_per_second),
+            event_burst: self.event_burst.unwrap_or(d.event_burst),
+            log_lines_per_second: self.log_lines_per_second.unwrap_or(d.log_lines_per_second),
+            log_burst: self.log_burst.unwrap_or(d.log_burst),
         }
     }
 
@@ -121,7 +175,7 @@ impl Limits {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
+        let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64);
         usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
     }
 }
@@ -329,5 +383,36 @@ guests:
             .unwrap_err()
             .to_string();
         assert!(err.contains("group/version/Kind"), "{err}");
+    }
+
+    #[test]
+    fn the_example_configuration_parses() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/host.yaml"
+        ));
+        let config = HostConfig::load(path).unwrap();
+        assert_eq!(config.max_concurrency(), 16);
+        let grant = config.grant("network").unwrap();
+        assert_eq!(grant.limits.rates().writes_per_second, 50);
+    }
+
+    #[test]
+    fn a_grant_above_the_host_concurrency_cap_is_refused() {
+        let text = "maxConcurrency: 4\nguests:\n  a:\n    limits: {concurrency: 8}\n";
+        let err = HostConfig::parse(text, Path::new("h.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("above maxConcurrency (4)"), "{err}");
+        let rates = "guests:\n  a:\n    limits: {eventsPerSecond: 2, logBurst: 7}\n";
+        let grant = HostConfig::parse(rates, Path::new("h.yaml"))
+            .unwrap()
+            .grant("a")
+            .unwrap();
+        let r = grant.limits.rates();
+        assert_eq!(
+            (r.events_per_second, r.log_burst, r.writes_per_second),
+            (2, 7, 50)
+        );
     }
 }

@@ -18,15 +18,17 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::capabilities::backend::NETWORK_BACKEND;
+use crate::capabilities::LoadCheck;
 use crate::config::{Grant, HostConfig};
 use crate::metrics::Metrics;
-use crate::runtime::{LoadError, LoadedGuest, Manifest, Runtime, content_hash};
+use crate::runtime::{LoadError, LoadedGuest, Runtime, content_hash};
 
 /// Quiet time after the last file event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 /// Rescan even without events, in case a notification was missed (e.g. on network filesystems).
 const SAFETY_RESCAN: Duration = Duration::from_secs(30);
+/// Rescan this soon when a load failed for a reason that may pass (no free instance slot).
+const TRANSIENT_RETRY: Duration = Duration::from_secs(1);
 
 /// A guest that passed every check, with what it was granted.
 #[derive(Debug)]
@@ -62,11 +64,32 @@ pub struct FileStatus {
     pub guest: Option<String>,
     /// The content hash of the version that is active (differs from `hash` after a refusal).
     pub active_hash: Option<String>,
+    /// For an unloaded guest that declared a finalizer: what is left of it on objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphaned_finalizer: Option<OrphanedFinalizer>,
+}
+
+/// A finalizer whose guest was unloaded: objects may still carry it (see `crate::finalizer`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanedFinalizer {
+    pub finalizer: String,
+    /// The guest's primary kind, which carries the finalizer.
+    pub kind: crate::objects::Gvk,
+    pub policy: crate::finalizer::OnUnload,
+    /// When the guest was unloaded (RFC 3339).
+    pub unloaded_at: String,
+    /// Objects carrying it, as cached when the guest was unloaded.
+    pub objects: Option<usize>,
+    /// Objects the host released it from (policy `release`, after the grace period).
+    pub released: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "state", content = "reason")]
 pub enum FileState {
+    /// The file is gone; its guest left a finalizer behind (`orphanedFinalizer`).
+    Unloaded,
     Loaded,
     Failed(String),
 }
@@ -99,42 +122,25 @@ pub enum RefusalError {
     },
 }
 
-/// Checks a manifest against a grant; lists everything missing at once.
-pub fn check_grant(
-    manifest: &Manifest,
-    imports_network: bool,
-    grant: &Grant,
-    config: &HostConfig,
-) -> Result<(), String> {
-    let guest = &manifest.name;
+/// Checks a loaded guest against its grant and the host's caps; lists everything missing at
+/// once. Each capability states its own requirement (`capabilities::CAPABILITIES`).
+pub fn check_grant(loaded: &LoadedGuest, grant: &Grant, config: &HostConfig) -> Result<(), String> {
+    let manifest = &loaded.manifest;
     let mut missing = Vec::new();
-    let mut need_read = |kind: &crate::objects::Gvk, why: &str| {
-        if !grant.read.contains(kind) {
-            missing.push(format!(
-                "read {kind} ({why}; add it to guests.{guest}.read)"
-            ));
-        }
-    };
-    need_read(&manifest.primary, "its primary watch");
-    for secondary in &manifest.secondary {
-        need_read(&secondary.kind, "a secondary watch");
-    }
-    if manifest.finalizer.is_some() && grant.may_write(guest, &manifest.primary, None).is_err() {
+    let cap = config.max_concurrency();
+    if manifest.concurrency > cap {
         missing.push(format!(
-            "write {} (to add and remove its finalizer; add it to guests.{guest}.write)",
-            manifest.primary
+            "concurrency {} (the host allows at most {cap} per guest: maxConcurrency)",
+            manifest.concurrency
         ));
     }
-    if imports_network {
-        if !grant.backends.contains(NETWORK_BACKEND) {
-            missing.push(format!(
-                "the `{NETWORK_BACKEND}` backend (it imports network-backend; add it to guests.{guest}.backends)"
-            ));
-        } else if !config.backends.contains_key(NETWORK_BACKEND) {
-            missing.push(format!(
-                "a `{NETWORK_BACKEND}` entry under backends: in the host configuration"
-            ));
-        }
+    if let Err(more) = crate::capabilities::check_grant(&LoadCheck {
+        manifest,
+        imports: &loaded.imports,
+        grant,
+        config,
+    }) {
+        missing.push(more);
     }
     if missing.is_empty() {
         Ok(())
@@ -146,6 +152,8 @@ pub fn check_grant(
 #[derive(Default)]
 struct State {
     files: BTreeMap<PathBuf, FileEntry>,
+    /// Unloaded guests that declared a finalizer, by guest name, with their file.
+    orphans: BTreeMap<String, (PathBuf, OrphanedFinalizer)>,
 }
 
 struct FileEntry {
@@ -162,6 +170,8 @@ pub struct GuestDirectory {
     metrics: Option<Metrics>,
     state: Mutex<State>,
     events: broadcast::Sender<GuestEvent>,
+    /// A load failed for a transient reason: rescan soon rather than on the next event.
+    retry_soon: std::sync::atomic::AtomicBool,
 }
 
 impl GuestDirectory {
@@ -179,7 +189,13 @@ impl GuestDirectory {
             metrics,
             state: Mutex::new(State::default()),
             events,
+            retry_soon: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The host configuration the directory checks guests against.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
     }
 
     /// Receives every later change; call before the first `rescan` to miss nothing.
@@ -198,18 +214,39 @@ impl GuestDirectory {
     }
 
     pub fn statuses(&self) -> Vec<FileStatus> {
-        self.state
-            .lock()
-            .files
+        let state = self.state.lock();
+        let files = state.files.iter().map(|(file, entry)| FileStatus {
+            file: file.clone(),
+            hash: entry.hash.clone(),
+            state: entry.state.clone(),
+            guest: entry.active.as_ref().map(|a| a.name().to_owned()),
+            active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
+            orphaned_finalizer: None,
+        });
+        let orphans = state
+            .orphans
             .iter()
-            .map(|(file, entry)| FileStatus {
+            .map(|(guest, (file, orphan))| FileStatus {
                 file: file.clone(),
-                hash: entry.hash.clone(),
-                state: entry.state.clone(),
-                guest: entry.active.as_ref().map(|a| a.name().to_owned()),
-                active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
-            })
-            .collect()
+                hash: String::new(),
+                state: FileState::Unloaded,
+                guest: Some(guest.clone()),
+                active_hash: None,
+                orphaned_finalizer: Some(orphan.clone()),
+            });
+        files.chain(orphans).collect()
+    }
+
+    /// The finalizer an unloaded guest left behind, if any.
+    pub fn orphan(&self, guest: &str) -> Option<OrphanedFinalizer> {
+        self.state.lock().orphans.get(guest).map(|(_, o)| o.clone())
+    }
+
+    /// Updates what is known of an unloaded guest's finalizer.
+    pub fn update_orphan(&self, guest: &str, update: impl FnOnce(&mut OrphanedFinalizer)) {
+        if let Some((_, orphan)) = self.state.lock().orphans.get_mut(guest) {
+            update(orphan);
+        }
     }
 
     /// Brings the loaded set in line with the directory. Compiling happens on this thread; call
@@ -271,6 +308,13 @@ impl GuestDirectory {
         let mut state = self.state.lock();
         let previous = state.files.get(file).and_then(|e| e.active.clone());
         match result {
+            Err(RefusalError::Load(e)) if e.is_transient() => {
+                drop(state);
+                // Not recorded as this content's verdict: the next rescan loads it again.
+                tracing::warn!(file = %file.display(), "{e}");
+                self.retry_soon
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             Ok(active) => {
                 let active = Arc::new(active);
                 let name = active.name().to_owned();
@@ -297,6 +341,8 @@ impl GuestDirectory {
                     file = %file.display(), guest = %name, hash = %active.loaded.hash,
                     replaced = previous.is_some(), "guest loaded"
                 );
+                // Back before its finalizer was released: it handles its objects again.
+                state.orphans.remove(&name);
                 self.set_loaded_metric(&active, true);
                 state.files.insert(
                     file.to_owned(),
@@ -349,6 +395,22 @@ impl GuestDirectory {
         };
         if let Some(active) = entry.active {
             tracing::info!(file = %file.display(), guest = %active.name(), "guest unloaded");
+            let manifest = &active.loaded.manifest;
+            if let Some(finalizer) = &manifest.finalizer {
+                let orphan = OrphanedFinalizer {
+                    finalizer: finalizer.clone(),
+                    kind: manifest.primary.clone(),
+                    policy: self.config.finalizer_policy.on_unload,
+                    unloaded_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+                        .to_string(),
+                    objects: None,
+                    released: None,
+                };
+                self.state
+                    .lock()
+                    .orphans
+                    .insert(active.name().to_owned(), (file.to_owned(), orphan));
+            }
             self.set_loaded_metric(&active, false);
             let _ = self
                 .events
@@ -375,7 +437,7 @@ impl GuestDirectory {
                 needs: needs.join(", "),
             });
         };
-        check_grant(manifest, loaded.imports_network, &grant, &self.config).map_err(|missing| {
+        check_grant(&loaded, &grant, &self.config).map_err(|missing| {
             RefusalError::BeyondGrant {
                 file: name,
                 guest: manifest.name.clone(),
@@ -397,7 +459,15 @@ impl GuestDirectory {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.rescan()).await?;
         loop {
-            let event = tokio::time::timeout(SAFETY_RESCAN, rx.recv()).await;
+            let wait = if self
+                .retry_soon
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                TRANSIENT_RETRY
+            } else {
+                SAFETY_RESCAN
+            };
+            let event = tokio::time::timeout(wait, rx.recv()).await;
             match event {
                 Ok(None) => anyhow::bail!("the guest directory watcher stopped"),
                 Ok(Some(Err(e))) => tracing::warn!(dir = %self.dir.display(), "watch error: {e}"),

@@ -28,6 +28,8 @@ use crate::server::Readiness;
 
 /// How often a guest whose controller could not start (e.g. its CRD is not installed yet) is retried.
 const START_RETRY: Duration = Duration::from_secs(5);
+/// How long a shutdown lets running reconciles finish before cancelling them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -83,8 +85,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
     for (name, backend) in &config.backends {
-        let provider =
-            crate::backends::from_config(backend).with_context(|| format!("backend `{name}`"))?;
+        // No network may cover the API server (the cluster URL's host as it resolves now).
+        let url = kube::Config::infer()
+            .await
+            .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster)")?
+            .cluster_url;
+        let api_server =
+            crate::backends::api_server_addresses(url.host().unwrap_or(""), url.port_u16())?;
+        let provider = crate::backends::from_config(backend, &api_server)
+            .with_context(|| format!("backend `{name}`"))?;
         networks.insert(name.clone(), provider);
     }
 
@@ -132,7 +141,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             grace: args.lease_duration / 3,
         };
         tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
-        Some(Election::start(client.clone(), &options).await?)
+        // A client of its own (its own connections): guests' writes, however many, never
+        // queue ahead of a lease renewal.
+        let lease_client = kube::Client::try_default()
+            .await
+            .context("cannot build the leader election's Kubernetes client")?;
+        Some(Election::start(lease_client, &options).await?)
     } else {
         None
     };
@@ -145,6 +159,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         networks,
         namespace: args.watch_namespace.clone(),
+        fence: crate::providers::kube::WriteFence::default(),
     };
     let mut manager = Manager {
         shared,
@@ -153,6 +168,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pending: BTreeMap::new(),
         readiness,
         leading: is_leader.is_none(),
+        releases: BTreeMap::new(),
     };
     metrics.set_leader(manager.leading);
     if manager.leading {
@@ -177,9 +193,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     metrics.set_leader(leading);
                     if leading {
                         tracing::info!("became the leader; starting controllers");
+                        manager.shared.fence.open();
                         manager.start_all().await;
                     } else {
+                        // The fence closes first: a reconcile still running writes nothing more.
                         tracing::warn!("lost the lease; stopping every controller now");
+                        manager.shared.fence.close();
                         manager.abort_all().await;
                     }
                 }
@@ -189,7 +208,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 Err(RecvError::Lagged(_)) => manager.resync().await,
                 Err(RecvError::Closed) => anyhow::bail!("the guest directory watcher stopped"),
             },
-            _ = retry.tick() => manager.retry_pending().await,
+            _ = retry.tick() => {
+                manager.retry_pending().await;
+                manager.release_due().await;
+            }
         }
     }
 
@@ -234,18 +256,24 @@ struct Manager {
     pending: BTreeMap<String, Arc<ActiveGuest>>,
     readiness: Readiness,
     leading: bool,
+    /// Unloaded guests whose finalizer the `release` policy removes at the given time.
+    releases: BTreeMap<String, tokio::time::Instant>,
 }
 
 impl Manager {
     async fn on_guest_event(&mut self, event: GuestEvent) {
         match event {
             GuestEvent::Loaded(guest) => {
+                if self.releases.remove(guest.name()).is_some() {
+                    self.shared.metrics.finalizer_orphaned(guest.name(), 0);
+                }
                 if self.leading {
                     self.apply(guest).await;
                 }
             }
             GuestEvent::Unloaded(name) => {
                 self.pending.remove(&name);
+                self.orphaned(&name);
                 self.stop(&name).await;
             }
         }
@@ -289,6 +317,83 @@ impl Manager {
         }
     }
 
+    /// Notes what an unloaded guest's finalizer leaves behind, and schedules its release when
+    /// the policy says so.
+    fn orphaned(&mut self, name: &str) {
+        let Some(orphan) = self.directory.orphan(name) else {
+            return;
+        };
+        let objects = self
+            .controllers
+            .get(name)
+            .map(|c| c.carrying(&orphan.finalizer));
+        if let Some(objects) = objects {
+            self.shared.metrics.finalizer_orphaned(name, objects);
+            self.directory
+                .update_orphan(name, |o| o.objects = Some(objects));
+        }
+        let policy = &self.directory.config().finalizer_policy;
+        tracing::warn!(guest = %name, finalizer = %orphan.finalizer, ?objects, policy = ?policy.on_unload,
+            "guest unloaded while objects may still carry its finalizer");
+        if policy.on_unload == crate::finalizer::OnUnload::Release {
+            self.releases.insert(
+                name.to_owned(),
+                tokio::time::Instant::now() + policy.grace(),
+            );
+        }
+    }
+
+    /// Releases the finalizers of guests unloaded longer than the grace period ago.
+    async fn release_due(&mut self) {
+        if !self.leading {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self
+            .releases
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            let Some(orphan) = self.directory.orphan(&name) else {
+                self.releases.remove(&name);
+                continue;
+            };
+            match self.release(&orphan).await {
+                Ok(released) => {
+                    self.releases.remove(&name);
+                    tracing::info!(guest = %name, finalizer = %orphan.finalizer, released, "finalizer released");
+                    self.shared.metrics.finalizer_released(&name, released);
+                    self.shared.metrics.finalizer_orphaned(&name, 0);
+                    self.directory.update_orphan(&name, |o| {
+                        o.released = Some(released);
+                        o.objects = Some(0);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(guest = %name, "releasing the finalizer failed, will retry: {e}")
+                }
+            }
+        }
+    }
+
+    async fn release(
+        &self,
+        orphan: &crate::guests::OrphanedFinalizer,
+    ) -> Result<usize, kube::Error> {
+        let client = &self.shared.client;
+        let gvk = crate::providers::kube::to_kube_gvk(&orphan.kind);
+        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api = match (&self.shared.namespace, capabilities.scope) {
+            (Some(ns), kube::discovery::Scope::Namespaced) => {
+                kube::Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            _ => kube::Api::all_with(client.clone(), &resource),
+        };
+        crate::finalizer::release_all(&api, &orphan.finalizer).await
+    }
+
     async fn start_all(&mut self) {
         for guest in self.directory.active() {
             self.apply(guest).await;
@@ -329,10 +434,19 @@ impl Manager {
         }
     }
 
+    /// Stops every controller: running reconciles get [`SHUTDOWN_GRACE`] to finish, then
+    /// they are cancelled (a guest waiting in a WASI sleep included) and nothing more is
+    /// written.
     async fn stop_all(&mut self) {
         self.readiness.lock().clear();
-        for (_, controller) in std::mem::take(&mut self.controllers) {
-            controller.stop().await;
+        let controllers = std::mem::take(&mut self.controllers);
+        let drain = futures::future::join_all(controllers.values().map(Controller::drain));
+        if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+            tracing::warn!("reconciles still running after {SHUTDOWN_GRACE:?}; cancelling them");
+        }
+        self.shared.fence.close();
+        for (_, controller) in controllers {
+            controller.abort().await;
         }
     }
 }

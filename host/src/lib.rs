@@ -3,27 +3,47 @@
 //!
 //! Newcomers start with [`controller`] (the control loop, read top to bottom like client-go's
 //! sample-controller), then [`runtime`] (how a guest is compiled and called) and
-//! [`capabilities`] (what a guest may call, one module per WIT interface). The data flow reads
-//! in module order: [`informers`] → [`controller`] / [`queue`] → [`guests`] / [`runtime`] →
-//! [`capabilities`] → [`cluster`] (API-server writes) and [`backends`] (actual state).
-//! Around them: [`config`] (grants), [`metrics`], [`server`], [`leader`], [`host`] (`run`),
-//! [`offline`] (the offline runner's providers) and [`cli`]. The contract itself is
-//! `wit/reconciler.wit`; [`wit`] holds the generated bindings.
+//! [`capabilities`] (what a guest may call, one module per WIT interface, with the recipe for
+//! adding one). The contract itself is `wit/reconciler.wit`; [`wit`] holds the generated
+//! bindings.
+//!
+//! The data path, in module order:
+//!
+//! ```text
+//! informers ──events──▶ controller (triggers, workers) ──keys──▶ queue
+//!                             │ worker pops a key
+//!                             ▼
+//!                 guests (directory, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
+//!                                                       │ imports
+//!                                                       ▼
+//!                 capabilities (validate · grant · budget) ─▶ providers (kube | offline)
+//!                                                                 └─▶ backends (networks)
+//! ```
+//!
+//! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
+//! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
+//! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
+//!
+//! Dependencies point one way: the runtime links the capabilities, the capabilities call
+//! provider traits, and no capability imports the runtime or a provider.
 
 pub mod backends;
 pub mod capabilities;
 pub mod cli;
-pub mod cluster;
+pub mod compile_cache;
 pub mod config;
 pub mod controller;
+pub mod finalizer;
 pub mod guests;
 pub mod host;
 pub mod informers;
 pub mod leader;
+pub mod manifest;
 pub mod metrics;
 pub mod objects;
-pub mod offline;
+pub mod providers;
 pub mod queue;
 pub mod runtime;
 pub mod server;
+pub mod validation;
 pub mod wit;

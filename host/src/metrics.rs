@@ -99,6 +99,11 @@ pub enum HostCallOutcome {
     Ok,
     /// The guest's grant does not cover the call.
     Denied,
+    /// The guest handed over something malformed or out of bounds (a bad name, an oversized
+    /// body, a delay beyond the cap); refused before any provider saw it.
+    Invalid,
+    /// The guest exceeded a rate or quota (log lines, events, pending keys, networks).
+    Limited,
     /// The grant allowed the call but the provider failed.
     Error,
 }
@@ -110,6 +115,8 @@ impl HostCallOutcome {
         match self {
             Self::Ok => "ok",
             Self::Denied => "denied",
+            Self::Invalid => "invalid",
+            Self::Limited => "limited",
             Self::Error => "error",
         }
     }
@@ -230,6 +237,8 @@ struct Inner {
     informer_objects: Family<GvkLabels, Gauge>,
     leader: Gauge,
     host_calls: Family<HostCallLabels, Counter>,
+    finalizer_orphaned: Family<GuestLabels, Gauge>,
+    finalizer_released: Family<GuestLabels, Counter>,
     scrape_hooks: Mutex<Vec<Weak<dyn ScrapeHook>>>,
 }
 
@@ -374,6 +383,18 @@ impl Metrics {
             "Calls from guests into host imports, by interface, function and outcome",
             host_calls.clone(),
         );
+        let finalizer_orphaned = Family::<GuestLabels, Gauge>::default();
+        registry.register(
+            "reconciler_finalizer_orphaned",
+            "Objects still carrying the finalizer of a guest that was unloaded (as cached when it was unloaded)",
+            finalizer_orphaned.clone(),
+        );
+        let finalizer_released = Family::<GuestLabels, Counter>::default();
+        registry.register(
+            "reconciler_finalizer_released",
+            "Objects whose finalizer the host removed after its guest was unloaded (finalizerPolicy release)",
+            finalizer_released.clone(),
+        );
 
         Self {
             inner: Arc::new(Inner {
@@ -389,6 +410,8 @@ impl Metrics {
                 informer_objects,
                 leader,
                 host_calls,
+                finalizer_orphaned,
+                finalizer_released,
                 scrape_hooks: Mutex::new(Vec::new()),
             }),
         }
@@ -497,6 +520,27 @@ impl Metrics {
                 });
             }
         }
+    }
+
+    /// `objects` objects still carry the finalizer of unloaded guest `guest` (0 once it is
+    /// back or its finalizer was released).
+    pub fn finalizer_orphaned(&self, guest: &str, objects: usize) {
+        self.inner
+            .finalizer_orphaned
+            .get_or_create(&GuestLabels {
+                guest: guest.to_owned(),
+            })
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+    }
+
+    /// The host removed an unloaded guest's finalizer from `objects` objects.
+    pub fn finalizer_released(&self, guest: &str, objects: usize) {
+        self.inner
+            .finalizer_released
+            .get_or_create(&GuestLabels {
+                guest: guest.to_owned(),
+            })
+            .inc_by(objects as u64);
     }
 
     /// The guest file `file` could not be loaded (compile, validation or grant failure).

@@ -121,6 +121,71 @@ impl fmt::Display for ObjectRef {
     }
 }
 
+/// The key the host queues: an object's namespace (none for cluster-scoped objects) and
+/// name. Displays as client-go's `MetaNamespaceKeyFunc` does: `namespace/name` or `name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of a namespaced object.
+    #[must_use]
+    pub fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a cluster-scoped object.
+    #[must_use]
+    pub fn cluster_scoped(name: impl Into<String>) -> Self {
+        Self {
+            namespace: None,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(namespace) => write!(f, "{namespace}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// A string that is not a `namespace/name` or `name` key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid object key {key:?}: expected \"namespace/name\" or \"name\" with non-empty parts")]
+pub struct ParseObjectKeyError {
+    key: String,
+}
+
+impl FromStr for ObjectKey {
+    type Err = ParseObjectKeyError;
+
+    /// The inverse of `Display`, like client-go's `SplitMetaNamespaceKey`.
+    fn from_str(key: &str) -> Result<Self, Self::Err> {
+        let invalid = || ParseObjectKeyError {
+            key: key.to_owned(),
+        };
+        let mut parts = key.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(name), None, None) if !name.is_empty() => Ok(Self::cluster_scoped(name)),
+            (Some(namespace), Some(name), None) if !namespace.is_empty() && !name.is_empty() => {
+                Ok(Self::namespaced(namespace, name))
+            }
+            _ => Err(invalid()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

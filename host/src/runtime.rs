@@ -15,13 +15,25 @@
 //!
 //! Isolation: a guest sees no files, sockets, environment or arguments (WASI is linked because
 //! language toolchains import it, but the context is empty unless its grant sets `env`);
-//! clocks and random numbers are available. The deadline is enforced with epoch interruption
-//! (a ticker thread advances the epoch every `EPOCH_TICK`), memory with a resource limiter.
+//! clocks and random numbers are available.
+//!
+//! The deadline covers everything a guest can do, in two ways that together leave no gap:
+//! - guest code: epoch interruption (a ticker thread advances the epoch every `EPOCH_TICK`)
+//!   traps a guest that computes past its deadline;
+//! - every import, WASI's included: the engine runs with async support, so a guest waiting in
+//!   a host call (the API server, a rate limiter) or a WASI call (a `sleep`, a `poll` on a
+//!   clock) is a pending future, and a timeout around the whole call drops it at the deadline.
+//!   The same holds for `manifest()` at load. Blocking WASI calls cannot hold a thread: the
+//!   async WASI implementation waits on tokio timers.
+//!
+//! Memory is capped per instance across all of a component's memories (one budget, not one per
+//! memory), with a resource limiter.
 
+use std::collections::BTreeSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -34,8 +46,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::capabilities::{Call, CallContext, GuestContext};
-use crate::objects::{Gvk, ObjectRef};
+use crate::capabilities::{Call, CallContext};
+use crate::manifest::Manifest;
+use crate::objects::ObjectRef;
 use crate::wit::{NetworkControllerPre, guest};
 
 /// Granularity of deadlines.
@@ -48,7 +61,10 @@ const KEEP_RESIDENT: usize = 16 << 20;
 /// Bytes of guest stderr kept per reconcile (a panic message fits; a flood does not grow memory).
 const STDERR_CAPTURE: usize = 16 * 1024;
 const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
-const NETWORK_BACKEND_IMPORT: &str = "reconciler:api/network-backend@0.1.0";
+/// Interfaces of the contract, as a component's imports name them.
+const API_PACKAGE: &str = "reconciler:api/";
+/// How long `manifest()` may take at load.
+pub const MANIFEST_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -64,78 +80,17 @@ pub enum LoadError {
     Manifest { file: String, reason: String },
     #[error("{file}: manifest is invalid: {reason}")]
     InvalidManifest { file: String, reason: String },
+    /// Every instance slot was busy: the host's limit, not the guest's fault. Retried.
+    #[error(
+        "{file}: no free instance slot to load it in (the host runs at most {slots} guest instances at once); retrying"
+    )]
+    Busy { file: String, slots: u32 },
 }
 
-/// How secondary objects map to primary keys.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Mapping {
-    Owner,
-    Label(String),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SecondaryWatch {
-    pub kind: Gvk,
-    pub mapping: Mapping,
-}
-
-/// What a guest asks of the host (the WIT `manifest`, in host types).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Manifest {
-    pub name: String,
-    pub primary: Gvk,
-    pub namespace: Option<String>,
-    pub label_selector: Option<String>,
-    pub secondary: Vec<SecondaryWatch>,
-    pub finalizer: Option<String>,
-    pub concurrency: u32,
-    #[serde(with = "humantime_serde")]
-    pub resync: Option<Duration>,
-    /// Primary updates that keep `metadata.generation` do not enqueue (see the WIT).
-    pub generation_changed_only: bool,
-}
-
-impl Manifest {
-    fn from_wit(m: guest::ControllerManifest) -> Result<Self, String> {
-        let valid_name = !m.name.is_empty()
-            && m.name.len() <= 63
-            && m.name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid_name {
-            return Err(format!(
-                "name `{}` must be 1-63 lower-case letters, digits or dashes (it is the field manager and the grant key)",
-                m.name
-            ));
-        }
-        let primary: Gvk = m.primary.into();
-        if primary.version.is_empty() || primary.kind.is_empty() {
-            return Err("primary kind needs a version and a kind".into());
-        }
-        Ok(Self {
-            name: m.name,
-            primary,
-            namespace: m.namespace,
-            label_selector: m.label_selector,
-            secondary: m
-                .secondary
-                .into_iter()
-                .map(|s| SecondaryWatch {
-                    kind: s.kind.into(),
-                    mapping: match s.mapping {
-                        guest::Mapping::Owner => Mapping::Owner,
-                        guest::Mapping::Label(l) => Mapping::Label(l),
-                    },
-                })
-                .collect(),
-            finalizer: m.finalizer,
-            concurrency: m.concurrency,
-            resync: (m.resync_seconds > 0)
-                .then(|| Duration::from_secs(u64::from(m.resync_seconds))),
-            generation_changed_only: m.generation_changed_only,
-        })
+impl LoadError {
+    /// Whether loading the same bytes again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, LoadError::Busy { .. })
     }
 }
 
@@ -147,8 +102,8 @@ pub struct LoadedGuest {
     /// SHA-256 of the component bytes, hex.
     pub hash: String,
     pub manifest: Manifest,
-    /// Whether the component imports `network-backend` (the `network-controller` world).
-    pub imports_network: bool,
+    /// The contract's interfaces the component imports (`lister`, `network-backend`, ...).
+    pub imports: BTreeSet<String>,
     pub file: PathBuf,
 }
 
@@ -167,6 +122,15 @@ type ReconcileFunc<'a> =
     TypedFunc<(&'a guest::Request,), (Result<guest::Action, crate::wit::types::ReconcileError>,)>;
 
 impl LoadedGuest {
+    /// The world the guest was built for, from what it imports.
+    pub fn world(&self) -> &'static str {
+        if self.imports.contains("network-backend") {
+            "network-controller"
+        } else {
+            "controller"
+        }
+    }
+
     /// The `reconcile` function of a fresh instance of this guest, without the per-instance
     /// type check of the bindings' `instantiate` (~0.7 µs per reconcile in
     /// `benches/reconcile.rs`): the check was made once, at load.
@@ -220,18 +184,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Label for metrics and logs.
-    pub fn label(&self) -> &'static str {
+    /// The `result` label of `reconciler_reconcile_total`.
+    pub fn result(&self) -> crate::metrics::ReconcileResult {
+        use crate::metrics::ReconcileResult as R;
         match self {
             Outcome::Ok {
                 requeue_after_ms: None,
-            } => "success",
-            Outcome::Ok { .. } => "requeue",
-            Outcome::Transient(_) => "error",
-            Outcome::Permanent(_) => "permanent_error",
-            Outcome::Trap(_) => "trap",
-            Outcome::Deadline(_) => "deadline",
-            Outcome::MemoryLimit(_) => "memory_limit",
+            } => R::Success,
+            Outcome::Ok { .. } => R::Requeue,
+            Outcome::Transient(_) => R::Error,
+            Outcome::Permanent(_) => R::PermanentError,
+            Outcome::Trap(_) => R::Trap,
+            Outcome::Deadline(_) => R::Deadline,
+            Outcome::MemoryLimit(_) => R::MemoryLimit,
         }
     }
 }
@@ -261,14 +226,12 @@ impl Run {
 
 /// Per-store data: the capabilities' call context, the guest's WASI context and the limiter.
 pub struct HostState {
-    pub(crate) call: CallContext,
+    call: CallContext,
     /// Built on the guest's first WASI call: most reconciles make none, and building one (its
     /// random sources, clocks, pipes) is a measurable share of a fresh instance's cost.
     wasi: Option<GuestWasi>,
     table: ResourceTable,
     limiter: MemoryCap,
-    /// The last line the guest logged at error level (the Rust SDK logs its panics there).
-    pub(crate) last_error: Option<String>,
 }
 
 /// A guest's WASI context and the stderr it writes to (read when a reconcile fails).
@@ -309,24 +272,29 @@ impl GuestWasi {
     }
 }
 
-/// Caps linear memory and remembers whether the cap was hit, so an out-of-memory abort is
-/// reported as a memory-limit hit rather than an anonymous trap.
+/// Caps the linear memory of one instance, summed over all of its memories (a component may
+/// hold several core modules, each with its own), and remembers whether the cap was hit, so an
+/// out-of-memory abort is reported as a memory-limit hit rather than an anonymous trap.
 struct MemoryCap {
     max_bytes: usize,
+    /// Bytes of every memory of the instance so far (creation counts as growth from zero).
+    total: usize,
     hit: bool,
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+        let after = self.total.saturating_add(desired.saturating_sub(current));
+        if after > self.max_bytes {
             self.hit = true;
             return Ok(false);
         }
+        self.total = after;
         Ok(true)
     }
 
@@ -365,10 +333,13 @@ impl Default for RuntimeOptions {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
-    cache_dir: Option<PathBuf>,
+    cache: Option<crate::compile_cache::CompileCache>,
     engine_hash: String,
     ticker_stop: Arc<AtomicBool>,
     max_instances: u32,
+    /// Drives guest calls made outside any tokio runtime (tests, benches, `load` from a plain
+    /// thread): WASI's timers and the deadline's timeout need a reactor.
+    fallback: OnceLock<tokio::runtime::Runtime>,
 }
 
 impl Drop for Runtime {
@@ -406,11 +377,8 @@ impl Runtime {
         let engine = Engine::new(&config)?;
 
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        crate::wit::NetworkController::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
-            &mut linker,
-            |state| state,
-        )?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        crate::capabilities::add_to_linker(&mut linker, |state: &mut HostState| &mut state.call)?;
 
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -430,30 +398,65 @@ impl Runtime {
                 }
             })?;
 
-        if let Some(dir) = &options.cache_dir {
-            std::fs::create_dir_all(dir)?;
-        }
+        // A cache directory the host cannot trust costs compiles, never the host.
+        let cache = options.cache_dir.as_deref().and_then(|dir| {
+            crate::compile_cache::CompileCache::open(dir)
+                .inspect_err(|e| tracing::error!("{e}; compiling guests in memory, uncached"))
+                .ok()
+        });
         Ok(Self {
             engine,
             linker,
-            cache_dir: options.cache_dir,
+            cache,
             engine_hash,
             ticker_stop,
             max_instances: instances,
+            fallback: OnceLock::new(),
         })
     }
 
+    /// Runs `fut` to completion on `handle`, or on the runtime's own reactor when there is
+    /// none. Blocks the calling thread: call from a blocking context, never from async code.
+    /// A current-thread runtime's handle cannot drive its timers from another thread's
+    /// `block_on`, so such a handle is passed over for the runtime's own reactor as well.
+    fn drive<F: std::future::Future>(
+        &self,
+        handle: Option<tokio::runtime::Handle>,
+        fut: F,
+    ) -> F::Output {
+        let handle = handle
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+            .filter(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread);
+        match handle {
+            Some(handle) => handle.block_on(fut),
+            None => self
+                .fallback
+                .get_or_init(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a current-thread tokio runtime builds")
+                })
+                .block_on(fut),
+        }
+    }
+
     /// Compiles (or maps from the cache) and validates a component, then calls `manifest()`
-    /// in a throwaway instance whose host calls are all denied.
+    /// in a throwaway instance whose host calls are all denied, under [`MANIFEST_DEADLINE`].
+    /// Blocks the calling thread (call it from a blocking context).
     pub fn load(&self, bytes: &[u8], file: &Path) -> Result<LoadedGuest, LoadError> {
         let name = file.display().to_string();
         let hash = content_hash(bytes);
         let component = self.compile_cached(bytes, &hash, &name)?;
 
-        let imports_network = component
+        let imports = component
             .component_type()
             .imports(&self.engine)
-            .any(|(import, _)| import == NETWORK_BACKEND_IMPORT);
+            .filter_map(|(import, _)| {
+                let interface = import.strip_prefix(API_PACKAGE)?;
+                Some(interface.split('@').next().unwrap_or(interface).to_owned())
+            })
+            .collect();
         let Some((ComponentItem::ComponentInstance(_), interface)) =
             component.get_export(None, RECONCILER_EXPORT)
         else {
@@ -480,61 +483,100 @@ impl Runtime {
             reason: format!("{e:#}"),
         })?;
 
-        let mut store = self.store(
-            CallContext::loading(&name),
-            &crate::config::Limits::default(),
-        );
-        // The bindings' instantiation type-checks the exports: a guest built against another
-        // revision of the contract fails here, before any of its code runs. Reconciles rely
-        // on this check (see `LoadedGuest::reconcile_func`).
-        let instance = pre.instantiate(&mut store).map_err(|e| LoadError::WrongWorld {
-            file: name.clone(),
-            reason: format!(
-                "its {RECONCILER_EXPORT} export does not match this host's (built against another revision of wit/?): {e:#}"
-            ),
-        })?;
-        let manifest = instance
-            .reconciler_api_reconciler()
-            .call_manifest(&mut store)
-            .map_err(|e| LoadError::Manifest {
-                file: name.clone(),
-                reason: describe_failure(&e, &store).1,
-            })?;
+        let manifest = self.drive(None, self.describe(&pre, &name))?;
         let manifest =
-            Manifest::from_wit(manifest).map_err(|reason| LoadError::InvalidManifest {
+            Manifest::from_wit(manifest).map_err(|invalid| LoadError::InvalidManifest {
                 file: name.clone(),
-                reason,
+                reason: invalid.to_string(),
             })?;
         Ok(LoadedGuest {
             pre,
             reconcile,
             hash,
             manifest,
-            imports_network,
+            imports,
             file: file.to_owned(),
         })
+    }
+
+    /// Instantiates the guest once and asks for its manifest, all under the manifest deadline.
+    async fn describe(
+        &self,
+        pre: &NetworkControllerPre<HostState>,
+        name: &str,
+    ) -> Result<guest::ControllerManifest, LoadError> {
+        let call = CallContext::loading(name, MANIFEST_DEADLINE);
+        let deadline = call.deadline;
+        let mut store = self.store(call, crate::config::DEFAULT_MEMORY_MIB << 20);
+        let result = tokio::time::timeout_at(deadline.into(), async {
+            // The bindings' instantiation type-checks the exports: a guest built against
+            // another revision of the contract fails here, before any of its code runs.
+            // Reconciles rely on this check (see `LoadedGuest::reconcile_func`).
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| (true, e))?;
+            instance
+                .reconciler_api_reconciler()
+                .call_manifest(&mut store)
+                .await
+                .map_err(|e| (false, e))
+        })
+        .await;
+        let file = name.to_owned();
+        match result {
+            Ok(Ok(manifest)) => Ok(manifest),
+            Ok(Err((_, e))) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
+                Err(LoadError::Busy {
+                    file,
+                    slots: self.max_instances,
+                })
+            }
+            Ok(Err((true, e))) => Err(LoadError::WrongWorld {
+                file,
+                reason: format!(
+                    "its {RECONCILER_EXPORT} export does not match this host's (built against another revision of wit/?): {e:#}"
+                ),
+            }),
+            Ok(Err((false, e))) => Err(LoadError::Manifest {
+                file,
+                reason: describe_failure(&e, &store).1,
+            }),
+            Err(_) => Err(LoadError::Manifest {
+                file,
+                reason: format!(
+                    "it did not return within {MANIFEST_DEADLINE:?}: a guest must describe itself without waiting"
+                ),
+            }),
+        }
     }
 
     fn compile_cached(&self, bytes: &[u8], hash: &str, name: &str) -> Result<Component, LoadError> {
         let compile = || {
             Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile {
                 file: name.to_owned(),
-                reason: format!("{e:#}"),
+                reason: compile_reason(&e),
             })
         };
-        let Some(dir) = &self.cache_dir else {
+        let Some(cache) = &self.cache else {
             return compile();
         };
-        let path = dir.join(format!("{hash}-{}.cwasm", self.engine_hash));
-        if path.exists() {
-            // SAFETY: the file is an artefact this engine configuration serialised into the
-            // host's own cache directory, named by the content hash and engine hash.
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(component) => return Ok(component),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "discarding unreadable compile cache entry: {e:#}")
+        let entry = format!("{hash}-{}.cwasm", self.engine_hash);
+        match cache.get(&entry) {
+            Ok(Some(verified)) => {
+                // SAFETY: `deserialize` runs native code from these bytes. `get` returned them
+                // only after checking, in memory, their tag under the cache's secret key: they
+                // are what this host serialised under this name (content and engine hash), and
+                // the file cannot change between that check and this use.
+                match unsafe { Component::deserialize(&self.engine, verified.bytes()) } {
+                    Ok(component) => return Ok(component),
+                    Err(e) => {
+                        tracing::warn!(entry, "discarding unreadable compile cache entry: {e:#}")
+                    }
                 }
             }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}; discarding it and compiling the guest again"),
         }
         let component = compile()?;
         let serialized = component.serialize().map_err(|e| LoadError::Compile {
@@ -542,46 +584,64 @@ impl Runtime {
             reason: format!("{e:#}"),
         })?;
         // A cache that cannot be written costs a compile next time, not this guest: warn only.
-        if let Err(e) = write_atomically(dir, &path, &serialized) {
+        if let Err(e) = cache.put(&entry, &serialized) {
+            let path = cache.dir().join(&entry);
             tracing::warn!(path = %path.display(), "could not write the compile cache: {e}");
         }
         Ok(component)
     }
 
-    fn store(&self, call: CallContext, limits: &crate::config::Limits) -> Store<HostState> {
+    fn store(&self, call: CallContext, memory_bytes: usize) -> Store<HostState> {
         let deadline = call.deadline;
         let state = HostState {
             call,
             wasi: None,
             table: ResourceTable::new(),
             limiter: MemoryCap {
-                max_bytes: limits.memory_bytes(),
+                max_bytes: memory_bytes,
+                total: 0,
                 hit: false,
             },
-            last_error: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        let ticks = deadline
-            .saturating_duration_since(Instant::now())
-            .as_millis()
-            .div_ceil(EPOCH_TICK.as_millis())
-            .max(1);
-        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
-        store.epoch_deadline_trap();
+        // Every epoch tick a running guest yields to the executor (so a guest computing in a
+        // loop shares its thread with the host's other tasks) and, once past its deadline,
+        // traps with `Interrupt`.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Err(Trap::Interrupt.into())
+            } else {
+                Ok(wasmtime::UpdateDeadline::Yield(1))
+            }
+        });
         store
     }
 
     /// Runs one reconcile in a fresh instance. Blocks the calling thread (run it on a blocking
-    /// thread); the guest's deadline and memory cap come from its grant.
-    pub fn reconcile(&self, guest: &LoadedGuest, mut call: CallContext, request: Request) -> Run {
+    /// thread) and drives the call on the context's tokio runtime; the guest's deadline and
+    /// memory cap come from its grant.
+    pub fn reconcile(&self, guest: &LoadedGuest, call: CallContext, request: Request) -> Run {
+        let handle = call.runtime.clone();
+        self.drive(handle, self.reconcile_async(guest, call, request))
+    }
+
+    /// [`Runtime::reconcile`] as a future: the whole guest call, imports included, under a
+    /// timeout at the deadline (see the module docs).
+    pub async fn reconcile_async(
+        &self,
+        guest: &LoadedGuest,
+        mut call: CallContext,
+        request: Request,
+    ) -> Run {
         let started = Instant::now();
-        let limits = call.guest.grant.limits.clone();
+        let limits = &call.guest.grant.limits;
+        let memory_bytes = limits.memory_bytes();
         call.deadline = started + limits.deadline();
-        let mut store = self.store(call, &limits);
+        let deadline = call.deadline;
+        let mut store = self.store(call, memory_bytes);
         let stored = Instant::now();
-        let instance = guest.pre.instance_pre().instantiate(&mut store);
-        let instantiated = Instant::now();
         // Moved, not copied: the object is the largest value a reconcile passes in.
         let wit_request = guest::Request {
             ref_: request.object_ref.into(),
@@ -589,25 +649,40 @@ impl Runtime {
             deleting: request.deleting,
             attempt: request.attempt,
         };
-        let result = instance.and_then(|i| {
+        let mut instantiated = None;
+        let result = tokio::time::timeout_at(deadline.into(), async {
+            let instance = guest.pre.instance_pre().instantiate_async(&mut store).await;
+            instantiated = Some(Instant::now());
+            let instance = instance?;
             let (result,) = guest
-                .reconcile_func(&i, &mut store)?
-                .call(&mut store, (&wit_request,))?;
-            Ok(result)
-        });
+                .reconcile_func(&instance, &mut store)?
+                .call_async(&mut store, (&wit_request,))
+                .await?;
+            Ok::<_, wasmtime::Error>(result)
+        })
+        .await;
+        let instantiated = instantiated.unwrap_or(stored);
         let called = Instant::now();
         let outcome = match result {
-            Ok(Ok(action)) => Outcome::Ok {
-                requeue_after_ms: action.requeue_after_ms,
+            Ok(Ok(Ok(action))) => Outcome::Ok {
+                requeue_after_ms: action
+                    .requeue_after_ms
+                    .map(|ms| ms.min(crate::capabilities::queue::MAX_DELAY.as_millis() as u64)),
             },
-            Ok(Err(crate::wit::types::ReconcileError::Transient(m))) => Outcome::Transient(m),
-            Ok(Err(crate::wit::types::ReconcileError::Permanent(m))) => Outcome::Permanent(m),
+            Ok(Ok(Err(crate::wit::types::ReconcileError::Transient(m)))) => {
+                Outcome::Transient(crate::validation::message(&m))
+            }
+            Ok(Ok(Err(crate::wit::types::ReconcileError::Permanent(m)))) => {
+                Outcome::Permanent(crate::validation::message(&m))
+            }
             // Every pool slot busy: the host's limit, not the guest's fault; retry later.
-            Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => Outcome::Transient(format!(
-                "no free instance slot: {e:#}; the host runs at most {} guest instances at once",
-                self.max_instances
-            )),
-            Err(e) => {
+            Ok(Err(e)) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
+                Outcome::Transient(format!(
+                    "no free instance slot: {e:#}; the host runs at most {} guest instances at once",
+                    self.max_instances
+                ))
+            }
+            Ok(Err(e)) => {
                 let (kind, message) = describe_failure(&e, &store);
                 match kind {
                     FailureKind::Deadline => Outcome::Deadline(message),
@@ -615,6 +690,12 @@ impl Runtime {
                     FailureKind::Trap => Outcome::Trap(message),
                 }
             }
+            // The guest was waiting in an import (a host call, a WASI sleep or poll) when the
+            // deadline passed: the wait was dropped with the call.
+            Err(_) => Outcome::Deadline(format!(
+                "guest ran past its deadline of {:?} while waiting in a host or WASI call, and was cancelled",
+                store.data().call.guest.grant.limits.deadline()
+            )),
         };
         let state = store.into_data();
         let finished = Instant::now();
@@ -667,7 +748,9 @@ fn describe_failure(e: &wasmtime::Error, store: &Store<HostState>) -> (FailureKi
         ),
         FailureKind::Trap => format!("guest trapped: {}", root_cause(e)),
     };
-    let message = match (stderr, &state.last_error) {
+    // Guest text, escaped and bounded: a trap's message must not forge host log lines.
+    let stderr = stderr.map(|s| crate::validation::message(&s));
+    let message = match (stderr, &state.call.last_error) {
         (Some(stderr), _) => format!("{head}; guest stderr: {stderr}"),
         (None, Some(logged)) => format!("{head}; last error the guest logged: {logged}"),
         (None, None) => head,
@@ -701,16 +784,6 @@ impl wasmtime_wasi::HostWallClock for FixedClock {
     }
 }
 
-/// Writes `bytes` to `path` through a uniquely named temporary file in `dir` and a rename, so
-/// a concurrent reader never maps a half-written file and concurrent writers (two loads of the
-/// same content) never share a temporary file.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
 /// SHA-256 of a component's bytes, hex: the identity of a guest version (compile cache key,
 /// `/guests`, change detection in the guest directory).
 pub fn content_hash(bytes: &[u8]) -> String {
@@ -720,10 +793,16 @@ pub fn content_hash(bytes: &[u8]) -> String {
         .collect()
 }
 
-impl CallContext {
-    /// The context of `manifest()`: a guest that calls the host while describing itself is
-    /// refused (no grant is known yet).
-    fn loading(file: &str) -> Self {
-        CallContext::new(Arc::new(GuestContext::deny_all(file)), String::new(), None)
+/// Why a component did not compile, in one line: wasmparser's messages carry multi-line debug
+/// dumps of the bytes it expected, which say nothing to an operator.
+fn compile_reason(e: &wasmtime::Error) -> String {
+    let root = e.root_cause().to_string();
+    let first = root.lines().next().unwrap_or_default();
+    let reason = first.split(" - expected=").next().unwrap_or(first).trim();
+    match e.chain().next().map(ToString::to_string) {
+        Some(top) if !top.contains(reason) => {
+            format!("{}: {reason}", top.lines().next().unwrap_or_default())
+        }
+        _ => reason.to_owned(),
     }
 }

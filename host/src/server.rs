@@ -1,18 +1,30 @@
 //! HTTP endpoints: `/healthz` (the process serves), `/readyz` (every running controller's
 //! caches have synced), `/metrics` (Prometheus/OpenMetrics text) and `/guests` (per-file load
 //! status: loaded or refused with the reason, content hashes).
+//!
+//! The port is open to the pod network, so no client may hold the server (slowloris and the
+//! like): each connection serves one request (no keep-alive: probes and scrapers gain nothing
+//! from it), its request line and headers must arrive within
+//! [`ServerOptions::header_read_timeout`], and the whole exchange (headers, handler, the client
+//! reading the response) must end within [`ServerOptions::request_timeout`], or the connection
+//! is dropped. At most [`ServerOptions::max_connections`] are open at once; further clients wait
+//! in the listen backlog. `axum::serve` offers none of these knobs, hence the accept loop here.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 
 use crate::guests::GuestDirectory;
 use crate::metrics::{CONTENT_TYPE, Metrics};
@@ -27,12 +39,51 @@ struct AppState {
     readiness: Readiness,
 }
 
+/// Limits on what a client may hold (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// From accepting a connection to the end of the request's headers.
+    pub header_read_timeout: Duration,
+    /// From accepting a connection to the last byte of the response.
+    pub request_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_connections: 256,
+        }
+    }
+}
+
 /// Binds `addr` and serves until the task is dropped. Returns the bound address (port 0 picks one).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve_with(
+        addr,
+        metrics,
+        directory,
+        readiness,
+        ServerOptions::default(),
+    )
+    .await
+}
+
+/// [`serve`] with other limits.
+pub async fn serve_with(
+    addr: SocketAddr,
+    metrics: Metrics,
+    directory: Arc<GuestDirectory>,
+    readiness: Readiness,
+    options: ServerOptions,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -44,14 +95,56 @@ pub async fn serve(
             directory,
             readiness,
         });
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("HTTP server stopped: {e}");
-        }
-    });
-    Ok((bound, task))
+    Ok((bound, tokio::spawn(accept_loop(listener, app, options))))
+}
+
+async fn accept_loop(listener: TcpListener, app: Router, options: ServerOptions) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .keep_alive(false);
+    let open = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    loop {
+        // Taken before accepting: at the cap, clients queue in the kernel, not in memory here.
+        let Ok(permit) = open.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // The client gave up before we accepted it: nothing to wait for.
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                // Out of file descriptors and the like: wait for some to be freed, as
+                // axum::serve does, rather than spin.
+                tracing::warn!("HTTP server: cannot accept a connection: {e}; retrying in 1s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let conn =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let limit = options.request_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(limit, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, "HTTP connection failed: {e}"),
+                Err(_) => {
+                    tracing::debug!(%peer, "HTTP connection dropped: not done within {limit:?}")
+                }
+            }
+        });
+    }
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    )
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
@@ -81,4 +174,117 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn guests(State(state): State<AppState>) -> impl IntoResponse {
     axum::Json(state.directory.statuses())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    const PARTIAL: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: test\r\n";
+    const COMPLETE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+
+    async fn start(options: ServerOptions) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/healthz", get(|| async { "ok" }));
+        tokio::spawn(accept_loop(listener, app, options));
+        addr
+    }
+
+    async fn send(addr: SocketAddr, request: &[u8]) -> TcpStream {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(request).await.unwrap();
+        client
+    }
+
+    /// What the server sent until it closed the connection, and how long that took; `None` if
+    /// it was still open after `within`.
+    async fn until_closed(client: &mut TcpStream, within: Duration) -> Option<(String, Duration)> {
+        let started = Instant::now();
+        let mut received = Vec::new();
+        // A reset counts as closed too.
+        let _ = tokio::time::timeout(within, client.read_to_end(&mut received))
+            .await
+            .ok()?;
+        Some((
+            String::from_utf8_lossy(&received).into_owned(),
+            started.elapsed(),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_complete_request_is_answered_and_the_connection_closed() {
+        let addr = start(ServerOptions::default()).await;
+        let mut client = send(addr, COMPLETE).await;
+        let (response, _) = until_closed(&mut client, Duration::from_secs(5))
+            .await
+            .expect("closed after one response");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        assert!(response.ends_with("ok"), "{response}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        let addr = start(ServerOptions {
+            header_read_timeout: Duration::from_millis(300),
+            ..ServerOptions::default()
+        })
+        .await;
+        let mut client = send(addr, PARTIAL).await;
+        let (response, after) = until_closed(&mut client, Duration::from_secs(5))
+            .await
+            .expect("disconnected by the header read timeout");
+        assert!(
+            after >= Duration::from_millis(250),
+            "closed after {after:?}"
+        );
+        assert!(!response.contains("200 OK"), "{response}");
+    }
+
+    #[tokio::test]
+    async fn the_request_timeout_bounds_the_whole_exchange() {
+        let addr = start(ServerOptions {
+            header_read_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_millis(300),
+            ..ServerOptions::default()
+        })
+        .await;
+        let mut client = send(addr, PARTIAL).await;
+        let (_, after) = until_closed(&mut client, Duration::from_secs(5))
+            .await
+            .expect("disconnected by the request timeout");
+        assert!(
+            after >= Duration::from_millis(250),
+            "closed after {after:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_beyond_the_connection_cap_waits_for_a_free_one() {
+        let addr = start(ServerOptions {
+            max_connections: 1,
+            ..ServerOptions::default()
+        })
+        .await;
+        let mut stalling = send(addr, PARTIAL).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut waiting = send(addr, COMPLETE).await;
+        assert!(
+            until_closed(&mut waiting, Duration::from_millis(500))
+                .await
+                .is_none(),
+            "served beyond the cap"
+        );
+        stalling.shutdown().await.unwrap();
+        drop(stalling);
+        let (response, _) = until_closed(&mut waiting, Duration::from_secs(5))
+            .await
+            .expect("served once the other connection closed");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    }
 }

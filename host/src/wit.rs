@@ -8,6 +8,10 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "network-controller",
+    // Async on the host side: an import that waits (the API server, a rate limiter) yields,
+    // so the runtime's deadline can cancel it (see `runtime`).
+    imports: { default: async },
+    exports: { default: async },
 });
 
 pub use exports::reconciler::api::reconciler as guest;

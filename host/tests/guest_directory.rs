@@ -94,7 +94,27 @@ fn add_replace_refuse_and_remove() {
         other => panic!("expected Unloaded, got {other:?}"),
     }
     assert!(guests.active().is_empty());
-    assert!(guests.statuses().is_empty());
+    // What is left is the finalizer it declared, which objects may still carry.
+    let statuses = guests.statuses();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(statuses[0].state, FileState::Unloaded);
+    let orphan = statuses[0]
+        .orphaned_finalizer
+        .as_ref()
+        .expect("orphaned finalizer");
+    assert_eq!(orphan.finalizer, "test.reconciler.dev/cleanup");
+    assert_eq!(guests.orphan("widget").as_ref(), Some(orphan));
+
+    // Back again: the orphan record goes.
+    std::fs::copy(common::guest("widget"), &file).unwrap();
+    guests.rescan();
+    assert!(guests.orphan("widget").is_none());
+    assert!(
+        guests
+            .statuses()
+            .iter()
+            .all(|s| s.state == FileState::Loaded)
+    );
 }
 
 #[test]
@@ -130,6 +150,21 @@ fn a_guest_without_a_grant_or_beyond_it_is_refused_at_load() {
     );
     assert!(
         reason.contains("write test.reconciler.dev/v1/Widget (to add and remove its finalizer"),
+        "{reason}"
+    );
+
+    // Asks for 2 workers where the host allows 1 per guest.
+    let capped = directory(
+        dir.path(),
+        "maxConcurrency: 1\nguests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n",
+    );
+    capped.rescan();
+    assert!(capped.active().is_empty());
+    let FileState::Failed(reason) = &capped.statuses()[0].state else {
+        panic!()
+    };
+    assert!(
+        reason.contains("concurrency 2 (the host allows at most 1 per guest: maxConcurrency)"),
         "{reason}"
     );
 }

@@ -162,10 +162,14 @@ async fn ensure_creates_an_up_bridge_with_the_gateway_inside_the_namespace_only(
     let Some(ns) = netns_or_skip("create") else {
         return;
     };
-    let backend = from_config(&BackendConfig::Linux {
-        netns: Some(ns.name.clone()),
-        bridge_prefix: "rh".into(),
-    })
+    let backend = from_config(
+        &BackendConfig::Linux {
+            netns: Some(ns.name.clone()),
+            bridge_prefix: "rh".into(),
+            allowed_cidrs: None,
+        },
+        &[],
+    )
     .unwrap();
     assert_eq!(backend.provider(), "linux");
 
@@ -446,11 +450,168 @@ async fn interfaces_that_are_not_ours_are_never_taken_over() {
     assert_eq!(adopted.interface_name, z);
     assert_eq!(ns.link(&z).unwrap()["ifalias"], "ns/z");
 
-    // Another prefix in the same namespace sees none of these.
+    // Another prefix in the same namespace sees none of these as its networks, but keeps
+    // clear of their addresses as of any other interface's.
     let other = LinuxBackend::new(Some(&ns.name), "xo").unwrap();
     assert!(other.list().await.unwrap().is_empty());
     other
         .ensure(&spec("ns/x", "10.1.0.0/24", "10.1.0.1"))
         .await
         .unwrap();
+    let err = other
+        .ensure(&spec("ns/w", "10.3.0.0/16", "10.3.0.1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Invalid(m) if m.contains(&format!("address 10.3.0.1/24 on interface `{z}`"))),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn addresses_and_routes_of_the_namespace_are_never_covered() {
+    let Some(ns) = netns_or_skip("host") else {
+        return;
+    };
+    // A stand-in for the host's uplink: addresses, their connected routes, a route and a
+    // default route through it, and a route in another table.
+    ns.ip(&[
+        "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+    ]);
+    ns.ip(&["link", "set", "dev", "uplink1", "up"]);
+    ns.ip(&["addr", "add", "192.168.50.10/24", "dev", "uplink0"]);
+    ns.ip(&["addr", "add", "fd00:50::10/64", "dev", "uplink0", "nodad"]);
+    ns.ip(&["addr", "add", "172.16.9.9/32", "dev", "uplink0"]);
+    ns.ip(&["link", "set", "dev", "uplink0", "up"]);
+    ns.ip(&["route", "add", "10.20.0.0/16", "via", "192.168.50.1"]);
+    ns.ip(&["route", "add", "default", "via", "192.168.50.1"]);
+    ns.ip(&["route", "add", "blackhole", "10.30.0.0/16", "table", "100"]);
+    let backend = ns.backend();
+    let place = format!("netns `{}`", ns.name);
+
+    let refusal = |cidr: &'static str, gateway: &'static str| {
+        let backend = &backend;
+        async move {
+            match backend.ensure(&spec("ns/a", cidr, gateway)).await {
+                Err(BackendError::Invalid(msg)) => msg,
+                other => panic!("expected Invalid for {cidr}, got {other:?}"),
+            }
+        }
+    };
+    let clear = "networks must stay clear of the API server and of the host's own addresses and \
+                 routes, so pick another range";
+    assert_eq!(
+        refusal("192.168.50.0/24", "192.168.50.1").await,
+        format!(
+            "network `ns/a`: cidr `192.168.50.0/24` overlaps 192.168.50.0/24, the subnet of \
+             address 192.168.50.10/24 on interface `uplink0` in {place}; {clear}"
+        )
+    );
+    assert!(
+        refusal("192.168.0.0/16", "192.168.0.1")
+            .await
+            .contains("the subnet of address 192.168.50.10/24 on interface `uplink0`")
+    );
+    assert!(
+        refusal("192.168.50.128/25", "192.168.50.129")
+            .await
+            .contains("the subnet of address 192.168.50.10/24")
+    );
+    assert_eq!(
+        refusal("172.16.0.0/12", "172.16.0.1").await,
+        format!(
+            "network `ns/a`: cidr `172.16.0.0/12` overlaps address 172.16.9.9 of interface \
+             `uplink0` in {place}; {clear}"
+        )
+    );
+    assert!(
+        refusal("fd00:50::/48", "fd00:50::1")
+            .await
+            .contains("the subnet of address fd00:50::10/64 on interface `uplink0`")
+    );
+    assert_eq!(
+        refusal("10.20.1.0/24", "10.20.1.1").await,
+        format!(
+            "network `ns/a`: cidr `10.20.1.0/24` overlaps route `10.20.0.0/16 dev uplink0` in \
+             {place}; {clear}"
+        )
+    );
+    assert!(
+        refusal("10.30.0.0/24", "10.30.0.1")
+            .await
+            .contains("route `blackhole 10.30.0.0/16 table 100`")
+    );
+    assert!(backend.list().await.unwrap().is_empty(), "nothing created");
+    assert!(ns.link(&bridge_name("rh", "ns/a")).is_none());
+
+    // The default route does not count (every range overlaps it), and a network's own address
+    // and connected route do not stand in the way of changing it.
+    backend
+        .ensure(&spec("ns/b", "10.40.0.0/24", "10.40.0.1"))
+        .await
+        .unwrap();
+    let widened = backend
+        .ensure(&spec("ns/b", "10.40.0.0/23", "10.40.1.254"))
+        .await
+        .unwrap();
+    assert_eq!(widened.cidr, "10.40.0.0/23");
+    assert_eq!(ns.addrs(&bridge_name("rh", "ns/b")), ["10.40.1.254/23"]);
+}
+
+#[tokio::test]
+async fn the_policy_refuses_what_the_memory_provider_refuses_in_the_same_words() {
+    let Some(ns) = netns_or_skip("policy") else {
+        return;
+    };
+    let allowed = Some(vec!["10.0.0.0/8".parse().unwrap()]);
+    let api_server = ["10.96.0.1".parse().unwrap()];
+    let linux = from_config(
+        &BackendConfig::Linux {
+            netns: Some(ns.name.clone()),
+            bridge_prefix: "rh".into(),
+            allowed_cidrs: allowed.clone(),
+        },
+        &api_server,
+    )
+    .unwrap();
+    let memory = from_config(
+        &BackendConfig::Memory {
+            state_file: None,
+            allowed_cidrs: allowed,
+        },
+        &api_server,
+    )
+    .unwrap();
+    for (cidr, gateway) in [
+        ("0.0.0.0/0", "10.0.0.1"),
+        ("128.0.0.0/1", "128.0.0.1"),
+        ("127.0.0.0/8", "127.0.0.1"),
+        ("169.254.169.254/32", "169.254.169.254"),
+        ("fe80::/64", "fe80::1"),
+        ("224.0.0.0/24", "224.0.0.1"),
+        ("10.1.0.0/24", "10.1.0.255"),
+        ("192.168.1.0/24", "192.168.1.1"),
+        ("10.96.0.0/12", "10.96.0.2"),
+    ] {
+        let want = spec("ns/a", cidr, gateway);
+        let from_linux = linux.ensure(&want).await.unwrap_err();
+        assert!(
+            matches!(from_linux, BackendError::Invalid(_)),
+            "{cidr}: {from_linux:?}"
+        );
+        assert_eq!(
+            from_linux,
+            memory.ensure(&want).await.unwrap_err(),
+            "{cidr}"
+        );
+    }
+    assert!(
+        ns.link(&bridge_name("rh", "ns/a")).is_none(),
+        "nothing created"
+    );
+    let want = spec("ns/a", "10.100.0.0/24", "10.100.0.1");
+    assert_eq!(
+        linux.ensure(&want).await.unwrap().cidr,
+        memory.ensure(&want).await.unwrap().cidr
+    );
 }

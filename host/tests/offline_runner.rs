@@ -174,7 +174,7 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
         "a/b/c",
     ]);
     assert!(
-        err.contains("--key `a/b/c` must be name or namespace/name"),
+        err.contains(r#"invalid object key "a/b/c": expected "namespace/name" or "name""#),
         "{err}"
     );
     let bogus = tempfile::NamedTempFile::new().unwrap();

@@ -5,16 +5,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_host::backends::{MemoryBackend, NetworkBackend};
-use reconciler_host::capabilities::{CallContext, GuestContext, Providers};
+use reconciler_host::capabilities::{CallContext, GuestContext};
 use reconciler_host::config::{Grant, HostConfig, Limits};
 use reconciler_host::objects::{Gvk, ObjectRef};
-use reconciler_host::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+use reconciler_host::providers::offline::{self, MemoryCache};
 use reconciler_host::runtime::{LoadError, LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
@@ -52,23 +52,9 @@ struct Harness {
 
 fn harness(grant: Grant) -> Harness {
     let cache = Arc::new(MemoryCache::default());
-    let networks: BTreeMap<String, Arc<dyn NetworkBackend>> = [(
-        "network".to_owned(),
-        Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>,
-    )]
-    .into();
-    let context = Arc::new(GuestContext {
-        guest: "widget".into(),
-        grant,
-        providers: Providers {
-            lister: cache.clone(),
-            cluster: Arc::new(RecordingCluster::new(cache.clone())),
-            queue: Arc::new(RecordingQueue),
-            networks,
-        },
-        metrics: None,
-        fixed_clock: None,
-    });
+    let network = Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>;
+    let providers = offline::providers(cache.clone(), Some(network));
+    let context = Arc::new(GuestContext::new("widget", grant, providers));
     Harness { cache, context }
 }
 
@@ -137,11 +123,16 @@ fn loads_a_guest_and_reads_its_manifest() {
     assert_eq!(m.secondary.len(), 1);
     assert_eq!(m.secondary[0].kind, Gvk::new("", "v1", "ConfigMap"));
     assert_eq!(m.finalizer.as_deref(), Some("test.reconciler.dev/cleanup"));
-    assert!(!guest.imports_network, "widget uses the controller world");
+    assert_eq!(
+        guest.world(),
+        "controller",
+        "widget uses the controller world"
+    );
     assert_eq!(guest.hash.len(), 64);
     let network = load(&runtime, "network");
-    assert!(
-        network.imports_network,
+    assert_eq!(
+        network.world(),
+        "network-controller",
         "network uses the network-controller world"
     );
 }
@@ -308,6 +299,31 @@ fn a_guest_that_loops_forever_is_interrupted_at_its_deadline() {
 }
 
 #[test]
+fn a_guest_asleep_in_a_wasi_call_is_cancelled_at_its_deadline() {
+    // `std::thread::sleep` in the guest: WASI monotonic-clock subscribe + poll, a blocking
+    // import that epoch interruption alone cannot interrupt.
+    let runtime = runtime();
+    let guest = load(&runtime, "hostile");
+    let h = harness(with_limits(Duration::from_millis(300), 64));
+    let attack = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sleep", "namespace": "attacker"},
+        "data": {"attack": "sleep"},
+    });
+    let started = std::time::Instant::now();
+    let (outcome, _) = reconcile(&runtime, &guest, &h, attack);
+    let took = started.elapsed();
+    let Outcome::Deadline(message) = outcome else {
+        panic!("expected a deadline hit, got {outcome:?}")
+    };
+    assert!(message.contains("deadline of 300ms"), "{message}");
+    assert!(message.contains("while waiting"), "{message}");
+    // The guest asked for 600 s; the reconcile ended at its deadline (generous bound).
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert_still_serving(&runtime, &load(&runtime, "widget"));
+}
+
+#[test]
 fn a_guest_that_allocates_without_bound_hits_its_memory_cap() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
@@ -432,10 +448,12 @@ fn caching_runtime(dir: &Path) -> Runtime {
 }
 
 /// The file names in a compile cache directory.
+/// The compile cache's entries (and any leftover temporary file), without its `.key`.
 fn cache_entries(dir: &Path) -> Vec<std::ffi::OsString> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|name| name != ".key")
         .collect()
 }
 

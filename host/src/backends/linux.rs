@@ -11,6 +11,17 @@
 //! Links with the prefix but without an alias are ignored by `list`, and adopted by `ensure`
 //! only under the exact name of the id being ensured (an interrupted earlier `ensure`).
 //!
+//! # What a network must stay clear of
+//!
+//! Besides the shared rules ([`super::policy`]), `ensure` refuses a cidr that overlaps an
+//! address of the namespace (with its subnet) or the destination of one of its routes, in
+//! any routing table, read from the kernel at that moment. Left out: addresses and routes on
+//! this provider's own bridges (bridges named with its prefix: a network's own address and
+//! connected route, and the other networks, which the overlap check covers), and routes
+//! broader than the broadest network allowed (the default route and its halves, which every
+//! range overlaps). Without `netns` this is the host's own namespace: its LAN, its VPN routes,
+//! its container networks.
+//!
 //! # How the namespace is entered
 //!
 //! A netlink socket talks to the network namespace of the thread that *created* it, and
@@ -27,12 +38,14 @@
 //!
 //! # Cost
 //!
-//! `get` is one link lookup and one address dump; `list` and `ensure` dump all links and
-//! addresses of the namespace. An `ensure` that finds nothing to change writes nothing.
+//! `get` is one link lookup and one address dump; `list` dumps all links and addresses of the
+//! namespace, `ensure` those and its IPv4 and IPv6 routes. An `ensure` that finds nothing to
+//! change writes nothing.
 
-use std::fmt;
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
 use std::fs::File;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -42,12 +55,16 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::{Handle, LinkBridge, LinkMessageBuilder, LinkUnspec};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType,
+};
+use rtnetlink::{Handle, LinkBridge, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use tokio::sync::{mpsc, oneshot};
 
+use super::policy::{MAX_BREADTH_V4, MAX_BREADTH_V6, Reserved, check_reserved};
 use super::{
-    BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Result, ValidSpec, bridge_name,
-    check_overlap, is_bridge_name, validate, validate_bridge_prefix,
+    BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Policy, Result, ValidSpec,
+    bridge_name, check_overlap, is_bridge_name, validate_bridge_prefix,
 };
 
 /// Where `ip netns add <name>` puts its namespace handles.
@@ -58,6 +75,7 @@ pub struct LinuxBackend {
     requests: mpsc::UnboundedSender<Request>,
     netns: Option<String>,
     prefix: String,
+    policy: Policy,
 }
 
 impl fmt::Debug for LinuxBackend {
@@ -65,6 +83,7 @@ impl fmt::Debug for LinuxBackend {
         f.debug_struct("LinuxBackend")
             .field("netns", &self.netns)
             .field("prefix", &self.prefix)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
@@ -112,7 +131,16 @@ impl LinuxBackend {
             requests,
             netns: place.0,
             prefix: bridge_prefix.to_owned(),
+            policy: Policy::default(),
         })
+    }
+
+    /// The same provider with `policy` (`allowed-cidrs`, reserved ranges) on top of the fixed
+    /// rules and the namespace's own addresses and routes.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The namespace this provider works in; `None` = the host's own.
@@ -151,7 +179,7 @@ impl NetworkBackend for LinuxBackend {
 
     async fn ensure(&self, spec: &NetworkSpec) -> Result<NetworkStatus> {
         // Validate on the caller's side: a bad spec never reaches the kernel thread.
-        let spec = validate(spec)?;
+        let spec = self.policy.validate(spec)?;
         self.call(|reply| Request::Ensure { spec, reply }).await
     }
 
@@ -306,6 +334,113 @@ fn status_of(link: &Link, id: String, addresses: &[AddressMessage]) -> NetworkSt
     }
 }
 
+/// The broadest prefix a network of `ip`'s family may have.
+fn max_breadth(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => MAX_BREADTH_V4,
+        IpAddr::V6(_) => MAX_BREADTH_V6,
+    }
+}
+
+/// The namespace's own addresses (each with its subnet) and route destinations, which no
+/// network may overlap; see the module docs for what is left out and why.
+fn namespace_reserved(
+    links: &[Link],
+    addresses: &[AddressMessage],
+    routes: &[RouteMessage],
+    prefix: &str,
+    place: &Place,
+) -> Vec<Reserved> {
+    let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
+    let ours = |index: u32| {
+        links
+            .iter()
+            .any(|l| l.index == index && l.is_bridge() && is_bridge_name(prefix, &l.name))
+    };
+    let name = |index: u32| names.get(&index).copied().unwrap_or("?");
+    let mut reserved = Vec::new();
+
+    for msg in addresses.iter().filter(|msg| !ours(msg.header.index)) {
+        let Some((ip, len)) = assigned(msg) else {
+            continue;
+        };
+        let dev = name(msg.header.index);
+        // A subnet broader than any network may be (/0 to /7 for IPv4) would overlap nearly
+        // every range, as the routes skipped below would: such an address reserves only itself.
+        match IpNet::new(ip, len).map(|net| net.trunc()) {
+            Ok(subnet) if len >= max_breadth(ip) && subnet != IpNet::from(ip) => {
+                reserved.push(Reserved {
+                    range: subnet,
+                    what: format!(
+                        "{subnet}, the subnet of address {ip}/{len} on interface `{dev}` in {place}"
+                    ),
+                });
+            }
+            _ => reserved.push(Reserved {
+                range: IpNet::from(ip),
+                what: format!("address {ip} of interface `{dev}` in {place}"),
+            }),
+        }
+    }
+
+    for msg in routes {
+        // Local, broadcast, anycast and multicast entries describe addresses held, which the
+        // loop above covers.
+        let kind = match msg.header.kind {
+            RouteType::Unicast => "",
+            RouteType::BlackHole => "blackhole ",
+            RouteType::Unreachable => "unreachable ",
+            RouteType::Prohibit => "prohibit ",
+            RouteType::Throw => "throw ",
+            _ => continue,
+        };
+        let len = msg.header.destination_prefix_length;
+        let mut destination = None;
+        let mut devices = Vec::new();
+        let mut table = u32::from(msg.header.table);
+        for attr in &msg.attributes {
+            match attr {
+                RouteAttribute::Destination(RouteAddress::Inet(ip)) => {
+                    destination = Some(IpAddr::V4(*ip));
+                }
+                RouteAttribute::Destination(RouteAddress::Inet6(ip)) => {
+                    destination = Some(IpAddr::V6(*ip));
+                }
+                RouteAttribute::Oif(index) => devices.push(*index),
+                RouteAttribute::MultiPath(hops) => {
+                    devices.extend(hops.iter().map(|hop| hop.interface_index));
+                }
+                RouteAttribute::Table(id) => table = *id,
+                _ => {}
+            }
+        }
+        // No destination: a default route, which every range overlaps.
+        let Some(destination) = destination else {
+            continue;
+        };
+        if len < max_breadth(destination)
+            || (!devices.is_empty() && devices.iter().all(|&i| ours(i)))
+        {
+            continue;
+        }
+        let Ok(range) = IpNet::new(destination, len).map(|net| net.trunc()) else {
+            continue;
+        };
+        let mut text = format!("{kind}{range}");
+        if let Some(&dev) = devices.first() {
+            let _ = write!(text, " dev {}", name(dev));
+        }
+        if table != u32::from(RouteHeader::RT_TABLE_MAIN) {
+            let _ = write!(text, " table {table}");
+        }
+        reserved.push(Reserved {
+            range,
+            what: format!("route `{text}` in {place}"),
+        });
+    }
+    reserved
+}
+
 fn is_errno(err: &rtnetlink::Error, errno: Errno) -> bool {
     matches!(err, rtnetlink::Error::NetlinkError(msg) if msg.raw_code() == -(errno as i32))
 }
@@ -399,8 +534,8 @@ impl Worker {
         }
     }
 
-    /// Every link that [`bridge_name`] with our prefix could have named.
-    async fn our_links(&self) -> Result<Vec<Link>> {
+    /// Every link of the namespace.
+    async fn links(&self) -> Result<Vec<Link>> {
         let messages: Vec<LinkMessage> = self
             .handle
             .link()
@@ -409,11 +544,50 @@ impl Worker {
             .try_collect()
             .await
             .map_err(|err| self.failed("list links for", &format!("{}-*", self.prefix), err))?;
-        Ok(messages
-            .into_iter()
-            .map(Link::from_message)
-            .filter(|link| is_bridge_name(&self.prefix, &link.name))
-            .collect())
+        Ok(messages.into_iter().map(Link::from_message).collect())
+    }
+
+    /// Every IPv4 and IPv6 route of the namespace, in every table.
+    async fn routes(&self) -> Result<Vec<RouteMessage>> {
+        let mut routes = Vec::new();
+        for (family, query) in [
+            ("IPv4", RouteMessageBuilder::<Ipv4Addr>::new().build()),
+            ("IPv6", RouteMessageBuilder::<Ipv6Addr>::new().build()),
+        ] {
+            match self
+                .handle
+                .route()
+                .get(query)
+                .execute()
+                .try_collect::<Vec<_>>()
+                .await
+            {
+                Ok(found) => routes.extend(found),
+                // A kernel booted without IPv6 has no IPv6 routes to keep clear of.
+                Err(err) if is_errno(&err, Errno::EAFNOSUPPORT) => {}
+                Err(err) => {
+                    return Err(BackendError::Unavailable(format!(
+                        "netlink: cannot read the {family} routes of {}: {err}",
+                        self.place
+                    )));
+                }
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Our networks among `links`, read from `addresses` (a dump of every link's).
+    fn statuses(&self, links: &[Link], addresses: &[AddressMessage]) -> Vec<NetworkStatus> {
+        let mut statuses: Vec<NetworkStatus> = links
+            .iter()
+            .filter(|link| link.is_bridge() && is_bridge_name(&self.prefix, &link.name))
+            .filter_map(|link| {
+                let id = link.alias.clone()?;
+                Some(status_of(link, id, addresses))
+            })
+            .collect();
+        statuses.sort_by(|a, b| a.id.cmp(&b.id));
+        statuses
     }
 
     /// Addresses of one link, or of every link with `None`.
@@ -442,25 +616,26 @@ impl Worker {
     }
 
     async fn list(&self) -> Result<Vec<NetworkStatus>> {
-        let links = self.our_links().await?;
-        if links.is_empty() {
+        let links = self.links().await?;
+        if !links
+            .iter()
+            .any(|link| is_bridge_name(&self.prefix, &link.name))
+        {
             return Ok(Vec::new());
         }
         let addresses = self.addresses(None, &format!("{}-*", self.prefix)).await?;
-        let mut statuses: Vec<NetworkStatus> = links
-            .iter()
-            .filter(|link| link.is_bridge())
-            .filter_map(|link| {
-                let id = link.alias.clone()?;
-                Some(status_of(link, id, &addresses))
-            })
-            .collect();
-        statuses.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(statuses)
+        Ok(self.statuses(&links, &addresses))
     }
 
     async fn ensure(&self, spec: &ValidSpec) -> Result<NetworkStatus> {
-        check_overlap(spec, &self.list().await?)?;
+        let links = self.links().await?;
+        let addresses = self.addresses(None, &format!("{}-*", self.prefix)).await?;
+        check_overlap(spec, &self.statuses(&links, &addresses))?;
+        let routes = self.routes().await?;
+        check_reserved(
+            spec,
+            &namespace_reserved(&links, &addresses, &routes, &self.prefix, &self.place),
+        )?;
         let name = bridge_name(&self.prefix, &spec.id);
 
         let link = match self.link_by_name(&name).await? {
@@ -603,6 +778,110 @@ mod tests {
         assert!(
             msg.contains("ip netns add reconciler-host-no-such-netns"),
             "{msg}"
+        );
+    }
+
+    fn link(index: u32, name: &str, kind: InfoKind) -> Link {
+        Link {
+            index,
+            name: name.into(),
+            alias: None,
+            kind: Some(kind),
+            up: true,
+        }
+    }
+
+    fn address(index: u32, ip: &str, len: u8) -> AddressMessage {
+        let mut msg = AddressMessage::default();
+        msg.header.index = index;
+        msg.header.prefix_len = len;
+        msg.attributes
+            .push(AddressAttribute::Local(ip.parse().unwrap()));
+        msg
+    }
+
+    fn route(kind: RouteType, destination: Option<(&str, u8)>, oif: Option<u32>) -> RouteMessage {
+        let mut msg = RouteMessage::default();
+        msg.header.kind = kind;
+        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        if let Some((ip, len)) = destination {
+            msg.header.destination_prefix_length = len;
+            let ip: IpAddr = ip.parse().unwrap();
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(ip)));
+        }
+        msg.attributes.extend(oif.map(RouteAttribute::Oif));
+        msg
+    }
+
+    /// What the kernel tests in `tests/linux_backend.rs` check for real, here without root.
+    #[test]
+    fn the_namespace_reserves_foreign_addresses_and_routes_but_not_our_bridges() {
+        let ours = bridge_name("rh", "ns/a");
+        let links = [
+            link(1, "lo", InfoKind::Other("loopback".into())),
+            link(2, "eth0", InfoKind::Veth),
+            link(3, &ours, InfoKind::Bridge),
+            // Our name on something that is not a bridge is not ours.
+            link(4, &bridge_name("rh", "ns/b"), InfoKind::Veth),
+        ];
+        let addresses = [
+            address(2, "192.168.1.10", 24),
+            address(2, "10.9.9.9", 32),
+            address(2, "11.0.0.1", 7),
+            address(2, "fe80::1", 64),
+            address(3, "10.1.0.1", 24),
+            address(4, "10.2.0.1", 24),
+        ];
+        let mut other_table = route(RouteType::BlackHole, Some(("10.30.0.0", 16)), None);
+        other_table.attributes.push(RouteAttribute::Table(100));
+        let routes = [
+            route(RouteType::Unicast, None, Some(2)),
+            route(RouteType::Unicast, Some(("0.0.0.0", 1)), Some(2)),
+            route(RouteType::Unicast, Some(("10.20.0.0", 16)), Some(2)),
+            route(RouteType::Unicast, Some(("10.1.0.0", 24)), Some(3)),
+            route(RouteType::Local, Some(("192.168.1.10", 32)), Some(2)),
+            other_table,
+        ];
+        let place = Place(None);
+        let reserved = namespace_reserved(&links, &addresses, &routes, "rh", &place);
+        let shown: Vec<(String, &str)> = reserved
+            .iter()
+            .map(|r| (r.range.to_string(), r.what.as_str()))
+            .collect();
+        let veth = bridge_name("rh", "ns/b");
+        assert_eq!(
+            shown,
+            [
+                (
+                    "192.168.1.0/24".into(),
+                    "192.168.1.0/24, the subnet of address 192.168.1.10/24 on interface `eth0` \
+                     in the host's netns"
+                ),
+                (
+                    "10.9.9.9/32".into(),
+                    "address 10.9.9.9 of interface `eth0` in the host's netns"
+                ),
+                (
+                    "11.0.0.1/32".into(),
+                    "address 11.0.0.1 of interface `eth0` in the host's netns"
+                ),
+                (
+                    "10.2.0.0/24".into(),
+                    &*format!(
+                        "10.2.0.0/24, the subnet of address 10.2.0.1/24 on interface `{veth}` in \
+                         the host's netns"
+                    )
+                ),
+                (
+                    "10.20.0.0/16".into(),
+                    "route `10.20.0.0/16 dev eth0` in the host's netns"
+                ),
+                (
+                    "10.30.0.0/16".into(),
+                    "route `blackhole 10.30.0.0/16 table 100` in the host's netns"
+                ),
+            ]
         );
     }
 

@@ -1,8 +1,10 @@
 //! The in-process provider: networks are entries in a map, optionally mirrored to a JSON file.
 //!
 //! It exists so a guest can be run and tested without root, a kernel or a cluster
-//! (`reconciler-host reconcile --backend-state state.json`), with the same validation and
-//! overlap rules as the Linux provider and the interface names that provider would choose.
+//! (`reconciler-host reconcile --backend-state state.json`), with the same validation, policy
+//! and overlap rules as the Linux provider and the interface names that provider would choose.
+//! It has no host addresses or routes of its own to keep clear of: what the Linux provider
+//! reads from its namespace is the one rule it cannot apply.
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -13,8 +15,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BackendError, DEFAULT_BRIDGE_PREFIX, NetworkBackend, NetworkSpec, NetworkStatus, Result,
-    bridge_name, check_overlap, validate,
+    BackendError, DEFAULT_BRIDGE_PREFIX, NetworkBackend, NetworkSpec, NetworkStatus, Policy,
+    Result, bridge_name, check_overlap,
 };
 
 /// Networks held in memory, keyed by id.
@@ -27,6 +29,7 @@ use super::{
 pub struct MemoryBackend {
     networks: Mutex<BTreeMap<String, NetworkStatus>>,
     state_file: Option<PathBuf>,
+    policy: Policy,
 }
 
 /// On-disk shape of the state file. An object rather than a bare list, so fields can be added
@@ -59,7 +62,17 @@ impl MemoryBackend {
         Ok(Self {
             networks: Mutex::new(networks),
             state_file: Some(path),
+            policy: Policy::default(),
         })
+    }
+
+    /// The same provider with `policy` (`allowed-cidrs`, reserved ranges) on top of the fixed
+    /// rules. Networks already held (from a state file) are kept; the policy applies to
+    /// every `ensure` from now on.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The state file, if this provider has one.
@@ -125,7 +138,7 @@ impl NetworkBackend for MemoryBackend {
     }
 
     async fn ensure(&self, spec: &NetworkSpec) -> Result<NetworkStatus> {
-        let spec = validate(spec)?;
+        let spec = self.policy.validate(spec)?;
         let mut networks = self.networks.lock();
         check_overlap(&spec, networks.values())?;
         let status = spec.status(bridge_name(DEFAULT_BRIDGE_PREFIX, &spec.id), true);
@@ -163,6 +176,7 @@ impl NetworkBackend for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::Reserved;
 
     fn spec(id: &str, cidr: &str, gateway: &str) -> NetworkSpec {
         NetworkSpec {
@@ -226,6 +240,131 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, BackendError::Invalid(_)), "{err:?}");
         assert!(backend.list().await.unwrap().is_empty());
+    }
+
+    /// One spec per rule of the policy, refused through `ensure` with these exact words (the
+    /// guest sees them as the `invalid` error), and nothing stored.
+    #[tokio::test]
+    async fn each_policy_rule_refuses_with_its_own_words() {
+        let allowed = ["10.0.0.0/8", "fd00::/16"].map(|s| s.parse().unwrap());
+        let policy = Policy::new(Some(allowed.to_vec()))
+            .unwrap()
+            .reserving([Reserved::api_server("10.96.0.1".parse().unwrap())]);
+        let backend = MemoryBackend::new().with_policy(policy);
+        let cases = [
+            (
+                "0.0.0.0/0",
+                "10.0.0.1",
+                "cidr `0.0.0.0/0` is broader than /8, the broadest prefix a network may have \
+                 (broader ones are default routes and their halves); use /8 or narrower, e.g. \
+                 `10.10.0.0/24`",
+            ),
+            (
+                "fd00::/8",
+                "fd00::1",
+                "cidr `fd00::/8` is broader than /16, the broadest prefix a network may have \
+                 (broader ones are default routes and their halves); use /16 or narrower, e.g. \
+                 `fd00:10::/64`",
+            ),
+            (
+                "127.0.0.0/8",
+                "127.0.0.1",
+                "cidr `127.0.0.0/8` overlaps loopback 127.0.0.0/8 (the host's own services), \
+                 which no network may use; pick a private range such as `10.10.0.0/24`",
+            ),
+            (
+                "::1/128",
+                "::1",
+                "cidr `::1/128` overlaps loopback ::1, which no network may use; pick a \
+                 private range such as `fd00:10::/64`",
+            ),
+            (
+                "169.254.0.0/24",
+                "169.254.0.1",
+                "cidr `169.254.0.0/24` overlaps link-local 169.254.0.0/16 (cloud metadata \
+                 services live at 169.254.169.254), which no network may use; pick a private \
+                 range such as `10.10.0.0/24`",
+            ),
+            (
+                "fe80::/64",
+                "fe80::1",
+                "cidr `fe80::/64` overlaps link-local fe80::/10 (the kernel assigns it to every \
+                 interface), which no network may use; pick a private range such as \
+                 `fd00:10::/64`",
+            ),
+            (
+                "224.0.0.0/8",
+                "224.0.0.1",
+                "cidr `224.0.0.0/8` overlaps multicast 224.0.0.0/4, which no network may use; \
+                 pick a private range such as `10.10.0.0/24`",
+            ),
+            (
+                "ff02::/16",
+                "ff02::1",
+                "cidr `ff02::/16` overlaps multicast ff00::/8, which no network may use; pick a \
+                 private range such as `fd00:10::/64`",
+            ),
+            (
+                "0.0.0.0/8",
+                "0.0.0.1",
+                "cidr `0.0.0.0/8` overlaps \"this network\" 0.0.0.0/8 (unspecified source \
+                 addresses, RFC 1122), which no network may use; pick a private range such as \
+                 `10.10.0.0/24`",
+            ),
+            (
+                "::/128",
+                "::",
+                "cidr `::/128` overlaps the unspecified address ::, which no network may use; \
+                 pick a private range such as `fd00:10::/64`",
+            ),
+            (
+                "255.255.255.255/32",
+                "255.255.255.255",
+                "cidr `255.255.255.255/32` overlaps the broadcast address 255.255.255.255, \
+                 which no network may use; pick a private range such as `10.10.0.0/24`",
+            ),
+            (
+                "10.1.0.0/24",
+                "10.1.0.0",
+                "gateway `10.1.0.0` is the network address of `10.1.0.0/24`; pick a host \
+                 address, e.g. `10.1.0.1`",
+            ),
+            (
+                "10.1.0.0/24",
+                "10.1.0.255",
+                "gateway `10.1.0.255` is the broadcast address of `10.1.0.0/24`; pick a host \
+                 address, e.g. `10.1.0.1`",
+            ),
+            (
+                "192.168.1.0/24",
+                "192.168.1.1",
+                "cidr `192.168.1.0/24` is outside allowed-cidrs (10.0.0.0/8, fd00::/16); pick \
+                 a range inside one of them",
+            ),
+            (
+                "10.96.0.0/16",
+                "10.96.0.2",
+                "cidr `10.96.0.0/16` overlaps the API server's address 10.96.0.1; networks \
+                 must stay clear of the API server and of the host's own addresses and routes, \
+                 so pick another range",
+            ),
+        ];
+        for (cidr, gateway, words) in cases {
+            let err = backend
+                .ensure(&spec("ns/a", cidr, gateway))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err,
+                BackendError::Invalid(format!("network `ns/a`: {words}")),
+                "{cidr}"
+            );
+        }
+        assert!(backend.list().await.unwrap().is_empty(), "nothing stored");
+        backend
+            .ensure(&spec("ns/a", "10.97.0.0/16", "10.97.0.1"))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -13,9 +13,30 @@
 //! Both providers share [`validate`] and [`check_overlap`], so a spec the offline runner
 //! accepts is a spec the Linux provider accepts, and both refuse the same specs with the same
 //! words.
+//!
+//! # Which ranges a network may take
+//!
+//! Guests choose their networks' cidrs, and a bridge's address is a route where it is
+//! created, so the providers refuse ranges that would reach beyond the guest's own network
+//! ([`policy`]; each refusal is [`BackendError::Invalid`] naming the rule):
+//!
+//! - deny by default: prefixes broader than /8 (IPv4) or /16 (IPv6): default routes and their
+//!   halves; and any overlap with loopback (`127.0.0.0/8`, `::1`), link-local
+//!   (`169.254.0.0/16`, `fe80::/10`), multicast (`224.0.0.0/4`, `ff00::/8`), "this network"
+//!   and unspecified (`0.0.0.0/8`, `::`), broadcast (`255.255.255.255`) and IPv4-mapped IPv6
+//!   (`::ffff:0:0/96`); a gateway that is the network address (or, IPv4, the broadcast one);
+//! - `allowed-cidrs` in the configuration: when set, a cidr must lie entirely inside one of
+//!   its ranges;
+//! - the API server's addresses (from the cluster URL, resolved at start-up) are never
+//!   covered;
+//! - Linux provider: nor are the addresses (with their subnets) and routes of the namespace
+//!   it works in, read at every `ensure`, except those on its own bridges. Without `netns`
+//!   that is the host's own namespace, where a network over the host's LAN or a VPN's routes
+//!   would capture the host's traffic.
 
 pub mod linux;
 pub mod memory;
+pub mod policy;
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -29,6 +50,7 @@ use sha2::{Digest, Sha256};
 
 pub use linux::LinuxBackend;
 pub use memory::MemoryBackend;
+pub use policy::{Policy, Reserved, api_server_addresses};
 
 /// What a guest wants: the WIT `network-spec` record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,11 +146,13 @@ pub const MAX_ID_LEN: usize = 255;
 ///   provider: linux
 ///   netns: rh-demo        # a name under /var/run/netns; omit for the host's own netns
 ///   bridge-prefix: rh     # optional, 1-6 of [A-Za-z0-9_], default `rh`
+///   allowed-cidrs: [10.100.0.0/16, fd00:100::/48]   # optional, see the policy module
 /// ```
 ///
 /// or `provider: memory` with an optional `state-file: <path>` (loaded if present, rewritten
-/// after every change). The camelCase spellings `bridgePrefix` and `stateFile` are accepted
-/// too, matching the rest of the host configuration.
+/// after every change) and the same optional `allowed-cidrs`. The camelCase spellings
+/// `bridgePrefix`, `stateFile` and `allowedCidrs` are accepted too, matching the rest of the
+/// host configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 // Unknown keys are errors: a misspelt `bridge_prefix:` must not silently mean the default.
 #[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
@@ -141,6 +165,13 @@ pub enum BackendConfig {
             skip_serializing_if = "Option::is_none"
         )]
         state_file: Option<PathBuf>,
+        #[serde(
+            default,
+            rename = "allowed-cidrs",
+            alias = "allowedCidrs",
+            skip_serializing_if = "Option::is_none"
+        )]
+        allowed_cidrs: Option<Vec<IpNet>>,
     },
     Linux {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +182,24 @@ pub enum BackendConfig {
             alias = "bridgePrefix"
         )]
         bridge_prefix: String,
+        #[serde(
+            default,
+            rename = "allowed-cidrs",
+            alias = "allowedCidrs",
+            skip_serializing_if = "Option::is_none"
+        )]
+        allowed_cidrs: Option<Vec<IpNet>>,
     },
+}
+
+impl BackendConfig {
+    /// The configured `allowed-cidrs`, whichever the provider.
+    pub fn allowed_cidrs(&self) -> Option<&[IpNet]> {
+        match self {
+            BackendConfig::Memory { allowed_cidrs, .. }
+            | BackendConfig::Linux { allowed_cidrs, .. } => allowed_cidrs.as_deref(),
+        }
+    }
 }
 
 fn default_bridge_prefix() -> String {
@@ -160,25 +208,39 @@ fn default_bridge_prefix() -> String {
 
 impl Default for BackendConfig {
     fn default() -> Self {
-        BackendConfig::Memory { state_file: None }
+        BackendConfig::Memory {
+            state_file: None,
+            allowed_cidrs: None,
+        }
     }
 }
 
-/// Builds the configured provider.
+/// Builds the configured provider. No network it accepts may cover any of `api_server`
+/// (the API server's addresses, see [`api_server_addresses`]).
 ///
 /// Cost: `memory` reads its state file if one is named; `linux` starts one OS thread that
 /// enters the namespace and opens a netlink socket there (see [`linux`]), and fails here,
-/// not on the first reconcile, when the namespace or the prefix is wrong.
-pub fn from_config(config: &BackendConfig) -> Result<Arc<dyn NetworkBackend>> {
+/// not on the first reconcile, when the namespace or the prefix is wrong. A bad
+/// `allowed-cidrs` fails here too.
+pub fn from_config(
+    config: &BackendConfig,
+    api_server: &[IpAddr],
+) -> Result<Arc<dyn NetworkBackend>> {
+    let policy = Policy::new(config.allowed_cidrs().map(<[IpNet]>::to_vec))?
+        .reserving(api_server.iter().copied().map(Reserved::api_server));
     Ok(match config {
-        BackendConfig::Memory { state_file: None } => Arc::new(MemoryBackend::new()),
+        BackendConfig::Memory {
+            state_file: None, ..
+        } => Arc::new(MemoryBackend::new().with_policy(policy)),
         BackendConfig::Memory {
             state_file: Some(path),
-        } => Arc::new(MemoryBackend::with_state_file(path)?),
+            ..
+        } => Arc::new(MemoryBackend::with_state_file(path)?.with_policy(policy)),
         BackendConfig::Linux {
             netns,
             bridge_prefix,
-        } => Arc::new(LinuxBackend::new(netns.as_deref(), bridge_prefix)?),
+            ..
+        } => Arc::new(LinuxBackend::new(netns.as_deref(), bridge_prefix)?.with_policy(policy)),
     })
 }
 
@@ -203,17 +265,19 @@ impl ValidSpec {
     }
 }
 
-/// Checks a spec on its own (overlap needs the other networks: [`check_overlap`]).
+/// Checks a spec on its own, with the fixed rules only (the configured ones:
+/// [`Policy::validate`]; overlap needs the other networks: [`check_overlap`]).
 ///
 /// Rules, each with its own message naming the network and the fix:
 /// - the id is 1..=255 bytes without control characters;
 /// - `cidr` parses and is the network address itself (`10.1.0.0/24`, not `10.1.0.5/24`):
 ///   a host address there is almost always a gateway typed into the wrong field, and
 ///   silently truncating would hide that;
-/// - IPv6 link-local (`fe80::/10`) is refused: the kernel manages it on every interface;
-/// - `gateway` parses, has the cidr's family, lies inside it, and for IPv4 prefixes shorter
-///   than /31 is neither the network nor the broadcast address (RFC 3021 makes both
-///   addresses of a /31 usable; a /32 has only one).
+/// - `cidr` is no broader than /8 (IPv4) or /16 (IPv6) and overlaps nothing in
+///   [`policy::DENIED`] (loopback, link-local, multicast, unspecified, broadcast);
+/// - `gateway` parses, has the cidr's family, lies inside it, and is not the network address
+///   (IPv4 prefixes shorter than /31, IPv6 shorter than /127: RFC 3021 and RFC 6164 make
+///   every address of those point-to-point prefixes usable) nor, IPv4, the broadcast address.
 pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
     let id = &spec.id;
     if id.is_empty() {
@@ -250,15 +314,7 @@ pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
             cidr.trunc()
         )));
     }
-    if let IpNet::V6(v6) = cidr {
-        let link_local: ipnet::Ipv6Net = "fe80::/10".parse().expect("constant prefix");
-        if link_local.contains(&v6.network()) || v6.contains(&link_local.network()) {
-            return Err(BackendError::Invalid(format!(
-                "network `{id}`: cidr `{cidr}` overlaps IPv6 link-local fe80::/10, which the \
-                 kernel assigns to every interface; pick a ULA range such as `fd00:10::/64`"
-            )));
-        }
-    }
+    policy::check_fixed(id, &cidr)?;
 
     let gateway: IpAddr = spec.gateway.parse().map_err(|_| {
         BackendError::Invalid(format!(
@@ -275,12 +331,14 @@ pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
             first_host(cidr)
         )));
     }
-    if let IpNet::V4(v4) = cidr
-        && v4.prefix_len() < 31
-    {
-        let reserved = if IpAddr::V4(v4.network()) == gateway {
+    let point_to_point = match cidr {
+        IpNet::V4(v4) => v4.prefix_len() >= 31,
+        IpNet::V6(v6) => v6.prefix_len() >= 127,
+    };
+    if !point_to_point {
+        let reserved = if cidr.network() == gateway {
             Some("network")
-        } else if IpAddr::V4(v4.broadcast()) == gateway {
+        } else if matches!(cidr, IpNet::V4(_)) && cidr.broadcast() == gateway {
             Some("broadcast")
         } else {
             None
@@ -454,9 +512,163 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_link_local_is_refused() {
-        assert!(invalid(&spec("ns/a", "fe80::/64", "fe80::1")).contains("link-local"));
-        assert!(invalid(&spec("ns/a", "fe00::/7", "fe00::1")).contains("link-local"));
+    fn ipv6_gateway_is_not_the_subnet_router_anycast_address() {
+        let msg = invalid(&spec("ns/a", "fd00:10::/64", "fd00:10::"));
+        assert_eq!(
+            msg,
+            "network `ns/a`: gateway `fd00:10::` is the network address of `fd00:10::/64`; \
+             pick a host address, e.g. `fd00:10::1`"
+        );
+        // RFC 6164: both addresses of a /127 are usable.
+        validate(&spec("ns/a", "fd00:10::/127", "fd00:10::")).unwrap();
+        validate(&spec("ns/a", "fd00:10::1/128", "fd00:10::1")).unwrap();
+    }
+
+    /// The exact words of the fixed rules, so offline runs and the Linux provider can be held
+    /// to them.
+    #[test]
+    fn prefixes_broader_than_a_slash_8_or_slash_16_are_refused() {
+        assert_eq!(
+            invalid(&spec("ns/a", "128.0.0.0/1", "128.0.0.1")),
+            "network `ns/a`: cidr `128.0.0.0/1` is broader than /8, the broadest prefix a \
+             network may have (broader ones are default routes and their halves); use /8 or \
+             narrower, e.g. `10.10.0.0/24`"
+        );
+        assert_eq!(
+            invalid(&spec("ns/a", "::/0", "::1")),
+            "network `ns/a`: cidr `::/0` is broader than /16, the broadest prefix a network \
+             may have (broader ones are default routes and their halves); use /16 or narrower, \
+             e.g. `fd00:10::/64`"
+        );
+        for (cidr, gateway) in [
+            ("0.0.0.0/0", "10.0.0.1"),
+            ("0.0.0.0/1", "10.0.0.1"),
+            ("10.0.0.0/7", "10.0.0.1"),
+            ("fd00::/15", "fd00::1"),
+            ("2000::/3", "2001:db8::1"),
+        ] {
+            let msg = invalid(&spec("ns/a", cidr, gateway));
+            assert!(msg.contains("is broader than /"), "{cidr}: {msg}");
+        }
+        validate(&spec("ns/a", "10.0.0.0/8", "10.0.0.1")).unwrap();
+        validate(&spec("ns/a", "fd00::/16", "fd00::1")).unwrap();
+    }
+
+    #[test]
+    fn the_deny_list_refuses_each_range_by_name() {
+        let refused = |cidr: &str, gateway: &str, what: &str| {
+            let v6 = cidr.contains(':');
+            let example = if v6 { "fd00:10::/64" } else { "10.10.0.0/24" };
+            assert_eq!(
+                invalid(&spec("ns/a", cidr, gateway)),
+                format!(
+                    "network `ns/a`: cidr `{cidr}` overlaps {what}, which no network may use; \
+                     pick a private range such as `{example}`"
+                ),
+            );
+        };
+        let this_network = "\"this network\" 0.0.0.0/8 (unspecified source addresses, RFC 1122)";
+        refused("0.0.0.0/8", "0.0.0.1", this_network);
+        refused("0.0.0.0/32", "0.0.0.0", this_network);
+        let loopback = "loopback 127.0.0.0/8 (the host's own services)";
+        refused("127.0.0.0/8", "127.0.0.1", loopback);
+        refused("127.0.0.1/32", "127.0.0.1", loopback);
+        let link_local =
+            "link-local 169.254.0.0/16 (cloud metadata services live at 169.254.169.254)";
+        refused("169.254.169.254/32", "169.254.169.254", link_local);
+        refused("169.0.0.0/8", "169.0.0.1", link_local);
+        let multicast = "multicast 224.0.0.0/4";
+        refused("224.0.0.0/24", "224.0.0.1", multicast);
+        refused("239.255.0.0/16", "239.255.0.1", multicast);
+        let broadcast = "the broadcast address 255.255.255.255";
+        refused("255.255.255.255/32", "255.255.255.255", broadcast);
+        refused("255.0.0.0/8", "255.0.0.1", broadcast);
+        refused("::/128", "::", "the unspecified address ::");
+        refused("::1/128", "::1", "loopback ::1");
+        refused("::/16", "::2", "the unspecified address ::");
+        refused(
+            "::ffff:10.96.0.0/120",
+            "::ffff:10.96.0.1",
+            "IPv4-mapped ::ffff:0.0.0.0/96 (IPv4 addresses as IPv6 sockets see them)",
+        );
+        let v6_link_local = "link-local fe80::/10 (the kernel assigns it to every interface)";
+        refused("fe80::/64", "fe80::1", v6_link_local);
+        refused("febf:ffff::/32", "febf:ffff::1", v6_link_local);
+        refused("ff02::/16", "ff02::1", "multicast ff00::/8");
+
+        // Ranges beside the deny list are fine.
+        validate(&spec("ns/a", "1.0.0.0/8", "1.0.0.1")).unwrap();
+        validate(&spec("ns/a", "126.0.0.0/8", "126.0.0.1")).unwrap();
+        validate(&spec("ns/a", "128.0.0.0/8", "128.0.0.1")).unwrap();
+        validate(&spec("ns/a", "169.253.0.0/16", "169.253.0.1")).unwrap();
+        validate(&spec("ns/a", "223.255.255.0/24", "223.255.255.1")).unwrap();
+        validate(&spec("ns/a", "254.0.0.0/8", "254.0.0.1")).unwrap();
+        validate(&spec("ns/a", "fec0::/16", "fec0::1")).unwrap();
+    }
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn allowed_cidrs_confine_networks_to_their_ranges() {
+        let policy = Policy::new(Some(nets(&["10.100.0.0/16", "fd00:100::/48"]))).unwrap();
+        policy
+            .validate(&spec("ns/a", "10.100.7.0/24", "10.100.7.1"))
+            .unwrap();
+        policy
+            .validate(&spec("ns/a", "10.100.0.0/16", "10.100.0.1"))
+            .unwrap();
+        policy
+            .validate(&spec("ns/a", "fd00:100:0:1::/64", "fd00:100:0:1::1"))
+            .unwrap();
+        let outside =
+            |cidr: &str, gateway: &str| match policy.validate(&spec("ns/a", cidr, gateway)) {
+                Err(BackendError::Invalid(msg)) => msg,
+                other => panic!("expected Invalid for {cidr}, got {other:?}"),
+            };
+        assert_eq!(
+            outside("10.101.0.0/24", "10.101.0.1"),
+            "network `ns/a`: cidr `10.101.0.0/24` is outside allowed-cidrs (10.100.0.0/16, \
+             fd00:100::/48); pick a range inside one of them"
+        );
+        // Overlapping an allowed range is not enough: the whole cidr must lie inside one.
+        assert!(outside("10.100.0.0/15", "10.100.0.1").contains("outside allowed-cidrs"));
+        assert!(outside("fd00:10::/64", "fd00:10::1").contains("outside allowed-cidrs"));
+        // The fixed rules come first and cannot be allowed away.
+        let lenient = Policy::new(Some(nets(&["0.0.0.0/0"]))).unwrap();
+        let msg = match lenient.validate(&spec("ns/a", "127.0.0.0/8", "127.0.0.1")) {
+            Err(BackendError::Invalid(msg)) => msg,
+            other => panic!("expected Invalid, got {other:?}"),
+        };
+        assert!(msg.contains("overlaps loopback"), "{msg}");
+    }
+
+    #[test]
+    fn reserved_addresses_are_never_covered() {
+        let policy = Policy::new(None).unwrap().reserving([
+            Reserved::api_server("10.96.0.1".parse().unwrap()),
+            Reserved::api_server("fd00:96::1".parse().unwrap()),
+        ]);
+        let refusal =
+            |cidr: &str, gateway: &str| match policy.validate(&spec("ns/a", cidr, gateway)) {
+                Err(BackendError::Invalid(msg)) => msg,
+                other => panic!("expected Invalid for {cidr}, got {other:?}"),
+            };
+        assert_eq!(
+            refusal("10.96.0.1/32", "10.96.0.1"),
+            "network `ns/a`: cidr `10.96.0.1/32` overlaps the API server's address 10.96.0.1; \
+             networks must stay clear of the API server and of the host's own addresses and \
+             routes, so pick another range"
+        );
+        assert!(refusal("10.0.0.0/8", "10.0.0.1").contains("API server's address 10.96.0.1"));
+        assert!(refusal("fd00::/16", "fd00::1").contains("API server's address fd00:96::1"));
+        policy
+            .validate(&spec("ns/a", "10.96.1.0/24", "10.96.1.1"))
+            .unwrap();
+        policy
+            .validate(&spec("ns/a", "10.96.0.2/31", "10.96.0.2"))
+            .unwrap();
     }
 
     #[test]
@@ -527,7 +739,8 @@ mod tests {
             linux,
             BackendConfig::Linux {
                 netns: Some("rh-demo".into()),
-                bridge_prefix: "net".into()
+                bridge_prefix: "net".into(),
+                allowed_cidrs: None,
             }
         );
         let host_ns: BackendConfig = serde_yaml::from_str("provider: linux\n").unwrap();
@@ -535,8 +748,26 @@ mod tests {
             host_ns,
             BackendConfig::Linux {
                 netns: None,
-                bridge_prefix: "rh".into()
+                bridge_prefix: "rh".into(),
+                allowed_cidrs: None,
             }
+        );
+        let allowed: BackendConfig =
+            serde_yaml::from_str("provider: linux\nallowed-cidrs: [10.100.0.0/16, fd00::/48]\n")
+                .unwrap();
+        assert_eq!(
+            allowed.allowed_cidrs(),
+            Some(nets(&["10.100.0.0/16", "fd00::/48"]).as_slice())
+        );
+        let camel_allowed: BackendConfig =
+            serde_yaml::from_str("provider: memory\nallowedCidrs: [10.100.0.0/16]\n").unwrap();
+        assert_eq!(
+            camel_allowed.allowed_cidrs(),
+            Some(nets(&["10.100.0.0/16"]).as_slice())
+        );
+        assert!(
+            serde_yaml::from_str::<BackendConfig>("provider: memory\nallowedCidrs: [10.1]\n")
+                .is_err()
         );
         let memory: BackendConfig = serde_yaml::from_str("provider: memory\n").unwrap();
         assert_eq!(memory, BackendConfig::default());
@@ -545,7 +776,8 @@ mod tests {
         assert_eq!(
             with_file,
             BackendConfig::Memory {
-                state_file: Some("/tmp/x.json".into())
+                state_file: Some("/tmp/x.json".into()),
+                allowed_cidrs: None,
             }
         );
         assert!(serde_yaml::from_str::<BackendConfig>("provider: ovs\n").is_err());
@@ -560,8 +792,38 @@ mod tests {
 
     #[tokio::test]
     async fn from_config_builds_the_memory_provider() {
-        let backend = from_config(&BackendConfig::default()).unwrap();
+        let backend = from_config(&BackendConfig::default(), &[]).unwrap();
         assert_eq!(backend.provider(), "memory");
         assert!(backend.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn from_config_applies_allowed_cidrs_and_the_api_server() {
+        let config = BackendConfig::Memory {
+            state_file: None,
+            allowed_cidrs: Some(nets(&["10.96.0.0/12"])),
+        };
+        let backend = from_config(&config, &["10.96.0.1".parse().unwrap()]).unwrap();
+        backend
+            .ensure(&spec("ns/a", "10.100.0.0/24", "10.100.0.1"))
+            .await
+            .unwrap();
+        let err = backend
+            .ensure(&spec("ns/b", "10.96.0.0/24", "10.96.0.2"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("API server's address"), "{err}");
+        let err = backend
+            .ensure(&spec("ns/c", "10.200.0.0/24", "10.200.0.1"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("outside allowed-cidrs"), "{err}");
+
+        let empty = BackendConfig::Memory {
+            state_file: None,
+            allowed_cidrs: Some(Vec::new()),
+        };
+        let err = from_config(&empty, &[]).err().expect("refused");
+        assert!(err.to_string().contains("allowed-cidrs is empty"), "{err}");
     }
 }

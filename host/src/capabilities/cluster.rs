@@ -1,33 +1,224 @@
-//! `cluster`: writes to the API server as the guest (field manager = guest name).
+//! `cluster`: writes to the API server as the guest (field manager = guest name), and events.
 
+use async_trait::async_trait;
+use serde::Serialize;
 use serde_json::{Value, json};
+use wasmtime::component::{HasSelf, Linker};
 
-use super::{EventRecord, HostError, as_json, embed, parse_json};
-use crate::objects::{Gvk, ObjectRef};
-use crate::runtime::HostState;
-use crate::wit::reconciler::api::cluster::{self, Event, EventType};
+use super::{CallContext, Capability, HostError, LoadCheck, as_json, embed};
+use crate::objects::ObjectRef;
+use crate::validation;
+use crate::wit::reconciler::api::cluster as wit;
 use crate::wit::types;
 
-impl cluster::Host for HostState {
-    fn patch_status(&mut self, r: types::ObjectRef, patch: String) -> Result<String, types::Error> {
-        let object: ObjectRef = r.into();
-        let ctx = &self.call;
-        let guest = &ctx.guest.guest;
-        let result = ctx
-            .guest
+/// The two kinds of Kubernetes event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event as a guest asks for it, validated; the provider aggregates repeats.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    pub regarding: ObjectRef,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Writes to the API server. `manager` is the guest's name (field manager, event reporter).
+/// Arguments arrive validated and within the guest's grant and scope.
+#[async_trait]
+pub trait Cluster: Send + Sync {
+    async fn patch_status(
+        &self,
+        manager: &str,
+        object: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Value, HostError>;
+    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
+    async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
+    async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
+}
+
+pub(super) const CAPABILITY: Capability = Capability {
+    interface: "cluster",
+    requirement,
+};
+
+/// A declared finalizer is written by the host on the primary kind: the guest needs that write.
+fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
+    let manifest = check.manifest;
+    let guest = &manifest.name;
+    match &manifest.finalizer {
+        Some(_)
+            if check
+                .grant
+                .may_write(guest, &manifest.primary, None)
+                .is_err() =>
+        {
+            vec![format!(
+                "write {} (to add and remove its finalizer; add it to guests.{guest}.write)",
+                manifest.primary
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
+pub(super) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut CallContext,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<CallContext>>(linker, get)
+}
+
+/// The object a body names, checked: apiVersion, kind and metadata.name present and valid,
+/// metadata.namespace valid when present, and no finalizer but the guest's declared one.
+fn applied_ref(body: &Value, declared_finalizer: Option<&str>) -> Result<ObjectRef, HostError> {
+    if !body.is_object() {
+        return Err(HostError::Invalid("object: must be a JSON object".into()));
+    }
+    for field in ["apiVersion", "kind"] {
+        if !body.get(field).is_some_and(Value::is_string) {
+            return Err(HostError::Invalid(format!(
+                "object.{field}: must be a string"
+            )));
+        }
+    }
+    let metadata = body
+        .get("metadata")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| HostError::Invalid("object.metadata: must be an object".into()))?;
+    if !metadata.get("name").is_some_and(Value::is_string) {
+        return Err(HostError::Invalid(
+            "object.metadata.name: must be a string (generateName is not supported by apply)"
+                .into(),
+        ));
+    }
+    if metadata.get("namespace").is_some_and(|n| !n.is_string()) {
+        return Err(HostError::Invalid(
+            "object.metadata.namespace: must be a string".into(),
+        ));
+    }
+    let api_version = body["apiVersion"].as_str().unwrap_or_default();
+    if api_version.matches('/').count() > 1 || api_version.starts_with('/') {
+        return Err(HostError::Invalid(format!(
+            "object.apiVersion: {} is not group/version or version",
+            validation::shown(api_version)
+        )));
+    }
+    let target = ObjectRef::of_object(body).ok_or_else(|| {
+        HostError::Invalid("object: needs apiVersion, kind and metadata.name".into())
+    })?;
+    validation::object_ref("object", &target)?;
+    if let Some(finalizers) = metadata.get("finalizers") {
+        let list = finalizers.as_array().ok_or_else(|| {
+            HostError::Invalid("object.metadata.finalizers: must be a list".into())
+        })?;
+        for f in list {
+            let name = f.as_str().unwrap_or_default();
+            if Some(name) != declared_finalizer {
+                return Err(HostError::Invalid(format!(
+                    "object.metadata.finalizers: {} is not the finalizer this guest declares in its manifest ({})",
+                    validation::shown(name),
+                    declared_finalizer.unwrap_or("none")
+                )));
+            }
+        }
+    }
+    Ok(target)
+}
+
+impl CallContext {
+    /// The grant and scope checks every write shares, once its arguments are valid.
+    fn may_write(&self, object: &ObjectRef, subresource: Option<&str>) -> Result<(), HostError> {
+        self.guest
             .grant
-            .may_write(guest, &object.kind, Some("status"))
-            .map_err(HostError::from)
-            .and_then(|()| parse_json(&patch, "the status patch"))
-            .and_then(|patch| {
-                ctx.block_on(
-                    ctx.guest
-                        .providers
-                        .cluster
-                        .patch_status(guest, &object, &patch),
-                )
-            });
-        self.call.finish(
+            .may_write(self.name(), &object.kind, subresource)?;
+        self.guest
+            .scope
+            .check(self.name(), object.namespace.as_deref(), "write")
+    }
+
+    async fn cluster_patch_status(
+        &self,
+        object: &ObjectRef,
+        patch: &str,
+    ) -> Result<Value, HostError> {
+        validation::object_ref("ref", object)?;
+        let patch = validation::json_body("patch", patch)?;
+        if !patch.is_object() {
+            return Err(HostError::Invalid("patch: must be a JSON object".into()));
+        }
+        self.may_write(object, Some("status"))?;
+        self.write_token().await;
+        let provider = &self.guest.providers.cluster;
+        provider.patch_status(self.name(), object, &patch).await
+    }
+
+    async fn cluster_apply(&self, body: &str) -> Result<Value, HostError> {
+        let value = validation::json_body("object", body)?;
+        let target = applied_ref(&value, self.guest.scope.finalizer.as_deref())?;
+        self.may_write(&target, None)?;
+        self.write_token().await;
+        self.guest
+            .providers
+            .cluster
+            .apply(self.name(), &value)
+            .await
+    }
+
+    async fn cluster_delete(&self, object: &ObjectRef) -> Result<bool, HostError> {
+        validation::object_ref("ref", object)?;
+        self.may_write(object, None)?;
+        self.write_token().await;
+        self.guest
+            .providers
+            .cluster
+            .delete(self.name(), object)
+            .await
+    }
+
+    async fn cluster_record_event(&self, record: &EventRecord) -> Result<(), HostError> {
+        validation::object_ref("event.regarding", &record.regarding)?;
+        validation::event_reason("event.reason", &record.reason)?;
+        // Events are allowed about anything the guest may read.
+        self.guest
+            .grant
+            .may_read(self.name(), &record.regarding.kind)?;
+        self.guest.scope.check(
+            self.name(),
+            record.regarding.namespace.as_deref(),
+            "record events",
+        )?;
+        if self.guest.budget.events.check().is_err() {
+            return Err(HostError::Limited(format!(
+                "guest `{}` records events faster than its event rate ({}/s); this one was dropped",
+                self.name(),
+                self.guest.grant.limits.rates().events_per_second
+            )));
+        }
+        self.guest
+            .providers
+            .cluster
+            .record_event(self.name(), record)
+            .await
+    }
+}
+
+impl wit::Host for CallContext {
+    async fn patch_status(
+        &mut self,
+        r: types::ObjectRef,
+        patch: String,
+    ) -> Result<String, types::Error> {
+        let object: ObjectRef = r.into();
+        let result = self.cluster_patch_status(&object, &patch).await;
+        self.finish(
             "cluster",
             "patch-status",
             || json!({ "ref": object, "patch": embed(&patch) }),
@@ -37,17 +228,9 @@ impl cluster::Host for HostState {
         result.map(|v| v.to_string()).map_err(Into::into)
     }
 
-    fn apply(&mut self, object: String) -> Result<String, types::Error> {
-        let ctx = &self.call;
-        let guest = &ctx.guest.guest;
-        let result = parse_json(&object, "the applied object").and_then(|value| {
-            let kind = Gvk::of_object(&value).ok_or_else(|| {
-                HostError::Invalid("the applied object needs apiVersion and kind".into())
-            })?;
-            ctx.guest.grant.may_write(guest, &kind, None)?;
-            ctx.block_on(ctx.guest.providers.cluster.apply(guest, &value))
-        });
-        self.call.finish(
+    async fn apply(&mut self, object: String) -> Result<String, types::Error> {
+        let result = self.cluster_apply(&object).await;
+        self.finish(
             "cluster",
             "apply",
             || json!({ "object": embed(&object) }),
@@ -57,17 +240,10 @@ impl cluster::Host for HostState {
         result.map(|v| v.to_string()).map_err(Into::into)
     }
 
-    fn delete(&mut self, r: types::ObjectRef) -> Result<bool, types::Error> {
+    async fn delete(&mut self, r: types::ObjectRef) -> Result<bool, types::Error> {
         let object: ObjectRef = r.into();
-        let ctx = &self.call;
-        let guest = &ctx.guest.guest;
-        let result = ctx
-            .guest
-            .grant
-            .may_write(guest, &object.kind, None)
-            .map_err(HostError::from)
-            .and_then(|()| ctx.block_on(ctx.guest.providers.cluster.delete(guest, &object)));
-        self.call.finish(
+        let result = self.cluster_delete(&object).await;
+        self.finish(
             "cluster",
             "delete",
             || json!({ "ref": object }),
@@ -77,26 +253,18 @@ impl cluster::Host for HostState {
         result.map_err(Into::into)
     }
 
-    fn record_event(&mut self, event: Event) -> Result<(), types::Error> {
+    async fn record_event(&mut self, event: wit::Event) -> Result<(), types::Error> {
         let record = EventRecord {
             regarding: event.regarding.into(),
             event_type: match event.event_type {
-                EventType::Normal => "Normal",
-                EventType::Warning => "Warning",
+                wit::EventType::Normal => EventType::Normal,
+                wit::EventType::Warning => EventType::Warning,
             },
             reason: event.reason,
-            message: event.message,
+            message: validation::message(&event.message),
         };
-        let ctx = &self.call;
-        let guest = &ctx.guest.guest;
-        // Events are allowed about anything the guest may read.
-        let result = ctx
-            .guest
-            .grant
-            .may_read(guest, &record.regarding.kind)
-            .map_err(HostError::from)
-            .and_then(|()| ctx.block_on(ctx.guest.providers.cluster.record_event(guest, &record)));
-        self.call.finish(
+        let result = self.cluster_record_event(&record).await;
+        self.finish(
             "cluster",
             "record-event",
             || as_json(&record),
@@ -104,5 +272,196 @@ impl cluster::Host for HostState {
             as_json,
         );
         result.map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Scope;
+    use super::super::testing::Harness;
+    use super::*;
+    use crate::objects::Gvk;
+    use wit::Host as _;
+
+    const GRANT: &str = "{read: [v1/ConfigMap], write: [v1/ConfigMap, v1/ConfigMap/status]}";
+
+    fn cm(namespace: Option<&str>, name: &str) -> types::ObjectRef {
+        types::ObjectRef {
+            kind: Gvk::new("", "v1", "ConfigMap").into(),
+            namespace: namespace.map(Into::into),
+            name: name.into(),
+        }
+    }
+
+    fn seed(h: &Harness) {
+        h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}));
+    }
+
+    #[tokio::test]
+    async fn a_namespace_that_smuggles_a_path_is_invalid_and_nothing_is_written() {
+        let h = Harness::new();
+        seed(&h);
+        let mut call = h.call(GRANT, Scope::default());
+        let err = call
+            .delete(cm(Some("victim/secrets/topsecret?x="), "a"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("ref.namespace:")),
+            "{err:?}"
+        );
+        let err = call
+            .patch_status(cm(Some("ns"), "a/../b"), "{}".into())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("ref.name:")),
+            "{err:?}"
+        );
+        assert!(
+            h.cache.get(&cm(Some("ns"), "a").into()).is_some(),
+            "the object is still there"
+        );
+    }
+
+    #[tokio::test]
+    async fn apply_bodies_are_checked_like_refs() {
+        let h = Harness::new();
+        let mut call = h.call(
+            GRANT,
+            Scope {
+                finalizer: Some("example.com/mine".into()),
+                ..Scope::default()
+            },
+        );
+        for (body, field) in [
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "a/b"}}),
+                "object.namespace",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x?y"}}),
+                "object.name",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x"}}),
+                "object.metadata.name",
+            ),
+            (
+                json!({"apiVersion": "a/b/c", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+                "object.apiVersion",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "finalizers": ["orphan"]}}),
+                "object.metadata.finalizers",
+            ),
+            (json!([1, 2]), "object"),
+        ] {
+            let err = call.apply(body.to_string()).await.unwrap_err();
+            assert!(
+                matches!(&err, types::Error::Invalid(m) if m.starts_with(field)),
+                "{field}: {err:?}"
+            );
+        }
+        let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "finalizers": ["example.com/mine"]}});
+        call.apply(ok.to_string()).await.unwrap();
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x", "namespace": "ns"}});
+        assert!(matches!(
+            call.apply(secret.to_string()).await,
+            Err(types::Error::Denied(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn writes_and_events_stay_inside_the_watch_namespace() {
+        let h = Harness::new();
+        seed(&h);
+        let scope = Scope {
+            namespace: Some("ns".into()),
+            ..Scope::default()
+        };
+        let mut call = h.call(GRANT, scope);
+        let err = call.delete(cm(Some("other"), "a")).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Denied(m) if m.contains("--watch-namespace ns")),
+            "{err:?}"
+        );
+        let event = wit::Event {
+            regarding: cm(Some("other"), "a"),
+            event_type: wit::EventType::Normal,
+            reason: "Synced".into(),
+            message: "m".into(),
+        };
+        assert!(matches!(
+            call.record_event(event).await,
+            Err(types::Error::Denied(_))
+        ));
+        assert!(
+            call.patch_status(cm(Some("ns"), "a"), r#"{"status":{"x":1}}"#.into())
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn events_are_validated_and_rate_limited() {
+        let h = Harness::new();
+        seed(&h);
+        let mut call = h.call(
+            "{read: [v1/ConfigMap], limits: {eventsPerSecond: 1, eventBurst: 2}}",
+            Scope::default(),
+        );
+        let event = |reason: &str| wit::Event {
+            regarding: cm(Some("ns"), "a"),
+            event_type: wit::EventType::Warning,
+            reason: reason.into(),
+            message: "line one\nline two".into(),
+        };
+        let err = call.record_event(event("bad reason")).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("event.reason:")),
+            "{err:?}"
+        );
+        call.record_event(event("Synced")).await.unwrap();
+        call.record_event(event("Synced")).await.unwrap();
+        let err = call.record_event(event("Synced")).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Unavailable(m) if m.contains("event rate")),
+            "{err:?}"
+        );
+        let recorded = &call.calls.as_ref().unwrap()[1].args;
+        assert_eq!(
+            recorded["message"], "line one\\nline two",
+            "messages cannot forge lines"
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_and_malformed_patches_are_invalid() {
+        let h = Harness::new();
+        seed(&h);
+        // Validation comes before the grant: even without a status write grant, a malformed
+        // body is `invalid`.
+        let mut call = h.call("{read: [v1/ConfigMap]}", Scope::default());
+        let big = format!(
+            r#"{{"status":{{"x":"{}"}}}}"#,
+            "a".repeat(validation::MAX_BODY_BYTES)
+        );
+        let err = call
+            .patch_status(cm(Some("ns"), "a"), big)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("patch:")),
+            "{err:?}"
+        );
+        let err = call
+            .patch_status(cm(Some("ns"), "a"), "[]".into())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("patch:")),
+            "{err:?}"
+        );
     }
 }

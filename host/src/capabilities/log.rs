@@ -1,37 +1,103 @@
-//! `log`: guest log lines join the host's tracing stream, labelled with guest and key.
+//! `log`: guest log lines join the host's tracing stream, labelled with guest and key. Lines
+//! are escaped (one guest line is one host line), cut to a bounded size, and rate-limited per
+//! guest; dropped lines are counted.
 
 use serde_json::json;
+use wasmtime::component::{HasSelf, Linker};
 
-use crate::runtime::HostState;
-use crate::wit::reconciler::api::log::{self, Level};
+use super::{CallContext, Capability, HostError, LoadCheck, as_json};
+use crate::validation;
+use crate::wit::reconciler::api::log::{self as wit, Level};
 
-impl log::Host for HostState {
-    fn log(&mut self, level: Level, message: String) {
-        let guest = self.call.guest.guest.as_str();
-        let key = self.call.key.as_str();
+pub(super) const CAPABILITY: Capability = Capability {
+    interface: "log",
+    requirement: |_: &LoadCheck<'_>| Vec::new(),
+};
+
+pub(super) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut CallContext,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<CallContext>>(linker, get)
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Trace => "trace",
+        Level::Debug => "debug",
+        Level::Info => "info",
+        Level::Warn => "warn",
+        Level::Error => "error",
+    }
+}
+
+impl CallContext {
+    fn log_line(&mut self, level: Level, message: &str) -> Result<(), HostError> {
+        if level == Level::Error {
+            // Kept even when the line is dropped: a trap's message quotes it.
+            self.last_error = Some(message.to_owned());
+        }
+        if self.guest.budget.logs.check().is_err() {
+            self.logs_dropped += 1;
+            if self.logs_dropped == 1 {
+                tracing::warn!(target: "guest", guest = %self.guest.name, key = %self.key,
+                    "guest logs faster than its log rate; dropping lines for now");
+            }
+            return Err(HostError::Limited("log rate exceeded; line dropped".into()));
+        }
+        let (guest, key) = (self.guest.name.as_str(), self.key.as_str());
         match level {
             Level::Trace => tracing::trace!(target: "guest", guest, key, "{message}"),
             Level::Debug => tracing::debug!(target: "guest", guest, key, "{message}"),
             Level::Info => tracing::info!(target: "guest", guest, key, "{message}"),
             Level::Warn => tracing::warn!(target: "guest", guest, key, "{message}"),
-            Level::Error => {
-                tracing::error!(target: "guest", guest, key, "{message}");
-                self.last_error = Some(message.clone());
-            }
+            Level::Error => tracing::error!(target: "guest", guest, key, "{message}"),
         }
-        let level_name = match level {
-            Level::Trace => "trace",
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warn => "warn",
-            Level::Error => "error",
-        };
-        self.call.finish(
+        Ok(())
+    }
+}
+
+impl wit::Host for CallContext {
+    async fn log(&mut self, level: Level, message: String) {
+        let message = validation::message(&message);
+        let result = self.log_line(level, &message);
+        self.finish(
             "log",
             "log",
-            || json!({ "level": level_name, "message": message }),
-            &Ok::<_, super::HostError>(()),
-            super::as_json,
+            || json!({ "level": level_name(level), "message": message }),
+            &result,
+            as_json,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Scope;
+    use super::super::testing::Harness;
+    use super::*;
+    use wit::Host as _;
+
+    #[tokio::test]
+    async fn lines_are_escaped_bounded_and_rate_limited() {
+        let h = Harness::new();
+        let mut call = h.call(
+            "{limits: {logLinesPerSecond: 1, logBurst: 3}}",
+            Scope::default(),
+        );
+        call.log(Level::Error, "boom\nINFO forged".into()).await;
+        assert_eq!(call.last_error.as_deref(), Some("boom\\nINFO forged"));
+        call.log(Level::Info, "x".repeat(100_000)).await;
+        for _ in 0..5 {
+            call.log(Level::Info, "flood".into()).await;
+        }
+        assert_eq!(call.logs_dropped, 4, "burst of 3, the rest dropped");
+        let calls = call.calls.as_ref().unwrap();
+        let long = calls[1].args["message"].as_str().unwrap();
+        assert!(long.len() < validation::MAX_MESSAGE_BYTES + 64);
+        assert_eq!(
+            calls[6].returned["error"]["unavailable"],
+            "log rate exceeded; line dropped"
         );
     }
 }

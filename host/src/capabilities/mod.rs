@@ -1,33 +1,71 @@
-//! The host side of every imported WIT interface, one module each. A capability does exactly
-//! two things: check the calling guest's grant, then call its provider (a trait object chosen
-//! by the host: informer caches and the API server in `run`, in-memory fixtures in the offline
-//! runner). Every call is counted, and optionally recorded for the offline runner's output.
+//! The host side of every imported WIT interface, one module each: [`lister`], [`cluster`],
+//! [`queue`], [`log`], [`network`]. A capability is one self-contained unit (Spin's factor
+//! shape): its provider trait, its input validation, its grant check, its load-time
+//! requirement and its `Host` implementation, with unit tests that call the `Host` functions
+//! with no wasm at all.
 //!
-//! Imports are synchronous on the WebAssembly side. A reconcile runs on a blocking thread (see
-//! `runtime`), so a capability that needs the network blocks that thread on the tokio handle
-//! it carries; the reconcile deadline bounds the wait.
+//! Data path of one import call:
+//!
+//! ```text
+//! guest ──call──▶ CallContext (per reconcile)
+//!                   1. validate  every string the guest handed over   → `invalid`
+//!                   2. grant     the guest's grant and scope           → `denied`
+//!                   3. budget    per-guest rates and quotas            → `unavailable`
+//!                   4. provider  informer caches / API server / backend (providers/)
+//!                   5. finish    metric per call, optional recording for the offline runner
+//! ```
+//!
+//! Steps 1-3 live here, never in a provider, so `run` and the offline runner enforce exactly
+//! the same rules: only the providers differ ([`crate::providers`]).
+//!
+//! The `Host` traits are implemented on [`CallContext`], which knows nothing of wasmtime: the
+//! runtime links the capabilities (through [`add_to_linker`]) and the capabilities never import
+//! the runtime. Imports are `async` on the host side: a call waiting on the API server, a rate
+//! limiter or a WASI clock yields, and the runtime's deadline (a timeout around the whole
+//! guest call) cancels it wherever it waits.
+//!
+//! ## Adding a capability
+//!
+//! 1. Declare the interface in `wit/reconciler.wit` and import it in a world.
+//! 2. Add one module here with: its provider trait (if it reaches outside the host), its
+//!    validation and grant check, `impl <interface>::Host for CallContext`, a `requirement`
+//!    function (what a guest importing it needs in its grant), its `add_to_linker`, and its
+//!    unit tests.
+//! 3. Register it: one line in [`add_to_linker`] and one entry in [`CAPABILITIES`].
+//! 4. If it has a provider, add its field to [`Providers`] and build it in
+//!    [`crate::providers`] (`kube` for `run`, `offline` for the offline runner).
+//! 5. Wrap it in the Rust SDK (`guests/sdk`).
 
-pub mod backend;
-mod cluster;
-mod lister;
-mod log;
-mod queue;
+pub mod cluster;
+pub mod lister;
+pub mod log;
+pub mod network;
+#[cfg(test)]
+mod properties;
+pub mod queue;
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
+use governor::{DefaultDirectRateLimiter, Quota};
 use serde::Serialize;
 use serde_json::Value;
+use wasmtime::component::{HasSelf, Linker};
 
-use crate::backends::NetworkBackend;
-use crate::config::{Denied, Grant};
-use crate::metrics::HostCallOutcome;
-use crate::objects::{Gvk, ObjectRef};
+use crate::config::{Denied, Grant, HostConfig};
+use crate::manifest::Manifest;
+use crate::metrics::{HostCallOutcome, Metrics};
+use crate::validation::Invalid;
 use crate::wit::types;
 
-/// Why a host call failed; mirrors the WIT `error` variant.
+pub use cluster::{Cluster, EventRecord, EventType};
+pub use lister::Lister;
+pub use network::NETWORK_BACKEND;
+pub use queue::WorkQueue;
+
+/// Why a host call failed; mirrors the WIT `error` variant (plus `Limited`, which the guest
+/// sees as `unavailable`: a rate or quota, worth retrying later).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostError {
     #[error("denied: {0}")]
@@ -40,6 +78,8 @@ pub enum HostError {
     Invalid(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    #[error("limited: {0}")]
+    Limited(String),
     #[error("{0}")]
     Other(String),
 }
@@ -50,6 +90,12 @@ impl From<Denied> for HostError {
     }
 }
 
+impl From<Invalid> for HostError {
+    fn from(e: Invalid) -> Self {
+        HostError::Invalid(e.to_string())
+    }
+}
+
 impl From<HostError> for types::Error {
     fn from(e: HostError) -> Self {
         match e {
@@ -57,87 +103,223 @@ impl From<HostError> for types::Error {
             HostError::NotFound(m) => types::Error::NotFound(m),
             HostError::Conflict(m) => types::Error::Conflict(m),
             HostError::Invalid(m) => types::Error::Invalid(m),
-            HostError::Unavailable(m) => types::Error::Unavailable(m),
+            HostError::Unavailable(m) | HostError::Limited(m) => types::Error::Unavailable(m),
             HostError::Other(m) => types::Error::Other(m),
         }
     }
 }
 
-impl From<crate::backends::BackendError> for HostError {
-    fn from(e: crate::backends::BackendError) -> Self {
-        use crate::backends::BackendError as B;
-        match e {
-            B::Invalid(m) => HostError::Invalid(m),
-            B::Unavailable(m) => HostError::Unavailable(m),
-            B::Other(m) => HostError::Other(m),
+impl HostError {
+    /// The WIT variant's name, as recordings print it.
+    fn kind(&self) -> &'static str {
+        match self {
+            HostError::Denied(_) => "denied",
+            HostError::NotFound(_) => "not-found",
+            HostError::Conflict(_) => "conflict",
+            HostError::Invalid(_) => "invalid",
+            HostError::Unavailable(_) | HostError::Limited(_) => "unavailable",
+            HostError::Other(_) => "other",
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            HostError::Denied(m)
+            | HostError::NotFound(m)
+            | HostError::Conflict(m)
+            | HostError::Invalid(m)
+            | HostError::Unavailable(m)
+            | HostError::Limited(m)
+            | HostError::Other(m) => m,
+        }
+    }
+
+    fn outcome(&self) -> HostCallOutcome {
+        match self {
+            HostError::Denied(_) => HostCallOutcome::Denied,
+            HostError::Invalid(_) => HostCallOutcome::Invalid,
+            HostError::Limited(_) => HostCallOutcome::Limited,
+            _ => HostCallOutcome::Error,
         }
     }
 }
 
-/// Reads of cached objects, as JSON text.
-pub trait Lister: Send + Sync {
-    fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError>;
-    fn list(
-        &self,
-        kind: &Gvk,
-        namespace: Option<&str>,
-        label_selector: Option<&str>,
-    ) -> Result<Vec<String>, HostError>;
-}
-
-/// An event as a guest asks for it; the provider aggregates repeats.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventRecord {
-    pub regarding: ObjectRef,
-    #[serde(rename = "type")]
-    pub event_type: &'static str,
-    pub reason: String,
-    pub message: String,
-}
-
-/// Writes to the API server. `manager` is the guest's name (field manager, event reporter).
-#[async_trait]
-pub trait Cluster: Send + Sync {
-    async fn patch_status(
-        &self,
-        manager: &str,
-        object: &ObjectRef,
-        patch: &Value,
-    ) -> Result<Value, HostError>;
-    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
-    async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
-    async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
-}
-
-/// The calling guest's own work queue.
-pub trait WorkQueue: Send + Sync {
-    fn enqueue(
-        &self,
-        namespace: Option<String>,
-        name: String,
-        after: Option<Duration>,
-    ) -> Result<(), HostError>;
-}
-
-/// The providers behind the capabilities, chosen by the host (`run` or the offline runner).
+/// The providers behind the capabilities, chosen by the host: built by
+/// [`crate::providers::kube`] in `run` and [`crate::providers::offline`] in the offline runner.
 #[derive(Clone)]
 pub struct Providers {
     pub lister: Arc<dyn Lister>,
     pub cluster: Arc<dyn Cluster>,
     pub queue: Arc<dyn WorkQueue>,
-    /// Backends by configured name (`network`).
-    pub networks: BTreeMap<String, Arc<dyn NetworkBackend>>,
+    /// The `network` backend, when the host configures one.
+    pub network: Option<Arc<dyn crate::backends::NetworkBackend>>,
 }
 
-/// Everything a guest's imports need that lives as long as the guest is loaded.
+/// Where a guest may act, beyond its grant's kinds.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// `run --watch-namespace`: namespaced writes and events stay inside it.
+    pub namespace: Option<String>,
+    /// The namespace of the guest's primary watch (its manifest's, else the host's): the
+    /// namespace of every key it may enqueue.
+    pub primary_namespace: Option<String>,
+    /// The finalizer the guest's manifest declares: the only one its applied objects may carry.
+    pub finalizer: Option<String>,
+}
+
+impl Scope {
+    /// The scope a manifest asks for inside the host's `--watch-namespace`.
+    pub fn of(manifest: &Manifest, watch_namespace: Option<&str>) -> Self {
+        Self {
+            namespace: watch_namespace.map(str::to_owned),
+            primary_namespace: manifest
+                .namespace
+                .clone()
+                .or_else(|| watch_namespace.map(str::to_owned)),
+            finalizer: manifest.finalizer.clone(),
+        }
+    }
+
+    /// Denies a namespaced object outside `--watch-namespace`.
+    fn check(&self, guest: &str, namespace: Option<&str>, what: &str) -> Result<(), HostError> {
+        match (&self.namespace, namespace) {
+            (Some(allowed), Some(ns)) if allowed != ns => Err(HostError::Denied(format!(
+                "guest `{guest}` may not {what} in namespace {ns}: the host runs with --watch-namespace {allowed}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Per-guest rates that outlive one reconcile (and one guest version: a hot swap keeps them).
+/// Each is a token bucket (governor's GCRA), separate from the host's own client budget.
+pub struct Budget {
+    /// API writes (status patches, applies, deletes): a call waits for a token, bounded by the
+    /// reconcile's deadline, like client-go's client-side rate limiter.
+    writes: DefaultDirectRateLimiter,
+    /// Events: refused when the bucket is empty (an event is not worth waiting for).
+    events: DefaultDirectRateLimiter,
+    /// Log lines: dropped (and counted) when the bucket is empty.
+    logs: DefaultDirectRateLimiter,
+}
+
+/// Rates of a [`Budget`], from the guest's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rates {
+    pub writes_per_second: u32,
+    pub write_burst: u32,
+    pub events_per_second: u32,
+    pub event_burst: u32,
+    pub log_lines_per_second: u32,
+    pub log_burst: u32,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Self {
+            writes_per_second: 50,
+            write_burst: 100,
+            events_per_second: 5,
+            event_burst: 25,
+            log_lines_per_second: 100,
+            log_burst: 500,
+        }
+    }
+}
+
+impl Rates {
+    /// No practical limit: the offline runner without a configuration, benches.
+    pub fn unlimited() -> Self {
+        Self {
+            writes_per_second: u32::MAX,
+            write_burst: u32::MAX,
+            events_per_second: u32::MAX,
+            event_burst: u32::MAX,
+            log_lines_per_second: u32::MAX,
+            log_burst: u32::MAX,
+        }
+    }
+}
+
+impl Budget {
+    pub fn new(rates: Rates) -> Self {
+        let quota = |per_second: u32, burst: u32| {
+            let per_second = std::num::NonZeroU32::new(per_second.max(1)).unwrap_or(NONZERO_ONE);
+            let burst = std::num::NonZeroU32::new(burst.max(1)).unwrap_or(NONZERO_ONE);
+            DefaultDirectRateLimiter::direct(Quota::per_second(per_second).allow_burst(burst))
+        };
+        Self {
+            writes: quota(rates.writes_per_second, rates.write_burst),
+            events: quota(rates.events_per_second, rates.event_burst),
+            logs: quota(rates.log_lines_per_second, rates.log_burst),
+        }
+    }
+}
+
+const NONZERO_ONE: std::num::NonZeroU32 = std::num::NonZeroU32::MIN;
+
+/// Everything a guest's imports need that lives as long as the guest version is loaded.
 pub struct GuestContext {
-    pub guest: String,
+    /// The guest's manifest name: grant key, field manager, metric label.
+    pub name: String,
     pub grant: Grant,
+    pub scope: Scope,
     pub providers: Providers,
-    pub metrics: Option<crate::metrics::Metrics>,
+    pub budget: Arc<Budget>,
+    pub metrics: Option<Metrics>,
     /// A fixed wall-clock time for the guest (offline runs that must be reproducible).
     pub fixed_clock: Option<std::time::SystemTime>,
+}
+
+impl GuestContext {
+    /// A context with the given grant and providers, default scope and rates, no metrics.
+    pub fn new(name: impl Into<String>, grant: Grant, providers: Providers) -> Self {
+        let rates = if grant.unrestricted {
+            Rates::unlimited()
+        } else {
+            grant.limits.rates()
+        };
+        let budget = Arc::new(Budget::new(rates));
+        Self {
+            name: name.into(),
+            grant,
+            scope: Scope::default(),
+            providers,
+            budget,
+            metrics: None,
+            fixed_clock: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    #[must_use]
+    pub fn with_clock(mut self, at: Option<std::time::SystemTime>) -> Self {
+        self.fixed_clock = at;
+        self
+    }
+
+    /// Shares another version's budget (a hot swap keeps the guest's rates).
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<Budget>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// A context whose every call is denied: used while a guest describes itself.
+    pub fn loading(file: &str) -> Self {
+        Self::new(file, Grant::default(), Providers::deny_all())
+    }
 }
 
 /// One import call, as the offline runner prints it: JSON payloads embedded as JSON.
@@ -149,112 +331,23 @@ pub struct Call {
     pub returned: Value,
 }
 
-/// Per-reconcile state of the capabilities: who is calling, about which key, until when.
+/// Per-reconcile state of the capabilities: who is calling, about which key, until when. The
+/// `Host` traits of every interface are implemented on it.
 pub struct CallContext {
     pub guest: Arc<GuestContext>,
     /// Display form of the key being reconciled, for log lines.
     pub key: String,
     pub deadline: Instant,
+    /// The runtime whose reactor serves the providers and WASI; the guest call runs on it.
     pub runtime: Option<tokio::runtime::Handle>,
     /// Set when any write hit a 409: the host retries the reconcile whatever the guest returns.
     pub conflicted: bool,
     /// When set, every call is appended here (offline runner, conformance tests).
     pub calls: Option<Vec<Call>>,
-}
-
-impl CallContext {
-    /// Runs a provider future to completion on this blocking thread, bounded by the deadline.
-    fn block_on<T>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T, HostError>>,
-    ) -> Result<T, HostError> {
-        let remaining = self.deadline.saturating_duration_since(Instant::now());
-        let Some(handle) = &self.runtime else {
-            return Err(HostError::Unavailable(
-                "no async runtime for host calls".into(),
-            ));
-        };
-        handle.block_on(async {
-            tokio::time::timeout(remaining, fut)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(HostError::Unavailable(
-                        "the reconcile deadline passed while waiting for the host call".into(),
-                    ))
-                })
-        })
-    }
-
-    /// Counts (and, when recording, records) one finished call. `args` and `returned` build
-    /// the recorded JSON only when recording, so the hot path pays nothing for them.
-    fn finish<T>(
-        &mut self,
-        interface: &'static str,
-        function: &'static str,
-        args: impl FnOnce() -> Value,
-        result: &Result<T, HostError>,
-        returned: impl FnOnce(&T) -> Value,
-    ) {
-        if let Some(metrics) = &self.guest.metrics {
-            let outcome = match result {
-                Ok(_) => HostCallOutcome::Ok,
-                Err(HostError::Denied(_)) => HostCallOutcome::Denied,
-                Err(_) => HostCallOutcome::Error,
-            };
-            metrics.host_call(&self.guest.guest, interface, function, outcome);
-        }
-        if matches!(result, Err(HostError::Conflict(_))) {
-            self.conflicted = true;
-        }
-        if let Some(calls) = &mut self.calls {
-            let returned = match result {
-                Ok(v) => serde_json::json!({ "ok": returned(v) }),
-                Err(e) => serde_json::json!({ "error": error_json(e) }),
-            };
-            calls.push(Call {
-                interface,
-                function,
-                args: args(),
-                returned,
-            });
-        }
-    }
-}
-
-/// Records a returned value as it is.
-fn as_json<T: Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-fn error_json(e: &HostError) -> Value {
-    let (kind, message) = match e {
-        HostError::Denied(m) => ("denied", m),
-        HostError::NotFound(m) => ("not-found", m),
-        HostError::Conflict(m) => ("conflict", m),
-        HostError::Invalid(m) => ("invalid", m),
-        HostError::Unavailable(m) => ("unavailable", m),
-        HostError::Other(m) => ("other", m),
-    };
-    serde_json::json!({ kind: message })
-}
-
-/// Parses JSON text a guest handed over; a parse failure is the guest's `invalid` error.
-fn parse_json(text: &str, what: &str) -> Result<Value, HostError> {
-    serde_json::from_str(text)
-        .map_err(|e| HostError::Invalid(format!("{what} is not valid JSON: {e}")))
-}
-
-/// Parses the lister's optional label selector; a bad one is the guest's `invalid` error.
-pub fn label_selector(selector: Option<&str>) -> Result<Option<kube::core::Selector>, HostError> {
-    selector
-        .map(crate::informers::parse_selector)
-        .transpose()
-        .map_err(|e| HostError::Invalid(e.to_string()))
-}
-
-/// Embeds JSON text as JSON in recorded calls (falls back to the string if it does not parse).
-fn embed(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    /// The last line the guest logged at error level (the Rust SDK logs its panics there).
+    pub last_error: Option<String>,
+    /// Log lines dropped by the guest's log rate in this reconcile.
+    pub logs_dropped: u64,
 }
 
 impl CallContext {
@@ -272,31 +365,148 @@ impl CallContext {
             runtime,
             conflicted: false,
             calls: None,
+            last_error: None,
+            logs_dropped: 0,
         }
     }
 
     /// Records every call of this reconcile (see [`Call`]).
+    #[must_use]
     pub fn recording(mut self) -> Self {
         self.calls = Some(Vec::new());
         self
     }
+
+    /// The context of `manifest()`: a guest that calls the host while describing itself is
+    /// refused (no grant is known yet).
+    pub fn loading(file: &str, deadline: Duration) -> Self {
+        let mut call = Self::new(Arc::new(GuestContext::loading(file)), String::new(), None);
+        call.deadline = Instant::now() + deadline;
+        call
+    }
+
+    fn name(&self) -> &str {
+        &self.guest.name
+    }
+
+    /// Waits for a write token, bounded by the deadline (the runtime's timeout cancels the
+    /// wait, and with it the guest, when the deadline passes first).
+    async fn write_token(&self) {
+        self.guest.budget.writes.until_ready().await;
+    }
+
+    /// Counts (and, when recording, records) one finished call. `args` and `returned` build
+    /// the recorded JSON only when recording, so the hot path pays nothing for them.
+    fn finish<T>(
+        &mut self,
+        interface: &'static str,
+        function: &'static str,
+        args: impl FnOnce() -> Value,
+        result: &Result<T, HostError>,
+        returned: impl FnOnce(&T) -> Value,
+    ) {
+        if let Some(metrics) = &self.guest.metrics {
+            let outcome = match result {
+                Ok(_) => HostCallOutcome::Ok,
+                Err(e) => e.outcome(),
+            };
+            metrics.host_call(&self.guest.name, interface, function, outcome);
+        }
+        if matches!(result, Err(HostError::Conflict(_))) {
+            self.conflicted = true;
+        }
+        if let Some(calls) = &mut self.calls {
+            let returned = match result {
+                Ok(v) => serde_json::json!({ "ok": returned(v) }),
+                Err(e) => serde_json::json!({ "error": { e.kind(): e.message() } }),
+            };
+            calls.push(Call {
+                interface,
+                function,
+                args: args(),
+                returned,
+            });
+        }
+    }
 }
 
-impl GuestContext {
-    /// A context whose every call is denied: used while a guest describes itself.
-    pub fn deny_all(file: &str) -> Self {
+impl types::Host for CallContext {}
+
+/// Records a returned value as it is.
+fn as_json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Embeds JSON text as JSON in recorded calls (falls back to the string if it does not parse).
+fn embed(text: &str) -> Value {
+    if text.len() > crate::validation::MAX_BODY_BYTES {
+        return Value::String(format!("<{} bytes>", text.len()));
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// What a guest being loaded imports and asks for, for the capabilities' load-time checks.
+pub struct LoadCheck<'a> {
+    pub manifest: &'a Manifest,
+    /// The WIT interfaces (without version) the component imports, e.g. `network-backend`.
+    pub imports: &'a BTreeSet<String>,
+    pub grant: &'a Grant,
+    pub config: &'a HostConfig,
+}
+
+/// One registered capability: its WIT interface and its load-time requirement.
+pub struct Capability {
+    pub interface: &'static str,
+    /// What the guest's grant lacks for what its manifest and imports ask; empty when nothing.
+    pub requirement: fn(&LoadCheck<'_>) -> Vec<String>,
+}
+
+/// Every capability, in WIT order. The guest directory runs each one's requirement at load.
+pub const CAPABILITIES: &[Capability] = &[
+    lister::CAPABILITY,
+    cluster::CAPABILITY,
+    queue::CAPABILITY,
+    log::CAPABILITY,
+    network::CAPABILITY,
+];
+
+/// Checks a guest against its grant at load: everything every capability finds missing, at
+/// once.
+pub fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
+    let missing: Vec<String> = CAPABILITIES
+        .iter()
+        .flat_map(|c| (c.requirement)(check))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing.join(", "))
+    }
+}
+
+/// Links every capability into `linker`; `get` finds the call context in the store's data.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut CallContext,
+) -> wasmtime::Result<()> {
+    crate::wit::reconciler::api::types::add_to_linker::<T, HasSelf<CallContext>>(linker, get)?;
+    lister::add_to_linker(linker, get)?;
+    cluster::add_to_linker(linker, get)?;
+    queue::add_to_linker(linker, get)?;
+    log::add_to_linker(linker, get)?;
+    network::add_to_linker(linker, get)?;
+    Ok(())
+}
+
+impl Providers {
+    /// Providers that refuse everything: a guest may not call the host while loading.
+    pub fn deny_all() -> Self {
         let deny = Arc::new(DenyAll);
         Self {
-            guest: file.to_owned(),
-            grant: Grant::default(),
-            providers: Providers {
-                lister: deny.clone(),
-                cluster: deny.clone(),
-                queue: deny,
-                networks: BTreeMap::new(),
-            },
-            metrics: None,
-            fixed_clock: None,
+            lister: deny.clone(),
+            cluster: deny.clone(),
+            queue: deny,
+            network: None,
         }
     }
 }
@@ -307,23 +517,33 @@ struct DenyAll;
 const LOADING: &str = "host calls are not available while the guest is being loaded (manifest)";
 
 impl Lister for DenyAll {
-    fn get(&self, _: &ObjectRef) -> Result<Option<String>, HostError> {
+    fn get(&self, _: &crate::objects::ObjectRef) -> Result<Option<String>, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
-    fn list(&self, _: &Gvk, _: Option<&str>, _: Option<&str>) -> Result<Vec<String>, HostError> {
+    fn list(
+        &self,
+        _: &crate::objects::Gvk,
+        _: Option<&str>,
+        _: Option<&kube::core::Selector>,
+    ) -> Result<Vec<String>, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
 }
 
-#[async_trait]
+#[async_trait::async_trait]
 impl Cluster for DenyAll {
-    async fn patch_status(&self, _: &str, _: &ObjectRef, _: &Value) -> Result<Value, HostError> {
+    async fn patch_status(
+        &self,
+        _: &str,
+        _: &crate::objects::ObjectRef,
+        _: &Value,
+    ) -> Result<Value, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
     async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
-    async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {
+    async fn delete(&self, _: &str, _: &crate::objects::ObjectRef) -> Result<bool, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
     async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
@@ -332,7 +552,49 @@ impl Cluster for DenyAll {
 }
 
 impl WorkQueue for DenyAll {
-    fn enqueue(&self, _: Option<String>, _: String, _: Option<Duration>) -> Result<(), HostError> {
+    fn enqueue(&self, _: crate::objects::ObjectKey, _: Option<Duration>) -> Result<(), HostError> {
         Err(HostError::Denied(LOADING.into()))
+    }
+    fn pending(&self) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A call context over offline providers, for the capabilities' unit tests.
+    use super::*;
+    use crate::providers::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+
+    pub struct Harness {
+        pub cache: Arc<MemoryCache>,
+        pub queue: Arc<RecordingQueue>,
+        pub network: Arc<crate::backends::MemoryBackend>,
+    }
+
+    impl Harness {
+        pub fn new() -> Self {
+            Self {
+                cache: Arc::new(MemoryCache::default()),
+                queue: Arc::new(RecordingQueue::default()),
+                network: Arc::new(crate::backends::MemoryBackend::new()),
+            }
+        }
+
+        pub fn providers(&self) -> Providers {
+            Providers {
+                lister: self.cache.clone(),
+                cluster: Arc::new(RecordingCluster::new(self.cache.clone())),
+                queue: self.queue.clone(),
+                network: Some(self.network.clone()),
+            }
+        }
+
+        /// A call context for guest `g` with `grant` (YAML of one grant entry) and `scope`.
+        pub fn call(&self, grant: &str, scope: Scope) -> CallContext {
+            let grant: Grant = serde_yaml::from_str(grant).expect("test grant");
+            let context = GuestContext::new("g", grant, self.providers()).with_scope(scope);
+            CallContext::new(Arc::new(context), "ns/k".into(), None).recording()
+        }
     }
 }

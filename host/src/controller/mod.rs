@@ -14,29 +14,33 @@
 //!   with `deleting = true`.
 //! - The guest version is read at the start of each reconcile: a hot swap affects the next
 //!   key, never one in flight.
+//! - Guests run on the async workers: they yield every epoch tick and at every waiting
+//!   import, so stopping a controller cancels its reconciles at once instead of waiting for
+//!   their deadlines.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use kube::api::DynamicObject;
+mod triggers;
+
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backends::NetworkBackend;
-use crate::capabilities::{
-    CallContext, GuestContext, HostError, Lister, Providers, WorkQueue as QueueCapability,
-};
-use crate::cluster::{KubeCluster, to_kube_gvk};
+use crate::capabilities::{CallContext, GuestContext, HostError, NETWORK_BACKEND, Scope};
 use crate::guests::ActiveGuest;
-use crate::informers::{Informer, InformerEvent, Informers, Scope};
-use crate::metrics::{Metrics, ReconcileResult};
-use crate::objects::{Gvk, ObjectRef};
-use crate::queue::{ObjectKey, QueueConfig, WorkQueue};
-use crate::runtime::{Mapping, Outcome, Request, Runtime};
+use crate::informers::Scope as WatchScope;
+use crate::informers::{Informer, Informers};
+use crate::manifest::Mapping;
+use crate::metrics::Metrics;
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::providers::kube::{KubeCluster, WriteFence, to_kube_gvk};
+use crate::queue::{QueueConfig, WorkQueue};
+use crate::runtime::{Outcome, Request, Runtime};
+use triggers::{Route, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
 pub const DEFAULT_CONCURRENCY: u32 = 2;
@@ -49,8 +53,11 @@ pub struct Shared {
     pub runtime: Arc<Runtime>,
     pub metrics: Metrics,
     pub networks: BTreeMap<String, Arc<dyn NetworkBackend>>,
-    /// Restrict every watch of namespaced kinds to this namespace (`run --watch-namespace`).
+    /// Restrict every watch of namespaced kinds to this namespace (`run --watch-namespace`);
+    /// writes and events outside it are denied too.
     pub namespace: Option<String>,
+    /// Closed when the host loses its lease: no write is sent after that.
+    pub fence: WriteFence,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -60,6 +67,7 @@ pub struct Controller {
     version: watch::Sender<Arc<Version>>,
     tasks: JoinSet<()>,
     synced: watch::Receiver<bool>,
+    primary: Informer,
 }
 
 /// One guest version with the capability context built for it.
@@ -151,11 +159,27 @@ impl Controller {
             version,
             tasks,
             synced,
+            primary: caches.primary.clone(),
         })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Cached primary objects that carry `finalizer`.
+    pub fn carrying(&self, finalizer: &str) -> usize {
+        self.primary
+            .list(None, None)
+            .iter()
+            .filter(|o| {
+                o.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == finalizer)
+            })
+            .count()
     }
 
     pub fn has_synced(&self) -> bool {
@@ -187,14 +211,14 @@ impl Controller {
             let current = self.version.borrow();
             (current.context.clone(), current.cluster.clone())
         };
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
         let version = Version {
-            context: Arc::new(GuestContext {
-                guest: guest.name().to_owned(),
-                grant: guest.grant.clone(),
-                providers: context.providers.clone(),
-                metrics: Some(shared.metrics.clone()),
-                fixed_clock: None,
-            }),
+            context: Arc::new(
+                GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
+                    .with_scope(scope)
+                    .with_metrics(shared.metrics.clone())
+                    .with_budget(context.budget.clone()),
+            ),
             guest,
             cluster,
         };
@@ -209,7 +233,12 @@ impl Controller {
         tracing::info!(guest = %self.name, "controller stopped");
     }
 
-    /// Stops at once: running reconciles are abandoned (used when leadership is lost).
+    /// Stops taking keys and waits for running reconciles to finish (bounded by the caller).
+    pub async fn drain(&self) {
+        self.queue.shutdown_with_drain().await;
+    }
+
+    /// Stops at once: running reconciles are cancelled (leadership lost, shutdown timed out).
     pub async fn abort(mut self) {
         self.queue.shutdown();
         self.tasks.abort_all();
@@ -290,25 +319,23 @@ impl Version {
             shared.client.clone(),
             caches.readable_with_primary(),
             guest.name(),
+            shared.fence.clone(),
         ));
-        let networks = shared
+        let network = shared
             .networks
-            .iter()
-            .filter(|(name, _)| guest.grant.backends.contains(*name))
-            .map(|(name, backend)| (name.clone(), backend.clone()))
-            .collect();
-        let context = GuestContext {
-            guest: guest.name().to_owned(),
-            grant: guest.grant.clone(),
-            providers: Providers {
-                lister: Arc::new(CacheLister(caches.clone())),
-                cluster: cluster.clone(),
-                queue: Arc::new(QueueHandle(queue.clone())),
-                networks,
-            },
-            metrics: Some(shared.metrics.clone()),
-            fixed_clock: None,
-        };
+            .get(NETWORK_BACKEND)
+            .filter(|_| guest.grant.backends.contains(NETWORK_BACKEND))
+            .cloned();
+        let providers = crate::providers::kube::providers(
+            caches.readable.clone(),
+            queue.clone(),
+            cluster.clone(),
+            network,
+        );
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
+        let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
+            .with_scope(scope)
+            .with_metrics(shared.metrics.clone());
         Self {
             guest: guest.clone(),
             context: Arc::new(context),
@@ -325,7 +352,7 @@ async fn acquire_scoped(
     label_selector: Option<String>,
 ) -> Result<Informer, crate::informers::InformerError> {
     let gvk = to_kube_gvk(kind);
-    let scope = Scope {
+    let scope = WatchScope {
         namespace,
         label_selector: label_selector.clone(),
     };
@@ -335,7 +362,7 @@ async fn acquire_scoped(
                 .informers
                 .acquire(
                     &gvk,
-                    Scope {
+                    WatchScope {
                         namespace: None,
                         label_selector,
                     },
@@ -343,99 +370,6 @@ async fn acquire_scoped(
                 .await
         }
         other => other,
-    }
-}
-
-/// How an informer's events become primary keys.
-enum Route {
-    /// The primary kind: the object's own key.
-    Primary { generation_changed_only: bool },
-    /// A secondary kind: the keys its mapping names.
-    Secondary(Mapping),
-}
-
-/// Turns informer events into keys of the primary kind.
-async fn map_events(
-    mut events: crate::informers::Subscription,
-    queue: WorkQueue<ObjectKey>,
-    route: Route,
-    primary: Gvk,
-) {
-    while let Some(event) = events.next().await {
-        let object = event.object();
-        match &route {
-            Route::Primary {
-                generation_changed_only,
-            } => {
-                if *generation_changed_only && same_generation(&event) {
-                    continue;
-                }
-                queue.add(key_of(object));
-            }
-            Route::Secondary(mapping) => {
-                for key in primary_keys(object, mapping, &primary) {
-                    queue.add(key);
-                }
-                // An update that moved the object to another owner must wake the old one too.
-                if let InformerEvent::Applied { old: Some(old), .. } = &event {
-                    for key in primary_keys(old, mapping, &primary) {
-                        queue.add(key);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// An update that left the generation and the deletion timestamp as they were (a status,
-/// label or annotation write). False for anything else, and for kinds without a generation.
-fn same_generation(event: &InformerEvent) -> bool {
-    let InformerEvent::Applied {
-        object,
-        old: Some(old),
-    } = event
-    else {
-        return false;
-    };
-    let (new, old) = (&object.metadata, &old.metadata);
-    new.generation.is_some()
-        && new.generation == old.generation
-        && new.deletion_timestamp == old.deletion_timestamp
-}
-
-fn key_of(object: &DynamicObject) -> ObjectKey {
-    ObjectKey {
-        namespace: object.metadata.namespace.clone(),
-        name: object.metadata.name.clone().unwrap_or_default(),
-    }
-}
-
-/// The primary keys a secondary object maps to.
-fn primary_keys(object: &DynamicObject, mapping: &Mapping, primary: &Gvk) -> Vec<ObjectKey> {
-    let namespace = object.metadata.namespace.clone();
-    match mapping {
-        Mapping::Owner => object
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .filter(|o| o.kind == primary.kind && o.api_version == primary.api_version())
-            .map(|o| ObjectKey {
-                namespace: namespace.clone(),
-                name: o.name.clone(),
-            })
-            .collect(),
-        Mapping::Label(label) => object
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(label))
-            .map(|name| ObjectKey {
-                namespace,
-                name: name.clone(),
-            })
-            .into_iter()
-            .collect(),
     }
 }
 
@@ -513,7 +447,7 @@ async fn sync(
         .and_then(|o| serde_json::to_string(&**o).ok());
 
     if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &cached, deleting) {
-        match cluster.add_finalizer(&object_ref, current, finalizer).await {
+        match crate::finalizer::add(cluster, &object_ref, current, finalizer).await {
             Ok(None) => {}
             Ok(Some(written)) => object = Some(written.to_string()),
             Err(HostError::NotFound(_)) => object = None,
@@ -535,24 +469,17 @@ async fn sync(
         key.to_string(),
         Some(tokio::runtime::Handle::current()),
     );
-    let (runtime, loaded) = (shared.runtime.clone(), version.clone());
-    // Guest code is CPU-bound and its imports block: run it off the async workers.
+    // The guest runs on this task: it yields every epoch tick and at every import that waits,
+    // and aborting the task (lease lost, shutdown) cancels it wherever it is.
     let started = Instant::now();
-    let run = match tokio::task::spawn_blocking(move || {
-        runtime.reconcile(&loaded.guest.loaded, call, request)
-    })
-    .await
-    {
-        Ok(run) => run,
-        Err(e) => {
-            tracing::error!("reconcile task failed: {e}");
-            return Next::Retry;
-        }
-    };
+    let run = shared
+        .runtime
+        .reconcile_async(&version.guest.loaded, call, request)
+        .await;
     let metrics = &shared.metrics;
     metrics.instantiated(guest.name(), run.instantiate_time);
     // Also counts deadline and memory-limit hits.
-    metrics.reconcile_finished(guest.name(), result_label(&run.outcome), started.elapsed());
+    metrics.reconcile_finished(guest.name(), run.outcome.result(), started.elapsed());
 
     match run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
@@ -562,10 +489,7 @@ async fn sync(
                 .then(|| caches.primary.get(key.namespace.as_deref(), &key.name))
                 .flatten();
             if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest) {
-                match cluster
-                    .remove_finalizer(&object_ref, &latest, finalizer)
-                    .await
-                {
+                match crate::finalizer::remove(cluster, &object_ref, &latest, finalizer).await {
                     Ok(true) => tracing::info!("finalizer {finalizer} removed"),
                     Ok(false) => {}
                     Err(e) => {
@@ -599,20 +523,6 @@ async fn sync(
     }
 }
 
-fn result_label(outcome: &Outcome) -> ReconcileResult {
-    match outcome {
-        Outcome::Ok {
-            requeue_after_ms: None,
-        } => ReconcileResult::Success,
-        Outcome::Ok { .. } => ReconcileResult::Requeue,
-        Outcome::Transient(_) => ReconcileResult::Error,
-        Outcome::Permanent(_) => ReconcileResult::PermanentError,
-        Outcome::Trap(_) => ReconcileResult::Trap,
-        Outcome::Deadline(_) => ReconcileResult::Deadline,
-        Outcome::MemoryLimit(_) => ReconcileResult::MemoryLimit,
-    }
-}
-
 impl Caches {
     /// The readable informers plus the primary one (finalizer patches record into it).
     fn readable_with_primary(&self) -> BTreeMap<Gvk, Informer> {
@@ -621,114 +531,5 @@ impl Caches {
         all.entry(Gvk::new(&gvk.group, &gvk.version, &gvk.kind))
             .or_insert_with(|| self.primary.clone());
         all
-    }
-}
-
-/// The lister over this controller's caches.
-struct CacheLister(Arc<Caches>);
-
-impl Lister for CacheLister {
-    fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
-        let informer = self.informer(&object.kind)?;
-        informer
-            .get(object.namespace.as_deref(), &object.name)
-            .map(|o| serde_json::to_string(&*o).map_err(|e| HostError::Other(e.to_string())))
-            .transpose()
-    }
-
-    fn list(
-        &self,
-        kind: &Gvk,
-        namespace: Option<&str>,
-        label_selector: Option<&str>,
-    ) -> Result<Vec<String>, HostError> {
-        let informer = self.informer(kind)?;
-        let selector = crate::capabilities::label_selector(label_selector)?;
-        informer
-            .list(namespace, selector.as_ref())
-            .iter()
-            .map(|o| serde_json::to_string(&**o).map_err(|e| HostError::Other(e.to_string())))
-            .collect()
-    }
-}
-
-impl CacheLister {
-    fn informer(&self, kind: &Gvk) -> Result<&Informer, HostError> {
-        self.0.readable.get(kind).ok_or_else(|| {
-            HostError::Unavailable(format!(
-                "{kind} is granted but not cached: the API server did not serve it when the guest started"
-            ))
-        })
-    }
-}
-
-/// The guest's handle on its own work queue.
-struct QueueHandle(WorkQueue<ObjectKey>);
-
-impl QueueCapability for QueueHandle {
-    fn enqueue(
-        &self,
-        namespace: Option<String>,
-        name: String,
-        after: Option<Duration>,
-    ) -> Result<(), HostError> {
-        if name.is_empty() {
-            return Err(HostError::Invalid("an empty name is not a key".into()));
-        }
-        let key = ObjectKey { namespace, name };
-        match after {
-            Some(delay) => self.0.add_after(key, delay),
-            None => self.0.add(key),
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn object(generation: Option<i64>, deleting: bool) -> Arc<DynamicObject> {
-        let mut object = DynamicObject::new(
-            "w",
-            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        );
-        object.metadata.generation = generation;
-        object.metadata.deletion_timestamp =
-            deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        Arc::new(object)
-    }
-
-    fn update(old: Arc<DynamicObject>, new: Arc<DynamicObject>) -> InformerEvent {
-        InformerEvent::Applied {
-            object: new,
-            old: Some(old),
-        }
-    }
-
-    #[test]
-    fn only_updates_that_keep_the_generation_are_skipped() {
-        let same = update(object(Some(3), false), object(Some(3), false));
-        assert!(same_generation(&same), "status/label write");
-        let spec = update(object(Some(3), false), object(Some(4), false));
-        assert!(!same_generation(&spec), "spec change");
-        let deleting = update(object(Some(3), false), object(Some(3), true));
-        assert!(!same_generation(&deleting), "deletion started");
-        let no_generation = update(object(None, false), object(None, false));
-        assert!(!same_generation(&no_generation), "kind without generation");
-        let created = InformerEvent::Applied {
-            object: object(Some(1), false),
-            old: None,
-        };
-        assert!(!same_generation(&created), "creation");
-        let resync = InformerEvent::Resync {
-            object: object(Some(1), false),
-        };
-        assert!(!same_generation(&resync), "resync");
-        let deleted = InformerEvent::Deleted {
-            object: object(Some(1), false),
-        };
-        assert!(!same_generation(&deleted), "deletion");
     }
 }

@@ -10,8 +10,22 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use crate::capabilities::{Cluster, EventRecord, HostError, Lister, WorkQueue};
-use crate::objects::{Gvk, ObjectRef};
+use crate::capabilities::{Cluster, EventRecord, HostError, Lister, Providers, WorkQueue};
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
+
+/// The providers of the offline runner: `cache` serves reads and takes the recorded writes,
+/// enqueues are recorded, networks live in `network`.
+pub fn providers(
+    cache: std::sync::Arc<MemoryCache>,
+    network: Option<std::sync::Arc<dyn crate::backends::NetworkBackend>>,
+) -> Providers {
+    Providers {
+        lister: cache.clone(),
+        cluster: std::sync::Arc::new(RecordingCluster::new(cache)),
+        queue: std::sync::Arc::new(RecordingQueue::default()),
+        network,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
@@ -149,9 +163,8 @@ impl Lister for MemoryCache {
         &self,
         kind: &Gvk,
         namespace: Option<&str>,
-        label_selector: Option<&str>,
+        selector: Option<&kube::core::Selector>,
     ) -> Result<Vec<String>, HostError> {
-        let selector = crate::capabilities::label_selector(label_selector)?;
         let objects = self.objects.lock();
         Ok(objects
             .values()
@@ -162,7 +175,7 @@ impl Lister for MemoryCache {
                 r.kind == *kind && namespace.is_none_or(|ns| r.namespace.as_deref() == Some(ns))
             })
             .filter(|o| {
-                selector.as_ref().is_none_or(|s| {
+                selector.is_none_or(|s| {
                     use kube::core::SelectorExt;
                     let labels: BTreeMap<String, String> = o
                         .pointer("/metadata/labels")
@@ -262,17 +275,21 @@ impl Cluster for RecordingCluster {
     }
 }
 
-/// Accepts every enqueue (the recorded call is the observable effect).
-pub struct RecordingQueue;
+/// Accepts every enqueue (the recorded call is the observable effect) and remembers the
+/// distinct keys, as a queue would hold them.
+#[derive(Default)]
+pub struct RecordingQueue {
+    keys: Mutex<std::collections::BTreeSet<ObjectKey>>,
+}
 
 impl WorkQueue for RecordingQueue {
-    fn enqueue(
-        &self,
-        _namespace: Option<String>,
-        _name: String,
-        _after: Option<Duration>,
-    ) -> Result<(), HostError> {
+    fn enqueue(&self, key: ObjectKey, _after: Option<Duration>) -> Result<(), HostError> {
+        self.keys.lock().insert(key);
         Ok(())
+    }
+
+    fn pending(&self) -> usize {
+        self.keys.lock().len()
     }
 }
 
@@ -302,8 +319,9 @@ mod tests {
         let cache = MemoryCache::load(&[dir.path().to_owned()]).unwrap();
         let cm = Gvk::new("", "v1", "ConfigMap");
         assert_eq!(Lister::list(&cache, &cm, Some("n"), None).unwrap().len(), 2);
+        let selector = crate::informers::parse_selector("app=x").unwrap();
         assert_eq!(
-            Lister::list(&cache, &cm, None, Some("app=x"))
+            Lister::list(&cache, &cm, None, Some(&selector))
                 .unwrap()
                 .len(),
             1

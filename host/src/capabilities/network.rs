@@ -1,0 +1,272 @@
+//! `network-backend`: actual state of networks, through the provider the host configures.
+//!
+//! Networks are owned per guest: the id a guest names is stored as `<guest>/<id>` (guest names
+//! never contain `/`), so a guest can read, ensure or delete only networks it created, and the
+//! owner of every bridge is visible on the system. Each guest may hold at most
+//! [`MAX_NETWORKS_PER_GUEST`]. Which CIDRs are acceptable at all is the provider's policy
+//! (`crate::backends`), shared by every guest.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{CallContext, Capability, HostError, LoadCheck, as_json};
+use crate::backends::{NetworkBackend, NetworkSpec, NetworkStatus};
+use crate::wit::reconciler::api::network_backend as wit;
+use crate::wit::types;
+
+/// The name under `backends:` in the host configuration that serves this interface.
+pub const NETWORK_BACKEND: &str = "network";
+/// The WIT interface name, as a component's imports name it (without the version).
+const INTERFACE: &str = "network-backend";
+/// Networks one guest may hold at once.
+pub const MAX_NETWORKS_PER_GUEST: usize = 256;
+/// Longest id a guest may name (the owner prefix and the kernel's alias limit leave this).
+pub const MAX_GUEST_ID_BYTES: usize = 190;
+
+pub(super) const CAPABILITY: Capability = Capability {
+    interface: INTERFACE,
+    requirement,
+};
+
+/// A guest importing `network-backend` needs the backend in its grant and in the host.
+fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
+    let guest = &check.manifest.name;
+    if !check.imports.contains(INTERFACE) {
+        return Vec::new();
+    }
+    if !check.grant.backends.contains(NETWORK_BACKEND) {
+        vec![format!(
+            "the `{NETWORK_BACKEND}` backend (it imports {INTERFACE}; add it to guests.{guest}.backends)"
+        )]
+    } else if !check.config.backends.contains_key(NETWORK_BACKEND) {
+        vec![format!(
+            "a `{NETWORK_BACKEND}` entry under backends: in the host configuration"
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+pub(super) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut CallContext,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<CallContext>>(linker, get)
+}
+
+fn to_wit(s: NetworkStatus) -> wit::NetworkStatus {
+    wit::NetworkStatus {
+        id: s.id,
+        cidr: s.cidr,
+        gateway: s.gateway,
+        interface_name: s.interface_name,
+        up: s.up,
+    }
+}
+
+impl CallContext {
+    fn network(&self) -> Result<Arc<dyn NetworkBackend>, HostError> {
+        let ctx = &self.guest;
+        ctx.grant.may_call_backend(&ctx.name, NETWORK_BACKEND)?;
+        ctx.providers.network.clone().ok_or_else(|| {
+            HostError::Unavailable(format!(
+                "no `{NETWORK_BACKEND}` backend is configured under backends: in the host configuration"
+            ))
+        })
+    }
+
+    /// The provider's id of the guest's network `id`, after checking `id`.
+    fn owned_id(&self, id: &str) -> Result<String, HostError> {
+        let bad = if id.is_empty() {
+            Some("must not be empty".to_owned())
+        } else if id.len() > MAX_GUEST_ID_BYTES {
+            Some(format!("is longer than {MAX_GUEST_ID_BYTES} bytes"))
+        } else if id.chars().any(char::is_control) {
+            Some("may not contain control characters".to_owned())
+        } else {
+            None
+        };
+        if let Some(reason) = bad {
+            return Err(HostError::Invalid(format!("id: {reason}")));
+        }
+        Ok(format!("{}/{id}", self.guest.name))
+    }
+
+    /// The status as the guest sees it: its own id back, without the owner prefix.
+    fn unowned(&self, mut status: NetworkStatus) -> NetworkStatus {
+        let prefix = format!("{}/", self.guest.name);
+        if let Some(id) = status.id.strip_prefix(&prefix) {
+            status.id = id.to_owned();
+        }
+        status
+    }
+
+    async fn network_get(&self, id: &str) -> Result<Option<NetworkStatus>, HostError> {
+        let backend = self.network()?;
+        let owned = self.owned_id(id)?;
+        let status = backend.get(&owned).await?;
+        Ok(status.map(|s| self.unowned(s)))
+    }
+
+    async fn network_ensure(&self, spec: &NetworkSpec) -> Result<NetworkStatus, HostError> {
+        let backend = self.network()?;
+        let owned = NetworkSpec {
+            id: self.owned_id(&spec.id)?,
+            cidr: spec.cidr.clone(),
+            gateway: spec.gateway.clone(),
+        };
+        if backend.get(&owned.id).await?.is_none() {
+            let prefix = format!("{}/", self.guest.name);
+            let held = backend
+                .list()
+                .await?
+                .iter()
+                .filter(|n| n.id.starts_with(&prefix))
+                .count();
+            if held >= MAX_NETWORKS_PER_GUEST {
+                return Err(HostError::Limited(format!(
+                    "guest `{}` already holds {held} networks, the most one guest may hold",
+                    self.guest.name
+                )));
+            }
+        }
+        let own = format!("{}/", self.guest.name);
+        let status = backend.ensure(&owned).await.map_err(|e| match e {
+            // The guest's own ids read as it named them; another guest's keep their owner.
+            crate::backends::BackendError::Invalid(m) => {
+                HostError::Invalid(format!("spec: {}", m.replace(&own, "")))
+            }
+            other => other.into(),
+        })?;
+        Ok(self.unowned(status))
+    }
+
+    async fn network_delete(&self, id: &str) -> Result<bool, HostError> {
+        let backend = self.network()?;
+        let owned = self.owned_id(id)?;
+        Ok(backend.delete(&owned).await?)
+    }
+}
+
+impl wit::Host for CallContext {
+    async fn get(&mut self, id: String) -> Result<Option<wit::NetworkStatus>, types::Error> {
+        let result = self.network_get(&id).await;
+        self.finish(
+            "network-backend",
+            "get",
+            || json!({ "id": id }),
+            &result,
+            as_json,
+        );
+        result.map(|s| s.map(to_wit)).map_err(Into::into)
+    }
+
+    async fn ensure(&mut self, spec: wit::NetworkSpec) -> Result<wit::NetworkStatus, types::Error> {
+        let spec = NetworkSpec {
+            id: spec.id,
+            cidr: spec.cidr,
+            gateway: spec.gateway,
+        };
+        let result = self.network_ensure(&spec).await;
+        self.finish(
+            "network-backend",
+            "ensure",
+            || json!({ "spec": spec }),
+            &result,
+            as_json,
+        );
+        result.map(to_wit).map_err(Into::into)
+    }
+
+    async fn delete(&mut self, id: String) -> Result<bool, types::Error> {
+        let result = self.network_delete(&id).await;
+        self.finish(
+            "network-backend",
+            "delete",
+            || json!({ "id": id }),
+            &result,
+            as_json,
+        );
+        result.map_err(Into::into)
+    }
+}
+
+impl From<crate::backends::BackendError> for HostError {
+    fn from(e: crate::backends::BackendError) -> Self {
+        use crate::backends::BackendError as B;
+        match e {
+            B::Invalid(m) => HostError::Invalid(m),
+            B::Unavailable(m) => HostError::Unavailable(m),
+            B::Other(m) => HostError::Other(m),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::Harness;
+    use super::super::{CallContext, GuestContext, Scope};
+    use super::*;
+    use wit::Host as _;
+
+    fn spec(id: &str, cidr: &str, gateway: &str) -> wit::NetworkSpec {
+        wit::NetworkSpec {
+            id: id.into(),
+            cidr: cidr.into(),
+            gateway: gateway.into(),
+        }
+    }
+
+    fn as_guest(h: &Harness, name: &str) -> CallContext {
+        let grant = serde_yaml::from_str("backends: [network]").unwrap();
+        let context = GuestContext::new(name, grant, h.providers());
+        CallContext::new(Arc::new(context), "k".into(), None)
+    }
+
+    #[tokio::test]
+    async fn a_guest_sees_and_changes_only_its_own_networks() {
+        let h = Harness::new();
+        let mut a = as_guest(&h, "a");
+        let mut b = as_guest(&h, "b");
+        let made = a
+            .ensure(spec("ns/net", "10.1.0.0/24", "10.1.0.1"))
+            .await
+            .unwrap();
+        assert_eq!(made.id, "ns/net", "the guest sees its own id");
+        assert!(b.get("ns/net".into()).await.unwrap().is_none());
+        assert!(!b.delete("ns/net".into()).await.unwrap());
+        assert!(b.get("../a/ns/net".into()).await.unwrap().is_none());
+        assert!(
+            a.get("ns/net".into()).await.unwrap().is_some(),
+            "still there"
+        );
+        let stored = h.network.list().await.unwrap();
+        assert_eq!(
+            stored[0].id, "a/ns/net",
+            "the owner is part of the provider's id"
+        );
+    }
+
+    #[tokio::test]
+    async fn ids_are_checked_and_calls_need_the_grant() {
+        let h = Harness::new();
+        let mut a = as_guest(&h, "a");
+        let err = a.get("x\n".into()).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("id:")),
+            "{err:?}"
+        );
+        let err = a.get("x".repeat(MAX_GUEST_ID_BYTES + 1)).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("id:")),
+            "{err:?}"
+        );
+        let mut denied = h.call("{}", Scope::default());
+        assert!(matches!(
+            denied.get("x".into()).await,
+            Err(types::Error::Denied(_))
+        ));
+    }
+}

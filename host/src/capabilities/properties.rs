@@ -1,0 +1,168 @@
+//! Every capability driven with generated hostile input (offline providers, no wasm): refs,
+//! kinds, keys, selectors, JSON bodies and free strings. The properties: no call panics, every
+//! refusal is one of the typed errors, and an `invalid` names the field it refused. Thousands
+//! of cases in all, bounded in time by proptest's case count.
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::Scope;
+use super::testing::Harness;
+use crate::wit::reconciler::api::{cluster, lister, log, network_backend, queue};
+use crate::wit::types;
+
+const CASES: u32 = 600;
+const GRANT: &str = "{read: [v1/ConfigMap, v1/Secret], write: [v1/ConfigMap, v1/ConfigMap/status], backends: [network]}";
+
+/// Strings a hostile guest would try: path tricks, control characters, unicode, long runs,
+/// and plausible names.
+fn hostile() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9-]{1,20}",
+        "[a-z0-9./?%#-]{0,30}",
+        Just(String::new()),
+        Just("..".to_owned()),
+        Just("victim/secrets/topsecret?x=".to_owned()),
+        Just("a\nb".to_owned()),
+        "\\PC{0,40}",
+        "[a-z]{250,260}",
+        any::<String>(),
+    ]
+}
+
+fn gvk() -> impl Strategy<Value = types::Gvk> {
+    (
+        prop_oneof![Just(String::new()), hostile()],
+        prop_oneof![Just("v1".to_owned()), hostile()],
+        prop_oneof![
+            Just("ConfigMap".to_owned()),
+            Just("Secret".to_owned()),
+            hostile()
+        ],
+    )
+        .prop_map(|(group, version, kind)| types::Gvk {
+            group,
+            version,
+            kind,
+        })
+}
+
+fn object_ref() -> impl Strategy<Value = types::ObjectRef> {
+    (gvk(), proptest::option::of(hostile()), hostile()).prop_map(|(kind, namespace, name)| {
+        types::ObjectRef {
+            kind,
+            namespace,
+            name,
+        }
+    })
+}
+
+/// JSON text: valid objects with hostile fields, arbitrary values, and not-JSON.
+fn body() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        hostile().prop_map(serde_json::Value::from),
+    ];
+    let value = leaf.prop_recursive(6, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+            prop::collection::btree_map(hostile(), inner, 0..6)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    });
+    prop_oneof![
+        (hostile(), hostile(), proptest::option::of(hostile()), value.clone()).prop_map(
+            |(kind, name, namespace, extra)| {
+                json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": namespace, "finalizers": [extra]}})
+                    .to_string()
+            }
+        ),
+        value.prop_map(|v| v.to_string()),
+        hostile(),
+    ]
+}
+
+/// A typed refusal: `invalid` names a field (a lower-case word before a colon).
+fn check_typed(result: Result<impl Sized, types::Error>) -> Result<(), TestCaseError> {
+    match result {
+        Ok(_)
+        | Err(
+            types::Error::Denied(_)
+            | types::Error::NotFound(_)
+            | types::Error::Unavailable(_)
+            | types::Error::Conflict(_),
+        ) => Ok(()),
+        Err(types::Error::Invalid(m)) => {
+            let field = m.split(':').next().unwrap_or_default();
+            prop_assert!(
+                !field.is_empty() && field.len() < 60 && !field.contains(' '),
+                "an invalid must name its field: {m}"
+            );
+            Ok(())
+        }
+        Err(types::Error::Other(m)) => Err(TestCaseError::fail(format!("untyped refusal: {m}"))),
+    }
+}
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn lister_calls_are_typed(r in object_ref(), kind in gvk(), ns in proptest::option::of(hostile()), selector in proptest::option::of(hostile())) {
+        let h = Harness::new();
+        let mut call = h.call(GRANT, Scope::default());
+        run(async {
+            check_typed(lister::Host::get(&mut call, r).await)?;
+            check_typed(lister::Host::list(&mut call, kind, ns, selector).await)
+        })?;
+    }
+
+    #[test]
+    fn cluster_calls_are_typed(r in object_ref(), patch in body(), object in body(), reason in hostile(), message in hostile()) {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}));
+        let mut call = h.call(GRANT, Scope { namespace: Some("ns".into()), ..Scope::default() });
+        run(async {
+            check_typed(cluster::Host::patch_status(&mut call, r.clone(), patch).await)?;
+            check_typed(cluster::Host::apply(&mut call, object).await)?;
+            check_typed(cluster::Host::delete(&mut call, r.clone()).await)?;
+            let event = cluster::Event { regarding: r, event_type: cluster::EventType::Warning, reason, message };
+            check_typed(cluster::Host::record_event(&mut call, event).await)
+        })?;
+    }
+
+    #[test]
+    fn queue_and_log_calls_are_typed(ns in proptest::option::of(hostile()), name in hostile(), after in proptest::option::of(any::<u64>()), line in hostile()) {
+        let h = Harness::new();
+        let mut call = h.call(GRANT, Scope { primary_namespace: Some("ns".into()), ..Scope::default() });
+        run(async {
+            check_typed(queue::Host::enqueue(&mut call, types::ObjectKey { namespace: ns, name }, after).await)?;
+            log::Host::log(&mut call, log::Level::Error, line).await;
+            let logged = call.last_error.clone().unwrap_or_default();
+            prop_assert!(!logged.contains('\n') && !logged.contains('\r'), "a log line cannot forge lines");
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn network_calls_are_typed(id in hostile(), cidr in hostile(), gateway in hostile()) {
+        let h = Harness::new();
+        let mut call = h.call(GRANT, Scope::default());
+        run(async {
+            check_typed(network_backend::Host::get(&mut call, id.clone()).await)?;
+            let spec = network_backend::NetworkSpec { id: id.clone(), cidr, gateway };
+            check_typed(network_backend::Host::ensure(&mut call, spec).await)?;
+            check_typed(network_backend::Host::delete(&mut call, id).await)
+        })?;
+    }
+}

@@ -1,0 +1,153 @@
+//! Controller triggers: how informer events become keys of the primary kind (client-go's
+//! event handlers and `EnqueueRequestForOwner`/label mapping in controller-runtime terms).
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+
+use crate::informers::InformerEvent;
+use crate::manifest::Mapping;
+use crate::objects::{Gvk, ObjectKey};
+use crate::queue::WorkQueue;
+
+/// How an informer's events become primary keys.
+pub(super) enum Route {
+    /// The primary kind: the object's own key.
+    Primary { generation_changed_only: bool },
+    /// A secondary kind: the keys its mapping names.
+    Secondary(Mapping),
+}
+
+/// Turns informer events into keys of the primary kind.
+pub(super) async fn map_events(
+    mut events: crate::informers::Subscription,
+    queue: WorkQueue<ObjectKey>,
+    route: Route,
+    primary: Gvk,
+) {
+    while let Some(event) = events.next().await {
+        let object = event.object();
+        match &route {
+            Route::Primary {
+                generation_changed_only,
+            } => {
+                if *generation_changed_only && same_generation(&event) {
+                    continue;
+                }
+                queue.add(key_of(object));
+            }
+            Route::Secondary(mapping) => {
+                for key in primary_keys(object, mapping, &primary) {
+                    queue.add(key);
+                }
+                // An update that moved the object to another owner must wake the old one too.
+                if let InformerEvent::Applied { old: Some(old), .. } = &event {
+                    for key in primary_keys(old, mapping, &primary) {
+                        queue.add(key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An update that left the generation and the deletion timestamp as they were (a status,
+/// label or annotation write). False for anything else, and for kinds without a generation.
+fn same_generation(event: &InformerEvent) -> bool {
+    let InformerEvent::Applied {
+        object,
+        old: Some(old),
+    } = event
+    else {
+        return false;
+    };
+    let (new, old) = (&object.metadata, &old.metadata);
+    new.generation.is_some()
+        && new.generation == old.generation
+        && new.deletion_timestamp == old.deletion_timestamp
+}
+
+fn key_of(object: &DynamicObject) -> ObjectKey {
+    ObjectKey {
+        namespace: object.metadata.namespace.clone(),
+        name: object.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The primary keys a secondary object maps to.
+fn primary_keys(object: &DynamicObject, mapping: &Mapping, primary: &Gvk) -> Vec<ObjectKey> {
+    let namespace = object.metadata.namespace.clone();
+    match mapping {
+        Mapping::Owner => object
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.kind == primary.kind && o.api_version == primary.api_version())
+            .map(|o| ObjectKey {
+                namespace: namespace.clone(),
+                name: o.name.clone(),
+            })
+            .collect(),
+        Mapping::Label(label) => object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label))
+            .map(|name| ObjectKey {
+                namespace,
+                name: name.clone(),
+            })
+            .into_iter()
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::sync::Arc;
+
+    fn object(generation: Option<i64>, deleting: bool) -> Arc<DynamicObject> {
+        let mut object = DynamicObject::new(
+            "w",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        object.metadata.generation = generation;
+        object.metadata.deletion_timestamp =
+            deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        Arc::new(object)
+    }
+
+    fn update(old: Arc<DynamicObject>, new: Arc<DynamicObject>) -> InformerEvent {
+        InformerEvent::Applied {
+            object: new,
+            old: Some(old),
+        }
+    }
+
+    #[test]
+    fn only_updates_that_keep_the_generation_are_skipped() {
+        let same = update(object(Some(3), false), object(Some(3), false));
+        assert!(same_generation(&same), "status/label write");
+        let spec = update(object(Some(3), false), object(Some(4), false));
+        assert!(!same_generation(&spec), "spec change");
+        let deleting = update(object(Some(3), false), object(Some(3), true));
+        assert!(!same_generation(&deleting), "deletion started");
+        let no_generation = update(object(None, false), object(None, false));
+        assert!(!same_generation(&no_generation), "kind without generation");
+        let created = InformerEvent::Applied {
+            object: object(Some(1), false),
+            old: None,
+        };
+        assert!(!same_generation(&created), "creation");
+        let resync = InformerEvent::Resync {
+            object: object(Some(1), false),
+        };
+        assert!(!same_generation(&resync), "resync");
+        let deleted = InformerEvent::Deleted {
+            object: object(Some(1), false),
+        };
+        assert!(!same_generation(&deleted), "deletion");
+    }
+}

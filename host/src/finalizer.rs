@@ -1,0 +1,234 @@
+//! Finalizers: the host adds a guest's declared finalizer before the object's first reconcile
+//! and removes it after a successful reconcile with `deleting = true`, so every guest in every
+//! language gets deletion handling for free. Only the declared finalizer is ever touched, and
+//! the name was checked at load (`validation::finalizer`): no guest can add or remove
+//! `orphan`, `foregroundDeletion` or another controller's finalizer through the host.
+//!
+//! When a guest is unloaded for good, objects may still carry its finalizer and would then
+//! never finish deleting. [`Policy`] says what happens: `keep` (default: the operator decides,
+//! `/guests` and `reconciler_finalizer_orphaned` show what is left) or `release` after a grace
+//! period in which the guest may come back (a hot swap or a ConfigMap update).
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::capabilities::HostError;
+use crate::objects::ObjectRef;
+use crate::providers::kube::KubeCluster;
+
+/// What happens to a finalizer whose guest is gone (`finalizerPolicy:` in the configuration).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub on_unload: OnUnload,
+    /// How long an unloaded guest has to come back before `release` removes its finalizer
+    /// (default 10m).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub grace: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnUnload {
+    /// Leave the finalizer on the objects.
+    #[default]
+    Keep,
+    /// Remove it from every object after the grace period.
+    Release,
+}
+
+impl Policy {
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
+
+    pub fn grace(&self) -> Duration {
+        self.grace.unwrap_or(Self::DEFAULT_GRACE)
+    }
+}
+
+/// The JSON patch adding `finalizer`, guarded by the resourceVersion; none when present.
+fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+    let finalizers = current.metadata.finalizers.as_ref();
+    if finalizers.is_some_and(|list| list.iter().any(|f| f == finalizer)) {
+        return None;
+    }
+    let add = match finalizers {
+        None => json!({ "op": "add", "path": "/metadata/finalizers", "value": [finalizer] }),
+        Some(_) => json!({ "op": "add", "path": "/metadata/finalizers/-", "value": finalizer }),
+    };
+    Some(vec![
+        json!({ "op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resource_version }),
+        add,
+    ])
+}
+
+/// The JSON patch removing `finalizer`, a `test` op guarding its index; none when absent.
+fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+    let index = current
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .position(|f| f == finalizer)?;
+    let path = format!("/metadata/finalizers/{index}");
+    Some(vec![
+        json!({ "op": "test", "path": path, "value": finalizer }),
+        json!({ "op": "remove", "path": path }),
+    ])
+}
+
+/// Adds `finalizer` to the cached object unless present; returns the object as written, or
+/// none when it already had it. The patch tests the resourceVersion, so it never races a
+/// concurrent change.
+pub async fn add(
+    cluster: &KubeCluster,
+    object: &ObjectRef,
+    current: &DynamicObject,
+    finalizer: &str,
+) -> Result<Option<Value>, HostError> {
+    let Some(ops) = add_ops(current, finalizer) else {
+        return Ok(None);
+    };
+    cluster
+        .json_patch(object, ops, "adding the finalizer")
+        .await
+        .map(Some)
+}
+
+/// Removes `finalizer` if the cached object has it. Returns whether it was there.
+pub async fn remove(
+    cluster: &KubeCluster,
+    object: &ObjectRef,
+    current: &DynamicObject,
+    finalizer: &str,
+) -> Result<bool, HostError> {
+    let Some(ops) = remove_ops(current, finalizer) else {
+        return Ok(false);
+    };
+    match cluster
+        .json_patch(object, ops, "removing the finalizer")
+        .await
+    {
+        Ok(_) | Err(HostError::NotFound(_)) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// Objects of `api`'s kind that carry `finalizer`.
+pub async fn carrying(
+    api: &Api<DynamicObject>,
+    finalizer: &str,
+) -> Result<Vec<DynamicObject>, kube::Error> {
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|o| {
+            o.metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == finalizer)
+        })
+        .collect())
+}
+
+/// Removes `finalizer` from every object of `api`'s kind that carries it (the `release`
+/// policy). Returns how many objects were released.
+pub async fn release_all(api: &Api<DynamicObject>, finalizer: &str) -> Result<usize, kube::Error> {
+    let mut released = 0;
+    for object in carrying(api, finalizer).await? {
+        let Some(ops) = remove_ops(&object, finalizer) else {
+            continue;
+        };
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
+            continue;
+        };
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let namespaced = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(api.clone().into_client(), ns, &api_resource(&object)),
+            None => api.clone(),
+        };
+        match namespaced
+            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => released += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(released)
+}
+
+fn api_resource(object: &DynamicObject) -> kube::core::ApiResource {
+    let types = object.types.clone().unwrap_or_default();
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
+    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        group,
+        version,
+        &types.kind,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(finalizers: Option<Vec<&str>>) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            "w",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        o.metadata.resource_version = Some("7".into());
+        o.metadata.finalizers = finalizers.map(|f| f.into_iter().map(str::to_owned).collect());
+        o
+    }
+
+    #[test]
+    fn adds_only_when_missing_guarded_by_the_resource_version() {
+        let ops = add_ops(&object(None), "example.com/a").unwrap();
+        assert_eq!(ops[0]["op"], "test");
+        assert_eq!(ops[0]["value"], "7");
+        assert_eq!(ops[1]["path"], "/metadata/finalizers");
+        let ops = add_ops(&object(Some(vec!["other.io/x"])), "example.com/a").unwrap();
+        assert_eq!(ops[1]["path"], "/metadata/finalizers/-");
+        assert!(add_ops(&object(Some(vec!["example.com/a"])), "example.com/a").is_none());
+    }
+
+    #[test]
+    fn removes_only_its_own_finalizer_at_its_index() {
+        let o = object(Some(vec!["other.io/x", "example.com/a"]));
+        let ops = remove_ops(&o, "example.com/a").unwrap();
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/metadata/finalizers/1", "value": "example.com/a"})
+        );
+        assert!(remove_ops(&o, "example.com/b").is_none());
+    }
+
+    #[test]
+    fn policy_parses_with_a_default_grace() {
+        let p: Policy = serde_yaml::from_str("onUnload: release\ngrace: 30s").unwrap();
+        assert_eq!(
+            (p.on_unload, p.grace()),
+            (OnUnload::Release, Duration::from_secs(30))
+        );
+        let p = Policy::default();
+        assert_eq!(
+            (p.on_unload, p.grace()),
+            (OnUnload::Keep, Policy::DEFAULT_GRACE)
+        );
+        assert!(serde_yaml::from_str::<Policy>("onUnload: drop").is_err());
+    }
+}

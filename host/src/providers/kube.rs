@@ -1,0 +1,395 @@
+//! Providers in `run`: the lister over the informer caches, the guest's work queue, and the
+//! cluster writer.
+//!
+//! Writes go to the API server with the guest's name as field manager, and every object the
+//! server returns is recorded into the informer caches at once (read-your-writes, like the CRD
+//! naming controller's mutation cache), so the next reconcile reads what was just written even
+//! before the watch delivers it. An object comes back into a cache only if it is the object
+//! that was asked for (same kind, namespace and name).
+//!
+//! URLs are built only from parts the capabilities validated, and names are percent-encoded
+//! anyway. The kind's scope is checked against the reference (a namespaced kind needs a
+//! namespace, a cluster-scoped kind has none) before anything is sent. Every write first
+//! passes the [`WriteFence`]: once the host loses its lease, nothing more is sent.
+//!
+//! Events go through kube-runtime's `Recorder`, which aggregates repeats of the same
+//! (object, type, reason, note) into one `events.k8s.io/v1` Event with a growing series count
+//! instead of one Event per reconcile.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::capabilities::{
+    Cluster, EventRecord, EventType as GuestEventType, HostError, Lister, Providers, WorkQueue,
+};
+use crate::informers::Informer;
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::validation::path_segment;
+
+/// The providers of one guest in `run`.
+pub fn providers(
+    readable: BTreeMap<Gvk, Informer>,
+    queue: crate::queue::WorkQueue<ObjectKey>,
+    cluster: Arc<KubeCluster>,
+    network: Option<Arc<dyn crate::backends::NetworkBackend>>,
+) -> Providers {
+    Providers {
+        lister: Arc::new(CacheLister(readable)),
+        cluster,
+        queue: Arc::new(QueueHandle(queue)),
+        network,
+    }
+}
+
+/// Whether writes may still be sent. Closed when the host loses its lease (or shuts down),
+/// before its controllers are stopped: a reconcile still running cannot write after that.
+#[derive(Clone, Debug)]
+pub struct WriteFence(Arc<AtomicBool>);
+
+impl Default for WriteFence {
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl WriteFence {
+    pub fn close(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    pub fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), HostError> {
+        if self.0.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(HostError::Unavailable(
+                "this host is no longer the leader (or is shutting down); nothing more is written"
+                    .into(),
+            ))
+        }
+    }
+}
+
+pub fn to_kube_gvk(g: &Gvk) -> GroupVersionKind {
+    GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
+}
+
+/// Maps an API error to the WIT error the guest sees; 409 marks the reconcile for a retry.
+pub fn map_kube_error(e: kube::Error, what: &str) -> HostError {
+    match e {
+        kube::Error::Api(status) => {
+            let message = format!("{what}: {} ({})", status.message, status.code);
+            match status.code {
+                409 => HostError::Conflict(message),
+                404 => HostError::NotFound(message),
+                400 | 422 => HostError::Invalid(message),
+                401 | 403 => HostError::Denied(format!(
+                    "{message}; the host's own Kubernetes identity lacks RBAC for this"
+                )),
+                429 | 500..=599 => HostError::Unavailable(message),
+                _ => HostError::Other(message),
+            }
+        }
+        other => HostError::Unavailable(format!("{what}: {other}")),
+    }
+}
+
+/// Writes for one guest. Holds that guest's informers to record its writes into.
+pub struct KubeCluster {
+    client: kube::Client,
+    /// Informers of the kinds the guest may read, for read-your-writes and API resources.
+    informers: BTreeMap<Gvk, Informer>,
+    /// Kinds found by discovery: the resource and whether it is namespaced.
+    discovered: Mutex<BTreeMap<Gvk, (ApiResource, bool)>>,
+    recorder: Recorder,
+    fence: WriteFence,
+}
+
+impl KubeCluster {
+    pub fn new(
+        client: kube::Client,
+        informers: BTreeMap<Gvk, Informer>,
+        reporter: &str,
+        fence: WriteFence,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: reporter.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            informers,
+            discovered: Mutex::new(BTreeMap::new()),
+            recorder,
+            fence,
+        }
+    }
+
+    /// The API of the object's kind, scoped as the reference says, once the reference's scope
+    /// matches the kind's. Every write passes here, so every write passes the fence.
+    async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, HostError> {
+        self.fence.check()?;
+        let kind = &object.kind;
+        let (resource, namespaced) = match self.informers.get(kind) {
+            Some(informer) => (informer.api_resource().clone(), informer.namespaced()),
+            None => {
+                let cached = self.discovered.lock().get(kind).cloned();
+                match cached {
+                    Some(found) => found,
+                    None => {
+                        let (resource, capabilities) =
+                            kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
+                                .await
+                                .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
+                        let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
+                        self.discovered
+                            .lock()
+                            .insert(kind.clone(), (resource.clone(), namespaced));
+                        (resource, namespaced)
+                    }
+                }
+            }
+        };
+        match (namespaced, object.namespace.as_deref()) {
+            (true, Some(ns)) => Ok(Api::namespaced_with(
+                self.client.clone(),
+                &path_segment(ns),
+                &resource,
+            )),
+            (false, None) => Ok(Api::all_with(self.client.clone(), &resource)),
+            (true, None) => Err(HostError::Invalid(format!(
+                "ref.namespace: {kind} is namespaced, so {object} needs a namespace"
+            ))),
+            (false, Some(_)) => Err(HostError::Invalid(format!(
+                "ref.namespace: {kind} is cluster-scoped, so {object} has no namespace"
+            ))),
+        }
+    }
+
+    /// Records an object the server returned into the cache of its kind, if it is the object
+    /// that was asked for; anything else is an error, never a cache entry.
+    fn remember(&self, asked: &ObjectRef, object: &DynamicObject) -> Result<(), HostError> {
+        let types = object.types.as_ref();
+        let same = types.is_some_and(|t| {
+            t.api_version == asked.kind.api_version() && t.kind == asked.kind.kind
+        }) && object.metadata.name.as_deref() == Some(asked.name.as_str())
+            && object.metadata.namespace.as_deref() == asked.namespace.as_deref();
+        if !same {
+            return Err(HostError::Other(format!(
+                "the API server answered a write of {asked} with another object ({:?} {:?}/{:?}); it was not cached",
+                types.map(|t| format!("{}/{}", t.api_version, t.kind)),
+                object.metadata.namespace,
+                object.metadata.name
+            )));
+        }
+        if let Some(informer) = self.informers.get(&asked.kind) {
+            informer.record_write(object.clone());
+        }
+        Ok(())
+    }
+
+    /// A JSON patch of `object` made by the host itself (finalizers).
+    pub(crate) async fn json_patch(
+        &self,
+        object: &ObjectRef,
+        ops: Vec<Value>,
+        what: &str,
+    ) -> Result<Value, HostError> {
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+            .map_err(|e| HostError::Other(format!("building the patch for {what}: {e}")))?;
+        let api = self.api(object).await?;
+        let written = api
+            .patch(
+                &path_segment(&object.name),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+            // A failed `test` op is a 422: the object changed under us, which is a conflict.
+            .map_err(
+                |e| match map_kube_error(e, &format!("{what} on {object}")) {
+                    HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
+                    other => other,
+                },
+            )?;
+        self.remember(object, &written)?;
+        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl Cluster for KubeCluster {
+    async fn patch_status(
+        &self,
+        manager: &str,
+        object: &ObjectRef,
+        patch: &Value,
+    ) -> Result<Value, HostError> {
+        let api = self.api(object).await?;
+        let params = PatchParams {
+            field_manager: Some(manager.to_owned()),
+            ..PatchParams::default()
+        };
+        let written = api
+            .patch_status(&path_segment(&object.name), &params, &Patch::Merge(patch))
+            .await
+            .map_err(|e| map_kube_error(e, &format!("status patch of {object}")))?;
+        self.remember(object, &written)?;
+        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+    }
+
+    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError> {
+        let target = ObjectRef::of_object(object).ok_or_else(|| {
+            HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
+        })?;
+        let api = self.api(&target).await?;
+        let written = api
+            .patch(
+                &path_segment(&target.name),
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(|e| map_kube_error(e, &format!("apply of {target}")))?;
+        self.remember(&target, &written)?;
+        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+    }
+
+    async fn delete(&self, _manager: &str, object: &ObjectRef) -> Result<bool, HostError> {
+        let api = self.api(object).await?;
+        match api
+            .delete(&path_segment(&object.name), &DeleteParams::default())
+            .await
+        {
+            Ok(either) => {
+                match either.left() {
+                    // Still there with a deletionTimestamp (finalizers): show that state.
+                    Some(marked) => self.remember(object, &marked)?,
+                    None => {
+                        if let Some(informer) = self.informers.get(&object.kind) {
+                            informer.record_delete(object.namespace.as_deref(), &object.name);
+                        }
+                    }
+                }
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            Err(e) => Err(map_kube_error(e, &format!("delete of {object}"))),
+        }
+    }
+
+    async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError> {
+        self.fence.check()?;
+        let regarding = &event.regarding;
+        let cached = self
+            .informers
+            .get(&regarding.kind)
+            .and_then(|i| i.get(regarding.namespace.as_deref(), &regarding.name));
+        let reference = ObjectReference {
+            api_version: Some(regarding.kind.api_version()),
+            kind: Some(regarding.kind.kind.clone()),
+            namespace: regarding.namespace.clone(),
+            name: Some(regarding.name.clone()),
+            uid: cached.as_ref().and_then(|o| o.metadata.uid.clone()),
+            resource_version: cached
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone()),
+            ..ObjectReference::default()
+        };
+        let published = Event {
+            type_: match event.event_type {
+                GuestEventType::Warning => EventType::Warning,
+                GuestEventType::Normal => EventType::Normal,
+            },
+            reason: truncate(&event.reason, 128),
+            note: Some(truncate(&event.message, 1024)),
+            action: truncate(manager, 128),
+            secondary: None,
+        };
+        self.recorder
+            .publish(&published, &reference)
+            .await
+            .map_err(|e| map_kube_error(e, &format!("event about {regarding}")))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// The lister over one guest's informers (every kind its grant lets it read).
+struct CacheLister(BTreeMap<Gvk, Informer>);
+
+impl CacheLister {
+    fn informer(&self, kind: &Gvk) -> Result<&Informer, HostError> {
+        self.0.get(kind).ok_or_else(|| {
+            HostError::Unavailable(format!(
+                "{kind} is granted but not cached: the API server did not serve it when the guest started"
+            ))
+        })
+    }
+}
+
+impl Lister for CacheLister {
+    fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
+        let informer = self.informer(&object.kind)?;
+        informer
+            .get(object.namespace.as_deref(), &object.name)
+            .map(|o| serde_json::to_string(&*o).map_err(|e| HostError::Other(e.to_string())))
+            .transpose()
+    }
+
+    fn list(
+        &self,
+        kind: &Gvk,
+        namespace: Option<&str>,
+        selector: Option<&kube::core::Selector>,
+    ) -> Result<Vec<String>, HostError> {
+        let informer = self.informer(kind)?;
+        informer
+            .list(namespace, selector)
+            .iter()
+            .map(|o| serde_json::to_string(&**o).map_err(|e| HostError::Other(e.to_string())))
+            .collect()
+    }
+}
+
+/// The guest's handle on its own work queue.
+struct QueueHandle(crate::queue::WorkQueue<ObjectKey>);
+
+impl WorkQueue for QueueHandle {
+    fn enqueue(&self, key: ObjectKey, after: Option<Duration>) -> Result<(), HostError> {
+        match after {
+            Some(delay) => self.0.add_after(key, delay),
+            None => self.0.add(key),
+        }
+        Ok(())
+    }
+
+    fn pending(&self) -> usize {
+        self.0.len() + self.0.delayed()
+    }
+}
