@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds every guest as a release WebAssembly component and collects them in
-# <repo>/target/guests/: network.wasm, widget.wasm, widget-v2.wasm, and the test guests
-# wrong-world.wasm, old-contract.wasm and bench.wasm (Rust, guests/*), and greeter.wasm
-# (Python, guests/python/build.sh).
+# <repo>/target/guests/: each Rust guest as <its directory's name>.wasm (network.wasm,
+# widget.wasm, widget-v2.wasm, hostile.wasm, ...), and greeter.wasm (Python,
+# guests/python/build.sh).
+#
+# Rust guests are discovered, not listed: every member of the guests workspace with a `cdylib`
+# target is one (the SDK is a plain library). `cargo metadata` names them; adding a guest is
+# adding a crate (see guests/README.md).
 #
 # Each Rust guest is then slimmed by tools/slim (reconciler-slim: the WASI stdio functions std
 # imports are answered inside the component, which makes every instantiation cheaper); the
@@ -16,8 +20,6 @@ guests="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$guests")"
 out="$repo/target/guests"
 target=wasm32-wasip2
-# cargo package name -> artefact name (cargo writes cdylibs with underscores)
-artefacts=(network:network widget:widget widget_v2:widget-v2 wrong_world:wrong-world old_contract:old-contract bench:bench)
 
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
 source "$repo/tools/cargo-env.sh"
@@ -37,6 +39,36 @@ if ! (cd "$repo" && cargo build --release --quiet -p reconciler-slim); then
     exit 1
 fi
 slim="${CARGO_TARGET_DIR:-$repo/target}/release/reconciler-slim"
+
+# "<file cargo writes>:<artefact name>" for every workspace member with a cdylib target: cargo
+# writes <target name, '-' as '_'>.wasm, the artefact is named after the crate's directory.
+discover() {
+    cargo metadata --format-version 1 --no-deps | python3 -c '
+import json, os, sys
+meta = json.load(sys.stdin)
+members = set(meta["workspace_members"])
+seen = {}
+for package in meta["packages"]:
+    if package["id"] not in members:
+        continue
+    for target in package["targets"]:
+        if "cdylib" not in target["kind"]:
+            continue
+        directory = os.path.dirname(package["manifest_path"])
+        artefact = os.path.basename(directory)
+        if artefact in seen:
+            sys.exit(f"two guests would both be {artefact}.wasm: {seen[artefact]} and {directory}; rename a directory")
+        seen[artefact] = directory
+        print(target["name"].replace("-", "_") + ":" + artefact)
+if not seen:
+    sys.exit("no workspace member has a cdylib target")
+'
+}
+if ! artefacts_text="$(discover)"; then
+    echo "build.sh: error: could not list the guests of the workspace in $guests (message above)" >&2
+    exit 1
+fi
+mapfile -t artefacts <<<"$artefacts_text"
 
 # Moves $1 over $2 unless their bytes are equal (then drops $1).
 replace_if_changed() {

@@ -167,6 +167,31 @@ impl HostProcess {
         Ok(status)
     }
 
+    /// SIGTERM, then waits at most `limit` for the process to exit. Returns its exit status
+    /// (none if it was still running at `limit`, when it is killed instead) and how long it took.
+    pub async fn terminate_within(
+        &mut self,
+        limit: Duration,
+    ) -> Result<(Option<std::process::ExitStatus>, Duration)> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("already stopped")
+        };
+        let pid = child.id().to_string();
+        let started = std::time::Instant::now();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok((Some(status), started.elapsed()));
+            }
+            if started.elapsed() >= limit {
+                self.kill()?;
+                return Ok((None, started.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default()
     }
