@@ -9,7 +9,7 @@
 //! and the resident memory of (b) and (c) with M objects cached.
 //!
 //! `cargo bench -p reconciler-host --bench controller` (or `./dev bench`). Prints figures;
-//! asserts nothing. BENCH_OBJECTS (N, default 1000), BENCH_RSS_OBJECTS (M, default 10000).
+//! asserts nothing. `BENCH_OBJECTS` (N, default 1000), `BENCH_RSS_OBJECTS` (M, default 10000).
 //! Starts (or reuses) a control plane in target/bench-control-plane via tools/control-plane/cp.
 
 #[path = "../../guests/testing/bench/src/logic.rs"]
@@ -81,9 +81,9 @@ fn sh(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-async fn orchestrate() -> anyhow::Result<()> {
-    let n = env_usize("BENCH_OBJECTS", 1000);
-    let m = env_usize("BENCH_RSS_OBJECTS", 10_000);
+/// Brings up (or reuses) the control plane with the Widget CRD established, and builds the
+/// guests and the release host binary; returns its kubeconfig and a client of it.
+async fn control_plane() -> anyhow::Result<(PathBuf, kube::Client)> {
     let cp_dir = repo().join("target/bench-control-plane");
     let cp = repo().join("tools/control-plane/cp");
     sh(Command::new(&cp)
@@ -109,10 +109,18 @@ async fn orchestrate() -> anyhow::Result<()> {
     ]))?;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig)?,
-        &Default::default(),
+        &kube::config::KubeConfigOptions::default(),
     )
     .await?;
-    let client = kube::Client::try_from(config)?;
+    Ok((kubeconfig, kube::Client::try_from(config)?))
+}
+
+// Counts and KiB figures, far below 2^52, become f64 only to be printed as rates and ratios.
+#[allow(clippy::cast_precision_loss)]
+async fn orchestrate() -> anyhow::Result<()> {
+    let n = env_usize("BENCH_OBJECTS", 1000);
+    let m = env_usize("BENCH_RSS_OBJECTS", 10_000);
+    let (kubeconfig, client) = control_plane().await?;
     let run_id = std::process::id();
 
     println!(
@@ -306,7 +314,7 @@ async fn run_until_reconciled(
         if done >= n {
             break Ok((started.elapsed(), rss_kib(child.id())));
         }
-        if started.elapsed() > Duration::from_secs(600) {
+        if started.elapsed() > Duration::from_mins(10) {
             break Err(anyhow::anyhow!(
                 "only {done} of {n} reconciled after 10 minutes"
             ));

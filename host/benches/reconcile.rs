@@ -82,6 +82,12 @@ struct Stats {
     p99: Duration,
 }
 
+// Sample counts are far below 2^52, and a quantile in [0, 1] keeps the index in range.
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
 fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
@@ -95,6 +101,15 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// Runs are interleaved in blocks of this many, so all see the same machine conditions while
+/// no run starts on the heap garbage of another kind of run (one by one, the store allocation
+/// of a wasm run after a native one paid ~1.3 µs for glibc consolidating the native run's
+/// freed chunks).
+const BLOCK: usize = 100;
+
+// One script, top to bottom: build and load the guests, set up the providers, warm up, run
+// interleaved, report; its steps share the closures and fixtures that splitting would thread.
+#[allow(clippy::too_many_lines)]
 fn main() {
     let status = std::process::Command::new(repo().join("guests/build.sh"))
         .stdout(std::process::Stdio::null())
@@ -110,7 +125,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let runtime = Runtime::new(RuntimeOptions {
+    let runtime = Runtime::new(&RuntimeOptions {
         cache_dir: Some(repo().join("target/bench-compile-cache")),
         ..RuntimeOptions::default()
     })
@@ -226,11 +241,6 @@ fn main() {
         .map(|_| Vec::with_capacity(iterations))
         .collect();
     let mut native = Vec::with_capacity(iterations);
-    // Interleaved in blocks of BLOCK runs, so all see the same machine conditions while no
-    // run starts on the heap garbage of another kind of run (one by one, the store allocation
-    // of a wasm run after a native one paid ~1.3 µs for glibc consolidating the native run's
-    // freed chunks).
-    const BLOCK: usize = 100;
     for block in 0..iterations.div_ceil(BLOCK) {
         let runs = BLOCK.min(iterations - block * BLOCK);
         for (i, guest) in guests.iter().enumerate() {

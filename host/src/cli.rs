@@ -164,7 +164,7 @@ async fn load_guest(
 
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = load_config(config.as_ref())?;
-    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: crate::host::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
@@ -218,7 +218,7 @@ async fn reconcile(
     } = options;
     let config = load_config(config.as_ref())?;
     let cache = Arc::new(MemoryCache::load(&objects)?);
-    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: crate::host::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);

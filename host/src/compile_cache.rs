@@ -339,7 +339,13 @@ mod tests {
     }
 
     fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        use std::fmt::Write as _;
+        bytes
+            .iter()
+            .fold(String::with_capacity(2 * bytes.len()), |mut out, b| {
+                let _ = write!(out, "{b:02x}");
+                out
+            })
     }
 
     #[test]

@@ -158,9 +158,9 @@ impl Limits {
     }
 
     /// The guest's per-guest rates, defaults filled in.
-    pub fn rates(&self) -> crate::capabilities::Rates {
-        let d = crate::capabilities::Rates::default();
-        crate::capabilities::Rates {
+    pub fn rates(&self) -> Rates {
+        let d = Rates::default();
+        Rates {
             writes_per_second: self.writes_per_second.unwrap_or(d.writes_per_second),
             write_burst: self.write_burst.unwrap_or(d.write_burst),
             events_per_second: self.events_per_second.unwrap_or(d.events_per_second),
@@ -177,6 +177,44 @@ impl Limits {
     pub fn memory_bytes(&self) -> usize {
         let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64);
         usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+}
+
+/// A guest's per-guest rates (`capabilities::Budget`), from its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rates {
+    pub writes_per_second: u32,
+    pub write_burst: u32,
+    pub events_per_second: u32,
+    pub event_burst: u32,
+    pub log_lines_per_second: u32,
+    pub log_burst: u32,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Self {
+            writes_per_second: 50,
+            write_burst: 100,
+            events_per_second: 5,
+            event_burst: 25,
+            log_lines_per_second: 100,
+            log_burst: 500,
+        }
+    }
+}
+
+impl Rates {
+    /// No practical limit: the offline runner without a configuration, benches.
+    pub fn unlimited() -> Self {
+        Self {
+            writes_per_second: u32::MAX,
+            write_burst: u32::MAX,
+            events_per_second: u32::MAX,
+            event_burst: u32::MAX,
+            log_lines_per_second: u32::MAX,
+            log_burst: u32::MAX,
+        }
     }
 }
 
@@ -317,7 +355,7 @@ impl Grant {
 mod tests {
     use super::*;
 
-    const HOST_YAML: &str = r#"
+    const HOST_YAML: &str = r"
 defaults:
   deadline: 3s
   memoryMiB: 48
@@ -329,7 +367,7 @@ guests:
     write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status, v1/Pod/status]
     backends: [network]
     limits: {deadline: 250ms}
-"#;
+";
 
     #[test]
     fn parses_grants_and_fills_limits_from_defaults() {

@@ -4,6 +4,9 @@
 //! the name was checked at load (`validation::finalizer`): no guest can add or remove
 //! `orphan`, `foregroundDeletion` or another controller's finalizer through the host.
 //!
+//! The patches are built here; the kube provider sends them (`KubeCluster::add_finalizer`,
+//! `KubeCluster::remove_finalizer`) and records the result into the cache.
+//!
 //! When a guest is unloaded for good, objects may still carry its finalizer and would then
 //! never finish deleting. [`Policy`] says what happens: `keep` (default: the operator decides,
 //! `/guests` and `reconciler_finalizer_orphaned` show what is left) or `release` after a grace
@@ -14,10 +17,6 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-use crate::capabilities::HostError;
-use crate::objects::ObjectRef;
-use crate::providers::kube::KubeCluster;
 
 /// What happens to a finalizer whose guest is gone (`finalizerPolicy:` in the configuration).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -46,15 +45,26 @@ pub enum OnUnload {
 }
 
 impl Policy {
-    pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
+    pub const DEFAULT_GRACE: Duration = Duration::from_mins(10);
 
     pub fn grace(&self) -> Duration {
         self.grace.unwrap_or(Self::DEFAULT_GRACE)
     }
 }
 
-/// The JSON patch adding `finalizer`, guarded by the resourceVersion; none when present.
-fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+/// Whether `object` carries `finalizer`.
+pub fn carries(object: &DynamicObject, finalizer: &str) -> bool {
+    object
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == finalizer)
+}
+
+/// The JSON patch adding `finalizer`, guarded by the resourceVersion (so it never races a
+/// concurrent change); none when the object has it already.
+pub fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
     let finalizers = current.metadata.finalizers.as_ref();
     if finalizers.is_some_and(|list| list.iter().any(|f| f == finalizer)) {
         return None;
@@ -70,7 +80,7 @@ fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
 }
 
 /// The JSON patch removing `finalizer`, a `test` op guarding its index; none when absent.
-fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+pub fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
     let index = current
         .metadata
         .finalizers
@@ -84,43 +94,6 @@ fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
     ])
 }
 
-/// Adds `finalizer` to the cached object unless present; returns the object as written, or
-/// none when it already had it. The patch tests the resourceVersion, so it never races a
-/// concurrent change.
-pub async fn add(
-    cluster: &KubeCluster,
-    object: &ObjectRef,
-    current: &DynamicObject,
-    finalizer: &str,
-) -> Result<Option<Value>, HostError> {
-    let Some(ops) = add_ops(current, finalizer) else {
-        return Ok(None);
-    };
-    cluster
-        .json_patch(object, ops, "adding the finalizer")
-        .await
-        .map(Some)
-}
-
-/// Removes `finalizer` if the cached object has it. Returns whether it was there.
-pub async fn remove(
-    cluster: &KubeCluster,
-    object: &ObjectRef,
-    current: &DynamicObject,
-    finalizer: &str,
-) -> Result<bool, HostError> {
-    let Some(ops) = remove_ops(current, finalizer) else {
-        return Ok(false);
-    };
-    match cluster
-        .json_patch(object, ops, "removing the finalizer")
-        .await
-    {
-        Ok(_) | Err(HostError::NotFound(_)) => Ok(true),
-        Err(e) => Err(e),
-    }
-}
-
 /// Objects of `api`'s kind that carry `finalizer`.
 pub async fn carrying(
     api: &Api<DynamicObject>,
@@ -130,13 +103,7 @@ pub async fn carrying(
     Ok(list
         .items
         .into_iter()
-        .filter(|o| {
-            o.metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == finalizer)
-        })
+        .filter(|o| carries(o, finalizer))
         .collect())
 }
 

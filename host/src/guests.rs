@@ -291,6 +291,8 @@ impl GuestDirectory {
             let path = entry?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Dot-files are editor temporaries and ConfigMap internals (`..data/`).
+            // Exactly `.wasm`, the name every guest build writes; `x.WASM` is not a guest.
+            #[allow(clippy::case_sensitive_file_extension_comparisons)]
             if name.starts_with('.') || !name.ends_with(".wasm") {
                 continue;
             }
@@ -327,7 +329,7 @@ impl GuestDirectory {
                         other: other.0.display().to_string(),
                     };
                     drop(state);
-                    return self.refuse(file, hash, previous, err);
+                    return self.refuse(file, hash, previous, &err);
                 }
                 if let Some(old) = &previous
                     && old.name() != name
@@ -357,7 +359,7 @@ impl GuestDirectory {
             }
             Err(err) => {
                 drop(state);
-                self.refuse(file, hash, previous, err);
+                self.refuse(file, hash, previous, &err);
             }
         }
     }
@@ -367,14 +369,15 @@ impl GuestDirectory {
         file: &Path,
         hash: String,
         previous: Option<Arc<ActiveGuest>>,
-        err: RefusalError,
+        err: &RefusalError,
     ) {
-        match &previous {
-            Some(old) => tracing::error!(
+        if let Some(old) = &previous {
+            tracing::error!(
                 file = %file.display(), keeping = %old.loaded.hash,
                 "guest refused, keeping the last good version: {err}"
-            ),
-            None => tracing::error!(file = %file.display(), "guest refused: {err}"),
+            );
+        } else {
+            tracing::error!(file = %file.display(), "guest refused: {err}");
         }
         if let Some(metrics) = &self.metrics {
             metrics.guest_load_failed(&file.display().to_string());

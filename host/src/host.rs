@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
@@ -83,19 +84,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dir.display()
     );
 
-    let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
-    for (name, backend) in &config.backends {
-        // No network may cover the API server (the cluster URL's host as it resolves now).
-        let url = kube::Config::infer()
-            .await
-            .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster)")?
-            .cluster_url;
-        let api_server =
-            crate::backends::api_server_addresses(url.host().unwrap_or(""), url.port_u16())?;
-        let provider = crate::backends::from_config(backend, &api_server)
-            .with_context(|| format!("backend `{name}`"))?;
-        networks.insert(name.clone(), provider);
-    }
+    let networks = network_backends(&config).await?;
 
     let client = kube::Client::try_default()
         .await
@@ -108,7 +97,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..Options::default()
         },
     );
-    let runtime = Arc::new(Runtime::new(RuntimeOptions {
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         ..RuntimeOptions::default()
     })?);
@@ -132,21 +121,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
 
     let election = if args.leader_elect {
-        let identity = args.identity.clone().unwrap_or_else(default_identity);
-        let options = LeaderOptions {
-            lease_name: args.lease_name.clone(),
-            namespace: args.lease_namespace.clone(),
-            identity: identity.clone(),
-            duration: args.lease_duration,
-            grace: args.lease_duration / 3,
-        };
-        tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
-        // A client of its own (its own connections): guests' writes, however many, never
-        // queue ahead of a lease renewal.
-        let lease_client = kube::Client::try_default()
-            .await
-            .context("cannot build the leader election's Kubernetes client")?;
-        Some(Election::start(lease_client, &options).await?)
+        Some(join_election(&args).await?)
     } else {
         None
     };
@@ -175,45 +150,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         manager.start_all().await;
     }
 
-    let mut retry = tokio::time::interval(START_RETRY);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            changed = async {
-                match &mut is_leader {
-                    Some(rx) => rx.changed().await.map(|()| *rx.borrow()),
-                    None => std::future::pending().await,
-                }
-            } => {
-                let Ok(leading) = changed else { anyhow::bail!("leader election stopped") };
-                if leading != manager.leading {
-                    manager.leading = leading;
-                    metrics.set_leader(leading);
-                    if leading {
-                        tracing::info!("became the leader; starting controllers");
-                        manager.shared.fence.open();
-                        manager.start_all().await;
-                    } else {
-                        // The fence closes first: a reconcile still running writes nothing more.
-                        tracing::warn!("lost the lease; stopping every controller now");
-                        manager.shared.fence.close();
-                        manager.abort_all().await;
-                    }
-                }
-            }
-            event = guest_events.recv() => match event {
-                Ok(event) => manager.on_guest_event(event).await,
-                Err(RecvError::Lagged(_)) => manager.resync().await,
-                Err(RecvError::Closed) => anyhow::bail!("the guest directory watcher stopped"),
-            },
-            _ = retry.tick() => {
-                manager.retry_pending().await;
-                manager.release_due().await;
-            }
-        }
-    }
+    manager
+        .run_until_shutdown(&mut is_leader, &mut guest_events)
+        .await?;
 
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
@@ -226,10 +165,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The network providers named in the configuration, each kept off the API server's
+/// addresses (the cluster URL's host as it resolves now).
+async fn network_backends(
+    config: &HostConfig,
+) -> anyhow::Result<BTreeMap<String, Arc<dyn NetworkBackend>>> {
+    let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
+    for (name, backend) in &config.backends {
+        let url = kube::Config::infer()
+            .await
+            .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster)")?
+            .cluster_url;
+        let api_server =
+            crate::backends::api_server_addresses(url.host().unwrap_or(""), url.port_u16())?;
+        let provider = crate::backends::from_config(backend, &api_server)
+            .with_context(|| format!("backend `{name}`"))?;
+        networks.insert(name.clone(), provider);
+    }
+    Ok(networks)
+}
+
+async fn join_election(args: &RunArgs) -> anyhow::Result<Election> {
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let options = LeaderOptions {
+        lease_name: args.lease_name.clone(),
+        namespace: args.lease_namespace.clone(),
+        identity: identity.clone(),
+        duration: args.lease_duration,
+        grace: args.lease_duration / 3,
+    };
+    tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
+    // A client of its own (its own connections): guests' writes, however many, never
+    // queue ahead of a lease renewal.
+    let lease_client = kube::Client::try_default()
+        .await
+        .context("cannot build the leader election's Kubernetes client")?;
+    Election::start(lease_client, &options).await
+}
+
 fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
+        .map_or_else(|_| "host".into(), |h| h.trim().to_owned());
     format!("{host}-{}", std::process::id())
 }
 
@@ -261,6 +237,41 @@ struct Manager {
 }
 
 impl Manager {
+    /// Follows leadership, guest changes and the retry timer until SIGTERM/SIGINT. Errs when
+    /// the election or the guest directory watcher stops, which leaves the host blind.
+    async fn run_until_shutdown(
+        &mut self,
+        is_leader: &mut Option<watch::Receiver<bool>>,
+        guest_events: &mut broadcast::Receiver<GuestEvent>,
+    ) -> anyhow::Result<()> {
+        let mut retry = tokio::time::interval(START_RETRY);
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                changed = async {
+                    match is_leader {
+                        Some(rx) => rx.changed().await.map(|()| *rx.borrow()),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Ok(leading) = changed else { anyhow::bail!("leader election stopped") };
+                    self.set_leading(leading).await;
+                }
+                event = guest_events.recv() => match event {
+                    Ok(event) => self.on_guest_event(event).await,
+                    Err(RecvError::Lagged(_)) => self.resync().await,
+                    Err(RecvError::Closed) => anyhow::bail!("the guest directory watcher stopped"),
+                },
+                _ = retry.tick() => {
+                    self.retry_pending().await;
+                    self.release_due().await;
+                }
+            }
+        }
+    }
+
     async fn on_guest_event(&mut self, event: GuestEvent) {
         match event {
             GuestEvent::Loaded(guest) => {
@@ -372,7 +383,7 @@ impl Manager {
                     });
                 }
                 Err(e) => {
-                    tracing::warn!(guest = %name, "releasing the finalizer failed, will retry: {e}")
+                    tracing::warn!(guest = %name, "releasing the finalizer failed, will retry: {e}");
                 }
             }
         }
@@ -392,6 +403,26 @@ impl Manager {
             _ => kube::Api::all_with(client.clone(), &resource),
         };
         crate::finalizer::release_all(&api, &orphan.finalizer).await
+    }
+
+    /// Follows a change of leadership: a new leader starts every controller, a replica that
+    /// lost the lease stops them all at once.
+    async fn set_leading(&mut self, leading: bool) {
+        if leading == self.leading {
+            return;
+        }
+        self.leading = leading;
+        self.shared.metrics.set_leader(leading);
+        if leading {
+            tracing::info!("became the leader; starting controllers");
+            self.shared.fence.open();
+            self.start_all().await;
+        } else {
+            // The fence closes first: a reconcile still running writes nothing more.
+            tracing::warn!("lost the lease; stopping every controller now");
+            self.shared.fence.close();
+            self.abort_all().await;
+        }
     }
 
     async fn start_all(&mut self) {

@@ -224,6 +224,63 @@ struct WorkqueueFamilies {
     longest_running: Family<QueueLabels, FloatGauge>,
 }
 
+impl WorkqueueFamilies {
+    /// The `workqueue_*` families, under client-go's names and help texts.
+    fn register(registry: &mut Registry) -> Self {
+        let workqueue = Self {
+            depth: Family::default(),
+            adds: Family::default(),
+            queue_duration: Family::new_with_constructor(workqueue_histogram),
+            work_duration: Family::new_with_constructor(workqueue_histogram),
+            retries: Family::default(),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+        };
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            workqueue.depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            workqueue.adds.clone(),
+        );
+        registry.register_with_unit(
+            "workqueue_queue_duration",
+            "How long in seconds an item stays in workqueue before being requested",
+            Unit::Seconds,
+            workqueue.queue_duration.clone(),
+        );
+        registry.register_with_unit(
+            "workqueue_work_duration",
+            "How long in seconds processing an item from workqueue takes",
+            Unit::Seconds,
+            workqueue.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            workqueue.retries.clone(),
+        );
+        registry.register_with_unit(
+            "workqueue_unfinished_work",
+            "How many seconds of work has been done that is in progress and hasn't been \
+             observed by work_duration. Large values indicate stuck threads. One can deduce \
+             the number of stuck threads by observing the rate at which this increases.",
+            Unit::Seconds,
+            workqueue.unfinished_work.clone(),
+        );
+        registry.register_with_unit(
+            "workqueue_longest_running_processor",
+            "How many seconds has the longest running processor for workqueue been running",
+            Unit::Seconds,
+            workqueue.longest_running.clone(),
+        );
+        workqueue
+    }
+}
+
 struct Inner {
     registry: Registry,
     workqueue: WorkqueueFamilies,
@@ -266,58 +323,8 @@ impl Metrics {
     #[must_use]
     pub fn new() -> Self {
         let mut registry = Registry::default();
-
-        let workqueue = WorkqueueFamilies {
-            depth: Family::default(),
-            adds: Family::default(),
-            queue_duration: Family::new_with_constructor(workqueue_histogram),
-            work_duration: Family::new_with_constructor(workqueue_histogram),
-            retries: Family::default(),
-            unfinished_work: Family::default(),
-            longest_running: Family::default(),
-        };
         // Counters are registered without `_total`: the encoder appends it.
-        registry.register(
-            "workqueue_depth",
-            "Current depth of workqueue",
-            workqueue.depth.clone(),
-        );
-        registry.register(
-            "workqueue_adds",
-            "Total number of adds handled by workqueue",
-            workqueue.adds.clone(),
-        );
-        registry.register_with_unit(
-            "workqueue_queue_duration",
-            "How long in seconds an item stays in workqueue before being requested",
-            Unit::Seconds,
-            workqueue.queue_duration.clone(),
-        );
-        registry.register_with_unit(
-            "workqueue_work_duration",
-            "How long in seconds processing an item from workqueue takes",
-            Unit::Seconds,
-            workqueue.work_duration.clone(),
-        );
-        registry.register(
-            "workqueue_retries",
-            "Total number of retries handled by workqueue",
-            workqueue.retries.clone(),
-        );
-        registry.register_with_unit(
-            "workqueue_unfinished_work",
-            "How many seconds of work has been done that is in progress and hasn't been \
-             observed by work_duration. Large values indicate stuck threads. One can deduce \
-             the number of stuck threads by observing the rate at which this increases.",
-            Unit::Seconds,
-            workqueue.unfinished_work.clone(),
-        );
-        registry.register_with_unit(
-            "workqueue_longest_running_processor",
-            "How many seconds has the longest running processor for workqueue been running",
-            Unit::Seconds,
-            workqueue.longest_running.clone(),
-        );
+        let workqueue = WorkqueueFamilies::register(&mut registry);
 
         let reconcile_total = Family::<ReconcileLabels, Counter>::default();
         registry.register(

@@ -68,7 +68,7 @@ pub use crate::objects::ObjectKey;
 
 /// How fast retries may come. The defaults are client-go's
 /// `DefaultTypedControllerRateLimiter`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueConfig {
     /// Delay of a key's first rate-limited retry; doubles with every further failure.
     pub base_delay: Duration,
@@ -501,7 +501,7 @@ impl<K> Ord for Delayed<K> {
 
 /// A deadline nobody will live to see, for delays too large to add to an `Instant`.
 fn far_future(now: Instant) -> Instant {
-    const THIRTY_YEARS: Duration = Duration::from_secs(86_400 * 365 * 30);
+    const THIRTY_YEARS: Duration = Duration::from_hours(24 * 365 * 30);
     now + THIRTY_YEARS
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Cost model, per guest version:
 //! - compile: once per content hash; the artefact is cached on disk keyed by the content's
-//!   SHA-256 and the engine's compatibility hash, so a restart or a re-added file only maps it.
+//!   SHA-256 and the engine's compatibility hash, so a restart or a re-added file only loads
+//!   and verifies it (`compile_cache`).
 //! - `InstancePre`: once; it resolves every import against the host's linker up front, and the
 //!   exports' types are checked once (by instantiating it for `manifest()`), not per instance.
 //!
@@ -349,7 +350,7 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
-    pub fn new(options: RuntimeOptions) -> anyhow::Result<Self> {
+    pub fn new(options: &RuntimeOptions) -> anyhow::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let instances = options.max_instances.max(1);
         pool.total_component_instances(instances)
@@ -571,7 +572,7 @@ impl Runtime {
                 match unsafe { Component::deserialize(&self.engine, verified.bytes()) } {
                     Ok(component) => return Ok(component),
                     Err(e) => {
-                        tracing::warn!(entry, "discarding unreadable compile cache entry: {e:#}")
+                        tracing::warn!(entry, "discarding unreadable compile cache entry: {e:#}");
                     }
                 }
             }
@@ -667,7 +668,7 @@ impl Runtime {
             Ok(Ok(Ok(action))) => Outcome::Ok {
                 requeue_after_ms: action
                     .requeue_after_ms
-                    .map(|ms| ms.min(crate::capabilities::queue::MAX_DELAY.as_millis() as u64)),
+                    .map(|ms| ms.min(crate::capabilities::queue::MAX_DELAY_MS)),
             },
             Ok(Ok(Err(crate::wit::types::ReconcileError::Transient(m)))) => {
                 Outcome::Transient(crate::validation::message(&m))
@@ -787,10 +788,7 @@ impl wasmtime_wasi::HostWallClock for FixedClock {
 /// SHA-256 of a component's bytes, hex: the identity of a guest version (compile cache key,
 /// `/guests`, change detection in the guest directory).
 pub fn content_hash(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// Why a component did not compile, in one line: wasmparser's messages carry multi-line debug

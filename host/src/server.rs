@@ -132,7 +132,7 @@ async fn accept_loop(listener: TcpListener, app: Router, options: ServerOptions)
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::debug!(%peer, "HTTP connection failed: {e}"),
                 Err(_) => {
-                    tracing::debug!(%peer, "HTTP connection dropped: not done within {limit:?}")
+                    tracing::debug!(%peer, "HTTP connection dropped: not done within {limit:?}");
                 }
             }
         });
@@ -249,7 +249,7 @@ mod tests {
     #[tokio::test]
     async fn the_request_timeout_bounds_the_whole_exchange() {
         let addr = start(ServerOptions {
-            header_read_timeout: Duration::from_secs(60),
+            header_read_timeout: Duration::from_mins(1),
             request_timeout: Duration::from_millis(300),
             ..ServerOptions::default()
         })

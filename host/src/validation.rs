@@ -15,7 +15,7 @@ use crate::objects::{Gvk, ObjectRef};
 /// Largest JSON body (object, patch) a guest may hand over: the API server's own request limit
 /// is 3 MiB, and etcd refuses objects above 1.5 MiB.
 pub const MAX_BODY_BYTES: usize = 3 << 20;
-/// Deepest nesting of a JSON body (serde_json refuses beyond 128 anyway; this names the cap).
+/// Deepest nesting of a JSON body (`serde_json` refuses beyond 128 anyway; this names the cap).
 pub const MAX_JSON_DEPTH: usize = 100;
 /// Longest log line, event message or error text kept from a guest; the rest is cut off.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
@@ -60,50 +60,41 @@ pub fn shown(value: &str) -> String {
 /// A DNS-1123 label: 1-63 of `[a-z0-9-]`, starting and ending with an alphanumeric. The rule
 /// for namespaces.
 pub fn dns1123_label(field: &str, value: &str) -> Result<(), Invalid> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
+    if value.len() <= 63 && is_label(value) {
+        return Ok(());
+    }
+    Err(Invalid::new(
+        field,
+        format!(
+            "{} is not a DNS-1123 label (1-63 lower-case letters, digits or '-', starting and ending with a letter or digit)",
+            shown(value)
+        ),
+    ))
+}
+
+/// The shape of one DNS-1123 label, its length aside.
+fn is_label(label: &str) -> bool {
+    !label.is_empty()
+        && label
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && value.as_bytes()[0] != b'-'
-        && value.as_bytes()[value.len() - 1] != b'-';
-    if ok {
-        Ok(())
-    } else {
-        Err(Invalid::new(
-            field,
-            format!(
-                "{} is not a DNS-1123 label (1-63 lower-case letters, digits or '-', starting and ending with a letter or digit)",
-                shown(value)
-            ),
-        ))
-    }
+        && !label.starts_with('-')
+        && !label.ends_with('-')
 }
 
 /// A DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels. The rule for
 /// API groups and most object names.
 pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), Invalid> {
-    let ok = !value.is_empty()
-        && value.len() <= MAX_NAME_BYTES
-        && value.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(Invalid::new(
-            field,
-            format!(
-                "{} is not a DNS-1123 subdomain (at most 253 lower-case letters, digits, '-' and '.')",
-                shown(value)
-            ),
-        ))
+    if value.len() <= MAX_NAME_BYTES && value.split('.').all(is_label) {
+        return Ok(());
     }
+    Err(Invalid::new(
+        field,
+        format!(
+            "{} is not a DNS-1123 subdomain (at most 253 lower-case letters, digits, '-' and '.')",
+            shown(value)
+        ),
+    ))
 }
 
 /// An object name as the API server accepts it in a request path: not empty, at most 253
@@ -231,7 +222,7 @@ pub fn finalizer(field: &str, value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// An event reason: UpperCamelCase, 1-128 ASCII letters and digits.
+/// An event reason: `UpperCamelCase`, 1-128 ASCII letters and digits.
 pub fn event_reason(field: &str, value: &str) -> Result<(), Invalid> {
     let ok = !value.is_empty()
         && value.len() <= MAX_REASON_BYTES

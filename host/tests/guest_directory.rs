@@ -19,7 +19,7 @@ fn grants() -> String {
 
 fn directory(dir: &Path, grants: &str) -> Arc<GuestDirectory> {
     let runtime = Arc::new(
-        Runtime::new(RuntimeOptions {
+        Runtime::new(&RuntimeOptions {
             cache_dir: Some(common::cache_dir()),
             ..RuntimeOptions::default()
         })

@@ -37,7 +37,7 @@ fn refused(runtime: &Runtime, name: &str) -> LoadError {
         .expect_err("the guest must be refused")
 }
 
-fn widget(name: &str, spec: Value) -> Value {
+fn widget(name: &str, spec: &Value) -> Value {
     json!({
         "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
         "metadata": {"name": name, "namespace": "ns", "generation": 1, "uid": "uid-1", "resourceVersion": "10"},
@@ -62,11 +62,11 @@ fn reconcile(
     runtime: &Runtime,
     guest: &LoadedGuest,
     h: &Harness,
-    object: Value,
+    object: &Value,
 ) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
     h.cache.put(object.clone());
     let request = Request {
-        object_ref: ObjectRef::of_object(&object).unwrap(),
+        object_ref: ObjectRef::of_object(object).unwrap(),
         object: Some(object.to_string()),
         deleting: false,
         attempt: 0,
@@ -99,7 +99,7 @@ fn assert_still_serving(runtime: &Runtime, guest: &LoadedGuest) {
         runtime,
         guest,
         &h,
-        widget("after", json!({"message": "still here"})),
+        &widget("after", &json!({"message": "still here"})),
     );
     assert_eq!(
         outcome,
@@ -146,7 +146,7 @@ fn a_reconcile_runs_in_a_fresh_instance_and_records_its_calls() {
         &runtime,
         &guest,
         &h,
-        widget("w", json!({"requeueAfterMs": 250, "message": "hi"})),
+        &widget("w", &json!({"requeueAfterMs": 250, "message": "hi"})),
     );
     assert_eq!(
         outcome,
@@ -164,9 +164,9 @@ fn a_reconcile_runs_in_a_fresh_instance_and_records_its_calls() {
     // so a second reconcile — a fresh instance, no guest state kept — counts on from it.
     let stored = h
         .cache
-        .get(&ObjectRef::of_object(&widget("w", json!({}))).unwrap())
+        .get(&ObjectRef::of_object(&widget("w", &json!({}))).unwrap())
         .unwrap();
-    let (_, calls) = reconcile(&runtime, &guest, &h, stored);
+    let (_, calls) = reconcile(&runtime, &guest, &h, &stored);
     let patch = calls.iter().find(|c| c.function == "patch-status").unwrap();
     assert_eq!(patch.args["patch"]["status"]["reconciles"], 2);
 }
@@ -228,7 +228,7 @@ fn a_guest_built_against_another_revision_of_the_contract_is_refused() {
 
 #[test]
 fn no_free_instance_slot_is_a_transient_error_not_a_guest_fault() {
-    let runtime = Runtime::new(RuntimeOptions {
+    let runtime = Runtime::new(&RuntimeOptions {
         cache_dir: Some(common::cache_dir()),
         max_instances: 1,
         ..RuntimeOptions::default()
@@ -243,13 +243,13 @@ fn no_free_instance_slot_is_a_transient_error_not_a_guest_fault() {
                 &runtime,
                 &guest,
                 &h,
-                widget("busy", json!({"mode": "sleep", "sleepMs": 1500})),
+                &widget("busy", &json!({"mode": "sleep", "sleepMs": 1500})),
             )
             .0
         });
         std::thread::sleep(Duration::from_millis(300));
         let h = harness(Grant::unrestricted());
-        let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", json!({})));
+        let (outcome, calls) = reconcile(&runtime, &guest, &h, &widget("w", &json!({})));
         let Outcome::Transient(message) = outcome else {
             panic!("expected a transient error, got {outcome:?}")
         };
@@ -273,7 +273,7 @@ fn a_trapping_guest_fails_that_reconcile_with_its_panic_message() {
     for name in ["widget", "unslimmed/widget"] {
         let guest = load(&runtime, name);
         let h = harness(Grant::unrestricted());
-        let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "trap"})));
+        let (outcome, _) = reconcile(&runtime, &guest, &h, &widget("w", &json!({"mode": "trap"})));
         let Outcome::Trap(message) = outcome else {
             panic!("{name}: expected a trap, got {outcome:?}")
         };
@@ -290,7 +290,7 @@ fn a_guest_that_loops_forever_is_interrupted_at_its_deadline() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
     let h = harness(with_limits(Duration::from_millis(200), 64));
-    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "loop"})));
+    let (outcome, _) = reconcile(&runtime, &guest, &h, &widget("w", &json!({"mode": "loop"})));
     let Outcome::Deadline(message) = outcome else {
         panic!("expected a deadline hit, got {outcome:?}")
     };
@@ -311,7 +311,7 @@ fn a_guest_asleep_in_a_wasi_call_is_cancelled_at_its_deadline() {
         "data": {"attack": "sleep"},
     });
     let started = std::time::Instant::now();
-    let (outcome, _) = reconcile(&runtime, &guest, &h, attack);
+    let (outcome, _) = reconcile(&runtime, &guest, &h, &attack);
     let took = started.elapsed();
     let Outcome::Deadline(message) = outcome else {
         panic!("expected a deadline hit, got {outcome:?}")
@@ -328,7 +328,7 @@ fn a_guest_that_allocates_without_bound_hits_its_memory_cap() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
     let h = harness(with_limits(Duration::from_secs(10), 16));
-    let (outcome, _) = reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "hog"})));
+    let (outcome, _) = reconcile(&runtime, &guest, &h, &widget("w", &json!({"mode": "hog"})));
     let Outcome::MemoryLimit(message) = outcome else {
         panic!("expected a memory-limit hit, got {outcome:?}")
     };
@@ -347,7 +347,7 @@ fn a_call_outside_the_grant_returns_denied_to_the_guest() {
     .unwrap();
     let h = harness(config.grant("widget").unwrap());
     let spec = json!({"get": {"group": "", "version": "v1", "kind": "Secret", "namespace": "ns", "name": "s"}, "configMap": true});
-    let (outcome, calls) = reconcile(&runtime, &guest, &h, widget("w", spec));
+    let (outcome, calls) = reconcile(&runtime, &guest, &h, &widget("w", &spec));
     // The guest saw the denial and carried on: it wrote the text into its status.
     let get = calls.iter().find(|c| c.interface == "lister").unwrap();
     assert_eq!(
@@ -440,7 +440,7 @@ fn a_compile_cache_that_cannot_be_written_does_not_refuse_the_guest() {
 
 /// A runtime whose compile cache is `dir`.
 fn caching_runtime(dir: &Path) -> Runtime {
-    Runtime::new(RuntimeOptions {
+    Runtime::new(&RuntimeOptions {
         cache_dir: Some(dir.to_owned()),
         ..RuntimeOptions::default()
     })
@@ -483,7 +483,7 @@ fn slimming_drops_exactly_the_wasi_stdio_imports() {
     let gone: BTreeSet<String> = before.difference(&after).cloned().collect();
     let stdio = reconciler_slim::STDIO
         .iter()
-        .map(|s| s.to_string())
+        .map(ToString::to_string)
         .collect();
     assert_eq!(gone, stdio);
     assert!(after.is_subset(&before), "{after:?}");
@@ -525,7 +525,7 @@ fn a_slimmed_guest_reconciles_as_the_original_does() {
                 &runtime,
                 &guest,
                 &harness(Grant::unrestricted()),
-                widget("w", spec.clone()),
+                &widget("w", &spec),
             );
             let called: Vec<_> = calls.iter().map(|c| (c.interface, c.function)).collect();
             (outcome, called)
@@ -547,8 +547,12 @@ fn a_slimmed_guest_that_reads_stdin_and_prints_carries_on() {
     for name in ["widget", "unslimmed/widget"] {
         let guest = load(&runtime, name);
         let h = harness(Grant::unrestricted());
-        let (outcome, calls) =
-            reconcile(&runtime, &guest, &h, widget("w", json!({"mode": "print"})));
+        let (outcome, calls) = reconcile(
+            &runtime,
+            &guest,
+            &h,
+            &widget("w", &json!({"mode": "print"})),
+        );
         assert_eq!(
             outcome,
             Outcome::Ok {

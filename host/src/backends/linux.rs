@@ -94,7 +94,7 @@ impl LinuxBackend {
     ///
     /// Blocks briefly while its thread enters the namespace and opens the netlink socket, so
     /// a missing namespace or a bad prefix fails here with the fix in the message. Needs
-    /// CAP_SYS_ADMIN to enter a namespace and CAP_NET_ADMIN in it to change links.
+    /// `CAP_SYS_ADMIN` to enter a namespace and `CAP_NET_ADMIN` in it to change links.
     pub fn new(netns: Option<&str>, bridge_prefix: &str) -> Result<Self> {
         validate_bridge_prefix(bridge_prefix)?;
         if let Some(name) = netns {
@@ -506,8 +506,8 @@ impl Worker {
         }
     }
 
-    fn failed(&self, action: &str, bridge: &str, err: rtnetlink::Error) -> BackendError {
-        let hint = if is_errno(&err, Errno::EPERM) || is_errno(&err, Errno::EACCES) {
+    fn failed(&self, action: &str, bridge: &str, err: &rtnetlink::Error) -> BackendError {
+        let hint = if is_errno(err, Errno::EPERM) || is_errno(err, Errno::EACCES) {
             "; the host needs CAP_NET_ADMIN in that namespace"
         } else {
             ""
@@ -530,7 +530,7 @@ impl Worker {
         match result {
             Ok(msg) => Ok(msg.map(Link::from_message)),
             Err(err) if is_errno(&err, Errno::ENODEV) => Ok(None),
-            Err(err) => Err(self.failed("look up", name, err)),
+            Err(err) => Err(self.failed("look up", name, &err)),
         }
     }
 
@@ -543,7 +543,7 @@ impl Worker {
             .execute()
             .try_collect()
             .await
-            .map_err(|err| self.failed("list links for", &format!("{}-*", self.prefix), err))?;
+            .map_err(|err| self.failed("list links for", &format!("{}-*", self.prefix), &err))?;
         Ok(messages.into_iter().map(Link::from_message).collect())
     }
 
@@ -600,7 +600,7 @@ impl Worker {
             .execute()
             .try_collect()
             .await
-            .map_err(|err| self.failed("read addresses of", bridge, err))
+            .map_err(|err| self.failed("read addresses of", bridge, &err))
     }
 
     async fn get(&self, id: &str) -> Result<Option<NetworkStatus>> {
@@ -638,42 +638,39 @@ impl Worker {
         )?;
         let name = bridge_name(&self.prefix, &spec.id);
 
-        let link = match self.link_by_name(&name).await? {
-            Some(link) => {
-                if !link.is_bridge() {
-                    let kind = link
-                        .kind
-                        .map_or("device without a kind".into(), |k| k.to_string());
-                    return Err(BackendError::Other(format!(
-                        "network `{}`: interface `{name}` in {} is a {kind}, not a bridge this \
-                         host made; remove it or use another bridge-prefix",
-                        spec.id, self.place
-                    )));
-                }
-                if let Some(owner) = link.alias.as_deref().filter(|owner| *owner != spec.id) {
-                    return Err(BackendError::Other(format!(
-                        "network `{}`: bridge `{name}` in {} belongs to network `{owner}` (its \
-                         alias); the two ids collide in the name hash, so rename one object or \
-                         use a shorter bridge-prefix",
-                        spec.id, self.place
-                    )));
-                }
-                link
+        let link = if let Some(link) = self.link_by_name(&name).await? {
+            if !link.is_bridge() {
+                let kind = link
+                    .kind
+                    .map_or("device without a kind".into(), |k| k.to_string());
+                return Err(BackendError::Other(format!(
+                    "network `{}`: interface `{name}` in {} is a {kind}, not a bridge this \
+                     host made; remove it or use another bridge-prefix",
+                    spec.id, self.place
+                )));
             }
-            None => {
-                self.handle
-                    .link()
-                    .add(LinkMessageBuilder::<LinkBridge>::new(&name).build())
-                    .execute()
-                    .await
-                    .map_err(|err| self.failed("create", &name, err))?;
-                self.link_by_name(&name).await?.ok_or_else(|| {
-                    BackendError::Unavailable(format!(
-                        "bridge `{name}` in {} vanished right after it was created; retry",
-                        self.place
-                    ))
-                })?
+            if let Some(owner) = link.alias.as_deref().filter(|owner| *owner != spec.id) {
+                return Err(BackendError::Other(format!(
+                    "network `{}`: bridge `{name}` in {} belongs to network `{owner}` (its \
+                     alias); the two ids collide in the name hash, so rename one object or \
+                     use a shorter bridge-prefix",
+                    spec.id, self.place
+                )));
             }
+            link
+        } else {
+            self.handle
+                .link()
+                .add(LinkMessageBuilder::<LinkBridge>::new(&name).build())
+                .execute()
+                .await
+                .map_err(|err| self.failed("create", &name, &err))?;
+            self.link_by_name(&name).await?.ok_or_else(|| {
+                BackendError::Unavailable(format!(
+                    "bridge `{name}` in {} vanished right after it was created; retry",
+                    self.place
+                ))
+            })?
         };
 
         // The alias goes on before any address, so a bridge that carries our address always
@@ -688,7 +685,7 @@ impl Worker {
                 .set(message)
                 .execute()
                 .await
-                .map_err(|err| self.failed("set alias and up on", &name, err))?;
+                .map_err(|err| self.failed("set alias and up on", &name, &err))?;
         }
 
         self.converge_address(spec, link.index, &name).await?;
@@ -715,7 +712,7 @@ impl Worker {
                     Ok(()) => changed = true,
                     // Already gone: removing an IPv4 primary also drops its secondaries.
                     Err(err) if is_errno(&err, Errno::EADDRNOTAVAIL) => changed = true,
-                    Err(err) => return Err(self.failed("remove an address from", name, err)),
+                    Err(err) => return Err(self.failed("remove an address from", name, &err)),
                 }
             }
         }
@@ -734,7 +731,7 @@ impl Worker {
                 .execute()
                 .await
                 .map_err(|err| {
-                    self.failed(&format!("add {}/{} to", wanted.0, wanted.1), name, err)
+                    self.failed(&format!("add {}/{} to", wanted.0, wanted.1), name, &err)
                 })?;
         }
         Ok(())
@@ -754,7 +751,7 @@ impl Worker {
         match self.handle.link().del(link.index).execute().await {
             Ok(()) => Ok(true),
             Err(err) if is_errno(&err, Errno::ENODEV) => Ok(false),
-            Err(err) => Err(self.failed("delete", &name, err)),
+            Err(err) => Err(self.failed("delete", &name, &err)),
         }
     }
 }

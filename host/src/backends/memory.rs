@@ -242,6 +242,106 @@ mod tests {
         assert!(backend.list().await.unwrap().is_empty());
     }
 
+    /// One case per rule of the policy: cidr, gateway, and the exact words of the refusal.
+    const POLICY_REFUSALS: &[(&str, &str, &str)] = &[
+        (
+            "0.0.0.0/0",
+            "10.0.0.1",
+            "cidr `0.0.0.0/0` is broader than /8, the broadest prefix a network may have \
+             (broader ones are default routes and their halves); use /8 or narrower, e.g. \
+             `10.10.0.0/24`",
+        ),
+        (
+            "fd00::/8",
+            "fd00::1",
+            "cidr `fd00::/8` is broader than /16, the broadest prefix a network may have \
+             (broader ones are default routes and their halves); use /16 or narrower, e.g. \
+             `fd00:10::/64`",
+        ),
+        (
+            "127.0.0.0/8",
+            "127.0.0.1",
+            "cidr `127.0.0.0/8` overlaps loopback 127.0.0.0/8 (the host's own services), \
+             which no network may use; pick a private range such as `10.10.0.0/24`",
+        ),
+        (
+            "::1/128",
+            "::1",
+            "cidr `::1/128` overlaps loopback ::1, which no network may use; pick a \
+             private range such as `fd00:10::/64`",
+        ),
+        (
+            "169.254.0.0/24",
+            "169.254.0.1",
+            "cidr `169.254.0.0/24` overlaps link-local 169.254.0.0/16 (cloud metadata \
+             services live at 169.254.169.254), which no network may use; pick a private \
+             range such as `10.10.0.0/24`",
+        ),
+        (
+            "fe80::/64",
+            "fe80::1",
+            "cidr `fe80::/64` overlaps link-local fe80::/10 (the kernel assigns it to every \
+             interface), which no network may use; pick a private range such as \
+             `fd00:10::/64`",
+        ),
+        (
+            "224.0.0.0/8",
+            "224.0.0.1",
+            "cidr `224.0.0.0/8` overlaps multicast 224.0.0.0/4, which no network may use; \
+             pick a private range such as `10.10.0.0/24`",
+        ),
+        (
+            "ff02::/16",
+            "ff02::1",
+            "cidr `ff02::/16` overlaps multicast ff00::/8, which no network may use; pick a \
+             private range such as `fd00:10::/64`",
+        ),
+        (
+            "0.0.0.0/8",
+            "0.0.0.1",
+            "cidr `0.0.0.0/8` overlaps \"this network\" 0.0.0.0/8 (unspecified source \
+             addresses, RFC 1122), which no network may use; pick a private range such as \
+             `10.10.0.0/24`",
+        ),
+        (
+            "::/128",
+            "::",
+            "cidr `::/128` overlaps the unspecified address ::, which no network may use; \
+             pick a private range such as `fd00:10::/64`",
+        ),
+        (
+            "255.255.255.255/32",
+            "255.255.255.255",
+            "cidr `255.255.255.255/32` overlaps the broadcast address 255.255.255.255, \
+             which no network may use; pick a private range such as `10.10.0.0/24`",
+        ),
+        (
+            "10.1.0.0/24",
+            "10.1.0.0",
+            "gateway `10.1.0.0` is the network address of `10.1.0.0/24`; pick a host \
+             address, e.g. `10.1.0.1`",
+        ),
+        (
+            "10.1.0.0/24",
+            "10.1.0.255",
+            "gateway `10.1.0.255` is the broadcast address of `10.1.0.0/24`; pick a host \
+             address, e.g. `10.1.0.1`",
+        ),
+        (
+            "192.168.1.0/24",
+            "192.168.1.1",
+            "cidr `192.168.1.0/24` is outside allowed-cidrs (10.0.0.0/8, fd00::/16); pick \
+             a range inside one of them",
+        ),
+        (
+            "10.96.0.0/16",
+            "10.96.0.2",
+            "cidr `10.96.0.0/16` overlaps the API server's address 10.96.0.1; networks \
+             must stay clear of the API server and of the host's own addresses and routes, \
+             so pick another range",
+        ),
+    ];
+
     /// One spec per rule of the policy, refused through `ensure` with these exact words (the
     /// guest sees them as the `invalid` error), and nothing stored.
     #[tokio::test]
@@ -251,105 +351,7 @@ mod tests {
             .unwrap()
             .reserving([Reserved::api_server("10.96.0.1".parse().unwrap())]);
         let backend = MemoryBackend::new().with_policy(policy);
-        let cases = [
-            (
-                "0.0.0.0/0",
-                "10.0.0.1",
-                "cidr `0.0.0.0/0` is broader than /8, the broadest prefix a network may have \
-                 (broader ones are default routes and their halves); use /8 or narrower, e.g. \
-                 `10.10.0.0/24`",
-            ),
-            (
-                "fd00::/8",
-                "fd00::1",
-                "cidr `fd00::/8` is broader than /16, the broadest prefix a network may have \
-                 (broader ones are default routes and their halves); use /16 or narrower, e.g. \
-                 `fd00:10::/64`",
-            ),
-            (
-                "127.0.0.0/8",
-                "127.0.0.1",
-                "cidr `127.0.0.0/8` overlaps loopback 127.0.0.0/8 (the host's own services), \
-                 which no network may use; pick a private range such as `10.10.0.0/24`",
-            ),
-            (
-                "::1/128",
-                "::1",
-                "cidr `::1/128` overlaps loopback ::1, which no network may use; pick a \
-                 private range such as `fd00:10::/64`",
-            ),
-            (
-                "169.254.0.0/24",
-                "169.254.0.1",
-                "cidr `169.254.0.0/24` overlaps link-local 169.254.0.0/16 (cloud metadata \
-                 services live at 169.254.169.254), which no network may use; pick a private \
-                 range such as `10.10.0.0/24`",
-            ),
-            (
-                "fe80::/64",
-                "fe80::1",
-                "cidr `fe80::/64` overlaps link-local fe80::/10 (the kernel assigns it to every \
-                 interface), which no network may use; pick a private range such as \
-                 `fd00:10::/64`",
-            ),
-            (
-                "224.0.0.0/8",
-                "224.0.0.1",
-                "cidr `224.0.0.0/8` overlaps multicast 224.0.0.0/4, which no network may use; \
-                 pick a private range such as `10.10.0.0/24`",
-            ),
-            (
-                "ff02::/16",
-                "ff02::1",
-                "cidr `ff02::/16` overlaps multicast ff00::/8, which no network may use; pick a \
-                 private range such as `fd00:10::/64`",
-            ),
-            (
-                "0.0.0.0/8",
-                "0.0.0.1",
-                "cidr `0.0.0.0/8` overlaps \"this network\" 0.0.0.0/8 (unspecified source \
-                 addresses, RFC 1122), which no network may use; pick a private range such as \
-                 `10.10.0.0/24`",
-            ),
-            (
-                "::/128",
-                "::",
-                "cidr `::/128` overlaps the unspecified address ::, which no network may use; \
-                 pick a private range such as `fd00:10::/64`",
-            ),
-            (
-                "255.255.255.255/32",
-                "255.255.255.255",
-                "cidr `255.255.255.255/32` overlaps the broadcast address 255.255.255.255, \
-                 which no network may use; pick a private range such as `10.10.0.0/24`",
-            ),
-            (
-                "10.1.0.0/24",
-                "10.1.0.0",
-                "gateway `10.1.0.0` is the network address of `10.1.0.0/24`; pick a host \
-                 address, e.g. `10.1.0.1`",
-            ),
-            (
-                "10.1.0.0/24",
-                "10.1.0.255",
-                "gateway `10.1.0.255` is the broadcast address of `10.1.0.0/24`; pick a host \
-                 address, e.g. `10.1.0.1`",
-            ),
-            (
-                "192.168.1.0/24",
-                "192.168.1.1",
-                "cidr `192.168.1.0/24` is outside allowed-cidrs (10.0.0.0/8, fd00::/16); pick \
-                 a range inside one of them",
-            ),
-            (
-                "10.96.0.0/16",
-                "10.96.0.2",
-                "cidr `10.96.0.0/16` overlaps the API server's address 10.96.0.1; networks \
-                 must stay clear of the API server and of the host's own addresses and routes, \
-                 so pick another range",
-            ),
-        ];
-        for (cidr, gateway, words) in cases {
+        for &(cidr, gateway, words) in POLICY_REFUSALS {
             let err = backend
                 .ensure(&spec("ns/a", cidr, gateway))
                 .await

@@ -399,7 +399,7 @@ pub fn bridge_name(prefix: &str, id: &str) -> String {
     let mut name = String::with_capacity(IFNAME_MAX);
     name.push_str(prefix);
     name.push('-');
-    for byte in digest.iter() {
+    for byte in &digest {
         let _ = write!(name, "{byte:02x}");
     }
     name.truncate(prefix.len() + 1 + hex_len);

@@ -43,8 +43,7 @@ const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8) -> IpNet {
 }
 
 const fn v6(segments: [u16; 8], len: u8) -> IpNet {
-    let [a, b, c, d, e, f, g, h] = segments;
-    IpNet::new_assert(IpAddr::V6(Ipv6Addr::new(a, b, c, d, e, f, g, h)), len)
+    IpNet::new_assert(IpAddr::V6(Ipv6Addr::from_segments(segments)), len)
 }
 
 /// Ranges no network may overlap, in any namespace, whatever the configuration says.

@@ -31,10 +31,14 @@
 //!    validation and grant check, `impl <interface>::Host for CallContext`, a `requirement`
 //!    function (what a guest importing it needs in its grant), its `add_to_linker`, and its
 //!    unit tests.
-//! 3. Register it: one line in [`add_to_linker`] and one entry in [`CAPABILITIES`].
+//! 3. Register it in this file: its `mod` line, one line in [`add_to_linker`] and one entry
+//!    in [`CAPABILITIES`] (which runs its load-time requirement).
 //! 4. If it has a provider, add its field to [`Providers`] and build it in
 //!    [`crate::providers`] (`kube` for `run`, `offline` for the offline runner).
 //! 5. Wrap it in the Rust SDK (`guests/sdk`).
+//!
+//! A capability without a provider (a toy `clock` returning the host's time, tried when this
+//! recipe was written) touches three files: the WIT, its module, and this one.
 
 pub mod cluster;
 pub mod lister;
@@ -53,7 +57,7 @@ use serde::Serialize;
 use serde_json::Value;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::config::{Denied, Grant, HostConfig};
+use crate::config::{Denied, Grant, HostConfig, Rates};
 use crate::manifest::Manifest;
 use crate::metrics::{HostCallOutcome, Metrics};
 use crate::validation::Invalid;
@@ -201,44 +205,6 @@ pub struct Budget {
     events: DefaultDirectRateLimiter,
     /// Log lines: dropped (and counted) when the bucket is empty.
     logs: DefaultDirectRateLimiter,
-}
-
-/// Rates of a [`Budget`], from the guest's limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rates {
-    pub writes_per_second: u32,
-    pub write_burst: u32,
-    pub events_per_second: u32,
-    pub event_burst: u32,
-    pub log_lines_per_second: u32,
-    pub log_burst: u32,
-}
-
-impl Default for Rates {
-    fn default() -> Self {
-        Self {
-            writes_per_second: 50,
-            write_burst: 100,
-            events_per_second: 5,
-            event_burst: 25,
-            log_lines_per_second: 100,
-            log_burst: 500,
-        }
-    }
-}
-
-impl Rates {
-    /// No practical limit: the offline runner without a configuration, benches.
-    pub fn unlimited() -> Self {
-        Self {
-            writes_per_second: u32::MAX,
-            write_burst: u32::MAX,
-            events_per_second: u32::MAX,
-            event_burst: u32::MAX,
-            log_lines_per_second: u32::MAX,
-            log_burst: u32::MAX,
-        }
-    }
 }
 
 impl Budget {

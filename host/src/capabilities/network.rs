@@ -97,8 +97,8 @@ impl CallContext {
     /// The status as the guest sees it: its own id back, without the owner prefix.
     fn unowned(&self, mut status: NetworkStatus) -> NetworkStatus {
         let prefix = format!("{}/", self.guest.name);
-        if let Some(id) = status.id.strip_prefix(&prefix) {
-            status.id = id.to_owned();
+        if status.id.starts_with(&prefix) {
+            status.id.drain(..prefix.len());
         }
         status
     }

@@ -15,7 +15,10 @@ use crate::wit::types;
 /// host's own adds (watch events, retries) are not capped: they are bounded by the cache.
 pub const MAX_PENDING_KEYS: usize = 10_000;
 /// The longest delay a guest may ask for (and the cap on a reconcile's requeue-after).
-pub const MAX_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
+pub const MAX_DELAY: Duration = Duration::from_hours(24);
+/// [`MAX_DELAY`] in milliseconds, the unit of `after-ms` and of a reconcile's requeue-after.
+#[allow(clippy::cast_possible_truncation)] // 86,400,000 fits a u64 many times over.
+pub const MAX_DELAY_MS: u64 = MAX_DELAY.as_millis() as u64;
 
 /// The calling guest's own work queue. Keys arrive validated and in scope.
 pub trait WorkQueue: Send + Sync {

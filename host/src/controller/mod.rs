@@ -172,13 +172,7 @@ impl Controller {
         self.primary
             .list(None, None)
             .iter()
-            .filter(|o| {
-                o.metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == finalizer)
-            })
+            .filter(|o| crate::finalizer::carries(o, finalizer))
             .count()
     }
 
@@ -286,7 +280,7 @@ impl Caches {
                     readable.insert(kind.clone(), informer);
                 }
                 Err(e) => {
-                    tracing::warn!(guest = %manifest.name, %kind, "granted kind cannot be cached: {e}")
+                    tracing::warn!(guest = %manifest.name, %kind, "granted kind cannot be cached: {e}");
                 }
             }
         }
@@ -436,18 +430,18 @@ async fn sync(
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
-    let cached = caches.primary.get(key.namespace.as_deref(), &key.name);
-    let deleting = cached
+    let in_cache = caches.primary.get(key.namespace.as_deref(), &key.name);
+    let deleting = in_cache
         .as_ref()
         .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
     let cluster = &version.cluster;
     // The guest gets JSON text, serialised once.
-    let mut object = cached
+    let mut object = in_cache
         .as_ref()
         .and_then(|o| serde_json::to_string(&**o).ok());
 
-    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &cached, deleting) {
-        match crate::finalizer::add(cluster, &object_ref, current, finalizer).await {
+    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &in_cache, deleting) {
+        match cluster.add_finalizer(&object_ref, current, finalizer).await {
             Ok(None) => {}
             Ok(Some(written)) => object = Some(written.to_string()),
             Err(HostError::NotFound(_)) => object = None,
@@ -489,7 +483,10 @@ async fn sync(
                 .then(|| caches.primary.get(key.namespace.as_deref(), &key.name))
                 .flatten();
             if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest) {
-                match crate::finalizer::remove(cluster, &object_ref, &latest, finalizer).await {
+                match cluster
+                    .remove_finalizer(&object_ref, &latest, finalizer)
+                    .await
+                {
                     Ok(true) => tracing::info!("finalizer {finalizer} removed"),
                     Ok(false) => {}
                     Err(e) => {

@@ -142,7 +142,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             event_buffer: 1024,
-            write_ttl: Duration::from_secs(60),
+            write_ttl: Duration::from_mins(1),
             metrics: None,
         }
     }

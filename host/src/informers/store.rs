@@ -401,7 +401,7 @@ impl Store {
 mod tests {
     use super::*;
 
-    const TTL: Duration = Duration::from_secs(60);
+    const TTL: Duration = Duration::from_mins(1);
 
     fn cm(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
         let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({

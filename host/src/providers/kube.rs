@@ -146,24 +146,22 @@ impl KubeCluster {
     async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, HostError> {
         self.fence.check()?;
         let kind = &object.kind;
-        let (resource, namespaced) = match self.informers.get(kind) {
-            Some(informer) => (informer.api_resource().clone(), informer.namespaced()),
-            None => {
-                let cached = self.discovered.lock().get(kind).cloned();
-                match cached {
-                    Some(found) => found,
-                    None => {
-                        let (resource, capabilities) =
-                            kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
-                                .await
-                                .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
-                        let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
-                        self.discovered
-                            .lock()
-                            .insert(kind.clone(), (resource.clone(), namespaced));
-                        (resource, namespaced)
-                    }
-                }
+        let (resource, namespaced) = if let Some(informer) = self.informers.get(kind) {
+            (informer.api_resource().clone(), informer.namespaced())
+        } else {
+            let cached = self.discovered.lock().get(kind).cloned();
+            if let Some(found) = cached {
+                found
+            } else {
+                let (resource, capabilities) =
+                    kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
+                        .await
+                        .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
+                let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
+                self.discovered
+                    .lock()
+                    .insert(kind.clone(), (resource.clone(), namespaced));
+                (resource, namespaced)
             }
         };
         match (namespaced, object.namespace.as_deref()) {
@@ -204,8 +202,40 @@ impl KubeCluster {
         Ok(())
     }
 
+    /// Adds `finalizer` to the cached object unless present; returns the object as written,
+    /// or none when it already had it.
+    pub async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<Option<Value>, HostError> {
+        let Some(ops) = crate::finalizer::add_ops(current, finalizer) else {
+            return Ok(None);
+        };
+        self.json_patch(object, ops, "adding the finalizer")
+            .await
+            .map(Some)
+    }
+
+    /// Removes `finalizer` if the cached object has it. Returns whether it was there.
+    pub async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<bool, HostError> {
+        let Some(ops) = crate::finalizer::remove_ops(current, finalizer) else {
+            return Ok(false);
+        };
+        match self.json_patch(object, ops, "removing the finalizer").await {
+            Ok(_) | Err(HostError::NotFound(_)) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A JSON patch of `object` made by the host itself (finalizers).
-    pub(crate) async fn json_patch(
+    async fn json_patch(
         &self,
         object: &ObjectRef,
         ops: Vec<Value>,
