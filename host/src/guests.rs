@@ -381,6 +381,9 @@ impl GuestDirectory {
         }
         if let Some(metrics) = &self.metrics {
             metrics.guest_load_failed(&file.display().to_string());
+            if let RefusalError::Load(LoadError::ManifestDeadline { .. }) = err {
+                metrics.deadline_hit(&file.display().to_string());
+            }
         }
         self.state.lock().files.insert(
             file.to_owned(),

@@ -475,22 +475,12 @@ impl Metrics {
         }
     }
 
-    /// A deadline hit outside a reconcile (for example in `manifest()` at load time).
-    /// Do not call it for a reconcile reported through [`Self::reconcile_finished`].
+    /// A deadline hit outside a reconcile: `manifest()` at load time, labelled by the file
+    /// (the guest's name is not known yet). Do not call it for a reconcile reported through
+    /// [`Self::reconcile_finished`].
     pub fn deadline_hit(&self, guest: &str) {
         self.inner
             .deadline_hits
-            .get_or_create(&GuestLabels {
-                guest: guest.to_owned(),
-            })
-            .inc();
-    }
-
-    /// A memory-cap hit outside a reconcile. Do not call it for a reconcile reported
-    /// through [`Self::reconcile_finished`].
-    pub fn memory_limit_hit(&self, guest: &str) {
-        self.inner
-            .memory_limit_hits
             .get_or_create(&GuestLabels {
                 guest: guest.to_owned(),
             })
@@ -710,24 +700,6 @@ impl WorkqueueMetrics {
     pub fn set_in_flight(&self, unfinished: Duration, longest: Duration) {
         self.unfinished_work.set(unfinished.as_secs_f64());
         self.longest_running.set(longest.as_secs_f64());
-    }
-
-    /// Current `workqueue_depth`.
-    #[must_use]
-    pub fn depth(&self) -> i64 {
-        self.depth.get()
-    }
-
-    /// Current `workqueue_adds_total`.
-    #[must_use]
-    pub fn adds(&self) -> u64 {
-        self.adds.get()
-    }
-
-    /// Current `workqueue_retries_total`.
-    #[must_use]
-    pub fn retries(&self) -> u64 {
-        self.retries.get()
     }
 
     /// Have `hook` run before every scrape of the registry these series belong to; a no-op

@@ -79,6 +79,10 @@ pub enum LoadError {
     WrongWorld { file: String, reason: String },
     #[error("{file}: manifest() failed: {reason}")]
     Manifest { file: String, reason: String },
+    #[error(
+        "{file}: manifest() did not return within {MANIFEST_DEADLINE:?} and was cancelled; a guest must describe itself without waiting"
+    )]
+    ManifestDeadline { file: String },
     #[error("{file}: manifest is invalid: {reason}")]
     InvalidManifest { file: String, reason: String },
     /// Every instance slot was busy: the host's limit, not the guest's fault. Retried.
@@ -543,12 +547,7 @@ impl Runtime {
                 file,
                 reason: describe_failure(&e, &store).1,
             }),
-            Err(_) => Err(LoadError::Manifest {
-                file,
-                reason: format!(
-                    "it did not return within {MANIFEST_DEADLINE:?}: a guest must describe itself without waiting"
-                ),
-            }),
+            Err(_) => Err(LoadError::ManifestDeadline { file }),
         }
     }
 

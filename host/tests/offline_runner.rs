@@ -1,5 +1,6 @@
 //! `reconciler-host reconcile`, the offline runner: its JSON output for the reference guests is
-//! pinned here, case by case (Rust guests, and the Python guest `greeter`). A case is a folder under `tests/fixtures/` with `objects.yaml`,
+//! pinned here, case by case (Rust guests, and the Python guest `greeter`). A case is a folder
+//! under `tests/fixtures/` with `case.yaml` (guest, kind, key, attempt), `objects.yaml`,
 //! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
 //! before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
 //! `expected-backend-state.json` (the backend after the run).
@@ -16,11 +17,14 @@ use serde_json::Value;
 
 const NOW: &str = "2026-01-02T03:04:05Z";
 
+/// A fixture's `case.yaml`: which guest runs on which key.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Case {
-    name: &'static str,
-    guest: &'static str,
-    kind: &'static str,
-    key: &'static str,
+    guest: String,
+    kind: String,
+    key: String,
+    #[serde(default)]
     attempt: u32,
 }
 
@@ -30,8 +34,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run_case(case: &Case) {
-    let dir = fixture(case.name);
+fn run_case(name: &str, case: &Case) {
+    let dir = fixture(name);
     let work = tempfile::tempdir().unwrap();
     let state = work.path().join("backend-state.json");
     if dir.join("backend-state.json").exists() {
@@ -40,10 +44,10 @@ fn run_case(case: &Case) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_reconciler-host"));
     command
         .args(["reconcile", "--guest"])
-        .arg(common::guest(case.guest))
+        .arg(common::guest(&case.guest))
         .arg("--objects")
         .arg(dir.join("objects.yaml"))
-        .args(["--kind", case.kind, "--key", case.key, "--now", NOW])
+        .args(["--kind", &case.kind, "--key", &case.key, "--now", NOW])
         .args(["--attempt", &case.attempt.to_string()])
         .arg("--backend-state")
         .arg(&state)
@@ -55,16 +59,16 @@ fn run_case(case: &Case) {
     assert!(
         output.status.success(),
         "{}: exit {:?}\n{}",
-        case.name,
+        name,
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
     let actual: Value =
         serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
-    compare(&dir.join("expected.json"), &actual, case.name);
+    compare(&dir.join("expected.json"), &actual, name);
     if state.exists() {
         let after: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-        compare(&dir.join("expected-backend-state.json"), &after, case.name);
+        compare(&dir.join("expected-backend-state.json"), &after, name);
     }
 }
 
@@ -94,30 +98,34 @@ fn compare(expected_file: &Path, actual: &Value, case: &str) {
 }
 
 const WIDGET: &str = "test.reconciler.dev/v1/Widget";
-const NETWORK: &str = "samplecrd.k8s.io/v1/Network";
 
-macro_rules! cases {
-    ($($test:ident: $name:literal, $guest:literal, $kind:expr, $key:literal, $attempt:literal;)*) => {$(
-        #[test]
-        fn $test() {
-            run_case(&Case { name: $name, guest: $guest, kind: $kind, key: $key, attempt: $attempt });
-        }
-    )*};
-}
-
-cases! {
-    widget_reads_writes_applies_records_and_enqueues: "widget-full", "widget", WIDGET, "demo/w1", 0;
-    widget_key_without_object_is_gone: "widget-gone", "widget", WIDGET, "demo/w1", 0;
-    widget_deleting_records_finalized: "widget-deleting", "widget", WIDGET, "demo/w1", 0;
-    widget_sees_denials_from_its_grant: "widget-denied", "widget", WIDGET, "demo/w1", 2;
-    network_created_in_the_backend_and_ready: "network-create", "network", NETWORK, "demo/frontend", 0;
-    network_gateway_change_updates_the_backend: "network-update", "network", NETWORK, "demo/frontend", 0;
-    network_invalid_spec_is_not_ready_without_retry: "network-invalid", "network", NETWORK, "demo/broken", 0;
-    network_deleting_removes_the_backend_network: "network-delete", "network", NETWORK, "demo/frontend", 0;
-    network_overlap_is_rejected_on_the_later_network: "network-overlap", "network", NETWORK, "demo/wide", 0;
-    network_gone_cleans_up_the_backend: "network-gone", "network", NETWORK, "demo/frontend", 0;
-    python_guest_greets_and_records_an_event: "greeter-hello", "greeter", WIDGET, "demo/w1", 0;
-    python_guest_permanent_error_writes_nothing: "greeter-invalid", "greeter", WIDGET, "demo/w1", 0;
+/// Every folder under `tests/fixtures/` is a case: adding one needs no change here.
+#[test]
+fn every_fixture_reproduces_its_pinned_output() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("case.yaml").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 12, "fixtures found: {dirs:?}");
+    let failures: Vec<String> = dirs
+        .iter()
+        .filter_map(|dir| {
+            let name = dir.file_name().unwrap().to_str().unwrap().to_owned();
+            let case: Case =
+                serde_yaml::from_str(&std::fs::read_to_string(dir.join("case.yaml")).unwrap())
+                    .unwrap_or_else(|e| panic!("{name}/case.yaml: {e}"));
+            std::panic::catch_unwind(|| run_case(&name, &case))
+                .err()
+                .map(|e| {
+                    e.downcast_ref::<String>()
+                        .cloned()
+                        .unwrap_or_else(|| format!("{name} failed"))
+                })
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
@@ -191,6 +199,13 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
         "a",
     ]);
     assert!(err.contains("not a WebAssembly component"), "{err}");
+    // One line per cause, no byte dumps.
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!err.contains("expected=["), "{err}");
+
+    // Each cause once.
+    let err = run(&["check", guest, "--config", "/nonexistent-host.yaml"]);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]

@@ -324,6 +324,24 @@ fn a_guest_asleep_in_a_wasi_call_is_cancelled_at_its_deadline() {
 }
 
 #[test]
+fn a_guest_that_sleeps_in_its_manifest_is_refused_at_the_load_deadline() {
+    let runtime = runtime();
+    let started = std::time::Instant::now();
+    let err = refused(&runtime, "slow-manifest");
+    assert!(
+        matches!(err, LoadError::ManifestDeadline { .. }),
+        "expected the manifest deadline, got {err}"
+    );
+    assert!(
+        err.to_string().contains("did not return within 5s"),
+        "{err}"
+    );
+    // It asked for 600 s; loading gave up at the deadline (generous bound).
+    assert!(started.elapsed() < Duration::from_mins(1));
+    assert_still_serving(&runtime, &load(&runtime, "widget"));
+}
+
+#[test]
 fn a_guest_that_allocates_without_bound_hits_its_memory_cap() {
     let runtime = runtime();
     let guest = load(&runtime, "widget");
