@@ -551,3 +551,63 @@ async fn replacing_the_guest_file_swaps_versions_while_objects_exist() -> Result
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_unloaded_guests_finalizer_is_released_after_the_grace_period() -> Result<()> {
+    let grants = format!("{GRANTS}finalizerPolicy: {{onUnload: release, grace: 1s}}\n");
+    let s = setup_with("release", "widget", &grants).await?;
+    s.create("w", json!({"message": "hi"})).await?;
+    s.wait_status("w", "w reconciled", Duration::from_secs(60), |st| {
+        reconciles(st) >= 1
+    })
+    .await?;
+    let carries = |w: &DynamicObject| {
+        w.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "test.reconciler.dev/cleanup")
+    };
+    assert!(carries(&s.widgets.get("w").await?), "finalizer added");
+
+    // The guest goes for good: its finalizer would block deletion forever.
+    std::fs::remove_file(s.host.dir.path().join("guests/widget.wasm"))?;
+    wait_until(
+        "the orphaned finalizer shown on /guests",
+        Duration::from_secs(30),
+        || async {
+            let guests: Value = serde_json::from_str(&s.host.get("/guests").await?)?;
+            let orphan = &guests[0]["orphanedFinalizer"];
+            anyhow::ensure!(
+                guests[0]["state"]["state"] == "unloaded"
+                    && orphan["finalizer"] == "test.reconciler.dev/cleanup"
+                    && orphan["policy"] == "release",
+                "{guests}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    // Released on the server after the grace period (checked every 5 s).
+    wait_until(
+        "the finalizer released from w",
+        Duration::from_secs(60),
+        || async {
+            let w = s.widgets.get("w").await?;
+            anyhow::ensure!(!carries(&w), "still {:?}", w.metadata.finalizers);
+            Ok(())
+        },
+    )
+    .await?;
+    assert_eq!(
+        s.metric("reconciler_finalizer_released_total{guest=\"widget\"}")
+            .await?,
+        1.0
+    );
+    assert_eq!(
+        s.metric("reconciler_finalizer_orphaned{guest=\"widget\"}")
+            .await?,
+        0.0
+    );
+    Ok(())
+}
