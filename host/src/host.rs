@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
-use crate::controller::{Controller, Shared};
+use crate::controller::{Controller, Services};
 use crate::guests::{ActiveGuest, GuestDirectory, GuestEvent};
 use crate::informers::{Informers, Options};
 use crate::leader::{Election, LeaderOptions};
@@ -127,7 +127,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut is_leader = election.as_ref().map(|e| e.is_leader.clone());
 
-    let shared = Shared {
+    let shared = Services {
         client,
         informers,
         runtime,
@@ -225,7 +225,7 @@ async fn shutdown_signal() {
 }
 
 struct Manager {
-    shared: Shared,
+    shared: Services,
     directory: Arc<GuestDirectory>,
     controllers: BTreeMap<String, Controller>,
     /// Guests whose controller failed to start, retried every `START_RETRY`.

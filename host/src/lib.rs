@@ -22,6 +22,7 @@
 //!
 //! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
 //! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
+//! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
 //! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call

@@ -47,7 +47,7 @@ pub const DEFAULT_CONCURRENCY: u32 = 2;
 
 /// Everything a controller needs from the host.
 #[derive(Clone)]
-pub struct Shared {
+pub struct Services {
     pub client: kube::Client,
     pub informers: Informers,
     pub runtime: Arc<Runtime>,
@@ -88,7 +88,7 @@ struct Caches {
 impl Controller {
     /// Acquires the guest's informers and starts its mapping and worker tasks. Workers wait
     /// for every cache to sync first.
-    pub async fn start(shared: &Shared, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
+    pub async fn start(shared: &Services, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let name = manifest.name.clone();
         let caches = Arc::new(Caches::acquire(shared, &guest).await?);
@@ -200,7 +200,7 @@ impl Controller {
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
-    pub fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
+    pub fn swap(&self, shared: &Services, guest: Arc<ActiveGuest>) {
         let (context, cluster) = {
             let current = self.version.borrow();
             (current.context.clone(), current.cluster.clone())
@@ -250,7 +250,7 @@ fn concurrency(guest: &ActiveGuest) -> usize {
 }
 
 impl Caches {
-    async fn acquire(shared: &Shared, guest: &ActiveGuest) -> anyhow::Result<Self> {
+    async fn acquire(shared: &Services, guest: &ActiveGuest) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let namespace = match (&manifest.namespace, &shared.namespace) {
             (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
@@ -304,7 +304,7 @@ impl Caches {
 
 impl Version {
     fn new(
-        shared: &Shared,
+        shared: &Services,
         guest: &Arc<ActiveGuest>,
         caches: &Arc<Caches>,
         queue: &WorkQueue<ObjectKey>,
@@ -340,7 +340,7 @@ impl Version {
 
 /// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit.
 async fn acquire_scoped(
-    shared: &Shared,
+    shared: &Services,
     kind: &Gvk,
     namespace: Option<String>,
     label_selector: Option<String>,
@@ -368,7 +368,7 @@ async fn acquire_scoped(
 }
 
 async fn run_worker(
-    shared: Shared,
+    shared: Services,
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<Version>>,
@@ -378,7 +378,7 @@ async fn run_worker(
 
 /// Takes one key, syncs it, and tells the queue how it went. Returns false on shutdown.
 async fn process_next(
-    shared: &Shared,
+    shared: &Services,
     caches: &Caches,
     queue: &WorkQueue<ObjectKey>,
     version: &watch::Receiver<Arc<Version>>,
@@ -417,7 +417,7 @@ enum Next {
 }
 
 async fn sync(
-    shared: &Shared,
+    shared: &Services,
     caches: &Caches,
     version: &Arc<Version>,
     key: &ObjectKey,

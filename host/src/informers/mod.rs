@@ -158,7 +158,7 @@ struct Registry {
     client: Client,
     options: Options,
     discovery: discovery::Resolver,
-    informers: Mutex<HashMap<Key, Weak<Shared>>>,
+    informers: Mutex<HashMap<Key, Weak<InformerState>>>,
     watch_tasks: Arc<AtomicUsize>,
     /// GVKs whose object gauge was set at the last scrape.
     reported: Mutex<HashSet<GroupVersionKind>>,
@@ -166,7 +166,7 @@ struct Registry {
 
 impl Registry {
     /// Upgraded under the lock, returned outside it: dropping a last handle takes the lock.
-    fn live(&self) -> Vec<Arc<Shared>> {
+    fn live(&self) -> Vec<Arc<InformerState>> {
         self.informers
             .lock()
             .values()
@@ -308,7 +308,7 @@ impl Informers {
             drop(informers);
             return Ok(Informer { shared });
         }
-        let shared = Arc::new(Shared::start(
+        let shared = Arc::new(InformerState::start(
             &self.registry,
             key.clone(),
             resolved,
@@ -319,7 +319,7 @@ impl Informers {
         Ok(Informer { shared })
     }
 
-    fn lookup(&self, key: &Key) -> Option<Arc<Shared>> {
+    fn lookup(&self, key: &Key) -> Option<Arc<InformerState>> {
         let informers = self.registry.informers.lock();
         informers.get(key).and_then(Weak::upgrade)
     }
@@ -366,7 +366,7 @@ impl Informers {
 }
 
 /// One informer's state; every [`Informer`] handle holds it, the registry only weakly.
-struct Shared {
+struct InformerState {
     key: Key,
     resource: ApiResource,
     namespaced: bool,
@@ -376,7 +376,7 @@ struct Shared {
     registry: Weak<Registry>,
 }
 
-impl Shared {
+impl InformerState {
     fn start(
         registry: &Arc<Registry>,
         key: Key,
@@ -423,7 +423,7 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for InformerState {
     fn drop(&mut self) {
         self.task.abort();
         tracing::info!(informer = %describe(&self.key.gvk), scope = ?self.key.scope, "informer released");
@@ -444,7 +444,7 @@ impl Drop for Shared {
 /// [`Subscription`]) is alive and stops, releasing its cache, when the last one is dropped.
 #[derive(Clone)]
 pub struct Informer {
-    shared: Arc<Shared>,
+    shared: Arc<InformerState>,
 }
 
 impl fmt::Debug for Informer {

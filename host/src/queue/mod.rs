@@ -51,20 +51,18 @@ use std::fmt;
 use std::hash::Hash;
 use std::num::NonZeroU32;
 use std::pin::pin;
-use std::sync::atomic::{self, AtomicU64};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{ScrapeHook, WorkqueueMetrics};
 pub use crate::objects::ObjectKey;
+use rate_limit::Limiter;
+
+mod rate_limit;
 
 /// How fast retries may come. The defaults are client-go's
 /// `DefaultTypedControllerRateLimiter`.
@@ -94,7 +92,7 @@ impl Default for QueueConfig {
 /// A work queue with client-go semantics; see the [module docs](self). Cheap to clone:
 /// clones share one queue.
 pub struct WorkQueue<K> {
-    shared: Arc<Shared<K>>,
+    shared: Arc<Inner<K>>,
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -117,7 +115,7 @@ impl<K> fmt::Debug for WorkQueue<K> {
     }
 }
 
-struct Shared<K> {
+struct Inner<K> {
     state: Mutex<State<K>>,
     /// A key became ready, a delayed deadline moved earlier, or the queue shut down.
     ready: Notify,
@@ -161,7 +159,7 @@ where
     /// other's gauges.
     #[must_use]
     pub fn with_metrics(config: QueueConfig, metrics: WorkqueueMetrics) -> Self {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Inner {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 dirty: HashSet::new(),
@@ -177,7 +175,7 @@ where
             idle: Notify::new(),
             metrics,
         });
-        let hook: Weak<Shared<K>> = Arc::downgrade(&shared);
+        let hook: Weak<Inner<K>> = Arc::downgrade(&shared);
         shared.metrics.register_scrape_hook(hook);
         Self { shared }
     }
@@ -444,7 +442,7 @@ where
     }
 }
 
-impl<K> ScrapeHook for Shared<K>
+impl<K> ScrapeHook for Inner<K>
 where
     K: Clone + Eq + Hash + Send + Sync,
 {
@@ -503,112 +501,6 @@ impl<K> Ord for Delayed<K> {
 fn far_future(now: Instant) -> Instant {
     const THIRTY_YEARS: Duration = Duration::from_hours(24 * 365 * 30);
     now + THIRTY_YEARS
-}
-
-/// client-go's `MaxOf(ItemExponentialFailure, Bucket)` rate limiter.
-struct Limiter<K> {
-    base_delay: Duration,
-    max_delay: Duration,
-    failures: HashMap<K, u32>,
-    bucket: Bucket,
-}
-
-impl<K> Limiter<K>
-where
-    K: Clone + Eq + Hash,
-{
-    fn new(config: &QueueConfig, now: Instant) -> Self {
-        Self {
-            base_delay: config.base_delay,
-            max_delay: config.max_delay,
-            failures: HashMap::new(),
-            bucket: Bucket::new(Quota::per_second(config.qps).allow_burst(config.burst), now),
-        }
-    }
-
-    /// The delay before `key`'s next retry. Both limiters always count, as in client-go:
-    /// the backoff grows and a token is reserved even when the other limiter's delay wins.
-    fn when(&mut self, key: &K, now: Instant) -> Duration {
-        let failures = self.failures.entry(key.clone()).or_insert(0);
-        let exponent = *failures;
-        *failures = failures.saturating_add(1);
-        let backoff = 2u32
-            .checked_pow(exponent)
-            .and_then(|factor| self.base_delay.checked_mul(factor))
-            .map_or(self.max_delay, |delay| delay.min(self.max_delay));
-        backoff.max(self.bucket.reserve(now))
-    }
-
-    fn forget(&mut self, key: &K) {
-        self.failures.remove(key);
-    }
-
-    fn num_requeues(&self, key: &K) -> u32 {
-        self.failures.get(key).copied().unwrap_or(0)
-    }
-}
-
-/// The overall token bucket. governor is the field's GCRA (token bucket) implementation,
-/// so we use it instead of hand-rolling one. client-go's `BucketRateLimiter`, however,
-/// *reserves* a token and returns the wait until it is available — a retry is delayed,
-/// never dropped — while governor only answers "yes" or "not until T" without consuming.
-/// We get the reservation by asking again at T: GCRA admits a cell at exactly its
-/// earliest time and advances its state from there, which consumes the token that the
-/// next caller would otherwise get. To ask "at T" the limiter runs on [`BucketClock`], a
-/// clock we set; it also makes the bucket follow tokio's (pausable) clock like the rest
-/// of the queue. Only used under the queue's lock, so set-then-check is atomic.
-struct Bucket {
-    limiter: RateLimiter<NotKeyed, InMemoryState, BucketClock, NoOpMiddleware<Duration>>,
-    clock: BucketClock,
-    origin: Instant,
-}
-
-impl Bucket {
-    fn new(quota: Quota, origin: Instant) -> Self {
-        let clock = BucketClock::default();
-        Self {
-            limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
-            clock,
-            origin,
-        }
-    }
-
-    /// Take the next token and return how long until it is available. O(1).
-    fn reserve(&self, now: Instant) -> Duration {
-        let now = now.saturating_duration_since(self.origin);
-        self.clock.set(now);
-        match self.limiter.check() {
-            Ok(()) => Duration::ZERO,
-            Err(not_until) => {
-                let available = not_until.earliest_possible();
-                self.clock.set(available);
-                let reserved = self.limiter.check().is_ok();
-                debug_assert!(reserved, "GCRA must admit a cell at its earliest time");
-                available.saturating_sub(now)
-            }
-        }
-    }
-}
-
-/// Time since the bucket's origin, set by [`Bucket::reserve`] before every check.
-#[derive(Clone, Debug, Default)]
-struct BucketClock {
-    nanos: Arc<AtomicU64>,
-}
-
-impl BucketClock {
-    fn set(&self, since_origin: Duration) {
-        let nanos = u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.store(nanos, atomic::Ordering::Relaxed);
-    }
-}
-
-impl Clock for BucketClock {
-    type Instant = Duration;
-
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.nanos.load(atomic::Ordering::Relaxed))
-    }
 }
 
 #[cfg(test)]
