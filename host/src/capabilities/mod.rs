@@ -49,6 +49,7 @@ mod properties;
 pub mod queue;
 
 use std::collections::BTreeSet;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -209,10 +210,11 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(rates: Rates) -> Self {
+        // A rate of 0 would refuse everything for ever; the least is one per second.
         let quota = |per_second: u32, burst: u32| {
-            let per_second = std::num::NonZeroU32::new(per_second.max(1)).unwrap_or(NONZERO_ONE);
-            let burst = std::num::NonZeroU32::new(burst.max(1)).unwrap_or(NONZERO_ONE);
-            DefaultDirectRateLimiter::direct(Quota::per_second(per_second).allow_burst(burst))
+            let at_least_one = |n| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+            let quota = Quota::per_second(at_least_one(per_second));
+            DefaultDirectRateLimiter::direct(quota.allow_burst(at_least_one(burst)))
         };
         Self {
             writes: quota(rates.writes_per_second, rates.write_burst),
@@ -221,8 +223,6 @@ impl Budget {
         }
     }
 }
-
-const NONZERO_ONE: std::num::NonZeroU32 = std::num::NonZeroU32::MIN;
 
 /// Everything a guest's imports need that lives as long as the guest version is loaded.
 pub struct GuestContext {
