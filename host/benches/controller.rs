@@ -356,7 +356,7 @@ fn spawn_host(kubeconfig: &Path, ns: &str, hostile: bool) -> anyhow::Result<Chil
             repo().join("target/guests/hostile.wasm"),
             guests.join("hostile.wasm"),
         )?;
-        grants.push_str("  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n    limits: {concurrency: 2, deadline: 1s, memoryMiB: 32, writesPerSecond: 20}\n");
+        grants.push_str("  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n    limits: {concurrency: 2, deadline: 1s, memoryMiB: 32, writesPerSecond: 20, cpuMillicores: 200}\n");
     }
     let config = dir.join("host.yaml");
     std::fs::write(&config, grants)?;

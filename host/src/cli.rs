@@ -240,10 +240,20 @@ async fn reconcile(
             grant
         }
     };
-    let network = Arc::new(match &backend_state {
-        Some(path) => MemoryBackend::with_state_file(path.clone())?,
-        None => MemoryBackend::new(),
-    });
+    // Offline, networks live in memory whatever the configuration's provider; its
+    // `allowedCidrs` apply as in `run`.
+    let allowed = config
+        .as_ref()
+        .and_then(|c| c.backends.get(crate::capabilities::NETWORK_BACKEND))
+        .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
+    let policy = crate::backends::Policy::new(allowed)?;
+    let network = Arc::new(
+        match &backend_state {
+            Some(path) => MemoryBackend::with_state_file(path.clone())?,
+            None => MemoryBackend::new(),
+        }
+        .with_policy(policy),
+    );
     let providers = crate::providers::offline::providers(
         cache.clone(),
         Some(network as Arc<dyn NetworkBackend>),

@@ -609,12 +609,17 @@ impl Runtime {
         // loop shares its thread with the host's other tasks) and, once past its deadline,
         // traps with `Interrupt`.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
+        store.epoch_deadline_callback(move |store| {
             if Instant::now() >= deadline {
-                Err(Trap::Interrupt.into())
-            } else {
-                Ok(wasmtime::UpdateDeadline::Yield(1))
+                return Err(Trap::Interrupt.into());
             }
+            // Over the guest's CPU share: pause (the deadline's timeout still runs).
+            Ok(match store.data().call.guest.budget.cpu_pause() {
+                Some(pause) => {
+                    wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause)))
+                }
+                None => wasmtime::UpdateDeadline::Yield(1),
+            })
         });
         store
     }

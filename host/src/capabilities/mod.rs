@@ -206,6 +206,9 @@ pub struct Budget {
     events: DefaultDirectRateLimiter,
     /// Log lines: dropped (and counted) when the bucket is empty.
     logs: DefaultDirectRateLimiter,
+    /// CPU, in epoch ticks of guest execution: an instance over the guest's share is paused
+    /// at its next tick until the bucket refills (see [`Budget::cpu_pause`]).
+    cpu: Option<DefaultDirectRateLimiter>,
 }
 
 impl Budget {
@@ -216,11 +219,29 @@ impl Budget {
             let quota = Quota::per_second(at_least_one(per_second));
             DefaultDirectRateLimiter::direct(quota.allow_burst(at_least_one(burst)))
         };
+        // One cell is one epoch tick of guest execution; a tick's worth of wall time counts
+        // as CPU. Burst: 100 ms of CPU, so a short reconcile never waits.
+        let tick_ms = u32::try_from(crate::runtime::EPOCH_TICK.as_millis()).unwrap_or(5);
+        let cpu = rates
+            .cpu_millicores
+            .map(|millicores| quota(millicores.div_ceil(tick_ms), 100 / tick_ms));
         Self {
             writes: quota(rates.writes_per_second, rates.write_burst),
             events: quota(rates.events_per_second, rates.event_burst),
             logs: quota(rates.log_lines_per_second, rates.log_burst),
+            cpu,
         }
+    }
+
+    /// How long a running instance of the guest should pause before it runs on: none while
+    /// the guest is within its CPU share. Called by the runtime at every epoch tick.
+    pub fn cpu_pause(&self) -> Option<Duration> {
+        let cpu = self.cpu.as_ref()?;
+        cpu.check().err().map(|not_until| {
+            not_until.wait_time_from(governor::clock::Clock::now(
+                &governor::clock::DefaultClock::default(),
+            ))
+        })
     }
 }
 
@@ -523,6 +544,27 @@ impl WorkQueue for DenyAll {
     }
     fn pending(&self) -> usize {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_over_its_cpu_share_is_told_to_pause() {
+        let rates = Rates {
+            cpu_millicores: Some(100),
+            ..Rates::default()
+        };
+        let budget = Budget::new(rates);
+        // A burst of 100 ms of CPU (20 ticks) passes; then 0.1 core is 20 ticks a second.
+        let paused = (0..40).filter_map(|_| budget.cpu_pause()).count();
+        assert!(paused >= 19, "{paused}");
+        let pause = budget.cpu_pause().expect("over its share");
+        assert!(pause <= Duration::from_millis(60), "{pause:?}");
+        let unlimited = Budget::new(Rates::unlimited());
+        assert!((0..1000).all(|_| unlimited.cpu_pause().is_none()));
     }
 }
 
