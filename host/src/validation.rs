@@ -127,11 +127,7 @@ pub fn gvk(field: &str, kind: &Gvk) -> Result<(), Invalid> {
     }
     dns1123_label(&format!("{field}.version"), &kind.version)?;
     let k = &kind.kind;
-    let ok = !k.is_empty()
-        && k.len() <= 63
-        && k.as_bytes()[0].is_ascii_uppercase()
-        && k.bytes().all(|b| b.is_ascii_alphanumeric());
-    if ok {
+    if is_upper_camel(k, 63) {
         Ok(())
     } else {
         Err(Invalid::new(
@@ -222,13 +218,16 @@ pub fn finalizer(field: &str, value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// 1 to `max` ASCII letters and digits, the first an upper-case letter (kinds, reasons).
+fn is_upper_camel(value: &str, max: usize) -> bool {
+    value.len() <= max
+        && value.as_bytes().first().is_some_and(u8::is_ascii_uppercase)
+        && value.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
 /// An event reason: `UpperCamelCase`, 1-128 ASCII letters and digits.
 pub fn event_reason(field: &str, value: &str) -> Result<(), Invalid> {
-    let ok = !value.is_empty()
-        && value.len() <= MAX_REASON_BYTES
-        && value.as_bytes()[0].is_ascii_uppercase()
-        && value.bytes().all(|b| b.is_ascii_alphanumeric());
-    if ok {
+    if is_upper_camel(value, MAX_REASON_BYTES) {
         Ok(())
     } else {
         Err(Invalid::new(

@@ -7,7 +7,7 @@ struct SlowManifest;
 
 impl Guest for SlowManifest {
     fn manifest() -> Manifest {
-        std::thread::sleep(std::time::Duration::from_secs(600));
+        std::thread::sleep(std::time::Duration::from_mins(10));
         Manifest::new("slow-manifest", gvk!("", "v1", "ConfigMap"))
     }
 
