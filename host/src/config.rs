@@ -11,6 +11,8 @@ use serde::Deserialize;
 
 use crate::objects::Gvk;
 
+/// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Default deadline of one reconcile (guest CPU time plus host calls).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 /// Default cap on a guest instance's linear memory (all of its memories together).

@@ -48,12 +48,11 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::capabilities::{Call, CallContext};
+pub use crate::config::EPOCH_TICK;
 use crate::manifest::Manifest;
 use crate::objects::ObjectRef;
 use crate::wit::{NetworkControllerPre, guest};
 
-/// Granularity of deadlines.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Dirty bytes of a pool slot reset in place (kept resident) when an instance is dropped; a
 /// slot keeps at most this much memory resident between reconciles. A Rust guest dirties well
 /// under 1 MiB; a Python guest's fresh CPython heap several MiB, and restoring those in place

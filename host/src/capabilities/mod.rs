@@ -221,7 +221,7 @@ impl Budget {
         };
         // One cell is one epoch tick of guest execution; a tick's worth of wall time counts
         // as CPU. Burst: 100 ms of CPU, so a short reconcile never waits.
-        let tick_ms = u32::try_from(crate::runtime::EPOCH_TICK.as_millis()).unwrap_or(5);
+        let tick_ms = u32::try_from(crate::config::EPOCH_TICK.as_millis()).unwrap_or(5);
         let cpu = rates
             .cpu_millicores
             .map(|millicores| quota(millicores.div_ceil(tick_ms), 100 / tick_ms));
