@@ -423,3 +423,54 @@ impl WorkQueue for QueueHandle {
         self.0.len() + self.0.delayed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::EventType as GuestEventType;
+
+    /// A writer whose client points at a port nothing listens on: any request it sent would
+    /// fail as `unavailable` with a connection error, not with the fence's words.
+    fn cluster(fence: WriteFence) -> KubeCluster {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        KubeCluster::new(client, BTreeMap::new(), "g", fence)
+    }
+
+    fn cm() -> ObjectRef {
+        ObjectRef {
+            kind: Gvk::new("", "v1", "ConfigMap"),
+            namespace: Some("ns".into()),
+            name: "a".into(),
+        }
+    }
+
+    fn fenced<T>(result: Result<T, HostError>) -> bool {
+        matches!(result, Err(HostError::Unavailable(m)) if m.contains("no longer the leader"))
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_once_the_fence_is_closed() {
+        let fence = WriteFence::default();
+        let cluster = cluster(fence.clone());
+        fence.close();
+        let status = serde_json::json!({"status": {}});
+        assert!(fenced(cluster.patch_status("g", &cm(), &status).await));
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+        assert!(fenced(cluster.apply("g", &body).await));
+        assert!(fenced(cluster.delete("g", &cm()).await));
+        let event = EventRecord {
+            regarding: cm(),
+            event_type: GuestEventType::Normal,
+            reason: "Synced".into(),
+            message: String::new(),
+        };
+        assert!(fenced(cluster.record_event("g", &event).await));
+
+        // Open again (leadership regained): the request goes out, and here fails to connect.
+        fence.open();
+        let sent = cluster.delete("g", &cm()).await;
+        assert!(matches!(&sent, Err(HostError::Unavailable(_))), "{sent:?}");
+        assert!(!fenced(sent), "sent once the fence is open");
+    }
+}
