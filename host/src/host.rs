@@ -84,10 +84,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dir.display()
     );
 
-    let networks = network_backends(&config).await?;
-
-    let client = kube::Client::try_default()
+    // Read once: the client, the lease's client and the backends' view of the API server.
+    let kube_config = kube::Config::infer()
         .await
+        .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster service account)")?;
+    let networks = network_backends(&config, &kube_config.cluster_url)?;
+
+    let client = kube::Client::try_from(kube_config.clone())
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let metrics = Metrics::new();
     let informers = Informers::with_options(
@@ -121,7 +124,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
 
     let election = if args.leader_elect {
-        Some(join_election(&args).await?)
+        Some(join_election(&args, &kube_config).await?)
     } else {
         None
     };
@@ -167,17 +170,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// The network providers named in the configuration, each kept off the API server's
 /// addresses (the cluster URL's host as it resolves now).
-async fn network_backends(
+fn network_backends(
     config: &HostConfig,
+    cluster_url: &hyper::Uri,
 ) -> anyhow::Result<BTreeMap<String, Arc<dyn NetworkBackend>>> {
     let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
+    if config.backends.is_empty() {
+        return Ok(networks);
+    }
+    let api_server = crate::backends::api_server_addresses(
+        cluster_url.host().unwrap_or(""),
+        cluster_url.port_u16(),
+    )?;
     for (name, backend) in &config.backends {
-        let url = kube::Config::infer()
-            .await
-            .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster)")?
-            .cluster_url;
-        let api_server =
-            crate::backends::api_server_addresses(url.host().unwrap_or(""), url.port_u16())?;
         let provider = crate::backends::from_config(backend, &api_server)
             .with_context(|| format!("backend `{name}`"))?;
         networks.insert(name.clone(), provider);
@@ -185,7 +190,7 @@ async fn network_backends(
     Ok(networks)
 }
 
-async fn join_election(args: &RunArgs) -> anyhow::Result<Election> {
+async fn join_election(args: &RunArgs, kube_config: &kube::Config) -> anyhow::Result<Election> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let options = LeaderOptions {
         lease_name: args.lease_name.clone(),
@@ -197,8 +202,7 @@ async fn join_election(args: &RunArgs) -> anyhow::Result<Election> {
     tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
     // A client of its own (its own connections): guests' writes, however many, never
     // queue ahead of a lease renewal.
-    let lease_client = kube::Client::try_default()
-        .await
+    let lease_client = kube::Client::try_from(kube_config.clone())
         .context("cannot build the leader election's Kubernetes client")?;
     Election::start(lease_client, &options).await
 }

@@ -42,7 +42,7 @@ pub mod watch;
 
 pub use control_plane::{ControlPlane, PrivateControlPlane, Restart, client_for_kubeconfig};
 pub use host::{HostOptions, HostProcess, guest_component};
-pub use manifests::{apply_crd_file, apply_file, wait_crd_established};
+pub use manifests::{apply_crd_file, apply_file, wait_crd_established, widgets};
 pub use namespace::test_namespace;
 pub use paths::{cp_script, kubectl, repo_root};
 pub use wait::wait_until;

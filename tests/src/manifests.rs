@@ -186,3 +186,13 @@ pub async fn apply_file(
     }
     Ok(applied)
 }
+
+/// The widget test guest's objects (`guests/testing/widget/crd.yaml`) in namespace `ns`.
+pub fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = kube::core::ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "test.reconciler.dev",
+        "v1",
+        "Widget",
+    ));
+    Api::namespaced_with(client.clone(), ns, &resource)
+}

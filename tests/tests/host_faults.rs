@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use reconciler_host_tests::{
     HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file, test_namespace,
-    wait_until,
+    wait_until, widgets,
 };
 use serde_json::json;
 
@@ -18,15 +17,6 @@ fn grants() -> String {
         reconciler_host_tests::repo_root().join("guests/testing/widget/host.yaml"),
     )
     .expect("guests/testing/widget/host.yaml")
-}
-
-fn widgets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "test.reconciler.dev",
-        "v1",
-        "Widget",
-    ));
-    Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 /// Creates a widget, retrying while the control plane is coming back.

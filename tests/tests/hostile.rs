@@ -17,9 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use reconciler_host_tests::{
     ControlPlane, HostOptions, HostProcess, apply_crd_file, repo_root, test_namespace, wait_until,
+    widgets,
 };
 use serde_json::{Value, json};
 
@@ -344,15 +344,6 @@ impl Arena {
         }
         Ok(objects)
     }
-}
-
-fn widgets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "test.reconciler.dev",
-        "v1",
-        "Widget",
-    ));
-    Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 async fn create_widget(api: &Api<DynamicObject>, name: &str) -> Result<()> {

@@ -32,10 +32,12 @@ fn level_name(level: Level) -> &'static str {
 }
 
 impl CallContext {
+    /// Emits one guest line, escaped and cut, unless the guest is over its log rate: a flood
+    /// is dropped before any work is spent on it (but an error line is kept for a trap's
+    /// message).
     fn log_line(&mut self, level: Level, message: &str) -> Result<(), HostError> {
         if level == Level::Error {
-            // Kept even when the line is dropped: a trap's message quotes it.
-            self.last_error = Some(message.to_owned());
+            self.last_error = Some(validation::message(message));
         }
         if self.guest.budget.logs.check().is_err() {
             self.logs_dropped += 1;
@@ -45,6 +47,7 @@ impl CallContext {
             }
             return Err(HostError::Limited("log rate exceeded; line dropped".into()));
         }
+        let message = validation::message(message);
         let (guest, key) = (self.guest.name.as_str(), self.key.as_str());
         match level {
             Level::Trace => tracing::trace!(target: "guest", guest, key, "{message}"),
@@ -59,12 +62,11 @@ impl CallContext {
 
 impl wit::Host for CallContext {
     async fn log(&mut self, level: Level, message: String) {
-        let message = validation::message(&message);
         let result = self.log_line(level, &message);
         self.finish(
             "log",
             "log",
-            || json!({ "level": level_name(level), "message": message }),
+            || json!({ "level": level_name(level), "message": validation::message(&message) }),
             &result,
             as_json,
         );
