@@ -43,6 +43,9 @@ impl Cluster for NullCluster {
     async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
         Ok(())
     }
+    async fn get(&self, _: &ObjectRef) -> Result<Option<Value>, HostError> {
+        Ok(Some(self.0.clone()))
+    }
 }
 
 fn repo() -> PathBuf {

@@ -278,9 +278,14 @@ impl TryFrom<String> for WriteTarget {
 }
 
 /// What one guest may do. Everything not listed is denied.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Grant {
+    /// `active` (default) or `shadow`: in shadow mode the guest runs with this grant but
+    /// changes nothing; each intended change is compared with the live state
+    /// (see `crate::shadow`). Changing it reloads the guest, without a restart.
+    #[serde(default)]
+    pub mode: crate::shadow::Mode,
     /// Kinds the guest may watch and read through the lister (and record events about).
     #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
     pub read: BTreeSet<Gvk>,

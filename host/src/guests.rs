@@ -4,6 +4,16 @@
 //! is unloaded. A file that fails to load is refused with its reason, and if an earlier version
 //! of it was good, that version stays active.
 //!
+//! The host configuration can change under a running directory ([`GuestDirectory::reconfigure`]):
+//! every file is judged again against the new grants. A guest whose grant changed (its mode
+//! included) is loaded again with it; one whose grant was withdrawn is unloaded, since a
+//! revoked grant must take effect.
+//!
+//! A grant keyed `<manifest name>@<file stem>` (e.g. `network@network-v2` for
+//! `network-v2.wasm`) applies to that file only and names the guest it loads: that is how a
+//! second version of a guest runs beside the first (typically in shadow mode) before it is
+//! promoted.
+//!
 //! Watching is by rescan: any change in the directory (inotify via `notify`) schedules a short
 //! debounced rescan that compares content hashes. That one mechanism covers plain copies,
 //! editors that write a temp file and rename it, and Kubernetes ConfigMap volumes, which swap a
@@ -22,6 +32,7 @@ use crate::capabilities::LoadCheck;
 use crate::config::{Grant, HostConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{LoadError, LoadedGuest, Runtime, content_hash};
+use crate::shadow::Shadows;
 
 /// Quiet time after the last file event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -30,7 +41,8 @@ const SAFETY_RESCAN: Duration = Duration::from_secs(30);
 /// Rescan this soon when a load failed for a reason that may pass (no free instance slot).
 const TRANSIENT_RETRY: Duration = Duration::from_secs(1);
 
-/// A guest that passed every check, with what it was granted.
+/// A guest that passed every check, with what it was granted. Its manifest name is the name
+/// it runs under (a `name@file-stem` grant renames it).
 #[derive(Debug)]
 pub struct ActiveGuest {
     pub loaded: LoadedGuest,
@@ -67,6 +79,12 @@ pub struct FileStatus {
     /// For an unloaded guest that declared a finalizer: what is left of it on objects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orphaned_finalizer: Option<OrphanedFinalizer>,
+    /// The active version's mode (`active` or `shadow`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::shadow::Mode>,
+    /// The guest's verdicts in shadow mode, if it ever ran in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<crate::shadow::ShadowReport>,
 }
 
 /// A finalizer whose guest was unloaded: objects may still carry it (see `crate::finalizer`).
@@ -149,6 +167,13 @@ pub fn check_grant(loaded: &LoadedGuest, grant: &Grant, config: &HostConfig) -> 
     }
 }
 
+/// Why a file is loaded: its content changed, or the configuration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Changed,
+    Reconfigured,
+}
+
 #[derive(Default)]
 struct State {
     files: BTreeMap<PathBuf, FileEntry>,
@@ -166,8 +191,9 @@ struct FileEntry {
 pub struct GuestDirectory {
     dir: PathBuf,
     runtime: Arc<Runtime>,
-    config: Arc<HostConfig>,
+    config: parking_lot::RwLock<Arc<HostConfig>>,
     metrics: Option<Metrics>,
+    shadows: Arc<Shadows>,
     state: Mutex<State>,
     events: broadcast::Sender<GuestEvent>,
     /// A load failed for a transient reason: rescan soon rather than on the next event.
@@ -182,20 +208,50 @@ impl GuestDirectory {
         metrics: Option<Metrics>,
     ) -> Arc<Self> {
         let (events, _) = broadcast::channel(256);
+        let shadows = Arc::new(Shadows::new(metrics.clone()));
         Arc::new(Self {
             dir,
             runtime,
-            config,
+            config: parking_lot::RwLock::new(config),
             metrics,
+            shadows,
             state: Mutex::new(State::default()),
             events,
             retry_soon: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// The host configuration the directory checks guests against.
-    pub fn config(&self) -> &HostConfig {
-        &self.config
+    /// The host configuration the directory checks guests against (the latest one applied).
+    pub fn config(&self) -> Arc<HostConfig> {
+        self.config.read().clone()
+    }
+
+    /// Where controllers record their shadow-mode verdicts, and `/guests` reads them.
+    pub fn shadows(&self) -> Arc<Shadows> {
+        self.shadows.clone()
+    }
+
+    /// Applies a new host configuration: every guest file is judged again against it (see the
+    /// module docs). Backends cannot change while the host runs: such a configuration is
+    /// refused whole and the current one stays.
+    pub fn reconfigure(&self, config: HostConfig) -> Result<(), String> {
+        if config.backends != self.config().backends {
+            return Err(
+                "backends: differ from the running configuration; backends change only with a restart, so nothing of the new configuration was applied".into(),
+            );
+        }
+        *self.config.write() = Arc::new(config);
+        let files: Vec<PathBuf> = self.state.lock().files.keys().cloned().collect();
+        for file in files {
+            match std::fs::read(&file) {
+                Ok(bytes) => {
+                    let hash = content_hash(&bytes);
+                    self.load(&file, &bytes, hash, Trigger::Reconfigured);
+                }
+                Err(e) => tracing::debug!(file = %file.display(), "skipping unreadable file: {e}"),
+            }
+        }
+        Ok(())
     }
 
     /// Receives every later change; call before the first `rescan` to miss nothing.
@@ -222,6 +278,11 @@ impl GuestDirectory {
             guest: entry.active.as_ref().map(|a| a.name().to_owned()),
             active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
             orphaned_finalizer: None,
+            mode: entry.active.as_ref().map(|a| a.grant.mode),
+            shadow: entry
+                .active
+                .as_ref()
+                .and_then(|a| self.shadows.report(a.name())),
         });
         let orphans = state
             .orphans
@@ -233,6 +294,8 @@ impl GuestDirectory {
                 guest: Some(guest.clone()),
                 active_hash: None,
                 orphaned_finalizer: Some(orphan.clone()),
+                mode: None,
+                shadow: None,
             });
         files.chain(orphans).collect()
     }
@@ -280,7 +343,7 @@ impl GuestDirectory {
                 .get(file)
                 .is_some_and(|e| e.hash == hash);
             if !unchanged {
-                self.load(file, &bytes, hash);
+                self.load(file, &bytes, hash, Trigger::Changed);
             }
         }
     }
@@ -305,10 +368,18 @@ impl GuestDirectory {
         Ok(files)
     }
 
-    fn load(&self, file: &Path, bytes: &[u8], hash: String) {
+    fn load(&self, file: &Path, bytes: &[u8], hash: String, trigger: Trigger) {
         let result = self.validate(file, bytes);
         let mut state = self.state.lock();
         let previous = state.files.get(file).and_then(|e| e.active.clone());
+        if let (Ok(active), Some(old)) = (&result, &previous)
+            && trigger == Trigger::Reconfigured
+            && old.name() == active.name()
+            && old.grant == active.grant
+            && old.loaded.hash == active.loaded.hash
+        {
+            return;
+        }
         match result {
             Err(RefusalError::Load(e)) if e.is_transient() => {
                 drop(state);
@@ -357,6 +428,14 @@ impl GuestDirectory {
                 drop(state);
                 let _ = self.events.send(GuestEvent::Loaded(active));
             }
+            Err(err) if trigger == Trigger::Reconfigured => {
+                // The grant was withdrawn or no longer covers the guest: it must stop now.
+                drop(state);
+                if previous.is_some() {
+                    self.unload(file);
+                }
+                self.refuse(file, hash, None, &err);
+            }
             Err(err) => {
                 drop(state);
                 self.refuse(file, hash, previous, &err);
@@ -402,11 +481,13 @@ impl GuestDirectory {
         if let Some(active) = entry.active {
             tracing::info!(file = %file.display(), guest = %active.name(), "guest unloaded");
             let manifest = &active.loaded.manifest;
-            if let Some(finalizer) = &manifest.finalizer {
+            // A guest in shadow mode never wrote its finalizer: nothing of it is left behind.
+            let wrote = active.grant.mode == crate::shadow::Mode::Active;
+            if let (Some(finalizer), true) = (&manifest.finalizer, wrote) {
                 let orphan = OrphanedFinalizer {
                     finalizer: finalizer.clone(),
                     kind: manifest.primary.clone(),
-                    policy: self.config.finalizer_policy.on_unload,
+                    policy: self.config().finalizer_policy.on_unload,
                     unloaded_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                         .to_string(),
                     objects: None,
@@ -431,10 +512,17 @@ impl GuestDirectory {
     }
 
     fn validate(&self, file: &Path, bytes: &[u8]) -> Result<ActiveGuest, RefusalError> {
-        let loaded = self.runtime.load(bytes, file)?;
+        let mut loaded = self.runtime.load(bytes, file)?;
+        let config = self.config();
+        // A grant for this file alone renames the guest (a second version beside the first).
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let alias = format!("{}@{stem}", loaded.manifest.name);
+        if config.guests.contains_key(&alias) {
+            loaded.manifest.name = alias;
+        }
         let manifest = &loaded.manifest;
         let name = file.display().to_string();
-        let Some(grant) = self.config.grant(&manifest.name) else {
+        let Some(grant) = config.grant(&manifest.name) else {
             let mut needs = vec![manifest.primary.to_string()];
             needs.extend(manifest.secondary.iter().map(|s| s.kind.to_string()));
             return Err(RefusalError::NoGrant {
@@ -443,12 +531,10 @@ impl GuestDirectory {
                 needs: needs.join(", "),
             });
         };
-        check_grant(&loaded, &grant, &self.config).map_err(|missing| {
-            RefusalError::BeyondGrant {
-                file: name,
-                guest: manifest.name.clone(),
-                missing,
-            }
+        check_grant(&loaded, &grant, &config).map_err(|missing| RefusalError::BeyondGrant {
+            file: name,
+            guest: manifest.name.clone(),
+            missing,
         })?;
         Ok(ActiveGuest { loaded, grant })
     }

@@ -46,5 +46,6 @@ pub mod providers;
 pub mod queue;
 pub mod runtime;
 pub mod server;
+pub mod shadow;
 pub mod validation;
 pub mod wit;

@@ -296,7 +296,28 @@ struct Inner {
     host_calls: Family<HostCallLabels, Counter>,
     finalizer_orphaned: Family<GuestLabels, Gauge>,
     finalizer_released: Family<GuestLabels, Counter>,
+    shadow_diffs: Family<GuestLabels, Counter>,
+    shadow_agreements: Family<GuestLabels, Counter>,
     scrape_hooks: Mutex<Vec<Weak<dyn ScrapeHook>>>,
+}
+
+/// `reconciler_shadow_diffs_total` and `reconciler_shadow_agreements_total`.
+fn register_shadow(
+    registry: &mut Registry,
+) -> (Family<GuestLabels, Counter>, Family<GuestLabels, Counter>) {
+    let diffs = Family::<GuestLabels, Counter>::default();
+    registry.register(
+        "reconciler_shadow_diffs",
+        "Reconciles in shadow mode whose intended changes would have changed the live state",
+        diffs.clone(),
+    );
+    let agreements = Family::<GuestLabels, Counter>::default();
+    registry.register(
+        "reconciler_shadow_agreements",
+        "Reconciles in shadow mode whose intended changes all matched the live state",
+        agreements.clone(),
+    );
+    (diffs, agreements)
 }
 
 /// The host's metrics: one registry, cheap to clone (an `Arc`), safe to share across
@@ -402,6 +423,7 @@ impl Metrics {
             "Objects whose finalizer the host removed after its guest was unloaded (finalizerPolicy release)",
             finalizer_released.clone(),
         );
+        let (shadow_diffs, shadow_agreements) = register_shadow(&mut registry);
 
         Self {
             inner: Arc::new(Inner {
@@ -419,6 +441,8 @@ impl Metrics {
                 host_calls,
                 finalizer_orphaned,
                 finalizer_released,
+                shadow_diffs,
+                shadow_agreements,
                 scrape_hooks: Mutex::new(Vec::new()),
             }),
         }
@@ -538,6 +562,20 @@ impl Metrics {
                 guest: guest.to_owned(),
             })
             .inc_by(objects as u64);
+    }
+
+    /// A reconcile in shadow mode agreed with the live state, or differed from it.
+    pub fn shadow_verdict(&self, guest: &str, agreed: bool) {
+        let family = if agreed {
+            &self.inner.shadow_agreements
+        } else {
+            &self.inner.shadow_diffs
+        };
+        family
+            .get_or_create(&GuestLabels {
+                guest: guest.to_owned(),
+            })
+            .inc();
     }
 
     /// The guest file `file` could not be loaded (compile, validation or grant failure).

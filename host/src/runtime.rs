@@ -213,6 +213,8 @@ pub struct Run {
     pub conflicted: bool,
     /// Every import call, when recording was asked for.
     pub calls: Option<Vec<Call>>,
+    /// Shadow mode: the intended changes that would have changed something.
+    pub shadow_differences: Vec<crate::shadow::Difference>,
     /// Where the time went: store creation, instantiation, the guest call (including its host
     /// calls), and teardown (dropping the store returns the slot to the pool and resets its
     /// memory). [`Run::total_time`] is their sum.
@@ -707,6 +709,7 @@ impl Runtime {
             outcome,
             conflicted: state.call.conflicted,
             calls: state.call.calls,
+            shadow_differences: state.call.shadow_differences,
             store_time: stored - started,
             instantiate_time: instantiated - stored,
             call_time: called - instantiated,

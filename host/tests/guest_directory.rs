@@ -10,6 +10,7 @@ use std::time::Duration;
 use reconciler_host::config::HostConfig;
 use reconciler_host::guests::{FileState, GuestDirectory, GuestEvent};
 use reconciler_host::runtime::{Runtime, RuntimeOptions};
+use reconciler_host::shadow::Mode;
 use tokio::sync::broadcast::Receiver;
 
 fn grants() -> String {
@@ -254,4 +255,104 @@ async fn the_watcher_follows_temp_file_renames_and_configmap_symlink_swaps() {
     };
     assert_ne!(v2.loaded.hash, v1.loaded.hash);
     watching.abort();
+}
+
+fn config(text: &str) -> HostConfig {
+    HostConfig::parse(text, "host.yaml".as_ref()).unwrap()
+}
+
+#[test]
+fn a_new_configuration_reloads_changed_grants_and_unloads_withdrawn_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), &grants());
+    let mut events = guests.subscribe();
+    copy("widget", &dir.path().join("widget.wasm"));
+    guests.rescan();
+    next_loaded(&mut events);
+    let active = |g: &GuestDirectory| g.active()[0].grant.mode;
+    assert_eq!(active(&guests), Mode::Active);
+
+    // The same grants again: nothing happens.
+    guests.reconfigure(config(&grants())).unwrap();
+    assert!(
+        events.try_recv().is_err(),
+        "an unchanged grant reloads nothing"
+    );
+
+    // Shadow mode: the same file loaded again with the new grant.
+    let shadow = grants().replace("  widget:\n", "  widget:\n    mode: shadow\n");
+    assert_ne!(shadow, grants(), "the test grant changed");
+    guests.reconfigure(config(&shadow)).unwrap();
+    match events.try_recv() {
+        Ok(GuestEvent::Loaded(guest)) => assert_eq!(guest.grant.mode, Mode::Shadow),
+        other => panic!("expected a Loaded event, got {other:?}"),
+    }
+    assert_eq!(guests.statuses()[0].mode, Some(Mode::Shadow));
+
+    // A configuration whose backends differ is refused whole.
+    let err = guests
+        .reconfigure(config(&format!(
+            "{grants}\nbackends:\n  network: {{provider: memory}}\n",
+            grants = grants()
+        )))
+        .unwrap_err();
+    assert!(err.starts_with("backends:"), "{err}");
+    assert_eq!(
+        active(&guests),
+        Mode::Shadow,
+        "the running configuration stays"
+    );
+
+    // The grant withdrawn: the guest stops, and says why.
+    guests.reconfigure(config("guests: {}\n")).unwrap();
+    match events.try_recv() {
+        Ok(GuestEvent::Unloaded(name)) => assert_eq!(name, "widget"),
+        other => panic!("expected an Unloaded event, got {other:?}"),
+    }
+    assert!(guests.active().is_empty());
+    let status = &guests.statuses()[0];
+    assert!(
+        matches!(&status.state, FileState::Failed(r) if r.contains("has no grant")),
+        "{status:?}"
+    );
+
+    // Granted again: loaded again.
+    guests.reconfigure(config(&grants())).unwrap();
+    next_loaded(&mut events);
+}
+
+#[test]
+fn a_grant_for_one_file_runs_a_second_version_beside_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let trial = grants().replace(
+        "guests:\n",
+        "guests:\n  widget@widget-next:\n    mode: shadow\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n",
+    );
+    assert_ne!(trial, grants(), "the test grant changed");
+    let guests = directory(dir.path(), &trial);
+    copy("widget", &dir.path().join("widget.wasm"));
+    copy("widget-v2", &dir.path().join("widget-next.wasm"));
+    guests.rescan();
+    let statuses = guests.statuses();
+    let mut running: Vec<(String, Mode)> = guests
+        .active()
+        .iter()
+        .map(|g| (g.name().to_owned(), g.grant.mode))
+        .collect();
+    running.sort();
+    assert_eq!(
+        running,
+        vec![
+            ("widget".to_owned(), Mode::Active),
+            ("widget@widget-next".to_owned(), Mode::Shadow),
+        ],
+        "{statuses:?}"
+    );
+
+    // The trial ends: a shadow guest never wrote its finalizer, so none is left orphaned
+    // (the active version's finalizer is not the host's to release).
+    std::fs::remove_file(dir.path().join("widget-next.wasm")).unwrap();
+    guests.rescan();
+    assert_eq!(guests.active().len(), 1);
+    assert!(guests.orphan("widget@widget-next").is_none());
 }

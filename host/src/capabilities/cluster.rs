@@ -42,6 +42,9 @@ pub trait Cluster: Send + Sync {
     async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
     async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
     async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
+    /// The object as the API server has it now (not the cache), or none: what shadow mode
+    /// compares an intended write with.
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError>;
 }
 
 pub(super) const CAPABILITY: Capability = Capability {
@@ -145,7 +148,7 @@ impl CallContext {
     }
 
     async fn cluster_patch_status(
-        &self,
+        &mut self,
         object: &ObjectRef,
         patch: &str,
     ) -> Result<Value, HostError> {
@@ -156,31 +159,50 @@ impl CallContext {
         }
         self.may_write(object, Some("status"))?;
         self.write_token().await;
-        let provider = &self.guest.providers.cluster;
+        let provider = self.guest.providers.cluster.clone();
+        if self.shadow() {
+            // Compared, not sent; the guest reads back what the write would have returned.
+            let live = provider
+                .get(object)
+                .await?
+                .ok_or_else(|| HostError::NotFound(format!("{object} does not exist")))?;
+            let intended = format!("status patch of {object}");
+            let (patched, difference) = crate::shadow::status_patch(intended, &live, &patch);
+            self.differs(difference);
+            return Ok(patched);
+        }
         provider.patch_status(self.name(), object, &patch).await
     }
 
-    async fn cluster_apply(&self, body: &str) -> Result<Value, HostError> {
+    async fn cluster_apply(&mut self, body: &str) -> Result<Value, HostError> {
         let value = validation::json_body("object", body)?;
         let target = applied_ref(&value, self.guest.scope.finalizer.as_deref())?;
         self.may_write(&target, None)?;
         self.write_token().await;
-        self.guest
-            .providers
-            .cluster
-            .apply(self.name(), &value)
-            .await
+        let provider = self.guest.providers.cluster.clone();
+        if self.shadow() {
+            let live = provider.get(&target).await?;
+            let intended = format!("apply of {target}");
+            self.differs(crate::shadow::apply(intended, live.as_ref(), &value));
+            return Ok(live.unwrap_or(value));
+        }
+        provider.apply(self.name(), &value).await
     }
 
-    async fn cluster_delete(&self, object: &ObjectRef) -> Result<bool, HostError> {
+    async fn cluster_delete(&mut self, object: &ObjectRef) -> Result<bool, HostError> {
         validation::object_ref("ref", object)?;
         self.may_write(object, None)?;
         self.write_token().await;
-        self.guest
-            .providers
-            .cluster
-            .delete(self.name(), object)
-            .await
+        let provider = self.guest.providers.cluster.clone();
+        if self.shadow() {
+            let exists = provider.get(object).await?.is_some();
+            let intended = format!("delete of {object}");
+            let difference =
+                crate::shadow::single(intended, exists, "object exists: it would be deleted");
+            self.differs(difference);
+            return Ok(exists);
+        }
+        provider.delete(self.name(), object).await
     }
 
     async fn cluster_record_event(&self, record: &EventRecord) -> Result<(), HostError> {
@@ -201,6 +223,10 @@ impl CallContext {
                 self.name(),
                 self.guest.grant.limits.rates().events_per_second
             )));
+        }
+        if self.shadow() {
+            tracing::debug!(guest = %self.name(), key = %self.key, reason = %record.reason, "shadow: event not sent");
+            return Ok(());
         }
         self.guest
             .providers
@@ -463,5 +489,103 @@ mod tests {
             matches!(&err, types::Error::Invalid(m) if m.starts_with("patch:")),
             "{err:?}"
         );
+    }
+
+    const SHADOW: &str =
+        "{mode: shadow, read: [v1/ConfigMap], write: [v1/ConfigMap, v1/ConfigMap/status]}";
+
+    #[tokio::test]
+    async fn in_shadow_mode_writes_are_compared_not_made() {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "v"}, "status": {"phase": "Ready"}}));
+        let before = h.cache.get(&cm(Some("ns"), "a").into());
+        let mut call = h.call(SHADOW, Scope::default());
+
+        let same = call
+            .patch_status(
+                cm(Some("ns"), "a"),
+                r#"{"status":{"phase":"Ready"}}"#.into(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&same).unwrap()["status"]["phase"],
+            "Ready"
+        );
+        assert!(
+            call.shadow_differences.is_empty(),
+            "an unchanged status agrees"
+        );
+
+        let changed = call
+            .patch_status(
+                cm(Some("ns"), "a"),
+                r#"{"status":{"phase":"Failed"}}"#.into(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&changed).unwrap()["status"]["phase"],
+            "Failed",
+            "the guest reads back what the write would have returned"
+        );
+        let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "w"}});
+        call.apply(applied.to_string()).await.unwrap();
+        assert!(call.delete(cm(Some("ns"), "a")).await.unwrap(), "it exists");
+        assert!(!call.delete(cm(Some("ns"), "gone")).await.unwrap());
+        call.record_event(wit::Event {
+            regarding: cm(Some("ns"), "a"),
+            event_type: wit::EventType::Normal,
+            reason: "Synced".into(),
+            message: "m".into(),
+        })
+        .await
+        .unwrap();
+
+        let shown: Vec<String> = call
+            .shadow_differences
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                r#"status patch of v1/ConfigMap ns/a: status.phase: "Ready" → "Failed""#,
+                r#"apply of v1/ConfigMap ns/a: data.k: "v" → "w""#,
+                "delete of v1/ConfigMap ns/a: object exists: it would be deleted",
+            ]
+        );
+        assert_eq!(
+            h.cache.get(&cm(Some("ns"), "a").into()),
+            before,
+            "nothing was written"
+        );
+    }
+
+    #[tokio::test]
+    async fn shadow_mode_keeps_the_grant_and_the_checks() {
+        let h = Harness::new();
+        seed(&h);
+        let mut call = h.call(SHADOW, Scope::default());
+        let err = call
+            .patch_status(cm(Some("ns"), "a/../b"), "{}".into())
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, types::Error::Invalid(_)), "{err:?}");
+        let secret = types::ObjectRef {
+            kind: Gvk::new("", "v1", "Secret").into(),
+            namespace: Some("ns".into()),
+            name: "s".into(),
+        };
+        let err = call.delete(secret).await.unwrap_err();
+        assert!(matches!(&err, types::Error::Denied(_)), "{err:?}");
+        let err = call
+            .patch_status(cm(Some("ns"), "missing"), r#"{"status":{}}"#.into())
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, types::Error::NotFound(_)), "{err:?}");
+        assert!(call.shadow_differences.is_empty());
     }
 }

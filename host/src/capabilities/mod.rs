@@ -335,6 +335,8 @@ pub struct CallContext {
     pub last_error: Option<String>,
     /// Log lines dropped by the guest's log rate in this reconcile.
     pub logs_dropped: u64,
+    /// Shadow mode: the changes this reconcile intended that would have changed something.
+    pub shadow_differences: Vec<crate::shadow::Difference>,
 }
 
 impl CallContext {
@@ -354,6 +356,7 @@ impl CallContext {
             calls: None,
             last_error: None,
             logs_dropped: 0,
+            shadow_differences: Vec::new(),
         }
     }
 
@@ -374,6 +377,15 @@ impl CallContext {
 
     fn name(&self) -> &str {
         &self.guest.name
+    }
+
+    /// Whether this guest runs in shadow mode: nothing it would change is changed.
+    fn shadow(&self) -> bool {
+        self.guest.grant.mode == crate::shadow::Mode::Shadow
+    }
+
+    fn differs(&mut self, difference: Option<crate::shadow::Difference>) {
+        self.shadow_differences.extend(difference);
     }
 
     /// Waits for a write token, bounded by the deadline (the runtime's timeout cancels the
@@ -534,6 +546,9 @@ impl Cluster for DenyAll {
         Err(HostError::Denied(LOADING.into()))
     }
     async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
+        Err(HostError::Denied(LOADING.into()))
+    }
+    async fn get(&self, _: &crate::objects::ObjectRef) -> Result<Option<Value>, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
 }

@@ -110,13 +110,16 @@ impl CallContext {
         Ok(status.map(|s| self.unowned(s)))
     }
 
-    async fn network_ensure(&self, spec: &NetworkSpec) -> Result<NetworkStatus, HostError> {
+    async fn network_ensure(&mut self, spec: &NetworkSpec) -> Result<NetworkStatus, HostError> {
         let backend = self.network()?;
         let owned = NetworkSpec {
             id: self.owned_id(&spec.id)?,
             cidr: spec.cidr.clone(),
             gateway: spec.gateway.clone(),
         };
+        if self.shadow() {
+            return self.shadow_ensure(backend.as_ref(), &owned, &spec.id).await;
+        }
         if backend.get(&owned.id).await?.is_none() {
             let prefix = format!("{}/", self.guest.name);
             let held = backend
@@ -133,20 +136,79 @@ impl CallContext {
             }
         }
         let own = format!("{}/", self.guest.name);
-        let status = backend.ensure(&owned).await.map_err(|e| match e {
-            // The guest's own ids read as it named them; another guest's keep their owner.
-            crate::backends::BackendError::Invalid(m) => {
-                HostError::Invalid(format!("spec: {}", m.replace(&own, "")))
-            }
-            other => other.into(),
-        })?;
+        let status = backend.ensure(&owned).await.map_err(|e| refused(e, &own))?;
         Ok(self.unowned(status))
     }
 
-    async fn network_delete(&self, id: &str) -> Result<bool, HostError> {
+    async fn network_delete(&mut self, id: &str) -> Result<bool, HostError> {
         let backend = self.network()?;
         let owned = self.owned_id(id)?;
+        if self.shadow() {
+            let exists = backend.get(&owned).await?.is_some();
+            let intended = format!("network delete of {id}");
+            self.differs(crate::shadow::single(
+                intended,
+                exists,
+                "network exists: it would be deleted",
+            ));
+            return Ok(exists);
+        }
         Ok(backend.delete(&owned).await?)
+    }
+
+    /// Shadow mode: what `ensure` would change, against the network as the backend has it.
+    /// The spec is validated as a real ensure would (CIDR, gateway); the provider's own policy
+    /// (allowed CIDRs, overlaps) is only consulted by a real ensure.
+    async fn shadow_ensure(
+        &mut self,
+        backend: &dyn NetworkBackend,
+        spec: &NetworkSpec,
+        guest_id: &str,
+    ) -> Result<NetworkStatus, HostError> {
+        let own = format!("{}/", self.guest.name);
+        let valid = crate::backends::validate(spec).map_err(|e| refused(e, &own))?;
+        let current = backend.get(&spec.id).await?;
+        let mut changes = Vec::new();
+        match &current {
+            None => changes.push(format!(
+                "network does not exist: it would be created ({} via {})",
+                spec.cidr, spec.gateway
+            )),
+            Some(have) => {
+                let wanted = valid.status(have.interface_name.clone(), true);
+                for (field, a, b) in [
+                    ("cidr", &have.cidr, &wanted.cidr),
+                    ("gateway", &have.gateway, &wanted.gateway),
+                ] {
+                    if a != b {
+                        changes.push(format!("{field}: {a} → {b}"));
+                    }
+                }
+                if !have.up {
+                    changes.push("up: false → true".into());
+                }
+            }
+        }
+        let intended = format!("network ensure of {guest_id}");
+        if !changes.is_empty() {
+            self.differs(Some(crate::shadow::Difference { intended, changes }));
+        }
+        let status = match current {
+            Some(have) => valid.status(have.interface_name, true),
+            None => valid.status(String::new(), true),
+        };
+        Ok(self.unowned(status))
+    }
+}
+
+/// A backend's refusal as the guest sees it: its own ids read as it named them (another
+/// guest's keep their owner), an invalid spec as `invalid` naming `spec`.
+fn refused(e: crate::backends::BackendError, own_prefix: &str) -> HostError {
+    match e {
+        crate::backends::BackendError::Invalid(m) => {
+            HostError::Invalid(format!("spec: {}", m.replace(own_prefix, "")))
+        }
+        other => other.into(),
     }
 }
 
@@ -268,5 +330,67 @@ mod tests {
             denied.get("x".into()).await,
             Err(types::Error::Denied(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn in_shadow_mode_the_backend_is_compared_not_changed() {
+        let h = Harness::new();
+        let mut active = as_guest(&h, "a");
+        active
+            .ensure(spec("ns/net", "10.1.0.0/24", "10.1.0.1"))
+            .await
+            .unwrap();
+        let grant = serde_yaml::from_str("{mode: shadow, backends: [network]}").unwrap();
+        let context = GuestContext::new("a", grant, h.providers());
+        let mut shadow = CallContext::new(Arc::new(context), "k".into(), None);
+
+        let same = shadow
+            .ensure(spec("ns/net", "10.1.0.0/24", "10.1.0.1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (same.id.as_str(), same.cidr.as_str()),
+            ("ns/net", "10.1.0.0/24")
+        );
+        assert!(shadow.shadow_differences.is_empty(), "the same spec agrees");
+
+        let moved = shadow
+            .ensure(spec("ns/net", "10.2.0.0/24", "10.2.0.1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            moved.cidr, "10.2.0.0/24",
+            "the status the ensure would report"
+        );
+        shadow
+            .ensure(spec("ns/new", "10.3.0.0/24", "10.3.0.1"))
+            .await
+            .unwrap();
+        assert!(shadow.delete("ns/net".into()).await.unwrap());
+        let err = shadow
+            .ensure(spec("ns/bad", "10.4.0.5/24", "10.4.0.1"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.starts_with("spec:")),
+            "{err:?}"
+        );
+
+        let shown: Vec<String> = shadow
+            .shadow_differences
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                "network ensure of ns/net: cidr: 10.1.0.0/24 → 10.2.0.0/24; gateway: 10.1.0.1 → 10.2.0.1",
+                "network ensure of ns/new: network does not exist: it would be created (10.3.0.0/24 via 10.3.0.1)",
+                "network delete of ns/net: network exists: it would be deleted",
+            ]
+        );
+        let stored = h.network.list().await.unwrap();
+        assert_eq!(stored.len(), 1, "nothing was created or deleted");
+        assert_eq!(stored[0].cidr, "10.1.0.0/24", "nothing was changed");
     }
 }

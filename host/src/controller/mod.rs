@@ -58,6 +58,8 @@ pub struct Services {
     pub namespace: Option<String>,
     /// Closed when the host loses its lease: no write is sent after that.
     pub fence: WriteFence,
+    /// Where guests in shadow mode record their verdicts (`/guests`, metrics).
+    pub shadows: Arc<crate::shadow::Shadows>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -185,11 +187,15 @@ impl Controller {
         self.synced.clone()
     }
 
-    /// Whether `new` can replace the running version in place (same watches and finalizer).
+    /// Whether `new` can replace the running version in place (same watches, finalizer and
+    /// grant). A new grant restarts the controller: its caches, rates and mode follow the
+    /// grant, and every key is reconciled again under it (a guest switched from shadow to
+    /// active writes what it held back).
     pub fn can_swap_to(&self, new: &ActiveGuest) -> bool {
         let current = self.version.borrow();
         let (a, b) = (&current.guest.loaded.manifest, &new.loaded.manifest);
-        a.primary == b.primary
+        current.guest.grant == new.grant
+            && a.primary == b.primary
             && a.namespace == b.namespace
             && a.label_selector == b.label_selector
             && a.secondary == b.secondary
@@ -439,15 +445,26 @@ async fn sync(
     let mut object = in_cache
         .as_ref()
         .and_then(|o| serde_json::to_string(&**o).ok());
+    let shadow = guest.grant.mode == crate::shadow::Mode::Shadow;
+    // Shadow mode: the host's own finalizer writes are compared, not made, like the guest's.
+    let mut differences = Vec::new();
 
     if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &in_cache, deleting) {
-        match cluster.add_finalizer(&object_ref, current, finalizer).await {
-            Ok(None) => {}
-            Ok(Some(written)) => object = Some(written.to_string()),
-            Err(HostError::NotFound(_)) => object = None,
-            Err(e) => {
-                tracing::warn!("adding finalizer {finalizer} failed, will retry: {e}");
-                return Next::Retry;
+        if shadow {
+            differences.extend(crate::shadow::single(
+                format!("finalizer add on {object_ref}"),
+                !crate::finalizer::carries(current, finalizer),
+                format!("metadata.finalizers: {finalizer} would be added"),
+            ));
+        } else {
+            match cluster.add_finalizer(&object_ref, current, finalizer).await {
+                Ok(None) => {}
+                Ok(Some(written)) => object = Some(written.to_string()),
+                Err(HostError::NotFound(_)) => object = None,
+                Err(e) => {
+                    tracing::warn!("adding finalizer {finalizer} failed, will retry: {e}");
+                    return Next::Retry;
+                }
             }
         }
     }
@@ -466,7 +483,7 @@ async fn sync(
     // The guest runs on this task: it yields every epoch tick and at every import that waits,
     // and aborting the task (lease lost, shutdown) cancels it wherever it is.
     let started = Instant::now();
-    let run = shared
+    let mut run = shared
         .runtime
         .reconcile_async(&version.guest.loaded, call, request)
         .await;
@@ -474,26 +491,20 @@ async fn sync(
     metrics.instantiated(guest.name(), run.instantiate_time);
     // Also counts deadline and memory-limit hits.
     metrics.reconcile_finished(guest.name(), run.outcome.result(), started.elapsed());
+    differences.append(&mut run.shadow_differences);
+    if shadow {
+        let deleted = in_cache.as_deref().filter(|_| deleting);
+        record_verdict(shared, version, key, &run.outcome, deleted, differences);
+    }
 
     match run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
             tracing::debug!(took = ?run.total_time(), "reconciled");
-            // Read the latest version: the guest may have written the object meanwhile.
-            let latest = deleting
-                .then(|| caches.primary.get(key.namespace.as_deref(), &key.name))
-                .flatten();
-            if let (Some(finalizer), Some(latest)) = (&manifest.finalizer, latest) {
-                match cluster
-                    .remove_finalizer(&object_ref, &latest, finalizer)
-                    .await
-                {
-                    Ok(true) => tracing::info!("finalizer {finalizer} removed"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
-                        return Next::Retry;
-                    }
-                }
+            // (In shadow mode the finalizer stays: that removal was compared above.)
+            if let (Some(finalizer), true, false) = (&manifest.finalizer, deleting, shadow)
+                && !remove_finalizer(caches, cluster, &object_ref, finalizer).await
+            {
+                return Next::Retry;
             }
             Next::Done {
                 requeue_after: requeue_after_ms.map(Duration::from_millis),
@@ -517,6 +528,65 @@ async fn sync(
             tracing::error!("reconcile failed, will retry with backoff: {message}");
             Next::Retry
         }
+    }
+}
+
+/// Removes the guest's finalizer after a successful reconcile of a deleted object, from its
+/// latest version (the guest may have written it meanwhile). False: retry.
+async fn remove_finalizer(
+    caches: &Caches,
+    cluster: &KubeCluster,
+    object_ref: &ObjectRef,
+    finalizer: &str,
+) -> bool {
+    let Some(latest) = caches
+        .primary
+        .get(object_ref.namespace.as_deref(), &object_ref.name)
+    else {
+        return true;
+    };
+    match cluster
+        .remove_finalizer(object_ref, &latest, finalizer)
+        .await
+    {
+        Ok(removed) => {
+            if removed {
+                tracing::info!("finalizer {finalizer} removed");
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
+            false
+        }
+    }
+}
+
+/// Shadow mode: the verdict of one reconcile. A finished reconcile gets one; a failed one
+/// only if it intended a change. `deleted`: the object being deleted, whose finalizer a
+/// finished reconcile would have removed.
+fn record_verdict(
+    shared: &Services,
+    version: &Version,
+    key: &ObjectKey,
+    outcome: &Outcome,
+    deleted: Option<&kube::api::DynamicObject>,
+    mut differences: Vec<crate::shadow::Difference>,
+) {
+    let finished = matches!(outcome, Outcome::Ok { .. });
+    if let (true, Some(finalizer), Some(object)) =
+        (finished, &version.guest.loaded.manifest.finalizer, deleted)
+    {
+        differences.extend(crate::shadow::single(
+            format!("finalizer removal on {key}"),
+            crate::finalizer::carries(object, finalizer),
+            format!("metadata.finalizers: {finalizer} would be removed"),
+        ));
+    }
+    if finished || !differences.is_empty() {
+        shared
+            .shadows
+            .record(version.guest.name(), &key.to_string(), differences);
     }
 }
 

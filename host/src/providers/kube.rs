@@ -284,6 +284,17 @@ impl Cluster for KubeCluster {
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
 
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError> {
+        let api = self.api(object).await?;
+        let found = api
+            .get_opt(&path_segment(&object.name))
+            .await
+            .map_err(|e| map_kube_error(e, &format!("read of {object}")))?;
+        found
+            .map(|o| serde_json::to_value(&o).map_err(|e| HostError::Other(e.to_string())))
+            .transpose()
+    }
+
     async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError> {
         let target = ObjectRef::of_object(object).ok_or_else(|| {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())

@@ -255,6 +255,10 @@ impl Cluster for RecordingCluster {
         Ok(current)
     }
 
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError> {
+        Ok(self.cache.get(object))
+    }
+
     async fn apply(&self, _manager: &str, object: &Value) -> Result<Value, HostError> {
         let r = ObjectRef::of_object(object).ok_or_else(|| {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())

@@ -1,0 +1,475 @@
+//! Shadow mode: a guest runs on live events with its real grant, but nothing it would change is
+//! changed. Each write it intends is compared with the object as the API server has it (each
+//! backend change with the backend's actual state) instead of being made, and every reconcile
+//! ends in a verdict: it *agrees* when none of its intended changes would change anything, it
+//! *differs* otherwise, with a compact diff per change.
+//!
+//! That is how a guest is checked against a controller already running (the naming guest
+//! against the API server's own naming controller) and how an operator trials a new version of
+//! a guest beside the running one before promoting it (`mode: shadow` in its grant; switching to
+//! `active` reloads it without a restart).
+//!
+//! What counts as a change, per intended call:
+//! - status merge patch: the live object's `status` with the patch merged in (RFC 7386)
+//!   differs from the live `status`;
+//! - apply: a field the applied object sets differs from the live one (lists of objects with a
+//!   `name` or `type` are matched by it, as server-side apply merges them), or the object does
+//!   not exist;
+//! - delete: the object exists;
+//! - finalizer add/remove by the host: the object lacks / carries it;
+//! - network backend `ensure`: the network is missing or its CIDR, gateway or state differ;
+//!   `delete`: the network exists.
+//!
+//! Events are not sent and count neither way.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::metrics::Metrics;
+
+/// How a guest's changes reach the world (`guests.<name>.mode` in the host configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Writes, events and backend calls are made.
+    #[default]
+    Active,
+    /// Nothing is changed; intended changes are compared with the live state.
+    Shadow,
+}
+
+/// At most this many lines per difference; the rest is summarised.
+const MAX_LINES: usize = 16;
+/// A value in a diff line is cut to this many characters.
+const MAX_VALUE_CHARS: usize = 120;
+/// Verdicts kept per guest for `/guests`.
+const RECENT: usize = 20;
+
+/// One intended change that would have changed something.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    /// What was intended, e.g. `status patch of apiextensions.k8s.io/v1/CustomResourceDefinition a.b.c`.
+    pub intended: String,
+    /// `path: live → intended`, one line per field.
+    pub changes: Vec<String>,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.intended, self.changes.join("; "))
+    }
+}
+
+/// The differences of a status merge patch: `live` with `patch` merged in, compared on
+/// `status`. Returns the object as it would be, for the guest to read back.
+pub fn status_patch(intended: String, live: &Value, patch: &Value) -> (Value, Option<Difference>) {
+    let mut patched = live.clone();
+    json_patch::merge(&mut patched, patch);
+    let mut changes = Vec::new();
+    compare(
+        "status",
+        live.get("status").unwrap_or(&Value::Null),
+        patched.get("status").unwrap_or(&Value::Null),
+        &mut changes,
+    );
+    let difference = finish(intended, changes);
+    (patched, difference)
+}
+
+/// The differences of a server-side apply: every field `applied` sets, compared with `live`
+/// (none: the object would be created).
+pub fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<Difference> {
+    let Some(live) = live else {
+        return Some(Difference {
+            intended,
+            changes: vec!["object does not exist: it would be created".into()],
+        });
+    };
+    let mut changes = Vec::new();
+    if let (Some(set), Some(have)) = (applied.as_object(), live.as_object()) {
+        for (key, value) in set {
+            if matches!(key.as_str(), "apiVersion" | "kind") {
+                continue;
+            }
+            if key == "metadata" {
+                // Identity and server-managed fields are not the guest's to set.
+                let mut metadata = value.clone();
+                if let Some(m) = metadata.as_object_mut() {
+                    for field in [
+                        "name",
+                        "namespace",
+                        "resourceVersion",
+                        "uid",
+                        "managedFields",
+                    ] {
+                        m.remove(field);
+                    }
+                }
+                subset(
+                    "metadata",
+                    have.get("metadata").unwrap_or(&Value::Null),
+                    &metadata,
+                    &mut changes,
+                );
+                continue;
+            }
+            subset(
+                key,
+                have.get(key).unwrap_or(&Value::Null),
+                value,
+                &mut changes,
+            );
+        }
+    }
+    finish(intended, changes)
+}
+
+/// A difference made of one line, when `changed`.
+pub fn single(intended: String, changed: bool, line: impl Into<String>) -> Option<Difference> {
+    changed.then(|| Difference {
+        intended,
+        changes: vec![line.into()],
+    })
+}
+
+fn finish(intended: String, mut changes: Vec<String>) -> Option<Difference> {
+    if changes.is_empty() {
+        return None;
+    }
+    if changes.len() > MAX_LINES {
+        let more = changes.len() - MAX_LINES;
+        changes.truncate(MAX_LINES);
+        changes.push(format!("… and {more} more"));
+    }
+    Some(Difference { intended, changes })
+}
+
+/// Every difference between `before` and `after`, as `path: before → after` lines.
+fn compare(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+    if before == after {
+        return;
+    }
+    match (before, after) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                compare(
+                    &format!("{path}.{key}"),
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if let (Some(a_keyed), Some(b_keyed)) = (keyed(a), keyed(b)) {
+                let keys: BTreeSet<&String> = a_keyed.keys().chain(b_keyed.keys()).collect();
+                for key in keys {
+                    compare(
+                        &format!("{path}[{key}]"),
+                        a_keyed.get(key).copied().unwrap_or(&Value::Null),
+                        b_keyed.get(key).copied().unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            } else if a.len() == b.len() {
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    compare(&format!("{path}[{i}]"), x, y, out);
+                }
+            } else {
+                out.push(line(path, before, after));
+            }
+        }
+        _ => out.push(line(path, before, after)),
+    }
+}
+
+/// The differences of the fields `set` sets, against `have`.
+fn subset(path: &str, have: &Value, set: &Value, out: &mut Vec<String>) {
+    match (have, set) {
+        (Value::Object(h), Value::Object(s)) => {
+            for (key, value) in s {
+                subset(
+                    &format!("{path}.{key}"),
+                    h.get(key).unwrap_or(&Value::Null),
+                    value,
+                    out,
+                );
+            }
+        }
+        (Value::Array(h), Value::Array(s)) => match (keyed(h), keyed(s)) {
+            (Some(h_keyed), Some(s_keyed)) => {
+                for (key, value) in s_keyed {
+                    subset(
+                        &format!("{path}[{key}]"),
+                        h_keyed.get(&key).copied().unwrap_or(&Value::Null),
+                        value,
+                        out,
+                    );
+                }
+            }
+            _ if h.len() == s.len() => {
+                for (i, (x, y)) in h.iter().zip(s).enumerate() {
+                    subset(&format!("{path}[{i}]"), x, y, out);
+                }
+            }
+            _ => out.push(line(path, have, set)),
+        },
+        _ if have == set => {}
+        _ => out.push(line(path, have, set)),
+    }
+}
+
+/// A list of objects each carrying a distinct string `type` (conditions) or `name`
+/// (containers, ports), by that key; else none.
+fn keyed(items: &[Value]) -> Option<BTreeMap<String, &Value>> {
+    if items.is_empty() {
+        return None;
+    }
+    for field in ["type", "name"] {
+        let map: BTreeMap<String, &Value> = items
+            .iter()
+            .filter_map(|item| {
+                let key = item.get(field)?.as_str()?;
+                Some((format!("{field}={key}"), item))
+            })
+            .collect();
+        if map.len() == items.len() {
+            return Some(map);
+        }
+    }
+    None
+}
+
+fn line(path: &str, before: &Value, after: &Value) -> String {
+    format!("{path}: {} → {}", shown(before), shown(after))
+}
+
+fn shown(value: &Value) -> String {
+    if value.is_null() {
+        return "(absent)".into();
+    }
+    let text = value.to_string();
+    if text.chars().count() <= MAX_VALUE_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_VALUE_CHARS).collect();
+    let _ = write!(cut, "… ({} bytes)", text.len());
+    cut
+}
+
+/// How one reconcile in shadow mode ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub key: String,
+    /// RFC 3339.
+    pub at: String,
+    pub agreed: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<Difference>,
+}
+
+/// What `/guests` shows of a guest's shadow runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowReport {
+    pub agreements: u64,
+    pub diffs: u64,
+    /// The latest verdicts, newest first.
+    pub recent: VecDeque<Verdict>,
+    /// The latest verdicts that differed, newest first (kept apart so agreements do not push
+    /// them out).
+    pub recent_diffs: VecDeque<Verdict>,
+}
+
+/// Every guest's shadow verdicts: counted in metrics, logged, and kept for `/guests`.
+#[derive(Default)]
+pub struct Shadows {
+    guests: Mutex<BTreeMap<String, ShadowReport>>,
+    metrics: Option<Metrics>,
+}
+
+impl Shadows {
+    pub fn new(metrics: Option<Metrics>) -> Self {
+        Self {
+            guests: Mutex::default(),
+            metrics,
+        }
+    }
+
+    /// Records the verdict of one reconcile of `key` by `guest`: it agreed when `differences`
+    /// is empty.
+    pub fn record(&self, guest: &str, key: &str, differences: Vec<Difference>) {
+        let agreed = differences.is_empty();
+        if agreed {
+            tracing::debug!(guest, key, "shadow: agrees with the live state");
+        } else {
+            for difference in &differences {
+                tracing::warn!(
+                    guest,
+                    key,
+                    "shadow: differs from the live state: {difference}"
+                );
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.shadow_verdict(guest, agreed);
+        }
+        let verdict = Verdict {
+            key: key.to_owned(),
+            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            agreed,
+            differences,
+        };
+        let mut guests = self.guests.lock();
+        let report = guests.entry(guest.to_owned()).or_default();
+        if agreed {
+            report.agreements += 1;
+        } else {
+            report.diffs += 1;
+            push_bounded(&mut report.recent_diffs, verdict.clone());
+        }
+        push_bounded(&mut report.recent, verdict);
+    }
+
+    /// What `/guests` shows for `guest`, if it ever ran in shadow mode.
+    pub fn report(&self, guest: &str) -> Option<ShadowReport> {
+        self.guests.lock().get(guest).cloned()
+    }
+}
+
+fn push_bounded(list: &mut VecDeque<Verdict>, verdict: Verdict) {
+    list.push_front(verdict);
+    list.truncate(RECENT);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn crd() -> Value {
+        json!({
+            "metadata": {"name": "a.b.c", "resourceVersion": "7"},
+            "status": {
+                "acceptedNames": {"plural": "a", "kind": "A", "shortNames": ["x"]},
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
+                ],
+            },
+        })
+    }
+
+    #[test]
+    fn a_status_patch_that_changes_nothing_agrees() {
+        let live = crd();
+        let patch = json!({
+            "metadata": {"resourceVersion": "7"},
+            "status": {"acceptedNames": {"plural": "a", "kind": "A", "singular": null, "shortNames": ["x"]}},
+        });
+        let (patched, difference) = status_patch("patch".into(), &live, &patch);
+        assert_eq!(difference, None);
+        assert_eq!(patched, live);
+    }
+
+    #[test]
+    fn a_status_patch_difference_names_each_field_with_conditions_by_type() {
+        let live = crd();
+        let patch = json!({"status": {
+            "acceptedNames": {"shortNames": null},
+            "conditions": [
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
+                {"type": "NamesAccepted", "status": "False", "reason": "KindConflict"},
+            ],
+        }});
+        let (patched, difference) = status_patch("status patch of a.b.c".into(), &live, &patch);
+        assert_eq!(patched["status"]["conditions"][1]["reason"], "KindConflict");
+        let difference = difference.expect("a difference");
+        assert_eq!(difference.intended, "status patch of a.b.c");
+        assert_eq!(
+            difference.changes,
+            vec![
+                r#"status.acceptedNames.shortNames: ["x"] → (absent)"#,
+                r#"status.conditions[type=NamesAccepted].reason: "NoConflicts" → "KindConflict""#,
+                r#"status.conditions[type=NamesAccepted].status: "True" → "False""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn an_apply_compares_only_the_fields_it_sets() {
+        let live = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n", "resourceVersion": "9", "labels": {"a": "1", "b": "2"}},
+            "data": {"k": "v", "other": "x"},
+        });
+        let same = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n", "labels": {"a": "1"}}, "data": {"k": "v"}});
+        assert_eq!(apply("apply".into(), Some(&live), &same), None);
+        let changed = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n"}, "data": {"k": "w"}});
+        let difference = apply("apply".into(), Some(&live), &changed).unwrap();
+        assert_eq!(difference.changes, vec![r#"data.k: "v" → "w""#]);
+        let created = apply("apply".into(), None, &same).unwrap();
+        assert!(created.changes[0].contains("would be created"));
+    }
+
+    #[test]
+    fn an_apply_matches_named_list_items_and_ignores_defaulted_fields() {
+        let live = json!({"spec": {"containers": [
+            {"name": "a", "image": "x:1", "imagePullPolicy": "IfNotPresent"},
+            {"name": "b", "image": "y:1"},
+        ]}});
+        let applied = json!({"spec": {"containers": [{"name": "b", "image": "y:1"}, {"name": "a", "image": "x:2"}]}});
+        let difference = apply("apply".into(), Some(&live), &applied).unwrap();
+        assert_eq!(
+            difference.changes,
+            vec![r#"spec.containers[name=a].image: "x:1" → "x:2""#]
+        );
+    }
+
+    #[test]
+    fn long_diffs_are_cut() {
+        let live = json!({"status": {}});
+        let many: serde_json::Map<String, Value> = (0..40)
+            .map(|i| (format!("f{i:02}"), Value::from("x".repeat(300))))
+            .collect();
+        let (_, difference) =
+            status_patch("p".into(), &live, &json!({"status": Value::Object(many)}));
+        let changes = difference.unwrap().changes;
+        assert_eq!(changes.len(), MAX_LINES + 1);
+        assert_eq!(changes[MAX_LINES], "… and 24 more");
+        assert!(changes[0].len() < 200, "{}", changes[0]);
+    }
+
+    #[test]
+    fn verdicts_are_counted_and_the_latest_kept() {
+        let shadows = Shadows::new(None);
+        assert!(shadows.report("g").is_none());
+        for i in 0..25 {
+            shadows.record("g", &format!("k{i}"), Vec::new());
+        }
+        shadows.record(
+            "g",
+            "bad",
+            vec![Difference {
+                intended: "p".into(),
+                changes: vec!["x".into()],
+            }],
+        );
+        let report = shadows.report("g").unwrap();
+        assert_eq!((report.agreements, report.diffs), (25, 1));
+        assert_eq!(report.recent.len(), RECENT);
+        assert_eq!(report.recent[0].key, "bad");
+        assert!(!report.recent[0].agreed);
+        assert_eq!(report.recent_diffs.len(), 1);
+        assert_eq!(report.recent[1].key, "k24");
+    }
+}
