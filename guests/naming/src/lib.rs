@@ -19,7 +19,11 @@
 //! Upstream keeps a mutation cache so that its next sync sees its own write; the host's
 //! read-your-writes (a write's returned object is in the cache at once) plays that part.
 //! Upstream runs one worker because the name reservation is not safe to run concurrently;
-//! so does this guest (`concurrency(1)`).
+//! so does this guest (`concurrency(1)`), and its informer resyncs every 5 minutes, as does
+//! this guest's primary watch.
+//!
+//! The API server already runs the real controller, so this guest normally runs in shadow mode
+//! beside it (`examples/naming.yaml`): it changes nothing and reports whether it agrees.
 
 mod crd;
 mod naming;
@@ -41,7 +45,10 @@ fn crd_kind() -> Gvk {
 
 impl Guest for Naming {
     fn manifest() -> Manifest {
-        Manifest::new("naming", crd_kind()).concurrency(1)
+        // One worker as upstream; a 5 minute resync as the API server's CRD informer factory.
+        Manifest::new("naming", crd_kind())
+            .concurrency(1)
+            .resync_seconds(300)
     }
 
     fn reconcile(req: Request) -> Result<Action, ReconcileError> {
