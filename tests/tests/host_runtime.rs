@@ -611,3 +611,56 @@ async fn an_unloaded_guests_finalizer_is_released_after_the_grace_period() -> Re
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_guest_in_shadow_mode_changes_nothing_until_switched_to_active_without_a_restart()
+-> Result<()> {
+    let shadow = GRANTS.replace("  widget:\n", "  widget:\n    mode: shadow\n");
+    assert_ne!(shadow, GRANTS, "the grant changed");
+    let s = setup_with("shadow", "widget", &shadow).await?;
+    s.create("w1", json!({"message": "hello", "configMap": true}))
+        .await?;
+    wait_until(
+        "a shadow verdict for w1",
+        Duration::from_secs(60),
+        || async {
+            let diffs = s
+                .metric("reconciler_shadow_diffs_total{guest=\"widget\"}")
+                .await?;
+            anyhow::ensure!(diffs >= 1.0, "no difference counted yet");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+
+    // Nothing was written: no status, no finalizer, no ConfigMap, no event.
+    let w1 = s.widgets.get("w1").await?;
+    assert!(w1.data.get("status").is_none(), "{:?}", w1.data);
+    assert!(w1.metadata.finalizers.unwrap_or_default().is_empty());
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), &s.ns);
+    assert!(config_maps.get_opt("w1-widget").await?.is_none());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
+    assert!(events.list(&Default::default()).await?.items.is_empty());
+
+    // /guests names what the guest would have changed.
+    let guests: Value = serde_json::from_str(&s.host.get("/guests").await?)?;
+    let latest = &guests[0]["shadow"]["recentDiffs"][0];
+    assert_eq!(latest["key"], format!("{}/w1", s.ns), "{guests}");
+    let shown = latest["differences"].to_string();
+    for part in [
+        "status patch of",
+        "apply of v1/ConfigMap",
+        "metadata.finalizers",
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+
+    // Switched to active in the configuration: the same process writes what it held back.
+    std::fs::write(s.host.dir.path().join("host.yaml"), GRANTS)?;
+    s.reconciled("w1", "w1 reconciled once active").await?;
+    assert!(config_maps.get_opt("w1-widget").await?.is_some());
+    assert!(s.host.log().contains("configuration change applied"));
+    Ok(())
+}
