@@ -19,6 +19,10 @@ godebug=$(sed -n 's/^godebug[[:space:]]\+\(default=go[0-9.]*\).*/\1/p' "$GOMOD" 
 [ -z "$godebug" ] || go mod edit -godebug="$godebug"
 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}"
 go get -tool "k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}"
+# The local cluster's node and controllers (build.sh --cluster).
+for cmd in kubelet kube-scheduler kube-controller-manager; do
+  go get -tool "k8s.io/kubernetes/cmd/${cmd}@${K8S_VERSION}"
+done
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3)
 go get -tool "go.etcd.io/etcd/server/v3@${etcd}"
 go mod tidy
