@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds every guest as a release WebAssembly component and collects them in
 # <repo>/target/guests/: each Rust guest as <its directory's name>.wasm (network.wasm,
-# widget.wasm, widget-v2.wasm, hostile.wasm, ...), and greeter.wasm (Python,
-# guests/python/build.sh).
+# widget.wasm, widget-v2.wasm, hostile.wasm, ...), greeter.wasm (Python,
+# guests/python/build.sh), and <name>-js.wasm, <name>-c.wasm, <name>-go.wasm for the guests under
+# guests/js/, guests/c/ and guests/go/ (each language's build.sh).
 #
 # Rust guests are discovered, not listed: every member of the guests workspace with a `cdylib`
 # target is one (the SDK is a plain library). `cargo metadata` names them; adding a guest is
@@ -84,17 +85,24 @@ for pair in "${artefacts[@]}"; do
         echo "build.sh: error: cargo succeeded but $src is missing" >&2
         exit 1
     fi
-    cp "$src" "$out/unslimmed/$name.partial"
-    replace_if_changed "$out/unslimmed/$name.partial" "$out/unslimmed/$name"
-    if ! "$slim" "$out/unslimmed/$name" "$out/$name.partial"; then
+    # Partial files of this run's own: tests start builds concurrently.
+    partial="$(mktemp "$out/unslimmed/.$name.XXXXXX")"
+    cp "$src" "$partial" && chmod 644 "$partial"
+    replace_if_changed "$partial" "$out/unslimmed/$name"
+    partial="$(mktemp "$out/.$name.XXXXXX")"
+    if ! "$slim" "$out/unslimmed/$name" "$partial"; then
+        rm -f "$partial"
         echo "build.sh: error: reconciler-slim failed on $name (its message is above)" >&2
         exit 1
     fi
-    replace_if_changed "$out/$name.partial" "$out/$name"
+    chmod 644 "$partial"
+    replace_if_changed "$partial" "$out/$name"
 done
 
 # Guests in other languages, against the same WIT.
-"$guests/python/build.sh"
+for language in python js c go; do
+    "$guests/$language/build.sh"
+done
 
 echo "guests in $out:"
 for dst in "$out"/*.wasm; do

@@ -1,5 +1,6 @@
 //! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
-//! `reconcile` (one offline reconcile against objects from files; prints every host call).
+//! `reconcile` (one offline reconcile against objects from files; prints every host call), `new`
+//! (scaffold a guest in one of the supported languages).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
 
 use std::path::PathBuf;
@@ -69,6 +70,16 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_rfc3339)]
         now: Option<std::time::SystemTime>,
     },
+    /// Write a new guest that builds and works: source, build.sh, the contract, its grant and
+    /// one offline fixture (see its README.md and docs/guests/<lang>.md).
+    New {
+        #[arg(long, value_enum)]
+        lang: crate::scaffold::Language,
+        /// The guest's name: its manifest name, grant key and file name (a DNS-1123 label).
+        name: String,
+        /// Where to write it (must not exist or be empty); default ./NAME.
+        dir: Option<PathBuf>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -103,6 +114,7 @@ pub fn main() -> ExitCode {
                 };
                 reconcile(guest, objects, kind, key, options).await
             }
+            Command::New { lang, name, dir } => new_guest(lang, &name, dir),
         }
     });
     match result {
@@ -112,6 +124,22 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn new_guest(
+    lang: crate::scaffold::Language,
+    name: &str,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let written = crate::scaffold::write(lang, name, &dir)?;
+    println!(
+        "wrote {} files into {}; next: {}/build.sh (see its README.md)",
+        written.len(),
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
 }
 
 /// An error and its causes on one line, each cause once: many error types already quote their

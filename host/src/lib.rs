@@ -45,6 +45,7 @@ pub mod objects;
 pub mod providers;
 pub mod queue;
 pub mod runtime;
+pub mod scaffold;
 pub mod server;
 pub mod shadow;
 pub mod validation;

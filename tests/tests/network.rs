@@ -1,6 +1,10 @@
 //! The network guest end to end: a real kube-apiserver, the host with the `linux` backend in a
 //! network namespace this test creates, and the bridges read back from the kernel with `ip`.
 //! Needs root (CAP_NET_ADMIN), as the demo does.
+//!
+//! Every test runs against both builds of the guest: the Rust reference (`guests/network`,
+//! `network.wasm`) and its Go port (`guests/go/network`, `network-go.wasm`); both call themselves
+//! `network`, so they share the grants, metrics and expectations.
 
 use std::process::Command;
 use std::time::Duration;
@@ -85,33 +89,44 @@ fn ready(object: &DynamicObject) -> Option<(String, String)> {
     ))
 }
 
+/// The guest's builds: the Rust reference and the Go port.
+const RUST: &str = "network";
+const GO: &str = "network-go";
+
 struct Setup {
     netns: Netns,
     api: Api<DynamicObject>,
     host: HostProcess,
     ns: String,
+    build: &'static str,
 }
 
-async fn setup(prefix: &str) -> Result<Setup> {
+async fn setup(prefix: &str, build: &'static str) -> Result<Setup> {
     let cp = ControlPlane::shared().await?;
     let client = cp.client().await?;
     apply_crd_file(&client, "examples/crds/network.yaml").await?;
     let ns = test_namespace(&client, prefix).await?;
     let netns = Netns::create(&format!("rh-test-{ns}"))?;
-    let host = start_host(cp, &ns, &netns).await?;
+    let host = start_host(cp, &ns, &netns, build).await?;
     Ok(Setup {
         api: network_api(&client, &ns),
         netns,
         host,
         ns,
+        build,
     })
 }
 
-async fn start_host(cp: &ControlPlane, ns: &str, netns: &Netns) -> Result<HostProcess> {
+async fn start_host(
+    cp: &ControlPlane,
+    ns: &str,
+    netns: &Netns,
+    build: &'static str,
+) -> Result<HostProcess> {
     HostProcess::start(HostOptions {
         kubeconfig: cp.kubeconfig(),
         config: grants(&netns.0),
-        guests: vec!["network"],
+        guests: vec![build],
         namespace: Some(ns),
         extra_args: vec![],
     })
@@ -166,7 +181,16 @@ impl Setup {
 
 #[tokio::test]
 async fn create_update_repair_and_delete_a_bridge() -> Result<()> {
-    let s = setup("net-lifecycle").await?;
+    create_update_repair_and_delete(RUST).await
+}
+
+#[tokio::test]
+async fn create_update_repair_and_delete_a_bridge_in_go() -> Result<()> {
+    create_update_repair_and_delete(GO).await
+}
+
+async fn create_update_repair_and_delete(build: &'static str) -> Result<()> {
+    let s = setup(&format!("net-lifecycle-{build}"), build).await?;
     s.create("frontend", "10.210.1.0/24", "10.210.1.1").await?;
     let object = s.wait_ready("frontend", "True", "Synced").await?;
     assert_eq!(
@@ -225,7 +249,16 @@ async fn create_update_repair_and_delete_a_bridge() -> Result<()> {
 
 #[tokio::test]
 async fn invalid_and_overlapping_specs_are_not_ready_with_a_reason() -> Result<()> {
-    let s = setup("net-invalid").await?;
+    invalid_and_overlapping_specs(RUST).await
+}
+
+#[tokio::test]
+async fn invalid_and_overlapping_specs_are_not_ready_with_a_reason_in_go() -> Result<()> {
+    invalid_and_overlapping_specs(GO).await
+}
+
+async fn invalid_and_overlapping_specs(build: &'static str) -> Result<()> {
+    let s = setup(&format!("net-invalid-{build}"), build).await?;
     // The CRD's CEL rules accept this (the gateway is inside the CIDR) but the guest does not:
     // the network address cannot be a gateway.
     s.create("zero", "10.211.0.0/24", "10.211.0.0").await?;
@@ -277,8 +310,17 @@ async fn invalid_and_overlapping_specs_are_not_ready_with_a_reason() -> Result<(
 
 #[tokio::test]
 async fn converges_after_a_host_kill_and_across_a_guest_replacement() -> Result<()> {
+    converges_after_a_host_kill(RUST).await
+}
+
+#[tokio::test]
+async fn converges_after_a_host_kill_and_across_a_guest_replacement_in_go() -> Result<()> {
+    converges_after_a_host_kill(GO).await
+}
+
+async fn converges_after_a_host_kill(build: &'static str) -> Result<()> {
     let cp = ControlPlane::shared().await?;
-    let mut s = setup("net-restart").await?;
+    let mut s = setup(&format!("net-restart-{build}"), build).await?;
     for i in 0..3 {
         s.create(
             &format!("n{i}"),
@@ -298,7 +340,7 @@ async fn converges_after_a_host_kill_and_across_a_guest_replacement() -> Result<
         .await?;
     }
     s.api.delete("n1", &DeleteParams::default()).await?;
-    s.host = start_host(cp, &s.ns, &s.netns).await?;
+    s.host = start_host(cp, &s.ns, &s.netns, build).await?;
     for i in [0, 2, 3, 4, 5] {
         s.wait_ready(&format!("n{i}"), "True", "Synced").await?;
     }
@@ -313,16 +355,14 @@ async fn converges_after_a_host_kill_and_across_a_guest_replacement() -> Result<
     .await?;
     assert_eq!(s.netns.bridges()?.len(), 5);
 
-    // Replace network.wasm with a different file of the same guest (an extra custom section
-    // changes its hash, not its behaviour) while the objects exist.
-    let mut bytes = std::fs::read(guest_component("network")?)?;
+    // Replace the guest's file with a different file of the same guest (an extra custom
+    // section changes its hash, not its behaviour) while the objects exist.
+    let mut bytes = std::fs::read(guest_component(s.build)?)?;
     bytes.extend_from_slice(&[0x00, 0x06, 0x05, b'b', b'u', b'i', b'l', b'd']);
     let guests = s.host.dir.path().join("guests");
-    std::fs::write(guests.join(".network.wasm.tmp"), &bytes)?;
-    std::fs::rename(
-        guests.join(".network.wasm.tmp"),
-        guests.join("network.wasm"),
-    )?;
+    let file = format!("{}.wasm", s.build);
+    std::fs::write(guests.join(format!(".{file}.tmp")), &bytes)?;
+    std::fs::rename(guests.join(format!(".{file}.tmp")), guests.join(&file))?;
     wait_until(
         "the new version loaded",
         Duration::from_secs(30),

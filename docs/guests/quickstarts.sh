@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Follows the quickstarts (docs/guests/<lang>.md) as written: the `sh` blocks of each page, in
+# order, in an empty directory, stopping at the first failing command.
+#
+#   docs/guests/quickstarts.sh [rust|python|js|c|go ...]     # default: every language
+#
+# Needs what the pages need: `reconciler-host` and `reconciler-componentize` (taken from this
+# checkout's target/, built by `./dev build`), each language's toolchain (the project's
+# guests/<lang>/build.sh installs them), and a cluster: KUBECONFIG, or else this repository's
+# local control plane (`tools/control-plane/cp env`); kubectl from the local control plane's
+# build when it is not on PATH. CI runs it through tests/tests/languages.rs.
+set -euo pipefail
+
+pages="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$pages/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$repo/target}"
+
+for tool in "$target/debug/reconciler-host" "$target/release/reconciler-componentize"; do
+    if [[ ! -x "$tool" ]]; then
+        echo "quickstarts.sh: error: $tool is missing; run ./dev build first" >&2
+        exit 1
+    fi
+done
+export PATH="$target/debug:$target/release:$PATH"
+if ! command -v kubectl >/dev/null; then
+    PATH="$("$repo/tools/control-plane/build.sh" --print):$PATH"
+fi
+if [[ -z "${KUBECONFIG:-}" ]]; then
+    eval "$("$repo/tools/control-plane/cp" env)"
+fi
+
+languages=("$@")
+((${#languages[@]})) || languages=(rust python js c go)
+for lang in "${languages[@]}"; do
+    page="$pages/$lang.md"
+    [[ -f "$page" ]] || { echo "quickstarts.sh: error: no quickstart $page" >&2; exit 1; }
+    # The page's ```sh blocks, in order (other blocks are for reading only).
+    steps="$(awk '/^```sh$/ {on = 1; next} /^```/ {on = 0} on' "$page")"
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/quickstart-$lang.XXXXXX")"
+    echo "quickstarts.sh: $lang: following $page in $dir" >&2
+    started=$SECONDS
+    # A step that fails leaves no host behind: background jobs end with the steps' shell.
+    if ! (cd "$dir" && bash -euo pipefail -c "trap 'kill \$(jobs -p) 2>/dev/null || true' EXIT
+$steps") >"$dir.log" 2>&1; then
+        echo "quickstarts.sh: error: the $lang quickstart failed; its output:" >&2
+        cat "$dir.log" >&2
+        [[ -f "$dir/hello/host.log" ]] && { echo "--- host.log:" >&2; tail -20 "$dir/hello/host.log" >&2; }
+        exit 1
+    fi
+    echo "quickstarts.sh: $lang: ok in $((SECONDS - started)) s" >&2
+    rm -rf "$dir" "$dir.log"
+done

@@ -1,0 +1,321 @@
+//! `reconciler-host new --lang LANG NAME [DIR]`: writes a guest that builds and works, so that an
+//! author starts from something green: the reconciler's source, a build script, the contract
+//! (`wit/`), the guest's grant, the Widget CRD with a sample object, and one offline fixture.
+//!
+//! Every language's scaffold is the project's own greeter in that language (the sources under
+//! `guests/<lang>/greeter/` that `host/tests/fixtures/greeter-*` pin, with the manifest name
+//! replaced), so a scaffold cannot drift from what the tests check; only the Rust one is a
+//! template of its own (`host/templates/rust/`), since the repository's Rust guests use the
+//! in-tree SDK, which is not published. `docs/guests/<lang>.md` walks through each;
+//! `docs/guests/quickstarts.sh` runs those walks from an empty directory.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+
+/// A language a guest can be scaffolded in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Language {
+    Rust,
+    Python,
+    Js,
+    C,
+    Go,
+}
+
+impl Language {
+    fn name(self) -> &'static str {
+        match self {
+            Language::Rust => "Rust",
+            Language::Python => "Python",
+            Language::Js => "JavaScript",
+            Language::C => "C",
+            Language::Go => "Go",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::Js => "js",
+            Language::C => "c",
+            Language::Go => "go",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    #[error(
+        "invalid guest name {0:?}: a guest name is a DNS-1123 label (lowercase letters, digits and \
+         '-', starting with a letter, at most 63 characters), e.g. `greeter`"
+    )]
+    InvalidName(String),
+    #[error("{0} exists and is not empty: choose a new directory (or remove what is there)")]
+    NotEmpty(PathBuf),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// One file of a scaffold: its path inside the guest's directory and its text.
+#[derive(Debug)]
+pub struct File {
+    pub path: &'static str,
+    pub text: String,
+    pub executable: bool,
+}
+
+const CONTRACT: &str = include_str!("../../wit/reconciler.wit");
+const HOST_YAML: &str = include_str!("../templates/common/host.yaml");
+const README: &str = include_str!("../templates/common/README.md");
+const WIDGET: &str = include_str!("../templates/common/widget.yaml");
+const CRD: &str = include_str!("../../guests/testing/widget/crd.yaml");
+const FIXTURE_OBJECTS: &str = include_str!("../tests/fixtures/greeter-hello/objects.yaml");
+const FIXTURE_EXPECTED: &str = include_str!("../tests/fixtures/greeter-hello/expected.json");
+
+/// The files of a guest `name` in `language`.
+pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError> {
+    if crate::validation::dns1123_label("name", name).is_err()
+        || !name.starts_with(|c: char| c.is_ascii_lowercase())
+    {
+        return Err(ScaffoldError::InvalidName(name.to_owned()));
+    }
+    let fill = |template: &str| {
+        template
+            .replace("{{name}}", name)
+            .replace("{{crate}}", &name.replace('-', "_"))
+            .replace("{{lang}}", language.flag())
+            .replace("{{language}}", language.name())
+    };
+    let (source, toolchain, mut files) = language_files(language, name, &fill);
+    files.extend([
+        plain("wit/reconciler.wit", CONTRACT),
+        plain("host.yaml", fill(HOST_YAML)),
+        plain("crd.yaml", CRD),
+        plain("widget.yaml", WIDGET),
+        plain("fixtures/hello/objects.yaml", fixture_objects()),
+        plain("fixtures/hello/expected.json", FIXTURE_EXPECTED),
+        plain(
+            "README.md",
+            fill(README)
+                .replace("{{source}}", source)
+                .replace("{{toolchain}}", toolchain),
+        ),
+    ]);
+    Ok(files)
+}
+
+fn plain(path: &'static str, text: impl Into<String>) -> File {
+    File {
+        path,
+        text: text.into(),
+        executable: false,
+    }
+}
+
+/// The language's own files, and for its README: what the source is and what builds it.
+fn language_files(
+    language: Language,
+    name: &str,
+    fill: &dyn Fn(&str) -> String,
+) -> (&'static str, &'static str, Vec<File>) {
+    // The greeter's sources name their manifest `"greeter"` exactly once.
+    let renamed = |source: &str| {
+        source
+            .replace("\"greeter\"", &format!("\"{name}\""))
+            .replace(
+                "Manifest name `greeter`",
+                &format!("Manifest name `{name}`"),
+            )
+    };
+    let script = |text: &str| File {
+        path: "build.sh",
+        text: fill(text),
+        executable: true,
+    };
+    match language {
+        Language::Rust => (
+            "`src/lib.rs`",
+            " (cargo, target wasm32-wasip2)",
+            vec![
+                plain(
+                    "Cargo.toml",
+                    fill(include_str!("../templates/rust/Cargo.toml")),
+                ),
+                plain(
+                    "src/lib.rs",
+                    fill(include_str!("../templates/rust/src/lib.rs")),
+                ),
+                script(include_str!("../templates/rust/build.sh")),
+            ],
+        ),
+        Language::Python => (
+            "`app.py`",
+            " (componentize-py, installed into your cache on first use)",
+            vec![
+                plain(
+                    "app.py",
+                    renamed(include_str!("../../guests/python/greeter/app.py")),
+                ),
+                script(include_str!("../templates/python/build.sh")),
+            ],
+        ),
+        Language::Js => (
+            "`app.js`",
+            " (jco, QuickJS backend, installed from the lockfile into your cache on first use)",
+            vec![
+                plain(
+                    "app.js",
+                    renamed(include_str!("../../guests/js/greeter/app.js")),
+                ),
+                plain("package.json", include_str!("../../guests/js/package.json")),
+                plain(
+                    "package-lock.json",
+                    include_str!("../../guests/js/package-lock.json"),
+                ),
+                script(include_str!("../templates/js/build.sh")),
+            ],
+        ),
+        Language::C => (
+            "`app.c` (and the small JSON reader `json.c`)",
+            " (clang-19 + wasi-libc, reconciler-componentize)",
+            vec![
+                plain(
+                    "app.c",
+                    renamed(include_str!("../../guests/c/greeter/app.c")),
+                ),
+                plain("json.c", include_str!("../../guests/c/greeter/json.c")),
+                plain("json.h", include_str!("../../guests/c/greeter/json.h")),
+                script(include_str!("../templates/c/build.sh")),
+            ],
+        ),
+        Language::Go => (
+            "`export_reconciler_api_reconciler/greeter.go`",
+            " (Go >= 1.25, reconciler-componentize)",
+            vec![
+                plain(
+                    "export_reconciler_api_reconciler/greeter.go",
+                    renamed(include_str!(
+                        "../../guests/go/greeter/export_reconciler_api_reconciler/greeter.go"
+                    )),
+                ),
+                plain("go.mod", include_str!("../../guests/go/greeter/go.mod")),
+                plain("go.sum", include_str!("../../guests/go/greeter/go.sum")),
+                plain("gc.go", include_str!("../../guests/go/gc.go")),
+                script(include_str!("../templates/go/build.sh")),
+            ],
+        ),
+    }
+}
+
+/// The project's `greeter-hello` case, with a header of its own instead of the project's.
+fn fixture_objects() -> String {
+    let body: Vec<&str> = FIXTURE_OBJECTS
+        .lines()
+        .skip_while(|line| line.starts_with('#'))
+        .collect();
+    format!(
+        "# The offline case's object: `reconciler-host reconcile --guest GUEST.wasm --objects \
+         fixtures/hello/objects.yaml --kind test.reconciler.dev/v1/Widget --key demo/w1 --now \
+         2026-01-02T03:04:05Z` prints fixtures/hello/expected.json.\n{}\n",
+        body.join("\n")
+    )
+}
+
+/// Writes the scaffold into `dir` (created; it must not exist or be empty) and returns the
+/// paths written.
+pub fn write(language: Language, name: &str, dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
+    let files = files(language, name)?;
+    if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(ScaffoldError::NotEmpty(dir.to_owned()));
+    }
+    let mut written = Vec::with_capacity(files.len());
+    for file in files {
+        let path = dir.join(file.path);
+        let io = |source| ScaffoldError::Write {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&path, &file.text).map_err(io)?;
+        if file.executable {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+        }
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Language; 5] = [
+        Language::Rust,
+        Language::Python,
+        Language::Js,
+        Language::C,
+        Language::Go,
+    ];
+
+    #[test]
+    fn every_language_names_its_manifest_after_the_guest_and_grants_it() {
+        for language in ALL {
+            let files = files(language, "hello-world").unwrap();
+            let source = files
+                .iter()
+                .find(|f| {
+                    ["src/lib.rs", "app.py", "app.js", "app.c"].contains(&f.path)
+                        || f.path.ends_with("greeter.go")
+                })
+                .unwrap();
+            assert!(
+                source.text.contains("\"hello-world\""),
+                "{language:?}: {}",
+                source.path
+            );
+            assert!(!source.text.contains("\"greeter\""), "{language:?}");
+            let host = files.iter().find(|f| f.path == "host.yaml").unwrap();
+            assert!(host.text.contains("  hello-world:\n"), "{}", host.text);
+            let build = files.iter().find(|f| f.path == "build.sh").unwrap();
+            assert!(build.executable && build.text.contains("hello-world.wasm"));
+            assert!(files.iter().all(|f| !f.text.contains("{{")), "{language:?}");
+        }
+    }
+
+    /// `docs/guests/contract.md` quotes the contract; it must not drift from it.
+    #[test]
+    fn the_contract_page_quotes_the_wit() {
+        let page = include_str!("../../docs/guests/contract.md");
+        assert!(
+            page.contains(&format!("```wit\n{CONTRACT}```")),
+            "docs/guests/contract.md no longer quotes wit/reconciler.wit: copy the file into its last block"
+        );
+    }
+
+    #[test]
+    fn bad_names_and_used_directories_are_refused() {
+        for bad in ["", "Hello", "-a", "1abc", "a_b", &"a".repeat(64)] {
+            assert!(
+                matches!(files(Language::Go, bad), Err(ScaffoldError::InvalidName(_))),
+                "{bad:?}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keep"), "").unwrap();
+        let err = write(Language::C, "greeter", dir.path()).unwrap_err();
+        assert!(err.to_string().contains("is not empty"), "{err}");
+
+        let target = dir.path().join("fresh");
+        let written = write(Language::C, "greeter", &target).unwrap();
+        assert!(written.contains(&target.join("wit/reconciler.wit")));
+        assert!(target.join("fixtures/hello/expected.json").exists());
+    }
+}
