@@ -70,6 +70,25 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_rfc3339)]
         now: Option<std::time::SystemTime>,
     },
+    /// Print the RBAC the host configuration's grants need (YAML): one cluster role and binding
+    /// per guest, the host's own (events) and the leader-election role, for a service account.
+    Rbac {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only the grants of the guests in this directory (their manifest names); a guest
+        /// there without a grant is reported on stderr.
+        #[arg(long)]
+        guests: Option<PathBuf>,
+        /// The service account's namespace, where the lease lives too.
+        #[arg(long, default_value = "reconciler-host")]
+        namespace: String,
+        #[arg(long, default_value = "reconciler-host")]
+        service_account: String,
+        /// Resolve resource names through the API server (KUBECONFIG) instead of guessing
+        /// plurals from kinds.
+        #[arg(long)]
+        discover: bool,
+    },
     /// Write a new guest that builds and works: source, build.sh, the contract, its grant and
     /// one offline fixture (see its README.md and docs/guests/<lang>.md).
     New {
@@ -115,6 +134,20 @@ pub fn main() -> ExitCode {
                 reconcile(guest, objects, kind, key, options).await
             }
             Command::New { lang, name, dir } => new_guest(lang, &name, dir),
+            Command::Rbac {
+                config,
+                guests,
+                namespace,
+                service_account,
+                discover,
+            } => {
+                let options = crate::rbac::Options {
+                    service_account,
+                    namespace,
+                    ..crate::rbac::Options::default()
+                };
+                rbac(&config, guests, &options, discover).await
+            }
         }
     });
     match result {
@@ -174,6 +207,90 @@ fn init_tracing() {
     } else {
         builder.init();
     }
+}
+
+async fn rbac(
+    config: &std::path::Path,
+    guests: Option<PathBuf>,
+    options: &crate::rbac::Options,
+    discover: bool,
+) -> anyhow::Result<()> {
+    let config_file = HostConfig::load(config)?;
+    let only = match guests {
+        Some(dir) => Some(guest_names(&dir, &config_file).await?),
+        None => None,
+    };
+    let resources: Box<dyn crate::rbac::Resources> = if discover {
+        Box::new(discovered_resources(&config_file).await?)
+    } else {
+        Box::new(crate::rbac::Guess)
+    };
+    let objects = crate::rbac::objects(&config_file, only.as_ref(), resources.as_ref(), options);
+    println!(
+        "# The RBAC the grants in {} need, printed by `reconciler-host rbac`: regenerate, do not edit.",
+        config.display()
+    );
+    print!("{}", crate::rbac::to_yaml(&objects)?);
+    Ok(())
+}
+
+/// The manifest names of the guests in `dir`; those without a grant are reported.
+async fn guest_names(
+    dir: &std::path::Path,
+    config: &HostConfig,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
+        cache_dir: crate::host::default_cache_dir(),
+        ..RuntimeOptions::default()
+    })?);
+    let mut names = std::collections::BTreeSet::new();
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    for entry in entries {
+        let file = entry?.path();
+        if file.extension().is_none_or(|e| e != "wasm") {
+            continue;
+        }
+        let loaded = load_guest(runtime.clone(), file.clone()).await?;
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let alias = format!("{}@{stem}", loaded.manifest.name);
+        let name = if config.guests.contains_key(&alias) {
+            alias
+        } else {
+            loaded.manifest.name.clone()
+        };
+        if !config.guests.contains_key(&name) {
+            eprintln!(
+                "warning: {}: guest `{name}` has no grant in the configuration; it would be refused",
+                file.display()
+            );
+        }
+        names.insert(name);
+    }
+    Ok(names)
+}
+
+/// Each granted kind's resource name, as the API server serves it.
+async fn discovered_resources(config: &HostConfig) -> anyhow::Result<crate::rbac::Discovered> {
+    let client = kube::Client::try_default()
+        .await
+        .context("--discover needs a Kubernetes client configuration (KUBECONFIG)")?;
+    let mut found = std::collections::BTreeMap::new();
+    let kinds = config
+        .guests
+        .values()
+        .flat_map(|g| g.read.iter().chain(g.write.iter().map(|t| &t.kind)));
+    for kind in kinds {
+        if found.contains_key(kind) {
+            continue;
+        }
+        let gvk = crate::providers::kube::to_kube_gvk(kind);
+        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .with_context(|| format!("discovery of {kind}"))?;
+        found.insert(kind.clone(), resource.plural);
+    }
+    Ok(crate::rbac::Discovered(found))
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Option<HostConfig>> {

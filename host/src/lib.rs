@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod objects;
 pub mod providers;
 pub mod queue;
+pub mod rbac;
 pub mod runtime;
 pub mod scaffold;
 pub mod server;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the host's image from deploy/Containerfile with buildah (no daemon, no registry) and
+# writes it as an OCI archive, target/image/reconciler-host.oci.tar; with --import, also loads it
+# into the local cluster's containerd (tools/control-plane/cluster).
+#
+# The binary is the release build with glibc's static runtime (one file, FROM scratch), stripped;
+# it is built in its own target directory (target/x86_64-unknown-linux-gnu), so it never
+# invalidates the dynamic builds the tests use. Needs buildah (Debian; cluster up installs it).
+#
+#   deploy/image.sh [--import]        IMAGE=localhost/reconciler-host:dev by default
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IMAGE=${IMAGE:-localhost/reconciler-host:dev}
+OUT=$REPO/target/image
+source "$REPO/tools/cargo-env.sh"
+
+command -v buildah >/dev/null || {
+  echo "image.sh: buildah is not installed (apt-get install buildah, or tools/control-plane/cluster up)" >&2
+  exit 1
+}
+echo "image.sh: building the static host binary (release)" >&2
+(cd "$REPO" && CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+  cargo build --release --quiet --target x86_64-unknown-linux-gnu -p reconciler-host --bin reconciler-host)
+binary=$REPO/target/x86_64-unknown-linux-gnu/release/reconciler-host
+if readelf -d "$binary" | grep -q '(NEEDED)'; then
+  echo "image.sh: error: $binary is dynamically linked; the image has no libraries" >&2
+  exit 1
+fi
+
+mkdir -p "$OUT"
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+strip -o "$context/reconciler-host" "$binary"
+cp "$REPO/deploy/Containerfile" "$context/"
+storage=(--storage-driver vfs --root "$OUT/storage" --runroot "$context/run")
+buildah "${storage[@]}" build --quiet --layers=false -f "$context/Containerfile" -t "$IMAGE" "$context" >/dev/null
+rm -f "$OUT/reconciler-host.oci.tar"
+buildah "${storage[@]}" push --quiet "$IMAGE" "oci-archive:$OUT/reconciler-host.oci.tar:$IMAGE"
+# The store is only a staging area: the archive is the artefact.
+buildah "${storage[@]}" rmi --all >/dev/null 2>&1 || true
+echo "image.sh: $IMAGE: binary $(du -h "$context/reconciler-host" | cut -f1), archive $(du -h "$OUT/reconciler-host.oci.tar" | cut -f1) ($OUT/reconciler-host.oci.tar)" >&2
+if [ "${1:-}" = --import ]; then
+  "$REPO/tools/control-plane/cluster" import "$OUT/reconciler-host.oci.tar"
+fi

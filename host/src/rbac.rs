@@ -1,0 +1,383 @@
+//! `reconciler-host rbac`: the RBAC a host configuration needs, derived from its grants —
+//! nothing more. One `ClusterRole` (and binding) per guest, so that an operator (or a test) can
+//! see and cut exactly what one guest may do; one for the host's own needs (events); a `Role`
+//! for the leader-election lease in its namespace. Discovery (`/api`, `/apis`) needs no rule:
+//! every authenticated client has it through `system:discovery`.
+//!
+//! What each grant entry becomes:
+//!
+//! | grant | verbs on the kind's resource |
+//! |---|---|
+//! | `read: [Kind]` | `get`, `list`, `watch` |
+//! | `write: [Kind]` | `create`, `patch` (server-side apply, finalizers), `delete` |
+//! | `write: [Kind/sub]` | `patch` on `resource/sub` (status merge patches) |
+//!
+//! A kind's resource name comes from discovery with `--discover`, else from the API machinery's
+//! guess (lowercase, `-s`, `-es` after `s`, `-ies` for `-y`), which holds for every kind whose
+//! CRD does not pick an irregular plural.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use crate::config::HostConfig;
+use crate::objects::Gvk;
+
+/// Who the rules are for and where the host's lease lives.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub service_account: String,
+    /// The service account's namespace, which is also where the lease is.
+    pub namespace: String,
+    /// Name prefix of every generated object.
+    pub prefix: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            service_account: "reconciler-host".into(),
+            namespace: "reconciler-host".into(),
+            prefix: "reconciler-host".into(),
+        }
+    }
+}
+
+/// How a kind's resource (plural) name is found.
+pub trait Resources {
+    fn plural(&self, kind: &Gvk) -> String;
+}
+
+/// The API machinery's guess (`meta.UnsafeGuessKindToResource`).
+pub struct Guess;
+
+impl Resources for Guess {
+    fn plural(&self, kind: &Gvk) -> String {
+        let singular = kind.kind.to_lowercase();
+        if singular.ends_with('s') {
+            format!("{singular}es")
+        } else if let Some(stem) = singular.strip_suffix('y') {
+            format!("{stem}ies")
+        } else {
+            format!("{singular}s")
+        }
+    }
+}
+
+/// Resource names learnt from the API server, falling back to the guess.
+pub struct Discovered(pub BTreeMap<Gvk, String>);
+
+impl Resources for Discovered {
+    fn plural(&self, kind: &Gvk) -> String {
+        self.0
+            .get(kind)
+            .cloned()
+            .unwrap_or_else(|| Guess.plural(kind))
+    }
+}
+
+/// One generated object, in the order printed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Object {
+    ClusterRole(ClusterRole),
+    ClusterRoleBinding(ClusterRoleBinding),
+    Role(Role),
+    RoleBinding(RoleBinding),
+}
+
+/// The rules of one guest's grant, merged per API group and resource and sorted.
+pub fn guest_rules(config: &HostConfig, guest: &str, resources: &dyn Resources) -> Vec<PolicyRule> {
+    let Some(grant) = config.guests.get(guest) else {
+        return Vec::new();
+    };
+    let mut verbs: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
+    for kind in &grant.read {
+        verbs
+            .entry((kind.group.clone(), resources.plural(kind)))
+            .or_default()
+            .extend(["get", "list", "watch"]);
+    }
+    for target in &grant.write {
+        let plural = resources.plural(&target.kind);
+        match &target.subresource {
+            None => verbs
+                .entry((target.kind.group.clone(), plural))
+                .or_default()
+                .extend(["create", "patch", "delete"]),
+            Some(sub) => verbs
+                .entry((target.kind.group.clone(), format!("{plural}/{sub}")))
+                .or_default()
+                .extend(["patch"]),
+        }
+    }
+    // Rules with the same verbs in the same group share one entry, as people write them.
+    let mut grouped: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
+    for ((group, resource), verbs) in verbs {
+        grouped
+            .entry((group, verbs.into_iter().collect()))
+            .or_default()
+            .push(resource);
+    }
+    grouped
+        .into_iter()
+        .map(|((group, verbs), resources)| PolicyRule {
+            api_groups: Some(vec![group]),
+            resources: Some(resources),
+            verbs: verbs.into_iter().map(str::to_owned).collect(),
+            ..PolicyRule::default()
+        })
+        .collect()
+}
+
+/// Every object for `guests` (all of the configuration's when none), in print order.
+pub fn objects(
+    config: &HostConfig,
+    guests: Option<&BTreeSet<String>>,
+    resources: &dyn Resources,
+    options: &Options,
+) -> Vec<Object> {
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: options.service_account.clone(),
+        namespace: Some(options.namespace.clone()),
+        ..Subject::default()
+    };
+    let meta = |name: String, namespace: Option<&str>| ObjectMeta {
+        name: Some(name),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/part-of".to_owned(),
+            "reconciler-host".to_owned(),
+        )])),
+        ..ObjectMeta::default()
+    };
+    let cluster_role = |name: &str, rules: Vec<PolicyRule>| {
+        [
+            Object::ClusterRole(ClusterRole {
+                metadata: meta(name.to_owned(), None),
+                rules: Some(rules),
+                ..ClusterRole::default()
+            }),
+            Object::ClusterRoleBinding(ClusterRoleBinding {
+                metadata: meta(name.to_owned(), None),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: name.to_owned(),
+                },
+                subjects: Some(vec![subject.clone()]),
+            }),
+        ]
+    };
+
+    let prefix = &options.prefix;
+    let mut out = Vec::new();
+    // The host itself: events about any object a guest may read, written by the host's
+    // aggregating recorder (create, then patch for repeats).
+    out.extend(cluster_role(
+        prefix,
+        vec![PolicyRule {
+            api_groups: Some(vec!["events.k8s.io".into()]),
+            resources: Some(vec!["events".into()]),
+            verbs: vec!["create".into(), "patch".into()],
+            ..PolicyRule::default()
+        }],
+    ));
+    let lease = format!("{prefix}-leader-election");
+    out.push(Object::Role(Role {
+        metadata: meta(lease.clone(), Some(&options.namespace)),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            // The lease manager reads and watches the lease, creates it once, then patches it.
+            verbs: ["get", "list", "watch", "create", "update", "patch"]
+                .map(str::to_owned)
+                .to_vec(),
+            ..PolicyRule::default()
+        }]),
+    }));
+    out.push(Object::RoleBinding(RoleBinding {
+        metadata: meta(lease.clone(), Some(&options.namespace)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: lease,
+        },
+        subjects: Some(vec![subject.clone()]),
+    }));
+    for guest in config.guests.keys() {
+        if guests.is_some_and(|only| !only.contains(guest)) {
+            continue;
+        }
+        let rules = guest_rules(config, guest, resources);
+        if rules.is_empty() {
+            continue;
+        }
+        // `name@file` trial grants become `name-at-file` (RBAC names are DNS subdomains).
+        let name = format!("{prefix}-guest-{}", guest.replace('@', "-at-"));
+        out.extend(cluster_role(&name, rules));
+    }
+    out
+}
+
+/// The objects as one YAML stream, each with its apiVersion and kind.
+pub fn to_yaml(objects: &[Object]) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for object in objects {
+        let (api_version, kind) = match object {
+            Object::ClusterRole(_) => ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            Object::ClusterRoleBinding(_) => ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+            Object::Role(_) => ("rbac.authorization.k8s.io/v1", "Role"),
+            Object::RoleBinding(_) => ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        };
+        let mut value = serde_json::to_value(object)?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("apiVersion".into(), api_version.into());
+            map.insert("kind".into(), kind.into());
+        }
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&value)?);
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const CONFIG: &str = r"
+guests:
+  network:
+    read: [samplecrd.k8s.io/v1/Network]
+    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
+  widget:
+    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
+    write: [test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
+  naming:
+    read: [apiextensions.k8s.io/v1/CustomResourceDefinition]
+    write: [apiextensions.k8s.io/v1/CustomResourceDefinition/status]
+  empty: {}
+";
+
+    fn config() -> HostConfig {
+        HostConfig::parse(CONFIG, Path::new("host.yaml")).unwrap()
+    }
+
+    fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(vec![group.into()]),
+            resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            ..PolicyRule::default()
+        }
+    }
+
+    #[test]
+    fn each_grant_becomes_exactly_its_verbs() {
+        let config = config();
+        assert_eq!(
+            guest_rules(&config, "network", &Guess),
+            vec![
+                rule(
+                    "samplecrd.k8s.io",
+                    &["networks"],
+                    &["create", "delete", "get", "list", "patch", "watch"]
+                ),
+                rule("samplecrd.k8s.io", &["networks/status"], &["patch"]),
+            ]
+        );
+        assert_eq!(
+            guest_rules(&config, "widget", &Guess),
+            vec![
+                rule(
+                    "",
+                    &["configmaps"],
+                    &["create", "delete", "get", "list", "patch", "watch"]
+                ),
+                rule(
+                    "test.reconciler.dev",
+                    &["widgets"],
+                    &["get", "list", "watch"]
+                ),
+                rule("test.reconciler.dev", &["widgets/status"], &["patch"]),
+            ]
+        );
+        assert_eq!(
+            guest_rules(&config, "naming", &Guess),
+            vec![
+                rule(
+                    "apiextensions.k8s.io",
+                    &["customresourcedefinitions"],
+                    &["get", "list", "watch"]
+                ),
+                rule(
+                    "apiextensions.k8s.io",
+                    &["customresourcedefinitions/status"],
+                    &["patch"]
+                ),
+            ]
+        );
+        assert!(guest_rules(&config, "empty", &Guess).is_empty());
+    }
+
+    #[test]
+    fn plurals_follow_the_api_machinerys_guess_unless_discovered() {
+        let kind = |k: &str| Gvk::new("g", "v1", k);
+        assert_eq!(Guess.plural(&kind("Policy")), "policies");
+        assert_eq!(Guess.plural(&kind("Ingress")), "ingresses");
+        assert_eq!(Guess.plural(&kind("Network")), "networks");
+        let found = Discovered(BTreeMap::from([(kind("Octopus"), "octopodes".to_owned())]));
+        assert_eq!(found.plural(&kind("Octopus")), "octopodes");
+        assert_eq!(found.plural(&kind("Network")), "networks");
+    }
+
+    #[test]
+    fn objects_bind_one_role_per_guest_and_the_hosts_own() {
+        let config = config();
+        let only: BTreeSet<String> = ["widget".to_owned()].into();
+        let objects = objects(&config, Some(&only), &Guess, &Options::default());
+        let yaml = to_yaml(&objects).unwrap();
+        let names: Vec<String> = objects
+            .iter()
+            .map(|o| match o {
+                Object::ClusterRole(r) => {
+                    format!("ClusterRole/{}", r.metadata.name.clone().unwrap())
+                }
+                Object::ClusterRoleBinding(b) => {
+                    format!("ClusterRoleBinding/{}", b.metadata.name.clone().unwrap())
+                }
+                Object::Role(r) => format!("Role/{}", r.metadata.name.clone().unwrap()),
+                Object::RoleBinding(b) => {
+                    format!("RoleBinding/{}", b.metadata.name.clone().unwrap())
+                }
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "ClusterRole/reconciler-host",
+                "ClusterRoleBinding/reconciler-host",
+                "Role/reconciler-host-leader-election",
+                "RoleBinding/reconciler-host-leader-election",
+                "ClusterRole/reconciler-host-guest-widget",
+                "ClusterRoleBinding/reconciler-host-guest-widget",
+            ]
+        );
+        assert!(yaml.contains("kind: ClusterRole\n"), "{yaml}");
+        assert!(
+            yaml.contains("apiVersion: rbac.authorization.k8s.io/v1"),
+            "{yaml}"
+        );
+        assert!(
+            !yaml.contains("networks"),
+            "only the guests asked for: {yaml}"
+        );
+    }
+}

@@ -1,0 +1,535 @@
+//! The host deployed into a real single-node cluster (`tools/control-plane/cluster`: kubelet,
+//! containerd, scheduler and controller-manager around the control plane), as an operator would:
+//! the image from `deploy/image.sh` (buildah, FROM scratch, imported with no registry), the
+//! manifests of `deploy/local` (2 replicas, leader election, probes), RBAC printed by
+//! `reconciler-host rbac` for the configuration and nothing more, guests from a ConfigMap.
+//!
+//! One test, in order: the example Networks and a Widget converge through the Pods; deleting
+//! the leader Pod hands over and objects created meanwhile converge; a new guest version in the
+//! ConfigMap is hot-loaded without a restart (its writes say version 2); a broken `.wasm` keeps
+//! the last good version and shows on `/guests`; one RBAC rule removed fails only the affected
+//! guest, with a forbidden error in its result and metrics, while the host stays Ready; every
+//! manifest passes `kubectl apply --dry-run=server`. Then `cluster down` must leave the machine
+//! as it found it.
+//!
+//! Needs root (kubelet, containerd, interfaces); one such cluster per machine.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::{
+    apply_crd_file, client_for_kubeconfig, guest_component, repo_root, wait_until,
+};
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "reconciler-host";
+const WAIT: Duration = Duration::from_secs(180);
+
+fn cluster_script() -> PathBuf {
+    repo_root().join("tools/control-plane/cluster")
+}
+
+/// Runs a command; its stdout, or an error with its stderr.
+fn run(command: &mut Command) -> Result<String> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn kubectl(args: &[&str]) -> Result<String> {
+    run(Command::new(cluster_script()).arg("kubectl").args(args))
+}
+
+/// `kubectl <args> -f -` with `input` on stdin.
+fn kubectl_stdin(args: &[&str], input: &str) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new(cluster_script())
+        .arg("kubectl")
+        .args(args)
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(input.as_bytes())?;
+    let output = child.wait_with_output()?;
+    ensure!(
+        output.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The guests ConfigMap with these files (name in the directory → built guest), applied
+/// server-side as the README says (a client-side apply cannot hold a guest in an annotation).
+fn put_guests(files: &[(&str, &Path)]) -> Result<()> {
+    let mut args = vec![
+        "-n".to_owned(),
+        NAMESPACE.to_owned(),
+        "create".to_owned(),
+        "configmap".to_owned(),
+        "reconciler-host-guests".to_owned(),
+        "-o".to_owned(),
+        "yaml".to_owned(),
+        "--dry-run=client".to_owned(),
+    ];
+    for (name, path) in files {
+        args.push(format!("--from-file={name}={}", path.display()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let manifest = kubectl(&args)?;
+    kubectl_stdin(&["apply", "--server-side", "--force-conflicts"], &manifest)?;
+    Ok(())
+}
+
+/// Stops the cluster however the test ends, and checks the machine is as `up` found it.
+struct Cluster;
+
+impl Cluster {
+    fn up() -> Result<Self> {
+        run(Command::new(cluster_script()).args(["up", "--reuse"]))?;
+        Ok(Self)
+    }
+
+    fn down(self) -> Result<String> {
+        std::mem::forget(self);
+        run(Command::new(cluster_script()).arg("down"))?;
+        run(Command::new(cluster_script()).arg("check-clean"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(cluster_script()).arg("down").status();
+    }
+}
+
+fn kubeconfig() -> PathBuf {
+    repo_root().join(".cache/cluster/control-plane/kubeconfig")
+}
+
+fn widget_api(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("test.reconciler.dev", "v1", "Widget");
+    Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+fn network_api(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("samplecrd.k8s.io", "v1", "Network");
+    Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+async fn network_ready(api: &Api<DynamicObject>, name: &str) -> Result<()> {
+    wait_until(&format!("Network {name} Ready"), WAIT, || async {
+        let network = api.get(name).await?;
+        let ready = network.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        ensure!(ready, "status {}", network.data["status"]);
+        Ok(())
+    })
+    .await
+}
+
+async fn create_network(api: &Api<DynamicObject>, name: &str, octet: u8) -> Result<()> {
+    let network: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "samplecrd.k8s.io/v1", "kind": "Network",
+        "metadata": {"name": name},
+        "spec": {"cidr": format!("10.150.{octet}.0/24"), "gateway": format!("10.150.{octet}.1")},
+    }))?;
+    api.create(&PostParams::default(), &network).await?;
+    Ok(())
+}
+
+/// Waits until widget `name` has been reconciled by guest version `version` (its status says so)
+/// at a generation at least `generation`.
+async fn widget_at(
+    api: &Api<DynamicObject>,
+    name: &str,
+    version: &str,
+    generation: i64,
+) -> Result<()> {
+    wait_until(
+        &format!("Widget {name} reconciled by guest version {version}"),
+        WAIT,
+        || async {
+            let widget = api.get(name).await?;
+            let status = &widget.data["status"];
+            ensure!(
+                status["guestVersion"] == version
+                    && status["observedGeneration"].as_i64() >= Some(generation),
+                "status {status}"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+async fn create_widget(api: &Api<DynamicObject>, name: &str) -> Result<()> {
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": name}, "spec": {"message": "hello"},
+    }))?;
+    api.create(&PostParams::default(), &widget).await?;
+    Ok(())
+}
+
+async fn bump_widget(api: &Api<DynamicObject>, name: &str, message: &str) -> Result<i64> {
+    let widget = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"message": message}})),
+        )
+        .await?;
+    Ok(widget.metadata.generation.unwrap_or_default())
+}
+
+async fn lease_holder(client: &kube::Client) -> Result<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let lease = leases.get("reconciler-host").await?;
+    lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+        .context("the lease has no holder")
+}
+
+/// GET `path` from one Pod's HTTP server (pods' addresses are reachable from the node).
+async fn pod_get(pods: &Api<Pod>, pod: &str, path: &str) -> Result<String> {
+    let ip = pods
+        .get(pod)
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .with_context(|| format!("pod {pod} has no IP"))?;
+    let output = tokio::process::Command::new("curl")
+        .args(["-sf", "--max-time", "5", &format!("http://{ip}:8080{path}")])
+        .output()
+        .await?;
+    ensure!(
+        output.status.success(),
+        "GET {path} from {pod} ({ip}) failed"
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().split(' ').next()?.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// The host configuration of this test: deploy/local's plus the widget test guest.
+fn test_config() -> Result<String> {
+    let local = std::fs::read_to_string(repo_root().join("deploy/local/host.yaml"))?;
+    let widget = std::fs::read_to_string(repo_root().join("guests/testing/widget/host.yaml"))?;
+    let widget_grant = widget
+        .split_once("guests:\n")
+        .map(|(_, grant)| grant.to_owned())
+        .context("guests/testing/widget/host.yaml has a guests: section")?;
+    Ok(format!("{local}{widget_grant}"))
+}
+
+/// An overlay of deploy/local whose configuration is the test's.
+fn overlay(config: &str) -> Result<PathBuf> {
+    let dir = repo_root().join("target/deploy-test");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("host.yaml"), config)?;
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../deploy/local]\n\
+         configMapGenerator:\n  - name: reconciler-host-config\n    namespace: reconciler-host\n    behavior: replace\n    files: [host.yaml]\n    options: {disableNameSuffixHash: true}\n",
+    )?;
+    Ok(dir)
+}
+
+#[tokio::test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step, on one machine-wide cluster
+async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_from_a_configmap()
+-> Result<()> {
+    ensure!(
+        nix_root(),
+        "this test runs a kubelet and containerd: it needs root"
+    );
+    let cluster = Cluster::up()?;
+    let client = client_for_kubeconfig(&kubeconfig()).await?;
+    run(Command::new(repo_root().join("deploy/image.sh")).arg("--import"))?;
+    apply_crd_file(&client, "examples/crds/network.yaml").await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+
+    // The configuration, the RBAC `reconciler-host rbac` prints for it, the guests.
+    let config = test_config()?;
+    let overlay = overlay(&config)?;
+    let rbac = run(Command::new(
+        reconciler_host_tests::paths::target_dir().join("debug/reconciler-host"),
+    )
+    .args(["rbac", "--config"])
+    .arg(overlay.join("host.yaml")))?;
+    kubectl(&[
+        "apply",
+        "-f",
+        &repo_root()
+            .join("deploy/base/namespace.yaml")
+            .display()
+            .to_string(),
+    ])?;
+    put_guests(&[
+        ("network.wasm", &guest_component("network")?),
+        ("widget.wasm", &guest_component("widget")?),
+    ])?;
+    kubectl(&["apply", "-k", &overlay.display().to_string()])?;
+    kubectl_stdin(&["apply"], &rbac)?;
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        "deployment/reconciler-host",
+        "--timeout=180s",
+    ])?;
+
+    // Exactly the generated RBAC: every object it printed is there as printed, and no other
+    // role carries the host's label.
+    let printed: BTreeSet<String> = rbac
+        .split("---\n")
+        .map(serde_yaml::from_str::<serde_yaml::Value>)
+        .filter(|doc| !matches!(doc, Ok(serde_yaml::Value::Null)))
+        .map(|doc| {
+            doc?["metadata"]["name"]
+                .as_str()
+                .map(str::to_owned)
+                .context("a generated object without a name")
+        })
+        .collect::<Result<_>>()?;
+    let live = kubectl(&[
+        "get",
+        "clusterroles,clusterrolebindings,roles,rolebindings",
+        "-A",
+        "-l",
+        "app.kubernetes.io/part-of=reconciler-host",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ])?;
+    let live: BTreeSet<String> = live.split_whitespace().map(str::to_owned).collect();
+    ensure!(
+        live == printed,
+        "live RBAC {live:?} != generated {printed:?}"
+    );
+
+    // The example Networks and a Widget converge through the Pods.
+    kubectl(&[
+        "apply",
+        "-f",
+        &repo_root()
+            .join("examples/networks.yaml")
+            .display()
+            .to_string(),
+    ])?;
+    let networks = network_api(&client);
+    for name in ["frontend", "backend", "storage"] {
+        network_ready(&networks, name).await?;
+    }
+    let widgets = widget_api(&client);
+    create_widget(&widgets, "w1").await?;
+    widget_at(&widgets, "w1", "1", 1).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let logs = kubectl(&[
+        "-n",
+        NAMESPACE,
+        "logs",
+        "deployment/reconciler-host",
+        "--tail=20",
+    ])?;
+    for line in logs.lines() {
+        serde_json::from_str::<Value>(line)
+            .with_context(|| format!("a log line that is not JSON: {line}"))?;
+    }
+
+    // The leader's Pod deleted: the other replica takes over; objects created meanwhile converge.
+    let leader = lease_holder(&client).await?;
+    kubectl(&["-n", NAMESPACE, "delete", "pod", &leader, "--wait=false"])?;
+    create_network(&networks, "late", 7).await?;
+    create_widget(&widgets, "w2").await?;
+    let new_leader = wait_until("another replica to lead", WAIT, || async {
+        let holder = lease_holder(&client).await?;
+        ensure!(holder != leader, "still {holder}");
+        Ok(holder)
+    })
+    .await?;
+    network_ready(&networks, "late").await?;
+    widget_at(&widgets, "w2", "1", 1).await?;
+
+    // A new guest version through the ConfigMap: hot-loaded, no Pod restarts.
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        "deployment/reconciler-host",
+        "--timeout=180s",
+    ])?;
+    let before: Vec<(String, i32)> = restarts(&pods).await?;
+    put_guests(&[
+        ("network.wasm", &guest_component("network")?),
+        ("widget.wasm", &guest_component("widget-v2")?),
+    ])?;
+    wait_until("the new widget version on the leader", WAIT, || async {
+        let guests = pod_get(&pods, &new_leader, "/guests").await?;
+        let v2 =
+            reconciler_host::runtime::content_hash(&std::fs::read(guest_component("widget-v2")?)?);
+        ensure!(guests.contains(&v2), "{guests}");
+        Ok(())
+    })
+    .await?;
+    let generation = bump_widget(&widgets, "w1", "again").await?;
+    widget_at(&widgets, "w1", "2", generation).await?;
+    ensure!(
+        restarts(&pods).await? == before,
+        "no Pod restarted or was replaced"
+    );
+
+    // A broken .wasm: the last good version stays, and /guests says why.
+    let broken = repo_root().join("target/deploy-test/broken.wasm");
+    std::fs::write(&broken, b"\0asm not really")?;
+    put_guests(&[
+        ("network.wasm", &guest_component("network")?),
+        ("widget.wasm", &broken),
+    ])?;
+    wait_until("the broken guest reported on /guests", WAIT, || async {
+        let guests: Value = serde_json::from_str(&pod_get(&pods, &new_leader, "/guests").await?)?;
+        let widget = guests
+            .as_array()
+            .and_then(|files| {
+                files.iter().find(|f| {
+                    f["file"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with("widget.wasm"))
+                })
+            })
+            .context("widget.wasm on /guests")?;
+        ensure!(
+            widget["state"]["state"] == "failed" && widget["guest"] == "widget",
+            "{widget}"
+        );
+        Ok(())
+    })
+    .await?;
+    let generation = bump_widget(&widgets, "w2", "still").await?;
+    widget_at(&widgets, "w2", "2", generation).await?;
+
+    // One rule less: only the widget guest fails, with `forbidden`; the host stays Ready.
+    let role = "reconciler-host-guest-widget";
+    let rules = kubectl(&["get", "clusterrole", role, "-o", "json"])?;
+    let mut role_json: Value = serde_json::from_str(&rules)?;
+    let kept: Vec<Value> = role_json["rules"]
+        .as_array()
+        .context("rules")?
+        .iter()
+        .filter(|r| !r["resources"].to_string().contains("widgets/status"))
+        .cloned()
+        .collect();
+    ensure!(kept.len() + 1 == role_json["rules"].as_array().map_or(0, Vec::len));
+    role_json["rules"] = Value::Array(kept);
+    kubectl_stdin(&["replace"], &role_json.to_string())?;
+    let generation = bump_widget(&widgets, "w1", "forbidden").await?;
+    wait_until("the widget guest's status write refused", WAIT, || async {
+        let text = pod_get(&pods, &new_leader, "/metrics").await?;
+        let refused = metric(
+            &text,
+            "reconciler_host_calls_total{guest=\"widget\",interface=\"cluster\",function=\"patch-status\",outcome=\"denied\"}",
+        ) + metric(
+            &text,
+            "reconciler_host_calls_total{guest=\"widget\",interface=\"cluster\",function=\"patch-status\",outcome=\"error\"}",
+        );
+        ensure!(refused >= 1.0, "no refused status write yet");
+        Ok(())
+    })
+    .await?;
+    let logs = kubectl(&["-n", NAMESPACE, "logs", &new_leader, "--tail=200"])?;
+    ensure!(
+        logs.lines()
+            .any(|l| l.contains("widget") && l.contains("forbidden")),
+        "a forbidden error in the widget guest's reconcile result"
+    );
+    let widget = widgets.get("w1").await?;
+    ensure!(
+        widget.data["status"]["observedGeneration"].as_i64() < Some(generation),
+        "the status was not written"
+    );
+    create_network(&networks, "unaffected", 8).await?;
+    network_ready(&networks, "unaffected").await?;
+    ensure!(pod_get(&pods, &new_leader, "/readyz").await?.contains("ok"));
+
+    // Every manifest passes the API server's validation.
+    for dir in ["deploy/local", "deploy/linux"] {
+        kubectl(&[
+            "apply",
+            "--dry-run=server",
+            "-k",
+            &repo_root().join(dir).display().to_string(),
+        ])?;
+    }
+
+    let clean = cluster.down()?;
+    ensure!(clean.trim() == "clean", "left on the machine: {clean}");
+    Ok(())
+}
+
+/// (pod name, restart count) of every host Pod, sorted.
+async fn restarts(pods: &Api<Pod>) -> Result<Vec<(String, i32)>> {
+    let mut all: Vec<(String, i32)> = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=reconciler-host"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let restarts = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.restart_count)
+                .sum();
+            (p.metadata.name.unwrap_or_default(), restarts)
+        })
+        .collect();
+    all.sort();
+    Ok(all)
+}
+
+fn nix_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+    })
+}
