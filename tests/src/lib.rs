@@ -22,6 +22,7 @@
 //!
 //! The pieces, one per file:
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
+//! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
 //! - [`namespace`]: a fresh namespace per test;
 //! - [`manifests`]: server-side apply of YAML files (CRDs, sample objects);
 //! - [`wait`]: polling with a deadline and a message that says what was awaited;
@@ -32,6 +33,7 @@
 //! 10 minutes on 2 cores, cached under `.cache/control-plane/`); starting a control plane then
 //! takes a few seconds, and reusing the shared one costs one `/readyz` request.
 
+pub mod cluster;
 pub mod control_plane;
 pub mod host;
 pub mod manifests;
@@ -40,6 +42,7 @@ pub mod paths;
 pub mod wait;
 pub mod watch;
 
+pub use cluster::LocalCluster;
 pub use control_plane::{ControlPlane, PrivateControlPlane, Restart, client_for_kubeconfig};
 pub use host::{HostOptions, HostProcess, guest_component};
 pub use manifests::{apply_crd_file, apply_file, wait_crd_established, widgets};

@@ -19,65 +19,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use reconciler_host_tests::{
-    apply_crd_file, client_for_kubeconfig, guest_component, repo_root, wait_until,
-};
+use reconciler_host_tests::cluster::run;
+use reconciler_host_tests::{LocalCluster, apply_crd_file, guest_component, repo_root, wait_until};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "reconciler-host";
 const WAIT: Duration = Duration::from_secs(180);
 
-fn cluster_script() -> PathBuf {
-    repo_root().join("tools/control-plane/cluster")
-}
-
-/// Runs a command; its stdout, or an error with its stderr.
-fn run(command: &mut Command) -> Result<String> {
-    let output = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    if !output.status.success() {
-        bail!(
-            "{command:?} failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
 fn kubectl(args: &[&str]) -> Result<String> {
-    run(Command::new(cluster_script()).arg("kubectl").args(args))
+    LocalCluster::kubectl(args)
 }
 
-/// `kubectl <args> -f -` with `input` on stdin.
 fn kubectl_stdin(args: &[&str], input: &str) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new(cluster_script())
-        .arg("kubectl")
-        .args(args)
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(input.as_bytes())?;
-    let output = child.wait_with_output()?;
-    ensure!(
-        output.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    LocalCluster::kubectl_stdin(args, input)
 }
 
 /// The guests ConfigMap with these files (name in the directory → built guest), applied
@@ -100,32 +58,6 @@ fn put_guests(files: &[(&str, &Path)]) -> Result<()> {
     let manifest = kubectl(&args)?;
     kubectl_stdin(&["apply", "--server-side", "--force-conflicts"], &manifest)?;
     Ok(())
-}
-
-/// Stops the cluster however the test ends, and checks the machine is as `up` found it.
-struct Cluster;
-
-impl Cluster {
-    fn up() -> Result<Self> {
-        run(Command::new(cluster_script()).args(["up", "--reuse"]))?;
-        Ok(Self)
-    }
-
-    fn down(self) -> Result<String> {
-        std::mem::forget(self);
-        run(Command::new(cluster_script()).arg("down"))?;
-        run(Command::new(cluster_script()).arg("check-clean"))
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(cluster_script()).arg("down").status();
-    }
-}
-
-fn kubeconfig() -> PathBuf {
-    repo_root().join(".cache/cluster/control-plane/kubeconfig")
 }
 
 fn widget_api(client: &kube::Client) -> Api<DynamicObject> {
@@ -275,12 +207,8 @@ fn overlay(config: &str) -> Result<PathBuf> {
 #[allow(clippy::too_many_lines)] // one scenario, step by step, on one machine-wide cluster
 async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_from_a_configmap()
 -> Result<()> {
-    ensure!(
-        nix_root(),
-        "this test runs a kubelet and containerd: it needs root"
-    );
-    let cluster = Cluster::up()?;
-    let client = client_for_kubeconfig(&kubeconfig()).await?;
+    let cluster = LocalCluster::up()?;
+    let client = cluster.client().await?;
     run(Command::new(repo_root().join("deploy/image.sh")).arg("--import"))?;
     apply_crd_file(&client, "examples/crds/network.yaml").await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
@@ -524,12 +452,4 @@ async fn restarts(pods: &Api<Pod>) -> Result<Vec<(String, i32)>> {
         .collect();
     all.sort();
     Ok(all)
-}
-
-fn nix_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
-    })
 }
