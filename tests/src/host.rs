@@ -217,3 +217,22 @@ fn free_port() -> Result<u16> {
         .local_addr()?
         .port())
 }
+
+/// A log line without terminal colour sequences (CSI: `ESC [ parameters final-byte`), as the
+/// host's text logs carry them around field names.
+pub fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

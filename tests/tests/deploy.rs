@@ -38,6 +38,19 @@ fn kubectl_stdin(args: &[&str], input: &str) -> Result<String> {
     LocalCluster::kubectl_stdin(args, input)
 }
 
+/// Waits until every replica of the host's Deployment runs the current template and is Ready.
+fn rolled_out() -> Result<()> {
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        "deployment/reconciler-host",
+        "--timeout=180s",
+    ])
+    .map(drop)
+}
+
 /// The guests ConfigMap with these files (name in the directory → built guest), applied
 /// server-side as the README says (a client-side apply cannot hold a guest in an annotation).
 fn put_guests(files: &[(&str, &Path)]) -> Result<()> {
@@ -235,14 +248,7 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     ])?;
     kubectl(&["apply", "-k", &overlay.display().to_string()])?;
     kubectl_stdin(&["apply"], &rbac)?;
-    kubectl(&[
-        "-n",
-        NAMESPACE,
-        "rollout",
-        "status",
-        "deployment/reconciler-host",
-        "--timeout=180s",
-    ])?;
+    rolled_out()?;
 
     // Exactly the generated RBAC: every object it printed is there as printed, and no other
     // role carries the host's label.
@@ -316,14 +322,7 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     widget_at(&widgets, "w2", "1", 1).await?;
 
     // A new guest version through the ConfigMap: hot-loaded, no Pod restarts.
-    kubectl(&[
-        "-n",
-        NAMESPACE,
-        "rollout",
-        "status",
-        "deployment/reconciler-host",
-        "--timeout=180s",
-    ])?;
+    rolled_out()?;
     let before: Vec<(String, i32)> = restarts(&pods).await?;
     put_guests(&[
         ("network.wasm", &guest_component("network")?),

@@ -420,7 +420,10 @@ async fn metric_reaches(
 /// forged line could not have put before itself), each with the host line before it, which
 /// shows what carried it.
 fn forged_lines(log: &str) -> Vec<String> {
-    let lines: Vec<String> = log.lines().map(strip_ansi).collect();
+    let lines: Vec<String> = log
+        .lines()
+        .map(reconciler_host_tests::host::strip_ansi)
+        .collect();
     lines
         .iter()
         .enumerate()
@@ -430,24 +433,6 @@ fn forged_lines(log: &str) -> Vec<String> {
             format!("{before}\n{line}")
         })
         .collect()
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ parameters final-byte
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Waits until the guest logged that it is about to sleep in WASI.

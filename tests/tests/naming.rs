@@ -114,7 +114,7 @@ fn verdicts(log: &str, keys: &[String]) -> BTreeMap<String, (usize, Vec<String>)
     let mut seen: BTreeMap<String, (usize, Vec<String>)> =
         keys.iter().map(|k| (k.clone(), (0, Vec::new()))).collect();
     for line in log.lines() {
-        let line = &strip_ansi(line);
+        let line = &reconciler_host_tests::host::strip_ansi(line);
         let Some(key) = keys.iter().find(|k| {
             line.contains(&format!("key=\"{k}\"")) || line.contains(&format!("key={k} "))
         }) else {
@@ -128,24 +128,6 @@ fn verdicts(log: &str, keys: &[String]) -> BTreeMap<String, (usize, Vec<String>)
         }
     }
     seen
-}
-
-/// The line without terminal colour sequences (`ESC [ ... letter`).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 fn host_config(guest: &str, deadline: &str) -> String {
