@@ -167,11 +167,35 @@ pub fn check_grant(loaded: &LoadedGuest, grant: &Grant, config: &HostConfig) -> 
     }
 }
 
-/// Why a file is loaded: its content changed, or the configuration did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Trigger {
-    Changed,
-    Reconfigured,
+/// The grant of a loaded guest from `file`, checked against what its manifest asks. A grant for
+/// this file alone (`<name>@<file stem>`) renames the guest to that key.
+fn grant_for(
+    file: &Path,
+    loaded: &mut LoadedGuest,
+    config: &HostConfig,
+) -> Result<Grant, RefusalError> {
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let alias = format!("{}@{stem}", loaded.manifest.name);
+    if config.guests.contains_key(&alias) {
+        loaded.manifest.name = alias;
+    }
+    let manifest = &loaded.manifest;
+    let name = file.display().to_string();
+    let Some(grant) = config.grant(&manifest.name) else {
+        let mut needs = vec![manifest.primary.to_string()];
+        needs.extend(manifest.secondary.iter().map(|s| s.kind.to_string()));
+        return Err(RefusalError::NoGrant {
+            file: name,
+            guest: manifest.name.clone(),
+            needs: needs.join(", "),
+        });
+    };
+    check_grant(loaded, &grant, config).map_err(|missing| RefusalError::BeyondGrant {
+        file: name,
+        guest: manifest.name.clone(),
+        missing,
+    })?;
+    Ok(grant)
 }
 
 #[derive(Default)]
@@ -241,17 +265,77 @@ impl GuestDirectory {
             );
         }
         *self.config.write() = Arc::new(config);
-        let files: Vec<PathBuf> = self.state.lock().files.keys().cloned().collect();
-        for file in files {
-            match std::fs::read(&file) {
-                Ok(bytes) => {
-                    let hash = content_hash(&bytes);
-                    self.load(&file, &bytes, hash, Trigger::Reconfigured);
-                }
-                Err(e) => tracing::debug!(file = %file.display(), "skipping unreadable file: {e}"),
+        let files: Vec<(PathBuf, Option<Arc<ActiveGuest>>)> = self
+            .state
+            .lock()
+            .files
+            .iter()
+            .map(|(file, entry)| (file.clone(), entry.active.clone()))
+            .collect();
+        for (file, active) in files {
+            match active {
+                // The running version is judged again, whatever the file holds now (a newer
+                // content that was refused stays refused).
+                Some(active) => self.regrant(&file, &active),
+                // A file refused so far (e.g. for want of a grant) may pass now.
+                None => match std::fs::read(&file) {
+                    Ok(bytes) => {
+                        let hash = content_hash(&bytes);
+                        self.load(&file, &bytes, hash);
+                    }
+                    Err(e) => {
+                        tracing::debug!(file = %file.display(), "skipping unreadable file: {e}");
+                    }
+                },
             }
         }
         Ok(())
+    }
+
+    /// The active version of `file` under the current configuration: unchanged, reloaded with
+    /// its new grant (or name), or unloaded when its grant was withdrawn or no longer covers it.
+    fn regrant(&self, file: &Path, active: &Arc<ActiveGuest>) {
+        let mut loaded = active.loaded.clone();
+        // The name the guest declares (a `name@file` grant renamed it), then this file's alias.
+        let declared = active
+            .name()
+            .split('@')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        loaded.manifest.name = declared;
+        let config = self.config();
+        match grant_for(file, &mut loaded, &config) {
+            Ok(grant) if grant == active.grant && loaded.manifest.name == active.name() => {}
+            Ok(grant) => {
+                let new = Arc::new(ActiveGuest { loaded, grant });
+                if new.name() != active.name() {
+                    let _ = self
+                        .events
+                        .send(GuestEvent::Unloaded(active.name().to_owned()));
+                    self.set_loaded_metric(active, false);
+                    self.set_loaded_metric(&new, true);
+                }
+                tracing::info!(file = %file.display(), guest = %new.name(), mode = ?new.grant.mode,
+                    "guest reloaded with its new grant");
+                if let Some(entry) = self.state.lock().files.get_mut(file) {
+                    entry.active = Some(new.clone());
+                }
+                let _ = self.events.send(GuestEvent::Loaded(new));
+            }
+            Err(err) => {
+                // A revoked grant must take effect: the guest stops now.
+                let hash = self
+                    .state
+                    .lock()
+                    .files
+                    .get(file)
+                    .map(|e| e.hash.clone())
+                    .unwrap_or_default();
+                self.unload(file);
+                self.refuse(file, hash, None, &err);
+            }
+        }
     }
 
     /// Receives every later change; call before the first `rescan` to miss nothing.
@@ -343,7 +427,7 @@ impl GuestDirectory {
                 .get(file)
                 .is_some_and(|e| e.hash == hash);
             if !unchanged {
-                self.load(file, &bytes, hash, Trigger::Changed);
+                self.load(file, &bytes, hash);
             }
         }
     }
@@ -368,18 +452,10 @@ impl GuestDirectory {
         Ok(files)
     }
 
-    fn load(&self, file: &Path, bytes: &[u8], hash: String, trigger: Trigger) {
+    fn load(&self, file: &Path, bytes: &[u8], hash: String) {
         let result = self.validate(file, bytes);
         let mut state = self.state.lock();
         let previous = state.files.get(file).and_then(|e| e.active.clone());
-        if let (Ok(active), Some(old)) = (&result, &previous)
-            && trigger == Trigger::Reconfigured
-            && old.name() == active.name()
-            && old.grant == active.grant
-            && old.loaded.hash == active.loaded.hash
-        {
-            return;
-        }
         match result {
             Err(RefusalError::Load(e)) if e.is_transient() => {
                 drop(state);
@@ -427,14 +503,6 @@ impl GuestDirectory {
                 );
                 drop(state);
                 let _ = self.events.send(GuestEvent::Loaded(active));
-            }
-            Err(err) if trigger == Trigger::Reconfigured => {
-                // The grant was withdrawn or no longer covers the guest: it must stop now.
-                drop(state);
-                if previous.is_some() {
-                    self.unload(file);
-                }
-                self.refuse(file, hash, None, &err);
             }
             Err(err) => {
                 drop(state);
@@ -513,29 +581,7 @@ impl GuestDirectory {
 
     fn validate(&self, file: &Path, bytes: &[u8]) -> Result<ActiveGuest, RefusalError> {
         let mut loaded = self.runtime.load(bytes, file)?;
-        let config = self.config();
-        // A grant for this file alone renames the guest (a second version beside the first).
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-        let alias = format!("{}@{stem}", loaded.manifest.name);
-        if config.guests.contains_key(&alias) {
-            loaded.manifest.name = alias;
-        }
-        let manifest = &loaded.manifest;
-        let name = file.display().to_string();
-        let Some(grant) = config.grant(&manifest.name) else {
-            let mut needs = vec![manifest.primary.to_string()];
-            needs.extend(manifest.secondary.iter().map(|s| s.kind.to_string()));
-            return Err(RefusalError::NoGrant {
-                file: name,
-                guest: manifest.name.clone(),
-                needs: needs.join(", "),
-            });
-        };
-        check_grant(&loaded, &grant, &config).map_err(|missing| RefusalError::BeyondGrant {
-            file: name,
-            guest: manifest.name.clone(),
-            missing,
-        })?;
+        let grant = grant_for(file, &mut loaded, &self.config())?;
         Ok(ActiveGuest { loaded, grant })
     }
 

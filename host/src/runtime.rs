@@ -98,7 +98,9 @@ impl LoadError {
     }
 }
 
-/// One compiled, validated guest version, ready to instantiate.
+/// One compiled, validated guest version, ready to instantiate. Cloning shares the compiled
+/// code (a new grant for the same version clones it).
+#[derive(Clone)]
 pub struct LoadedGuest {
     pre: NetworkControllerPre<HostState>,
     /// Where the `reconcile` function is among the component's exports (found at load).

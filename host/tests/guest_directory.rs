@@ -319,6 +319,23 @@ fn a_new_configuration_reloads_changed_grants_and_unloads_withdrawn_ones() {
     // Granted again: loaded again.
     guests.reconfigure(config(&grants())).unwrap();
     next_loaded(&mut events);
+
+    // A refused new content keeps the last good version, and a configuration change judges
+    // that version, not the broken file: it stays, now in shadow mode.
+    std::fs::write(dir.path().join("widget.wasm"), b"not wasm").unwrap();
+    guests.rescan();
+    assert!(events.try_recv().is_err());
+    guests.reconfigure(config(&shadow)).unwrap();
+    match events.try_recv() {
+        Ok(GuestEvent::Loaded(guest)) => assert_eq!(guest.grant.mode, Mode::Shadow),
+        other => panic!("expected a Loaded event, got {other:?}"),
+    }
+    let status = &guests.statuses()[0];
+    assert!(
+        matches!(&status.state, FileState::Failed(r) if r.contains("not a WebAssembly component")),
+        "{status:?}"
+    );
+    assert_eq!(status.mode, Some(Mode::Shadow));
 }
 
 #[test]
