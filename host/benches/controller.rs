@@ -1,33 +1,61 @@
-//! The host against a native kube-rs controller with identical logic, on the local control
-//! plane, in one run:
-//!   (a) a raw loop of N status patches from one client — the physical limit;
-//!   (b) `reconciler-host run` with the bench guest bringing N fresh objects to their status;
-//!   (c) a native kube-rs `Controller` (same logic, `guests/testing/bench/src/logic.rs`) doing it;
-//!   (d) (b) again, with the hostile test guest attacking in the same host all the while
-//!       (guests/testing/hostile: deadline-long spins and WASI sleeps, event, log and write
-//!       floods, refused path tricks), to show what a hostile neighbour costs a good guest;
-//! and the resident memory of (b) and (c) with M objects cached.
+//! The host against the controllers a Kubernetes user would run instead, on the local control
+//! plane, in one run, printed as one table:
 //!
-//! `cargo bench -p reconciler-host --bench controller` (or `./dev bench`). Prints figures;
-//! asserts nothing. `BENCH_OBJECTS` (N, default 1000), `BENCH_RSS_OBJECTS` (M, default 10000).
-//! Starts (or reuses) a control plane in target/bench-control-plane via tools/control-plane/cp.
+//! - **throughput and startup**, at each N of `BENCH_OBJECTS` (default 1,000 and 10,000): N
+//!   Widgets without a status exist, a controller starts, and the clock stops when the last
+//!   status is written (seen by a watch). Side by side: (a) a raw loop of N status patches from
+//!   one client, the physical limit; (b) `reconciler-host run` with the bench guest; (c) a native
+//!   kube-rs `Controller` with the same logic (`guests/testing/bench/src/logic.rs`); (d) the
+//!   client-go baseline, a sample-controller (`tools/bench-client-go`). Per controller: wall time,
+//!   its ratio to the raw loop's time, the time to a synced cache (the startup figure: list +
+//!   sync; the wall time is "every key reconciled once"), API requests (the API server's
+//!   `apiserver_request_total`, less the bench's own) and CPU seconds of the controller process
+//!   (utime + stime), each when the last status is written and once the controller has gone
+//!   quiet (no request for 2 s: every controller here reconciles each object again after its own
+//!   write), and its resident memory when the last status is written;
+//! - **resident memory** with M objects cached, at each M of `BENCH_RSS_OBJECTS` (default
+//!   10,000 and 50,000): `VmRSS` from `/proc/<pid>/status` once the controller reports a synced
+//!   cache and `BENCH_SETTLE_SECS` (default 5) later, for the host with one guest, the host with
+//!   two guests reading the same kind (one shared informer), kube-rs and client-go (as
+//!   sample-controller, and with `TransformStripManagedFields`, since the host drops them too);
+//! - **hot reload**: the host runs the ~400 KB widget guest on one Widget it requeues every
+//!   10 ms; a new build is renamed into the guest directory and the clock stops when a status
+//!   written by the new version is seen.
+//!   Cold: a fresh host and an empty compile cache per trial (`BENCH_COLD`, default 3); warm:
+//!   both versions compiled before, swapped back and forth (`BENCH_WARM`, default 5). Medians.
+//! - with `BENCH_HOSTILE=1`, also (b) next to the hostile test guest (`guests/testing/hostile`)
+//!   at the first N, to show what a hostile neighbour costs a good guest.
+//!
+//! `cargo bench -p reconciler-host --bench controller` (or `./dev bench controllers`). Prints
+//! figures; asserts nothing. Starts (or reuses) a control plane in target/bench-control-plane
+//! via tools/control-plane/cp, builds the guests and the release host (`./dev build --release`)
+//! and the client-go baseline (`tools/bench-client-go/build.sh`). Each run's Widgets are
+//! deleted after it, so the API server's cache is the same size for every controller.
 
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use serde_json::json;
 
 const CONCURRENCY: u16 = 4;
+const WAIT_LIMIT: Duration = Duration::from_mins(15);
 
 /// kube-rs wants a std error from the reconcile function.
 #[derive(Debug)]
@@ -67,6 +95,17 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name).ok().map_or_else(
+        || default.to_vec(),
+        |v| {
+            v.split(',')
+                .filter_map(|n| n.trim().replace('_', "").parse().ok())
+                .collect()
+        },
+    )
+}
+
 fn main() -> anyhow::Result<()> {
     if std::env::var("BENCH_ROLE").as_deref() == Ok("native") {
         return native_controller_process();
@@ -81,9 +120,17 @@ fn sh(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What the runs share: the control plane, the binaries, a client.
+struct Bench {
+    kubeconfig: PathBuf,
+    client: kube::Client,
+    client_go: PathBuf,
+    run_id: u32,
+}
+
 /// Brings up (or reuses) the control plane with the Widget CRD established, and builds the
-/// guests and the release host binary; returns its kubeconfig and a client of it.
-async fn control_plane() -> anyhow::Result<(PathBuf, kube::Client)> {
+/// guests, the release host binary and the client-go baseline.
+async fn setup() -> anyhow::Result<Bench> {
     let cp_dir = repo().join("target/bench-control-plane");
     let cp = repo().join("tools/control-plane/cp");
     sh(Command::new(&cp)
@@ -95,6 +142,12 @@ async fn control_plane() -> anyhow::Result<(PathBuf, kube::Client)> {
     sh(Command::new(repo().join("dev"))
         .args(["build", "--release"])
         .stdout(Stdio::null()))?;
+    let client_go = PathBuf::from(
+        sh(&mut Command::new(
+            repo().join("tools/bench-client-go/build.sh"),
+        ))?
+        .trim(),
+    );
     let kubeconfig = cp_dir.join("kubeconfig");
     sh(Command::new(&cp)
         .arg("--dir")
@@ -112,109 +165,621 @@ async fn control_plane() -> anyhow::Result<(PathBuf, kube::Client)> {
         &kube::config::KubeConfigOptions::default(),
     )
     .await?;
-    Ok((kubeconfig, kube::Client::try_from(config)?))
+    Ok(Bench {
+        kubeconfig,
+        client: kube::Client::try_from(config)?,
+        client_go,
+        run_id: std::process::id(),
+    })
 }
 
-// Counts and KiB figures, far below 2^52, become f64 only to be printed as rates and ratios.
-#[allow(clippy::cast_precision_loss)]
-async fn orchestrate() -> anyhow::Result<()> {
-    let n = env_usize("BENCH_OBJECTS", 1000);
-    let m = env_usize("BENCH_RSS_OBJECTS", 10_000);
-    let (kubeconfig, client) = control_plane().await?;
-    let run_id = std::process::id();
+/// The controllers compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    /// The host with the bench guest, and that many more copies of it under other names (each
+    /// its own guest, all reading Widgets through one shared informer).
+    Host {
+        extra_guests: u8,
+    },
+    /// As `Host`, with the hostile test guest attacking beside the bench guest.
+    HostUnderAttack,
+    KubeRs,
+    ClientGo,
+    /// client-go with `cache.TransformStripManagedFields()`, as the host drops them too.
+    ClientGoStripped,
+}
 
-    println!(
-        "controller benchmark, N = {n} objects, on this machine (2 cores shared by apiserver, etcd and the controller)"
-    );
-
-    // (a) The physical limit: one client patching N statuses in a row.
-    let ns = namespace(&client, &format!("bench-raw-{run_id}")).await?;
-    create_widgets(&client, &ns, n).await?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource());
-    let objects = api.list(&ListParams::default()).await?.items;
-    let started = Instant::now();
-    for object in &objects {
-        let patch: serde_json::Value = serde_json::from_str(
-            &logic::status_patch(&serde_json::to_string(object)?).map_err(anyhow::Error::msg)?,
-        )?;
-        api.patch_status(
-            object.metadata.name.as_deref().unwrap(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+impl Who {
+    fn label(self) -> &'static str {
+        match self {
+            Who::Host { extra_guests: 0 } => "reconciler-host",
+            Who::Host { .. } => "reconciler-host, 2 guests",
+            Who::HostUnderAttack => "reconciler-host + hostile guest",
+            Who::KubeRs => "kube-rs",
+            Who::ClientGo => "client-go",
+            Who::ClientGoStripped => "client-go, managedFields stripped",
+        }
     }
-    let raw = started.elapsed();
+}
+
+/// One controller process and how to tell it has synced.
+struct Running {
+    child: Child,
+    /// The host's `--listen` port (its `/metrics` tells the cache size).
+    port: Option<u16>,
+    /// Set when a baseline prints `synced`.
+    synced: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Every object of the watched namespace (at least `objects` of them) is cached.
+    fn is_synced(&self, objects: usize) -> bool {
+        match self.port {
+            None => self.synced.load(Ordering::SeqCst),
+            Some(port) => host_cached_widgets(port).is_some_and(|n| n >= objects),
+        }
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Bench {
+    fn spawn(&self, who: Who, ns: &str) -> anyhow::Result<Running> {
+        let synced = Arc::new(AtomicBool::new(false));
+        let (mut child, port) = match who {
+            Who::Host { extra_guests } => {
+                let port = free_port()?;
+                let child =
+                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::Bench(extra_guests))?;
+                (child, Some(port))
+            }
+            Who::HostUnderAttack => {
+                let port = free_port()?;
+                (
+                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::BenchAndHostile)?,
+                    Some(port),
+                )
+            }
+            Who::KubeRs => (
+                Command::new(std::env::current_exe()?)
+                    .env("BENCH_ROLE", "native")
+                    .env("BENCH_NAMESPACE", ns)
+                    .env("KUBECONFIG", &self.kubeconfig)
+                    .stdout(Stdio::piped())
+                    .spawn()?,
+                None,
+            ),
+            Who::ClientGo | Who::ClientGoStripped => (
+                Command::new(&self.client_go)
+                    .args(["-namespace", ns, "-workers", &CONCURRENCY.to_string()])
+                    .args((who == Who::ClientGoStripped).then_some("-strip-managed-fields"))
+                    .env("KUBECONFIG", &self.kubeconfig)
+                    .stdout(Stdio::piped())
+                    .spawn()?,
+                None,
+            ),
+        };
+        if let Some(stdout) = child.stdout.take() {
+            let flag = synced.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    if line.is_ok_and(|l| l.trim() == "synced") {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        Ok(Running {
+            child,
+            port,
+            synced,
+        })
+    }
+
+    async fn namespace(&self, what: &str) -> anyhow::Result<String> {
+        let name = format!("bench-{what}-{}", self.run_id);
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        api.create(&PostParams::default(), &ns).await?;
+        Ok(name)
+    }
+
+    fn widgets(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &resource())
+    }
+
+    /// A namespace with `n` status-less Widgets.
+    async fn populated(&self, what: &str, n: usize) -> anyhow::Result<String> {
+        let ns = self.namespace(what).await?;
+        create_widgets(&self.widgets(&ns), n).await?;
+        Ok(ns)
+    }
+
+    /// Deletes the namespace's Widgets (nothing collects a namespace's contents here: no
+    /// controller-manager), so later runs meet an API server with the same number of objects.
+    async fn clean(&self, ns: &str) -> anyhow::Result<()> {
+        self.widgets(ns)
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// `apiserver_request_total`, summed over every label.
+    async fn apiserver_requests(&self) -> anyhow::Result<u64> {
+        let request = hyper::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(request).await?;
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        // Counts, far below 2^52.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(total as u64)
+    }
+
+    /// Starts `who` on `ns`, whose `n` Widgets have no status yet, and measures until every
+    /// one has its status.
+    async fn throughput(&self, who: Who, ns: &str, n: usize) -> anyhow::Result<Figures> {
+        let tracker = Tracker::start(self.widgets(ns), has_status).await?;
+        let before = self.apiserver_requests().await?;
+        let own_before = tracker.requests();
+        let started = Instant::now();
+        let running = self.spawn(who, ns)?;
+        let mut synced = None;
+        loop {
+            if synced.is_none() && running.is_synced(n) {
+                synced = Some(started.elapsed());
+            }
+            if tracker.done() >= n {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < WAIT_LIMIT,
+                "{}: only {} of {n} reconciled after {WAIT_LIMIT:?}",
+                who.label(),
+                tracker.done()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let wall = started.elapsed();
+        let cpu_done = cpu_seconds(running.pid());
+        let rss = rss_kib(running.pid());
+        // Every controller here reconciles each object a second time when it sees its own
+        // status write, and writes again (a no-op for the API server). With a FIFO queue that
+        // pass comes after the first, so it is not in the wall time: let it run until no
+        // request has been made for 2 s, and count it.
+        // (Scrapes of /metrics are not in `apiserver_request_total`.)
+        let at_done = self.apiserver_requests().await?;
+        let (mut last, mut quiet_since) = (at_done, Instant::now());
+        while quiet_since.elapsed() < Duration::from_secs(2) && started.elapsed() < WAIT_LIMIT {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.apiserver_requests().await?;
+            if now > last {
+                quiet_since = Instant::now();
+            }
+            last = now;
+        }
+        let cpu = cpu_seconds(running.pid());
+        running.stop();
+        // The controller's watches are counted when they end.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = self.apiserver_requests().await?;
+        // The bench's own: any re-watch meanwhile.
+        let own = tracker.requests() - own_before;
+        tracker.stop();
+        Ok(Figures {
+            wall,
+            synced,
+            requests: Some(at_done.saturating_sub(before + own)),
+            requests_quiet: Some(after.saturating_sub(before + own)),
+            cpu: Some(cpu_done),
+            cpu_quiet: Some(cpu),
+            rss_kib: rss,
+        })
+    }
+
+    /// The raw loop: one client patching every status in a row.
+    async fn raw_loop(&self, ns: &str) -> anyhow::Result<Figures> {
+        let api = self.widgets(ns);
+        let objects = api.list(&ListParams::default()).await?.items;
+        let started = Instant::now();
+        for object in &objects {
+            let patch: serde_json::Value = serde_json::from_str(
+                &logic::status_patch(&serde_json::to_string(object)?)
+                    .map_err(anyhow::Error::msg)?,
+            )?;
+            api.patch_status(
+                object.metadata.name.as_deref().unwrap(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        }
+        Ok(Figures {
+            wall: started.elapsed(),
+            synced: None,
+            requests: Some(objects.len() as u64 + 1),
+            requests_quiet: None,
+            cpu: None,
+            cpu_quiet: None,
+            rss_kib: 0,
+        })
+    }
+
+    /// Resident memory of `who` on `ns` (`m` Widgets), `settle` after its cache synced.
+    async fn memory(&self, who: Who, ns: &str, m: usize, settle: Duration) -> anyhow::Result<u64> {
+        let started = Instant::now();
+        let running = self.spawn(who, ns)?;
+        while !running.is_synced(m) {
+            anyhow::ensure!(
+                started.elapsed() < WAIT_LIMIT,
+                "{}: cache not synced with {m} objects after {WAIT_LIMIT:?}",
+                who.label()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(settle).await;
+        let rss = rss_kib(running.pid());
+        running.stop();
+        Ok(rss)
+    }
+}
+
+struct Figures {
+    wall: Duration,
+    synced: Option<Duration>,
+    /// When the last status was written.
+    requests: Option<u64>,
+    /// Once no more requests came (the second, no-op pass included).
+    requests_quiet: Option<u64>,
+    cpu: Option<f64>,
+    cpu_quiet: Option<f64>,
+    rss_kib: u64,
+}
+
+fn has_status(o: &DynamicObject) -> bool {
+    o.data.get("status").is_some_and(|s| !s.is_null())
+}
+
+/// Follows a namespace's Widgets with one list and a watch, counting those `done` holds for.
+/// Counts its own requests, which the request figures leave out.
+struct Tracker {
+    done: Arc<AtomicUsize>,
+    requests: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Tracker {
+    async fn start(
+        api: Api<DynamicObject>,
+        done: impl Fn(&DynamicObject) -> bool + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let count = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicU64::new(1));
+        let list = api.list(&ListParams::default()).await?;
+        let mut state: HashMap<String, bool> = list
+            .items
+            .iter()
+            .map(|o| (o.metadata.name.clone().unwrap_or_default(), done(o)))
+            .collect();
+        count.store(state.values().filter(|d| **d).count(), Ordering::SeqCst);
+        let mut version = list.metadata.resource_version.unwrap_or_default();
+        let (counter, sent) = (count.clone(), requests.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                sent.fetch_add(1, Ordering::SeqCst);
+                let Ok(stream) = api
+                    .watch(&WatchParams::default().timeout(290), &version)
+                    .await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut stream = stream.boxed();
+                while let Some(Ok(event)) = stream.next().await {
+                    match event {
+                        WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                            version = o.metadata.resource_version.clone().unwrap_or_default();
+                            state.insert(o.metadata.name.clone().unwrap_or_default(), done(&o));
+                        }
+                        WatchEvent::Deleted(o) => {
+                            state.remove(&o.metadata.name.clone().unwrap_or_default());
+                        }
+                        WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                        WatchEvent::Error(_) => break,
+                    }
+                    counter.store(state.values().filter(|d| **d).count(), Ordering::SeqCst);
+                }
+            }
+        });
+        Ok(Self {
+            done: count,
+            requests,
+            task,
+        })
+    }
+
+    fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+// Counts, KiB and seconds, far below 2^52, become f64 only to be printed as rates and ratios.
+#[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
+async fn orchestrate() -> anyhow::Result<()> {
+    let sizes = env_list("BENCH_OBJECTS", &[1000, 10_000]);
+    let rss_sizes = env_list("BENCH_RSS_OBJECTS", &[10_000, 50_000]);
+    let settle = Duration::from_secs(env_usize("BENCH_SETTLE_SECS", 5) as u64);
+    let hostile = std::env::var("BENCH_HOSTILE").as_deref() == Ok("1");
+    let bench = setup().await?;
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!(
-        "  (a) raw loop, {n} status patches from one client:      {:8.2} s  ({:7.0} patches/s)",
-        raw.as_secs_f64(),
-        n as f64 / raw.as_secs_f64()
+        "controller benchmark on this machine ({cpus} cores, shared by etcd, kube-apiserver, the controller and the bench)"
     );
 
-    // (b) The host with the Rust bench guest.
-    let ns = namespace(&client, &format!("bench-host-{run_id}")).await?;
-    create_widgets(&client, &ns, n).await?;
-    let (host_time, _) =
-        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns, false)).await?;
-    println!(
-        "  (b) reconciler-host + Rust guest, N fresh objects:     {:8.2} s  ({:.2}x the raw loop's speed)",
-        host_time.as_secs_f64(),
-        raw.as_secs_f64() / host_time.as_secs_f64()
-    );
+    let mut table = Vec::new();
+    for &n in &sizes {
+        let ns = bench.populated(&format!("raw-{n}"), n).await?;
+        let raw = bench.raw_loop(&ns).await?;
+        bench.clean(&ns).await?;
+        eprintln!("N={n} raw loop: {:.2} s", raw.wall.as_secs_f64());
+        let mut rows = vec![("raw loop, one client".to_owned(), raw)];
+        let mut whos = vec![Who::Host { extra_guests: 0 }, Who::KubeRs, Who::ClientGo];
+        if hostile && n == sizes[0] {
+            whos.push(Who::HostUnderAttack);
+        }
+        for who in whos {
+            let what = match who {
+                Who::Host { .. } => "host",
+                Who::HostUnderAttack => "hostile",
+                Who::KubeRs => "kube-rs",
+                Who::ClientGo | Who::ClientGoStripped => "client-go",
+            };
+            let ns = bench.populated(&format!("{what}-{n}"), n).await?;
+            if who == Who::HostUnderAttack {
+                start_attacks(&bench.client, &ns).await?;
+            }
+            let figures = bench.throughput(who, &ns, n).await?;
+            bench.clean(&ns).await?;
+            eprintln!("N={n} {}: {:.2} s", who.label(), figures.wall.as_secs_f64());
+            rows.push((who.label().to_owned(), figures));
+        }
+        table.push((n, rows));
+    }
 
-    // (c) The native kube-rs controller, same logic.
-    let ns = namespace(&client, &format!("bench-native-{run_id}")).await?;
-    create_widgets(&client, &ns, n).await?;
-    let (native_time, _) =
-        run_until_reconciled(&client, &ns, n, || spawn_native(&kubeconfig, &ns)).await?;
-    println!(
-        "  (c) native kube-rs controller, N fresh objects:        {:8.2} s  ({:.2}x the raw loop's speed)",
-        native_time.as_secs_f64(),
-        raw.as_secs_f64() / native_time.as_secs_f64()
-    );
-    println!(
-        "      host vs native: {:.2}x the native time",
-        host_time.as_secs_f64() / native_time.as_secs_f64()
-    );
+    let mut memory = Vec::new();
+    for &m in &rss_sizes {
+        let ns = bench.populated(&format!("rss-{m}"), m).await?;
+        let mut row = Vec::new();
+        for who in [
+            Who::Host { extra_guests: 0 },
+            Who::Host { extra_guests: 1 },
+            Who::KubeRs,
+            Who::ClientGo,
+            Who::ClientGoStripped,
+        ] {
+            let rss = bench.memory(who, &ns, m, settle).await?;
+            eprintln!("RSS M={m} {}: {:.1} MiB", who.label(), rss as f64 / 1024.0);
+            row.push((who, rss));
+        }
+        bench.clean(&ns).await?;
+        memory.push((m, row));
+    }
 
-    // (d) The same host and guest next to a hostile guest.
-    let ns = namespace(&client, &format!("bench-hostile-{run_id}")).await?;
-    create_widgets(&client, &ns, n).await?;
-    start_attacks(&client, &ns).await?;
-    let (contested, _) =
-        run_until_reconciled(&client, &ns, n, || spawn_host(&kubeconfig, &ns, true)).await?;
-    println!(
-        "  (d) as (b), a hostile guest attacking meanwhile:       {:8.2} s  ({:.0} % of (b)'s throughput)",
-        contested.as_secs_f64(),
-        100.0 * host_time.as_secs_f64() / contested.as_secs_f64()
-    );
+    let reload = hot_reload(&bench).await?;
 
-    // Memory with M objects cached.
-    let ns = namespace(&client, &format!("bench-rss-{run_id}")).await?;
-    create_widgets(&client, &ns, m).await?;
-    let (_, host_rss) =
-        run_until_reconciled(&client, &ns, m, || spawn_host(&kubeconfig, &ns, false)).await?;
-    clear_status(&client, &ns).await?;
-    let (_, native_rss) =
-        run_until_reconciled(&client, &ns, m, || spawn_native(&kubeconfig, &ns)).await?;
+    println!();
     println!(
-        "  RSS with {m} objects cached: host {:.1} MiB, native {:.1} MiB ({:.2}x)",
-        host_rss as f64 / 1024.0,
-        native_rss as f64 / 1024.0,
-        host_rss as f64 / native_rss as f64
+        "| N objects, no status yet → every status written | wall time | vs raw loop | cache synced after | API requests: all written / until quiet | controller CPU: all written / until quiet | RSS when all written |"
     );
+    println!("|---|---|---|---|---|---|---|");
+    for (n, rows) in &table {
+        let raw = rows[0].1.wall.as_secs_f64();
+        for (label, f) in rows {
+            println!(
+                "| N = {n}: {label} | {:.2} s | {:.2}x | {} | {} | {} | {} |",
+                f.wall.as_secs_f64(),
+                raw / f.wall.as_secs_f64(),
+                f.synced
+                    .map_or("–".into(), |s| format!("{:.2} s", s.as_secs_f64())),
+                match (f.requests, f.requests_quiet) {
+                    (Some(r), Some(q)) => format!("{r} / {q}"),
+                    (Some(r), None) => r.to_string(),
+                    _ => "–".into(),
+                },
+                match (f.cpu, f.cpu_quiet) {
+                    (Some(c), Some(q)) => format!("{c:.2} / {q:.2} s"),
+                    _ => "–".into(),
+                },
+                if f.rss_kib == 0 {
+                    "–".into()
+                } else {
+                    format!("{:.1} MiB", f.rss_kib as f64 / 1024.0)
+                },
+            );
+        }
+    }
+    println!(
+        "(vs raw loop: the raw loop's time over this one, so above 1 is faster than the raw loop)"
+    );
+    println!();
+    println!(
+        "| objects cached (VmRSS {}s after sync) | host, 1 guest | host, 2 guests (shared informer) | kube-rs | client-go | host / client-go | client-go, managedFields stripped |",
+        settle.as_secs()
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (m, row) in &memory {
+        let mib = |who: Who| {
+            row.iter()
+                .find(|(w, _)| *w == who)
+                .map_or(0.0, |(_, kib)| *kib as f64 / 1024.0)
+        };
+        let host = mib(Who::Host { extra_guests: 0 });
+        let go = mib(Who::ClientGo);
+        println!(
+            "| {m} | {host:.1} MiB | {:.1} MiB | {:.1} MiB | {go:.1} MiB | {:.2}x | {:.1} MiB |",
+            mib(Who::Host { extra_guests: 1 }),
+            mib(Who::KubeRs),
+            host / go,
+            mib(Who::ClientGoStripped),
+        );
+    }
+    println!();
+    println!(
+        "| hot reload: new .wasm renamed into the guest directory → first status written by it | median | all trials |"
+    );
+    println!("|---|---|---|");
+    for (label, times) in &reload {
+        let mut sorted = times.clone();
+        sorted.sort();
+        let all: Vec<String> = times
+            .iter()
+            .map(|t| format!("{:.0}", t.as_secs_f64() * 1000.0))
+            .collect();
+        println!(
+            "| {label} | {:.0} ms | {} ms |",
+            sorted
+                .get(sorted.len() / 2)
+                .map_or(0.0, |t| t.as_secs_f64() * 1000.0),
+            all.join(", ")
+        );
+    }
     Ok(())
 }
 
-async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<String> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    api.create(&PostParams::default(), &ns).await?;
-    Ok(name.to_owned())
+/// Hot reload of the widget guest: cold (fresh host, empty compile cache) and warm trials.
+async fn hot_reload(bench: &Bench) -> anyhow::Result<Vec<(String, Vec<Duration>)>> {
+    let cold_trials = env_usize("BENCH_COLD", 3);
+    let warm_trials = env_usize("BENCH_WARM", 5);
+    let ns = bench.namespace("reload").await?;
+    let api = bench.widgets(&ns);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        // Requeued every 10 ms: the host does not re-run every key when a version is swapped
+        // in, so the new version's first reconcile is this object's next one (≤ 10 ms late).
+        "metadata": {"name": "reload"}, "spec": {"requeueAfterMs": 10},
+    }))?;
+    api.create(&PostParams::default(), &widget).await?;
+    let build = |v: u8| {
+        repo().join(if v == 1 {
+            "target/guests/widget.wasm"
+        } else {
+            "target/guests/widget-v2.wasm"
+        })
+    };
+    let size = std::fs::metadata(build(2))?.len();
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for trial in 0..cold_trials.max(1) {
+        let dir = repo().join("target/bench-host-reload");
+        let _ = std::fs::remove_dir_all(&dir);
+        let guests = dir.join("guests");
+        std::fs::create_dir_all(&guests)?;
+        std::fs::copy(build(1), guests.join("widget.wasm"))?;
+        let port = free_port()?;
+        let mut host = spawn_host(&bench.kubeconfig, &ns, port, &HostGuests::Widget)?;
+        let result = async {
+            // The first version's status first (its reconcile count grows with every trial).
+            wait_version(&api, "1").await?;
+            cold.push(swap(&api, &guests, &build(2), "2").await?);
+            if trial == 0 {
+                // Both versions now compiled: warm swaps, back and forth.
+                for i in 0..warm_trials {
+                    let v = if i % 2 == 0 { 1 } else { 2 };
+                    warm.push(swap(&api, &guests, &build(v), &v.to_string()).await?);
+                }
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        let _ = host.kill();
+        let _ = host.wait();
+        result?;
+    }
+    bench.clean(&ns).await?;
+    Ok(vec![
+        (
+            format!("cold compile cache ({} KB guest, fresh host)", size / 1000),
+            cold,
+        ),
+        (
+            "warm compile cache (both versions compiled before)".into(),
+            warm,
+        ),
+    ])
 }
 
-async fn create_widgets(client: &kube::Client, ns: &str, n: usize) -> anyhow::Result<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource());
+async fn wait_version(api: &Api<DynamicObject>, version: &str) -> anyhow::Result<()> {
+    let want = version.to_owned();
+    let tracker = Tracker::start(api.clone(), move |o| {
+        o.data
+            .pointer("/status/guestVersion")
+            .and_then(|v| v.as_str())
+            == Some(want.as_str())
+    })
+    .await?;
+    let started = Instant::now();
+    while tracker.done() == 0 {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_mins(2),
+            "the widget guest never wrote guestVersion {version}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tracker.stop();
+    Ok(())
+}
+
+/// Renames `build` into the guest directory as `widget.wasm` and times the first status
+/// written by `version`.
+async fn swap(
+    api: &Api<DynamicObject>,
+    guests: &Path,
+    build: &Path,
+    version: &str,
+) -> anyhow::Result<Duration> {
+    let want = version.to_owned();
+    let tracker = Tracker::start(api.clone(), move |o| {
+        o.data
+            .pointer("/status/guestVersion")
+            .and_then(|v| v.as_str())
+            == Some(want.as_str())
+    })
+    .await?;
+    anyhow::ensure!(tracker.done() == 0, "already at version {version}");
+    let staged = guests.join(".widget.wasm.new");
+    std::fs::copy(build, &staged)?;
+    let started = Instant::now();
+    std::fs::rename(&staged, guests.join("widget.wasm"))?;
+    while tracker.done() == 0 {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_mins(2),
+            "version {version} never reconciled after the swap"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took = started.elapsed();
+    tracker.stop();
+    Ok(took)
+}
+
+async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Result<()> {
     let items: Vec<String> = (0..24).map(|i| format!("item-{i:03}-abcdef")).collect();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -237,9 +802,9 @@ async fn create_widgets(client: &kube::Client, ns: &str, n: usize) -> anyhow::Re
     Ok(())
 }
 
-/// The hostile guest's attacks for (d), each repeated for as long as the bench runs: the
-/// expensive ones (a spin or a WASI sleep up to its deadline, floods up to its rates) and cheap
-/// refusals at a high rate.
+/// The hostile guest's attacks, each repeated for as long as the bench runs: the expensive ones
+/// (a spin or a WASI sleep up to its deadline, floods up to its rates) and cheap refusals at a
+/// high rate.
 async fn start_attacks(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
     let attacks = [
@@ -265,98 +830,125 @@ async fn start_attacks(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn clear_status(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource());
-    let names: Vec<String> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            async move {
-                api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": null})),
-                )
-                .await
-                .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<()>()
-        .await?;
-    Ok(())
-}
-
-/// Starts a controller process and polls until every object has its status; returns the time
-/// from spawn and the process's resident memory at that moment (KiB).
-async fn run_until_reconciled(
-    client: &kube::Client,
-    ns: &str,
-    n: usize,
-    spawn: impl FnOnce() -> anyhow::Result<Child>,
-) -> anyhow::Result<(Duration, u64)> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource());
-    let started = Instant::now();
-    let mut child = spawn()?;
-    let result = loop {
-        let list = api.list(&ListParams::default()).await?;
-        let done = list
-            .items
-            .iter()
-            .filter(|o| o.data.get("status").is_some_and(|s| !s.is_null()))
-            .count();
-        if done >= n {
-            break Ok((started.elapsed(), rss_kib(child.id())));
-        }
-        if started.elapsed() > Duration::from_mins(10) {
-            break Err(anyhow::anyhow!(
-                "only {done} of {n} reconciled after 10 minutes"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    result
-}
-
-fn rss_kib(pid: u32) -> u64 {
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
 }
 
-/// The host with the bench guest, and with `hostile` the hostile test guest beside it, granted
-/// what an operator would give an untrusted guest: its own kind, two workers, tight limits.
-fn spawn_host(kubeconfig: &Path, ns: &str, hostile: bool) -> anyhow::Result<Child> {
-    let dir = repo().join("target/bench-host");
+fn rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// utime + stime of the whole process (every thread), from `/proc/<pid>/stat`.
+// Clock ticks, far below 2^52.
+#[allow(clippy::cast_precision_loss)]
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name, which may hold spaces, closed by the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line; `fields` starts at field 3.
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    (ticks(11) + ticks(12)) as f64 / ticks_per_second
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// GET over plain HTTP on loopback; the body, if the answer is 200.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// The host's Widget cache size (`reconciler_informer_objects`), once `/readyz` says synced.
+fn host_cached_widgets(port: u16) -> Option<usize> {
+    http_get(port, "/readyz")?;
+    let metrics = http_get(port, "/metrics")?;
+    metrics
+        .lines()
+        .find(|l| l.starts_with("reconciler_informer_objects{") && l.contains("Widget"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+enum HostGuests {
+    /// The bench guest, and that many copies of it under other names.
+    Bench(u8),
+    /// The bench guest and the hostile test guest, granted what an operator would give an
+    /// untrusted guest: its own kind, two workers, tight limits.
+    BenchAndHostile,
+    /// The widget test guest (hot reload).
+    Widget,
+}
+
+fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> anyhow::Result<Child> {
+    let built = |name: &str| repo().join("target/guests").join(name);
+    // The reload bench prepares its own directory; the others start from an empty one.
+    let dir = repo().join(if matches!(which, HostGuests::Widget) {
+        "target/bench-host-reload"
+    } else {
+        "target/bench-host"
+    });
     let guests = dir.join("guests");
-    let _ = std::fs::remove_dir_all(&guests);
-    std::fs::create_dir_all(&guests)?;
-    std::fs::copy(
-        repo().join("target/guests/bench.wasm"),
-        guests.join("bench.wasm"),
-    )?;
-    let mut grants = format!(
-        "guests:\n  bench:\n    read: [test.reconciler.dev/v1/Widget]\n    write: [test.reconciler.dev/v1/Widget/status]\n    limits: {{concurrency: {CONCURRENCY}}}\n"
-    );
-    if hostile {
-        std::fs::copy(
-            repo().join("target/guests/hostile.wasm"),
-            guests.join("hostile.wasm"),
-        )?;
-        grants.push_str("  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n    limits: {concurrency: 2, deadline: 1s, memoryMiB: 32, writesPerSecond: 20, cpuMillicores: 200}\n");
+    if !matches!(which, HostGuests::Widget) {
+        let _ = std::fs::remove_dir_all(&guests);
+        std::fs::create_dir_all(&guests)?;
+    }
+    let bench_grant = |name: &str| {
+        format!(
+            "  {name}:\n    read: [test.reconciler.dev/v1/Widget]\n    write: [test.reconciler.dev/v1/Widget/status]\n    limits: {{concurrency: {CONCURRENCY}}}\n"
+        )
+    };
+    let mut grants = "guests:\n".to_owned();
+    match which {
+        HostGuests::Bench(extra) => {
+            std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
+            grants.push_str(&bench_grant("bench"));
+            for i in 0..*extra {
+                // A grant keyed `name@file-stem` runs that file as a guest of its own.
+                let stem = format!("bench-copy-{i}");
+                std::fs::copy(built("bench.wasm"), guests.join(format!("{stem}.wasm")))?;
+                grants.push_str(&bench_grant(&format!("bench@{stem}")));
+            }
+        }
+        HostGuests::BenchAndHostile => {
+            std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
+            std::fs::copy(built("hostile.wasm"), guests.join("hostile.wasm"))?;
+            grants.push_str(&bench_grant("bench"));
+            grants.push_str("  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n    limits: {concurrency: 2, deadline: 1s, memoryMiB: 32, writesPerSecond: 20, cpuMillicores: 200}\n");
+        }
+        HostGuests::Widget => grants.push_str(
+            "  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n",
+        ),
     }
     let config = dir.join("host.yaml");
     std::fs::write(&config, grants)?;
@@ -366,7 +958,12 @@ fn spawn_host(kubeconfig: &Path, ns: &str, hostile: bool) -> anyhow::Result<Chil
         .arg(&config)
         .arg("--guests")
         .arg(&guests)
-        .args(["--listen", "127.0.0.1:0", "--watch-namespace", ns])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--watch-namespace",
+            ns,
+        ])
         .arg("--cache-dir")
         .arg(dir.join("compiled"))
         .env("KUBECONFIG", kubeconfig)
@@ -375,16 +972,8 @@ fn spawn_host(kubeconfig: &Path, ns: &str, hostile: bool) -> anyhow::Result<Chil
         .spawn()?)
 }
 
-fn spawn_native(kubeconfig: &Path, ns: &str) -> anyhow::Result<Child> {
-    Ok(Command::new(std::env::current_exe()?)
-        .env("BENCH_ROLE", "native")
-        .env("BENCH_NAMESPACE", ns)
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(Stdio::null())
-        .spawn()?)
-}
-
-/// The baseline: a kube-rs controller over the same kind, the same logic, the same write.
+/// The kube-rs baseline: a `Controller` over the same kind, the same logic, the same write.
+/// Prints `synced` once its store has the initial list.
 fn native_controller_process() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -392,8 +981,19 @@ fn native_controller_process() -> anyhow::Result<()> {
         let ns = std::env::var("BENCH_NAMESPACE")?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource());
         let context = Arc::new(api.clone());
-        Controller::new_with(api, watcher::Config::default(), resource())
-            .with_config(Config::default().concurrency(CONCURRENCY))
+        let controller = Controller::new_with(api, watcher::Config::default(), resource())
+            .with_config(Config::default().concurrency(CONCURRENCY));
+        let store = controller.store();
+        // Polled, not awaited once: the store's readiness is a oneshot that keeps one waker, and
+        // the controller itself waits on it too.
+        tokio::spawn(async move {
+            while !matches!(
+                tokio::time::timeout(Duration::from_millis(20), store.wait_until_ready()).await,
+                Ok(Ok(()))
+            ) {}
+            println!("synced");
+        });
+        controller
             .run(
                 |object: Arc<DynamicObject>, api: Arc<Api<DynamicObject>>| async move {
                     let text = serde_json::to_string(&*object).map_err(fail)?;

@@ -174,8 +174,8 @@ async fn one_watch_per_kind_and_scope_shared_by_all_handles_and_released_with_th
     );
     synced(&second).await?;
     let (a, b) = (
-        first.get(Some(&ns), "shared"),
-        second.get(Some(&ns), "shared"),
+        first.get_cached(Some(&ns), "shared"),
+        second.get_cached(Some(&ns), "shared"),
     );
     ensure!(
         matches!((&a, &b), (Some(a), Some(b)) if Arc::ptr_eq(a, b)),

@@ -8,10 +8,12 @@
 //! Kinds arrive at run time with guests, so everything is dynamic: `DynamicObject` plus the
 //! `ApiResource` found by discovery. From kube-rs we take discovery (`discovery.rs`) and the
 //! watch protocol with its backoff (`watch.rs`). We write the store (`store.rs`: the reflector's
-//! store takes no writes from outside and does not compare resourceVersions), the sharing and
+//! store takes no writes from outside and does not compare resourceVersions), the form an object
+//! is cached in (`cached.rs`: its JSON text, once, without `managedFields`), the sharing and
 //! ref-counting (here), subscriptions with lag recovery and resync (`subscription.rs`), and the
 //! label selector parser (`selector.rs`: kube-core has none).
 
+mod cached;
 mod discovery;
 mod selector;
 mod store;
@@ -39,6 +41,7 @@ use parking_lot::Mutex;
 
 use crate::metrics::{Metrics, ScrapeHook};
 
+pub use cached::CachedObject;
 pub use selector::{SelectorError, parse_selector};
 pub use subscription::Subscription;
 
@@ -59,9 +62,16 @@ impl Scope {
 }
 
 /// A change in an informer's cache, as seen by subscribers.
+///
+/// Objects the watch delivers come whole. Objects replayed from the cache — `old`, the
+/// snapshot a [`Subscription`] starts with, and `Resync` — come as their head: `apiVersion`,
+/// `kind` and `metadata`, with `data` null. The cache keeps objects as JSON text (see
+/// [`CachedObject`]), the head is what turning an event into keys reads, and it costs a few µs
+/// where a full parse costs tens; [`Informer::get`] has the whole object.
 #[derive(Clone, Debug)]
 pub enum InformerEvent {
-    /// Created or changed. `old` is the version subscribers saw before (none for a new object).
+    /// Created or changed. `old` is the version subscribers saw before (none for a new object),
+    /// as its head.
     /// Never sent when the resourceVersion did not change (a relist re-listing an object).
     /// `object` is what the watch reported; after a `record_write` of a newer version, `get`
     /// may already return something newer.
@@ -136,6 +146,10 @@ pub struct Options {
     /// Where `reconciler_informer_objects` goes: summed per GVK over all scopes at each scrape,
     /// and removed once no informer for the GVK is left.
     pub metrics: Option<Metrics>,
+    /// Keep `metadata.managedFields` in cached objects (and so in what guests read and in
+    /// events). Off by default: see `cached.rs`. The default follows the environment variable
+    /// `RECONCILER_KEEP_MANAGED_FIELDS` (`1` or `true` keeps them).
+    pub keep_managed_fields: bool,
 }
 
 impl Default for Options {
@@ -144,6 +158,8 @@ impl Default for Options {
             event_buffer: 1024,
             write_ttl: Duration::from_mins(1),
             metrics: None,
+            keep_managed_fields: std::env::var("RECONCILER_KEEP_MANAGED_FIELDS")
+                .is_ok_and(|v| matches!(v.trim(), "1" | "true")),
         }
     }
 }
@@ -388,6 +404,7 @@ impl InformerState {
             &resolved.resource,
             store::Store::new(options.write_ttl),
             options.event_buffer,
+            options.keep_managed_fields,
         ));
         let client = registry.client.clone();
         let api: Api<DynamicObject> = match (&key.scope.namespace, resolved.namespaced) {
@@ -502,9 +519,9 @@ impl Informer {
         self.shared.cache.last_error.lock().clone()
     }
 
-    /// The cached object. `namespace` is required for namespaced kinds and none for
-    /// cluster-scoped ones. O(log n), no API call.
-    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+    /// The cached object, as stored: its JSON text and a few fields. `namespace` is required
+    /// for namespaced kinds and none for cluster-scoped ones. O(log n), no API call, no parse.
+    pub fn get_cached(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
         self.shared
             .cache
             .store
@@ -512,18 +529,36 @@ impl Informer {
             .get(namespace, name, Instant::now())
     }
 
-    /// Cached objects, sorted by namespace then name. With a namespace, only that namespace is
-    /// visited (namespace index); without, every object. No API call.
-    pub fn list(
+    /// The cached object as a tree: [`Informer::get_cached`] plus one parse (tens of µs for a
+    /// typical custom resource). Prefer `get_cached` where JSON text will do.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+        self.get_cached(namespace, name)?.to_object().map(Arc::new)
+    }
+
+    /// Cached objects as stored, sorted by namespace then name. With a namespace, only that
+    /// namespace is visited (namespace index); without, every object. No API call, no parse.
+    pub fn list_cached(
         &self,
         namespace: Option<&str>,
         selector: Option<&Selector>,
-    ) -> Vec<Arc<DynamicObject>> {
+    ) -> Vec<Arc<CachedObject>> {
         self.shared
             .cache
             .store
             .read()
             .list(namespace, selector, Instant::now())
+    }
+
+    /// [`Informer::list_cached`] as trees: one parse per object.
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<DynamicObject>> {
+        self.list_cached(namespace, selector)
+            .iter()
+            .filter_map(|o| o.to_object().map(Arc::new))
+            .collect()
     }
 
     /// Number of cached objects.
@@ -535,8 +570,9 @@ impl Informer {
         self.len() == 0
     }
 
-    /// Events from now on, preceded by an `Applied` for every object cached at this moment.
-    /// Cost: one snapshot of the cache (O(n) pointer copies).
+    /// Events from now on, preceded by an `Applied` for every object cached at this moment (as
+    /// its head, see [`InformerEvent`]). Cost: one snapshot of the cache (O(n) pointer copies);
+    /// each head is read when its event is taken.
     pub fn subscribe(&self) -> Subscription {
         self.subscribe_inner(None)
     }
@@ -574,7 +610,7 @@ impl Informer {
             .cache
             .store
             .write()
-            .record_write(obj, Instant::now())
+            .record_write(&obj, Instant::now())
     }
 
     /// Read-your-writes for deletion: call after the API server answered a delete with the

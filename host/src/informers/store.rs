@@ -1,5 +1,6 @@
 //! The informer's cache: the objects the watch reported, a namespace index, and the host's own
-//! writes laid over them (read-your-writes).
+//! writes laid over them (read-your-writes). Objects are kept as [`CachedObject`]s (JSON text,
+//! see `cached.rs`); the store takes and emits `DynamicObject`s at its edges.
 //!
 //! Why not kube-runtime's `reflector::Store`: its writer is fed only by the watch stream, so the
 //! host cannot put the API server's answer to its own write into it, and it applies every event
@@ -21,11 +22,10 @@ use kube::{
 };
 
 use super::InformerEvent;
+use super::cached::CachedObject;
 
 /// `(namespace, name)`; the namespace is `""` for cluster-scoped objects.
 type Key = (String, String);
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 pub(super) struct Store {
     /// namespace → name → entry. The outer map is the namespace index; both levels are sorted so
@@ -39,19 +39,29 @@ pub(super) struct Store {
     /// version cannot resurrect a deleted object.
     tombstones: HashMap<Key, (String, Instant)>,
     tombstone_order: VecDeque<(Instant, Key)>,
-    /// Keys seen since the watcher restarted its list (`Init` .. `InitDone`).
-    relisting: Option<HashSet<Key>>,
+    /// Between the watcher's `Init` and `InitDone`.
+    relisting: Relist,
     /// How long an overlay the watch never confirms stays in force.
     ttl: Duration,
+}
+
+enum Relist {
+    Idle,
+    /// The list started with nothing watched (the first list): nothing can vanish, so keys
+    /// are not tracked, and a large first list builds no second index of every key.
+    Fresh,
+    /// Keys listed so far.
+    Tracking(HashSet<Key>),
 }
 
 #[derive(Default)]
 struct Entry {
     /// The newest state the watch reported: what subscribers were last told.
-    watched: Option<Arc<DynamicObject>>,
+    watched: Option<Arc<CachedObject>>,
     /// The host's own write (or delete), newer than `watched`, shown to readers until the watch
-    /// catches up or the ttl passes.
-    overlay: Option<Overlay>,
+    /// catches up or the ttl passes. Boxed: few entries have one, and every entry pays for
+    /// the field.
+    overlay: Option<Box<Overlay>>,
 }
 
 struct Overlay {
@@ -60,7 +70,7 @@ struct Overlay {
 }
 
 enum OverlayKind {
-    Written(Arc<DynamicObject>),
+    Written(Arc<CachedObject>),
     /// Deleted by the host; `rv` is the last version it knew.
     Deleted {
         rv: Option<String>,
@@ -82,8 +92,18 @@ fn newer(a: Option<&str>, b: Option<&str>) -> bool {
     matches!((rv_number(a), rv_number(b)), (Some(a), Some(b)) if a > b)
 }
 
+/// Stores `obj`; `None` (logged) in the impossible case that it does not serialise.
+fn cache(obj: &DynamicObject) -> Option<Arc<CachedObject>> {
+    CachedObject::new(obj)
+        .inspect_err(|e| {
+            tracing::error!(object = %obj.name_any(), error = %e, "object not cached: it does not serialise");
+        })
+        .ok()
+        .map(Arc::new)
+}
+
 impl Entry {
-    fn visible(&self, now: Instant, ttl: Duration) -> Option<&Arc<DynamicObject>> {
+    fn visible(&self, now: Instant, ttl: Duration) -> Option<&Arc<CachedObject>> {
         match &self.overlay {
             Some(overlay) if now.saturating_duration_since(overlay.at) < ttl => match &overlay.kind
             {
@@ -103,7 +123,7 @@ impl Store {
             watched_count: 0,
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
-            relisting: None,
+            relisting: Relist::Idle,
             ttl,
         }
     }
@@ -114,7 +134,7 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
         now: Instant,
-    ) -> Option<Arc<DynamicObject>> {
+    ) -> Option<Arc<CachedObject>> {
         self.objects
             .get(namespace.unwrap_or_default())?
             .get(name)?
@@ -128,11 +148,9 @@ impl Store {
         namespace: Option<&str>,
         selector: Option<&Selector>,
         now: Instant,
-    ) -> Vec<Arc<DynamicObject>> {
-        let matches = |obj: &&Arc<DynamicObject>| {
-            selector.is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&NO_LABELS)))
-        };
-        let visible = |names: &BTreeMap<String, Entry>| -> Vec<Arc<DynamicObject>> {
+    ) -> Vec<Arc<CachedObject>> {
+        let matches = |obj: &&Arc<CachedObject>| selector.is_none_or(|s| s.matches(obj.labels()));
+        let visible = |names: &BTreeMap<String, Entry>| -> Vec<Arc<CachedObject>> {
             names
                 .values()
                 .filter_map(|e| e.visible(now, self.ttl))
@@ -167,15 +185,20 @@ impl Store {
 
     /// The watcher restarted its list; objects not listed again by `end_relist` are gone.
     pub(super) fn begin_relist(&mut self) {
-        self.relisting = Some(HashSet::new());
+        self.relisting = if self.watched_count > 0 {
+            Relist::Tracking(HashSet::new())
+        } else {
+            Relist::Fresh
+        };
     }
 
     /// An object from the watch (listed or changed). Returns the event to emit, or `None` when
-    /// its resourceVersion equals the one subscribers already saw.
+    /// its resourceVersion equals the one subscribers already saw. The event's `old` is the
+    /// previous version's head (see [`InformerEvent::Applied`]).
     pub(super) fn apply(&mut self, obj: Arc<DynamicObject>, now: Instant) -> Option<InformerEvent> {
         self.expire(now);
         let key = key_of(&obj);
-        if let Some(seen) = &mut self.relisting {
+        if let Relist::Tracking(seen) = &mut self.relisting {
             seen.insert(key.clone());
         }
         let entry = self
@@ -184,19 +207,19 @@ impl Store {
             .or_default()
             .entry(key.1.clone())
             .or_default();
-        let old = entry.watched.clone();
-        if let Some(old) = &old
-            && old.resource_version() == obj.resource_version()
+        let obj_rv = obj.metadata.resource_version.as_deref();
+        if let Some(old) = &entry.watched
+            && old.resource_version() == obj_rv
         {
             return None;
         }
+        let cached = cache(&obj)?;
+        let old = entry.watched.replace(cached);
         if old.is_none() {
             self.watched_count += 1;
         }
-        entry.watched = Some(obj.clone());
-        let obj_rv = obj.metadata.resource_version.as_deref();
         let keep_overlay = entry.overlay.as_ref().is_some_and(|o| match &o.kind {
-            OverlayKind::Written(w) => newer(w.metadata.resource_version.as_deref(), obj_rv),
+            OverlayKind::Written(w) => newer(w.resource_version(), obj_rv),
             // The watch saw a version after the one deleted: re-created (or a stale delete).
             OverlayKind::Deleted { rv } => !newer(obj_rv, rv.as_deref()),
         });
@@ -208,6 +231,7 @@ impl Store {
         {
             self.tombstones.remove(&key);
         }
+        let old = old.and_then(|o| o.to_head()).map(Arc::new);
         Some(InformerEvent::Applied { object: obj, old })
     }
 
@@ -224,7 +248,9 @@ impl Store {
     /// we were not watching.
     pub(super) fn end_relist(&mut self, now: Instant) -> Vec<InformerEvent> {
         self.expire(now);
-        let seen = self.relisting.take().unwrap_or_default();
+        let Relist::Tracking(seen) = std::mem::replace(&mut self.relisting, Relist::Idle) else {
+            return Vec::new();
+        };
         let mut gone = Vec::new();
         for (ns, names) in &mut self.objects {
             for (name, entry) in names.iter_mut() {
@@ -242,18 +268,20 @@ impl Store {
         }
         self.objects.retain(|_, names| !names.is_empty());
         gone.into_iter()
-            .map(|(key, obj)| {
-                self.tombstone(key, obj.resource_version(), now);
-                InformerEvent::Deleted { object: obj }
+            .filter_map(|(key, obj)| {
+                self.tombstone(key, obj.resource_version().map(Into::into), now);
+                Some(InformerEvent::Deleted {
+                    object: Arc::new(obj.to_object()?),
+                })
             })
             .collect()
     }
 
     /// The API server's answer to one of the host's writes. Shown at once unless the cache (or a
     /// recent deletion) already holds this version or a newer one. Returns whether it was taken.
-    pub(super) fn record_write(&mut self, obj: Arc<DynamicObject>, now: Instant) -> bool {
+    pub(super) fn record_write(&mut self, obj: &DynamicObject, now: Instant) -> bool {
         self.expire(now);
-        let key = key_of(&obj);
+        let key = key_of(obj);
         let rv = obj.metadata.resource_version.as_deref();
         if let Some((deleted_rv, _)) = self.tombstones.get(&key)
             && !newer(rv, Some(deleted_rv))
@@ -264,7 +292,7 @@ impl Store {
         let entry = self.objects.get(&key.0).and_then(|m| m.get(&key.1));
         if let Some(entry) = entry {
             if let Some(watched) = &entry.watched
-                && !newer(rv, watched.metadata.resource_version.as_deref())
+                && !newer(rv, watched.resource_version())
             {
                 return false;
             }
@@ -272,7 +300,7 @@ impl Store {
                 && now.saturating_duration_since(overlay.at) < ttl
             {
                 let shadowed = match &overlay.kind {
-                    OverlayKind::Written(w) => w.metadata.resource_version.as_deref(),
+                    OverlayKind::Written(w) => w.resource_version(),
                     OverlayKind::Deleted { rv } => rv.as_deref(),
                 };
                 if shadowed.is_some() && !newer(rv, shadowed) {
@@ -280,16 +308,19 @@ impl Store {
                 }
             }
         }
+        let Some(cached) = cache(obj) else {
+            return false;
+        };
         let entry = self
             .objects
             .entry(key.0.clone())
             .or_default()
             .entry(key.1.clone())
             .or_default();
-        entry.overlay = Some(Overlay {
-            kind: OverlayKind::Written(obj),
+        entry.overlay = Some(Box::new(Overlay {
+            kind: OverlayKind::Written(cached),
             at: now,
-        });
+        }));
         self.overlaid.insert(key);
         true
     }
@@ -314,7 +345,7 @@ impl Store {
         let Some(visible) = entry.visible(now, ttl) else {
             return false;
         };
-        let rv = visible.metadata.resource_version.clone();
+        let rv = visible.resource_version().map(ToOwned::to_owned);
         if entry.watched.is_none() {
             names.remove(&key.1);
             if names.is_empty() {
@@ -322,10 +353,10 @@ impl Store {
             }
             self.overlaid.remove(&key);
         } else {
-            entry.overlay = Some(Overlay {
+            entry.overlay = Some(Box::new(Overlay {
                 kind: OverlayKind::Deleted { rv: rv.clone() },
                 at: now,
-            });
+            }));
             self.overlaid.insert(key.clone());
         }
         if let Some(rv) = rv {
@@ -421,8 +452,8 @@ mod tests {
         Arc::new(obj)
     }
 
-    fn rv_of(obj: Option<Arc<DynamicObject>>) -> Option<String> {
-        obj.and_then(|o| o.resource_version())
+    fn rv_of(obj: Option<Arc<CachedObject>>) -> Option<String> {
+        obj.and_then(|o| o.resource_version().map(ToOwned::to_owned))
     }
 
     #[test]
@@ -455,9 +486,12 @@ mod tests {
         s.apply(cm("a", "x", "1", &[("app", "web")]), t);
         s.apply(cm("a", "y", "2", &[("app", "db")]), t);
         s.apply(cm("b", "x", "3", &[("app", "web")]), t);
-        let names = |v: Vec<Arc<DynamicObject>>| {
+        let names = |v: Vec<Arc<CachedObject>>| {
             v.iter()
-                .map(|o| format!("{}/{}", o.namespace().unwrap(), o.name_any()))
+                .map(|o| {
+                    let o = o.to_head().unwrap();
+                    format!("{}/{}", o.namespace().unwrap(), o.name_any())
+                })
                 .collect::<Vec<_>>()
         };
         assert_eq!(names(s.list(Some("a"), None, t)), ["a/x", "a/y"]);
@@ -477,7 +511,7 @@ mod tests {
         let mut s = Store::new(TTL);
         let t = Instant::now();
         s.apply(cm("a", "x", "5", &[]), t);
-        assert!(s.record_write(cm("a", "x", "7", &[]), t));
+        assert!(s.record_write(&cm("a", "x", "7", &[]), t));
         assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
         // An older event is still news to subscribers, but does not regress readers.
         assert!(s.apply(cm("a", "x", "6", &[]), t).is_some());
@@ -487,8 +521,8 @@ mod tests {
         assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
         assert!(s.overlaid.is_empty());
         // Writes older than (or equal to) what the watch has are ignored.
-        assert!(!s.record_write(cm("a", "x", "7", &[]), t));
-        assert!(!s.record_write(cm("a", "x", "3", &[]), t));
+        assert!(!s.record_write(&cm("a", "x", "7", &[]), t));
+        assert!(!s.record_write(&cm("a", "x", "3", &[]), t));
     }
 
     #[test]
@@ -496,7 +530,7 @@ mod tests {
         let mut s = Store::new(TTL);
         let t = Instant::now();
         s.apply(cm("a", "x", "abc", &[]), t);
-        assert!(!s.record_write(cm("a", "x", "def", &[]), t));
+        assert!(!s.record_write(&cm("a", "x", "def", &[]), t));
         assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("abc".into()));
     }
 
@@ -504,7 +538,7 @@ mod tests {
     fn a_write_of_a_new_object_is_visible_and_expires_unconfirmed() {
         let mut s = Store::new(TTL);
         let t = Instant::now();
-        assert!(s.record_write(cm("a", "new", "9", &[]), t));
+        assert!(s.record_write(&cm("a", "new", "9", &[]), t));
         assert_eq!(s.len(t), 1);
         assert_eq!(s.list(Some("a"), None, t).len(), 1);
         let later = t + TTL;
@@ -526,7 +560,7 @@ mod tests {
         assert!(s.get(Some("a"), "x", t).is_none());
         assert_eq!(s.len(t), 0);
         assert!(
-            !s.record_write(cm("a", "x", "5", &[]), t),
+            !s.record_write(&cm("a", "x", "5", &[]), t),
             "the deleted version stays deleted"
         );
         // The watch's delete still reaches subscribers.
@@ -534,11 +568,29 @@ mod tests {
             s.delete(cm("a", "x", "6", &[]), t),
             InformerEvent::Deleted { .. }
         ));
-        assert!(!s.record_write(cm("a", "x", "6", &[]), t));
+        assert!(!s.record_write(&cm("a", "x", "6", &[]), t));
         assert!(s.get(Some("a"), "x", t).is_none());
         // A re-creation (newer version) is accepted.
-        assert!(s.record_write(cm("a", "x", "8", &[]), t));
+        assert!(s.record_write(&cm("a", "x", "8", &[]), t));
         assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("8".into()));
+    }
+
+    #[test]
+    fn the_first_list_keeps_everything_and_a_later_relist_still_finds_what_vanished() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.begin_relist();
+        s.apply(cm("a", "x", "1", &[]), t);
+        s.apply(cm("a", "y", "2", &[]), t);
+        assert!(s.end_relist(t).is_empty());
+        assert_eq!(s.len(t), 2);
+        s.begin_relist();
+        s.apply(cm("a", "x", "1", &[]), t);
+        let events = s.end_relist(t);
+        assert!(
+            matches!(&events[..], [InformerEvent::Deleted { object }] if object.name_any() == "y")
+        );
+        assert_eq!(s.len(t), 1);
     }
 
     #[test]
@@ -547,7 +599,7 @@ mod tests {
         let t = Instant::now();
         s.apply(cm("a", "keep", "1", &[]), t);
         s.apply(cm("a", "gone", "2", &[]), t);
-        s.record_write(cm("b", "written", "9", &[]), t);
+        s.record_write(&cm("b", "written", "9", &[]), t);
         s.begin_relist();
         assert!(
             s.apply(cm("a", "keep", "1", &[]), t).is_none(),

@@ -20,12 +20,13 @@ use tokio::{
     time::{Instant, Interval, MissedTickBehavior},
 };
 
-use super::{Informer, InformerEvent};
+use super::{CachedObject, Informer, InformerEvent};
 
 /// Events of one informer, for one subscriber.
 ///
 /// Starts with an `Applied { old: None }` for every object already cached (as client-go does
-/// for a handler added to a running informer), then follows the watch. When this subscriber
+/// for a handler added to a running informer), then follows the watch. Events replayed from
+/// the cache (that snapshot and every `Resync`) carry the object's head only, like `old`. When this subscriber
 /// falls more than the informer's event buffer behind, the missed events are replaced by a
 /// `Resync` of every cached object, so no live key is lost (a deletion missed that way is not
 /// replayed; the resync reflects the cache after it). With a resync period, every cached object
@@ -47,21 +48,41 @@ impl std::fmt::Debug for Subscription {
 struct State {
     informer: Informer,
     events: Receiver<InformerEvent>,
-    pending: VecDeque<InformerEvent>,
+    /// Cached objects still to send, each read only when its turn comes, so a snapshot or a
+    /// resync of a large cache never holds every object as a tree at once.
+    pending: VecDeque<Pending>,
     resync: Option<Interval>,
 }
 
-fn resync_all(objects: Vec<Arc<DynamicObject>>) -> VecDeque<InformerEvent> {
-    objects
-        .into_iter()
-        .map(|object| InformerEvent::Resync { object })
-        .collect()
+enum Pending {
+    Snapshot(Arc<CachedObject>),
+    Resync(Arc<CachedObject>),
+}
+
+impl Pending {
+    /// The event, carrying the object's head (see [`InformerEvent`]): a few µs where a full
+    /// parse takes tens, which matters when a lagging subscriber works through a resync of a
+    /// large cache while the watch keeps sending.
+    fn into_event(self) -> Option<InformerEvent> {
+        let parse = |o: &CachedObject| o.to_head().map(Arc::<DynamicObject>::new);
+        Some(match self {
+            Pending::Snapshot(o) => InformerEvent::Applied {
+                object: parse(&o)?,
+                old: None,
+            },
+            Pending::Resync(o) => InformerEvent::Resync { object: parse(&o)? },
+        })
+    }
+}
+
+fn resync_all(objects: Vec<Arc<CachedObject>>) -> VecDeque<Pending> {
+    objects.into_iter().map(Pending::Resync).collect()
 }
 
 impl Subscription {
     pub(super) fn new(
         informer: Informer,
-        snapshot: Vec<Arc<DynamicObject>>,
+        snapshot: Vec<Arc<CachedObject>>,
         events: Receiver<InformerEvent>,
         resync: Option<Duration>,
     ) -> Self {
@@ -73,16 +94,15 @@ impl Subscription {
         let state = State {
             informer,
             events,
-            pending: snapshot
-                .into_iter()
-                .map(|object| InformerEvent::Applied { object, old: None })
-                .collect(),
+            pending: snapshot.into_iter().map(Pending::Snapshot).collect(),
             resync,
         };
         let inner = futures::stream::unfold(state, |mut state| async move {
             loop {
-                if let Some(event) = state.pending.pop_front() {
-                    return Some((event, state));
+                while let Some(pending) = state.pending.pop_front() {
+                    if let Some(event) = pending.into_event() {
+                        return Some((event, state));
+                    }
                 }
                 let State { events, resync, .. } = &mut state;
                 let tick = async {
@@ -103,12 +123,12 @@ impl Subscription {
                                 missed,
                                 "subscriber fell behind the event buffer; resending every cached object"
                             );
-                            state.pending = resync_all(state.informer.list(None, None));
+                            state.pending = resync_all(state.informer.list_cached(None, None));
                         }
                         // The sender lives as long as the informer, which `state` keeps alive.
                         Err(RecvError::Closed) => return None,
                     },
-                    () = tick => state.pending = resync_all(state.informer.list(None, None)),
+                    () = tick => state.pending = resync_all(state.informer.list_cached(None, None)),
                 }
             }
         })

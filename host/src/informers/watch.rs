@@ -39,10 +39,16 @@ pub(super) struct Cache {
     pub(super) lists: AtomicU64,
     /// Fills in `apiVersion`/`kind`, which list responses omit on their items.
     types: TypeMeta,
+    keep_managed_fields: bool,
 }
 
 impl Cache {
-    pub(super) fn new(resource: &ApiResource, store: Store, event_buffer: usize) -> Self {
+    pub(super) fn new(
+        resource: &ApiResource,
+        store: Store,
+        event_buffer: usize,
+        keep_managed_fields: bool,
+    ) -> Self {
         Self {
             store: RwLock::new(store),
             events: broadcast::channel(event_buffer.max(1)).0,
@@ -53,12 +59,18 @@ impl Cache {
                 api_version: resource.api_version.clone(),
                 kind: resource.kind.clone(),
             },
+            keep_managed_fields,
         }
     }
 
+    /// An object as the cache and its subscribers see it: with `apiVersion`/`kind`, and
+    /// without `managedFields` unless they are kept.
     pub(super) fn complete(&self, mut obj: DynamicObject) -> Arc<DynamicObject> {
         if obj.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
             obj.types = Some(self.types.clone());
+        }
+        if !self.keep_managed_fields {
+            obj.metadata.managed_fields = None;
         }
         Arc::new(obj)
     }
@@ -142,5 +154,66 @@ pub(super) async fn run(
                 *cache.last_error.lock() = Some(err.to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn with_managed_fields() -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "namespace": "a", "name": "x", "resourceVersion": "1",
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "apiVersion": "v1"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn cache(keep_managed_fields: bool) -> Cache {
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        Cache::new(
+            &resource,
+            Store::new(Duration::from_mins(1)),
+            8,
+            keep_managed_fields,
+        )
+    }
+
+    #[test]
+    fn managed_fields_are_dropped_unless_kept_and_types_filled_in() {
+        let dropped = cache(false).complete(with_managed_fields());
+        assert!(dropped.metadata.managed_fields.is_none());
+        assert_eq!(
+            dropped.types.as_ref().map(|t| t.kind.as_str()),
+            Some("ConfigMap")
+        );
+        let kept = cache(true).complete(with_managed_fields());
+        assert_eq!(kept.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn readers_and_events_see_the_object_without_managed_fields() {
+        let cache = cache(false);
+        let mut events = cache.events.subscribe();
+        cache.handle(watcher::Event::Init);
+        cache.handle(watcher::Event::InitApply(with_managed_fields()));
+        cache.handle(watcher::Event::InitDone);
+        let stored = cache
+            .store
+            .read()
+            .get(Some("a"), "x", Instant::now())
+            .unwrap();
+        assert!(
+            !stored.json().contains("managedFields"),
+            "{}",
+            stored.json()
+        );
+        let event = events.try_recv().unwrap();
+        assert!(event.object().metadata.managed_fields.is_none());
+        assert!(*cache.synced.borrow());
     }
 }

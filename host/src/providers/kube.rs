@@ -381,7 +381,8 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
-/// The lister over one guest's informers (every kind its grant lets it read).
+/// The lister over one guest's informers (every kind its grant lets it read). Hands out the
+/// cache's JSON text as it is: a read costs a copy of the text, no serialisation.
 struct CacheLister(BTreeMap<Gvk, Informer>);
 
 impl CacheLister {
@@ -397,10 +398,9 @@ impl CacheLister {
 impl Lister for CacheLister {
     fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
         let informer = self.informer(&object.kind)?;
-        informer
-            .get(object.namespace.as_deref(), &object.name)
-            .map(|o| serde_json::to_string(&*o).map_err(|e| HostError::Other(e.to_string())))
-            .transpose()
+        Ok(informer
+            .get_cached(object.namespace.as_deref(), &object.name)
+            .map(|o| o.json().to_owned()))
     }
 
     fn list(
@@ -410,11 +410,11 @@ impl Lister for CacheLister {
         selector: Option<&kube::core::Selector>,
     ) -> Result<Vec<String>, HostError> {
         let informer = self.informer(kind)?;
-        informer
-            .list(namespace, selector)
+        Ok(informer
+            .list_cached(namespace, selector)
             .iter()
-            .map(|o| serde_json::to_string(&**o).map_err(|e| HostError::Other(e.to_string())))
-            .collect()
+            .map(|o| o.json().to_owned())
+            .collect())
     }
 }
 

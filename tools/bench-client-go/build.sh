@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the client-go baseline of the controller benchmark (main.go) from the Go module proxy,
+# with the Kubernetes version the local control plane runs (../control-plane/version.env; go.mod
+# pins the matching client-go) and the control plane's Go settings. Prints the binary's path.
+# Go's own caches make a second build instant.
+#
+#   tools/bench-client-go/build.sh          # build, print the binary
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=../control-plane/version.env
+source "$HERE/../control-plane/version.env"
+want="k8s.io/client-go v0.${K8S_VERSION#v1.}"
+grep -q "^	$want$" "$HERE/go.mod" \
+  || { echo "error: $HERE/go.mod does not pin $want (control plane $K8S_VERSION); update its require block" >&2; exit 1; }
+command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.25" >&2; exit 1; }
+# As tools/control-plane/build.sh: go.sum pins every hash, the proxy serves no checksum database.
+export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
+OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-client-go/$K8S_VERSION
+mkdir -p "$OUT"
+cd "$HERE"
+go build -trimpath -ldflags "-s -w" -o "$OUT/bench-client-go" . >&2
+echo "$OUT/bench-client-go"
