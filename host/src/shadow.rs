@@ -46,6 +46,9 @@ pub enum Mode {
 const MAX_LINES: usize = 16;
 /// A value in a diff line is cut to this many characters.
 const MAX_VALUE_CHARS: usize = 120;
+/// A key in a diff line's path is cut to this many characters, the path to about this many bytes.
+const MAX_KEY_CHARS: usize = 64;
+const MAX_PATH_BYTES: usize = 256;
 /// Verdicts kept per guest for `/guests`.
 const RECENT: usize = 20;
 
@@ -69,7 +72,7 @@ impl std::fmt::Display for Difference {
 pub fn status_patch(intended: String, live: &Value, patch: &Value) -> (Value, Option<Difference>) {
     let mut patched = live.clone();
     json_patch::merge(&mut patched, patch);
-    let mut changes = Vec::new();
+    let mut changes = Lines::default();
     compare(
         "status",
         live.get("status").unwrap_or(&Value::Null),
@@ -89,7 +92,7 @@ pub fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<
             changes: vec!["object does not exist: it would be created".into()],
         });
     };
-    let mut changes = Vec::new();
+    let mut changes = Lines::default();
     if let (Some(set), Some(have)) = (applied.as_object(), live.as_object()) {
         for (key, value) in set {
             if matches!(key.as_str(), "apiVersion" | "kind") {
@@ -136,20 +139,60 @@ pub fn single(intended: String, changed: bool, line: impl Into<String>) -> Optio
     })
 }
 
-fn finish(intended: String, mut changes: Vec<String>) -> Option<Difference> {
+fn finish(intended: String, lines: Lines) -> Option<Difference> {
+    let Lines { mut changes, more } = lines;
     if changes.is_empty() {
         return None;
     }
-    if changes.len() > MAX_LINES {
-        let more = changes.len() - MAX_LINES;
-        changes.truncate(MAX_LINES);
+    if more > 0 {
         changes.push(format!("… and {more} more"));
     }
     Some(Difference { intended, changes })
 }
 
+/// The lines of one difference: the first [`MAX_LINES`] are kept, the rest only counted, so a
+/// large intended change never builds more than that.
+#[derive(Default)]
+struct Lines {
+    changes: Vec<String>,
+    more: usize,
+}
+
+impl Lines {
+    fn push(&mut self, path: &str, before: &Value, after: &Value) {
+        if self.changes.len() < MAX_LINES {
+            self.changes.push(line(path, before, after));
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// `path` extended by one step. Keys come from the guest: escaped (one log line per difference,
+/// no forged lines) and cut, and the whole path bounded, so no key makes a line large.
+fn child(path: &str, open: &str, key: &str, close: &str) -> String {
+    if path.len() >= MAX_PATH_BYTES {
+        return path.to_owned();
+    }
+    let mut out = String::with_capacity(path.len() + key.len().min(MAX_KEY_CHARS) + 4);
+    out.push_str(path);
+    out.push_str(open);
+    for (i, c) in key.chars().enumerate() {
+        if i == MAX_KEY_CHARS {
+            out.push('…');
+            break;
+        }
+        out.extend(c.escape_debug());
+    }
+    out.push_str(close);
+    if out.len() >= MAX_PATH_BYTES {
+        out.push('…');
+    }
+    out
+}
+
 /// Every difference between `before` and `after`, as `path: before → after` lines.
-fn compare(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+fn compare(path: &str, before: &Value, after: &Value, out: &mut Lines) {
     if before == after {
         return;
     }
@@ -158,7 +201,7 @@ fn compare(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
             let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for key in keys {
                 compare(
-                    &format!("{path}.{key}"),
+                    &child(path, ".", key, ""),
                     a.get(key).unwrap_or(&Value::Null),
                     b.get(key).unwrap_or(&Value::Null),
                     out,
@@ -170,7 +213,7 @@ fn compare(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
                 let keys: BTreeSet<&String> = a_keyed.keys().chain(b_keyed.keys()).collect();
                 for key in keys {
                     compare(
-                        &format!("{path}[{key}]"),
+                        &child(path, "[", key, "]"),
                         a_keyed.get(key).copied().unwrap_or(&Value::Null),
                         b_keyed.get(key).copied().unwrap_or(&Value::Null),
                         out,
@@ -178,23 +221,23 @@ fn compare(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
                 }
             } else if a.len() == b.len() {
                 for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                    compare(&format!("{path}[{i}]"), x, y, out);
+                    compare(&child(path, "[", &i.to_string(), "]"), x, y, out);
                 }
             } else {
-                out.push(line(path, before, after));
+                out.push(path, before, after);
             }
         }
-        _ => out.push(line(path, before, after)),
+        _ => out.push(path, before, after),
     }
 }
 
 /// The differences of the fields `set` sets, against `have`.
-fn subset(path: &str, have: &Value, set: &Value, out: &mut Vec<String>) {
+fn subset(path: &str, have: &Value, set: &Value, out: &mut Lines) {
     match (have, set) {
         (Value::Object(h), Value::Object(s)) => {
             for (key, value) in s {
                 subset(
-                    &format!("{path}.{key}"),
+                    &child(path, ".", key, ""),
                     h.get(key).unwrap_or(&Value::Null),
                     value,
                     out,
@@ -205,7 +248,7 @@ fn subset(path: &str, have: &Value, set: &Value, out: &mut Vec<String>) {
             (Some(h_keyed), Some(s_keyed)) => {
                 for (key, value) in s_keyed {
                     subset(
-                        &format!("{path}[{key}]"),
+                        &child(path, "[", &key, "]"),
                         h_keyed.get(&key).copied().unwrap_or(&Value::Null),
                         value,
                         out,
@@ -214,13 +257,13 @@ fn subset(path: &str, have: &Value, set: &Value, out: &mut Vec<String>) {
             }
             _ if h.len() == s.len() => {
                 for (i, (x, y)) in h.iter().zip(s).enumerate() {
-                    subset(&format!("{path}[{i}]"), x, y, out);
+                    subset(&child(path, "[", &i.to_string(), "]"), x, y, out);
                 }
             }
-            _ => out.push(line(path, have, set)),
+            _ => out.push(path, have, set),
         },
         _ if have == set => {}
-        _ => out.push(line(path, have, set)),
+        _ => out.push(path, have, set),
     }
 }
 
@@ -471,5 +514,25 @@ mod tests {
         assert!(!report.recent[0].agreed);
         assert_eq!(report.recent_diffs.len(), 1);
         assert_eq!(report.recent[1].key, "k24");
+    }
+
+    #[test]
+    fn guest_keys_in_a_diff_are_escaped_and_bounded() {
+        let live = json!({"status": {}});
+        let key = format!("a\nFORGED{}", "k".repeat(1_000_000));
+        let (_, difference) = status_patch(
+            "p".into(),
+            &live,
+            &json!({"status": {key: {"deeper": {"and": 1}}}}),
+        );
+        let changes = difference.unwrap().changes;
+        assert_eq!(changes.len(), 1);
+        assert!(!changes[0].contains('\n'), "{}", changes[0]);
+        assert!(
+            changes[0].starts_with("status.a\\nFORGED"),
+            "{}",
+            changes[0]
+        );
+        assert!(changes[0].len() < 600, "{} bytes", changes[0].len());
     }
 }

@@ -436,15 +436,19 @@ async fn sync(
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
-    let in_cache = caches.primary.get(key.namespace.as_deref(), &key.name);
-    let deleting = in_cache
-        .as_ref()
-        .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+    let stored = caches
+        .primary
+        .get_cached(key.namespace.as_deref(), &key.name);
+    let deleting = stored.as_ref().is_some_and(|o| o.deletion_requested());
     let cluster = &version.cluster;
-    // The guest gets JSON text, serialised once.
-    let mut object = in_cache
+    // The guest gets the cache's JSON text as it is: no parse, no re-serialisation.
+    let mut object = stored.as_ref().map(|o| o.json().to_owned());
+    // Only the finalizer bookkeeping reads the object here, and only its metadata.
+    let in_cache = manifest
+        .finalizer
         .as_ref()
-        .and_then(|o| serde_json::to_string(&**o).ok());
+        .and(stored.as_ref())
+        .and_then(|o| o.to_head());
     let shadow = guest.grant.mode == crate::shadow::Mode::Shadow;
     // Shadow mode: the host's own finalizer writes are compared, not made, like the guest's.
     let mut differences = Vec::new();
@@ -493,7 +497,7 @@ async fn sync(
     metrics.reconcile_finished(guest.name(), run.outcome.result(), started.elapsed());
     differences.append(&mut run.shadow_differences);
     if shadow {
-        let deleted = in_cache.as_deref().filter(|_| deleting);
+        let deleted = in_cache.as_ref().filter(|_| deleting);
         record_verdict(shared, version, key, &run.outcome, deleted, differences);
     }
 
