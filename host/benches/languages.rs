@@ -9,49 +9,20 @@
 //! `target/bench-greeters/` (the repository's own Rust guests use the SDK and do other work); the
 //! others are `guests/build.sh`'s `greeter.wasm` (Python), `greeter-js`, `greeter-c`, `greeter-go`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use reconciler_host::capabilities::{
-    CallContext, Cluster, EventRecord, GuestContext, HostError, Providers, WorkQueue,
-};
+use reconciler_host::capabilities::{CallContext, GuestContext, Providers, WorkQueue};
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
 use reconciler_host::runtime::{Outcome, Request, Runtime, RuntimeOptions};
 use reconciler_host::scaffold::{self, Language};
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// Answers every write with a small fixed object: the API round trip is not the guest's cost.
-struct NullCluster(Value);
-
-#[async_trait]
-impl Cluster for NullCluster {
-    async fn patch_status(&self, _: &str, _: &ObjectRef, _: &Value) -> Result<Value, HostError> {
-        Ok(self.0.clone())
-    }
-    async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
-        Ok(self.0.clone())
-    }
-    async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {
-        Ok(true)
-    }
-    async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
-        Ok(())
-    }
-    async fn get(&self, _: &ObjectRef) -> Result<Option<Value>, HostError> {
-        Ok(Some(self.0.clone()))
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+mod common;
+use common::{NullCluster, repo};
 
 fn run(command: &mut std::process::Command, what: &str) {
     let status = command

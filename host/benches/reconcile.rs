@@ -12,48 +12,19 @@
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use reconciler_host::capabilities::{
-    CallContext, Cluster, EventRecord, GuestContext, HostError, Providers, WorkQueue,
-};
+use reconciler_host::capabilities::{CallContext, Cluster, GuestContext, Providers, WorkQueue};
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
 use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
-/// Answers every write with a small fixed object: the API round trip is not the sandbox's cost.
-struct NullCluster(Value);
-
-#[async_trait]
-impl Cluster for NullCluster {
-    async fn patch_status(&self, _: &str, _: &ObjectRef, _: &Value) -> Result<Value, HostError> {
-        Ok(self.0.clone())
-    }
-    async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
-        Ok(self.0.clone())
-    }
-    async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {
-        Ok(true)
-    }
-    async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
-        Ok(())
-    }
-    async fn get(&self, _: &ObjectRef) -> Result<Option<Value>, HostError> {
-        Ok(Some(self.0.clone()))
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+mod common;
+use common::{NullCluster, repo};
 
 /// A Widget of about 1 KB, as the API server would send it.
 fn object() -> String {
