@@ -1,10 +1,16 @@
 //! `reconciler-host run`: wires the host together and keeps the set of controllers in line with
-//! the set of active guests, while this replica leads.
+//! the set of active guests, while this replica leads (or, sharded, for the slots it owns).
 //!
 //! Order of events: load the configuration and backends, start the HTTP server, start watching
-//! the guest directory, join the leader election (if enabled), then run controllers for the
-//! active guests while leading. On SIGTERM/SIGINT: stop taking keys, let running reconciles
-//! finish, release the lease, exit.
+//! the guest directory, join the leader election or the shard ring (if enabled), then run
+//! controllers for the active guests while leading / owning slots. On SIGTERM/SIGINT: stop
+//! taking keys, let running reconciles finish, release the lease (or leave the ring), exit.
+//!
+//! Sharded (`--shards auto`, see [`crate::shards`]): every change of the owned slots stops
+//! every controller (drained, then aborted after a grace) and starts them again with the new
+//! slots, so each primary informer relists its new share and every key in it is reconciled
+//! once. The ring releases a slot only after the controllers have stopped. The other informers
+//! are held across the restart, so only the primary caches are rebuilt.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +32,7 @@ use crate::leader::{Election, LeaderOptions};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::server::Readiness;
+use crate::shards::{Ring, RingOptions, ShardState, ShardStatus, SlotSet};
 
 /// How often a guest whose controller could not start (e.g. its CRD is not installed yet) is retried.
 const START_RETRY: Duration = Duration::from_secs(5);
@@ -61,6 +68,22 @@ pub struct RunArgs {
     /// This replica's identity in the lease (default: hostname-pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// `auto`: spread the keys of every guest's primary kind over the replicas of the ring
+    /// named `--lease-name` (each holds a member Lease in `--lease-namespace`). Exclusive with
+    /// `--leader-elect`.
+    #[arg(long, value_enum, default_value = "off")]
+    pub shards: ShardMode,
+    /// Sharded mode: filter on the API server (`shardSelector`, needs the `ShardedListAndWatch`
+    /// feature gate), on the client, or `auto` (the server when it honours it).
+    #[arg(long, default_value = "auto")]
+    pub shard_filter: crate::informers::ShardFilter,
+}
+
+/// `run --shards`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardMode {
+    Off,
+    Auto,
 }
 
 /// The default compile cache directory.
@@ -97,9 +120,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         Options {
             metrics: Some(metrics.clone()),
+            shard_filter: args.shard_filter,
             ..Options::default()
         },
     );
+    let fence = crate::providers::kube::WriteFence::default();
+    let sharding = match args.shards {
+        ShardMode::Off => None,
+        ShardMode::Auto => Some(join_ring(&args, &kube_config, &fence, &metrics)?),
+    };
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         ..RuntimeOptions::default()
@@ -120,6 +149,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.clone(),
         directory.clone(),
         readiness.clone(),
+        sharding.as_ref().map(|s| s.status.clone()),
     )
     .await?;
     tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
@@ -138,8 +168,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         networks,
         namespace: args.watch_namespace.clone(),
-        fence: crate::providers::kube::WriteFence::default(),
+        fence,
         shadows: directory.shadows(),
+        shard: sharding.as_ref().map(|_| SlotSet::empty()),
     };
     let mut manager = Manager {
         shared,
@@ -147,8 +178,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controllers: BTreeMap::new(),
         pending: BTreeMap::new(),
         readiness,
-        leading: is_leader.is_none(),
+        leading: is_leader.is_none() && sharding.is_none(),
         releases: BTreeMap::new(),
+        sharding,
     };
     metrics.set_leader(manager.leading);
     if manager.leading {
@@ -162,7 +194,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
     config_watcher.abort();
-    manager.stop_all().await;
+    manager.shutdown().await;
     // The election releases the lease once every receiver of its channel is gone.
     drop(is_leader);
     if let Some(election) = election {
@@ -271,6 +303,66 @@ async fn join_election(args: &RunArgs, kube_config: &kube::Config) -> anyhow::Re
     Election::start(lease_client, &options).await
 }
 
+/// Sharded mode: the ring membership and what the manager follows of it.
+struct Sharding {
+    ring: Ring,
+    state: watch::Receiver<ShardState>,
+    fences: watch::Receiver<u64>,
+    /// The slots the controllers run with now: the ring releases a slot only once it is out.
+    running: watch::Sender<SlotSet>,
+    status: Arc<ShardStatus>,
+    /// How long a handover lets running reconciles finish before cancelling them.
+    grace: Duration,
+}
+
+fn join_ring(
+    args: &RunArgs,
+    kube_config: &kube::Config,
+    fence: &crate::providers::kube::WriteFence,
+    metrics: &Metrics,
+) -> anyhow::Result<Sharding> {
+    anyhow::ensure!(
+        !args.leader_elect,
+        "--leader-elect and --shards auto exclude each other: a sharded host shares the work, a leader-elected one keeps a standby"
+    );
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(default_identity)
+        .to_lowercase();
+    let options = RingOptions::new(
+        &args.lease_name,
+        &args.lease_namespace,
+        &identity,
+        args.lease_duration,
+    )
+    .map_err(anyhow::Error::msg)?;
+    tracing::info!(%identity, ring = %options.name, namespace = %options.namespace, "joining the shard ring");
+    // As for the election: renewals never queue behind guests' writes.
+    let client = kube::Client::try_from(kube_config.clone())
+        .context("cannot build the shard ring's Kubernetes client")?;
+    let (running, running_rx) = watch::channel(SlotSet::empty());
+    // Nothing is written until the ring says which slots are ours.
+    fence.close();
+    let write_fence = fence.clone();
+    let grace = options.fence_margin / 2;
+    let ring = Ring::join(
+        client,
+        options,
+        running_rx,
+        Arc::new(move || write_fence.close()),
+    );
+    let state = ring.state();
+    Ok(Sharding {
+        status: ShardStatus::new(identity, state.clone(), metrics),
+        fences: ring.fences(),
+        state,
+        ring,
+        running,
+        grace,
+    })
+}
+
 fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "host".into(), |h| h.trim().to_owned());
@@ -302,6 +394,7 @@ struct Manager {
     leading: bool,
     /// Unloaded guests whose finalizer the `release` policy removes at the given time.
     releases: BTreeMap<String, tokio::time::Instant>,
+    sharding: Option<Sharding>,
 }
 
 impl Manager {
@@ -326,6 +419,29 @@ impl Manager {
                 } => {
                     let Ok(leading) = changed else { anyhow::bail!("leader election stopped") };
                     self.set_leading(leading).await;
+                }
+                ring = async {
+                    match &mut self.sharding {
+                        Some(s) => tokio::select! {
+                            biased;
+                            r = s.fences.changed() => r.map(|()| None),
+                            r = s.state.changed() => r.map(|()| Some(())),
+                        },
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    match ring {
+                        Err(_) => anyhow::bail!("the shard ring stopped"),
+                        Ok(None) => self.fenced().await,
+                        Ok(Some(())) => {
+                            let state = self
+                                .sharding
+                                .as_mut()
+                                .map(|s| s.state.borrow_and_update().clone())
+                                .unwrap_or_default();
+                            self.reshard(&state).await;
+                        }
+                    }
                 }
                 event = guest_events.recv() => match event {
                     Ok(event) => self.on_guest_event(event).await,
@@ -381,6 +497,7 @@ impl Manager {
                     .lock()
                     .insert(name.clone(), controller.synced());
                 self.controllers.insert(name, controller);
+                self.report_primaries();
             }
             Err(e) => {
                 tracing::error!(guest = %name, "controller cannot start, retrying every {START_RETRY:?}: {e:#}");
@@ -393,6 +510,7 @@ impl Manager {
         self.readiness.lock().remove(name);
         if let Some(controller) = self.controllers.remove(name) {
             controller.stop().await;
+            self.report_primaries();
         }
     }
 
@@ -425,7 +543,12 @@ impl Manager {
 
     /// Releases the finalizers of guests unloaded longer than the grace period ago.
     async fn release_due(&mut self) {
-        if !self.leading {
+        // Sharded: one replica does it, the owner of slot 0.
+        let coordinator = self
+            .sharding
+            .as_ref()
+            .is_none_or(|s| s.state.borrow().active.contains(0));
+        if !self.leading || !coordinator {
             return;
         }
         let now = tokio::time::Instant::now();
@@ -498,6 +621,86 @@ impl Manager {
         for guest in self.directory.active() {
             self.apply(guest).await;
         }
+        self.report_primaries();
+    }
+
+    /// Sharded: the slots the controllers may run with changed. Stops them all (running
+    /// reconciles get the grace, then are cancelled), acknowledges, and starts them with the
+    /// new slots. The other informers stay warm across the restart.
+    async fn reshard(&mut self, state: &ShardState) {
+        let Some(sharding) = &self.sharding else {
+            return;
+        };
+        self.shared.metrics.shard_ring(
+            state.members.len(),
+            state.active.len(),
+            state.active.fraction(),
+        );
+        let running = *sharding.running.borrow();
+        if self.shared.shard == Some(state.active) && running == state.active {
+            return;
+        }
+        let (gained, lost) = (
+            state.active.difference(&running),
+            running.difference(&state.active),
+        );
+        let grace = sharding.grace;
+        let warm: Vec<_> = self
+            .controllers
+            .values()
+            .flat_map(Controller::other_informers)
+            .collect();
+        if !self.controllers.is_empty() {
+            tracing::info!(from = %running, to = %state.active, "owned slots changed; restarting controllers");
+            self.stop_all_within(grace).await;
+        }
+        self.shared.metrics.shard_handover(true, gained.len());
+        self.shared.metrics.shard_handover(false, lost.len());
+        self.shared.shard = Some(state.active);
+        self.leading = !state.active.is_empty();
+        if let Some(sharding) = &self.sharding {
+            sharding.running.send_replace(SlotSet::empty());
+        }
+        if self.leading {
+            self.shared.fence.open();
+            // A fence raised meanwhile wins: never reopen what the ring closed.
+            if self.sharding.as_ref().is_some_and(|s| s.ring.is_fenced()) {
+                self.shared.fence.close();
+                self.leading = false;
+                self.shared.shard = Some(SlotSet::empty());
+                return;
+            }
+            self.start_all().await;
+            if let Some(sharding) = &self.sharding {
+                sharding.running.send_replace(state.active);
+            }
+        }
+        drop(warm);
+    }
+
+    /// Sharded: the member lease was not renewed in time (or was taken): every controller is
+    /// aborted now. The write fence is already closed.
+    async fn fenced(&mut self) {
+        tracing::warn!("fenced: aborting every controller");
+        self.leading = false;
+        self.abort_all().await;
+        self.shared.shard = Some(SlotSet::empty());
+        if let Some(sharding) = &self.sharding {
+            sharding.running.send_replace(SlotSet::empty());
+        }
+        self.report_primaries();
+    }
+
+    /// Tells `/shards` and the keys gauge which caches hold each guest's share.
+    fn report_primaries(&self) {
+        if let Some(sharding) = &self.sharding {
+            sharding.status.set_primaries(
+                self.controllers
+                    .iter()
+                    .map(|(name, c)| (name.clone(), c.primary().clone()))
+                    .collect(),
+            );
+        }
     }
 
     /// Brings controllers in line with the directory after missed events.
@@ -538,15 +741,30 @@ impl Manager {
     /// they are cancelled (a guest waiting in a WASI sleep included) and nothing more is
     /// written.
     async fn stop_all(&mut self) {
+        self.stop_all_within(SHUTDOWN_GRACE).await;
+    }
+
+    /// Stops every controller, then leaves the shard ring (if sharded) so that the others
+    /// take this replica's slots at once.
+    async fn shutdown(&mut self) {
+        self.stop_all().await;
+        if let Some(sharding) = self.sharding.take() {
+            sharding.running.send_replace(SlotSet::empty());
+            sharding.ring.leave().await;
+        }
+    }
+
+    async fn stop_all_within(&mut self, grace: Duration) {
         self.readiness.lock().clear();
         let controllers = std::mem::take(&mut self.controllers);
         let drain = futures::future::join_all(controllers.values().map(Controller::drain));
-        if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
-            tracing::warn!("reconciles still running after {SHUTDOWN_GRACE:?}; cancelling them");
+        if tokio::time::timeout(grace, drain).await.is_err() {
+            tracing::warn!("reconciles still running after {grace:?}; cancelling them");
         }
         self.shared.fence.close();
         for (_, controller) in controllers {
             controller.abort().await;
         }
+        self.report_primaries();
     }
 }

@@ -49,5 +49,6 @@ pub mod runtime;
 pub mod scaffold;
 pub mod server;
 pub mod shadow;
+pub mod shards;
 pub mod validation;
 pub mod wit;

@@ -291,14 +291,118 @@ struct Inner {
     instantiate_duration: HistogramFamily<GuestLabels>,
     deadline_hits: Family<GuestLabels, Counter>,
     memory_limit_hits: Family<GuestLabels, Counter>,
-    informer_objects: Family<GvkLabels, Gauge>,
+    informers: InformerFamilies,
     leader: Gauge,
     host_calls: Family<HostCallLabels, Counter>,
     finalizer_orphaned: Family<GuestLabels, Gauge>,
     finalizer_released: Family<GuestLabels, Counter>,
     shadow_diffs: Family<GuestLabels, Counter>,
     shadow_agreements: Family<GuestLabels, Counter>,
+    shards: ShardFamilies,
     scrape_hooks: Mutex<Vec<Weak<dyn ScrapeHook>>>,
+}
+
+/// What the informers hold and receive, and how sharded ones filter.
+struct InformerFamilies {
+    objects: Family<GvkLabels, Gauge>,
+    received_bytes: Family<GvkLabels, Counter>,
+    events: Family<GvkLabels, Counter>,
+    shard_filter: Family<ShardFilterLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardFilterLabels {
+    group: String,
+    version: String,
+    kind: String,
+    mode: String,
+}
+
+fn register_informers(registry: &mut Registry) -> InformerFamilies {
+    let families = InformerFamilies {
+        objects: Family::default(),
+        received_bytes: Family::default(),
+        events: Family::default(),
+        shard_filter: Family::default(),
+    };
+    registry.register(
+        "reconciler_informer_objects",
+        "Objects in the shared informer cache, by group/version/kind",
+        families.objects.clone(),
+    );
+    registry.register(
+        "reconciler_informer_received_bytes",
+        "Response body bytes of the informers' lists and watches, by group/version/kind",
+        families.received_bytes.clone(),
+    );
+    registry.register(
+        "reconciler_informer_events",
+        "Objects the informers received (list items and watch events), before any client-side shard filter",
+        families.events.clone(),
+    );
+    registry.register(
+        "reconciler_informer_shard_filter",
+        "1 for each filter mode (server: shardSelector, client: dropped on arrival) a sharded informer of the kind uses",
+        families.shard_filter.clone(),
+    );
+    families
+}
+
+/// Sharded mode's series (`run --shards auto`).
+struct ShardFamilies {
+    members: Gauge,
+    owned_slots: Gauge,
+    owned_ratio: FloatGauge,
+    keys: Family<GuestLabels, Gauge>,
+    handovers: Family<DirectionLabels, Counter>,
+    foreign_keys: Family<GuestLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: &'static str,
+}
+
+fn register_shards(registry: &mut Registry) -> ShardFamilies {
+    let families = ShardFamilies {
+        members: Gauge::default(),
+        owned_slots: Gauge::default(),
+        owned_ratio: FloatGauge::default(),
+        keys: Family::default(),
+        handovers: Family::default(),
+        foreign_keys: Family::default(),
+    };
+    registry.register(
+        "reconciler_shard_members",
+        "Live members of this replica's ring (sharded mode)",
+        families.members.clone(),
+    );
+    registry.register(
+        "reconciler_shard_owned_slots",
+        "Slots of the ring (of 256) this replica holds and reconciles",
+        families.owned_slots.clone(),
+    );
+    registry.register(
+        "reconciler_shard_owned_ratio",
+        "Fraction of the metadata.uid hash space this replica reconciles",
+        families.owned_ratio.clone(),
+    );
+    registry.register(
+        "reconciler_shard_keys",
+        "Primary objects in this replica's share, by guest",
+        families.keys.clone(),
+    );
+    registry.register(
+        "reconciler_shard_handovers",
+        "Slots this replica gained or lost in handovers",
+        families.handovers.clone(),
+    );
+    registry.register(
+        "reconciler_shard_foreign_keys",
+        "Keys dropped because another replica owns their object (secondary triggers, guest enqueues)",
+        families.foreign_keys.clone(),
+    );
+    families
 }
 
 /// `reconciler_shadow_diffs_total` and `reconciler_shadow_agreements_total`.
@@ -393,12 +497,7 @@ impl Metrics {
             "Guest calls stopped for growing memory past the cap",
             memory_limit_hits.clone(),
         );
-        let informer_objects = Family::<GvkLabels, Gauge>::default();
-        registry.register(
-            "reconciler_informer_objects",
-            "Objects in the shared informer cache, by group/version/kind",
-            informer_objects.clone(),
-        );
+        let informers = register_informers(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "reconciler_leader",
@@ -424,6 +523,7 @@ impl Metrics {
             finalizer_released.clone(),
         );
         let (shadow_diffs, shadow_agreements) = register_shadow(&mut registry);
+        let shards = register_shards(&mut registry);
 
         Self {
             inner: Arc::new(Inner {
@@ -436,13 +536,14 @@ impl Metrics {
                 instantiate_duration,
                 deadline_hits,
                 memory_limit_hits,
-                informer_objects,
+                informers,
                 leader,
                 host_calls,
                 finalizer_orphaned,
                 finalizer_released,
                 shadow_diffs,
                 shadow_agreements,
+                shards,
                 scrape_hooks: Mutex::new(Vec::new()),
             }),
         }
@@ -592,7 +693,8 @@ impl Metrics {
     /// is the empty string, as in the API.
     pub fn informer_objects(&self, group: &str, version: &str, kind: &str, objects: usize) {
         self.inner
-            .informer_objects
+            .informers
+            .objects
             .get_or_create(&gvk_labels(group, version, kind))
             .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
@@ -601,8 +703,89 @@ impl Metrics {
     /// drop its series instead of reporting a stale count.
     pub fn informer_removed(&self, group: &str, version: &str, kind: &str) {
         self.inner
-            .informer_objects
+            .informers
+            .objects
             .remove(&gvk_labels(group, version, kind));
+    }
+
+    /// The traffic series of the informers for `group/version/kind`, resolved once per informer
+    /// (every scope of a GVK adds to the same series).
+    #[must_use]
+    pub fn informer(&self, group: &str, version: &str, kind: &str) -> InformerMetrics {
+        let labels = gvk_labels(group, version, kind);
+        let families = &self.inner.informers;
+        InformerMetrics {
+            received_bytes: families.received_bytes.get_or_create_owned(&labels),
+            events: families.events.get_or_create_owned(&labels),
+        }
+    }
+
+    /// A sharded informer for `group/version/kind` filters in `mode` (`server` or `client`):
+    /// `active` sets the series to 1, otherwise it is removed.
+    pub fn informer_shard_filter(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        mode: &str,
+        active: bool,
+    ) {
+        let labels = ShardFilterLabels {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+            mode: mode.to_owned(),
+        };
+        let family = &self.inner.informers.shard_filter;
+        if active {
+            family.get_or_create(&labels).set(1);
+        } else {
+            family.remove(&labels);
+        }
+    }
+
+    /// Sharded mode: the ring as this replica sees it.
+    pub fn shard_ring(&self, members: usize, owned_slots: usize, owned_ratio: f64) {
+        let shards = &self.inner.shards;
+        shards
+            .members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
+        shards
+            .owned_slots
+            .set(i64::try_from(owned_slots).unwrap_or(i64::MAX));
+        shards.owned_ratio.set(owned_ratio);
+    }
+
+    /// Sharded mode: `keys` primary objects of `guest` are in this replica's share.
+    pub fn shard_keys(&self, guest: &str, keys: usize) {
+        self.inner
+            .shards
+            .keys
+            .get_or_create(&GuestLabels {
+                guest: guest.to_owned(),
+            })
+            .set(i64::try_from(keys).unwrap_or(i64::MAX));
+    }
+
+    /// Sharded mode: `slots` were gained (`true`) or handed over (`false`).
+    pub fn shard_handover(&self, gained: bool, slots: usize) {
+        let direction = if gained { "gained" } else { "lost" };
+        self.inner
+            .shards
+            .handovers
+            .get_or_create(&DirectionLabels { direction })
+            .inc_by(slots as u64);
+    }
+
+    /// Sharded mode: a key of `guest` was dropped because another replica owns its object.
+    pub fn shard_foreign_key(&self, guest: &str) {
+        self.inner
+            .shards
+            .foreign_keys
+            .get_or_create(&GuestLabels {
+                guest: guest.to_owned(),
+            })
+            .inc();
     }
 
     /// This replica gained (`true`) or lost (`false`) the leader lease.
@@ -663,6 +846,35 @@ fn gvk_labels(group: &str, version: &str, kind: &str) -> GvkLabels {
         group: group.to_owned(),
         version: version.to_owned(),
         kind: kind.to_owned(),
+    }
+}
+
+/// `reconciler_informer_received_bytes_total` and `reconciler_informer_events_total` of one
+/// GVK, resolved once: every update is one atomic add, no label lookup.
+#[derive(Clone, Debug)]
+pub struct InformerMetrics {
+    received_bytes: Counter,
+    events: Counter,
+}
+
+impl InformerMetrics {
+    /// Series that belong to no registry (informers nobody scrapes).
+    #[must_use]
+    pub fn unregistered() -> Self {
+        Self {
+            received_bytes: Counter::default(),
+            events: Counter::default(),
+        }
+    }
+
+    /// `bytes` of a list or watch response body arrived.
+    pub fn received_bytes(&self, bytes: usize) {
+        self.received_bytes.inc_by(bytes as u64);
+    }
+
+    /// One object arrived: a list item or a watch event.
+    pub fn received_event(&self) {
+        self.events.inc();
     }
 }
 
@@ -971,6 +1183,41 @@ mod tests {
         assert!(!text.contains(r#"kind="Secret""#), "{text}");
         metrics.set_leader(false);
         assert_eq!(sample(&metrics.render(), "reconciler_leader"), Some(0.0));
+    }
+
+    #[test]
+    fn informer_traffic_adds_up_per_kind_and_filter_modes_come_and_go() {
+        let metrics = Metrics::new();
+        let shard_a = metrics.informer("", "v1", "ConfigMap");
+        let shard_b = metrics.informer("", "v1", "ConfigMap");
+        shard_a.received_bytes(1000);
+        shard_b.received_bytes(24);
+        shard_a.received_event();
+        shard_b.received_event();
+        shard_b.received_event();
+        InformerMetrics::unregistered().received_bytes(5);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "server", true);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "client", true);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "client", false);
+
+        let text = metrics.render();
+        for (series, value) in [
+            (
+                r#"reconciler_informer_received_bytes_total{group="",version="v1",kind="ConfigMap"}"#,
+                1024.0,
+            ),
+            (
+                r#"reconciler_informer_events_total{group="",version="v1",kind="ConfigMap"}"#,
+                3.0,
+            ),
+            (
+                r#"reconciler_informer_shard_filter{group="",version="v1",kind="ConfigMap",mode="server"}"#,
+                1.0,
+            ),
+        ] {
+            assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
+        }
+        assert!(!text.contains(r#"mode="client""#), "{text}");
     }
 
     #[test]

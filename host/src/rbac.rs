@@ -166,7 +166,7 @@ pub fn objects(
             Object::ClusterRoleBinding(ClusterRoleBinding {
                 metadata: meta(name.to_owned(), None),
                 role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
                     kind: "ClusterRole".into(),
                     name: name.to_owned(),
                 },
@@ -195,16 +195,19 @@ pub fn objects(
             api_groups: Some(vec!["coordination.k8s.io".into()]),
             resources: Some(vec!["leases".into()]),
             // The lease manager reads and watches the lease, creates it once, then patches it.
-            verbs: ["get", "list", "watch", "create", "update", "patch"]
-                .map(str::to_owned)
-                .to_vec(),
+            // Sharded mode also lists the ring's leases and deletes a member's that expired.
+            verbs: [
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             ..PolicyRule::default()
         }]),
     }));
     out.push(Object::RoleBinding(RoleBinding {
         metadata: meta(lease.clone(), Some(&options.namespace)),
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: lease,
         },

@@ -1,6 +1,7 @@
 //! HTTP endpoints: `/healthz` (the process serves), `/readyz` (every running controller's
 //! caches have synced), `/metrics` (Prometheus/OpenMetrics text) and `/guests` (per-file load
-//! status: loaded or refused with the reason, content hashes).
+//! status: loaded or refused with the reason, content hashes) and, in sharded mode, `/shards`
+//! (the ring as this replica sees it: members, owned slots and hash ranges, keys per guest).
 //!
 //! The port is open to the pod network, so no client may hold the server (slowloris and the
 //! like): each connection serves one request (no keep-alive: probes and scrapers gain nothing
@@ -28,6 +29,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::guests::GuestDirectory;
 use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::shards::ShardStatus;
 
 /// What `/readyz` looks at: each running controller's synced flag, by guest.
 pub type Readiness = Arc<Mutex<BTreeMap<String, watch::Receiver<bool>>>>;
@@ -37,6 +39,7 @@ struct AppState {
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
+    shards: Option<Arc<ShardStatus>>,
 }
 
 /// Limits on what a client may hold (see the module docs).
@@ -66,12 +69,14 @@ pub async fn serve(
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
+    shards: Option<Arc<ShardStatus>>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     serve_with(
         addr,
         metrics,
         directory,
         readiness,
+        shards,
         ServerOptions::default(),
     )
     .await
@@ -83,6 +88,7 @@ pub async fn serve_with(
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
+    shards: Option<Arc<ShardStatus>>,
     options: ServerOptions,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let app = Router::new()
@@ -90,10 +96,12 @@ pub async fn serve_with(
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/guests", get(guests))
+        .route("/shards", get(shards_report))
         .with_state(AppState {
             metrics,
             directory,
             readiness,
+            shards,
         });
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -148,6 +156,9 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(Err(why)) = state.shards.as_ref().map(|s| s.ready()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, why);
+    }
     let waiting: Vec<String> = state
         .readiness
         .lock()
@@ -174,6 +185,17 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn guests(State(state): State<AppState>) -> impl IntoResponse {
     axum::Json(state.directory.statuses())
+}
+
+async fn shards_report(State(state): State<AppState>) -> axum::response::Response {
+    match &state.shards {
+        Some(shards) => axum::Json(shards.report()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "this host is not sharded (run --shards auto)",
+        )
+            .into_response(),
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ fn in_namespace(ns: &str) -> Scope {
     Scope {
         namespace: Some(ns.to_owned()),
         label_selector: None,
+        shard: None,
     }
 }
 
@@ -186,10 +187,12 @@ async fn one_watch_per_kind_and_scope_shared_by_all_handles_and_released_with_th
     let spaced = Scope {
         namespace: Some(ns.clone()),
         label_selector: Some("b=2, a=1".into()),
+        shard: None,
     };
     let tight = Scope {
         namespace: Some(ns.clone()),
         label_selector: Some("a==1,b=2".into()),
+        shard: None,
     };
     let s1 = informers.acquire(&configmaps(), spaced).await?;
     let s2 = informers.acquire(&configmaps(), tight).await?;
@@ -385,6 +388,7 @@ async fn list_uses_the_namespace_index_and_label_selectors() -> Result<()> {
             Scope {
                 namespace: None,
                 label_selector: Some(format!("t={tag}")),
+                shard: None,
             },
         )
         .await?;
@@ -675,6 +679,7 @@ async fn unknown_kinds_and_impossible_scopes_are_clear_errors() -> Result<()> {
     let bad = Scope {
         namespace: None,
         label_selector: Some("app in web".into()),
+        shard: None,
     };
     let err = informers
         .acquire(&configmaps(), bad)

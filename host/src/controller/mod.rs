@@ -60,6 +60,9 @@ pub struct Services {
     pub fence: WriteFence,
     /// Where guests in shadow mode record their verdicts (`/guests`, metrics).
     pub shadows: Arc<crate::shadow::Shadows>,
+    /// Sharded mode (`run --shards auto`): the slots this replica's controllers own. Primary
+    /// informers watch only objects whose uid hashes into them; keys outside are dropped.
+    pub shard: Option<crate::shards::SlotSet>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -70,6 +73,7 @@ pub struct Controller {
     tasks: JoinSet<()>,
     synced: watch::Receiver<bool>,
     primary: Informer,
+    caches: Arc<Caches>,
 }
 
 /// One guest version with the capability context built for it.
@@ -85,6 +89,9 @@ struct Caches {
     primary: Informer,
     secondaries: Vec<(Informer, Mapping)>,
     readable: BTreeMap<Gvk, Informer>,
+    /// Sharded mode: primary keys seen deleted and not yet reconciled. Any other key whose
+    /// object is not in the (sharded) primary cache belongs to another replica.
+    gone: Option<Arc<parking_lot::Mutex<std::collections::HashSet<ObjectKey>>>>,
 }
 
 impl Controller {
@@ -117,6 +124,7 @@ impl Controller {
             queue.clone(),
             Route::Primary {
                 generation_changed_only: manifest.generation_changed_only,
+                gone: caches.gone.clone(),
             },
             manifest.primary.clone(),
         ));
@@ -162,11 +170,28 @@ impl Controller {
             tasks,
             synced,
             primary: caches.primary.clone(),
+            caches,
         })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The primary informer (in sharded mode: this replica's share).
+    pub fn primary(&self) -> &Informer {
+        &self.primary
+    }
+
+    /// Handles on the informers this controller holds besides its primary one: kept across a
+    /// restart, they keep those caches warm.
+    pub fn other_informers(&self) -> Vec<Informer> {
+        self.caches
+            .secondaries
+            .iter()
+            .map(|(i, _)| i.clone())
+            .chain(self.caches.readable.values().cloned())
+            .collect()
     }
 
     /// Cached primary objects that carry `finalizer`.
@@ -270,18 +295,20 @@ impl Caches {
             &manifest.primary,
             namespace.clone(),
             manifest.label_selector.clone(),
+            shared.shard,
         )
         .await?;
         let mut secondaries = Vec::new();
         for secondary in &manifest.secondary {
-            let informer = acquire_scoped(shared, &secondary.kind, namespace.clone(), None).await?;
+            let informer =
+                acquire_scoped(shared, &secondary.kind, namespace.clone(), None, None).await?;
             secondaries.push((informer, secondary.mapping.clone()));
         }
         // The lister serves every kind in the grant. A kind the server does not serve (yet) is
         // logged and its reads return `unavailable`.
         let mut readable = BTreeMap::new();
         for kind in &guest.grant.read {
-            match acquire_scoped(shared, kind, shared.namespace.clone(), None).await {
+            match acquire_scoped(shared, kind, shared.namespace.clone(), None, None).await {
                 Ok(informer) => {
                     readable.insert(kind.clone(), informer);
                 }
@@ -294,6 +321,7 @@ impl Caches {
             primary,
             secondaries,
             readable,
+            gone: shared.shard.map(|_| Arc::default()),
         })
     }
 
@@ -350,11 +378,13 @@ async fn acquire_scoped(
     kind: &Gvk,
     namespace: Option<String>,
     label_selector: Option<String>,
+    slots: Option<crate::shards::SlotSet>,
 ) -> Result<Informer, crate::informers::InformerError> {
     let gvk = to_kube_gvk(kind);
     let scope = WatchScope {
         namespace,
         label_selector: label_selector.clone(),
+        shard: slots,
     };
     match shared.informers.acquire(&gvk, scope).await {
         Err(crate::informers::InformerError::ClusterScoped { .. }) => {
@@ -365,6 +395,7 @@ async fn acquire_scoped(
                     WatchScope {
                         namespace: None,
                         label_selector,
+                        shard: slots,
                     },
                 )
                 .await
@@ -398,6 +429,11 @@ async fn process_next(
     let next = sync(shared, caches, &version, &key, attempt)
         .instrument(span)
         .await;
+    if !matches!(next, Next::Retry)
+        && let Some(gone) = &caches.gone
+    {
+        gone.lock().remove(&key);
+    }
     match next {
         Next::Done { requeue_after } => {
             // Success resets the key's backoff.
@@ -439,6 +475,9 @@ async fn sync(
     let stored = caches
         .primary
         .get_cached(key.namespace.as_deref(), &key.name);
+    if stored.is_none() && caches.foreign(key, &shared.metrics, guest.name()) {
+        return Next::GiveUp;
+    }
     let deleting = stored.as_ref().is_some_and(|o| o.deletion_requested());
     let cluster = &version.cluster;
     // The guest gets the cache's JSON text as it is: no parse, no re-serialisation.
@@ -595,6 +634,21 @@ fn record_verdict(
 }
 
 impl Caches {
+    /// Sharded: a key whose object this replica neither caches nor saw deleted is another
+    /// replica's (a secondary object's owner, a guest's enqueue); its owner reconciles it.
+    /// Counted and logged here.
+    fn foreign(&self, key: &ObjectKey, metrics: &Metrics, guest: &str) -> bool {
+        let foreign = self
+            .gone
+            .as_ref()
+            .is_some_and(|gone| !gone.lock().contains(key));
+        if foreign {
+            tracing::debug!("owned by another replica; dropped");
+            metrics.shard_foreign_key(guest);
+        }
+        foreign
+    }
+
     /// The readable informers plus the primary one (finalizer patches record into it).
     fn readable_with_primary(&self) -> BTreeMap<Gvk, Informer> {
         let mut all = self.readable.clone();

@@ -1,8 +1,12 @@
 //! Controller triggers: how informer events become keys of the primary kind (client-go's
 //! event handlers and `EnqueueRequestForOwner`/label mapping in controller-runtime terms).
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use futures::StreamExt;
 use kube::api::DynamicObject;
+use parking_lot::Mutex;
 
 use crate::informers::InformerEvent;
 use crate::manifest::Mapping;
@@ -11,8 +15,12 @@ use crate::queue::WorkQueue;
 
 /// How an informer's events become primary keys.
 pub(super) enum Route {
-    /// The primary kind: the object's own key.
-    Primary { generation_changed_only: bool },
+    /// The primary kind: the object's own key. `gone` (sharded mode) collects the keys seen
+    /// deleted, which the controller may still reconcile though they left its cache.
+    Primary {
+        generation_changed_only: bool,
+        gone: Option<Arc<Mutex<HashSet<ObjectKey>>>>,
+    },
     /// A secondary kind: the keys its mapping names.
     Secondary(Mapping),
 }
@@ -29,9 +37,13 @@ pub(super) async fn map_events(
         match &route {
             Route::Primary {
                 generation_changed_only,
+                gone,
             } => {
                 if *generation_changed_only && same_generation(&event) {
                     continue;
+                }
+                if let (InformerEvent::Deleted { .. }, Some(gone)) = (&event, gone) {
+                    gone.lock().insert(key_of(object));
                 }
                 queue.add(key_of(object));
             }

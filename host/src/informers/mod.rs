@@ -10,12 +10,20 @@
 //! watch protocol with its backoff (`watch.rs`). We write the store (`store.rs`: the reflector's
 //! store takes no writes from outside and does not compare resourceVersions), the form an object
 //! is cached in (`cached.rs`: its JSON text, once, without `managedFields`), the sharing and
-//! ref-counting (here), subscriptions with lag recovery and resync (`subscription.rs`), and the
-//! label selector parser (`selector.rs`: kube-core has none).
+//! ref-counting (here), subscriptions with lag recovery and resync (`subscription.rs`), the
+//! label selector parser (`selector.rs`: kube-core has none), and each informer's own client
+//! (`client.rs`: counts the bytes it receives, adds `shardSelector`).
+//!
+//! Sharded scopes ([`Scope::shard`], sharded mode) hold only the objects whose uid hashes into
+//! a set of slots, filtered on the API server when it honours `shardSelector` and on the client
+//! otherwise ([`ShardFilter`], `shard.rs`). A new slot set is a new scope, so a handover is a
+//! fresh list of the new share rather than an edit of a running cache.
 
 mod cached;
+mod client;
 mod discovery;
 mod selector;
+mod shard;
 mod store;
 mod subscription;
 mod watch;
@@ -31,7 +39,7 @@ use std::{
 };
 
 use kube::{
-    Api, Client, ResourceExt,
+    Client, ResourceExt,
     api::DynamicObject,
     core::{GroupVersionKind, Selector, SelectorExt},
     discovery::ApiResource,
@@ -39,10 +47,12 @@ use kube::{
 };
 use parking_lot::Mutex;
 
-use crate::metrics::{Metrics, ScrapeHook};
+use crate::metrics::{InformerMetrics, Metrics, ScrapeHook};
+use crate::shards::SlotSet;
 
 pub use cached::CachedObject;
 pub use selector::{SelectorError, parse_selector};
+pub use shard::{FilterMode, ShardFilter};
 pub use subscription::Subscription;
 
 /// What part of a kind an informer watches. Different scopes of one kind are different informers.
@@ -52,6 +62,10 @@ pub struct Scope {
     pub namespace: Option<String>,
     /// Only objects matching this selector, in Kubernetes syntax (`app=web,tier!=db`).
     pub label_selector: Option<String>,
+    /// Only objects whose `metadata.uid` hashes into these slots (sharded mode). The whole set
+    /// is the same scope as none; the empty set watches nothing (synced at once, always empty,
+    /// no request). How the objects are filtered: [`Options::shard_filter`].
+    pub shard: Option<SlotSet>,
 }
 
 impl Scope {
@@ -150,6 +164,8 @@ pub struct Options {
     /// events). Off by default: see `cached.rs`. The default follows the environment variable
     /// `RECONCILER_KEEP_MANAGED_FIELDS` (`1` or `true` keeps them).
     pub keep_managed_fields: bool,
+    /// Where sharded scopes are filtered; see [`ShardFilter`]. Unsharded informers ignore it.
+    pub shard_filter: ShardFilter,
 }
 
 impl Default for Options {
@@ -160,6 +176,7 @@ impl Default for Options {
             metrics: None,
             keep_managed_fields: std::env::var("RECONCILER_KEEP_MANAGED_FIELDS")
                 .is_ok_and(|v| matches!(v.trim(), "1" | "true")),
+            shard_filter: ShardFilter::default(),
         }
     }
 }
@@ -178,6 +195,8 @@ struct Registry {
     watch_tasks: Arc<AtomicUsize>,
     /// GVKs whose object gauge was set at the last scrape.
     reported: Mutex<HashSet<GroupVersionKind>>,
+    /// Filter modes whose gauge was set at the last scrape.
+    reported_filters: Mutex<HashSet<(GroupVersionKind, FilterMode)>>,
 }
 
 impl Registry {
@@ -200,9 +219,13 @@ impl ScrapeHook for Registry {
         };
         let now = Instant::now();
         let mut counts: HashMap<GroupVersionKind, usize> = HashMap::new();
+        let mut filters: HashSet<(GroupVersionKind, FilterMode)> = HashSet::new();
         for shared in self.live() {
             *counts.entry(shared.key.gvk.clone()).or_default() +=
                 shared.cache.store.read().len(now);
+            if let Some(mode) = shared.cache.filter.get() {
+                filters.insert((shared.key.gvk.clone(), *mode));
+            }
         }
         let mut reported = self.reported.lock();
         for gone in reported.iter().filter(|gvk| !counts.contains_key(*gvk)) {
@@ -212,6 +235,21 @@ impl ScrapeHook for Registry {
             metrics.informer_objects(&gvk.group, &gvk.version, &gvk.kind, *objects);
         }
         *reported = counts.into_keys().collect();
+        drop(reported);
+        let mut reported = self.reported_filters.lock();
+        for (gvk, mode) in reported.difference(&filters) {
+            metrics.informer_shard_filter(
+                &gvk.group,
+                &gvk.version,
+                &gvk.kind,
+                mode.as_str(),
+                false,
+            );
+        }
+        for (gvk, mode) in &filters {
+            metrics.informer_shard_filter(&gvk.group, &gvk.version, &gvk.kind, mode.as_str(), true);
+        }
+        *reported = filters;
     }
 }
 
@@ -240,6 +278,8 @@ pub struct InformerInfo {
     pub synced: bool,
     /// See [`Informer::lists`].
     pub lists: u64,
+    /// See [`Informer::filter_mode`].
+    pub filter: Option<FilterMode>,
 }
 
 impl Informers {
@@ -256,6 +296,7 @@ impl Informers {
             informers: Mutex::new(HashMap::new()),
             watch_tasks: Arc::new(AtomicUsize::new(0)),
             reported: Mutex::new(HashSet::new()),
+            reported_filters: Mutex::new(HashSet::new()),
         });
         if let Some(metrics) = metrics {
             let weak: Weak<Registry> = Arc::downgrade(&registry);
@@ -269,7 +310,9 @@ impl Informers {
     /// Cost: free when the informer runs already; otherwise one discovery request (cached per
     /// GVK after the first success; failures are not cached, so a CRD installed later resolves
     /// on the next call) and a new list+watch in the background. The returned handle has not
-    /// necessarily synced: gate on [`Informer::wait_synced`].
+    /// necessarily synced: gate on [`Informer::wait_synced`]. A sharded scope in `auto` or
+    /// `server` mode first lists one object to learn whether the server filters (see
+    /// [`ShardFilter`]); an empty slot set costs nothing at all.
     ///
     /// # Errors
     ///
@@ -301,6 +344,7 @@ impl Informers {
             scope: Scope {
                 namespace: scope.namespace.filter(|ns| !ns.is_empty()),
                 label_selector: selector.as_ref().map(ToString::to_string),
+                shard: scope.shard.filter(|slots| !slots.is_all()),
             },
         };
         if let Some(shared) = self.lookup(&key) {
@@ -352,24 +396,19 @@ impl Informers {
                 objects: shared.cache.store.read().len(Instant::now()),
                 synced: *shared.cache.synced.borrow(),
                 lists: shared.cache.lists.load(Ordering::Relaxed),
+                filter: shared.cache.filter.get().copied(),
             })
             .collect();
         drop(live);
-        infos.sort_by(|a, b| {
+        infos.sort_by_cached_key(|info| {
             (
-                &a.gvk.group,
-                &a.gvk.version,
-                &a.gvk.kind,
-                &a.scope.namespace,
-                &a.scope.label_selector,
+                info.gvk.group.clone(),
+                info.gvk.version.clone(),
+                info.gvk.kind.clone(),
+                info.scope.namespace.clone(),
+                info.scope.label_selector.clone(),
+                info.scope.shard.map(|slots| slots.runs()),
             )
-                .cmp(&(
-                    &b.gvk.group,
-                    &b.gvk.version,
-                    &b.gvk.kind,
-                    &b.scope.namespace,
-                    &b.scope.label_selector,
-                ))
         });
         infos
     }
@@ -388,7 +427,8 @@ struct InformerState {
     namespaced: bool,
     selector: Option<Selector>,
     cache: Arc<watch::Cache>,
-    task: tokio::task::AbortHandle,
+    /// None for an empty slot set: nothing to watch.
+    task: Option<tokio::task::AbortHandle>,
     registry: Weak<Registry>,
 }
 
@@ -400,34 +440,60 @@ impl InformerState {
         selector: Option<Selector>,
     ) -> Self {
         let options = &registry.options;
+        let gvk = &key.gvk;
+        let metrics = options
+            .metrics
+            .as_ref()
+            .map_or_else(InformerMetrics::unregistered, |m| {
+                m.informer(&gvk.group, &gvk.version, &gvk.kind)
+            });
         let cache = Arc::new(watch::Cache::new(
             &resolved.resource,
             store::Store::new(options.write_ttl),
             options.event_buffer,
             options.keep_managed_fields,
+            key.scope.shard,
+            metrics.clone(),
         ));
-        let client = registry.client.clone();
-        let api: Api<DynamicObject> = match (&key.scope.namespace, resolved.namespaced) {
-            (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
-            _ => Api::all_with(client, &resolved.resource),
-        };
         let mut config = watcher::Config::default();
         if let Some(selector) = &key.scope.label_selector {
             config = config.labels(selector);
         }
-        let label = match (&key.scope.namespace, &key.scope.label_selector) {
-            (None, None) => describe(&key.gvk),
-            (ns, sel) => format!(
-                "{} [namespace={} selector={}]",
-                describe(&key.gvk),
+        let label = match (
+            &key.scope.namespace,
+            &key.scope.label_selector,
+            &key.scope.shard,
+        ) {
+            (None, None, None) => describe(gvk),
+            (ns, sel, shard) => format!(
+                "{} [namespace={} selector={} slots={}]",
+                describe(gvk),
                 ns.as_deref().unwrap_or("*"),
-                sel.as_deref().unwrap_or("*")
+                sel.as_deref().unwrap_or("*"),
+                shard.map_or_else(|| "*".to_owned(), |slots| slots.to_text()),
             ),
         };
-        tracing::info!(informer = %label, "starting informer");
-        let guard = watch::TaskGuard::new(registry.watch_tasks.clone());
-        let task =
-            tokio::spawn(watch::run(api, config, cache.clone(), label, guard)).abort_handle();
+        let task = if key.scope.shard.is_some_and(|slots| slots.is_empty()) {
+            tracing::info!(informer = %label, "sharded informer owns no slots; not watching");
+            cache.synced.send_replace(true);
+            None
+        } else {
+            tracing::info!(informer = %label, "starting informer");
+            if options.shard_filter == ShardFilter::Client && key.scope.shard.is_some() {
+                // Known without asking the server: visible from the first moment.
+                let _ = cache.filter.set(FilterMode::Client);
+            }
+            let source = watch::Source {
+                client: registry.client.clone(),
+                resource: resolved.resource.clone(),
+                namespace: key.scope.namespace.clone().filter(|_| resolved.namespaced),
+                config,
+                filter: options.shard_filter,
+                metrics,
+            };
+            let guard = watch::TaskGuard::new(registry.watch_tasks.clone());
+            Some(tokio::spawn(watch::run(source, cache.clone(), label, guard)).abort_handle())
+        };
         Self {
             key,
             resource: resolved.resource,
@@ -442,7 +508,9 @@ impl InformerState {
 
 impl Drop for InformerState {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
         tracing::info!(informer = %describe(&self.key.gvk), scope = ?self.key.scope, "informer released");
         if let Some(registry) = self.registry.upgrade() {
             let mut informers = registry.informers.lock();
@@ -512,6 +580,13 @@ impl Informer {
     /// API server answered 410 Gone because our resourceVersion fell out of its window).
     pub fn lists(&self) -> u64 {
         self.shared.cache.lists.load(Ordering::Relaxed)
+    }
+
+    /// Where this sharded informer filters: decided before its first list (see
+    /// [`ShardFilter`]). None for an unsharded informer, for an empty slot set (nothing is
+    /// watched) and while the API server has not answered the probe.
+    pub fn filter_mode(&self) -> Option<FilterMode> {
+        self.shared.cache.filter.get().copied()
     }
 
     /// The watch's latest error, until the watch next succeeds.
@@ -599,8 +674,10 @@ impl Informer {
     /// do not replace it. Ignored (returns false) when the cache already has this version or a
     /// newer one, when versions cannot be compared (non-integer resourceVersions: the watch
     /// wins), when the object was deleted at or after this version, or when it is outside this
-    /// informer's scope. Subscribers are not notified: they hear of the change from the watch.
-    /// If the watch never confirms the write, it stops showing after `Options::write_ttl`.
+    /// informer's scope (namespace, labels, or for a sharded informer the uid's slot: a write to
+    /// another replica's object must not enter this one's cache). Subscribers are not notified:
+    /// they hear of the change from the watch. If the watch never confirms the write, it stops
+    /// showing after `Options::write_ttl`.
     pub fn record_write(&self, obj: DynamicObject) -> bool {
         if obj.metadata.name.is_none() || !self.in_scope(&obj) {
             return false;
@@ -626,17 +703,87 @@ impl Informer {
     }
 
     fn in_scope(&self, obj: &DynamicObject) -> bool {
-        let namespace_ok = match (&self.shared.key.scope.namespace, self.shared.namespaced) {
-            (Some(ns), _) => obj.namespace().as_ref() == Some(ns),
-            (None, true) => obj.namespace().is_some(),
-            (None, false) => obj.namespace().is_none(),
+        in_scope(
+            &self.shared.key.scope,
+            self.shared.namespaced,
+            self.shared.selector.as_ref(),
+            obj,
+        )
+    }
+}
+
+/// Whether `obj` belongs in an informer of `scope` (`selector` is the scope's, parsed).
+fn in_scope(
+    scope: &Scope,
+    namespaced: bool,
+    selector: Option<&Selector>,
+    obj: &DynamicObject,
+) -> bool {
+    let namespace_ok = match (&scope.namespace, namespaced) {
+        (Some(ns), _) => obj.namespace().as_ref() == Some(ns),
+        (None, true) => obj.namespace().is_some(),
+        (None, false) => obj.namespace().is_none(),
+    };
+    let no_labels = std::collections::BTreeMap::new();
+    namespace_ok
+        && selector.is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&no_labels)))
+        && shard::owns(scope.shard.as_ref(), obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shards::slot_of;
+
+    fn cm(namespace: &str, uid: &str, labels: &[(&str, &str)]) -> DynamicObject {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "namespace": namespace, "name": "x", "uid": uid, "resourceVersion": "1" },
+        }))
+        .unwrap();
+        obj.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        obj
+    }
+
+    #[test]
+    fn writes_outside_the_shard_are_out_of_scope() {
+        let uid = "0b1e4c3a-5f00-4d2b-8a51-7d3cbb6f9a10";
+        let slot = slot_of(uid);
+        let mine = SlotSet::range(slot, slot + 1);
+        let scope = |shard: Option<SlotSet>| Scope {
+            namespace: Some("a".into()),
+            label_selector: Some("app=web".into()),
+            shard,
         };
-        let no_labels = std::collections::BTreeMap::new();
-        namespace_ok
-            && self
-                .shared
-                .selector
-                .as_ref()
-                .is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&no_labels)))
+        let web = parse_selector("app=web").unwrap();
+        let obj = cm("a", uid, &[("app", "web")]);
+        assert!(in_scope(&scope(None), true, Some(&web), &obj));
+        assert!(in_scope(&scope(Some(mine)), true, Some(&web), &obj));
+        let others = SlotSet::all().difference(&mine);
+        assert!(!in_scope(&scope(Some(others)), true, Some(&web), &obj));
+        assert!(!in_scope(
+            &scope(Some(SlotSet::empty())),
+            true,
+            Some(&web),
+            &obj
+        ));
+        // The other conditions still hold with a shard.
+        assert!(!in_scope(
+            &scope(Some(mine)),
+            true,
+            Some(&web),
+            &cm("b", uid, &[("app", "web")])
+        ));
+        assert!(!in_scope(
+            &scope(Some(mine)),
+            true,
+            Some(&web),
+            &cm("a", uid, &[("app", "db")])
+        ));
     }
 }

@@ -5,19 +5,21 @@
 //! bookmarks. `default_backoff()` (client-go's reflector numbers: 800 ms doubling to 30 s, with
 //! jitter, reset after 120 s of health) keeps a failing watch from spinning. What this file adds:
 //! feeding our own store (see `store.rs` for why not the reflector's), fanning events out to
-//! subscribers, the synced flag, and logging errors with the GVK.
+//! subscribers, the synced flag, logging errors with the GVK, counting what arrives, and for a
+//! sharded informer choosing the filter before the first list and dropping foreign objects (see
+//! `shard.rs`).
 
 use std::{
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
 use kube::{
-    Api,
+    Api, Client,
     api::{DynamicObject, TypeMeta},
     discovery::ApiResource,
     runtime::{WatchStreamExt, watcher},
@@ -25,7 +27,12 @@ use kube::{
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, watch};
 
-use super::{InformerEvent, store::Store};
+use super::{
+    InformerEvent, client,
+    shard::{self, FilterMode, ShardFilter},
+    store::Store,
+};
+use crate::{metrics::InformerMetrics, shards::SlotSet};
 
 /// State shared by the watch task and the handles. Events are sent while the store's write
 /// lock is held, so a subscriber that snapshots under the read lock and subscribes in the same
@@ -37,6 +44,11 @@ pub(super) struct Cache {
     pub(super) last_error: Mutex<Option<String>>,
     /// Lists started: 1 for the initial list, one more per relist (410 Gone).
     pub(super) lists: AtomicU64,
+    /// A sharded informer's slots: objects whose uid falls outside never enter the store.
+    pub(super) shard: Option<SlotSet>,
+    /// Where a sharded informer filters, once decided (before its first list).
+    pub(super) filter: OnceLock<FilterMode>,
+    metrics: InformerMetrics,
     /// Fills in `apiVersion`/`kind`, which list responses omit on their items.
     types: TypeMeta,
     keep_managed_fields: bool,
@@ -48,6 +60,8 @@ impl Cache {
         store: Store,
         event_buffer: usize,
         keep_managed_fields: bool,
+        shard: Option<SlotSet>,
+        metrics: InformerMetrics,
     ) -> Self {
         Self {
             store: RwLock::new(store),
@@ -55,6 +69,9 @@ impl Cache {
             synced: watch::channel(false).0,
             last_error: Mutex::new(None),
             lists: AtomicU64::new(0),
+            shard,
+            filter: OnceLock::new(),
+            metrics,
             types: TypeMeta {
                 api_version: resource.api_version.clone(),
                 kind: resource.kind.clone(),
@@ -80,7 +97,19 @@ impl Cache {
         let _ = self.events.send(event);
     }
 
+    /// Objects outside a sharded informer's slots are counted as received and then dropped
+    /// without an event: subscribers never saw them, and a relist that does not list them
+    /// again removes nothing.
     fn handle(&self, event: watcher::Event<DynamicObject>) {
+        if let watcher::Event::InitApply(obj)
+        | watcher::Event::Apply(obj)
+        | watcher::Event::Delete(obj) = &event
+        {
+            self.metrics.received_event();
+            if !shard::owns(self.shard.as_ref(), obj) {
+                return;
+            }
+        }
         let now = Instant::now();
         let mut store = self.store.write();
         match event {
@@ -123,16 +152,40 @@ impl Drop for TaskGuard {
     }
 }
 
+/// What one informer lists and watches, and how.
+pub(super) struct Source {
+    /// The host's client; the informer's own goes through it (see `client.rs`).
+    pub(super) client: Client,
+    pub(super) resource: ApiResource,
+    /// Only this namespace (set only for namespaced kinds).
+    pub(super) namespace: Option<String>,
+    pub(super) config: watcher::Config,
+    pub(super) filter: ShardFilter,
+    pub(super) metrics: InformerMetrics,
+}
+
+impl Source {
+    fn api(&self, client: Client) -> Api<DynamicObject> {
+        match &self.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &self.resource),
+            None => Api::all_with(client, &self.resource),
+        }
+    }
+
+    fn client(&self, shard_selector: Option<String>) -> Client {
+        client::informer_client(self.client.clone(), self.metrics.clone(), shard_selector)
+    }
+}
+
 /// Runs until aborted (when the informer's last handle is dropped).
-pub(super) async fn run(
-    api: Api<DynamicObject>,
-    config: watcher::Config,
-    cache: Arc<Cache>,
-    label: String,
-    guard: TaskGuard,
-) {
+pub(super) async fn run(source: Source, cache: Arc<Cache>, label: String, guard: TaskGuard) {
     let _guard = guard;
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let client = match cache.shard.as_ref().and_then(SlotSet::selector) {
+        Some(selector) => choose_filter(&source, selector, &cache, &label).await,
+        None => source.client(None),
+    };
+    let api = source.api(client);
+    let mut events = watcher(api, source.config).default_backoff().boxed();
     while let Some(item) = events.next().await {
         match item {
             Ok(event) => {
@@ -157,6 +210,56 @@ pub(super) async fn run(
     }
 }
 
+/// Decides where a sharded informer filters ([`ShardFilter`]) and returns the client to watch
+/// with. Until the server has answered the probe (and, in `server` mode, honoured it), retries
+/// with the watcher's backoff and reports the reason in `last_error`; the informer does not sync
+/// meanwhile, as with any other failing list.
+async fn choose_filter(source: &Source, selector: String, cache: &Cache, label: &str) -> Client {
+    if source.filter == ShardFilter::Client {
+        let _ = cache.filter.set(FilterMode::Client);
+        return source.client(None);
+    }
+    let sharded = source.client(Some(selector));
+    let url = source.api(sharded.clone()).resource_url().to_owned();
+    let mut backoff = watcher::DefaultBackoff::default();
+    loop {
+        let canary = source.client(Some(shard::CANARY.to_owned()));
+        let plain = source.client(None);
+        let error = match shard::probe(&sharded, &canary, &plain, &url).await {
+            Ok(probe) if probe.honoured() => {
+                match probe {
+                    shard::Probe::Unknown => tracing::info!(informer = %label,
+                        "sending shardSelector; whether the API server filters by it cannot be told on an empty collection (the client-side check keeps the share right)"),
+                    _ => {
+                        tracing::info!(informer = %label, ?probe, "the API server filters by shardSelector")
+                    }
+                }
+                let _ = cache.filter.set(FilterMode::Server);
+                cache.last_error.lock().take();
+                return sharded;
+            }
+            Ok(_) if source.filter == ShardFilter::Auto => {
+                tracing::info!(
+                    informer = %label,
+                    "the API server ignores shardSelector (feature gate ShardedListAndWatch off); \
+                     filtering on the client, so this replica receives the whole collection"
+                );
+                let _ = cache.filter.set(FilterMode::Client);
+                cache.last_error.lock().take();
+                return source.client(None);
+            }
+            Ok(_) => shard::not_honoured(label),
+            Err(err) => format!(
+                "{label}: cannot tell whether the API server filters by shardSelector: a one-item \
+                 list failed: {err}; retrying"
+            ),
+        };
+        tracing::warn!(informer = %label, error = %error, "sharded informer not started; retrying with backoff");
+        *cache.last_error.lock() = Some(error);
+        tokio::time::sleep(backoff.next().unwrap_or(Duration::from_secs(30))).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -174,12 +277,26 @@ mod tests {
     }
 
     fn cache(keep_managed_fields: bool) -> Cache {
+        sharded(keep_managed_fields, None)
+    }
+
+    fn sharded(keep_managed_fields: bool, shard: Option<SlotSet>) -> Cache {
+        counted(keep_managed_fields, shard, InformerMetrics::unregistered())
+    }
+
+    fn counted(
+        keep_managed_fields: bool,
+        shard: Option<SlotSet>,
+        metrics: InformerMetrics,
+    ) -> Cache {
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         Cache::new(
             &resource,
             Store::new(Duration::from_mins(1)),
             8,
             keep_managed_fields,
+            shard,
+            metrics,
         )
     }
 
@@ -215,5 +332,80 @@ mod tests {
         let event = events.try_recv().unwrap();
         assert!(event.object().metadata.managed_fields.is_none());
         assert!(*cache.synced.borrow());
+    }
+
+    fn cm(name: &str, uid: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "namespace": "a", "name": name, "uid": uid, "resourceVersion": rv },
+        }))
+        .unwrap()
+    }
+
+    /// Uids that fall in slot 0..128 and in 128..256, found by hashing (deterministic).
+    fn uids_on_both_sides() -> (String, String) {
+        let find = |low: bool| {
+            (0..1000)
+                .map(|i| format!("{i}-6a4c5e5e-8f39"))
+                .find(|uid| (crate::shards::slot_of(uid) < 128) == low)
+                .unwrap()
+        };
+        (find(true), find(false))
+    }
+
+    #[test]
+    fn a_sharded_cache_keeps_only_its_slots_and_reports_nothing_else() {
+        let (mine, foreign) = uids_on_both_sides();
+        let metrics = crate::metrics::Metrics::new();
+        let cache = counted(
+            false,
+            Some(SlotSet::range(0, 128)),
+            metrics.informer("", "v1", "ConfigMap"),
+        );
+        let mut events = cache.events.subscribe();
+        cache.handle(watcher::Event::Init);
+        cache.handle(watcher::Event::InitApply(cm("mine", &mine, "1")));
+        cache.handle(watcher::Event::InitApply(cm("foreign", &foreign, "2")));
+        cache.handle(watcher::Event::InitDone);
+        cache.handle(watcher::Event::Apply(cm("foreign", &foreign, "3")));
+        cache.handle(watcher::Event::Delete(cm("foreign", &foreign, "4")));
+        let store = cache.store.read();
+        let now = Instant::now();
+        assert!(store.get(Some("a"), "mine", now).is_some());
+        assert!(store.get(Some("a"), "foreign", now).is_none());
+        assert_eq!(store.len(now), 1);
+        drop(store);
+        let names: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
+            .map(|e| e.object().metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["mine"], "only the owned object is announced");
+        assert_eq!(
+            crate::metrics::sample(
+                &metrics.render(),
+                r#"reconciler_informer_events_total{group="",version="v1",kind="ConfigMap"}"#
+            ),
+            Some(4.0),
+            "every object that arrived counts, dropped or not"
+        );
+
+        // A name re-created with a uid in another shard: the old one's relist removes it.
+        cache.handle(watcher::Event::Init);
+        cache.handle(watcher::Event::InitApply(cm("mine", &foreign, "5")));
+        cache.handle(watcher::Event::InitDone);
+        assert!(matches!(
+            events.try_recv(),
+            Ok(InformerEvent::Deleted { object }) if object.metadata.uid.as_deref() == Some(mine.as_str())
+        ));
+        assert_eq!(cache.store.read().len(Instant::now()), 0);
+    }
+
+    #[test]
+    fn an_unsharded_cache_keeps_everything() {
+        let (low, high) = uids_on_both_sides();
+        let cache = cache(false);
+        cache.handle(watcher::Event::Init);
+        cache.handle(watcher::Event::InitApply(cm("low", &low, "1")));
+        cache.handle(watcher::Event::InitApply(cm("high", &high, "2")));
+        cache.handle(watcher::Event::InitDone);
+        assert_eq!(cache.store.read().len(Instant::now()), 2);
     }
 }

@@ -1,0 +1,17 @@
+//! Sharded mode (`run --shards auto`): the keys of every guest's primary kind are spread over
+//! the host's replicas by a hash of `metadata.uid`, on Kubernetes' own primitives.
+//!
+//! - [`ranges`]: the hash space, as the API server's `shardRange` computes it.
+//! - [`ring`]: membership and slot ownership on Leases, with handover and fencing.
+//! - [`status`]: `/shards`, readiness and the `reconciler_shard_*` gauges.
+//!
+//! The host (`host.rs`) restarts its controllers whenever the slots it may reconcile change;
+//! the controllers pass the slots to their primary informer's scope (see `informers`), which
+//! sends them to the API server as a `shardSelector` or filters on the client.
+pub mod ranges;
+pub mod ring;
+pub mod status;
+
+pub use ranges::{SLOTS, SlotSet, fnv1a64, partition, slot_of};
+pub use ring::{Ring, RingOptions, ShardState};
+pub use status::ShardStatus;
