@@ -21,7 +21,7 @@ use reconciler_host::metrics::Metrics;
 use reconciler_host::shards::{SlotSet, slot_of};
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
-    ControlPlane, client_for_kubeconfig, cp_script, test_namespace, wait_until,
+    ControlPlane, apply_crd_file, client_for_kubeconfig, cp_script, test_namespace, wait_until,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -466,5 +466,64 @@ async fn without_the_feature_gate_auto_filters_on_the_client_and_server_refuses(
         "{error}"
     );
     ensure!(!refused.has_synced() && refused.is_empty() && refused.filter_mode().is_none());
+    Ok(())
+}
+
+/// Custom resources are filtered on the server too, though v1.36.3 does not echo the selector
+/// in their lists (`UnstructuredList` has no `shardInfo`): the probe's canary selector finds
+/// it out, and the share arrives filtered (events counted = objects in the share).
+#[tokio::test]
+async fn custom_resources_are_filtered_on_the_server_without_an_echo() -> Result<()> {
+    let client = ControlPlane::shared().await?.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "shard-cr").await?;
+    let gvk = GroupVersionKind::gvk("test.reconciler.dev", "v1", "Widget");
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let mut all = BTreeMap::new();
+    for i in 0..24 {
+        let widget: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": format!("w{i}")}, "spec": {},
+        }))?;
+        let created = widgets.create(&PostParams::default(), &widget).await?;
+        all.insert(created.name_any(), created.uid().context("uid")?);
+    }
+    let slots = SlotSet::range(0, 128);
+    let metrics = Metrics::new();
+    let informers = Informers::with_options(
+        client.clone(),
+        Options {
+            metrics: Some(metrics.clone()),
+            shard_filter: ShardFilter::Auto,
+            ..Options::default()
+        },
+    );
+    let informer = informers.acquire(&gvk, sharded(&ns, slots)).await?;
+    synced(&informer).await?;
+    ensure!(
+        informer.filter_mode() == Some(FilterMode::Server),
+        "custom resources filtered {:?}",
+        informer.filter_mode()
+    );
+    let expected = share(&all, slots);
+    ensure!(
+        !expected.is_empty() && expected.len() < all.len(),
+        "degenerate split"
+    );
+    ensure!(
+        cached_names(&informer) == expected,
+        "cached the wrong share"
+    );
+    let events = sample(
+        &metrics,
+        r#"reconciler_informer_events_total{group="test.reconciler.dev",version="v1",kind="Widget"}"#,
+    );
+    #[allow(clippy::cast_precision_loss)] // two dozen
+    let owned = expected.len() as f64;
+    ensure!(
+        (events - owned).abs() < f64::EPSILON,
+        "received {events} objects for a share of {owned}: not filtered on the server"
+    );
     Ok(())
 }

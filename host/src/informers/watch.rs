@@ -227,12 +227,10 @@ async fn choose_filter(source: &Source, selector: String, cache: &Cache, label: 
         let plain = source.client(None);
         let error = match shard::probe(&sharded, &canary, &plain, &url).await {
             Ok(probe) if probe.honoured() => {
-                match probe {
-                    shard::Probe::Unknown => tracing::info!(informer = %label,
-                        "sending shardSelector; whether the API server filters by it cannot be told on an empty collection (the client-side check keeps the share right)"),
-                    _ => {
-                        tracing::info!(informer = %label, ?probe, "the API server filters by shardSelector")
-                    }
+                if probe == shard::Probe::Unknown {
+                    tracing::info!(informer = %label, "sending shardSelector; whether the API server filters by it cannot be told on an empty collection (the client-side check keeps the share right)");
+                } else {
+                    tracing::info!(informer = %label, ?probe, "the API server filters by shardSelector");
                 }
                 let _ = cache.filter.set(FilterMode::Server);
                 cache.last_error.lock().take();
