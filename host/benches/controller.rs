@@ -32,26 +32,28 @@
 //! and the client-go baseline (`tools/bench-client-go/build.sh`). Each run's Widgets are
 //! deleted after it, so the API server's cache is the same size for every controller.
 
+mod live;
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
 };
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
+use live::{
+    create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo, resource, sh,
+};
 use serde_json::json;
 
 const CONCURRENCY: u16 = 4;
@@ -73,51 +75,12 @@ fn fail(e: impl std::fmt::Display) -> BenchError {
     BenchError(e.to_string())
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "test.reconciler.dev",
-        "v1",
-        "Widget",
-    ))
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
-    std::env::var(name).ok().map_or_else(
-        || default.to_vec(),
-        |v| {
-            v.split(',')
-                .filter_map(|n| n.trim().replace('_', "").parse().ok())
-                .collect()
-        },
-    )
-}
-
 fn main() -> anyhow::Result<()> {
     if std::env::var("BENCH_ROLE").as_deref() == Ok("native") {
         return native_controller_process();
     }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(orchestrate())
-}
-
-fn sh(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.stderr(Stdio::inherit()).output()?;
-    anyhow::ensure!(out.status.success(), "{cmd:?} failed");
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// What the runs share: the control plane, the binaries, a client.
@@ -131,43 +94,16 @@ struct Bench {
 /// Brings up (or reuses) the control plane with the Widget CRD established, and builds the
 /// guests, the release host binary and the client-go baseline.
 async fn setup() -> anyhow::Result<Bench> {
-    let cp_dir = repo().join("target/bench-control-plane");
-    let cp = repo().join("tools/control-plane/cp");
-    sh(Command::new(&cp)
-        .arg("up")
-        .arg("--dir")
-        .arg(&cp_dir)
-        .arg("--reuse"))?;
-    // Guests and the release host binary, without the variables cargo set for this bench.
-    sh(Command::new(repo().join("dev"))
-        .args(["build", "--release"])
-        .stdout(Stdio::null()))?;
+    let live::Plane { kubeconfig, client } = live::plane().await?;
     let client_go = PathBuf::from(
         sh(&mut Command::new(
             repo().join("tools/bench-client-go/build.sh"),
         ))?
         .trim(),
     );
-    let kubeconfig = cp_dir.join("kubeconfig");
-    sh(Command::new(&cp)
-        .arg("--dir")
-        .arg(&cp_dir)
-        .args(["kubectl", "apply", "--server-side", "-f"])
-        .arg(repo().join("guests/testing/widget/crd.yaml")))?;
-    sh(Command::new(&cp).arg("--dir").arg(&cp_dir).args([
-        "kubectl",
-        "wait",
-        "--for=condition=Established",
-        "crd/widgets.test.reconciler.dev",
-    ]))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
     Ok(Bench {
         kubeconfig,
-        client: kube::Client::try_from(config)?,
+        client,
         client_go,
         run_id: std::process::id(),
     })
@@ -779,29 +715,6 @@ async fn swap(
     Ok(took)
 }
 
-async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Result<()> {
-    let items: Vec<String> = (0..24).map(|i| format!("item-{i:03}-abcdef")).collect();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            let object: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
-                "metadata": {"name": format!("w-{i:05}")},
-                "spec": {"items": items, "message": "a typical spec of a typical custom resource"},
-            }))
-            .unwrap();
-            async move {
-                api.create(&PostParams::default(), &object)
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<()>()
-        .await?;
-    Ok(())
-}
-
 /// The hostile guest's attacks, each repeated for as long as the bench runs: the expensive ones
 /// (a spin or a WASI sleep up to its deadline, floods up to its rates) and cheap refusals at a
 /// high rate.
@@ -830,17 +743,6 @@ async fn start_attacks(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn rss_kib(pid: u32) -> u64 {
     proc_status_kib(pid, "VmRSS:")
 }
@@ -867,27 +769,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     // utime and stime are fields 14 and 15 of the line; `fields` starts at field 3.
     let ticks_per_second = 100.0; // USER_HZ on Linux
     (ticks(11) + ticks(12)) as f64 / ticks_per_second
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// GET over plain HTTP on loopback; the body, if the answer is 200.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let (head, body) = answer.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 /// The host's Widget cache size (`reconciler_informer_objects`), once `/readyz` says synced.

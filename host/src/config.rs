@@ -277,6 +277,15 @@ impl TryFrom<String> for WriteTarget {
     }
 }
 
+/// `guests.<name>.primaryReads`: see [`Grant::primary_reads`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrimaryReads {
+    #[default]
+    Share,
+    Whole,
+}
+
 /// What one guest may do. Everything not listed is denied.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -289,6 +298,13 @@ pub struct Grant {
     /// Kinds the guest may watch and read through the lister (and record events about).
     #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
     pub read: BTreeSet<Gvk>,
+    /// Sharded hosts (`run --shards auto`): what the lister shows of the guest's primary kind.
+    /// `share` (default): this replica's share, the cache its controller runs on (objects of
+    /// other shares read as absent), so each replica caches only its share. `whole`: every
+    /// object, for guests that look up other objects of their own kind (the naming guest lists
+    /// a group's CRDs); every replica then caches the whole kind. Other kinds are always whole.
+    #[serde(default)]
+    pub primary_reads: PrimaryReads,
     /// Kinds (apply, delete, finalizers) and subresources (`.../status`) it may write.
     #[serde(default)]
     pub write: BTreeSet<WriteTarget>,

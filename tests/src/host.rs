@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
@@ -66,6 +66,12 @@ pub struct HostProcess {
 
 impl HostProcess {
     pub async fn start(options: HostOptions<'_>) -> Result<Self> {
+        Self::start_with_env(options, &[]).await
+    }
+
+    /// As [`Self::start`], with more environment variables for the process, e.g.
+    /// `("RECONCILER_LOG_FORMAT", "json")` for a log [`Self::json_log`] can read.
+    pub async fn start_with_env(options: HostOptions<'_>, env: &[(&str, &str)]) -> Result<Self> {
         build_host_and_guests()?;
         let dir = tempfile::Builder::new().prefix("host-").tempdir()?;
         let guests = dir.path().join("guests");
@@ -93,6 +99,7 @@ impl HostProcess {
             .args(&options.extra_args)
             .env("KUBECONFIG", options.kubeconfig)
             .env("RUST_LOG", "info,reconciler_host=debug")
+            .envs(env.iter().copied())
             .stdout(log.try_clone()?)
             .stderr(log);
         if let Some(ns) = options.namespace {
@@ -147,6 +154,12 @@ impl HostProcess {
             .unwrap_or(0.0))
     }
 
+    /// `GET /shards` (sharded mode: identity, members, slots, keys per guest), parsed.
+    pub async fn shards(&self) -> Result<serde_json::Value> {
+        let text = self.get("/shards").await?;
+        serde_json::from_str(&text).with_context(|| format!("/shards is not JSON: {text}"))
+    }
+
     /// SIGKILL: the process dies mid-work, as on a node failure.
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {
@@ -194,6 +207,19 @@ impl HostProcess {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default()
+    }
+
+    /// The log's lines that are JSON objects (a host started with
+    /// `RECONCILER_LOG_FORMAT=json`), in the order written, each with its `timestamp` parsed.
+    pub fn json_log(&self) -> Vec<(SystemTime, serde_json::Value)> {
+        self.log()
+            .lines()
+            .filter_map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line).ok()?;
+                let at = humantime::parse_rfc3339(value.get("timestamp")?.as_str()?).ok()?;
+                Some((at, value))
+            })
+            .collect()
     }
 
     pub fn log_tail(&self) -> String {

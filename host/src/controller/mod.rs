@@ -307,7 +307,20 @@ impl Caches {
         // The lister serves every kind in the grant. A kind the server does not serve (yet) is
         // logged and its reads return `unavailable`.
         let mut readable = BTreeMap::new();
-        for kind in &guest.grant.read {
+        // Sharded: lookups of the primary kind read this replica's share unless the grant
+        // asks for the whole kind (`primaryReads: whole`).
+        if shared.shard.is_some()
+            && guest.grant.primary_reads == crate::config::PrimaryReads::Share
+        {
+            readable.insert(manifest.primary.clone(), primary.clone());
+        }
+        let whole: Vec<&Gvk> = guest
+            .grant
+            .read
+            .iter()
+            .filter(|k| !readable.contains_key(*k))
+            .collect();
+        for kind in whole {
             match acquire_scoped(shared, kind, shared.namespace.clone(), None, None).await {
                 Ok(informer) => {
                     readable.insert(kind.clone(), informer);

@@ -5,19 +5,24 @@
 //! The steps run in this order; every `spec` field is optional:
 //!
 //! 1. object gone: log `gone`, done. `deleting`: event `Normal Finalized`, done.
-//! 2. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
+//! 2. `journal: true`: log (info) `journal begin <namespace>/<name>`; then, whatever the outcome
+//!    of the steps below, `journal end <namespace>/<name>` as the last thing before returning
+//!    (followed by ` failed: <reason>` on an error). The sharding test rebuilds from these lines
+//!    when each replica reconciled each key; a trap, a timeout or a cancelled reconcile leaves
+//!    a `begin` without its `end`. With `mode: sleep` the interval is at least `sleepMs` long.
+//! 3. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
 //!    busy-waits `sleepMs` and carries on, `print` reads stdin to its end, writes a line to
 //!    stdout and one to stderr, and carries on. Any other mode is a permanent error.
-//! 3. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
-//! 4. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
+//! 4. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
+//! 5. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
-//! 5. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
+//! 6. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
 //!    `guestVersion`, `message`, `get`, `list`. Any failure is transient. With
 //!    `optimisticStatus: true` the patch carries the resourceVersion read, so a concurrent
 //!    change of the object makes it fail with a conflict (409).
-//! 6. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
-//! 7. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
-//! 8. Done, requeued after `requeueAfterMs` if set.
+//! 7. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
+//! 8. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
+//! 9. Done, requeued after `requeueAfterMs` if set.
 //!
 //! Its manifest asks for `generation_changed_only`: status, label and annotation writes do not
 //! wake it (its own status write would otherwise wake it for ever, the counter being new each
@@ -65,94 +70,111 @@ impl Guest for Widget {
         }
         let widget: WidgetObject = serde_json::from_value(object)
             .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
-        let spec = &widget.spec;
-
-        run_mode(spec, &req.ref_.name)?;
-
-        if let Some(n) = spec.fail_times
-            && req.attempt < n
-        {
-            return Err(transient(format!(
-                "attempt {} of {n} fails on purpose",
-                req.attempt
-            )));
+        if !widget.spec.journal {
+            return reconcile_spec(&req, &widget);
         }
-        if let Some(text) = &spec.permanent_error {
-            return Err(permanent(text.clone()));
+        let key = format!(
+            "{}/{}",
+            req.ref_.namespace.as_deref().unwrap_or_default(),
+            req.ref_.name
+        );
+        info!("journal begin {key}");
+        let result = reconcile_spec(&req, &widget);
+        match &result {
+            Ok(_) => info!("journal end {key}"),
+            Err(e) => info!("journal end {key} failed: {}", e.message()),
         }
-
-        let get = spec.get.as_ref().map(|g| {
-            let target = ObjectRef {
-                kind: Gvk::new(&g.group, &g.version, &g.kind),
-                namespace: g.namespace.clone(),
-                name: g.name.clone(),
-            };
-            match lister::get(&target) {
-                Ok(Some(_)) => json!("found"),
-                Ok(None) => json!("absent"),
-                Err(e) => json!(e.describe()),
-            }
-        });
-        let list = spec.list.as_ref().map(|l| {
-            let kind = Gvk::new(&l.group, &l.version, &l.kind);
-            match lister::list(&kind, l.namespace.as_deref(), l.label_selector.as_deref()) {
-                Ok(objects) => json!(objects.len()),
-                Err(e) => json!(e.describe()),
-            }
-        });
-
-        let reconciles = widget
-            .status
-            .as_ref()
-            .and_then(|s| s.get("reconciles"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            + 1;
-        let status = json!({
-            "observedGeneration": widget.metadata.generation,
-            "reconciles": reconciles,
-            "lastAttempt": req.attempt,
-            "guestVersion": VERSION,
-            "message": spec.message,
-            "get": get,
-            "list": list,
-        });
-        let written = if spec.optimistic_status {
-            // With the resourceVersion read, the server refuses the write (409) if the object
-            // changed since: the conflict path of the host.
-            let patch = json!({
-                "metadata": {"resourceVersion": widget.metadata.resource_version},
-                "status": status,
-            });
-            cluster::patch_status_raw(&req.ref_, &patch.to_string()).map(|_| ())
-        } else {
-            cluster::patch_status(&req.ref_, &status).map(|_| ())
-        };
-        written.map_err(|e| match e {
-            HostError::Conflict(_) => {
-                transient(format!("status write conflicted: {}", e.describe()))
-            }
-            _ => transient(e.describe()),
-        })?;
-
-        if spec.config_map {
-            cluster::apply(&owned_config_map(&req.ref_, &widget.metadata))?;
-        }
-
-        event::normal(&req.ref_, "Reconciled", format!("reconcile {reconciles}"));
-
-        let after = spec.enqueue_after_ms.map(Duration::from_millis);
-        for name in &spec.enqueue {
-            queue::enqueue(&ObjectKey::new(req.ref_.namespace.as_deref(), name), after)?;
-        }
-
-        Ok(Action {
-            requeue_after_ms: spec.requeue_after_ms,
-        })
+        result
     }
 }
 
 reconciler_guest::export!(Widget);
+
+/// Steps 3 to 9: what the spec asks for, then the status.
+fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, ReconcileError> {
+    let spec = &widget.spec;
+
+    run_mode(spec, &req.ref_.name)?;
+
+    if let Some(n) = spec.fail_times
+        && req.attempt < n
+    {
+        return Err(transient(format!(
+            "attempt {} of {n} fails on purpose",
+            req.attempt
+        )));
+    }
+    if let Some(text) = &spec.permanent_error {
+        return Err(permanent(text.clone()));
+    }
+
+    let get = spec.get.as_ref().map(|g| {
+        let target = ObjectRef {
+            kind: Gvk::new(&g.group, &g.version, &g.kind),
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+        };
+        match lister::get(&target) {
+            Ok(Some(_)) => json!("found"),
+            Ok(None) => json!("absent"),
+            Err(e) => json!(e.describe()),
+        }
+    });
+    let list = spec.list.as_ref().map(|l| {
+        let kind = Gvk::new(&l.group, &l.version, &l.kind);
+        match lister::list(&kind, l.namespace.as_deref(), l.label_selector.as_deref()) {
+            Ok(objects) => json!(objects.len()),
+            Err(e) => json!(e.describe()),
+        }
+    });
+
+    let reconciles = widget
+        .status
+        .as_ref()
+        .and_then(|s| s.get("reconciles"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    let status = json!({
+        "observedGeneration": widget.metadata.generation,
+        "reconciles": reconciles,
+        "lastAttempt": req.attempt,
+        "guestVersion": VERSION,
+        "message": spec.message,
+        "get": get,
+        "list": list,
+    });
+    let written = if spec.optimistic_status {
+        // With the resourceVersion read, the server refuses the write (409) if the object
+        // changed since: the conflict path of the host.
+        let patch = json!({
+            "metadata": {"resourceVersion": widget.metadata.resource_version},
+            "status": status,
+        });
+        cluster::patch_status_raw(&req.ref_, &patch.to_string()).map(|_| ())
+    } else {
+        cluster::patch_status(&req.ref_, &status).map(|_| ())
+    };
+    written.map_err(|e| match e {
+        HostError::Conflict(_) => transient(format!("status write conflicted: {}", e.describe())),
+        _ => transient(e.describe()),
+    })?;
+
+    if spec.config_map {
+        cluster::apply(&owned_config_map(&req.ref_, &widget.metadata))?;
+    }
+
+    event::normal(&req.ref_, "Reconciled", format!("reconcile {reconciles}"));
+
+    let after = spec.enqueue_after_ms.map(Duration::from_millis);
+    for name in &spec.enqueue {
+        queue::enqueue(&ObjectKey::new(req.ref_.namespace.as_deref(), name), after)?;
+    }
+
+    Ok(Action {
+        requeue_after_ms: spec.requeue_after_ms,
+    })
+}
 
 #[derive(Deserialize)]
 struct WidgetObject {
@@ -178,6 +200,7 @@ struct WidgetSpec {
     enqueue_after_ms: Option<u64>,
     requeue_after_ms: Option<u64>,
     optimistic_status: bool,
+    journal: bool,
 }
 
 #[derive(Deserialize, Debug, PartialEq)]
@@ -275,11 +298,12 @@ mod tests {
     fn spec_reads_camel_case_fields_and_defaults_the_rest() {
         let spec: WidgetSpec = serde_json::from_value(json!({
             "failTimes": 2, "configMap": true, "enqueue": ["b"], "requeueAfterMs": 50,
+            "journal": true,
             "list": {"version": "v1", "kind": "ConfigMap", "labelSelector": "a=b"}
         }))
         .unwrap();
         assert_eq!(spec.fail_times, Some(2));
-        assert!(spec.config_map);
+        assert!(spec.config_map && spec.journal);
         assert_eq!(spec.enqueue, ["b"]);
         assert_eq!(spec.requeue_after_ms, Some(50));
         let list = spec.list.unwrap();

@@ -1,0 +1,156 @@
+//! What the benches on the local control plane share (`mod live;` in `controller.rs` and
+//! `sharding.rs`): the control plane and its Widgets, the processes' memory, their HTTP
+//! endpoints. The in-process benches share `common/` instead.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// `test.reconciler.dev/v1` `Widget` (`guests/testing/widget/crd.yaml`).
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "test.reconciler.dev",
+        "v1",
+        "Widget",
+    ))
+}
+
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A comma-separated list of counts (`1000,10_000`), or `default`.
+pub fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name).ok().map_or_else(
+        || default.to_vec(),
+        |v| {
+            v.split(',')
+                .filter_map(|n| n.trim().replace('_', "").parse().ok())
+                .collect()
+        },
+    )
+}
+
+/// Runs `cmd`, its stderr shown; its stdout.
+pub fn sh(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    anyhow::ensure!(out.status.success(), "{cmd:?} failed");
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The control plane the benches run on, with the Widget CRD established.
+pub struct Plane {
+    pub kubeconfig: PathBuf,
+    pub client: kube::Client,
+}
+
+/// Brings up (or reuses) the control plane in `target/bench-control-plane`, builds the guests
+/// and the release host (`./dev build --release`) and establishes the Widget CRD.
+pub async fn plane() -> anyhow::Result<Plane> {
+    let cp_dir = repo().join("target/bench-control-plane");
+    let cp = repo().join("tools/control-plane/cp");
+    sh(Command::new(&cp)
+        .arg("up")
+        .arg("--dir")
+        .arg(&cp_dir)
+        .arg("--reuse"))?;
+    // Guests and the release host binary, without the variables cargo set for this bench.
+    sh(Command::new(repo().join("dev"))
+        .args(["build", "--release"])
+        .stdout(Stdio::null()))?;
+    let kubeconfig = cp_dir.join("kubeconfig");
+    sh(Command::new(&cp)
+        .arg("--dir")
+        .arg(&cp_dir)
+        .args(["kubectl", "apply", "--server-side", "-f"])
+        .arg(repo().join("guests/testing/widget/crd.yaml")))?;
+    sh(Command::new(&cp).arg("--dir").arg(&cp_dir).args([
+        "kubectl",
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.test.reconciler.dev",
+    ]))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Plane {
+        kubeconfig,
+        client: kube::Client::try_from(config)?,
+    })
+}
+
+/// `n` status-less Widgets `w-00000`.. with a typical spec, 16 creations in flight.
+pub async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Result<()> {
+    let items: Vec<String> = (0..24).map(|i| format!("item-{i:03}-abcdef")).collect();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+                "metadata": {"name": format!("w-{i:05}")},
+                "spec": {"items": items, "message": "a typical spec of a typical custom resource"},
+            }))
+            .unwrap();
+            async move {
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await?;
+    Ok(())
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 if unreadable.
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// GET over plain HTTP on loopback; the body, if the answer is 200.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
