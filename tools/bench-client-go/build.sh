@@ -12,7 +12,7 @@ source "$HERE/../control-plane/version.env"
 want="k8s.io/client-go v0.${K8S_VERSION#v1.}"
 grep -q "^	$want$" "$HERE/go.mod" \
   || { echo "error: $HERE/go.mod does not pin $want (control plane $K8S_VERSION); update its require block" >&2; exit 1; }
-command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.25" >&2; exit 1; }
+command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
 # As tools/control-plane/build.sh: go.sum pins every hash, the proxy serves no checksum database.
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-client-go/$K8S_VERSION

@@ -45,7 +45,7 @@ if have_control_plane && { [ "$CLUSTER" = 0 ] || have_cluster; }; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.25" >&2; exit 1; }
+command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
 
 # The proxy serves modules but not sum.golang.org lookups here; go.sum (committed) pins every hash,
 # so the checksum database adds nothing for a build that only reads go.sum.

@@ -10,7 +10,7 @@ export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 STAGING=v0.${K8S_VERSION#v1.}
 rm -f go.mod go.sum
 go mod init reconciler-host.invalid/control-plane
-go mod edit -go=1.25
+go mod edit -go=1.26
 GOMOD=$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
 for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
   go mod edit -replace="${m}=${m}@${STAGING}"

@@ -1,5 +1,5 @@
 //! `calculateNamesAndConditions` of upstream's `NamingConditionController`
-//! (`k8s.io/apiextensions-apiserver@v0.35.4`, `pkg/controller/status/naming_controller.go`):
+//! (`k8s.io/apiextensions-apiserver@v0.36.3`, `pkg/controller/status/naming_controller.go`):
 //! which requested names a CRD may have, and its `NamesAccepted` and `Established` conditions.
 //! Pure functions over parsed CRDs, so the upstream table tests run natively (below).
 
@@ -203,7 +203,7 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
-/// Upstream's `TestSync` table (`naming_controller_test.go` at v0.35.4), case by case: the
+/// Upstream's `TestSync` table (`naming_controller_test.go` at v0.36.3), case by case: the
 /// CRD under test, the other CRDs of the lister, and the expected names and conditions.
 #[cfg(test)]
 mod tests {
