@@ -440,78 +440,134 @@ fn touch_widgets(
 
 /// What a guest's lister shows of its primary kind on a sharded host: this replica's share by
 /// default (each Widget lists exactly as many Widgets as its owner holds), every object with
-/// `primaryReads: whole`.
+/// `primaryReads: whole`. And a guest's enqueue of keys another replica owns is dropped and
+/// counted (`reconciler_shard_foreign_keys_total`).
 #[tokio::test]
 async fn the_lister_shows_a_replica_its_share_unless_the_grant_asks_for_the_whole_kind()
 -> Result<()> {
-    const COUNT: usize = 16;
     let plane = ControlPlane::shared().await?;
     let client = plane.client().await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
-    for reads in ["share", "whole"] {
-        let ns = test_namespace(&client, "sharded-reads").await?;
-        let cluster = Cluster {
-            plane,
-            widgets: widgets(&client, &ns),
-            ring: unique_name("ring"),
-            grants: GRANTS.replace(
-                "    read: [",
-                &format!("    primaryReads: {reads}\n    read: ["),
-            ),
-            ns: ns.clone(),
-        };
-        let (r1, r2) = tokio::try_join!(cluster.start("r1", "auto"), cluster.start("r2", "auto"))?;
-        let views = settled(&[&r1, &r2], "two replicas to split the ring").await?;
-        let list = json!({"group": "test.reconciler.dev", "version": "v1", "kind": "Widget", "namespace": ns});
-        for i in 0..COUNT {
-            let object: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
-                "metadata": {"name": format!("w-{i:02}")}, "spec": {"list": list},
-            }))?;
-            cluster
-                .widgets
-                .create(&PostParams::default(), &object)
-                .await?;
-        }
-        cluster.converged(COUNT, "every Widget reconciled").await?;
-        // Once more, with every Widget in the caches.
-        touch_all(&cluster.widgets, "again").await?;
-        let items = cluster
-            .converged(COUNT, "every Widget reconciled again")
+    // Both at once: each pass has its own namespace and ring.
+    tokio::try_join!(
+        lister_pass(plane, &client, "share"),
+        lister_pass(plane, &client, "whole")
+    )?;
+    Ok(())
+}
+
+/// One pass of the test above with `primaryReads: <reads>`.
+async fn lister_pass(
+    plane: &'static ControlPlane,
+    client: &kube::Client,
+    reads: &str,
+) -> Result<()> {
+    const COUNT: usize = 16;
+    let ns = test_namespace(client, "sharded-reads").await?;
+    let cluster = Cluster {
+        plane,
+        widgets: widgets(client, &ns),
+        ring: unique_name("ring"),
+        grants: GRANTS.replace(
+            "    read: [",
+            &format!("    primaryReads: {reads}\n    read: ["),
+        ),
+        ns: ns.clone(),
+    };
+    let (r1, r2) = tokio::try_join!(cluster.start("r1", "auto"), cluster.start("r2", "auto"))?;
+    let views = settled(&[&r1, &r2], "two replicas to split the ring").await?;
+    let list =
+        json!({"group": "test.reconciler.dev", "version": "v1", "kind": "Widget", "namespace": ns});
+    for i in 0..COUNT {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": format!("w-{i:02}")}, "spec": {"list": list},
+        }))?;
+        cluster
+            .widgets
+            .create(&PostParams::default(), &object)
             .await?;
-        for widget in &items {
-            let seen = widget.data["status"]["list"].as_u64();
-            let slot = slot_of(widget.metadata.uid.as_deref().unwrap_or_default());
-            let owner = views
-                .iter()
-                .find(|v| v.active.contains(slot))
-                .context("an owner")?;
-            let share = items
-                .iter()
-                .filter(|w| {
-                    owner
-                        .active
-                        .owns_uid(w.metadata.uid.as_deref().unwrap_or_default())
-                })
-                .count() as u64;
-            let expected = if reads == "whole" {
-                COUNT as u64
-            } else {
-                share
-            };
+    }
+    cluster.converged(COUNT, "every Widget reconciled").await?;
+    // Once more, with every Widget in the caches.
+    touch_all(&cluster.widgets, "again").await?;
+    let items = cluster
+        .converged(COUNT, "every Widget reconciled again")
+        .await?;
+    for widget in &items {
+        let seen = widget.data["status"]["list"].as_u64();
+        let slot = slot_of(widget.metadata.uid.as_deref().unwrap_or_default());
+        let owner = views
+            .iter()
+            .find(|v| v.active.contains(slot))
+            .context("an owner")?;
+        let share = items
+            .iter()
+            .filter(|w| {
+                owner
+                    .active
+                    .owns_uid(w.metadata.uid.as_deref().unwrap_or_default())
+            })
+            .count() as u64;
+        let expected = if reads == "whole" {
+            COUNT as u64
+        } else {
+            share
+        };
+        ensure!(
+            seen == Some(expected),
+            "primaryReads {reads}: {} (owner {}) listed {seen:?} Widgets, expected {expected}",
+            name(widget),
+            owner.identity
+        );
+    }
+    ensure!(
+        reads == "whole" || views.iter().all(|v| v.active.len() < SLOTS),
+        "one replica owns every slot: {views:?}"
+    );
+    if reads == "share" {
+        // A guest's enqueue of keys its replica does not own: dropped there and counted
+        // (their owner reconciles them on its own events).
+        let first = &items[0];
+        let uid = first.metadata.uid.as_deref().unwrap_or_default();
+        let (owner, view) = [(&r1, &views[0]), (&r2, &views[1])]
+            .into_iter()
+            .find(|(_, v)| v.active.owns_uid(uid))
+            .context("an owner")?;
+        let others: Vec<String> = items.iter().skip(1).map(name).collect();
+        let foreign = items
+            .iter()
+            .skip(1)
+            .filter(|w| {
+                !view
+                    .active
+                    .owns_uid(w.metadata.uid.as_deref().unwrap_or_default())
+            })
+            .count();
+        cluster
+            .widgets
+            .patch(
+                &name(first),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"enqueue": others}})),
+            )
+            .await?;
+        let series = r#"reconciler_shard_foreign_keys_total{guest="widget"}"#;
+        wait_until("the foreign keys dropped and counted", SETTLE, || async {
+            let dropped = owner.host.metric(series).await?;
+            #[allow(clippy::cast_precision_loss)] // a dozen
+            let expected = foreign as f64;
+            // At least once each (more if the enqueuing reconcile ran again).
             ensure!(
-                seen == Some(expected),
-                "primaryReads {reads}: {} (owner {}) listed {seen:?} Widgets, expected {expected}",
-                name(widget),
+                foreign > 0 && dropped >= expected,
+                "{} dropped {dropped} foreign keys, expected {foreign}",
                 owner.identity
             );
-        }
-        ensure!(
-            reads == "whole" || views.iter().all(|v| v.active.len() < SLOTS),
-            "one replica owns every slot: {views:?}"
-        );
-        drop((r1, r2));
+            Ok(())
+        })
+        .await?;
     }
+    drop((r1, r2));
     Ok(())
 }
 

@@ -309,8 +309,7 @@ impl Caches {
         let mut readable = BTreeMap::new();
         // Sharded: lookups of the primary kind read this replica's share unless the grant
         // asks for the whole kind (`primaryReads: whole`).
-        if shared.shard.is_some()
-            && guest.grant.primary_reads == crate::config::PrimaryReads::Share
+        if shared.shard.is_some() && guest.grant.primary_reads == crate::config::PrimaryReads::Share
         {
             readable.insert(manifest.primary.clone(), primary.clone());
         }

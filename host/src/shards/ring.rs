@@ -80,14 +80,7 @@ impl RingOptions {
         identity: &str,
         lease_duration: Duration,
     ) -> Result<Self, String> {
-        let label_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 63
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !s.starts_with('-')
-                && !s.ends_with('-')
-        };
+        let label_ok = |s: &str| crate::validation::dns1123_label("", s).is_ok();
         if !label_ok(name) {
             return Err(format!(
                 "ring (lease) name {name:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it is a label value and the prefix of the leases' names"
