@@ -8,9 +8,11 @@
 //! the leader Pod hands over and objects created meanwhile converge; a new guest version in the
 //! ConfigMap is hot-loaded without a restart (its writes say version 2); a broken `.wasm` keeps
 //! the last good version and shows on `/guests`; one RBAC rule removed fails only the affected
-//! guest, with a forbidden error in its result and metrics, while the host stays Ready; every
-//! manifest passes `kubectl apply --dry-run=server`. Then `cluster down` must leave the machine
-//! as it found it.
+//! guest, with a forbidden error in its result and metrics, while the host stays Ready; the
+//! sharded variant (`deploy/sharded`: three replicas, `--shards auto`) splits the keys between
+//! its Pods with no overlap, every Network stays Ready and new ones converge; every manifest
+//! passes `kubectl apply --dry-run=server`. Then `cluster down` must leave the machine as it
+//! found it.
 //!
 //! Needs root (kubelet, containerd, interfaces); one such cluster per machine.
 
@@ -415,8 +417,10 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     network_ready(&networks, "unaffected").await?;
     ensure!(pod_get(&pods, &new_leader, "/readyz").await?.contains("ok"));
 
+    sharded_replicas_split_the_networks(&networks, &pods).await?;
+
     // Every manifest passes the API server's validation.
-    for dir in ["deploy/local", "deploy/linux"] {
+    for dir in ["deploy/local", "deploy/linux", "deploy/sharded"] {
         kubectl(&[
             "apply",
             "--dry-run=server",
@@ -427,6 +431,90 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
 
     let clean = cluster.down()?;
     ensure!(clean.trim() == "clean", "left on the machine: {clean}");
+    Ok(())
+}
+
+/// `deploy/sharded` as an operator switches to it: scaled to zero first (a leader-elected
+/// replica and sharded ones must not run side by side), then applied. Its three Pods hold
+/// disjoint shares covering every slot, filtered on the API server, and hold every Network
+/// between them; Networks created now converge.
+async fn sharded_replicas_split_the_networks(
+    networks: &Api<DynamicObject>,
+    pods: &Api<Pod>,
+) -> Result<()> {
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "scale",
+        "deployment/reconciler-host",
+        "--replicas=0",
+    ])?;
+    wait_until("the leader-elected Pods to go", WAIT, || async {
+        ensure!(restarts(pods).await?.is_empty(), "host Pods still running");
+        Ok(())
+    })
+    .await?;
+    kubectl(&[
+        "apply",
+        "-k",
+        &repo_root().join("deploy/sharded").display().to_string(),
+    ])?;
+    rolled_out()?;
+    for (i, name) in ["sharded-a", "sharded-b", "sharded-c", "sharded-d"]
+        .iter()
+        .enumerate()
+    {
+        create_network(networks, name, 20 + u8::try_from(i)?).await?;
+    }
+    let total = networks.list(&ListParams::default()).await?.items.len();
+    let split = wait_until(
+        "three Pods to split the ring and every Network",
+        WAIT,
+        || async {
+            let mut owned: Vec<(String, String, u64)> = Vec::new();
+            for (pod, _) in restarts(pods).await? {
+                let report: Value = serde_json::from_str(&pod_get(pods, &pod, "/shards").await?)?;
+                ensure!(
+                    report["members"].as_array().map(Vec::len) == Some(3),
+                    "{pod}: {report}"
+                );
+                ensure!(
+                    report["filter"]["network"] == "server",
+                    "{pod} filters on the client: {report}"
+                );
+                let keys = report["keys"]["network"].as_u64().unwrap_or(0);
+                owned.push((
+                    pod,
+                    report["active"].as_str().unwrap_or("").to_owned(),
+                    keys,
+                ));
+            }
+            ensure!(owned.len() == 3, "{} Pods", owned.len());
+            let mut all = reconciler_host::shards::SlotSet::empty();
+            for (pod, active, _) in &owned {
+                let set = reconciler_host::shards::SlotSet::from_text(active)
+                    .map_err(anyhow::Error::msg)?;
+                ensure!(!set.is_empty(), "{pod} owns nothing yet");
+                ensure!(
+                    set.intersection(&all).is_empty(),
+                    "{pod} overlaps another Pod"
+                );
+                all = all.union(&set);
+            }
+            ensure!(all.is_all(), "slots {} unowned", all.to_text());
+            let keys: u64 = owned.iter().map(|(_, _, k)| k).sum();
+            ensure!(
+                keys == total as u64,
+                "the Pods hold {keys} of {total} Networks"
+            );
+            Ok(owned)
+        },
+    )
+    .await?;
+    println!("sharded split of {total} Networks (pod, slots, keys): {split:?}");
+    for network in networks.list(&ListParams::default()).await?.items {
+        network_ready(networks, &network.metadata.name.unwrap_or_default()).await?;
+    }
     Ok(())
 }
 
