@@ -697,7 +697,10 @@ impl Manager {
             sharding.status.set_primaries(
                 self.controllers
                     .iter()
-                    .map(|(name, c)| (name.clone(), c.primary().clone()))
+                    .map(|(name, c)| {
+                        let share: Arc<dyn crate::shards::Share> = Arc::new(c.primary().clone());
+                        (name.clone(), share)
+                    })
                     .collect(),
             );
         }

@@ -525,6 +525,16 @@ impl Drop for InformerState {
     }
 }
 
+impl crate::shards::Share for Informer {
+    fn keys(&self) -> usize {
+        self.len()
+    }
+
+    fn filter(&self) -> Option<&'static str> {
+        self.filter_mode().map(FilterMode::as_str)
+    }
+}
+
 /// A handle on one shared informer. Cheap to clone; the informer runs while any handle (or
 /// [`Subscription`]) is alive and stops, releasing its cache, when the last one is dropped.
 #[derive(Clone)]

@@ -14,4 +14,4 @@ pub mod status;
 
 pub use ranges::{SLOTS, SlotSet, fnv1a64, partition, slot_of};
 pub use ring::{Ring, RingOptions, ShardState};
-pub use status::ShardStatus;
+pub use status::{ShardStatus, Share};

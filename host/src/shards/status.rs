@@ -9,14 +9,22 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::ShardState;
-use crate::informers::Informer;
 use crate::metrics::{Metrics, ScrapeHook};
+
+/// What `/shards` reads of one guest's primary cache (implemented by `informers::Informer`;
+/// a trait so that this module does not depend on the informers, which depend on it).
+pub trait Share: Send + Sync {
+    /// Objects in the cache: the guest's keys on this replica.
+    fn keys(&self) -> usize;
+    /// Where the share is filtered: `server`, `client`, or none yet.
+    fn filter(&self) -> Option<&'static str>;
+}
 
 /// The ring state plus each running guest's primary informer (its share of the keys).
 pub struct ShardStatus {
     identity: String,
     state: watch::Receiver<ShardState>,
-    primaries: Mutex<BTreeMap<String, Informer>>,
+    primaries: Mutex<BTreeMap<String, Arc<dyn Share>>>,
     metrics: Metrics,
 }
 
@@ -39,7 +47,7 @@ impl ShardStatus {
     }
 
     /// The guests' primary informers, after controllers (re)started.
-    pub fn set_primaries(&self, primaries: BTreeMap<String, Informer>) {
+    pub fn set_primaries(&self, primaries: BTreeMap<String, Arc<dyn Share>>) {
         *self.primaries.lock() = primaries;
     }
 
@@ -48,7 +56,7 @@ impl ShardStatus {
         self.primaries
             .lock()
             .iter()
-            .map(|(guest, informer)| (guest.clone(), informer.len()))
+            .map(|(guest, share)| (guest.clone(), share.keys()))
             .collect()
     }
 
@@ -74,16 +82,7 @@ impl ShardStatus {
         let primaries = self.primaries.lock().clone();
         let filter: BTreeMap<String, Value> = primaries
             .iter()
-            .map(|(guest, informer)| {
-                (
-                    guest.clone(),
-                    json!(
-                        informer
-                            .filter_mode()
-                            .map(crate::informers::FilterMode::as_str)
-                    ),
-                )
-            })
+            .map(|(guest, share)| (guest.clone(), json!(share.filter())))
             .collect();
         json!({
             "identity": self.identity,
