@@ -661,23 +661,32 @@ async fn hot_reload(bench: &Bench) -> anyhow::Result<Vec<(String, Vec<Duration>)
     ])
 }
 
-async fn wait_version(api: &Api<DynamicObject>, version: &str) -> anyhow::Result<()> {
+/// Follows the Widgets until one carries `status.guestVersion == version`.
+async fn version_tracker(api: &Api<DynamicObject>, version: &str) -> anyhow::Result<Tracker> {
     let want = version.to_owned();
-    let tracker = Tracker::start(api.clone(), move |o| {
+    Tracker::start(api.clone(), move |o| {
         o.data
             .pointer("/status/guestVersion")
             .and_then(|v| v.as_str())
             == Some(want.as_str())
     })
-    .await?;
+    .await
+}
+
+/// Polls `tracker` every `every` until it has seen its version, for at most two minutes.
+async fn until_seen(tracker: &Tracker, every: Duration, what: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     while tracker.done() == 0 {
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_mins(2),
-            "the widget guest never wrote guestVersion {version}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        anyhow::ensure!(started.elapsed() < Duration::from_mins(2), "{what}");
+        tokio::time::sleep(every).await;
     }
+    Ok(())
+}
+
+async fn wait_version(api: &Api<DynamicObject>, version: &str) -> anyhow::Result<()> {
+    let tracker = version_tracker(api, version).await?;
+    let what = format!("the widget guest never wrote guestVersion {version}");
+    until_seen(&tracker, Duration::from_millis(2), &what).await?;
     tracker.stop();
     Ok(())
 }
@@ -690,26 +699,14 @@ async fn swap(
     build: &Path,
     version: &str,
 ) -> anyhow::Result<Duration> {
-    let want = version.to_owned();
-    let tracker = Tracker::start(api.clone(), move |o| {
-        o.data
-            .pointer("/status/guestVersion")
-            .and_then(|v| v.as_str())
-            == Some(want.as_str())
-    })
-    .await?;
+    let tracker = version_tracker(api, version).await?;
     anyhow::ensure!(tracker.done() == 0, "already at version {version}");
     let staged = guests.join(".widget.wasm.new");
     std::fs::copy(build, &staged)?;
     let started = Instant::now();
     std::fs::rename(&staged, guests.join("widget.wasm"))?;
-    while tracker.done() == 0 {
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_mins(2),
-            "version {version} never reconciled after the swap"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let what = format!("version {version} never reconciled after the swap");
+    until_seen(&tracker, Duration::from_millis(1), &what).await?;
     let took = started.elapsed();
     tracker.stop();
     Ok(took)

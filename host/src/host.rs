@@ -631,11 +631,6 @@ impl Manager {
         let Some(sharding) = &self.sharding else {
             return;
         };
-        self.shared.metrics.shard_ring(
-            state.members.len(),
-            state.active.len(),
-            state.active.fraction(),
-        );
         let running = *sharding.running.borrow();
         if self.shared.shard == Some(state.active) && running == state.active {
             return;

@@ -220,11 +220,11 @@ async fn choose_filter(source: &Source, selector: String, cache: &Cache, label: 
         return source.client(None);
     }
     let sharded = source.client(Some(selector));
+    let canary = source.client(Some(shard::CANARY.to_owned()));
+    let plain = source.client(None);
     let url = source.api(sharded.clone()).resource_url().to_owned();
     let mut backoff = watcher::DefaultBackoff::default();
     loop {
-        let canary = source.client(Some(shard::CANARY.to_owned()));
-        let plain = source.client(None);
         let error = match shard::probe(&sharded, &canary, &plain, &url).await {
             Ok(probe) if probe.honoured() => {
                 if probe == shard::Probe::Unknown {
@@ -244,7 +244,7 @@ async fn choose_filter(source: &Source, selector: String, cache: &Cache, label: 
                 );
                 let _ = cache.filter.set(FilterMode::Client);
                 cache.last_error.lock().take();
-                return source.client(None);
+                return plain;
             }
             Ok(_) => shard::not_honoured(label),
             Err(err) => format!(

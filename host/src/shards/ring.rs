@@ -775,7 +775,7 @@ impl Coordinator {
     /// seen here) is deleted, on the condition that it still is that version.
     async fn check_member(&mut self, lease: &Lease, me: &str, now: Instant) -> Option<String> {
         let uid = lease.metadata.uid.clone()?;
-        let identity = lease.spec.as_ref()?.holder_identity.clone()?;
+        let identity = self.member_identity(lease)?;
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
         if uid == me {
             return Some(identity);
@@ -816,6 +816,20 @@ impl Coordinator {
                 Some(identity)
             }
         }
+    }
+
+    /// The identity a member lease claims, if it is one a replica could have written: a DNS
+    /// label, and the lease named after it. Anything else in the ring (a hand-made lease) is no
+    /// member, so its text never reaches the partition, `/shards` or a log line unchecked.
+    fn member_identity(&self, lease: &Lease) -> Option<String> {
+        let identity = lease.spec.as_ref()?.holder_identity.as_deref()?;
+        let named = lease.metadata.name.as_deref()
+            == Some(format!("{}-member-{identity}", self.options.name).as_str());
+        if named && crate::validation::dns1123_label("", identity).is_ok() {
+            return Some(identity.to_owned());
+        }
+        tracing::debug!(lease = ?lease.metadata.name, "not a member lease of this ring; ignored");
+        None
     }
 
     /// Waits until the host's controllers run with no more than `keep`. False if they did
