@@ -17,6 +17,7 @@ use crate::config::{Grant, HostConfig};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::offline::MemoryCache;
 use crate::runtime::{Request, Runtime, RuntimeOptions};
+use crate::source::GuestSource;
 
 #[derive(Parser)]
 #[command(
@@ -252,12 +253,12 @@ async fn guest_names(
             continue;
         }
         let loaded = load_guest(runtime.clone(), file.clone()).await?;
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-        let alias = format!("{}@{stem}", loaded.manifest.name);
-        let name = if config.guests.contains_key(&alias) {
-            alias
-        } else {
-            loaded.manifest.name.clone()
+        let name = match GuestSource::file(&file).resolve(&loaded.manifest.name, config) {
+            Ok(key) => key.to_string(),
+            Err(impostor) => {
+                eprintln!("warning: {impostor}; it would be refused");
+                continue;
+            }
         };
         if !config.guests.contains_key(&name) {
             eprintln!(
@@ -313,18 +314,21 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
         cache_dir: crate::host::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
-    let loaded = load_guest(runtime, file).await?;
+    let loaded = load_guest(runtime, file.clone()).await?;
     let manifest = &loaded.manifest;
     let world = loaded.world();
     let grant = match &config {
         None => json!(null),
-        Some(config) => match config.grant(&manifest.name) {
-            None => {
-                json!({ "granted": false, "reason": format!("no grant for guest `{}`", manifest.name) })
-            }
-            Some(grant) => match crate::guests::check_grant(&loaded, &grant, config) {
-                Ok(()) => json!({ "granted": true }),
-                Err(missing) => json!({ "granted": false, "reason": missing }),
+        Some(config) => match GuestSource::file(&file).resolve(&manifest.name, config) {
+            Err(impostor) => json!({ "granted": false, "reason": impostor.to_string() }),
+            Ok(key) => match config.grant(&key.to_string()) {
+                None => {
+                    json!({ "granted": false, "reason": format!("no grant for guest `{key}`") })
+                }
+                Some(grant) => match crate::guests::check_grant(&loaded, &grant, config) {
+                    Ok(()) => json!({ "granted": true, "key": key.to_string() }),
+                    Err(missing) => json!({ "granted": false, "reason": missing }),
+                },
             },
         },
     };
@@ -367,24 +371,23 @@ async fn reconcile(
         cache_dir: crate::host::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
-    let loaded = load_guest(runtime.clone(), guest_file).await?;
-    let manifest = &loaded.manifest;
+    let mut loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
 
     let grant = match &config {
         None => Grant::unrestricted(),
         Some(config) => {
-            let grant = config.grant(&manifest.name).with_context(|| {
-                format!(
-                    "guest `{}` has no grant in the host configuration",
-                    manifest.name
-                )
-            })?;
-            crate::guests::check_grant(&loaded, &grant, config).map_err(|missing| {
-                anyhow::anyhow!("guest `{}` would be refused: {missing}", manifest.name)
-            })?;
+            // As in `run`: the grant of the file's source, and the guest runs under its key.
+            let key = GuestSource::file(&guest_file).resolve(&loaded.manifest.name, config)?;
+            loaded.manifest.name = key.to_string();
+            let grant = config
+                .grant(&loaded.manifest.name)
+                .with_context(|| format!("guest `{key}` has no grant in the host configuration"))?;
+            crate::guests::check_grant(&loaded, &grant, config)
+                .map_err(|missing| anyhow::anyhow!("guest `{key}` would be refused: {missing}"))?;
             grant
         }
     };
+    let manifest = &loaded.manifest;
     // Offline, networks live in memory whatever the configuration's provider; its
     // `allowedCidrs` apply as in `run`.
     let allowed = config

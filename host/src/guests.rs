@@ -9,10 +9,12 @@
 //! included) is loaded again with it; one whose grant was withdrawn is unloaded, since a
 //! revoked grant must take effect.
 //!
-//! A grant keyed `<manifest name>@<file stem>` (e.g. `network@network-v2` for
-//! `network-v2.wasm`) applies to that file only and names the guest it loads: that is how a
-//! second version of a guest runs beside the first (typically in shadow mode) before it is
-//! promoted.
+//! A grant belongs to the file a guest is loaded from, never to the name it declares
+//! ([`crate::source`]): `guests.network` is the grant of `network.wasm`, and a file that declares
+//! `network` under any other name is refused, so no file takes another guest's grant or pushes
+//! the rightful one out. A grant keyed `<manifest name>@<file stem>` (e.g. `network@network-v2`
+//! for `network-v2.wasm`) is that file's and names the guest it loads: that is how a second
+//! version of a guest runs beside the first (typically in shadow mode) before it is promoted.
 //!
 //! Watching is by rescan: any change in the directory (inotify via `notify`) schedules a short
 //! debounced rescan that compares content hashes. That one mechanism covers plain copies,
@@ -33,6 +35,7 @@ use crate::config::{Grant, HostConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{LoadError, LoadedGuest, Runtime, content_hash};
 use crate::shadow::Shadows;
+use crate::source::{GrantKey, GuestSource, NotItsGrant};
 
 /// Quiet time after the last file event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -42,7 +45,7 @@ const SAFETY_RESCAN: Duration = Duration::from_secs(30);
 const TRANSIENT_RETRY: Duration = Duration::from_secs(1);
 
 /// A guest that passed every check, with what it was granted. Its manifest name is the name
-/// it runs under (a `name@file-stem` grant renames it).
+/// it runs under: its grant key (`name`, or `name@file-stem` for a second version).
 #[derive(Debug)]
 pub struct ActiveGuest {
     pub loaded: LoadedGuest,
@@ -116,6 +119,8 @@ pub enum FileState {
 pub enum RefusalError {
     #[error(transparent)]
     Load(#[from] LoadError),
+    #[error(transparent)]
+    NotItsGrant(#[from] NotItsGrant),
     #[error(
         "{file}: guest `{guest}` has no grant: add guests.{guest} to the host configuration with what it needs (read: {needs})"
     )]
@@ -167,18 +172,16 @@ pub fn check_grant(loaded: &LoadedGuest, grant: &Grant, config: &HostConfig) -> 
     }
 }
 
-/// The grant of a loaded guest from `file`, checked against what its manifest asks. A grant for
-/// this file alone (`<name>@<file stem>`) renames the guest to that key.
+/// The grant of `file`'s source for the guest loaded from it, checked against what its
+/// manifest asks. The guest is renamed to its grant key (`<name>@<file stem>` for a file not
+/// named after it).
 fn grant_for(
     file: &Path,
     loaded: &mut LoadedGuest,
     config: &HostConfig,
 ) -> Result<Grant, RefusalError> {
-    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    let alias = format!("{}@{stem}", loaded.manifest.name);
-    if config.guests.contains_key(&alias) {
-        loaded.manifest.name = alias;
-    }
+    let key = GuestSource::file(file).resolve(&loaded.manifest.name, config)?;
+    loaded.manifest.name = key.to_string();
     let manifest = &loaded.manifest;
     let name = file.display().to_string();
     let Some(grant) = config.grant(&manifest.name) else {
@@ -296,14 +299,10 @@ impl GuestDirectory {
     /// its new grant (or name), or unloaded when its grant was withdrawn or no longer covers it.
     fn regrant(&self, file: &Path, active: &Arc<ActiveGuest>) {
         let mut loaded = active.loaded.clone();
-        // The name the guest declares (a `name@file` grant renamed it), then this file's alias.
-        let declared = active
-            .name()
-            .split('@')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        loaded.manifest.name = declared;
+        // Judged again from the name it declared, not the key it ran under.
+        GrantKey::parse(active.name())
+            .declared()
+            .clone_into(&mut loaded.manifest.name);
         let config = self.config();
         match grant_for(file, &mut loaded, &config) {
             Ok(grant) if grant == active.grant && loaded.manifest.name == active.name() => {}
@@ -467,6 +466,8 @@ impl GuestDirectory {
             Ok(active) => {
                 let active = Arc::new(active);
                 let name = active.name().to_owned();
+                // A running name encodes its file's stem (`crate::source`), so two files of one
+                // directory never meet here; kept for sources to come (`Reconciler` objects).
                 if let Some(other) = state.files.iter().find(|(f, e)| {
                     f.as_path() != file && e.active.as_ref().is_some_and(|a| a.name() == name)
                 }) {

@@ -21,6 +21,7 @@
 //! ```
 //!
 //! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
+//! [`source`] (whose grant a guest gets: the file it came from, not the name it declares),
 //! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
 //! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
 //! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
@@ -50,5 +51,6 @@ pub mod scaffold;
 pub mod server;
 pub mod shadow;
 pub mod shards;
+pub mod source;
 pub mod validation;
 pub mod wit;

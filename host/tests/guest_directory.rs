@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reconciler_host::config::HostConfig;
 use reconciler_host::guests::{FileState, GuestDirectory, GuestEvent};
-use reconciler_host::runtime::{Runtime, RuntimeOptions};
+use reconciler_host::runtime::{Runtime, RuntimeOptions, content_hash};
 use reconciler_host::shadow::Mode;
 use tokio::sync::broadcast::Receiver;
 
@@ -186,23 +186,247 @@ fn the_network_guest_needs_a_configured_network_backend() {
     );
 }
 
+/// The state and active guest name of `file` on `/guests`.
+fn status_of(directory: &GuestDirectory, file: &Path) -> (FileState, Option<String>) {
+    let status = directory
+        .statuses()
+        .into_iter()
+        .find(|s| s.file == file)
+        .unwrap_or_else(|| panic!("{} has a status", file.display()));
+    (status.state, status.guest)
+}
+
+/// The refusal of an impostor: `file` declared `declared`, a grant of another file.
+fn assert_impostor(directory: &GuestDirectory, file: &Path, declared: &str) {
+    let (state, guest) = status_of(directory, file);
+    let FileState::Failed(reason) = &state else {
+        panic!("{} must be refused: {state:?}", file.display())
+    };
+    let stem = file.file_stem().unwrap().to_str().unwrap();
+    for part in [
+        format!("{}: declares guest `{declared}`", file.display()),
+        format!("guests.{declared} is the grant of {declared}.wasm"),
+        format!("rename the file to {declared}.wasm, or grant it as guests.{declared}@{stem}"),
+    ] {
+        assert!(reason.contains(&part), "{part:?} in {reason}");
+    }
+    assert_eq!(
+        guest, None,
+        "an impostor is never the active version of its file"
+    );
+}
+
+/// The guests running now, by name, with the file each came from.
+fn running(directory: &GuestDirectory) -> Vec<(String, String)> {
+    let mut running: Vec<(String, String)> = directory
+        .active()
+        .iter()
+        .map(|g| {
+            let file = g.loaded.file.file_name().unwrap().to_string_lossy();
+            (g.name().to_owned(), file.into_owned())
+        })
+        .collect();
+    running.sort();
+    running
+}
+
 #[test]
-fn two_files_with_the_same_guest_name_keep_the_first() {
+fn a_file_declaring_another_guests_name_is_refused_whether_it_comes_before_or_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    copy("widget", &dir.path().join("a.wasm"));
-    copy("widget-v2", &dir.path().join("b.wasm"));
     let guests = directory(dir.path(), &grants());
+    let widget = config(&grants()).grant("widget").unwrap();
+
+    // Before: alone, the impostor (a build declaring `widget`) does not get widget's grant.
+    let before = dir.path().join("evil.wasm");
+    copy("widget-v2", &before);
     guests.rescan();
-    assert_eq!(guests.active().len(), 1);
-    let statuses = guests.statuses();
-    assert_eq!(statuses[0].state, FileState::Loaded);
-    let FileState::Failed(reason) = &statuses[1].state else {
-        panic!("{statuses:?}")
+    assert!(guests.active().is_empty(), "{:?}", guests.statuses());
+    assert_impostor(&guests, &before, "widget");
+
+    // The rightful file then loads as `widget` with its grant, never refused as a duplicate.
+    let rightful = dir.path().join("widget.wasm");
+    copy("widget", &rightful);
+    guests.rescan();
+    assert_eq!(
+        running(&guests),
+        [("widget".to_owned(), "widget.wasm".to_owned())]
+    );
+    assert_eq!(guests.active()[0].grant, widget);
+    assert_eq!(
+        status_of(&guests, &rightful),
+        (FileState::Loaded, Some("widget".into()))
+    );
+    assert_impostor(&guests, &before, "widget");
+
+    // After: an impostor that sorts (and so loads) first does not displace it either.
+    let mut events = guests.subscribe();
+    let after = dir.path().join("a.wasm");
+    copy("widget-v2", &after);
+    guests.rescan();
+    assert!(events.try_recv().is_err(), "an impostor changes nothing");
+    assert_impostor(&guests, &after, "widget");
+    let active = guests.active();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].loaded.file, rightful);
+    assert_eq!(
+        active[0].loaded.hash,
+        content_hash(&std::fs::read(common::guest("widget")).unwrap())
+    );
+
+    // Both in one scan, the impostor first: the same.
+    let fresh = tempfile::tempdir().unwrap();
+    copy("widget-v2", &fresh.path().join("a.wasm"));
+    copy("widget", &fresh.path().join("widget.wasm"));
+    let together = directory(fresh.path(), &grants());
+    together.rescan();
+    assert_eq!(
+        running(&together),
+        [("widget".to_owned(), "widget.wasm".to_owned())]
+    );
+    assert_impostor(&together, &fresh.path().join("a.wasm"), "widget");
+}
+
+/// The widget grant and a network grant (with the backend it needs).
+fn widget_and_network_grants() -> String {
+    let network = "  network:\n    read: [samplecrd.k8s.io/v1/Network]\n    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]\n    backends: [network]\n";
+    format!(
+        "{}backends:\n  network: {{provider: memory}}\n",
+        grants().replace("guests:\n", &format!("guests:\n{network}"))
+    )
+}
+
+#[test]
+fn a_granted_guest_that_swaps_itself_for_another_guests_name_keeps_its_last_good_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), &widget_and_network_grants());
+    let own = dir.path().join("network.wasm");
+    copy("network", &own);
+    copy("widget", &dir.path().join("widget.wasm"));
+    guests.rescan();
+    let both = [
+        ("network".to_owned(), "network.wasm".to_owned()),
+        ("widget".to_owned(), "widget.wasm".to_owned()),
+    ];
+    assert_eq!(running(&guests), both);
+    let kept = content_hash(&std::fs::read(&own).unwrap());
+
+    // network.wasm now declares `widget`: refused, though both names have grants.
+    let mut events = guests.subscribe();
+    copy("widget-v2", &own);
+    guests.rescan();
+    assert!(events.try_recv().is_err(), "an impostor changes nothing");
+    let status = guests
+        .statuses()
+        .into_iter()
+        .find(|s| s.file == own)
+        .unwrap();
+    let FileState::Failed(reason) = &status.state else {
+        panic!("{status:?}")
     };
     assert!(
-        reason.contains("guest name `widget` is already used by"),
+        reason.contains("network.wasm: declares guest `widget`"),
         "{reason}"
     );
+    assert_eq!(status.guest.as_deref(), Some("network"), "{status:?}");
+    assert_eq!(status.active_hash.as_deref(), Some(kept.as_str()));
+    assert_eq!(running(&guests), both);
+}
+
+#[test]
+fn a_grant_for_one_file_is_that_files_alone_and_gives_it_no_other_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let trial = widget_and_network_grants().replace(
+        "guests:\n",
+        "guests:\n  widget@widget-next:\n    mode: shadow\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n",
+    );
+    let guests = directory(dir.path(), &trial);
+    copy("widget", &dir.path().join("widget.wasm"));
+    let next = dir.path().join("widget-next.wasm");
+    copy("widget-v2", &next);
+    // Another file declaring `widget` gets neither `widget` nor the trial's grant.
+    let other = dir.path().join("widget-later.wasm");
+    copy("widget-v2", &other);
+    guests.rescan();
+    assert_eq!(
+        running(&guests),
+        [
+            ("widget".to_owned(), "widget.wasm".to_owned()),
+            (
+                "widget@widget-next".to_owned(),
+                "widget-next.wasm".to_owned()
+            ),
+        ]
+    );
+    assert_impostor(&guests, &other, "widget");
+
+    // The trial's file swapped for a guest declaring `network`, which has a grant of its own:
+    // refused (`network@widget-next` is not granted), and the trial version stays.
+    let kept = content_hash(&std::fs::read(&next).unwrap());
+    copy("network", &next);
+    guests.rescan();
+    let status = guests
+        .statuses()
+        .into_iter()
+        .find(|s| s.file == next)
+        .unwrap();
+    let FileState::Failed(reason) = &status.state else {
+        panic!("{status:?}")
+    };
+    assert!(
+        reason.contains("widget-next.wasm: declares guest `network`")
+            && reason.contains("grant it as guests.network@widget-next"),
+        "{reason}"
+    );
+    assert_eq!(status.guest.as_deref(), Some("widget@widget-next"));
+    assert_eq!(status.active_hash.as_deref(), Some(kept.as_str()));
+}
+
+#[test]
+fn a_new_configuration_never_lets_an_impostor_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), &grants());
+    let impostor = dir.path().join("evil.wasm");
+    copy("widget-v2", &impostor);
+    copy("widget", &dir.path().join("widget.wasm"));
+    guests.rescan();
+    let rightful = [("widget".to_owned(), "widget.wasm".to_owned())];
+    assert_eq!(running(&guests), rightful);
+
+    // Every file is judged again, the refused ones from their bytes: the impostor stays out,
+    // whether the rightful guest's grant changes, goes or comes back.
+    let shadow = grants().replace("  widget:\n", "  widget:\n    mode: shadow\n");
+    for (config_text, expected) in [
+        (shadow.as_str(), &rightful[..]),
+        ("guests: {}\n", &[][..]),
+        (grants().as_str(), &rightful[..]),
+    ] {
+        guests.reconfigure(config(config_text)).unwrap();
+        assert_eq!(running(&guests), expected, "after {config_text}");
+        assert_impostor(&guests, &impostor, "widget");
+    }
+
+    // Only a grant for the impostor's own file admits it, under a name of its own; withdrawn,
+    // it is out again.
+    let admitted = format!(
+        "{}  widget@evil:\n    mode: shadow\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n",
+        grants()
+    );
+    guests.reconfigure(config(&admitted)).unwrap();
+    assert_eq!(
+        running(&guests),
+        [
+            ("widget".to_owned(), "widget.wasm".to_owned()),
+            ("widget@evil".to_owned(), "evil.wasm".to_owned()),
+        ]
+    );
+    let mut events = guests.subscribe();
+    guests.reconfigure(config(&grants())).unwrap();
+    match events.try_recv() {
+        Ok(GuestEvent::Unloaded(name)) => assert_eq!(name, "widget@evil"),
+        other => panic!("expected an Unloaded event, got {other:?}"),
+    }
+    assert_eq!(running(&guests), rightful);
+    assert_impostor(&guests, &impostor, "widget");
 }
 
 /// Waits for the next guest event from the watching task.

@@ -73,10 +73,15 @@ fn run_build(name: &str, case: &Case, guest: &str, bless: bool) {
     if dir.join("backend-state.json").exists() {
         std::fs::copy(dir.join("backend-state.json"), &state).unwrap();
     }
+    // Every build runs from a file named after the guest it ports, as it would be deployed: a
+    // grant belongs to the file's name (`host/src/source.rs`), and a case's host.yaml grants
+    // the guest.
+    let file = work.path().join(format!("{}.wasm", case.guest));
+    std::fs::copy(common::guest(guest), &file).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_reconciler-host"));
     command
         .args(["reconcile", "--guest"])
-        .arg(common::guest(guest))
+        .arg(&file)
         .arg("--objects")
         .arg(dir.join("objects.yaml"))
         .args(["--kind", &case.kind, "--key", &case.key, "--now", NOW])
@@ -326,5 +331,68 @@ fn check_prints_the_manifest_and_refuses_beyond_the_grant() {
     assert!(
         err.contains("would be refused: no grant for guest `network`"),
         "{err}"
+    );
+}
+
+/// As in `run`, a configuration's grant is the one of the guest's file: a file declaring
+/// another guest's name is refused by `reconcile` and `check`, and a grant for that file
+/// (`name@stem`) is the one its calls are checked against.
+#[test]
+fn offline_a_file_gets_the_grant_of_its_own_name_not_of_the_name_it_declares() {
+    let work = tempfile::tempdir().unwrap();
+    let impostor = work.path().join("evil.wasm");
+    std::fs::copy(common::guest("widget"), &impostor).unwrap();
+    let grants = std::fs::read_to_string(fixture("widget-denied").join("host.yaml")).unwrap();
+    let config = work.path().join("host.yaml");
+    std::fs::write(&config, &grants).unwrap();
+    let objects = fixture("widget-denied").join("objects.yaml");
+    let reconcile = |config: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+            .args(["reconcile", "--guest"])
+            .arg(&impostor)
+            .arg("--objects")
+            .arg(&objects)
+            .args(["--kind", WIDGET, "--key", "demo/w1", "--now", NOW])
+            .arg("--config")
+            .arg(config)
+            .env("XDG_CACHE_HOME", common::cache_dir())
+            .output()
+            .unwrap()
+    };
+    let refusal = format!(
+        "{}: declares guest `widget`, but a grant goes with the file a guest is loaded from",
+        impostor.display()
+    );
+
+    let output = reconcile(&config);
+    assert!(!output.status.success(), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains(&refusal), "{err}");
+    assert!(
+        err.contains("rename the file to widget.wasm, or grant it as guests.widget@evil"),
+        "{err}"
+    );
+    assert!(output.stdout.is_empty(), "nothing ran: {output:?}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .arg("check")
+        .arg(&impostor)
+        .arg("--config")
+        .arg(&config)
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains(&refusal), "{err}");
+
+    // Granted for this file: it runs as `widget@evil`, checked against that grant.
+    std::fs::write(&config, grants.replace("  widget:", "  widget@evil:")).unwrap();
+    let output = reconcile(&config);
+    assert!(output.status.success(), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["calls"][0]["returned"]["error"]["denied"],
+        "guest `widget@evil` may not read v1/Secret: add it to guests.widget@evil.read in the host configuration"
     );
 }

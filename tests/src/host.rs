@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
+use reconciler_host::runtime::{Runtime, RuntimeOptions};
 
 use crate::paths::{repo_root, target_dir};
 use crate::wait::wait_until;
@@ -45,12 +46,43 @@ pub fn guest_component(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The file a built guest runs from in a guest directory: `<the name it declares>.wasm`, as it
+/// is deployed. A grant belongs to the file's name, never to the name a guest declares
+/// (`host/src/source.rs`), so a port or variant (`network-go`, `greeter-c`, `naming-altered`)
+/// runs as the guest it stands in for, under that guest's grant, metrics and field manager.
+/// A component that does not load has no name of its own and keeps its build's.
+pub async fn deployed_file_name(component: &str) -> Result<String> {
+    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+    let path = guest_component(component)?;
+    let fallback = format!("{component}.wasm");
+    // Loading blocks (and drives its own reactor): off the test's async runtime.
+    tokio::task::spawn_blocking(move || {
+        let runtime = RUNTIME
+            .get_or_init(|| {
+                // The hosts' compile cache: their load of the same bytes is then a hit.
+                Runtime::new(&RuntimeOptions {
+                    cache_dir: Some(target_dir().join("test-compile-cache")),
+                    ..RuntimeOptions::default()
+                })
+                .map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("a runtime to read guest manifests: {e}"))?;
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(runtime
+            .load(&bytes, &path)
+            .map_or(fallback, |guest| format!("{}.wasm", guest.manifest.name)))
+    })
+    .await?
+}
+
 /// What a host process is started with.
 pub struct HostOptions<'a> {
     pub kubeconfig: &'a Path,
     /// The host configuration (YAML text).
     pub config: String,
-    /// Guests copied into its directory before it starts.
+    /// Built guests (`target/guests/<name>.wasm`) copied into its directory before it starts,
+    /// each as [`deployed_file_name`].
     pub guests: Vec<&'a str>,
     /// Only this namespace is watched (`--watch-namespace`), so concurrent tests don't meet.
     pub namespace: Option<&'a str>,
@@ -79,7 +111,7 @@ impl HostProcess {
         for guest in &options.guests {
             std::fs::copy(
                 guest_component(guest)?,
-                guests.join(format!("{guest}.wasm")),
+                guests.join(deployed_file_name(guest).await?),
             )?;
         }
         let config = dir.path().join("host.yaml");

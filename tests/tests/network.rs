@@ -3,8 +3,9 @@
 //! Needs root (CAP_NET_ADMIN), as the demo does.
 //!
 //! Every test runs against both builds of the guest: the Rust reference (`guests/network`,
-//! `network.wasm`) and its Go port (`guests/go/network`, `network-go.wasm`); both call themselves
-//! `network`, so they share the grants, metrics and expectations.
+//! `network.wasm`) and its Go port (`guests/go/network`, built as `network-go.wasm`); both call
+//! themselves `network` and run from `network.wasm`, so they share the grants, metrics and
+//! expectations.
 
 use std::process::Command;
 use std::time::Duration;
@@ -360,7 +361,7 @@ async fn converges_after_a_host_kill(build: &'static str) -> Result<()> {
     let mut bytes = std::fs::read(guest_component(s.build)?)?;
     bytes.extend_from_slice(&[0x00, 0x06, 0x05, b'b', b'u', b'i', b'l', b'd']);
     let guests = s.host.dir.path().join("guests");
-    let file = format!("{}.wasm", s.build);
+    let file = reconciler_host_tests::host::deployed_file_name(s.build).await?;
     std::fs::write(guests.join(format!(".{file}.tmp")), &bytes)?;
     std::fs::rename(guests.join(format!(".{file}.tmp")), guests.join(&file))?;
     wait_until(

@@ -1,0 +1,187 @@
+//! Which grant a guest gets: the one of the source it was loaded from, never the one of the
+//! name it declares. A manifest is the guest's own word, so a grant looked up by it would let
+//! any file take any guest's grant (and push the rightful file out as a duplicate); the file's
+//! name is the operator's word, given where the grants are.
+//!
+//! The rule, here alone, for `run` ([`crate::guests`]) and for `check`, `reconcile` and `rbac`
+//! ([`crate::cli`]):
+//!
+//! | grant key   | belongs to   | runs the guest as                                          |
+//! |-------------|--------------|------------------------------------------------------------|
+//! | `name`      | `name.wasm`  | `name`                                                     |
+//! | `name@stem` | `stem.wasm`  | `name@stem`: a second version beside `name` (shadow trials) |
+//!
+//! A file whose stem is not the name it declares needs a `name@stem` grant; without one it is
+//! refused ([`NotItsGrant`]), whatever other grants exist and whichever file loads first. A
+//! running name thus encodes its file's stem, so no two files of one directory run under one
+//! name. Today every source is a file; a `Reconciler` object would become another
+//! [`GuestSource`] whose name keys its grant the same way.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::config::HostConfig;
+
+/// A key under `guests:` in the host configuration: `name`, or `name@stem` for one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantKey {
+    declared: String,
+    stem: Option<String>,
+}
+
+impl GrantKey {
+    /// Splits at the first `@`: a declared name is a DNS label and never holds one.
+    pub fn parse(key: &str) -> Self {
+        match key.split_once('@') {
+            Some((declared, stem)) => Self {
+                declared: declared.to_owned(),
+                stem: Some(stem.to_owned()),
+            },
+            None => Self {
+                declared: key.to_owned(),
+                stem: None,
+            },
+        }
+    }
+
+    /// The name the guest declares in its manifest.
+    pub fn declared(&self) -> &str {
+        &self.declared
+    }
+
+    /// The stem of the file this grant belongs to.
+    pub fn source_stem(&self) -> &str {
+        self.stem.as_deref().unwrap_or(&self.declared)
+    }
+}
+
+impl fmt::Display for GrantKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.stem {
+            Some(stem) => write!(f, "{}@{stem}", self.declared),
+            None => f.write_str(&self.declared),
+        }
+    }
+}
+
+/// A guest that declares a name its source's grants do not give it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{file}: declares guest `{declared}`, but a grant goes with the file a guest is loaded from, not with the name it declares: guests.{declared} is the grant of {declared}.wasm; rename the file to {declared}.wasm, or grant it as guests.{declared}@{stem}"
+)]
+pub struct NotItsGrant {
+    pub file: String,
+    pub declared: String,
+    pub stem: String,
+}
+
+/// Where a guest was loaded from: a file, whose stem (`network` of `network.wasm`) keys its
+/// grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestSource {
+    file: PathBuf,
+    stem: String,
+}
+
+impl GuestSource {
+    pub fn file(path: &Path) -> Self {
+        // A stem that is not UTF-8 never equals a declared name (DNS labels), so it can only be
+        // granted as `name@stem`; lossy keeps it printable in the message that says so.
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Self {
+            file: path.to_owned(),
+            stem,
+        }
+    }
+
+    /// The key of this source's grant for a guest declaring `declared`: the name alone from the
+    /// file of that name, `declared@stem` from any other.
+    pub fn grant_key(&self, declared: &str) -> GrantKey {
+        GrantKey {
+            declared: declared.to_owned(),
+            stem: (declared != self.stem).then(|| self.stem.clone()),
+        }
+    }
+
+    /// The key the guest runs under, its name if it loads from the file of its name, refused
+    /// when it is another file's without a `name@stem` grant. The grant itself may still be
+    /// missing from `config` for a guest in its own file: that is an ungranted guest, not an
+    /// impostor, and the caller says what it needs.
+    pub fn resolve(&self, declared: &str, config: &HostConfig) -> Result<GrantKey, NotItsGrant> {
+        let key = self.grant_key(declared);
+        if key.stem.is_some() && !config.guests.contains_key(&key.to_string()) {
+            return Err(NotItsGrant {
+                file: self.file.display().to_string(),
+                declared: declared.to_owned(),
+                stem: self.stem.clone(),
+            });
+        }
+        Ok(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> HostConfig {
+        HostConfig::parse(text, Path::new("host.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_grant_key_names_the_file_it_belongs_to_and_reads_back_as_written() {
+        for (key, declared, stem) in [
+            ("network", "network", "network"),
+            ("network@network-v2", "network", "network-v2"),
+            ("a@b@c", "a", "b@c"),
+        ] {
+            let parsed = GrantKey::parse(key);
+            assert_eq!(
+                (parsed.declared(), parsed.source_stem()),
+                (declared, stem),
+                "{key}"
+            );
+            assert_eq!(parsed.to_string(), key);
+        }
+    }
+
+    #[test]
+    fn a_file_keys_the_grant_of_the_name_it_declares_only_under_its_own_stem() {
+        let own = GuestSource::file(Path::new("/guests/network.wasm"));
+        assert_eq!(own.grant_key("network").to_string(), "network");
+        let other = GuestSource::file(Path::new("/guests/evil.wasm"));
+        assert_eq!(other.grant_key("network").to_string(), "network@evil");
+        // The source of a key is the file its guest was loaded from, both ways round.
+        assert_eq!(other.grant_key("network").source_stem(), "evil");
+    }
+
+    #[test]
+    fn a_guest_declaring_another_files_name_is_refused_unless_granted_for_its_own_file() {
+        let grants = config("guests:\n  network: {}\n  network@network-v2: {mode: shadow}\n");
+        let resolve = |file: &str, declared: &str| {
+            GuestSource::file(Path::new(file))
+                .resolve(declared, &grants)
+                .map(|key| key.to_string())
+        };
+        assert_eq!(resolve("/g/network.wasm", "network").unwrap(), "network");
+        assert_eq!(
+            resolve("/g/network-v2.wasm", "network").unwrap(),
+            "network@network-v2"
+        );
+        // Its own name without a grant: an ungranted guest, for the caller to refuse.
+        assert_eq!(resolve("/g/widget.wasm", "widget").unwrap(), "widget");
+
+        let err = resolve("/g/evil.wasm", "network").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/g/evil.wasm: declares guest `network`, but a grant goes with the file a guest is loaded from, not with the name it declares: guests.network is the grant of network.wasm; rename the file to network.wasm, or grant it as guests.network@evil"
+        );
+        // A `name@stem` grant is its file's alone, and gives that file no other name.
+        assert!(resolve("/g/network-v3.wasm", "network").is_err());
+        assert!(resolve("/g/network-v2.wasm", "widget").is_err());
+        assert!(resolve("/g/network@network-v2.wasm", "network").is_err());
+    }
+}
