@@ -767,10 +767,12 @@ fn describe_failure(e: &wasmtime::Error, store: &Store<HostState>) -> (FailureKi
     (kind, message)
 }
 
+/// The trap, or the error's chain: escaped, since a wasm backtrace quotes the guest's own
+/// function names.
 fn root_cause(e: &wasmtime::Error) -> String {
     match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => format!("{e:#}"),
+        None => crate::validation::message(&format!("{e:#}")),
     }
 }
 

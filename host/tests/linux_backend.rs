@@ -304,10 +304,14 @@ async fn overlap_is_refused_on_the_later_network_and_nothing_is_created() {
         .ensure(&spec("ns/b", "10.0.0.0/8", "10.0.0.1"))
         .await
         .unwrap_err();
-    let BackendError::Invalid(msg) = err else {
-        panic!("expected Invalid, got {err:?}")
-    };
-    assert!(msg.contains("`ns/a` (cidr `10.1.0.0/24`)"), "{msg}");
+    assert!(
+        matches!(&err, BackendError::Overlap { .. }),
+        "expected Overlap, got {err:?}"
+    );
+    assert!(
+        err.to_string().contains("`ns/a` (cidr `10.1.0.0/24`)"),
+        "{err}"
+    );
     assert!(ns.link(&bridge_name("rh", "ns/b")).is_none(), "not applied");
     assert_eq!(backend.list().await.unwrap(), vec![a]);
 
@@ -321,6 +325,64 @@ async fn overlap_is_refused_on_the_later_network_and_nothing_is_created() {
         "{err:?}"
     );
     assert!(ns.link(&bridge_name("rh", "ns/c")).is_none());
+}
+
+/// What the capability layer does for two guests (`a/…` and `b/…` ids on one provider): the
+/// refusal guest b sees names nothing of guest a's network, read from the kernel.
+#[tokio::test]
+async fn another_guests_bridge_appears_in_no_refusal_a_guest_sees() {
+    let Some(ns) = netns_or_skip("guests") else {
+        return;
+    };
+    let backend = ns.backend();
+    let held = backend
+        .ensure(&spec("a/ns/net", "10.1.0.0/24", "10.1.0.77"))
+        .await
+        .unwrap();
+    let secrets = [
+        "a/ns/net",
+        "ns/net",
+        "10.1.0.0/24",
+        "10.1.0.77",
+        held.interface_name.as_str(),
+    ];
+    for (cidr, gateway) in [("10.0.0.0/8", "10.0.0.1"), ("10.1.0.64/26", "10.1.0.65")] {
+        let err = backend
+            .ensure(&spec("b/ns/mine", cidr, gateway))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("a/ns/net"),
+            "the operator's view names it: {err}"
+        );
+        let seen = err.seen_by("b/");
+        assert_eq!(
+            seen,
+            BackendError::Invalid(format!(
+                "network `ns/mine`: cidr `{cidr}` overlaps a network held by another guest; \
+                 pick a disjoint range"
+            ))
+        );
+        for secret in secrets {
+            assert!(!seen.to_string().contains(secret), "{secret} in {seen}");
+        }
+    }
+    assert!(backend.get("b/ns/net").await.unwrap().is_none());
+    assert!(!backend.delete("b/ns/net").await.unwrap());
+    assert_eq!(backend.get("a/ns/net").await.unwrap(), Some(held));
+
+    // A bridge under b's name that a's id claims (what a hash collision looks like) is
+    // refused without naming a's id.
+    let x = bridge_name("rh", "b/ns/x");
+    ns.ip(&["link", "add", &x, "type", "bridge"]);
+    ns.ip(&["link", "set", "dev", &x, "alias", "a/ns/y"]);
+    let err = backend
+        .ensure(&spec("b/ns/x", "10.5.0.0/24", "10.5.0.1"))
+        .await
+        .unwrap_err();
+    let seen = err.seen_by("b/").to_string();
+    assert!(!seen.contains("ns/y"), "{seen}");
+    assert!(seen.contains("belongs to another network"), "{seen}");
 }
 
 #[tokio::test]
@@ -365,7 +427,7 @@ async fn state_lives_in_the_kernel_and_survives_a_restart() {
         .ensure(&spec("ns/c", "10.1.0.0/16", "10.1.0.1"))
         .await
         .unwrap_err();
-    assert!(matches!(err, BackendError::Invalid(_)), "{err:?}");
+    assert!(matches!(err, BackendError::Overlap { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -406,8 +468,12 @@ async fn interfaces_that_are_not_ours_are_never_taken_over() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, BackendError::Other(m) if m.contains("belongs to network `ns/other`")),
+        matches!(&err, BackendError::NameTaken { owner, .. } if owner == "ns/other"),
         "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("belongs to network `ns/other`"),
+        "{err}"
     );
     assert!(!backend.delete("ns/x").await.unwrap());
     assert!(ns.link(&x).is_some());
@@ -590,6 +656,8 @@ async fn the_policy_refuses_what_the_memory_provider_refuses_in_the_same_words()
         ("169.254.169.254/32", "169.254.169.254"),
         ("fe80::/64", "fe80::1"),
         ("224.0.0.0/24", "224.0.0.1"),
+        ("64:ff9b::/96", "64:ff9b::1"),
+        ("198.18.0.0/24", "198.18.0.1"),
         ("10.1.0.0/24", "10.1.0.255"),
         ("192.168.1.0/24", "192.168.1.1"),
         ("10.96.0.0/12", "10.96.0.2"),

@@ -427,7 +427,9 @@ fn namespace_reserved(
             continue;
         };
         let mut text = format!("{kind}{range}");
-        if let Some(&dev) = devices.first() {
+        // Named by a device that is not ours: our bridges are guests' networks, and a guest
+        // is never told another's.
+        if let Some(&dev) = devices.iter().find(|&&i| !ours(i)) {
             let _ = write!(text, " dev {}", name(dev));
         }
         if table != u32::from(RouteHeader::RT_TABLE_MAIN) {
@@ -650,12 +652,12 @@ impl Worker {
                 )));
             }
             if let Some(owner) = link.alias.as_deref().filter(|owner| *owner != spec.id) {
-                return Err(BackendError::Other(format!(
-                    "network `{}`: bridge `{name}` in {} belongs to network `{owner}` (its \
-                     alias); the two ids collide in the name hash, so rename one object or \
-                     use a shorter bridge-prefix",
-                    spec.id, self.place
-                )));
+                return Err(BackendError::NameTaken {
+                    id: spec.id.clone(),
+                    bridge: name,
+                    place: self.place.to_string(),
+                    owner: owner.to_owned(),
+                });
             }
             link
         } else {

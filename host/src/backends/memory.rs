@@ -223,10 +223,11 @@ mod tests {
             .ensure(&spec("ns/b", "10.1.0.0/16", "10.1.0.1"))
             .await
             .unwrap_err();
-        let BackendError::Invalid(msg) = err else {
-            panic!("expected Invalid, got {err:?}")
-        };
-        assert!(msg.contains("ns/a") && msg.contains("10.1.0.0/24"), "{msg}");
+        assert!(
+            matches!(&err, BackendError::Overlap { other, other_cidr, .. }
+                if other == "ns/a" && other_cidr.to_string() == "10.1.0.0/24"),
+            "{err:?}"
+        );
         assert_eq!(backend.get("ns/b").await.unwrap(), None, "not applied");
         assert_eq!(backend.list().await.unwrap(), vec![a]);
     }
@@ -261,59 +262,78 @@ mod tests {
         (
             "127.0.0.0/8",
             "127.0.0.1",
-            "cidr `127.0.0.0/8` overlaps loopback 127.0.0.0/8 (the host's own services), \
-             which no network may use; pick a private range such as `10.10.0.0/24`",
+            "cidr `127.0.0.0/8` overlaps 127.0.0.0/8 \"Loopback\" (RFC 1122 §3.2.1.3, IANA \
+             IPv4 Special-Purpose Address Registry), which no network may use: the host's own \
+             services listen there; pick a private range such as `10.10.0.0/24`",
         ),
         (
             "::1/128",
             "::1",
-            "cidr `::1/128` overlaps loopback ::1, which no network may use; pick a \
-             private range such as `fd00:10::/64`",
+            "cidr `::1/128` overlaps ::1/128 \"Loopback Address\" (RFC 4291, IANA IPv6 \
+             Special-Purpose Address Registry), which no network may use: the host's own \
+             services listen there; pick a private range such as `fd00:10::/64`",
         ),
         (
             "169.254.0.0/24",
             "169.254.0.1",
-            "cidr `169.254.0.0/24` overlaps link-local 169.254.0.0/16 (cloud metadata \
-             services live at 169.254.169.254), which no network may use; pick a private \
+            "cidr `169.254.0.0/24` overlaps 169.254.0.0/16 \"Link Local\" (RFC 3927, IANA \
+             IPv4 Special-Purpose Address Registry), which no network may use: it is never \
+             forwarded, and cloud metadata services answer at 169.254.169.254; pick a private \
              range such as `10.10.0.0/24`",
         ),
         (
             "fe80::/64",
             "fe80::1",
-            "cidr `fe80::/64` overlaps link-local fe80::/10 (the kernel assigns it to every \
-             interface), which no network may use; pick a private range such as \
-             `fd00:10::/64`",
+            "cidr `fe80::/64` overlaps fe80::/10 \"Link-Local Unicast\" (RFC 4291, IANA IPv6 \
+             Special-Purpose Address Registry), which no network may use: it is never \
+             forwarded, and the kernel assigns it to every interface; pick a private range \
+             such as `fd00:10::/64`",
         ),
         (
             "224.0.0.0/8",
             "224.0.0.1",
-            "cidr `224.0.0.0/8` overlaps multicast 224.0.0.0/4, which no network may use; \
-             pick a private range such as `10.10.0.0/24`",
+            "cidr `224.0.0.0/8` overlaps 224.0.0.0/4 \"Multicast\" (RFC 5771, IANA IPv4 \
+             Multicast Address Space Registry), which no network may use: its addresses are \
+             multicast groups, not hosts; pick a private range such as `10.10.0.0/24`",
         ),
         (
             "ff02::/16",
             "ff02::1",
-            "cidr `ff02::/16` overlaps multicast ff00::/8, which no network may use; pick a \
+            "cidr `ff02::/16` overlaps ff00::/8 \"Multicast\" (RFC 4291 §2.7, IANA IPv6 \
+             Multicast Address Space Registry), which no network may use: its addresses are \
+             multicast groups, not hosts; pick a private range such as `fd00:10::/64`",
+        ),
+        (
+            "64:ff9b::/96",
+            "64:ff9b::1",
+            "cidr `64:ff9b::/96` overlaps 64:ff9b::/96 \"IPv4-IPv6 Translat.\" (RFC 6052, IANA \
+             IPv6 Special-Purpose Address Registry), which no network may use: it is NAT64's \
+             well-known prefix, through which IPv6-only hosts reach the IPv4 internet; pick a \
              private range such as `fd00:10::/64`",
         ),
         (
             "0.0.0.0/8",
             "0.0.0.1",
-            "cidr `0.0.0.0/8` overlaps \"this network\" 0.0.0.0/8 (unspecified source \
-             addresses, RFC 1122), which no network may use; pick a private range such as \
-             `10.10.0.0/24`",
+            "cidr `0.0.0.0/8` overlaps 0.0.0.0/8 \"This network\" (RFC 791 §3.2, IANA IPv4 \
+             Special-Purpose Address Registry), which no network may use: it is a source for \
+             hosts that have no address yet, never a destination; pick a private range such \
+             as `10.10.0.0/24`",
         ),
         (
             "::/128",
             "::",
-            "cidr `::/128` overlaps the unspecified address ::, which no network may use; \
+            "cidr `::/128` overlaps ::/128 \"Unspecified Address\" (RFC 4291, IANA IPv6 \
+             Special-Purpose Address Registry), which no network may use: it is the \
+             unspecified address: a socket bound to it listens on every address of the host; \
              pick a private range such as `fd00:10::/64`",
         ),
         (
             "255.255.255.255/32",
             "255.255.255.255",
-            "cidr `255.255.255.255/32` overlaps the broadcast address 255.255.255.255, \
-             which no network may use; pick a private range such as `10.10.0.0/24`",
+            "cidr `255.255.255.255/32` overlaps 255.255.255.255/32 \"Limited Broadcast\" \
+             (RFC 919 §7, RFC 8190, IANA IPv4 Special-Purpose Address Registry), which no \
+             network may use: it reaches every host on the link and is never forwarded; pick \
+             a private range such as `10.10.0.0/24`",
         ),
         (
             "10.1.0.0/24",

@@ -21,10 +21,11 @@
 //! ([`policy`]; each refusal is [`BackendError::Invalid`] naming the rule):
 //!
 //! - deny by default: prefixes broader than /8 (IPv4) or /16 (IPv6): default routes and their
-//!   halves; and any overlap with loopback (`127.0.0.0/8`, `::1`), link-local
-//!   (`169.254.0.0/16`, `fe80::/10`), multicast (`224.0.0.0/4`, `ff00::/8`), "this network"
-//!   and unspecified (`0.0.0.0/8`, `::`), broadcast (`255.255.255.255`) and IPv4-mapped IPv6
-//!   (`::ffff:0:0/96`); a gateway that is the network address (or, IPv4, the broadcast one);
+//!   halves; any overlap with a block of IANA's special-purpose registries other than the
+//!   private-numbering ones ([`policy::DENIED`]: loopback, link-local, "this network",
+//!   broadcast, documentation, benchmarking, anycast services, NAT64's `64:ff9b::/96` and
+//!   `64:ff9b:1::/48`, 6to4, Teredo, segment routing, IPv4-mapped IPv6, ...) or with
+//!   multicast; a gateway that is the network address (or, IPv4, the broadcast one);
 //! - `allowed-cidrs` in the configuration: when set, a cidr must lie entirely inside one of
 //!   its ranges;
 //! - the API server's addresses (from the cluster URL, resolved at start-up) are never
@@ -33,6 +34,14 @@
 //!   it works in, read at every `ensure`, except those on its own bridges. Without `netns`
 //!   that is the host's own namespace, where a network over the host's LAN or a VPN's routes
 //!   would capture the host's traffic.
+//!
+//! # What a refusal says about other networks
+//!
+//! A provider serves every guest, and its refusals are for the operator: an overlap names the
+//! other network ([`BackendError::Overlap`]), a taken bridge name its owner
+//! ([`BackendError::NameTaken`]). A guest sees them through [`BackendError::seen_by`], which
+//! names only the guest's own networks: another guest's id, range, gateway or bridge never
+//! reaches it (the contract says other guests' networks are invisible).
 
 pub mod linux;
 pub mod memory;
@@ -65,7 +74,7 @@ pub struct NetworkSpec {
 
 /// What a provider reports, read back from the real system: the WIT `network-status` record.
 ///
-/// `cidr` and `gateway` are in canonical text form (`2001:db8::/64`, not `2001:DB8:0::/64`);
+/// `cidr` and `gateway` are in canonical text form (`fd00:10::/64`, not `FD00:10:0::/64`);
 /// compare parsed values, not strings, when the spec might be written differently. The Linux
 /// provider reports both as empty strings for a bridge that exists but carries no address.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,13 +89,33 @@ pub struct NetworkStatus {
 }
 
 /// Why a provider call failed. The capability layer maps each kind onto the WIT `error`
-/// variant of the same name, so the guest can tell "fix the object" from "try again".
+/// variant of the same name (through [`BackendError::seen_by`]), so the guest can tell "fix
+/// the object" from "try again".
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
-    /// The spec can never succeed as written: a bad CIDR, a gateway outside it, an overlap
-    /// with another network. Not worth retrying until the object changes.
+    /// The spec can never succeed as written: a bad CIDR, a gateway outside it, a range the
+    /// policy refuses. Not worth retrying until the object changes.
     #[error("invalid network: {0}")]
     Invalid(String),
+    /// The cidr overlaps network `other`: invalid, like [`BackendError::Invalid`]. Kept apart
+    /// so that only a caller who may see `other` is told its id and range.
+    #[error("invalid network: {}", overlap(.id, .cidr, Some((.other, .other_cidr))))]
+    Overlap {
+        id: String,
+        cidr: IpNet,
+        other: String,
+        other_cidr: IpNet,
+    },
+    /// (Linux) the bridge name `id` hashes to is held by network `owner` (its alias): the two
+    /// ids collide in the name hash. Kept apart for the same reason as `Overlap`.
+    #[error("network backend: {}", name_taken(.id, .bridge, .place, Some(.owner)))]
+    NameTaken {
+        id: String,
+        bridge: String,
+        /// The namespace, as messages name it.
+        place: String,
+        owner: String,
+    },
     /// The system refused or failed for now (a netlink error, a missing namespace, a file
     /// that cannot be written). Worth retrying with backoff.
     #[error("network backend unavailable: {0}")]
@@ -94,6 +123,76 @@ pub enum BackendError {
     /// Anything else, e.g. an interface name taken by something that is not ours.
     #[error("network backend: {0}")]
     Other(String),
+}
+
+impl BackendError {
+    /// The error as a caller sees it who owns only the ids starting with `prefix` and knows
+    /// them without it: a guest, whose ids the capability layer stores as `<guest>/<id>`.
+    /// Another owner's network is never named: an overlap with it reads as an overlap with a
+    /// network held by another guest, a bridge it holds as taken. What remains is `Invalid`,
+    /// `Unavailable` or `Other`, with the caller's own ids written as it wrote them.
+    #[must_use]
+    pub fn seen_by(self, prefix: &str) -> BackendError {
+        let own = |id: &str| id.strip_prefix(prefix).map(str::to_owned);
+        let shown = |id: String| own(&id).unwrap_or(id);
+        // Every message names ids in backticks.
+        let unprefixed = |m: String| m.replace(&format!("`{prefix}"), "`");
+        match self {
+            BackendError::Overlap {
+                id,
+                cidr,
+                other,
+                other_cidr,
+            } => {
+                let other = own(&other);
+                BackendError::Invalid(overlap(
+                    &shown(id),
+                    &cidr,
+                    other.as_ref().map(|other| (other, &other_cidr)),
+                ))
+            }
+            BackendError::NameTaken {
+                id,
+                bridge,
+                place,
+                owner,
+            } => BackendError::Other(name_taken(
+                &shown(id),
+                &bridge,
+                &place,
+                own(&owner).as_ref(),
+            )),
+            BackendError::Invalid(m) => BackendError::Invalid(unprefixed(m)),
+            BackendError::Unavailable(m) => BackendError::Unavailable(unprefixed(m)),
+            BackendError::Other(m) => BackendError::Other(unprefixed(m)),
+        }
+    }
+}
+
+/// The words of [`BackendError::Overlap`]; `other` is `None` when the caller may not see it.
+fn overlap(id: &str, cidr: &IpNet, other: Option<(&String, &IpNet)>) -> String {
+    match other {
+        Some((other, other_cidr)) => format!(
+            "network `{id}`: cidr `{cidr}` overlaps network `{other}` (cidr `{other_cidr}`); \
+             pick a disjoint range or delete `{other}` first"
+        ),
+        None => format!(
+            "network `{id}`: cidr `{cidr}` overlaps a network held by another guest; pick a \
+             disjoint range"
+        ),
+    }
+}
+
+/// The words of [`BackendError::NameTaken`]; `owner` is `None` when the caller may not see it.
+fn name_taken(id: &str, bridge: &str, place: &str, owner: Option<&String>) -> String {
+    let owner = owner.map_or_else(
+        || "another network".to_owned(),
+        |owner| format!("network `{owner}` (its alias)"),
+    );
+    format!(
+        "network `{id}`: bridge `{bridge}` in {place} belongs to {owner}; the two ids collide \
+         in the name hash, so rename one object or use a shorter bridge-prefix"
+    )
 }
 
 /// `Result` with [`BackendError`] as the error.
@@ -269,12 +368,13 @@ impl ValidSpec {
 /// [`Policy::validate`]; overlap needs the other networks: [`check_overlap`]).
 ///
 /// Rules, each with its own message naming the network and the fix:
-/// - the id is 1..=255 bytes without control characters;
+/// - the id is 1..=255 bytes without control characters, line breaks or bidirectional
+///   formatting characters (it reaches log lines and, Linux, `ip link` output);
 /// - `cidr` parses and is the network address itself (`10.1.0.0/24`, not `10.1.0.5/24`):
 ///   a host address there is almost always a gateway typed into the wrong field, and
 ///   silently truncating would hide that;
 /// - `cidr` is no broader than /8 (IPv4) or /16 (IPv6) and overlaps nothing in
-///   [`policy::DENIED`] (loopback, link-local, multicast, unspecified, broadcast);
+///   [`policy::DENIED`] (the IANA special-purpose blocks other than private ones, multicast);
 /// - `gateway` parses, has the cidr's family, lies inside it, and is not the network address
 ///   (IPv4 prefixes shorter than /31, IPv6 shorter than /127: RFC 3021 and RFC 6164 make
 ///   every address of those point-to-point prefixes usable) nor, IPv4, the broadcast address.
@@ -293,9 +393,10 @@ pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
             id.len()
         )));
     }
-    if id.chars().any(char::is_control) {
+    if id.chars().any(crate::validation::escaped_in_messages) {
         return Err(BackendError::Invalid(format!(
-            "network id {id:?} contains control characters; use the object's `namespace/name`"
+            "network id {id:?} contains control characters, line breaks or bidirectional \
+             formatting characters; use the object's `namespace/name`"
         )));
     }
 
@@ -359,7 +460,8 @@ pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
     })
 }
 
-/// Refuses `spec` when its cidr overlaps the cidr of any *other* id in `existing`.
+/// Refuses `spec` with [`BackendError::Overlap`] when its cidr overlaps the cidr of any *other*
+/// id in `existing`.
 ///
 /// The later network (the one being ensured) is the one refused; the existing one is left
 /// alone. Different address families never overlap. Entries whose cidr is empty or
@@ -375,12 +477,13 @@ pub fn check_overlap<'a>(
         let Ok(other_cidr) = other.cidr.parse::<IpNet>() else {
             continue;
         };
-        if other_cidr.contains(&spec.cidr.network()) || spec.cidr.contains(&other_cidr.network()) {
-            return Err(BackendError::Invalid(format!(
-                "network `{}`: cidr `{}` overlaps network `{}` (cidr `{other_cidr}`); pick a \
-                 disjoint range or delete `{}` first",
-                spec.id, spec.cidr, other.id, other.id
-            )));
+        if policy::overlaps(&other_cidr, &spec.cidr) {
+            return Err(BackendError::Overlap {
+                id: spec.id.clone(),
+                cidr: spec.cidr,
+                other: other.id.clone(),
+                other_cidr,
+            });
         }
     }
     Ok(())
@@ -554,55 +657,109 @@ mod tests {
         validate(&spec("ns/a", "fd00::/16", "fd00::1")).unwrap();
     }
 
+    /// The words of a deny-list refusal, held here for the common ranges; every entry is
+    /// checked against its own fields in `policy`'s tests.
     #[test]
     fn the_deny_list_refuses_each_range_by_name() {
-        let refused = |cidr: &str, gateway: &str, what: &str| {
+        let refused = |cidr: &str, gateway: &str, block: &str| {
             let v6 = cidr.contains(':');
-            let example = if v6 { "fd00:10::/64" } else { "10.10.0.0/24" };
+            let (example, registry) = if v6 {
+                ("fd00:10::/64", "IPv6")
+            } else {
+                ("10.10.0.0/24", "IPv4")
+            };
+            let registry = if block.contains("\"Multicast\"") {
+                format!("IANA {registry} Multicast Address Space Registry")
+            } else {
+                format!("IANA {registry} Special-Purpose Address Registry")
+            };
+            let (block, rest) = block.split_once(" (").unwrap();
+            let (rfc, why) = rest.split_once("): ").unwrap();
             assert_eq!(
                 invalid(&spec("ns/a", cidr, gateway)),
                 format!(
-                    "network `ns/a`: cidr `{cidr}` overlaps {what}, which no network may use; \
-                     pick a private range such as `{example}`"
+                    "network `ns/a`: cidr `{cidr}` overlaps {block} ({rfc}, {registry}), which \
+                     no network may use: {why}; pick a private range such as `{example}`"
                 ),
             );
         };
-        let this_network = "\"this network\" 0.0.0.0/8 (unspecified source addresses, RFC 1122)";
+        let this_network = "0.0.0.0/8 \"This network\" (RFC 791 §3.2): it is a source for \
+                            hosts that have no address yet, never a destination";
         refused("0.0.0.0/8", "0.0.0.1", this_network);
-        refused("0.0.0.0/32", "0.0.0.0", this_network);
-        let loopback = "loopback 127.0.0.0/8 (the host's own services)";
+        refused("0.0.0.0/24", "0.0.0.1", this_network);
+        refused(
+            "0.0.0.0/32",
+            "0.0.0.0",
+            "0.0.0.0/32 \"This host on this network\" (RFC 1122 §3.2.1.3): it is the \
+             unspecified address: a socket bound to it listens on every address of the host",
+        );
+        let loopback =
+            "127.0.0.0/8 \"Loopback\" (RFC 1122 §3.2.1.3): the host's own services listen there";
         refused("127.0.0.0/8", "127.0.0.1", loopback);
         refused("127.0.0.1/32", "127.0.0.1", loopback);
-        let link_local =
-            "link-local 169.254.0.0/16 (cloud metadata services live at 169.254.169.254)";
+        let link_local = "169.254.0.0/16 \"Link Local\" (RFC 3927): it is never forwarded, and \
+                          cloud metadata services answer at 169.254.169.254";
         refused("169.254.169.254/32", "169.254.169.254", link_local);
-        refused("169.0.0.0/8", "169.0.0.1", link_local);
-        let multicast = "multicast 224.0.0.0/4";
+        refused("169.254.0.0/16", "169.254.0.1", link_local);
+        let multicast =
+            "224.0.0.0/4 \"Multicast\" (RFC 5771): its addresses are multicast groups, not hosts";
         refused("224.0.0.0/24", "224.0.0.1", multicast);
         refused("239.255.0.0/16", "239.255.0.1", multicast);
-        let broadcast = "the broadcast address 255.255.255.255";
-        refused("255.255.255.255/32", "255.255.255.255", broadcast);
-        refused("255.0.0.0/8", "255.0.0.1", broadcast);
-        refused("::/128", "::", "the unspecified address ::");
-        refused("::1/128", "::1", "loopback ::1");
-        refused("::/16", "::2", "the unspecified address ::");
+        refused(
+            "255.255.255.255/32",
+            "255.255.255.255",
+            "255.255.255.255/32 \"Limited Broadcast\" (RFC 919 §7, RFC 8190): it reaches every \
+             host on the link and is never forwarded",
+        );
+        let reserved = "240.0.0.0/4 \"Reserved\" (RFC 1112 §4): it is reserved by protocol for \
+                        future use, and most stacks refuse to route it";
+        refused("255.0.0.0/8", "255.0.0.1", reserved);
+        refused("254.0.0.0/8", "254.0.0.1", reserved);
+        refused(
+            "198.18.0.0/24",
+            "198.18.0.1",
+            "198.18.0.0/15 \"Benchmarking\" (RFC 2544): it is for benchmarking devices, not for \
+             production networks (RFC 6815), and DNS proxies hand out fake addresses from it",
+        );
+        let unspecified = "::/128 \"Unspecified Address\" (RFC 4291): it is the unspecified \
+                           address: a socket bound to it listens on every address of the host";
+        refused("::/128", "::", unspecified);
+        refused("::/16", "::2", unspecified);
+        refused(
+            "::1/128",
+            "::1",
+            "::1/128 \"Loopback Address\" (RFC 4291): the host's own services listen there",
+        );
         refused(
             "::ffff:10.96.0.0/120",
             "::ffff:10.96.0.1",
-            "IPv4-mapped ::ffff:0.0.0.0/96 (IPv4 addresses as IPv6 sockets see them)",
+            "::ffff:0.0.0.0/96 \"IPv4-mapped Address\" (RFC 4291): it stands for IPv4 addresses \
+             (loopback and the API server among them) on dual-stack sockets",
         );
-        let v6_link_local = "link-local fe80::/10 (the kernel assigns it to every interface)";
+        let v6_link_local = "fe80::/10 \"Link-Local Unicast\" (RFC 4291): it is never \
+                             forwarded, and the kernel assigns it to every interface";
         refused("fe80::/64", "fe80::1", v6_link_local);
         refused("febf:ffff::/32", "febf:ffff::1", v6_link_local);
-        refused("ff02::/16", "ff02::1", "multicast ff00::/8");
+        refused(
+            "ff02::/16",
+            "ff02::1",
+            "ff00::/8 \"Multicast\" (RFC 4291 §2.7): its addresses are multicast groups, not \
+             hosts",
+        );
+        refused(
+            "2001:db8:1::/48",
+            "2001:db8:1::1",
+            "2001:db8::/32 \"Documentation\" (RFC 3849): it is for examples only and never routed",
+        );
 
         // Ranges beside the deny list are fine.
         validate(&spec("ns/a", "1.0.0.0/8", "1.0.0.1")).unwrap();
         validate(&spec("ns/a", "126.0.0.0/8", "126.0.0.1")).unwrap();
         validate(&spec("ns/a", "128.0.0.0/8", "128.0.0.1")).unwrap();
         validate(&spec("ns/a", "169.253.0.0/16", "169.253.0.1")).unwrap();
+        validate(&spec("ns/a", "198.20.0.0/16", "198.20.0.1")).unwrap();
         validate(&spec("ns/a", "223.255.255.0/24", "223.255.255.1")).unwrap();
-        validate(&spec("ns/a", "254.0.0.0/8", "254.0.0.1")).unwrap();
+        validate(&spec("ns/a", "2001:200::/23", "2001:200::1")).unwrap();
         validate(&spec("ns/a", "fec0::/16", "fec0::1")).unwrap();
     }
 
@@ -641,7 +798,7 @@ mod tests {
             Err(BackendError::Invalid(msg)) => msg,
             other => panic!("expected Invalid, got {other:?}"),
         };
-        assert!(msg.contains("overlaps loopback"), "{msg}");
+        assert!(msg.contains("\"Loopback\""), "{msg}");
     }
 
     #[test]
@@ -691,13 +848,12 @@ mod tests {
                 .status("rh-b".into(), true),
         ];
         let wider = validate(&spec("ns/b", "10.0.0.0/8", "10.0.0.1")).unwrap();
-        match check_overlap(&wider, &existing) {
-            Err(BackendError::Invalid(msg)) => {
-                assert!(msg.contains("`ns/a` (cidr `10.1.0.0/24`)"), "{msg}");
-                assert!(msg.starts_with("network `ns/b`"), "{msg}");
-            }
-            other => panic!("expected overlap, got {other:?}"),
-        }
+        let err = check_overlap(&wider, &existing).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid network: network `ns/b`: cidr `10.0.0.0/8` overlaps network `ns/a` (cidr \
+             `10.1.0.0/24`); pick a disjoint range or delete `ns/a` first"
+        );
         let narrower = validate(&spec("ns/c", "10.1.0.128/25", "10.1.0.129")).unwrap();
         assert!(check_overlap(&narrower, &existing).is_err());
         let disjoint = validate(&spec("ns/d", "10.2.0.0/24", "10.2.0.1")).unwrap();
@@ -705,6 +861,76 @@ mod tests {
         // Re-ensuring the same id with a new range is an update, not an overlap.
         let same_id = validate(&spec("ns/a", "10.1.0.0/16", "10.1.0.1")).unwrap();
         check_overlap(&same_id, &existing).unwrap();
+    }
+
+    #[test]
+    fn an_owner_sees_its_own_networks_by_name_and_no_one_elses() {
+        let existing = [
+            validate(&spec("a/ns/net", "10.1.0.0/24", "10.1.0.77"))
+                .unwrap()
+                .status(bridge_name("rh", "a/ns/net"), true),
+            validate(&spec("b/ns/old", "10.2.0.0/24", "10.2.0.1"))
+                .unwrap()
+                .status(bridge_name("rh", "b/ns/old"), true),
+        ];
+        let wide = validate(&spec("b/ns/wide", "10.0.0.0/8", "10.0.0.1")).unwrap();
+        let err = check_overlap(&wide, &existing).unwrap_err();
+        assert!(
+            err.to_string().contains("`a/ns/net`"),
+            "the operator sees it: {err}"
+        );
+        assert_eq!(
+            err.seen_by("b/"),
+            BackendError::Invalid(
+                "network `ns/wide`: cidr `10.0.0.0/8` overlaps a network held by another guest; \
+                 pick a disjoint range"
+                    .into()
+            )
+        );
+        let own = check_overlap(&wide, &existing[1..]).unwrap_err();
+        assert_eq!(
+            own.seen_by("b/"),
+            BackendError::Invalid(
+                "network `ns/wide`: cidr `10.0.0.0/8` overlaps network `ns/old` (cidr \
+                 `10.2.0.0/24`); pick a disjoint range or delete `ns/old` first"
+                    .into()
+            )
+        );
+
+        let taken = BackendError::NameTaken {
+            id: "b/ns/x".into(),
+            bridge: "rh-0123456789ab".into(),
+            place: "the host's netns".into(),
+            owner: "a/ns/y".into(),
+        };
+        assert!(
+            taken.to_string().contains("belongs to network `a/ns/y`"),
+            "{taken}"
+        );
+        let seen = taken.seen_by("b/").to_string();
+        assert!(!seen.contains("a/ns/y") && !seen.contains("ns/y"), "{seen}");
+        assert!(
+            seen.contains("network `ns/x`: bridge `rh-0123456789ab`"),
+            "{seen}"
+        );
+        assert!(seen.contains("belongs to another network"), "{seen}");
+
+        // Plain messages keep their words, with the caller's own ids as it wrote them.
+        let plain = BackendError::Unavailable("netlink: network `b/ns/x` failed".into());
+        assert_eq!(
+            plain.seen_by("b/"),
+            BackendError::Unavailable("netlink: network `ns/x` failed".into())
+        );
+    }
+
+    #[test]
+    fn ids_that_would_forge_log_lines_are_refused() {
+        for id in ["a\u{2028}b", "a\u{202E}b", "a\u{85}b", "a\tb"] {
+            assert!(
+                invalid(&spec(id, "10.1.0.0/24", "10.1.0.1")).contains("line breaks"),
+                "{id:?}"
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,25 @@
 //!    [`Reserved::api_server`]);
 //! 4. [`super::check_overlap`] with the provider's other networks;
 //! 5. (Linux provider) the addresses and routes of the namespace, read at every `ensure`.
+//!
+//! # The deny list
+//!
+//! [`DENIED`] is every block of IANA's IPv4 and IPv6 Special-Purpose Address Registries (as of
+//! 2026), plus multicast from the two Multicast Address Space registries, except the blocks
+//! for numbering private networks ([`PRIVATE`]: Private-Use `10.0.0.0/8`, `172.16.0.0/12` and
+//! `192.168.0.0/16`, Shared Address Space `100.64.0.0/10`, Unique-Local `fc00::/7`), which is
+//! where bridges belong. The registries' columns say why each other block is refused: one
+//! Reserved-by-Protocol has a meaning the host's stack acts on (loopback, link-local, limited
+//! broadcast, `240.0.0.0/4`); one not Forwardable is never a route (documentation, dummy
+//! prefixes, `192.0.0.0/24`); the rest are assigned to a function other systems act on
+//! (anycast services, NAT64, tunnels, benchmarking, segment routing) whose traffic a bridge
+//! would take. The columns alone do not tell Benchmarking `198.18.0.0/15` or NAT64's local-use
+//! `64:ff9b:1::/48` from the private blocks (all Forwardable, none Globally Reachable); the
+//! purpose does, so a block assigned to a function is refused and only the private-numbering
+//! blocks are left.
+//!
+//! Ranges outside both registries (ordinary global unicast, the deprecated site-local
+//! `fec0::/10`) are left to `allowed-cidrs`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 
@@ -31,12 +50,24 @@ pub const MAX_BREADTH_V4: u8 = 8;
 /// The broadest IPv6 prefix a network may have (`::/0` and its halves, for the same reason).
 pub const MAX_BREADTH_V6: u8 = 16;
 
-/// One entry of the fixed deny list: a range and what it is.
-pub struct Denied {
+/// One block of an IANA address registry, with what a refusal says about it.
+#[derive(Debug)]
+pub struct Block {
     pub range: IpNet,
-    /// Names the range and says why no network may use it.
-    pub what: &'static str,
+    /// The block's name in its registry, as the registry spells it.
+    pub name: &'static str,
+    /// The RFC the registry cites for the block.
+    pub rfc: &'static str,
+    /// The registry the block comes from.
+    pub registry: &'static str,
+    /// What the block is for: why no network may use it, or why networks belong there.
+    pub why: &'static str,
 }
+
+const IPV4_SPECIAL: &str = "IANA IPv4 Special-Purpose Address Registry";
+const IPV6_SPECIAL: &str = "IANA IPv6 Special-Purpose Address Registry";
+const IPV4_MULTICAST: &str = "IANA IPv4 Multicast Address Space Registry";
+const IPV6_MULTICAST: &str = "IANA IPv6 Multicast Address Space Registry";
 
 const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8) -> IpNet {
     IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(a, b, c, d)), len)
@@ -46,55 +77,169 @@ const fn v6(segments: [u16; 8], len: u8) -> IpNet {
     IpNet::new_assert(IpAddr::V6(Ipv6Addr::from_segments(segments)), len)
 }
 
-/// Ranges no network may overlap, in any namespace, whatever the configuration says.
-pub const DENIED: &[Denied] = &[
-    Denied {
-        range: v4(0, 0, 0, 0, 8),
-        what: "\"this network\" 0.0.0.0/8 (unspecified source addresses, RFC 1122)",
-    },
-    Denied {
-        range: v4(127, 0, 0, 0, 8),
-        what: "loopback 127.0.0.0/8 (the host's own services)",
-    },
-    Denied {
-        range: v4(169, 254, 0, 0, 16),
-        what: "link-local 169.254.0.0/16 (cloud metadata services live at 169.254.169.254)",
-    },
-    Denied {
-        range: v4(224, 0, 0, 0, 4),
-        what: "multicast 224.0.0.0/4",
-    },
-    Denied {
-        range: v4(255, 255, 255, 255, 32),
-        what: "the broadcast address 255.255.255.255",
-    },
-    Denied {
-        range: v6([0; 8], 128),
-        what: "the unspecified address ::",
-    },
-    Denied {
-        range: v6([0, 0, 0, 0, 0, 0, 0, 1], 128),
-        what: "loopback ::1",
-    },
-    // Not in RFC 6890's "forwardable" sense a network at all: these stand for IPv4 addresses
-    // (loopback and the API server among them) on dual-stack sockets.
-    Denied {
-        range: v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96),
-        what: "IPv4-mapped ::ffff:0.0.0.0/96 (IPv4 addresses as IPv6 sockets see them)",
-    },
-    Denied {
-        range: v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),
-        what: "link-local fe80::/10 (the kernel assigns it to every interface)",
-    },
-    Denied {
-        range: v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),
-        what: "multicast ff00::/8",
-    },
+const fn block(
+    range: IpNet,
+    name: &'static str,
+    rfc: &'static str,
+    registry: &'static str,
+    why: &'static str,
+) -> Block {
+    Block {
+        range,
+        name,
+        rfc,
+        registry,
+        why,
+    }
+}
+
+const NEVER_ROUTED: &str = "it is for examples only and never routed";
+
+/// Ranges no network may overlap, in any namespace, whatever the configuration says: every
+/// block of the two special-purpose registries except [`PRIVATE`], and multicast. Ordered by
+/// address, a block before the blocks inside it. See the module docs for the rule.
+#[rustfmt::skip] // a table, laid out as the registries list it
+pub const DENIED: &[Block] = &[
+    // IPv4, from the IPv4 Special-Purpose Address Registry unless said otherwise.
+    block(v4(0, 0, 0, 0, 8), "This network", "RFC 791 §3.2", IPV4_SPECIAL,
+        "it is a source for hosts that have no address yet, never a destination"),
+    block(v4(0, 0, 0, 0, 32), "This host on this network", "RFC 1122 §3.2.1.3", IPV4_SPECIAL,
+        "it is the unspecified address: a socket bound to it listens on every address of the host"),
+    block(v4(127, 0, 0, 0, 8), "Loopback", "RFC 1122 §3.2.1.3", IPV4_SPECIAL,
+        "the host's own services listen there"),
+    block(v4(169, 254, 0, 0, 16), "Link Local", "RFC 3927", IPV4_SPECIAL,
+        "it is never forwarded, and cloud metadata services answer at 169.254.169.254"),
+    block(v4(192, 0, 0, 0, 24), "IETF Protocol Assignments", "RFC 6890 §2.1", IPV4_SPECIAL,
+        "it is never forwarded; its addresses are assigned to protocols one by one"),
+    block(v4(192, 0, 0, 0, 29), "IPv4 Service Continuity Prefix", "RFC 7335", IPV4_SPECIAL,
+        "DS-Lite's tunnel endpoints use it"),
+    block(v4(192, 0, 0, 8, 32), "IPv4 dummy address", "RFC 7600", IPV4_SPECIAL,
+        "it is a source for hosts without an IPv4 address, never a destination"),
+    block(v4(192, 0, 0, 9, 32), "Port Control Protocol Anycast", "RFC 7723", IPV4_SPECIAL,
+        "PCP servers answer at it, and a bridge there would answer for them"),
+    block(v4(192, 0, 0, 10, 32), "Traversal Using Relays around NAT Anycast", "RFC 8155",
+        IPV4_SPECIAL, "TURN servers answer at it, and a bridge there would answer for them"),
+    block(v4(192, 0, 0, 170, 32), "NAT64/DNS64 Discovery", "RFC 8880 §7.1", IPV4_SPECIAL,
+        "it is the well-known address of ipv4only.arpa, by which hosts discover NAT64"),
+    block(v4(192, 0, 0, 171, 32), "NAT64/DNS64 Discovery", "RFC 8880 §7.1", IPV4_SPECIAL,
+        "it is the well-known address of ipv4only.arpa, by which hosts discover NAT64"),
+    block(v4(192, 0, 2, 0, 24), "Documentation (TEST-NET-1)", "RFC 5737", IPV4_SPECIAL,
+        NEVER_ROUTED),
+    block(v4(192, 31, 196, 0, 24), "AS112-v4", "RFC 7535", IPV4_SPECIAL,
+        "AS112 anycast servers answer reverse DNS for private addresses there"),
+    block(v4(192, 52, 193, 0, 24), "AMT", "RFC 7450", IPV4_SPECIAL,
+        "Automatic Multicast Tunneling relays answer there by anycast"),
+    block(v4(192, 88, 99, 0, 24), "Deprecated (6to4 Relay Anycast)", "RFC 7526", IPV4_SPECIAL,
+        "6to4 relays answered there by anycast, and old hosts still send to it"),
+    block(v4(192, 88, 99, 2, 32), "6a44-relay anycast address", "RFC 6751", IPV4_SPECIAL,
+        "6a44 relays answer at it by anycast"),
+    block(v4(192, 175, 48, 0, 24), "Direct Delegation AS112 Service", "RFC 7534", IPV4_SPECIAL,
+        "AS112 anycast name servers answer there"),
+    block(v4(198, 18, 0, 0, 15), "Benchmarking", "RFC 2544", IPV4_SPECIAL,
+        "it is for benchmarking devices, not for production networks (RFC 6815), and DNS \
+         proxies hand out fake addresses from it"),
+    block(v4(198, 51, 100, 0, 24), "Documentation (TEST-NET-2)", "RFC 5737", IPV4_SPECIAL,
+        NEVER_ROUTED),
+    block(v4(203, 0, 113, 0, 24), "Documentation (TEST-NET-3)", "RFC 5737", IPV4_SPECIAL,
+        NEVER_ROUTED),
+    block(v4(224, 0, 0, 0, 4), "Multicast", "RFC 5771", IPV4_MULTICAST,
+        "its addresses are multicast groups, not hosts"),
+    block(v4(240, 0, 0, 0, 4), "Reserved", "RFC 1112 §4", IPV4_SPECIAL,
+        "it is reserved by protocol for future use, and most stacks refuse to route it"),
+    block(v4(255, 255, 255, 255, 32), "Limited Broadcast", "RFC 919 §7, RFC 8190", IPV4_SPECIAL,
+        "it reaches every host on the link and is never forwarded"),
+    // IPv6, from the IPv6 Special-Purpose Address Registry unless said otherwise.
+    block(v6([0; 8], 128), "Unspecified Address", "RFC 4291", IPV6_SPECIAL,
+        "it is the unspecified address: a socket bound to it listens on every address of the host"),
+    block(v6([0, 0, 0, 0, 0, 0, 0, 1], 128), "Loopback Address", "RFC 4291", IPV6_SPECIAL,
+        "the host's own services listen there"),
+    block(v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96), "IPv4-mapped Address", "RFC 4291",
+        IPV6_SPECIAL,
+        "it stands for IPv4 addresses (loopback and the API server among them) on dual-stack \
+         sockets"),
+    block(v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96), "IPv4-IPv6 Translat.", "RFC 6052",
+        IPV6_SPECIAL,
+        "it is NAT64's well-known prefix, through which IPv6-only hosts reach the IPv4 internet"),
+    block(v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), "IPv4-IPv6 Translat.", "RFC 8215",
+        IPV6_SPECIAL,
+        "it is NAT64's local-use prefix, through which IPv6-only hosts reach IPv4 destinations"),
+    block(v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64), "Discard-Only Address Block", "RFC 6666",
+        IPV6_SPECIAL, "black-hole routes send the traffic they drop there"),
+    block(v6([0x100, 0, 0, 1, 0, 0, 0, 0], 64), "Dummy IPv6 Prefix", "RFC 9780", IPV6_SPECIAL,
+        "it is a source for management packets, never a destination"),
+    block(v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23), "IETF Protocol Assignments", "RFC 2928",
+        IPV6_SPECIAL,
+        "it is not forwarded as a whole; its blocks are assigned to protocols one by one"),
+    block(v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 32), "TEREDO", "RFC 4380, RFC 8190", IPV6_SPECIAL,
+        "Teredo tunnels number their ends from it, and a bridge there would take their traffic"),
+    block(v6([0x2001, 1, 0, 0, 0, 0, 0, 1], 128), "Port Control Protocol Anycast", "RFC 7723",
+        IPV6_SPECIAL, "PCP servers answer at it, and a bridge there would answer for them"),
+    block(v6([0x2001, 1, 0, 0, 0, 0, 0, 2], 128), "Traversal Using Relays around NAT Anycast",
+        "RFC 8155", IPV6_SPECIAL,
+        "TURN servers answer at it, and a bridge there would answer for them"),
+    block(v6([0x2001, 1, 0, 0, 0, 0, 0, 3], 128), "DNS-SD Service Registration Protocol Anycast",
+        "RFC 9665", IPV6_SPECIAL,
+        "DNS-SD registration servers answer at it, and a bridge there would answer for them"),
+    block(v6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48), "Benchmarking", "RFC 5180", IPV6_SPECIAL,
+        "it is for benchmarking devices, not for production networks"),
+    block(v6([0x2001, 3, 0, 0, 0, 0, 0, 0], 32), "AMT", "RFC 7450", IPV6_SPECIAL,
+        "Automatic Multicast Tunneling relays answer there by anycast"),
+    block(v6([0x2001, 4, 0x112, 0, 0, 0, 0, 0], 48), "AS112-v6", "RFC 7535", IPV6_SPECIAL,
+        "AS112 anycast servers answer reverse DNS for private addresses there"),
+    block(v6([0x2001, 0x10, 0, 0, 0, 0, 0, 0], 28), "Deprecated (previously ORCHID)",
+        "RFC 4843", IPV6_SPECIAL,
+        "its addresses were identifiers of an overlay, not of hosts on a network"),
+    block(v6([0x2001, 0x20, 0, 0, 0, 0, 0, 0], 28), "ORCHIDv2", "RFC 7343", IPV6_SPECIAL,
+        "its addresses are cryptographic identifiers of an overlay, not hosts on a network"),
+    block(v6([0x2001, 0x30, 0, 0, 0, 0, 0, 0], 28),
+        "Drone Remote ID Protocol Entity Tags (DETs) Prefix", "RFC 9374", IPV6_SPECIAL,
+        "its addresses identify unmanned aircraft, not hosts on a network"),
+    block(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), "Documentation", "RFC 3849", IPV6_SPECIAL,
+        NEVER_ROUTED),
+    block(v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16), "6to4", "RFC 3056", IPV6_SPECIAL,
+        "each of its addresses stands for an IPv4 address reached through a 6to4 tunnel"),
+    block(v6([0x2620, 0x4f, 0x8000, 0, 0, 0, 0, 0], 48), "Direct Delegation AS112 Service",
+        "RFC 7534", IPV6_SPECIAL, "AS112 anycast name servers answer there"),
+    block(v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), "Documentation", "RFC 9637", IPV6_SPECIAL,
+        NEVER_ROUTED),
+    block(v6([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16), "Segment Routing (SRv6) SIDs", "RFC 9602",
+        IPV6_SPECIAL, "its addresses are segment identifiers that SRv6 routers act on"),
+    block(v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "Link-Local Unicast", "RFC 4291",
+        IPV6_SPECIAL, "it is never forwarded, and the kernel assigns it to every interface"),
+    block(v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), "Multicast", "RFC 4291 §2.7", IPV6_MULTICAST,
+        "its addresses are multicast groups, not hosts"),
+];
+
+/// The registries' blocks for numbering private networks, which [`DENIED`] leaves alone: this
+/// is where bridges belong (narrow them further with `allowed-cidrs`).
+#[rustfmt::skip] // a table, like DENIED
+pub const PRIVATE: &[Block] = &[
+    block(v4(10, 0, 0, 0, 8), "Private-Use", "RFC 1918", IPV4_SPECIAL,
+        "a site numbers its own networks from it"),
+    block(v4(100, 64, 0, 0, 10), "Shared Address Space", "RFC 6598", IPV4_SPECIAL,
+        "a provider numbers its customers' networks behind NAT from it"),
+    block(v4(172, 16, 0, 0, 12), "Private-Use", "RFC 1918", IPV4_SPECIAL,
+        "a site numbers its own networks from it"),
+    block(v4(192, 168, 0, 0, 16), "Private-Use", "RFC 1918", IPV4_SPECIAL,
+        "a site numbers its own networks from it"),
+    block(v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), "Unique-Local", "RFC 4193, RFC 8190",
+        IPV6_SPECIAL, "a site numbers its own networks from it"),
 ];
 
 /// Whether two prefixes share any address (never across families).
 pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// The block of [`DENIED`] a refusal of `cidr` names: the narrowest one holding all of `cidr`
+/// (so `64:ff9b:1::/64` is refused as NAT64's, not as a neighbour's), else the first it
+/// overlaps.
+pub fn denied_block(cidr: &IpNet) -> Option<&'static Block> {
+    let overlapping = || DENIED.iter().filter(|d| overlaps(&d.range, cidr));
+    overlapping()
+        .filter(|d| d.range.contains(cidr))
+        .max_by_key(|d| d.range.prefix_len())
+        .or_else(|| overlapping().next())
 }
 
 /// The fixed rules on a parsed cidr: breadth, then the deny list. Called by
@@ -111,11 +256,11 @@ pub(super) fn check_fixed(id: &str, cidr: &IpNet) -> Result<()> {
              or narrower, e.g. `{example}`"
         )));
     }
-    if let Some(denied) = DENIED.iter().find(|d| overlaps(&d.range, cidr)) {
+    if let Some(denied) = denied_block(cidr) {
         return Err(BackendError::Invalid(format!(
-            "network `{id}`: cidr `{cidr}` overlaps {}, which no network may use; pick a \
-             private range such as `{example}`",
-            denied.what
+            "network `{id}`: cidr `{cidr}` overlaps {} \"{}\" ({}, {}), which no network may \
+             use: {}; pick a private range such as `{example}`",
+            denied.range, denied.name, denied.rfc, denied.registry, denied.why
         )));
     }
     Ok(())
@@ -271,18 +416,117 @@ impl Policy {
 mod tests {
     use super::*;
 
+    fn spec(id: &str, cidr: &str, gateway: &str) -> NetworkSpec {
+        NetworkSpec {
+            id: id.into(),
+            cidr: cidr.into(),
+            gateway: gateway.into(),
+        }
+    }
+
+    fn refusal(cidr: &str, gateway: &str) -> String {
+        match validate(&spec("ns/a", cidr, gateway)) {
+            Err(BackendError::Invalid(msg)) => msg,
+            other => panic!("expected Invalid for {cidr}, got {other:?}"),
+        }
+    }
+
+    /// `block` as a network could ask for it: no broader than the breadth cap allows, with a
+    /// gateway inside.
+    fn asked_for(block: &IpNet) -> (IpNet, IpAddr) {
+        let breadth = match block {
+            IpNet::V4(_) => MAX_BREADTH_V4,
+            IpNet::V6(_) => MAX_BREADTH_V6,
+        };
+        let cidr = IpNet::new(block.network(), block.prefix_len().max(breadth)).unwrap();
+        (cidr, super::super::first_host(cidr))
+    }
+
     #[test]
-    fn the_deny_list_is_well_formed() {
+    fn the_deny_list_is_well_formed_and_ordered_by_address() {
+        for (i, denied) in DENIED.iter().enumerate() {
+            assert_eq!(denied.range, denied.range.trunc(), "{}", denied.name);
+            assert!(denied.rfc.starts_with("RFC "), "{}", denied.name);
+            assert!(denied.registry.starts_with("IANA "), "{}", denied.name);
+            if let Some(next) = DENIED.get(i + 1) {
+                let key = |b: &Block| (b.range.network(), b.range.prefix_len());
+                assert!(
+                    key(denied) < key(next),
+                    "{} before {}",
+                    denied.range,
+                    next.range
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_registry_entry_is_refused_naming_its_range_and_why() {
         for denied in DENIED {
-            assert_eq!(denied.range, denied.range.trunc(), "{}", denied.what);
-            let text = denied.range.to_string();
-            let shown = text.strip_suffix("/32").or(text.strip_suffix("/128"));
-            assert!(
-                denied.what.contains(shown.unwrap_or(&text)),
-                "`{}` names its range {text}",
-                denied.what
+            let (cidr, gateway) = asked_for(&denied.range);
+            let example = if cidr.addr().is_ipv4() {
+                "10.10.0.0/24"
+            } else {
+                "fd00:10::/64"
+            };
+            assert_eq!(
+                refusal(&cidr.to_string(), &gateway.to_string()),
+                format!(
+                    "network `ns/a`: cidr `{cidr}` overlaps {} \"{}\" ({}, {}), which no network \
+                     may use: {}; pick a private range such as `{example}`",
+                    denied.range, denied.name, denied.rfc, denied.registry, denied.why
+                )
             );
         }
+    }
+
+    #[test]
+    fn nat64_prefixes_are_refused() {
+        assert_eq!(
+            refusal("64:ff9b::/96", "64:ff9b::1"),
+            "network `ns/a`: cidr `64:ff9b::/96` overlaps 64:ff9b::/96 \"IPv4-IPv6 Translat.\" \
+             (RFC 6052, IANA IPv6 Special-Purpose Address Registry), which no network may use: \
+             it is NAT64's well-known prefix, through which IPv6-only hosts reach the IPv4 \
+             internet; pick a private range such as `fd00:10::/64`"
+        );
+        assert!(refusal("64:ff9b::a00:0/120", "64:ff9b::a00:1").contains("RFC 6052"));
+        assert!(refusal("64:ff9b:1::/48", "64:ff9b:1::1").contains("RFC 8215"));
+        assert!(refusal("64:ff9b:1:2::/64", "64:ff9b:1:2::1").contains("NAT64's local-use"));
+        assert!(refusal("64::/16", "64::1").contains("64:ff9b::/96"));
+    }
+
+    #[test]
+    fn the_private_ranges_bridges_belong_in_still_pass() {
+        for private in PRIVATE {
+            assert!(
+                !DENIED.iter().any(|d| overlaps(&d.range, &private.range)),
+                "{} is denied",
+                private.range
+            );
+            let (cidr, gateway) = asked_for(&private.range);
+            validate(&spec("ns/a", &cidr.to_string(), &gateway.to_string()))
+                .unwrap_or_else(|e| panic!("{cidr}: {e}"));
+        }
+        for (cidr, gateway) in [
+            ("10.10.0.0/24", "10.10.0.1"),
+            ("100.64.0.0/10", "100.64.0.1"),
+            ("172.31.255.0/24", "172.31.255.1"),
+            ("192.168.1.0/24", "192.168.1.1"),
+            ("fd00:10::/64", "fd00:10::1"),
+            ("fc00:1::/64", "fc00:1::1"),
+        ] {
+            validate(&spec("ns/a", cidr, gateway)).unwrap_or_else(|e| panic!("{cidr}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_network_over_several_blocks_is_refused_by_the_narrowest_that_holds_it() {
+        assert!(refusal("192.0.0.9/32", "192.0.0.9").contains("\"Port Control Protocol Anycast\""));
+        assert!(refusal("192.0.0.0/26", "192.0.0.1").contains("\"IETF Protocol Assignments\""));
+        assert!(refusal("255.255.255.255/32", "255.255.255.255").contains("\"Limited Broadcast\""));
+        assert!(refusal("255.0.0.0/8", "255.0.0.1").contains("240.0.0.0/4 \"Reserved\""));
+        // Held by none: the first block it overlaps, in address order.
+        assert!(refusal("192.0.0.0/16", "192.0.0.1").contains("192.0.0.0/24"));
     }
 
     #[test]

@@ -102,4 +102,21 @@ mod tests {
             "log rate exceeded; line dropped"
         );
     }
+
+    #[tokio::test]
+    async fn a_line_separator_or_bidi_override_cannot_split_or_disguise_a_line() {
+        let h = Harness::new();
+        let mut call = h.call("{}", Scope::default());
+        let forged = "ok\u{2028}INFO host: guest admin loaded\u{2029}\u{85}\u{202E}dekcatta";
+        call.log(Level::Error, forged.into()).await;
+        let kept = call.last_error.as_deref().unwrap();
+        assert_eq!(
+            kept,
+            "ok\\u{2028}INFO host: guest admin loaded\\u{2029}\\u{85}\\u{202e}dekcatta"
+        );
+        let recorded = call.calls.as_ref().unwrap()[0].args["message"]
+            .as_str()
+            .unwrap();
+        assert_eq!(recorded, kept, "the recording holds the escaped line too");
+    }
 }

@@ -5,6 +5,11 @@
 //! owner of every bridge is visible on the system. Each guest may hold at most
 //! [`MAX_NETWORKS_PER_GUEST`]. Which CIDRs are acceptable at all is the provider's policy
 //! (`crate::backends`), shared by every guest.
+//!
+//! Other guests' networks are invisible, in errors too: every provider error reaches the guest
+//! through [`BackendError::seen_by`], so an overlap with another guest's network says only
+//! that the range is held by another guest, never its id, range, gateway or bridge. What a
+//! guest can still learn is that a range is taken, by asking for it.
 
 use std::sync::Arc;
 
@@ -12,7 +17,8 @@ use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::{CallContext, Capability, HostError, LoadCheck, as_json};
-use crate::backends::{NetworkBackend, NetworkSpec, NetworkStatus};
+use crate::backends::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus};
+use crate::validation;
 use crate::wit::reconciler::api::network_backend as wit;
 use crate::wit::types;
 
@@ -83,20 +89,50 @@ impl CallContext {
             Some("must not be empty".to_owned())
         } else if id.len() > MAX_GUEST_ID_BYTES {
             Some(format!("is longer than {MAX_GUEST_ID_BYTES} bytes"))
-        } else if id.chars().any(char::is_control) {
-            Some("may not contain control characters".to_owned())
+        } else if id.chars().any(validation::escaped_in_messages) {
+            Some(
+                "may not contain control characters, line breaks or bidirectional formatting \
+                 characters"
+                    .to_owned(),
+            )
         } else {
             None
         };
         if let Some(reason) = bad {
             return Err(HostError::Invalid(format!("id: {reason}")));
         }
-        Ok(format!("{}/{id}", self.guest.name))
+        Ok(format!("{}{id}", self.owner_prefix()))
+    }
+
+    /// What every provider id of this guest's networks starts with.
+    fn owner_prefix(&self) -> String {
+        format!("{}/", self.guest.name)
+    }
+
+    /// A provider's error as this guest may see it: its own ids as it named them, another
+    /// guest's network never named (see [`BackendError::seen_by`]).
+    fn refused(&self, e: BackendError) -> HostError {
+        if matches!(
+            e,
+            BackendError::Overlap { .. } | BackendError::NameTaken { .. }
+        ) {
+            // The operator's view, which may name another guest's network.
+            tracing::debug!(guest = %self.guest.name, "network-backend: {e}");
+        }
+        match e.seen_by(&self.owner_prefix()) {
+            BackendError::Invalid(m) => HostError::Invalid(format!("spec: {m}")),
+            BackendError::Unavailable(m) => HostError::Unavailable(m),
+            BackendError::Other(m) => HostError::Other(m),
+            // `seen_by` leaves neither; were it to, nothing of the other network is passed on.
+            BackendError::Overlap { .. } | BackendError::NameTaken { .. } => {
+                HostError::Other("the network backend refused the spec".into())
+            }
+        }
     }
 
     /// The status as the guest sees it: its own id back, without the owner prefix.
     fn unowned(&self, mut status: NetworkStatus) -> NetworkStatus {
-        let prefix = format!("{}/", self.guest.name);
+        let prefix = self.owner_prefix();
         if status.id.starts_with(&prefix) {
             status.id.drain(..prefix.len());
         }
@@ -106,7 +142,7 @@ impl CallContext {
     async fn network_get(&self, id: &str) -> Result<Option<NetworkStatus>, HostError> {
         let backend = self.network()?;
         let owned = self.owned_id(id)?;
-        let status = backend.get(&owned).await?;
+        let status = backend.get(&owned).await.map_err(|e| self.refused(e))?;
         Ok(status.map(|s| self.unowned(s)))
     }
 
@@ -120,11 +156,17 @@ impl CallContext {
         if self.shadow() {
             return self.shadow_ensure(backend.as_ref(), &owned, &spec.id).await;
         }
-        if backend.get(&owned.id).await?.is_none() {
-            let prefix = format!("{}/", self.guest.name);
+        if backend
+            .get(&owned.id)
+            .await
+            .map_err(|e| self.refused(e))?
+            .is_none()
+        {
+            let prefix = self.owner_prefix();
             let held = backend
                 .list()
-                .await?
+                .await
+                .map_err(|e| self.refused(e))?
                 .iter()
                 .filter(|n| n.id.starts_with(&prefix))
                 .count();
@@ -135,8 +177,7 @@ impl CallContext {
                 )));
             }
         }
-        let own = format!("{}/", self.guest.name);
-        let status = backend.ensure(&owned).await.map_err(|e| refused(e, &own))?;
+        let status = backend.ensure(&owned).await.map_err(|e| self.refused(e))?;
         Ok(self.unowned(status))
     }
 
@@ -144,7 +185,11 @@ impl CallContext {
         let backend = self.network()?;
         let owned = self.owned_id(id)?;
         if self.shadow() {
-            let exists = backend.get(&owned).await?.is_some();
+            let exists = backend
+                .get(&owned)
+                .await
+                .map_err(|e| self.refused(e))?
+                .is_some();
             let intended = format!("network delete of {id}");
             self.differs(crate::shadow::single(
                 intended,
@@ -153,7 +198,7 @@ impl CallContext {
             ));
             return Ok(exists);
         }
-        Ok(backend.delete(&owned).await?)
+        backend.delete(&owned).await.map_err(|e| self.refused(e))
     }
 
     /// Shadow mode: what `ensure` would change, against the network as the backend has it.
@@ -165,9 +210,8 @@ impl CallContext {
         spec: &NetworkSpec,
         guest_id: &str,
     ) -> Result<NetworkStatus, HostError> {
-        let own = format!("{}/", self.guest.name);
-        let valid = crate::backends::validate(spec).map_err(|e| refused(e, &own))?;
-        let current = backend.get(&spec.id).await?;
+        let valid = crate::backends::validate(spec).map_err(|e| self.refused(e))?;
+        let current = backend.get(&spec.id).await.map_err(|e| self.refused(e))?;
         let mut changes = Vec::new();
         match &current {
             None => changes.push(format!(
@@ -198,17 +242,6 @@ impl CallContext {
             None => valid.status(String::new(), true),
         };
         Ok(self.unowned(status))
-    }
-}
-
-/// A backend's refusal as the guest sees it: its own ids read as it named them (another
-/// guest's keep their owner), an invalid spec as `invalid` naming `spec`.
-fn refused(e: crate::backends::BackendError, own_prefix: &str) -> HostError {
-    match e {
-        crate::backends::BackendError::Invalid(m) => {
-            HostError::Invalid(format!("spec: {}", m.replace(own_prefix, "")))
-        }
-        other => other.into(),
     }
 }
 
@@ -255,17 +288,6 @@ impl wit::Host for CallContext {
     }
 }
 
-impl From<crate::backends::BackendError> for HostError {
-    fn from(e: crate::backends::BackendError) -> Self {
-        use crate::backends::BackendError as B;
-        match e {
-            B::Invalid(m) => HostError::Invalid(m),
-            B::Unavailable(m) => HostError::Unavailable(m),
-            B::Other(m) => HostError::Other(m),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testing::Harness;
@@ -309,6 +331,102 @@ mod tests {
             stored[0].id, "a/ns/net",
             "the owner is part of the provider's id"
         );
+    }
+
+    #[tokio::test]
+    async fn another_guests_network_appears_in_no_refusal_and_reads_as_absent() {
+        let h = Harness::new();
+        let mut a = as_guest(&h, "a");
+        let mut b = as_guest(&h, "b");
+        let held = a
+            .ensure(spec("ns/net", "10.1.0.0/24", "10.1.0.77"))
+            .await
+            .unwrap();
+        let secrets = [
+            "a/ns/net",
+            "ns/net",
+            "10.1.0.0/24",
+            "10.1.0.77",
+            held.interface_name.as_str(),
+        ];
+        let mut answers = Vec::new();
+        for (cidr, gateway) in [
+            ("10.0.0.0/8", "10.0.0.1"),
+            ("10.1.0.0/16", "10.1.0.1"),
+            ("10.1.0.64/26", "10.1.0.65"),
+        ] {
+            let err = b.ensure(spec("ns/mine", cidr, gateway)).await.unwrap_err();
+            let types::Error::Invalid(message) = &err else {
+                panic!("{cidr}: expected invalid, got {err:?}")
+            };
+            assert_eq!(
+                message,
+                &format!(
+                    "spec: network `ns/mine`: cidr `{cidr}` overlaps a network held by another \
+                     guest; pick a disjoint range"
+                )
+            );
+            answers.push(format!("{err:?}"));
+        }
+        for id in ["ns/net", "a/ns/net", "../a/ns/net", "/a/ns/net"] {
+            let got = b.get(id.into()).await;
+            assert!(matches!(got, Ok(None)), "{id}: {got:?}");
+            let deleted = b.delete(id.into()).await;
+            assert!(matches!(deleted, Ok(false)), "{id}: {deleted:?}");
+            answers.push(format!("{got:?} {deleted:?}"));
+        }
+        for answer in &answers {
+            for secret in secrets {
+                assert!(!answer.contains(secret), "{secret} in {answer}");
+            }
+        }
+        let still = a.get("ns/net".into()).await.unwrap().expect("A's network");
+        assert_eq!((still.cidr, still.gateway), (held.cidr, held.gateway));
+
+        // A guest whose name ends with another's ("ba" and "a") is no exception.
+        let mut ba = as_guest(&h, "ba");
+        let err = ba
+            .ensure(spec("ns/x", "10.1.0.0/25", "10.1.0.1"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.contains("held by another guest")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_overlap_with_the_guests_own_network_names_it_as_the_guest_wrote_it() {
+        let h = Harness::new();
+        let mut b = as_guest(&h, "b");
+        b.ensure(spec("ns/old", "10.2.0.0/24", "10.2.0.1"))
+            .await
+            .unwrap();
+        let err = b
+            .ensure(spec("ns/wide", "10.2.0.0/16", "10.2.0.1"))
+            .await
+            .unwrap_err();
+        let types::Error::Invalid(message) = &err else {
+            panic!("expected invalid, got {err:?}")
+        };
+        assert_eq!(
+            message,
+            "spec: network `ns/wide`: cidr `10.2.0.0/16` overlaps network `ns/old` (cidr \
+             `10.2.0.0/24`); pick a disjoint range or delete `ns/old` first"
+        );
+    }
+
+    #[tokio::test]
+    async fn ids_that_would_forge_log_lines_are_invalid() {
+        let h = Harness::new();
+        let mut a = as_guest(&h, "a");
+        for id in ["x\u{2028}INFO forged", "x\u{202E}", "x\u{85}"] {
+            let err = a.get(id.into()).await.unwrap_err();
+            assert!(
+                matches!(&err, types::Error::Invalid(m) if m.contains("line breaks")),
+                "{id:?}: {err:?}"
+            );
+        }
     }
 
     #[tokio::test]
