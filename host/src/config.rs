@@ -142,8 +142,13 @@ pub struct Limits {
     pub log_burst: Option<u32>,
     /// CPU the guest's running instances may use together, in thousandths of a core
     /// (`500` = half a core); beyond it they are paused at their next epoch tick until the
-    /// budget refills. Default: one core.
+    /// budget refills. Default: one core. Host work done for the guest (label selectors
+    /// evaluated over a cache, bodies parsed) is taken from the same share.
     pub cpu_millicores: Option<u32>,
+    /// JSON body bytes (status patches, applies) per second the host parses for the guest;
+    /// beyond the rate a body waits, within the reconcile's deadline. Default: 8 MiB/s (see
+    /// [`Rates::default`]).
+    pub body_bytes_per_second: Option<u32>,
 }
 
 impl Limits {
@@ -161,6 +166,9 @@ impl Limits {
             log_lines_per_second: self.log_lines_per_second.or(fallback.log_lines_per_second),
             log_burst: self.log_burst.or(fallback.log_burst),
             cpu_millicores: self.cpu_millicores.or(fallback.cpu_millicores),
+            body_bytes_per_second: self
+                .body_bytes_per_second
+                .or(fallback.body_bytes_per_second),
         }
     }
 
@@ -175,6 +183,10 @@ impl Limits {
             log_lines_per_second: self.log_lines_per_second.unwrap_or(d.log_lines_per_second),
             log_burst: self.log_burst.unwrap_or(d.log_burst),
             cpu_millicores: self.cpu_millicores.or(d.cpu_millicores),
+            body_bytes_per_second: self
+                .body_bytes_per_second
+                .unwrap_or(d.body_bytes_per_second),
+            host_memory_bytes: self.memory_bytes(),
         }
     }
 
@@ -199,12 +211,25 @@ pub struct Rates {
     pub log_burst: u32,
     /// None: no CPU quota.
     pub cpu_millicores: Option<u32>,
+    /// See [`Limits::body_bytes_per_second`].
+    pub body_bytes_per_second: u32,
+    /// Host memory held on the guest's behalf at once (bodies being parsed and sent, list
+    /// results being copied), over all its reconciles: its instance memory cap
+    /// (`memoryMiB`), so the host never holds more for a guest than the guest could hold.
+    pub host_memory_bytes: usize,
 }
 
 impl Default for Rates {
     /// Writes: above what one API server takes from one client here (a raw patch loop managed
     /// ~380/s on the dev machine), so a well-behaved guest is never slowed by default (at 50/s
     /// the controller bench took 4.5x as long); give an untrusted guest less in its grant.
+    ///
+    /// Body bytes: 8 MiB/s, far above what an honest guest sends (the controller bench's
+    /// guest writes ~0.2 KB status patches, under 0.1 MiB/s even at the full write rate; the
+    /// widget guest's applies are smaller still), and low enough that a guest cannot make the
+    /// host parse more than a fraction of a core's worth (`serde_json` builds trees at tens to
+    /// hundreds of MiB/s, by shape), which is taken from its CPU share besides. A largest body
+    /// (3 MiB) always fits in the bucket.
     fn default() -> Self {
         Self {
             writes_per_second: 500,
@@ -214,6 +239,8 @@ impl Default for Rates {
             log_lines_per_second: 100,
             log_burst: 500,
             cpu_millicores: Some(1000),
+            body_bytes_per_second: 8 << 20,
+            host_memory_bytes: DEFAULT_MEMORY_MIB << 20,
         }
     }
 }
@@ -229,6 +256,8 @@ impl Rates {
             log_lines_per_second: u32::MAX,
             log_burst: u32::MAX,
             cpu_millicores: None,
+            body_bytes_per_second: u32::MAX,
+            host_memory_bytes: usize::MAX,
         }
     }
 }
@@ -308,6 +337,17 @@ pub struct Grant {
     /// Kinds (apply, delete, finalizers) and subresources (`.../status`) it may write.
     #[serde(default)]
     pub write: BTreeSet<WriteTarget>,
+    /// Label keys the guest may set on objects it applies: each a key or a prefix ending in
+    /// `*` (`example.com/*`). A list is the complete set. Unset: every key outside Kubernetes'
+    /// own domains (`kubernetes.io`, `k8s.io` and their subdomains), whose keys act
+    /// cluster-wide (`pod-security.kubernetes.io/enforce` on a Namespace, node roles...) and
+    /// so are set only where listed here.
+    #[serde(default)]
+    pub labels: Option<Vec<String>>,
+    /// Annotation keys the guest may set on objects it applies, as for `labels`
+    /// (`kubernetes.io/service-account.name` on a Secret makes the API server mint a token).
+    #[serde(default)]
+    pub annotations: Option<Vec<String>>,
     /// Backends (by name under `backends:`) it may call.
     #[serde(default)]
     pub backends: BTreeSet<String>,

@@ -10,8 +10,9 @@
 //! `active` reloads it without a restart).
 //!
 //! What counts as a change, per intended call:
-//! - status merge patch: the live object's `status` with the patch merged in (RFC 7386)
-//!   differs from the live `status`;
+//! - status merge patch: the live object with the patch merged in (RFC 7386) differs from the
+//!   live object anywhere (its `status`, or anything else the patch would touch; only
+//!   `metadata.resourceVersion`, a precondition, is left out);
 //! - apply: a field the applied object sets differs from the live one (lists of objects with a
 //!   `name` or `type` are matched by it, as server-side apply merges them), or the object does
 //!   not exist;
@@ -67,18 +68,32 @@ impl std::fmt::Display for Difference {
     }
 }
 
-/// The differences of a status merge patch: `live` with `patch` merged in, compared on
-/// `status`. Returns the object as it would be, for the guest to read back.
+/// The differences of a status merge patch: `live` with `patch` merged in, compared whole
+/// (every field the patch would change, not only `status`: the verdict must see all of a
+/// write), except `metadata.resourceVersion`, which a patch carries as a precondition. Returns
+/// the object as it would be, for the guest to read back.
 pub fn status_patch(intended: String, live: &Value, patch: &Value) -> (Value, Option<Difference>) {
     let mut patched = live.clone();
     json_patch::merge(&mut patched, patch);
+    if let Some(version) = live.pointer("/metadata/resourceVersion")
+        && let Some(metadata) = patched.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        metadata.insert("resourceVersion".to_owned(), version.clone());
+    }
     let mut changes = Lines::default();
-    compare(
-        "status",
-        live.get("status").unwrap_or(&Value::Null),
-        patched.get("status").unwrap_or(&Value::Null),
-        &mut changes,
-    );
+    if let (Some(before), Some(after)) = (live.as_object(), patched.as_object()) {
+        let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+        for key in keys {
+            compare(
+                key,
+                before.get(key).unwrap_or(&Value::Null),
+                after.get(key).unwrap_or(&Value::Null),
+                &mut changes,
+            );
+        }
+    } else {
+        compare("", live, &patched, &mut changes);
+    }
     let difference = finish(intended, changes);
     (patched, difference)
 }
@@ -296,7 +311,9 @@ fn shown(value: &Value) -> String {
     if value.is_null() {
         return "(absent)".into();
     }
-    let text = value.to_string();
+    // JSON escapes only U+0000-U+001F; the rest of Unicode's line breaks and the bidi
+    // controls would still split or disguise a verdict's log line.
+    let text = crate::validation::message(&value.to_string());
     if text.chars().count() <= MAX_VALUE_CHARS {
         return text;
     }
@@ -442,6 +459,26 @@ mod tests {
                 r#"status.acceptedNames.shortNames: ["x"] → (absent)"#,
                 r#"status.conditions[type=NamesAccepted].reason: "NoConflicts" → "KindConflict""#,
                 r#"status.conditions[type=NamesAccepted].status: "True" → "False""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_status_patch_that_would_change_metadata_differs() {
+        // The capabilities refuse such a patch before it gets here; the verdict must not
+        // depend on that: it compares everything the patch would change.
+        let live = crd();
+        let patch = json!({
+            "metadata": {"finalizers": ["example.com/block"], "labels": {"a": "b"}},
+            "status": {"acceptedNames": {"plural": "a", "kind": "A", "singular": null, "shortNames": ["x"]}},
+        });
+        let (_, difference) = status_patch("p".into(), &live, &patch);
+        let changes = difference.expect("a difference").changes;
+        assert_eq!(
+            changes,
+            vec![
+                r#"metadata.finalizers: (absent) → ["example.com/block"]"#,
+                r#"metadata.labels: (absent) → {"a":"b"}"#,
             ]
         );
     }

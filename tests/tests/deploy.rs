@@ -11,8 +11,9 @@
 //! guest, with a forbidden error in its result and metrics, while the host stays Ready; the
 //! sharded variant (`deploy/sharded`: three replicas, `--shards auto`) splits the keys between
 //! its Pods with no overlap, every Network stays Ready and new ones converge; every manifest
-//! passes `kubectl apply --dry-run=server`. Then `cluster down` must leave the machine as it
-//! found it.
+//! passes `kubectl apply --dry-run=server`; with the garbage collector live, a hostile guest
+//! cannot make it delete anything through owner references (refused by the host, shown on the
+//! API server). Then `cluster down` must leave the machine as it found it.
 //!
 //! Needs root (kubelet, containerd, interfaces); one such cluster per machine.
 
@@ -429,8 +430,131 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
         ])?;
     }
 
+    garbage_collection_never_acts_on_a_guests_word(&cluster, &client).await?;
+
     let clean = cluster.down()?;
     ensure!(clean.trim() == "clean", "left on the machine: {clean}");
+    Ok(())
+}
+
+/// With the garbage collector running (this cluster has a controller-manager), a guest tries
+/// to make it delete things: a status patch of a CRD naming an owner that does not exist (the
+/// API server would keep it, and the collector would then delete the CRD and every custom
+/// resource of it), and applies naming a missing owner or a stale uid. The host refuses each
+/// (`guests/testing/hostile/src/boundary.rs`); a control object the test itself gives a
+/// dangling owner is collected meanwhile, so the collector was live; the CRD, its custom
+/// resource and the guest's targets are still on the API server afterwards.
+async fn garbage_collection_never_acts_on_a_guests_word(
+    cluster: &LocalCluster,
+    client: &kube::Client,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    const ATTACK_LABEL: &str = "hostile.reconciler.dev/attack";
+    const ATTACKS: &[(&str, &str, &str)] = &[
+        (
+            "status-crd-owner",
+            "invalid",
+            "patch.metadata.ownerReferences:",
+        ),
+        (
+            "apply-owner-dangling",
+            "invalid",
+            "object.metadata.ownerReferences[0]:",
+        ),
+        (
+            "apply-owner-stale-uid",
+            "invalid",
+            "object.metadata.ownerReferences[0].uid:",
+        ),
+    ];
+    let namespace = reconciler_host_tests::test_namespace(client, "gc").await?;
+    apply_crd_file(client, "guests/testing/hostile/victim-crd.yaml").await?;
+    let victims = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &namespace,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "hostile.reconciler.dev",
+            "v1",
+            "Victim",
+        )),
+    );
+    let victim: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "hostile.reconciler.dev/v1", "kind": "Victim", "metadata": {"name": "precious"},
+    }))?;
+    victims.create(&PostParams::default(), &victim).await?;
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+    let keep: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "keep"}}))?;
+    config_maps.create(&PostParams::default(), &keep).await?;
+
+    let config = "guests:\n  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap, apiextensions.k8s.io/v1/CustomResourceDefinition/status]\n";
+    let kubeconfig = cluster.kubeconfig();
+    let host = reconciler_host_tests::HostProcess::start(reconciler_host_tests::HostOptions {
+        kubeconfig: &kubeconfig,
+        config: config.to_owned(),
+        guests: vec!["hostile"],
+        namespace: Some(&namespace),
+        extra_args: vec![],
+    })
+    .await?;
+    for (attack, _, _) in ATTACKS {
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": attack, "labels": {ATTACK_LABEL: "true"}},
+            "data": {"attack": attack, "victim": namespace},
+        }))?;
+        config_maps.create(&PostParams::default(), &object).await?;
+    }
+    // The control: a dangling owner the test writes itself is collected.
+    let control: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "control",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "nobody",
+            "uid": "00000000-0000-4000-8000-00000000dead"}]}}))?;
+    config_maps.create(&PostParams::default(), &control).await?;
+    for (attack, outcome, starts) in ATTACKS {
+        let result = wait_until(&format!("the result of {attack}"), WAIT, || async {
+            config_maps
+                .get_opt(&format!("result-{attack}"))
+                .await?
+                .and_then(|cm| cm.data)
+                .context("no result yet")
+        })
+        .await
+        .map_err(|e| e.context(host.log_tail()))?;
+        ensure!(
+            result.get("outcome").map(String::as_str) == Some(*outcome)
+                && result.get("message").is_some_and(|m| m.starts_with(starts)),
+            "{attack}: expected {outcome} starting with {starts}; observed {result:?}"
+        );
+    }
+    wait_until(
+        "the garbage collector to delete the control",
+        WAIT,
+        || async {
+            ensure!(
+                config_maps.get_opt("control").await?.is_none(),
+                "still there"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let crds = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone());
+    let crd = crds.get("victims.hostile.reconciler.dev").await?;
+    ensure!(
+        crd.metadata.owner_references.unwrap_or_default().is_empty()
+            && crd.metadata.deletion_timestamp.is_none(),
+        "the victim CRD was given an owner or is being deleted"
+    );
+    ensure!(
+        victims.get_opt("precious").await?.is_some(),
+        "the Victim is gone"
+    );
+    ensure!(
+        config_maps.get_opt("keep").await?.is_some(),
+        "ConfigMap keep is gone"
+    );
+    ensure!(
+        config_maps.get_opt("owned").await?.is_none(),
+        "ConfigMap owned was written"
+    );
     Ok(())
 }
 

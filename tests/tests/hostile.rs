@@ -671,6 +671,222 @@ async fn every_attack_is_refused_nothing_outside_is_touched_and_the_widget_conve
     Ok(())
 }
 
+/// The attacks of `guests/testing/hostile/src/boundary.rs`: through the API server's own
+/// semantics, with a grant that writes more than it reads.
+const BOUNDARY: &[Expect] = &[
+    invalid("status-crd-labels", &["patch.metadata.labels:"]),
+    invalid("status-crd-annotations", &["patch.metadata.annotations:"]),
+    invalid("status-crd-finalizer", &["patch.metadata.finalizers:"]),
+    invalid("status-crd-owner", &["patch.metadata.ownerReferences:"]),
+    invalid("status-crd-spec", &["patch.spec:"]),
+    invalid("status-namespace-psa", &["patch.metadata.labels:"]),
+    Expect {
+        attack: "status-crd-stale",
+        outcome: "conflict",
+        starts: &[],
+        contains: "withheld",
+    },
+    answered("readback-apply-secret", "ok"),
+    answered("readback-patch-pod", "ok"),
+    Expect {
+        attack: "readback-error-secret",
+        outcome: "invalid",
+        starts: &[],
+        contains: "withheld",
+    },
+    invalid(
+        "apply-owner-dangling",
+        &["object.metadata.ownerReferences[0]:"],
+    ),
+    invalid(
+        "apply-owner-stale-uid",
+        &["object.metadata.ownerReferences[0].uid:"],
+    ),
+    denied("apply-owner-unreadable", "read v1/Secret"),
+    answered("apply-owner-ok", "ok"),
+    denied("apply-label-psa", "pod-security.kubernetes.io/enforce"),
+    denied(
+        "apply-annotation-sa-token",
+        "kubernetes.io/service-account.name",
+    ),
+    invalid(
+        "apply-metadata-deletion",
+        &["object.metadata.deletionTimestamp:"],
+    ),
+];
+
+/// The victim of the status attacks (`guests/testing/hostile/victim-crd.yaml`).
+const VICTIM_CRD: &str = "victims.hostile.reconciler.dev";
+/// What the readback victims hold: the guest must never see it.
+const SECRET_VALUE: &str = "hunter2";
+
+/// A CRD's, a Namespace's or any object's metadata that an attack could change.
+fn guarded_metadata(meta: &kube::api::ObjectMeta) -> Value {
+    json!({
+        "labels": meta.labels,
+        "annotations": meta.annotations,
+        "finalizers": meta.finalizers,
+        "ownerReferences": meta.owner_references,
+        "resourceVersion": meta.resource_version,
+    })
+}
+
+#[tokio::test]
+async fn a_status_grant_changes_status_only_and_a_write_grant_reads_nothing() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let cp = ControlPlane::shared().await?;
+    let arena = Arena::new(cp).await?;
+    apply_crd_file(&arena.client, "guests/testing/hostile/victim-crd.yaml").await?;
+    let secrets = Api::<Secret>::namespaced(arena.client.clone(), &arena.attacker);
+    let readback: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "readback"},
+        "stringData": {"password": SECRET_VALUE},
+    }))?;
+    secrets.create(&PostParams::default(), &readback).await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "readback"},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/none",
+            "env": [{"name": "TOKEN", "value": SECRET_VALUE}]}]},
+    }))?;
+    Api::<Pod>::namespaced(arena.client.clone(), &arena.attacker)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let crds = Api::<CustomResourceDefinition>::all(arena.client.clone());
+    let namespaces = Api::<Namespace>::all(arena.client.clone());
+    let crd_before = guarded_metadata(&crds.get(VICTIM_CRD).await?.metadata);
+    let namespace_before = guarded_metadata(&namespaces.get(&arena.victim).await?.metadata);
+    let secret_before = secrets.get("readback").await?;
+
+    let config = {
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&config("{deadline: 5s}")?)?;
+        config["guests"]["hostile"]["write"] = serde_yaml::from_str(
+            "[v1/ConfigMap, v1/Secret, v1/Pod/status, v1/Namespace/status, apiextensions.k8s.io/v1/CustomResourceDefinition/status]",
+        )?;
+        serde_yaml::to_string(&config)?
+    };
+    let host = HostProcess::start(HostOptions {
+        kubeconfig: cp.kubeconfig(),
+        config,
+        guests: vec!["hostile"],
+        namespace: Some(&arena.attacker),
+        extra_args: vec![],
+    })
+    .await?;
+    for expect in BOUNDARY {
+        arena.attack(expect.attack).await?;
+    }
+    let results = wait_until(
+        "a result for every boundary attack",
+        Duration::from_secs(120),
+        || async {
+            let mut results = BTreeMap::new();
+            let mut missing = Vec::new();
+            for expect in BOUNDARY {
+                match arena.result(expect.attack).await? {
+                    Some(result) => {
+                        results.insert(expect.attack, result);
+                    }
+                    None => missing.push(expect.attack),
+                }
+            }
+            ensure!(missing.is_empty(), "no result yet for {missing:?}");
+            Ok(results)
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))?;
+    let mut failures: Vec<String> = BOUNDARY
+        .iter()
+        .filter_map(|expect| check_answer(expect, &results[expect.attack], &arena.victim))
+        .collect();
+
+    // What a write handed back holds nothing of what the guest may not read.
+    let encoded = "aHVudGVyMg=="; // base64 of SECRET_VALUE, as a Secret stores it
+    for attack in ["readback-apply-secret", "readback-patch-pod"] {
+        let detail = &results[attack]["detail"];
+        let returned: Value = serde_json::from_str(detail).unwrap_or(Value::Null);
+        let extra: Vec<&String> = returned
+            .as_object()
+            .map(|o| {
+                o.keys()
+                    .filter(|k| !["apiVersion", "kind", "metadata"].contains(&k.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if returned.is_null()
+            || detail.contains(SECRET_VALUE)
+            || detail.contains(encoded)
+            || !extra.is_empty()
+            || returned["metadata"].get("annotations").is_some()
+        {
+            failures.push(format!(
+                "{attack}: the write handed back more than identity: {detail}"
+            ));
+        }
+    }
+
+    // On the API server: the victims' metadata is exactly as it was.
+    let crd_after = guarded_metadata(&crds.get(VICTIM_CRD).await?.metadata);
+    if crd_after != crd_before {
+        failures.push(format!(
+            "CRD {VICTIM_CRD} changed: {crd_before} -> {crd_after}"
+        ));
+    }
+    let namespace_after = guarded_metadata(&namespaces.get(&arena.victim).await?.metadata);
+    if namespace_after != namespace_before {
+        failures.push(format!(
+            "Namespace {} changed: {namespace_before} -> {namespace_after}",
+            arena.victim
+        ));
+    }
+    let secret_after = secrets.get("readback").await?;
+    if secret_after.data != secret_before.data || secret_after.type_ != secret_before.type_ {
+        failures.push("Secret readback changed".to_owned());
+    }
+    // The one owner reference let through names the attack's own ConfigMap, as it is.
+    let owned = arena.config_maps(&arena.attacker).get("owned").await?;
+    let owner = arena
+        .config_maps(&arena.attacker)
+        .get("apply-owner-ok")
+        .await?;
+    let owners: Vec<(String, String)> = owned
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| (o.name, o.uid))
+        .collect();
+    let expected = vec![(
+        "apply-owner-ok".to_owned(),
+        owner.metadata.uid.unwrap_or_default(),
+    )];
+    if owners != expected {
+        failures.push(format!(
+            "ConfigMap owned has owners {owners:?}, expected {expected:?}"
+        ));
+    }
+    let labels = owned.metadata.labels.unwrap_or_default();
+    let annotations = owned.metadata.annotations.unwrap_or_default();
+    if labels
+        .keys()
+        .chain(annotations.keys())
+        .any(|k| k.contains("kubernetes.io"))
+    {
+        failures.push(format!(
+            "ConfigMap owned carries reserved keys: {labels:?} {annotations:?}"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "the host let {} attack(s) through or answered them wrongly:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_guest_asleep_in_wasi_is_cancelled_at_its_deadline_and_frees_its_only_worker()
 -> Result<()> {

@@ -12,7 +12,10 @@ use crate::lister::parse;
 use crate::{HostError, ObjectRef};
 
 /// JSON merge patch of the status subresource with `{"status": status}`; returns the object
-/// as the API server returned it.
+/// as the API server returned it (only its identity, `apiVersion`, `kind` and `metadata`'s
+/// name, namespace, uid, resourceVersion, generation and timestamps, when the guest's grant
+/// does not let it read the kind). A status patch changes status only: to write labels,
+/// annotations or owner references, apply the object.
 ///
 /// Merge-patch rules apply: fields absent from `status` are left alone, `null` removes a
 /// field, and lists (such as `conditions`) are replaced whole.

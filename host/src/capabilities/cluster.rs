@@ -153,40 +153,49 @@ impl CallContext {
         patch: &str,
     ) -> Result<Value, HostError> {
         validation::object_ref("ref", object)?;
-        let patch = validation::json_body("patch", patch)?;
-        if !patch.is_object() {
-            return Err(HostError::Invalid("patch: must be a JSON object".into()));
-        }
+        let (patch, _body) = self.parse_body("patch", patch).await?;
+        super::bodies::status_patch(&patch)?;
         self.may_write(object, Some("status"))?;
         self.write_token().await;
         let provider = self.guest.providers.cluster.clone();
+        let what = format!("status patch of {object}");
         if self.shadow() {
             // Compared, not sent; the guest reads back what the write would have returned.
             let live = provider
                 .get(object)
-                .await?
+                .await
+                .map_err(|e| self.withheld(&what, &object.kind, e))?
                 .ok_or_else(|| HostError::NotFound(format!("{object} does not exist")))?;
-            let intended = format!("status patch of {object}");
-            let (patched, difference) = crate::shadow::status_patch(intended, &live, &patch);
+            let (patched, difference) = crate::shadow::status_patch(what, &live, &patch);
             self.differs(difference);
-            return Ok(patched);
+            return Ok(self.returned(&object.kind, patched));
         }
-        provider.patch_status(self.name(), object, &patch).await
+        match provider.patch_status(self.name(), object, &patch).await {
+            Ok(written) => Ok(self.returned(&object.kind, written)),
+            Err(e) => Err(self.withheld(&what, &object.kind, e)),
+        }
     }
 
     async fn cluster_apply(&mut self, body: &str) -> Result<Value, HostError> {
-        let value = validation::json_body("object", body)?;
+        let (value, _body) = self.parse_body("object", body).await?;
         let target = applied_ref(&value, self.guest.scope.finalizer.as_deref())?;
         self.may_write(&target, None)?;
+        self.apply_metadata(&value, &target)?;
         self.write_token().await;
         let provider = self.guest.providers.cluster.clone();
+        let what = format!("apply of {target}");
         if self.shadow() {
-            let live = provider.get(&target).await?;
-            let intended = format!("apply of {target}");
-            self.differs(crate::shadow::apply(intended, live.as_ref(), &value));
-            return Ok(live.unwrap_or(value));
+            let live = provider
+                .get(&target)
+                .await
+                .map_err(|e| self.withheld(&what, &target.kind, e))?;
+            self.differs(crate::shadow::apply(what, live.as_ref(), &value));
+            return Ok(self.returned(&target.kind, live.unwrap_or(value)));
         }
-        provider.apply(self.name(), &value).await
+        match provider.apply(self.name(), &value).await {
+            Ok(written) => Ok(self.returned(&target.kind, written)),
+            Err(e) => Err(self.withheld(&what, &target.kind, e)),
+        }
     }
 
     async fn cluster_delete(&mut self, object: &ObjectRef) -> Result<bool, HostError> {
@@ -194,15 +203,22 @@ impl CallContext {
         self.may_write(object, None)?;
         self.write_token().await;
         let provider = self.guest.providers.cluster.clone();
+        let what = format!("delete of {object}");
         if self.shadow() {
-            let exists = provider.get(object).await?.is_some();
-            let intended = format!("delete of {object}");
+            let exists = provider
+                .get(object)
+                .await
+                .map_err(|e| self.withheld(&what, &object.kind, e))?
+                .is_some();
             let difference =
-                crate::shadow::single(intended, exists, "object exists: it would be deleted");
+                crate::shadow::single(what, exists, "object exists: it would be deleted");
             self.differs(difference);
             return Ok(exists);
         }
-        provider.delete(self.name(), object).await
+        provider
+            .delete(self.name(), object)
+            .await
+            .map_err(|e| self.withheld(&what, &object.kind, e))
     }
 
     async fn cluster_record_event(&self, record: &EventRecord) -> Result<(), HostError> {
@@ -489,6 +505,218 @@ mod tests {
             matches!(&err, types::Error::Invalid(m) if m.starts_with("patch:")),
             "{err:?}"
         );
+    }
+
+    /// A guest that writes more kinds than it reads: Secrets and Pod status, write only.
+    const WRITE_ONLY: &str = "{read: [v1/ConfigMap], write: [v1/ConfigMap, v1/ConfigMap/status, v1/Secret, v1/Pod/status, v1/Namespace/status]}";
+
+    fn refused(result: Result<String, types::Error>) -> String {
+        match result {
+            Ok(v) => panic!("let through: {v}"),
+            Err(types::Error::Invalid(m)) => format!("invalid: {m}"),
+            Err(types::Error::Denied(m)) => format!("denied: {m}"),
+            Err(other) => format!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_patch_carries_status_only_whatever_the_kind() {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "n1"}}));
+        let before = h.cache.get(&ObjectRef {
+            kind: Gvk::new("", "v1", "Namespace"),
+            namespace: None,
+            name: "team".into(),
+        });
+        let mut call = h.call(WRITE_ONLY, Scope::default());
+        let namespace = types::ObjectRef {
+            kind: Gvk::new("", "v1", "Namespace").into(),
+            namespace: None,
+            name: "team".into(),
+        };
+        for patch in [
+            json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}),
+            json!({"metadata": {"finalizers": ["example.com/block"]}, "status": {}}),
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "x"}]}}),
+            json!({"metadata": {"annotations": {"a": "b"}}}),
+            json!({"spec": {"finalizers": []}}),
+        ] {
+            let answer = refused(
+                call.patch_status(namespace.clone(), patch.to_string())
+                    .await,
+            );
+            assert!(answer.starts_with("invalid: patch."), "{patch}: {answer}");
+        }
+        let ok = json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Active"}});
+        call.patch_status(namespace.clone(), ok.to_string())
+            .await
+            .expect("status with a resourceVersion passes");
+        let after = h.cache.get(&ObjectRef::from(namespace));
+        assert_eq!(
+            after
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/labels").cloned()),
+            before.and_then(|o| o.pointer("/metadata/labels").cloned()),
+        );
+    }
+
+    #[tokio::test]
+    async fn an_apply_sets_only_the_metadata_its_grant_allows() {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "owner", "namespace": "ns", "uid": "u-owner"}}));
+        h.cache.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u-secret"}}));
+        h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "elsewhere", "namespace": "other", "uid": "u-else"}}));
+        let mut call = h.call(GRANT, Scope::default());
+        let cm = |metadata: Value| {
+            let mut m = json!({"name": "x", "namespace": "ns"});
+            json_patch::merge(&mut m, &metadata);
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": m}).to_string()
+        };
+        let owner = |kind: &str, name: &str, uid: &str| json!({"ownerReferences": [{"apiVersion": "v1", "kind": kind, "name": name, "uid": uid}]});
+        for (metadata, expected) in [
+            (
+                json!({"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}),
+                "denied: guest `g` may not set label",
+            ),
+            (
+                json!({"annotations": {"kubernetes.io/service-account.name": "default"}}),
+                "denied: guest `g` may not set annotation",
+            ),
+            (
+                owner("ConfigMap", "gone", "u-gone"),
+                "invalid: object.metadata.ownerReferences[0]: no v1/ConfigMap named",
+            ),
+            (
+                owner("ConfigMap", "owner", "u-stale"),
+                "invalid: object.metadata.ownerReferences[0].uid:",
+            ),
+            (
+                owner("ConfigMap", "elsewhere", "u-else"),
+                "invalid: object.metadata.ownerReferences[0]: no v1/ConfigMap",
+            ),
+            (
+                owner("Secret", "s", "u-secret"),
+                "denied: guest `g` may not read v1/Secret",
+            ),
+            (
+                json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u-owner", "blockOwnerDeletion": true, "x": 1}]}),
+                "invalid: object.metadata.ownerReferences[0].x:",
+            ),
+            (
+                json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}),
+                "invalid: object.metadata.deletionTimestamp:",
+            ),
+            (
+                json!({"managedFields": []}),
+                "invalid: object.metadata.managedFields:",
+            ),
+            (
+                json!({"labels": {"a": 1}}),
+                "invalid: object.metadata.labels.a:",
+            ),
+        ] {
+            let answer = refused(call.apply(cm(metadata.clone())).await);
+            assert!(answer.starts_with(expected), "{metadata}: {answer}");
+        }
+        assert!(
+            h.cache.get(&cm_ref("x")).is_none(),
+            "nothing refused was written"
+        );
+        let good = json!({"labels": {"app": "web", "example.com/tier": "a"}, "annotations": {"note": "n"}});
+        let mut metadata = good;
+        json_patch::merge(&mut metadata, &owner("ConfigMap", "owner", "u-owner"));
+        call.apply(cm(metadata))
+            .await
+            .expect("an owner the guest reads, as it is");
+
+        let listed = h.call(
+            "{read: [v1/ConfigMap], write: [v1/ConfigMap], labels: [pod-security.kubernetes.io/*]}",
+            Scope::default(),
+        );
+        let mut listed = listed;
+        listed
+            .apply(cm(
+                json!({"labels": {"pod-security.kubernetes.io/warn": "baseline"}}),
+            ))
+            .await
+            .expect("a reserved key the grant lists");
+        let answer = refused(listed.apply(cm(json!({"labels": {"app": "web"}}))).await);
+        assert!(
+            answer.starts_with("denied:"),
+            "a listed grant is the complete set: {answer}"
+        );
+    }
+
+    fn cm_ref(name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: Gvk::new("", "v1", "ConfigMap"),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_hands_back_only_what_the_guest_may_read() {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u", "resourceVersion": "3",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"data\":{\"password\":\"aHVudGVyMg==\"}}"}},
+            "data": {"password": "aHVudGVyMg=="}}));
+        h.cache.put(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "p"},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "hunter2"}]}]}}));
+        let mut call = h.call(WRITE_ONLY, Scope::default());
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}});
+        let returned = call.apply(secret.to_string()).await.unwrap();
+        assert!(!returned.contains("aHVudGVyMg"), "{returned}");
+        let mut returned: Value = serde_json::from_str(&returned).unwrap();
+        assert!(returned["metadata"]["resourceVersion"].is_string());
+        returned["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        assert_eq!(
+            returned,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "namespace": "ns", "uid": "u"}})
+        );
+        let pod = types::ObjectRef {
+            kind: Gvk::new("", "v1", "Pod").into(),
+            namespace: Some("ns".into()),
+            name: "p".into(),
+        };
+        let returned = call
+            .patch_status(pod.clone(), r#"{"status":{}}"#.into())
+            .await
+            .unwrap();
+        assert!(
+            !returned.contains("hunter2") && !returned.contains("spec"),
+            "{returned}"
+        );
+        let missing = types::ObjectRef {
+            name: "missing".into(),
+            ..pod
+        };
+        let err = call
+            .patch_status(missing, r#"{"status":{}}"#.into())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::NotFound(m) if m.contains("withheld")),
+            "{err:?}"
+        );
+        let readable = call
+            .patch_status(cm(Some("ns"), "a"), r#"{"status":{}}"#.into())
+            .await;
+        assert!(
+            readable.is_err(),
+            "nothing seeded: the kind's own error passes as it is"
+        );
+        let recorded = serde_json::to_string(call.calls.as_ref().unwrap()).unwrap();
+        assert!(!recorded.contains("hunter2") && !recorded.contains("aHVudGVyMg"));
     }
 
     const SHADOW: &str =
