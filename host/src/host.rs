@@ -144,14 +144,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config_watcher = tokio::spawn(follow_config(args.config.clone(), directory.clone()));
 
     let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
+    // On a thread of its own: probes are answered whatever guests keep the workers doing.
     let (addr, _server) = crate::server::serve(
         args.listen,
         metrics.clone(),
         directory.clone(),
         readiness.clone(),
         sharding.as_ref().map(|s| s.status.clone()),
-    )
-    .await?;
+    )?;
     tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
 
     let election = if args.leader_elect {

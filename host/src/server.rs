@@ -10,6 +10,16 @@
 //! reading the response) must end within [`ServerOptions::request_timeout`], or the connection
 //! is dropped. At most [`ServerOptions::max_connections`] are open at once; further clients wait
 //! in the listen backlog. `axum::serve` offers none of these knobs, hence the accept loop here.
+//!
+//! Nor may guests hold it: `/healthz` and `/readyz` must answer within the kubelet's probe
+//! timeouts whatever guests make the host do, and guests run on the host's async workers (a
+//! busy loop yields only every epoch tick; host work such as a list over a large cache runs
+//! between yields). So the server runs on its own OS thread with its own single-threaded
+//! runtime ([`serve`]), and the endpoints that take locks shared with the rest of the host
+//! (`/metrics`, `/guests`, `/shards`) run on that runtime's blocking threads, so a wait there
+//! never delays a probe. The probes themselves read only atomics and short-held locks:
+//! `/readyz` the readiness map (held by the manager only to insert or remove a guest) and
+//! each controller's synced flag.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -63,14 +73,28 @@ impl Default for ServerOptions {
     }
 }
 
-/// Binds `addr` and serves until the task is dropped. Returns the bound address (port 0 picks one).
-pub async fn serve(
+/// The running server (see [`serve`]): stops when dropped.
+pub struct Server {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Binds `addr` and serves on a thread of its own until the returned [`Server`] is dropped.
+/// Returns the bound address (port 0 picks one).
+pub fn serve(
     addr: SocketAddr,
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(SocketAddr, Server)> {
     serve_with(
         addr,
         metrics,
@@ -79,18 +103,17 @@ pub async fn serve(
         shards,
         ServerOptions::default(),
     )
-    .await
 }
 
 /// [`serve`] with other limits.
-pub async fn serve_with(
+pub fn serve_with(
     addr: SocketAddr,
     metrics: Metrics,
     directory: Arc<GuestDirectory>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
     options: ServerOptions,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(SocketAddr, Server)> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -103,9 +126,43 @@ pub async fn serve_with(
             readiness,
             shards,
         });
-    let listener = TcpListener::bind(addr).await?;
+    serve_router(addr, app, options)
+}
+
+/// Serves `app` on a new OS thread running a current-thread tokio runtime: no task of the
+/// host's own runtime can delay it. Cost: one thread, its runtime and its blocking pool
+/// (threads started on demand, for the endpoints that take shared locks).
+fn serve_router(
+    addr: SocketAddr,
+    app: Router,
+    options: ServerOptions,
+) -> anyhow::Result<(SocketAddr, Server)> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    Ok((bound, tokio::spawn(accept_loop(listener, app, options))))
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("http-blocking")
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("http-server".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        tracing::error!("HTTP server: cannot serve on {bound}: {e}");
+                        return;
+                    }
+                };
+                tokio::select! {
+                    () = accept_loop(listener, app, options) => {}
+                    _ = stopped => {}
+                }
+            });
+        })?;
+    Ok((bound, Server { stop: Some(stop) }))
 }
 
 async fn accept_loop(listener: TcpListener, app: Router, options: ServerOptions) {
@@ -176,25 +233,43 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        state.metrics.render(),
-    )
+/// Runs `f` on the server runtime's blocking threads (see the module docs).
+async fn off_the_probes<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, (StatusCode, &'static str)> {
+    tokio::task::spawn_blocking(f).await.map_err(|_| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the handler failed; see the host's log",
+        )
+    })
 }
 
-async fn guests(State(state): State<AppState>) -> impl IntoResponse {
-    axum::Json(state.directory.statuses())
+async fn metrics_text(State(state): State<AppState>) -> axum::response::Response {
+    match off_the_probes(move || state.metrics.render()).await {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(failed) => failed.into_response(),
+    }
+}
+
+async fn guests(State(state): State<AppState>) -> axum::response::Response {
+    match off_the_probes(move || state.directory.statuses()).await {
+        Ok(statuses) => axum::Json(statuses).into_response(),
+        Err(failed) => failed.into_response(),
+    }
 }
 
 async fn shards_report(State(state): State<AppState>) -> axum::response::Response {
-    match &state.shards {
-        Some(shards) => axum::Json(shards.report()).into_response(),
-        None => (
+    let Some(shards) = state.shards else {
+        return (
             StatusCode::NOT_FOUND,
             "this host is not sharded (run --shards auto)",
         )
-            .into_response(),
+            .into_response();
+    };
+    match off_the_probes(move || shards.report()).await {
+        Ok(report) => axum::Json(report).into_response(),
+        Err(failed) => failed.into_response(),
     }
 }
 
@@ -284,6 +359,43 @@ mod tests {
             after >= Duration::from_millis(250),
             "closed after {after:?}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_are_answered_while_every_worker_of_the_host_is_busy() {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let app = Router::new().route("/healthz", get(|| async { "ok" }));
+        let (addr, _server) = serve_router(
+            "127.0.0.1:0".parse().unwrap(),
+            app,
+            ServerOptions::default(),
+        )
+        .unwrap();
+        // Both workers taken, as by guests in long host calls: nothing else runs on them.
+        let busy = Arc::new(AtomicBool::new(true));
+        for _ in 0..2 {
+            let busy = busy.clone();
+            tokio::spawn(async move {
+                while busy.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        let answer = std::thread::spawn(move || {
+            let mut client = std::net::TcpStream::connect(addr).unwrap();
+            client
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            client.write_all(COMPLETE).unwrap();
+            let mut answer = String::new();
+            let _ = client.read_to_string(&mut answer);
+            answer
+        })
+        .join();
+        busy.store(false, Ordering::Relaxed);
+        let answer = answer.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
     }
 
     #[tokio::test]

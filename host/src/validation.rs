@@ -17,6 +17,14 @@ use crate::objects::{Gvk, ObjectRef};
 pub const MAX_BODY_BYTES: usize = 3 << 20;
 /// Deepest nesting of a JSON body (`serde_json` refuses beyond 128 anyway; this names the cap).
 pub const MAX_JSON_DEPTH: usize = 100;
+/// Most values (scalars, arrays and objects, the root among them) in one JSON body: what bounds
+/// the tree a body parses into, which a 3 MiB text alone does not (3 MiB of `[0,0,…]` is 1.5
+/// million values, a 100 MiB tree). The largest legitimate bodies are CRDs with their schemas;
+/// measured: the Prometheus operator's CRD holds 2,143 values in 114 KB, core/v1's `OpenAPI`
+/// document (what a CRD embedding whole pod specs approaches) 27,782 in 1.6 MB, and the
+/// whole Kubernetes API's `swagger.json` 73,653 in 3.0 MB, larger than any object etcd stores
+/// (1.5 MiB). The cap is 3.5 times that.
+pub const MAX_JSON_VALUES: usize = 1 << 18;
 /// Longest log line, event message or error text kept from a guest; the rest is cut off.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// Longest label selector.
@@ -102,8 +110,10 @@ pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), Invalid> {
 /// the server, no whitespace or control characters (no kind needs them; logs and URLs do not
 /// want them).
 pub fn object_name(field: &str, value: &str) -> Result<(), Invalid> {
-    let forbidden =
-        |c: &char| matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || c.is_control();
+    // Line breaks and bidi controls too: names end up in the host's log lines.
+    let forbidden = |c: &char| {
+        matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || escaped_in_messages(*c)
+    };
     let reason = if value.is_empty() {
         "must not be empty".to_owned()
     } else if value.len() > MAX_NAME_BYTES {
@@ -258,8 +268,34 @@ pub fn selector_text(field: &str, value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// A JSON body: at most `MAX_BODY_BYTES`, parsed, at most `MAX_JSON_DEPTH` deep.
-pub fn json_body(field: &str, text: &str) -> Result<serde_json::Value, Invalid> {
+/// What [`json_shape`] found in a body, without building it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JsonShape {
+    /// Values of every kind, the root included.
+    pub values: usize,
+    /// Objects among them.
+    pub objects: usize,
+    /// Deepest nesting: a scalar is 0, an array or object one more than its deepest child.
+    pub depth: usize,
+}
+
+impl JsonShape {
+    /// An upper bound on the heap `serde_json` takes to build this body's tree (`serde_json` 1.x,
+    /// maps as `BTreeMap`), measured with a counting allocator and pinned by
+    /// `tests::the_tree_estimate_bounds_what_parsing_allocates`: per value up to 112 B (its 32 B
+    /// `Value` in an array's `Vec`, which doubles as it grows and is copied when it does, or a
+    /// 24 B key and 32 B value in a B-tree node that may be half empty); per object up to 640 B
+    /// more (its first node, 11 slots allocated at once: a `{"a":0}` costs ~670 B); strings
+    /// and keys at most the text's own bytes.
+    pub fn tree_bytes(&self, text_bytes: usize) -> usize {
+        text_bytes
+            .saturating_add(self.values.saturating_mul(112))
+            .saturating_add(self.objects.saturating_mul(640))
+    }
+}
+
+/// A body of at most [`MAX_BODY_BYTES`]. Free: the first check of every body.
+pub fn body_size(field: &str, text: &str) -> Result<(), Invalid> {
     if text.len() > MAX_BODY_BYTES {
         return Err(Invalid::new(
             field,
@@ -269,40 +305,165 @@ pub fn json_body(field: &str, text: &str) -> Result<serde_json::Value, Invalid> 
             ),
         ));
     }
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| Invalid::new(field, format!("is not valid JSON: {e}")))?;
-    if depth(&value) > MAX_JSON_DEPTH {
-        return Err(Invalid::new(
-            field,
-            format!("nests deeper than {MAX_JSON_DEPTH} levels"),
-        ));
-    }
-    Ok(value)
+    Ok(())
 }
 
-fn depth(value: &serde_json::Value) -> usize {
-    match value {
-        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-        _ => 0,
+/// Checks a JSON body without building it: at most [`MAX_BODY_BYTES`], valid JSON, at most
+/// [`MAX_JSON_DEPTH`] deep and [`MAX_JSON_VALUES`] values. Cost: one pass of `serde_json`'s
+/// parser over the text, stopping at the first value past a cap, and no allocation (strings are
+/// skipped in place; one with escapes is unescaped into the parser's scratch buffer, at most
+/// its own size).
+pub fn json_shape(field: &str, text: &str) -> Result<JsonShape, Invalid> {
+    use serde::de::DeserializeSeed as _;
+    body_size(field, text)?;
+    let mut tally = Tally::default();
+    let mut parser = serde_json::Deserializer::from_str(text);
+    let parsed = Counter {
+        tally: &mut tally,
+        level: 0,
+    }
+    .deserialize(&mut parser)
+    .and_then(|()| parser.end());
+    match (parsed, tally.over) {
+        (Ok(()), _) => Ok(tally.shape),
+        (Err(_), Some(Over::Depth)) => Err(Invalid::new(
+            field,
+            format!("nests deeper than {MAX_JSON_DEPTH} levels"),
+        )),
+        (Err(_), Some(Over::Values)) => Err(Invalid::new(
+            field,
+            format!(
+                "holds more than {MAX_JSON_VALUES} JSON values (scalars, arrays and objects); the host parses no larger body"
+            ),
+        )),
+        (Err(e), None) => Err(Invalid::new(field, format!("is not valid JSON: {e}"))),
+    }
+}
+
+/// A JSON body as a tree, once [`json_shape`] accepts it. Cost: the pre-pass, then the tree
+/// (up to [`JsonShape::tree_bytes`]). A guest's bodies go through
+/// `capabilities::CallContext::parse_body` instead, which charges that tree to the guest.
+pub fn json_body(field: &str, text: &str) -> Result<serde_json::Value, Invalid> {
+    json_shape(field, text)?;
+    serde_json::from_str(text).map_err(|e| Invalid::new(field, format!("is not valid JSON: {e}")))
+}
+
+#[derive(Default)]
+struct Tally {
+    shape: JsonShape,
+    over: Option<Over>,
+}
+
+/// Which cap the pre-pass stopped at (`serde_json` wraps the visitor's error in its own text).
+#[derive(Clone, Copy)]
+enum Over {
+    Depth,
+    Values,
+}
+
+/// Visits every value of a body, counting, keeping nothing (see [`json_shape`]).
+struct Counter<'a> {
+    tally: &'a mut Tally,
+    /// Containers around the value visited.
+    level: usize,
+}
+
+impl Counter<'_> {
+    /// Enters an array or object: its children's level, unless it nests too deep.
+    fn enter<E: serde::de::Error>(&mut self) -> Result<usize, E> {
+        let level = self.level + 1;
+        if level > MAX_JSON_DEPTH {
+            self.tally.over = Some(Over::Depth);
+            return Err(E::custom("nested too deep"));
+        }
+        self.tally.shape.depth = self.tally.shape.depth.max(level);
+        Ok(level)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Counter<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, value: D) -> Result<(), D::Error> {
+        self.tally.shape.values += 1;
+        if self.tally.shape.values > MAX_JSON_VALUES {
+            self.tally.over = Some(Over::Values);
+            return Err(serde::de::Error::custom("too many values"));
+        }
+        value.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Counter<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut items: A) -> Result<(), A::Error> {
+        let level = self.enter()?;
+        while items
+            .next_element_seed(Counter {
+                tally: &mut *self.tally,
+                level,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.tally.shape.objects += 1;
+        let level = self.enter()?;
+        while map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+            map.next_value_seed(Counter {
+                tally: &mut *self.tally,
+                level,
+            })?;
+        }
+        Ok(())
     }
 }
 
 /// Text a guest wants logged or shown (log lines, event messages, error texts): cut to
-/// `MAX_MESSAGE_BYTES` on a character boundary, with control characters other than tab escaped,
-/// so one guest line is one host line and cannot pose as another guest's or the host's.
+/// `MAX_MESSAGE_BYTES` on a character boundary, with every character [`escaped_in_messages`]
+/// except tab written as a Rust escape (`\n`, `\u{2028}`), so one guest line is one host line
+/// for any reader, whichever line breaks it honours, displays as what it contains, and cannot
+/// pose as another guest's or the host's.
 pub fn message(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_MESSAGE_BYTES));
-    for c in text.chars() {
+    for (at, c) in text.char_indices() {
         if out.len() >= MAX_MESSAGE_BYTES {
-            let _ = write!(
-                out,
-                "… ({} bytes cut)",
-                text.len().saturating_sub(out.len())
-            );
+            // Counted in the guest's bytes: escapes make `out` longer than what it shows.
+            let _ = write!(out, "… ({} bytes cut)", text.len() - at);
             break;
         }
-        if c.is_control() && c != '\t' {
+        if c != '\t' && escaped_in_messages(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -310,6 +471,30 @@ pub fn message(text: &str) -> String {
     }
     out
 }
+
+/// Whether `c` can split a line or make it display other than it reads: a control character
+/// (`char::is_control`, which includes tab), a mandatory break of UAX #14, or a bidirectional
+/// formatting control. [`message`] escapes these; names that reach log lines refuse them.
+pub fn escaped_in_messages(c: char) -> bool {
+    c.is_control() || MANDATORY_BREAKS.contains(&c) || BIDI_CONTROLS.contains(&c)
+}
+
+// Two tables rather than a Unicode property crate: both sets are closed, unchanged since
+// Unicode 6.3, and short enough to read in full.
+
+/// UAX #14's mandatory breaks (classes BK, CR, LF, NL): LF, VT, FF, CR, NEL, LINE SEPARATOR,
+/// PARAGRAPH SEPARATOR. The first five are also `char::is_control`; the last two are not.
+const MANDATORY_BREAKS: [char; 7] = [
+    '\n', '\u{B}', '\u{C}', '\r', '\u{85}', '\u{2028}', '\u{2029}',
+];
+
+/// Unicode's `Bidi_Control` property (PropList.txt): ARABIC LETTER MARK, LRM and RLM, the
+/// embeddings and overrides LRE..RLO, the isolates LRI..PDI. Each makes a line display in an
+/// order other than the one it is stored (and grepped) in.
+const BIDI_CONTROLS: [char; 12] = [
+    '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}',
+    '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+];
 
 /// Percent-encodes a validated name for a URL path segment anyway: defence in depth, should a
 /// rule above ever be loosened.
@@ -403,6 +588,81 @@ mod tests {
         assert!(long.ends_with("bytes cut)"));
     }
 
+    /// UAX #14's mandatory breaks and Unicode's `Bidi_Control` set, written out here from the
+    /// standard rather than taken from the tables under test.
+    const MANDATORY: [char; 7] = [
+        '\u{A}', '\u{B}', '\u{C}', '\u{D}', '\u{85}', '\u{2028}', '\u{2029}',
+    ];
+    const BIDI: [char; 12] = [
+        '\u{61C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+        '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+    ];
+
+    #[test]
+    fn every_line_break_bidi_control_and_control_character_is_escaped() {
+        let controls = ['\0', '\u{1B}', '\u{1C}', '\u{7F}', '\u{9B}', '\u{9F}'];
+        for c in MANDATORY.into_iter().chain(BIDI).chain(controls) {
+            assert!(escaped_in_messages(c), "U+{:04X}", u32::from(c));
+            let shown = message(&format!("a{c}b"));
+            assert_eq!(
+                shown,
+                format!("a{}b", c.escape_default()),
+                "U+{:04X}",
+                u32::from(c)
+            );
+            assert!(shown.is_ascii(), "the escape is plain ASCII: {shown}");
+        }
+        assert_eq!(message("a\tb"), "a\tb", "tab stays: it breaks no line");
+        assert_eq!(
+            message("ünïcödé ✓"),
+            "ünïcödé ✓",
+            "printable text is untouched"
+        );
+    }
+
+    #[test]
+    fn a_guest_line_with_every_break_stays_one_line_for_any_splitter() {
+        let mut hostile = String::from("ok");
+        for c in MANDATORY.into_iter().chain(BIDI) {
+            hostile.push(c);
+            hostile.push_str("INFO host: guest admin loaded");
+        }
+        hostile.push_str("\r\n");
+        let shown = message(&hostile);
+        assert_eq!(shown.lines().count(), 1, "str::lines: {shown}");
+        // Python's str.splitlines, the widest common splitter: it also honours NEL, LS, PS and
+        // the separators FS, GS, RS.
+        let splitlines = |c: char| {
+            matches!(
+                c,
+                '\n' | '\r'
+                    | '\u{B}'
+                    | '\u{C}'
+                    | '\u{1C}'
+                    | '\u{1D}'
+                    | '\u{1E}'
+                    | '\u{85}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+            )
+        };
+        assert_eq!(shown.split(splitlines).count(), 1, "splitlines: {shown}");
+        assert!(!shown.chars().any(|c| BIDI.contains(&c)), "{shown}");
+    }
+
+    #[test]
+    fn the_cut_holds_when_every_character_is_escaped() {
+        // 3 bytes in, 8 bytes (`\u{2028}`) out: the cut comes after 512 characters.
+        let text = "\u{2028}".repeat(10_000);
+        let shown = message(&text);
+        assert!(shown.len() < MAX_MESSAGE_BYTES + 64, "{}", shown.len());
+        assert!(
+            shown.ends_with(&format!("… ({} bytes cut)", text.len() - 512 * 3)),
+            "the cut counts the guest's bytes: {}",
+            &shown[shown.len() - 40..]
+        );
+    }
+
     #[test]
     fn json_bodies_are_bounded() {
         assert!(json_body("b", "{\"a\":1}").is_ok());
@@ -412,6 +672,150 @@ mod tests {
         let big = format!("\"{}\"", "a".repeat(MAX_BODY_BYTES));
         assert!(json_body("b", &big).unwrap_err().reason.contains("at most"));
     }
+
+    #[test]
+    fn a_body_at_the_depth_cap_passes_and_one_level_more_does_not() {
+        let nested = |n| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let at_cap = json_shape("b", &nested(MAX_JSON_DEPTH)).unwrap();
+        assert_eq!(at_cap.depth, MAX_JSON_DEPTH);
+        let err = json_shape("patch", &nested(MAX_JSON_DEPTH + 1)).unwrap_err();
+        assert_eq!(err.to_string(), "patch: nests deeper than 100 levels");
+        let shape = json_shape("b", r#"{"a":[1,{"b":"c"}],"d":null}"#).unwrap();
+        let expected = JsonShape {
+            values: 6,
+            objects: 2,
+            depth: 3,
+        };
+        assert_eq!(shape, expected);
+        let err = json_shape("b", r#"{"a":1} x"#).unwrap_err();
+        assert!(err.reason.starts_with("is not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn a_body_of_many_small_values_is_refused_before_any_tree_is_built() {
+        let zeros = format!("[{}0]", "0,".repeat(MAX_BODY_BYTES / 2 - 2));
+        let (refused, peak) = allocated_while(|| json_shape("patch", &zeros));
+        let err = refused.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("patch: holds more than 262144 JSON values"),
+            "{err}"
+        );
+        assert!(peak < 1024, "the pre-pass allocated {peak} bytes");
+        let at_cap = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES - 2));
+        assert_eq!(json_shape("b", &at_cap).unwrap().values, MAX_JSON_VALUES);
+    }
+
+    #[test]
+    fn the_tree_estimate_bounds_what_parsing_allocates() {
+        let crd = |path: &str| {
+            let path = format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect(&path);
+            let value: serde_json::Value = serde_yaml::from_str(&text).expect(&path);
+            value.to_string()
+        };
+        let mut keys = String::new();
+        for i in 0..100_000 {
+            let _ = write!(keys, r#""k{i}":0,"#);
+        }
+        let bodies = [
+            ("zeros", format!("[{}0]", "0,".repeat(MAX_JSON_VALUES - 2))),
+            (
+                "objects of one key",
+                format!("[{}{{}}]", r#"{"a":0},"#.repeat(50_000)),
+            ),
+            ("empty objects", format!("[{}{{}}]", "{},".repeat(100_000))),
+            ("one object of many keys", format!(r#"{{{keys}"k":0}}"#)),
+            ("nested arrays", format!("[{}[]]", "[[0]],".repeat(80_000))),
+            (
+                "short strings",
+                format!("[{}\"\"]", r#""a","#.repeat(100_000)),
+            ),
+            ("a CRD", crd("examples/crds/network.yaml")),
+            ("a small CRD", crd("guests/testing/widget/crd.yaml")),
+        ];
+        for (what, text) in bodies {
+            let shape = json_shape(what, &text).unwrap();
+            let (tree, peak) = allocated_while(|| serde_json::from_str::<serde_json::Value>(&text));
+            drop(tree.unwrap());
+            let estimate = shape.tree_bytes(text.len());
+            assert!(
+                peak <= estimate,
+                "{what}: parsing took {peak} bytes at its peak, estimated {estimate} ({shape:?})"
+            );
+        }
+    }
+
+    /// What `f` returned, and the most bytes this thread held at once while it ran, beyond what
+    /// it held before.
+    fn allocated_while<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let before = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(before));
+        let out = f();
+        (out, PEAK.with(Cell::get) - before)
+    }
+
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<usize> = const { Cell::new(0) };
+        static PEAK: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Counts per thread what the test binary allocates, so that a test measures its own
+    /// parse while others run beside it. Hand-written: the allocator crates count per process.
+    struct PerThread;
+
+    fn grew(bytes: usize) {
+        let _ = LIVE.try_with(|live| {
+            live.set(live.get() + bytes);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+        });
+    }
+
+    fn shrank(bytes: usize) {
+        // Memory allocated on another thread may be freed on this one.
+        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(bytes)));
+    }
+
+    // SAFETY: every call is passed to `System` unchanged; the counters are const thread-locals
+    // without destructors, so counting never allocates or reenters.
+    unsafe impl GlobalAlloc for PerThread {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            grew(layout.size());
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            grew(layout.size());
+            // SAFETY: as above.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            shrank(layout.size());
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // Old and new blocks both exist while the contents are copied.
+            grew(new_size);
+            // SAFETY: as above.
+            let moved = unsafe { System.realloc(ptr, layout, new_size) };
+            shrank(if moved.is_null() {
+                new_size
+            } else {
+                layout.size()
+            });
+            moved
+        }
+    }
+
+    #[global_allocator]
+    static PER_THREAD: PerThread = PerThread;
 
     #[test]
     fn path_segments_are_encoded() {

@@ -1,4 +1,18 @@
 //! `lister`: reads from the informer caches, only for granted kinds.
+//!
+//! Cost model: a `get` copies one object's JSON text for the guest, bounded by the API
+//! server's own object size limit (etcd's 1.5 MiB by default), so it is not counted. A `list`
+//! can copy a whole cache, so it is counted against the guest ([`super::Budget`]): the
+//! provider hands out the matching objects shared, not copied; their size is summed first, a
+//! result larger than the guest's memory cap (which the guest could not hold anyway) is refused
+//! with `unavailable` before anything is copied, and the copy holds that much of the guest's
+//! host-memory budget until the guest's next list or body or the reconcile's end. Evaluating the
+//! selector over the cache, and the copy, are host work taken from the guest's CPU share, the
+//! scan run off the async workers when large ([`CallContext::host_work`]). Not timed: wasmtime's
+//! copy of the result into the guest's memory, once the import returns (about the copy's cost
+//! again, bounded per call by the guest's memory cap).
+
+use std::sync::Arc;
 
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
@@ -12,12 +26,35 @@ use crate::wit::types;
 /// Reads of cached objects, as JSON text. Arguments arrive validated.
 pub trait Lister: Send + Sync {
     fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError>;
+    /// The matching objects as the provider keeps them, shared (no copy): the capability sizes
+    /// the result before it copies anything for the guest.
     fn list(
         &self,
         kind: &Gvk,
         namespace: Option<&str>,
         selector: Option<&kube::core::Selector>,
-    ) -> Result<Vec<String>, HostError>;
+    ) -> Result<Vec<Arc<dyn Listed>>, HostError>;
+    /// At most how many objects a list of `kind` in `namespace` visits, known without visiting
+    /// them: it decides whether the list runs on the async worker.
+    fn visits(&self, kind: &Gvk, namespace: Option<&str>) -> usize;
+}
+
+/// One listed object, as its provider keeps it.
+pub trait Listed: Send + Sync {
+    /// The object's JSON text, exactly what the guest receives.
+    fn json(&self) -> &str;
+}
+
+impl Listed for crate::informers::CachedObject {
+    fn json(&self) -> &str {
+        crate::informers::CachedObject::json(self)
+    }
+}
+
+impl Listed for String {
+    fn json(&self) -> &str {
+        self
+    }
 }
 
 pub(super) const CAPABILITY: Capability = Capability {
@@ -71,8 +108,8 @@ impl CallContext {
         self.guest.providers.lister.get(object)
     }
 
-    fn lister_list(
-        &self,
+    async fn lister_list(
+        &mut self,
         kind: &Gvk,
         namespace: Option<&str>,
         label_selector: Option<&str>,
@@ -81,10 +118,37 @@ impl CallContext {
         validation::namespace("namespace", namespace)?;
         let selector = parse_selector("label-selector", label_selector)?;
         self.guest.grant.may_read(self.name(), kind)?;
-        self.guest
-            .providers
-            .lister
-            .list(kind, namespace, selector.as_ref())
+        // The last list's copy has been lowered into the guest's memory by now.
+        self.held = None;
+        let budget = self.guest.budget.clone();
+        budget.settle_cpu().await;
+        let provider = self.guest.providers.lister.clone();
+        // Each term of the selector is about one label lookup per object visited.
+        let terms = label_selector.map_or(0, |s| s.split(',').count());
+        let units = provider.visits(kind, namespace).saturating_mul(1 + terms);
+        let found = self.host_work(units, || provider.list(kind, namespace, selector.as_ref()))?;
+        let bytes = found.iter().fold(0usize, |sum, o| {
+            sum.saturating_add(o.json().len() + std::mem::size_of::<String>())
+        });
+        let Some(held) = budget.hold(bytes).await else {
+            let place = namespace.map_or_else(
+                || "all namespaces".to_owned(),
+                |ns| format!("namespace {ns}"),
+            );
+            return Err(HostError::Limited(format!(
+                "list of {kind} in {place}: the {} matching objects take {} MiB, more than guest `{}`'s memory cap of {} MiB (limits.memoryMiB), which bounds what the host copies for it; list in one namespace or with a label selector",
+                found.len(),
+                bytes.div_ceil(1 << 20),
+                self.name(),
+                budget.host_memory_bytes() >> 20
+            )));
+        };
+        let items = {
+            let _meter = budget.meter();
+            found.iter().map(|o| o.json().to_owned()).collect()
+        };
+        self.held = Some(held);
+        Ok(items)
     }
 }
 
@@ -109,7 +173,9 @@ impl wit::Host for CallContext {
         label_selector: Option<String>,
     ) -> Result<Vec<String>, types::Error> {
         let kind: Gvk = kind.into();
-        let result = self.lister_list(&kind, namespace.as_deref(), label_selector.as_deref());
+        let result = self
+            .lister_list(&kind, namespace.as_deref(), label_selector.as_deref())
+            .await;
         self.finish(
             "lister",
             "list",
@@ -123,8 +189,8 @@ impl wit::Host for CallContext {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
     use super::super::testing::Harness;
+    use super::super::{HostBytes, Scope};
     use super::*;
     use wit::Host as _;
 
@@ -204,5 +270,92 @@ mod tests {
             4,
             "every refusal is recorded"
         );
+    }
+
+    fn config_maps() -> types::Gvk {
+        Gvk::new("", "v1", "ConfigMap").into()
+    }
+
+    #[tokio::test]
+    async fn a_list_larger_than_the_guests_memory_cap_is_refused_before_it_is_copied() {
+        let h = Harness::new();
+        let filler = "x".repeat(300 << 10);
+        for i in 0..5 {
+            let part = if i < 2 { "a" } else { "b" };
+            h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("big-{i}"), "namespace": "ns", "labels": {"part": part}},
+                "data": {"filler": filler}}));
+        }
+        let mut call = h.call(
+            "{read: [v1/ConfigMap], limits: {memoryMiB: 1}}",
+            Scope::default(),
+        );
+        let err = call
+            .list(config_maps(), Some("ns".into()), None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Unavailable(m)
+                if m.contains("the 5 matching objects take 2 MiB")
+                    && m.contains("guest `g`'s memory cap of 1 MiB")
+                    && m.contains("label selector")),
+            "{err:?}"
+        );
+        assert!(call.held.is_none(), "nothing held for a refused list");
+
+        // A part of it fits: copied, and counted until the guest's next list.
+        let part = call
+            .list(config_maps(), Some("ns".into()), Some("part=a".into()))
+            .await
+            .unwrap();
+        assert_eq!(part.len(), 2);
+        let held = call.held.as_ref().map_or(0, HostBytes::bytes);
+        assert!(held > 600 << 10, "{held}");
+        let beside = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            call.guest.budget.hold(600 << 10),
+        )
+        .await;
+        assert!(beside.is_err(), "the copy's memory is still held");
+        call.list(config_maps(), Some("ns".into()), Some("part=none".into()))
+            .await
+            .unwrap();
+        assert_eq!(call.held.as_ref().map_or(0, HostBytes::bytes), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_selector_evaluated_over_a_large_cache_is_charged_to_the_guest() {
+        use std::fmt::Write as _;
+        let h = Harness::new();
+        for i in 0..5_000 {
+            h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("small-{i}"), "namespace": "ns", "labels": {"app": "x"}}}));
+        }
+        let mut call = h.call(GRANT, Scope::default());
+        let mut selector = String::new();
+        for i in 0..300 {
+            let _ = write!(selector, "k{i}!=x,");
+        }
+        selector.push_str("app=none");
+        let units = call
+            .guest
+            .providers
+            .lister
+            .visits(&Gvk::new("", "v1", "ConfigMap"), None);
+        assert!(
+            units * 301 > super::super::INLINE_WORK,
+            "moved off the worker"
+        );
+        let listed = call
+            .list(config_maps(), Some("ns".into()), Some(selector))
+            .await
+            .unwrap();
+        assert!(listed.is_empty());
+        let owed = call
+            .guest
+            .budget
+            .cpu_owed_ns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(owed > 0, "the list's time was not charged");
     }
 }

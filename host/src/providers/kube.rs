@@ -29,6 +29,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::capabilities::lister::Listed;
 use crate::capabilities::{
     Cluster, EventRecord, EventType as GuestEventType, HostError, Lister, Providers, WorkQueue,
 };
@@ -382,7 +383,13 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// The lister over one guest's informers (every kind its grant lets it read). Hands out the
-/// cache's JSON text as it is: a read costs a copy of the text, no serialisation.
+/// cache's JSON text as it is: a `get` costs a copy of the text, no serialisation; a `list`
+/// shares the cached objects (the capability sizes and copies them).
+///
+/// A list takes the cache's read lock only to snapshot the namespace's objects (one pointer
+/// each) and evaluates the selector after releasing it: the lock is fair, so a watch update
+/// waiting behind a long scan would hold up every other reader of the kind (other guests'
+/// reconciles among them).
 struct CacheLister(BTreeMap<Gvk, Informer>);
 
 impl CacheLister {
@@ -408,13 +415,21 @@ impl Lister for CacheLister {
         kind: &Gvk,
         namespace: Option<&str>,
         selector: Option<&kube::core::Selector>,
-    ) -> Result<Vec<String>, HostError> {
+    ) -> Result<Vec<Arc<dyn Listed>>, HostError> {
+        use kube::core::SelectorExt as _;
         let informer = self.informer(kind)?;
         Ok(informer
-            .list_cached(namespace, selector)
-            .iter()
-            .map(|o| o.json().to_owned())
+            .list_cached(namespace, None)
+            .into_iter()
+            .filter(|o| selector.is_none_or(|s| s.matches(o.labels())))
+            .map(|o| o as Arc<dyn Listed>)
             .collect())
+    }
+
+    fn visits(&self, kind: &Gvk, _namespace: Option<&str>) -> usize {
+        // Every cached object of the kind: an upper bound for one namespace, counted without
+        // a scan.
+        self.0.get(kind).map_or(0, Informer::len)
     }
 }
 

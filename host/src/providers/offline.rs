@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::capabilities::lister::Listed;
 use crate::capabilities::{Cluster, EventRecord, HostError, Lister, Providers, WorkQueue};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 
@@ -159,12 +160,15 @@ impl Lister for MemoryCache {
         Ok(MemoryCache::get(self, object).map(|v| v.to_string()))
     }
 
+    /// Serialises each match (the cache keeps trees): the copy is made before the capability
+    /// sizes the result, which is acceptable here, where the objects come from the operator's
+    /// own files.
     fn list(
         &self,
         kind: &Gvk,
         namespace: Option<&str>,
         selector: Option<&kube::core::Selector>,
-    ) -> Result<Vec<String>, HostError> {
+    ) -> Result<Vec<std::sync::Arc<dyn Listed>>, HostError> {
         let objects = self.objects.lock();
         Ok(objects
             .values()
@@ -184,8 +188,12 @@ impl Lister for MemoryCache {
                     s.matches(&labels)
                 })
             })
-            .map(Value::to_string)
+            .map(|o| std::sync::Arc::new(o.to_string()) as std::sync::Arc<dyn Listed>)
             .collect())
+    }
+
+    fn visits(&self, _: &Gvk, _: Option<&str>) -> usize {
+        self.objects.lock().len()
     }
 }
 

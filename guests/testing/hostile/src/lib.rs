@@ -48,7 +48,15 @@
 //! | `alloc` | allocates 1 MiB blocks without bound | the reconcile ends as a memory-limit hit; no result |
 //! | `alloc-grow` | `memory.grow` by 1 GiB, then page by page (up to 128 MiB) | `refused`: growth fails at the cap and the guest carries on (`detail`: `bytes=` its memory's final size) |
 //!
+//! Attacks through the API server's own semantics (status patches carrying metadata, owner
+//! references, reserved keys, writes that hand back unreadable objects) are in `boundary.rs`,
+//! attacks on what the host spends for the guest (bodies, lists, selectors) in `costs.rs`, each
+//! with its own table.
+//!
 //! Anything else is answered with outcome `unknown-attack`.
+
+mod boundary;
+mod costs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -428,8 +436,15 @@ const ATTACKS: &[(&str, Attack)] = &[
     ("alloc-grow", |_| grow_memory()),
 ];
 
+/// Every table of attacks: this file's, then those of the modules beside it.
+const TABLES: &[&[(&str, Attack)]] = &[ATTACKS, boundary::ATTACKS, costs::ATTACKS];
+
 fn run(attack: &str, target: &Target) -> Answer {
-    match ATTACKS.iter().find(|(name, _)| *name == attack) {
+    match TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|(name, _)| *name == attack)
+    {
         Some((_, attack)) => attack(target),
         None => Answer::new("unknown-attack", format!("no attack named {attack:?}"), ""),
     }
@@ -634,7 +649,11 @@ mod tests {
 
     #[test]
     fn attack_names_are_unique_and_usable_as_object_names() {
-        let mut names: Vec<&str> = ATTACKS.iter().map(|(name, _)| *name).collect();
+        let mut names: Vec<&str> = TABLES
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|(name, _)| *name)
+            .collect();
         for name in &names {
             assert!(
                 name.bytes()
