@@ -305,6 +305,31 @@ impl Arena {
         Ok(found.map(|cm| cm.data.unwrap_or_default()))
     }
 
+    /// The result of every attack in `expected`, once the guest wrote them all.
+    async fn results(
+        &self,
+        expected: &[Expect],
+        host: &HostProcess,
+        timeout: Duration,
+    ) -> Result<BTreeMap<&'static str, BTreeMap<String, String>>> {
+        wait_until("a result for every attack", timeout, || async {
+            let mut results = BTreeMap::new();
+            let mut missing = Vec::new();
+            for expect in expected {
+                match self.result(expect.attack).await? {
+                    Some(result) => {
+                        results.insert(expect.attack, result);
+                    }
+                    None => missing.push(expect.attack),
+                }
+            }
+            ensure!(missing.is_empty(), "no result yet for {missing:?}");
+            Ok(results)
+        })
+        .await
+        .map_err(|e| e.context(host.log_tail()))
+    }
+
     /// Every object in the victim namespace that an attack could touch: kind/name →
     /// resourceVersion. Events too: none may be recorded there.
     async fn victim_snapshot(&self) -> Result<BTreeMap<String, String>> {
@@ -490,26 +515,9 @@ async fn every_attack_is_refused_nothing_outside_is_touched_and_the_widget_conve
         arena.attack(expect.attack).await?;
     }
 
-    let results = wait_until(
-        "a result for every attack",
-        Duration::from_secs(180),
-        || async {
-            let mut results = BTreeMap::new();
-            let mut missing = Vec::new();
-            for expect in EXPECTED {
-                match arena.result(expect.attack).await? {
-                    Some(result) => {
-                        results.insert(expect.attack, result);
-                    }
-                    None => missing.push(expect.attack),
-                }
-            }
-            ensure!(missing.is_empty(), "no result yet for {missing:?}");
-            Ok(results)
-        },
-    )
-    .await
-    .map_err(|e| e.context(host.log_tail()))?;
+    let results = arena
+        .results(EXPECTED, &host, Duration::from_secs(180))
+        .await?;
 
     let mut failures: Vec<String> = EXPECTED
         .iter()
@@ -777,26 +785,9 @@ async fn a_status_grant_changes_status_only_and_a_write_grant_reads_nothing() ->
     for expect in BOUNDARY {
         arena.attack(expect.attack).await?;
     }
-    let results = wait_until(
-        "a result for every boundary attack",
-        Duration::from_secs(120),
-        || async {
-            let mut results = BTreeMap::new();
-            let mut missing = Vec::new();
-            for expect in BOUNDARY {
-                match arena.result(expect.attack).await? {
-                    Some(result) => {
-                        results.insert(expect.attack, result);
-                    }
-                    None => missing.push(expect.attack),
-                }
-            }
-            ensure!(missing.is_empty(), "no result yet for {missing:?}");
-            Ok(results)
-        },
-    )
-    .await
-    .map_err(|e| e.context(host.log_tail()))?;
+    let results = arena
+        .results(BOUNDARY, &host, Duration::from_secs(120))
+        .await?;
     let mut failures: Vec<String> = BOUNDARY
         .iter()
         .filter_map(|expect| check_answer(expect, &results[expect.attack], &arena.victim))
