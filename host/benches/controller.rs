@@ -52,7 +52,8 @@ use kube::api::{
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use live::{
-    create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo, resource, sh,
+    cpu_seconds, create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo,
+    resource, sh,
 };
 use serde_json::json;
 
@@ -744,30 +745,6 @@ fn rss_kib(pid: u32) -> u64 {
     proc_status_kib(pid, "VmRSS:")
 }
 
-/// utime + stime of the whole process (every thread), from `/proc/<pid>/stat`.
-// Clock ticks, far below 2^52.
-#[allow(clippy::cast_precision_loss)]
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name, which may hold spaces, closed by the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line; `fields` starts at field 3.
-    let ticks_per_second = 100.0; // USER_HZ on Linux
-    (ticks(11) + ticks(12)) as f64 / ticks_per_second
-}
-
 /// The host's Widget cache size (`reconciler_informer_objects`), once `/readyz` says synced.
 fn host_cached_widgets(port: u16) -> Option<usize> {
     http_get(port, "/readyz")?;
@@ -830,24 +807,16 @@ fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> any
     }
     let config = dir.join("host.yaml");
     std::fs::write(&config, grants)?;
-    Ok(Command::new(repo().join("target/release/reconciler-host"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--guests")
-        .arg(&guests)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--watch-namespace",
-            ns,
-        ])
-        .arg("--cache-dir")
-        .arg(dir.join("compiled"))
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()?)
+    Ok(live::host_run(
+        &config,
+        &guests,
+        port,
+        ns,
+        &dir.join("compiled"),
+        kubeconfig,
+    )
+    .stdout(Stdio::null())
+    .spawn()?)
 }
 
 /// The kube-rs baseline: a `Controller` over the same kind, the same logic, the same write.

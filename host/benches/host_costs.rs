@@ -31,7 +31,7 @@ mod live;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use live::{env_usize, free_port, proc_status_kib, repo};
+use live::{cpu_seconds, env_usize, free_port, proc_status_kib, repo};
 use serde_json::{Value, json};
 
 const ATTACK_LABEL: &str = "hostile.reconciler.dev/attack";
@@ -326,25 +326,17 @@ fn spawn_host(kubeconfig: &std::path::Path, ns: &str, port: u16) -> anyhow::Resu
         &config,
         "guests:\n  hostile:\n    read: [v1/ConfigMap]\n    write: [v1/ConfigMap]\n",
     )?;
-    Ok(Command::new(repo().join("target/release/reconciler-host"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--guests")
-        .arg(&guests)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--watch-namespace",
-            ns,
-        ])
-        .arg("--cache-dir")
-        .arg(dir.join("compiled"))
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?)
+    Ok(live::host_run(
+        &config,
+        &guests,
+        port,
+        ns,
+        &dir.join("compiled"),
+        kubeconfig,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()?)
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -359,29 +351,6 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     )]
     let i = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[i]
-}
-
-/// utime + stime of the whole process, from `/proc/<pid>/stat` (as `controller.rs` reads it).
-// Clock ticks, far below 2^52.
-#[allow(clippy::cast_precision_loss)]
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // The fields after the command name (which may hold spaces), closed by the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15; `fields` starts at field 3. USER_HZ is 100.
-    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 fn ms(d: Duration) -> f64 {

@@ -21,11 +21,12 @@
 //! asserts nothing. Starts (or reuses) the control plane in target/bench-control-plane and
 //! builds the guests and the release host (`./dev build --release`), as `controller.rs` does.
 
+#[allow(dead_code)] // each live bench uses part of it
 mod live;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,21 +86,11 @@ impl Replica {
         )?;
         let log = dir.join("host.log");
         let port = free_port()?;
-        let child = Command::new(repo().join("target/release/reconciler-host"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--guests")
-            .arg(&guests)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--watch-namespace", ns])
-            .arg("--cache-dir")
-            .arg(repo().join("target/bench-shards/compiled"))
+        let cache = repo().join("target/bench-shards/compiled");
+        let child = live::host_run(&config, &guests, port, ns, &cache, kubeconfig)
             .args(["--shards", "auto", "--shard-filter", filter])
             .args(["--lease-name", ring, "--lease-namespace", ns])
             .args(["--lease-duration", LEASE, "--identity", identity])
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;

@@ -340,14 +340,6 @@ pub fn json_shape(field: &str, text: &str) -> Result<JsonShape, Invalid> {
     }
 }
 
-/// A JSON body as a tree, once [`json_shape`] accepts it. Cost: the pre-pass, then the tree
-/// (up to [`JsonShape::tree_bytes`]). A guest's bodies go through
-/// `capabilities::CallContext::parse_body` instead, which charges that tree to the guest.
-pub fn json_body(field: &str, text: &str) -> Result<serde_json::Value, Invalid> {
-    json_shape(field, text)?;
-    serde_json::from_str(text).map_err(|e| Invalid::new(field, format!("is not valid JSON: {e}")))
-}
-
 #[derive(Default)]
 struct Tally {
     shape: JsonShape,
@@ -665,12 +657,17 @@ mod tests {
 
     #[test]
     fn json_bodies_are_bounded() {
-        assert!(json_body("b", "{\"a\":1}").is_ok());
-        assert!(json_body("b", "{").is_err());
+        assert!(json_shape("b", "{\"a\":1}").is_ok());
+        assert!(json_shape("b", "{").is_err());
         let deep = format!("{}{}", "[".repeat(120), "]".repeat(120));
-        assert!(json_body("b", &deep).is_err());
+        assert!(json_shape("b", &deep).is_err());
         let big = format!("\"{}\"", "a".repeat(MAX_BODY_BYTES));
-        assert!(json_body("b", &big).unwrap_err().reason.contains("at most"));
+        assert!(
+            json_shape("b", &big)
+                .unwrap_err()
+                .reason
+                .contains("at most")
+        );
     }
 
     #[test]

@@ -45,7 +45,9 @@ pub mod watch;
 pub use cluster::LocalCluster;
 pub use control_plane::{ControlPlane, PrivateControlPlane, Restart, client_for_kubeconfig};
 pub use host::{HostOptions, HostProcess, guest_component};
-pub use manifests::{apply_crd_file, apply_file, wait_crd_established, widgets};
+pub use manifests::{
+    apply_crd_file, apply_file, create_widget, wait_crd_established, widgets, widgets_converged,
+};
 pub use namespace::test_namespace;
 pub use paths::{cp_script, kubectl, repo_root};
 pub use wait::wait_until;

@@ -196,3 +196,48 @@ pub fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
     ));
     Api::namespaced_with(client.clone(), ns, &resource)
 }
+
+/// Creates Widget `name` asking the widget guest to echo its name (`spec.message`) and to own
+/// a `ConfigMap` `<name>-widget`: a well-behaved guest's work that tests watch converge.
+pub async fn create_widget(api: &Api<DynamicObject>, name: &str) -> Result<()> {
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": name}, "spec": {"message": name, "configMap": true},
+    }))?;
+    api.create(&kube::api::PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating Widget {name}"))?;
+    Ok(())
+}
+
+/// Waits until each Widget made by [`create_widget`] shows its name in `status.message` and
+/// owns its `ConfigMap`; on timeout the error carries the host's log tail.
+pub async fn widgets_converged<N: AsRef<str> + std::fmt::Debug>(
+    client: &Client,
+    ns: &str,
+    names: &[N],
+    host: &crate::HostProcess,
+) -> Result<()> {
+    let api = widgets(client, ns);
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), ns);
+    wait_until(
+        &format!("widgets {names:?} converged"),
+        Duration::from_secs(120),
+        || async {
+            let mut missing = Vec::new();
+            for name in names.iter().map(AsRef::as_ref) {
+                let object = api.get(name).await?;
+                let message = object.data.pointer("/status/message");
+                let owned = config_maps.get_opt(&format!("{name}-widget")).await?;
+                if message.and_then(serde_json::Value::as_str) != Some(name) || owned.is_none() {
+                    missing.push(name);
+                }
+            }
+            anyhow::ensure!(missing.is_empty(), "not converged: {missing:?}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))
+}

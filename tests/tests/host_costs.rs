@@ -18,13 +18,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, PostParams};
 use reconciler_host_tests::{
-    ControlPlane, HostOptions, HostProcess, apply_crd_file, repo_root, test_namespace, wait_until,
-    widgets,
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, create_widget, repo_root,
+    test_namespace, wait_until, widgets, widgets_converged,
 };
 use serde_json::{Value, json};
 
@@ -204,45 +204,6 @@ async fn fill(api: &Api<ConfigMap>) -> Result<()> {
         })
         .collect();
     create_all(api, small).await
-}
-
-async fn create_widget(api: &Api<DynamicObject>, name: &str) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
-        "metadata": {"name": name}, "spec": {"message": name, "configMap": true},
-    }))?;
-    api.create(&PostParams::default(), &object).await?;
-    Ok(())
-}
-
-/// Waits until each widget's status shows its message and its ConfigMap exists.
-async fn widgets_converged(
-    client: &kube::Client,
-    ns: &str,
-    names: &[&str],
-    host: &HostProcess,
-) -> Result<()> {
-    let api = widgets(client, ns);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    wait_until(
-        &format!("widgets {names:?} converged"),
-        Duration::from_secs(120),
-        || async {
-            let mut missing = Vec::new();
-            for name in names {
-                let object = api.get(name).await?;
-                let status = object.data.get("status").cloned().unwrap_or(Value::Null);
-                let owned = config_maps.get_opt(&format!("{name}-widget")).await?;
-                if status["message"] != *name || owned.is_none() {
-                    missing.push(*name);
-                }
-            }
-            ensure!(missing.is_empty(), "not converged: {missing:?}");
-            Ok(())
-        },
-    )
-    .await
-    .map_err(|e| e.context(host.log_tail()))
 }
 
 #[tokio::test]

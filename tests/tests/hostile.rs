@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use reconciler_host_tests::{
-    ControlPlane, HostOptions, HostProcess, apply_crd_file, repo_root, test_namespace, wait_until,
-    widgets,
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, create_widget, repo_root,
+    test_namespace, wait_until, widgets, widgets_converged,
 };
 use serde_json::{Value, json};
 
@@ -244,6 +244,9 @@ fn check_detail(attack: &str, detail: &str, victim: &str) -> Option<String> {
     problem.map(|p| format!("{attack}: {p} (detail {detail:?})"))
 }
 
+/// Each attack's result `ConfigMap` data, by attack.
+type AttackResults = BTreeMap<&'static str, BTreeMap<String, String>>;
+
 /// Namespaces of one test, with the victims created before the host starts.
 struct Arena {
     client: kube::Client,
@@ -305,13 +308,32 @@ impl Arena {
         Ok(found.map(|cm| cm.data.unwrap_or_default()))
     }
 
+    /// Launches every attack in `expected`, waits for all their results and checks each
+    /// against its expectation: the results, and what did not match.
+    async fn run_attacks(
+        &self,
+        expected: &[Expect],
+        host: &HostProcess,
+        timeout: Duration,
+    ) -> Result<(AttackResults, Vec<String>)> {
+        for expect in expected {
+            self.attack(expect.attack).await?;
+        }
+        let results = self.results(expected, host, timeout).await?;
+        let failures = expected
+            .iter()
+            .filter_map(|expect| check_answer(expect, &results[expect.attack], &self.victim))
+            .collect();
+        Ok((results, failures))
+    }
+
     /// The result of every attack in `expected`, once the guest wrote them all.
     async fn results(
         &self,
         expected: &[Expect],
         host: &HostProcess,
         timeout: Duration,
-    ) -> Result<BTreeMap<&'static str, BTreeMap<String, String>>> {
+    ) -> Result<AttackResults> {
         wait_until("a result for every attack", timeout, || async {
             let mut results = BTreeMap::new();
             let mut missing = Vec::new();
@@ -369,45 +391,6 @@ impl Arena {
         }
         Ok(objects)
     }
-}
-
-async fn create_widget(api: &Api<DynamicObject>, name: &str) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
-        "metadata": {"name": name}, "spec": {"message": name, "configMap": true},
-    }))?;
-    api.create(&PostParams::default(), &object).await?;
-    Ok(())
-}
-
-/// Waits until each widget's status shows its message and its ConfigMap exists.
-async fn widgets_converged(arena: &Arena, names: &[String], host: &HostProcess) -> Result<()> {
-    let api = widgets(&arena.client, &arena.attacker);
-    let config_maps = arena.config_maps(&arena.attacker);
-    wait_until(
-        &format!("widgets {names:?} converged"),
-        Duration::from_secs(120),
-        || async {
-            let mut missing = Vec::new();
-            for name in names {
-                let status = api
-                    .get(name)
-                    .await?
-                    .data
-                    .get("status")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let owned = config_maps.get_opt(&format!("{name}-widget")).await?;
-                if status["message"] != name.as_str() || owned.is_none() {
-                    missing.push(name.clone());
-                }
-            }
-            ensure!(missing.is_empty(), "not converged: {missing:?}");
-            Ok(())
-        },
-    )
-    .await
-    .map_err(|e| e.context(host.log_tail()))
 }
 
 /// The sum of every sample of `family` whose labels include all of `labels`.
@@ -511,18 +494,9 @@ async fn every_attack_is_refused_nothing_outside_is_touched_and_the_widget_conve
     for attack in UNFINISHED {
         arena.attack(attack).await?;
     }
-    for expect in EXPECTED {
-        arena.attack(expect.attack).await?;
-    }
-
-    let results = arena
-        .results(EXPECTED, &host, Duration::from_secs(180))
+    let (_, mut failures) = arena
+        .run_attacks(EXPECTED, &host, Duration::from_secs(180))
         .await?;
-
-    let mut failures: Vec<String> = EXPECTED
-        .iter()
-        .filter_map(|expect| check_answer(expect, &results[expect.attack], &arena.victim))
-        .collect();
     for attack in UNFINISHED {
         if let Some(result) = arena.result(attack).await? {
             failures.push(format!(
@@ -532,7 +506,7 @@ async fn every_attack_is_refused_nothing_outside_is_touched_and_the_widget_conve
     }
 
     // The well-behaved guest converged while the attacks ran, and still does after them.
-    widgets_converged(&arena, &widget_names, &host).await?;
+    widgets_converged(&arena.client, &arena.attacker, &widget_names, &host).await?;
 
     // Resource attacks, through the metrics: sleep and spin hit the deadline, alloc the memory
     // cap, stderr-forge trapped; the host went on serving throughout.
@@ -667,7 +641,7 @@ async fn every_attack_is_refused_nothing_outside_is_touched_and_the_widget_conve
 
     // Still serving: a widget created after the attacks converges.
     create_widget(&widget_api, "w-after").await?;
-    widgets_converged(&arena, &widget_names, &host).await?;
+    widgets_converged(&arena.client, &arena.attacker, &widget_names, &host).await?;
     assert_eq!(host.get("/healthz").await?.trim(), "ok");
 
     assert!(
@@ -782,16 +756,9 @@ async fn a_status_grant_changes_status_only_and_a_write_grant_reads_nothing() ->
         extra_args: vec![],
     })
     .await?;
-    for expect in BOUNDARY {
-        arena.attack(expect.attack).await?;
-    }
-    let results = arena
-        .results(BOUNDARY, &host, Duration::from_secs(120))
+    let (results, mut failures) = arena
+        .run_attacks(BOUNDARY, &host, Duration::from_secs(120))
         .await?;
-    let mut failures: Vec<String> = BOUNDARY
-        .iter()
-        .filter_map(|expect| check_answer(expect, &results[expect.attack], &arena.victim))
-        .collect();
 
     // What a write handed back holds nothing of what the guest may not read.
     let encoded = "aHVudGVyMg=="; // base64 of SECRET_VALUE, as a Secret stores it

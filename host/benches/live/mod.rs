@@ -154,3 +154,54 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     let (head, body) = answer.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
+
+/// `reconciler-host run` from the release build against `kubeconfig`, serving on `port`,
+/// watching namespace `ns`, with its compile cache in `cache_dir`; logging at `warn`. The
+/// caller adds its own flags and output, then spawns it.
+pub fn host_run(
+    config: &Path,
+    guests: &Path,
+    port: u16,
+    ns: &str,
+    cache_dir: &Path,
+    kubeconfig: &Path,
+) -> Command {
+    let mut command = Command::new(repo().join("target/release/reconciler-host"));
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--guests")
+        .arg(guests)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--watch-namespace", ns])
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// utime + stime of the whole process (every thread), from `/proc/<pid>/stat`.
+// Clock ticks, far below 2^52.
+#[allow(clippy::cast_precision_loss)]
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name, which may hold spaces, closed by the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line; `fields` starts at field 3.
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    (ticks(11) + ticks(12)) as f64 / ticks_per_second
+}

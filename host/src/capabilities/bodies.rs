@@ -30,7 +30,6 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use super::{CallContext, HostError};
-use crate::config::Grant;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 
@@ -123,10 +122,17 @@ pub fn reserved_key(key: &str) -> bool {
     let Some((prefix, _)) = key.rsplit_once('/') else {
         return false;
     };
-    let prefix = prefix.to_ascii_lowercase();
-    ["kubernetes.io", "k8s.io"]
+    // Compared as bytes, without allocating: this runs for every key of every apply.
+    let prefix = prefix.as_bytes();
+    [b"kubernetes.io".as_slice(), b"k8s.io"]
         .iter()
-        .any(|domain| prefix == *domain || prefix.ends_with(&format!(".{domain}")))
+        .any(|domain| {
+            let Some(head_len) = prefix.len().checked_sub(domain.len()) else {
+                return false;
+            };
+            let (head, tail) = prefix.split_at(head_len);
+            tail.eq_ignore_ascii_case(domain) && (head.is_empty() || head.ends_with(b"."))
+        })
 }
 
 /// Whether `key` matches one of a grant's key patterns: the key itself, or a prefix ending in
@@ -141,18 +147,15 @@ fn key_granted(patterns: &[String], key: &str) -> bool {
 /// Checks the keys of `labels` or `annotations` against the grant.
 fn metadata_keys(
     guest: &str,
-    grant: &Grant,
+    unrestricted: bool,
     field: &'static str,
+    patterns: Option<&[String]>,
     value: &Value,
 ) -> Result<(), HostError> {
     let Some(map) = value.as_object() else {
         return Err(HostError::Invalid(format!(
             "object.metadata.{field}: must be an object of strings"
         )));
-    };
-    let patterns = match field {
-        "labels" => grant.labels.as_deref(),
-        _ => grant.annotations.as_deref(),
     };
     for (key, value) in map {
         if !value.is_string() {
@@ -161,7 +164,7 @@ fn metadata_keys(
                 path_step(key)
             )));
         }
-        if grant.unrestricted {
+        if unrestricted {
             continue;
         }
         let allowed = match patterns {
@@ -194,12 +197,14 @@ impl CallContext {
         for (key, value) in metadata {
             match key.as_str() {
                 "labels" | "annotations" => {
-                    let field = if key == "labels" {
-                        "labels"
+                    let grant = &self.guest.grant;
+                    let (field, patterns) = if key == "labels" {
+                        ("labels", &grant.labels)
                     } else {
-                        "annotations"
+                        ("annotations", &grant.annotations)
                     };
-                    metadata_keys(self.name(), &self.guest.grant, field, value)?;
+                    let patterns = patterns.as_deref();
+                    metadata_keys(self.name(), grant.unrestricted, field, patterns, value)?;
                 }
                 "ownerReferences" => self.owner_references(value, target)?,
                 "resourceVersion" | "uid" if !value.is_string() => {
@@ -262,10 +267,8 @@ impl CallContext {
         dependent: &ObjectRef,
     ) -> Result<(), HostError> {
         let lister = &self.guest.providers.lister;
-        let mut scopes = vec![None];
-        if let Some(ns) = &dependent.namespace {
-            scopes.insert(0, Some(ns.clone()));
-        }
+        // The dependent's namespace first, then cluster-scoped.
+        let scopes = dependent.namespace.iter().cloned().map(Some).chain([None]);
         for namespace in scopes {
             let at = ObjectRef {
                 namespace,
