@@ -33,7 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller host: load every guest in the directory and reconcile.
-    Run(crate::host::RunArgs),
+    Run(crate::run::RunArgs),
     /// Validate a guest against the WIT world (and a host configuration) and print its manifest.
     Check {
         /// The guest component.
@@ -114,7 +114,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => crate::host::run(args).await,
+            Command::Run(args) => crate::run::run(args).await,
             Command::Check { file, config } => check(file, config).await,
             Command::Reconcile {
                 guest,
@@ -241,7 +241,7 @@ async fn guest_names(
     config: &HostConfig,
 ) -> anyhow::Result<std::collections::BTreeSet<String>> {
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::host::default_cache_dir(),
+        cache_dir: crate::run::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
     let mut names = std::collections::BTreeSet::new();
@@ -285,7 +285,7 @@ async fn discovered_resources(config: &HostConfig) -> anyhow::Result<crate::rbac
         if found.contains_key(kind) {
             continue;
         }
-        let gvk = crate::providers::kube::to_kube_gvk(kind);
+        let gvk = kube::core::GroupVersionKind::from(kind);
         let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
             .await
             .with_context(|| format!("discovery of {kind}"))?;
@@ -311,7 +311,7 @@ async fn load_guest(
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = load_config(config.as_ref())?;
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::host::default_cache_dir(),
+        cache_dir: crate::run::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
     let loaded = load_guest(runtime, file.clone()).await?;
@@ -368,7 +368,7 @@ async fn reconcile(
     let config = load_config(config.as_ref())?;
     let cache = Arc::new(MemoryCache::load(&objects)?);
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::host::default_cache_dir(),
+        cache_dir: crate::run::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
     let mut loaded = load_guest(runtime.clone(), guest_file.clone()).await?;

@@ -41,6 +41,12 @@ impl Gvk {
 }
 
 /// `group/version/Kind`, or `version/Kind` for the core group (`v1/ConfigMap`).
+impl From<&Gvk> for kube::core::GroupVersionKind {
+    fn from(g: &Gvk) -> Self {
+        Self::gvk(&g.group, &g.version, &g.kind)
+    }
+}
+
 impl fmt::Display for Gvk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.group.is_empty() {

@@ -31,13 +31,14 @@ use tracing::Instrument;
 
 use crate::backends::NetworkBackend;
 use crate::capabilities::{CallContext, GuestContext, HostError, NETWORK_BACKEND, Scope};
+use crate::fence::WriteFence;
 use crate::guests::ActiveGuest;
 use crate::informers::Scope as WatchScope;
 use crate::informers::{Informer, Informers};
 use crate::manifest::Mapping;
 use crate::metrics::Metrics;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
-use crate::providers::kube::{KubeCluster, WriteFence, to_kube_gvk};
+use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::runtime::{Outcome, Request, Runtime};
 use triggers::{Route, map_events};
@@ -201,10 +202,6 @@ impl Controller {
             .iter()
             .filter(|o| crate::finalizer::carries(o, finalizer))
             .count()
-    }
-
-    pub fn has_synced(&self) -> bool {
-        *self.synced.borrow()
     }
 
     /// A receiver of the synced flag, for `/readyz`.
@@ -392,7 +389,7 @@ async fn acquire_scoped(
     label_selector: Option<String>,
     slots: Option<crate::shards::SlotSet>,
 ) -> Result<Informer, crate::informers::InformerError> {
-    let gvk = to_kube_gvk(kind);
+    let gvk = kube::core::GroupVersionKind::from(kind);
     let scope = WatchScope {
         namespace,
         label_selector: label_selector.clone(),

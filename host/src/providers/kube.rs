@@ -10,7 +10,7 @@
 //! URLs are built only from parts the capabilities validated, and names are percent-encoded
 //! anyway. The kind's scope is checked against the reference (a namespaced kind needs a
 //! namespace, a cluster-scoped kind has none) before anything is sent. Every write first
-//! passes the [`WriteFence`]: once the host loses its lease, nothing more is sent.
+//! passes the [`WriteFence`](crate::fence::WriteFence): once the host loses its lease, nothing more is sent.
 //!
 //! Events go through kube-runtime's `Recorder`, which aggregates repeats of the same
 //! (object, type, reason, note) into one `events.k8s.io/v1` Event with a growing series count
@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -33,6 +32,7 @@ use crate::capabilities::lister::Listed;
 use crate::capabilities::{
     Cluster, EventRecord, EventType as GuestEventType, HostError, Lister, Providers, WorkQueue,
 };
+use crate::fence::WriteFence;
 use crate::informers::Informer;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::validation::path_segment;
@@ -52,40 +52,16 @@ pub fn providers(
     }
 }
 
-/// Whether writes may still be sent. Closed when the host loses its lease (or shuts down),
-/// before its controllers are stopped: a reconcile still running cannot write after that.
-#[derive(Clone, Debug)]
-pub struct WriteFence(Arc<AtomicBool>);
-
-impl Default for WriteFence {
-    fn default() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+/// Every write passes here first.
+fn fence_check(fence: &WriteFence) -> Result<(), HostError> {
+    if fence.is_open() {
+        Ok(())
+    } else {
+        Err(HostError::Unavailable(
+            "this host is no longer the leader (or is shutting down); nothing more is written"
+                .into(),
+        ))
     }
-}
-
-impl WriteFence {
-    pub fn close(&self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-
-    pub fn open(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    fn check(&self) -> Result<(), HostError> {
-        if self.0.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err(HostError::Unavailable(
-                "this host is no longer the leader (or is shutting down); nothing more is written"
-                    .into(),
-            ))
-        }
-    }
-}
-
-pub fn to_kube_gvk(g: &Gvk) -> GroupVersionKind {
-    GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
 }
 
 /// Maps an API error to the WIT error the guest sees; 409 marks the reconcile for a retry.
@@ -145,7 +121,7 @@ impl KubeCluster {
     /// The API of the object's kind, scoped as the reference says, once the reference's scope
     /// matches the kind's. Every write passes here, so every write passes the fence.
     async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, HostError> {
-        self.fence.check()?;
+        fence_check(&self.fence)?;
         let kind = &object.kind;
         let (resource, namespaced) = if let Some(informer) = self.informers.get(kind) {
             (informer.api_resource().clone(), informer.namespaced())
@@ -155,7 +131,7 @@ impl KubeCluster {
                 found
             } else {
                 let (resource, capabilities) =
-                    kube::discovery::pinned_kind(&self.client, &to_kube_gvk(kind))
+                    kube::discovery::pinned_kind(&self.client, &GroupVersionKind::from(kind))
                         .await
                         .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
                 let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
@@ -337,7 +313,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError> {
-        self.fence.check()?;
+        fence_check(&self.fence)?;
         let regarding = &event.regarding;
         let cached = self
             .informers

@@ -13,5 +13,5 @@ pub mod ring;
 pub mod status;
 
 pub use ranges::{SLOTS, SlotSet, fnv1a64, partition, slot_of};
-pub use ring::{Ring, RingOptions, ShardState};
+pub use ring::{FenceProbe, Ring, RingOptions, ShardState};
 pub use status::{ShardStatus, Share};

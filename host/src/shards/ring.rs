@@ -250,7 +250,8 @@ impl Fence {
     }
 }
 
-/// See [`Ring::fence_probe`].
+/// Whether this replica must not write now ([`Ring::fence_probe`]). The host checks it after
+/// opening its write fence, so a fence decided meanwhile is never undone.
 #[derive(Clone)]
 pub struct FenceProbe(Arc<std::sync::atomic::AtomicBool>);
 
@@ -347,19 +348,9 @@ impl Ring {
         self.state.clone()
     }
 
-    pub fn identity(&self) -> &str {
-        &self.options.identity
-    }
-
-    /// A cheap handle answering [`Ring::is_fenced`] from another task.
+    /// A cheap handle answering whether this replica must not write now, from another task.
     pub fn fence_probe(&self) -> FenceProbe {
         FenceProbe(self.fenced.clone())
-    }
-
-    /// Whether this replica must not write now. Checked after opening the write fence, so a
-    /// fence decided meanwhile is never undone.
-    pub fn is_fenced(&self) -> bool {
-        self.fenced.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Graceful exit, after the controllers have stopped: gives the slots back and deletes the

@@ -1,0 +1,168 @@
+//! The set of running controllers, one per active guest: started, swapped to a new version,
+//! retried when they cannot start (e.g. their CRD is not installed yet), stopped (drained, then
+//! aborted after a grace) or aborted at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::controller::{Controller, Services};
+use crate::guests::ActiveGuest;
+use crate::informers::Informer;
+use crate::server::Readiness;
+use crate::shards::ShardStatus;
+
+/// How often a guest whose controller could not start is retried.
+pub const START_RETRY: Duration = Duration::from_secs(5);
+
+pub struct ControllerSet {
+    controllers: BTreeMap<String, Controller>,
+    /// Guests whose controller failed to start, retried every [`START_RETRY`].
+    pending: BTreeMap<String, Arc<ActiveGuest>>,
+    readiness: Readiness,
+    /// Sharded: `/shards` and the keys gauge read each guest's primary cache from here.
+    shards: Option<Arc<ShardStatus>>,
+}
+
+impl ControllerSet {
+    pub fn new(readiness: Readiness, shards: Option<Arc<ShardStatus>>) -> Self {
+        Self {
+            controllers: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            readiness,
+            shards,
+        }
+    }
+
+    /// Starts, swaps or restarts the controller of `guest`.
+    pub async fn apply(&mut self, shared: &Services, guest: Arc<ActiveGuest>) {
+        let name = guest.name().to_owned();
+        if let Some(controller) = self.controllers.get(&name)
+            && controller.can_swap_to(&guest)
+        {
+            controller.swap(shared, guest);
+            tracing::info!(guest = %name, "new guest version swapped in");
+            return;
+        }
+        self.stop(&name).await;
+        self.start(shared, guest).await;
+    }
+
+    /// Applies every guest, then tells `/shards` which caches hold their shares.
+    pub async fn apply_all(&mut self, shared: &Services, guests: Vec<Arc<ActiveGuest>>) {
+        for guest in guests {
+            self.apply(shared, guest).await;
+        }
+        self.report_primaries();
+    }
+
+    async fn start(&mut self, shared: &Services, guest: Arc<ActiveGuest>) {
+        let name = guest.name().to_owned();
+        match Controller::start(shared, guest.clone()).await {
+            Ok(controller) => {
+                self.pending.remove(&name);
+                self.readiness
+                    .lock()
+                    .insert(name.clone(), controller.synced());
+                self.controllers.insert(name, controller);
+                self.report_primaries();
+            }
+            Err(e) => {
+                tracing::error!(guest = %name, "controller cannot start, retrying every {START_RETRY:?}: {e:#}");
+                self.pending.insert(name, guest);
+            }
+        }
+    }
+
+    pub async fn retry_pending(&mut self, shared: &Services) {
+        let pending: Vec<_> = self.pending.values().cloned().collect();
+        for guest in pending {
+            self.start(shared, guest).await;
+        }
+    }
+
+    /// Stops the controller of an unloaded guest and forgets its retry.
+    pub async fn remove(&mut self, name: &str) {
+        self.pending.remove(name);
+        self.stop(name).await;
+    }
+
+    async fn stop(&mut self, name: &str) {
+        self.readiness.lock().remove(name);
+        if let Some(controller) = self.controllers.remove(name) {
+            controller.stop().await;
+            self.report_primaries();
+        }
+    }
+
+    /// Brings the set in line with `active` after missed guest events.
+    pub async fn resync(&mut self, shared: &Services, active: Vec<Arc<ActiveGuest>>) {
+        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        for name in names {
+            if !active.iter().any(|g| g.name() == name) {
+                self.stop(&name).await;
+            }
+        }
+        for guest in active {
+            self.apply(shared, guest).await;
+        }
+    }
+
+    /// Objects in `guest`'s primary cache that carry `finalizer`, if it runs here.
+    pub fn carrying(&self, guest: &str, finalizer: &str) -> Option<usize> {
+        self.controllers.get(guest).map(|c| c.carrying(finalizer))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.controllers.is_empty()
+    }
+
+    /// The informers other than the primary ones, to keep warm across a restart.
+    pub fn other_informers(&self) -> Vec<Informer> {
+        self.controllers
+            .values()
+            .flat_map(Controller::other_informers)
+            .collect()
+    }
+
+    /// Aborts every controller now: running reconciles are cancelled where they are.
+    pub async fn abort_all(&mut self) {
+        self.readiness.lock().clear();
+        for (_, controller) in std::mem::take(&mut self.controllers) {
+            controller.abort().await;
+        }
+        self.report_primaries();
+    }
+
+    /// Stops every controller: running reconciles get `grace` to finish, then the fence
+    /// closes and they are cancelled (a guest waiting in a WASI sleep included), so nothing
+    /// more is written.
+    pub async fn stop_all_within(&mut self, grace: Duration, fence: &crate::fence::WriteFence) {
+        self.readiness.lock().clear();
+        let controllers = std::mem::take(&mut self.controllers);
+        let drain = futures::future::join_all(controllers.values().map(Controller::drain));
+        if tokio::time::timeout(grace, drain).await.is_err() {
+            tracing::warn!("reconciles still running after {grace:?}; cancelling them");
+        }
+        fence.close();
+        for (_, controller) in controllers {
+            controller.abort().await;
+        }
+        self.report_primaries();
+    }
+
+    /// Tells `/shards` and the keys gauge which caches hold each guest's share.
+    fn report_primaries(&self) {
+        if let Some(status) = &self.shards {
+            status.set_primaries(
+                self.controllers
+                    .iter()
+                    .map(|(name, c)| {
+                        let share: Arc<dyn crate::shards::Share> = Arc::new(c.primary().clone());
+                        (name.clone(), share)
+                    })
+                    .collect(),
+            );
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! `reconciler-host run`: wires the host together and keeps the set of controllers in line with
+//! the set of active guests, for what this replica owns.
+//!
+//! Order of events: load the configuration and backends, join the leader election or the shard
+//! ring (if enabled), start the HTTP server, start watching the guest directory and the
+//! configuration file, then run controllers for the active guests while this replica owns
+//! work. On SIGTERM/SIGINT: stop taking keys, let running reconciles finish, release the lease
+//! (or leave the ring), exit.
+//!
+//! One file per concept:
+//! - [`ownership`]: what this replica may reconcile (alone, leader-elected or sharded), the
+//!   write fence, and the one [`ownership::Change`] event the manager follows;
+//! - [`controllers`]: the set of running controllers, one per active guest;
+//! - [`orphans`]: finalizers left behind by unloaded guests, and their release;
+//! - [`config`]: following the configuration file.
+//!
+//! Sharded (`--shards auto`, see [`crate::shards`]): every change of the owned slots stops
+//! every controller (drained, then aborted after a grace) and starts them again with the new
+//! slots, so each primary informer relists its new share and every key in it is reconciled
+//! once. The ring releases a slot only after the controllers have stopped. The other informers
+//! are held across the restart, so only the primary caches are rebuilt.
+
+mod config;
+mod controllers;
+mod orphans;
+mod ownership;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::backends::NetworkBackend;
+use crate::config::HostConfig;
+use crate::controller::Services;
+use crate::guests::{GuestDirectory, GuestEvent};
+use crate::informers::{Informers, Options};
+use crate::metrics::Metrics;
+use crate::runtime::{Runtime, RuntimeOptions};
+use crate::server::Readiness;
+use controllers::{ControllerSet, START_RETRY};
+use orphans::Orphans;
+use ownership::{Change, Owned, Ownership};
+
+/// How long a shutdown lets running reconciles finish before cancelling them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Host configuration (grants, limits, backends).
+    #[arg(long, env = "RECONCILER_CONFIG")]
+    pub config: PathBuf,
+    /// Directory of guest components; overrides guestDirectory in the configuration.
+    #[arg(long, env = "RECONCILER_GUESTS")]
+    pub guests: Option<PathBuf>,
+    /// Address of /healthz, /readyz, /metrics and /guests.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Where compiled guests are cached (default: $XDG_CACHE_HOME/reconciler-host).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Watch only this namespace (namespaced kinds); default: all namespaces.
+    #[arg(long)]
+    pub watch_namespace: Option<String>,
+    /// Take part in leader election; only the leader reconciles.
+    #[arg(long)]
+    pub leader_elect: bool,
+    #[arg(long, default_value = "reconciler-host")]
+    pub lease_name: String,
+    #[arg(long, default_value = "default")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// This replica's identity in the lease (default: hostname-pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// `auto`: spread the keys of every guest's primary kind over the replicas of the ring
+    /// named `--lease-name` (each holds a member Lease in `--lease-namespace`). Exclusive with
+    /// `--leader-elect`.
+    #[arg(long, value_enum, default_value = "off")]
+    pub shards: ShardMode,
+    /// Sharded mode: filter on the API server (`shardSelector`, needs the `ShardedListAndWatch`
+    /// feature gate), on the client, or `auto` (the server when it honours it).
+    #[arg(long, default_value = "auto")]
+    pub shard_filter: crate::informers::ShardFilter,
+}
+
+/// `run --shards`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardMode {
+    Off,
+    Auto,
+}
+
+/// The default compile cache directory.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|base| base.join("reconciler-host"))
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = Arc::new(HostConfig::load(&args.config)?);
+    let dir = args
+        .guests
+        .clone()
+        .or_else(|| config.guest_directory.clone())
+        .context("no guest directory: pass --guests or set guestDirectory in the configuration")?;
+    anyhow::ensure!(
+        dir.is_dir(),
+        "guest directory {} does not exist",
+        dir.display()
+    );
+
+    // Read once: the client, the lease's client and the backends' view of the API server.
+    let kube_config = kube::Config::infer()
+        .await
+        .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster service account)")?;
+    let networks = network_backends(&config, &kube_config.cluster_url)?;
+
+    let client = kube::Client::try_from(kube_config.clone())
+        .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
+    let metrics = Metrics::new();
+    let informers = Informers::with_options(
+        client.clone(),
+        Options {
+            metrics: Some(metrics.clone()),
+            shard_filter: args.shard_filter,
+            ..Options::default()
+        },
+    );
+    let ownership = Ownership::join(&args, &kube_config, &metrics).await?;
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
+        cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
+        ..RuntimeOptions::default()
+    })?);
+    let guests = GuestDirectory::new(
+        dir.clone(),
+        runtime.clone(),
+        config.clone(),
+        Some(metrics.clone()),
+    );
+    let mut guest_events = guests.subscribe();
+    let watcher = tokio::spawn(guests.clone().watch());
+    let config_watcher = tokio::spawn(config::follow_config(args.config.clone(), guests.clone()));
+
+    let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
+    // On a thread of its own: probes are answered whatever guests keep the workers doing.
+    let (addr, _server) = crate::server::serve(
+        args.listen,
+        metrics.clone(),
+        guests.clone(),
+        readiness.clone(),
+        ownership.status(),
+    )?;
+    tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
+
+    let shared = Services {
+        client,
+        informers,
+        runtime,
+        metrics: metrics.clone(),
+        networks,
+        namespace: args.watch_namespace.clone(),
+        fence: ownership.fence().clone(),
+        shadows: guests.shadows(),
+        shard: None,
+    };
+    let mut manager = Manager {
+        shared,
+        guests: guests.clone(),
+        controllers: ControllerSet::new(readiness, ownership.status()),
+        orphans: Orphans::new(guests, metrics.clone()),
+        owned: Owned::Nothing,
+        ownership,
+    };
+    let owned = manager.ownership.initially();
+    manager.set_owned(owned);
+    metrics.set_leader(owned.anything());
+    if owned.anything() {
+        manager.start_all().await;
+    }
+
+    let result = manager.run_until_shutdown(&mut guest_events).await;
+
+    tracing::info!("shutting down: finishing running reconciles");
+    watcher.abort();
+    config_watcher.abort();
+    manager.shutdown().await;
+    result
+}
+
+/// The network providers named in the configuration, each kept off the API server's
+/// addresses (the cluster URL's host as it resolves now).
+fn network_backends(
+    config: &HostConfig,
+    cluster_url: &hyper::Uri,
+) -> anyhow::Result<BTreeMap<String, Arc<dyn NetworkBackend>>> {
+    let mut networks: BTreeMap<String, Arc<dyn NetworkBackend>> = BTreeMap::new();
+    if config.backends.is_empty() {
+        return Ok(networks);
+    }
+    let api_server = crate::backends::api_server_addresses(
+        cluster_url.host().unwrap_or(""),
+        cluster_url.port_u16(),
+    )?;
+    for (name, backend) in &config.backends {
+        let provider = crate::backends::from_config(backend, &api_server)
+            .with_context(|| format!("backend `{name}`"))?;
+        networks.insert(name.clone(), provider);
+    }
+    Ok(networks)
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// Keeps the controllers in line with the active guests and with what this replica owns.
+struct Manager {
+    shared: Services,
+    guests: Arc<GuestDirectory>,
+    ownership: Ownership,
+    /// What the controllers run with now.
+    owned: Owned,
+    controllers: ControllerSet,
+    orphans: Orphans,
+}
+
+impl Manager {
+    /// Follows ownership, guest changes and the retry timer until SIGTERM/SIGINT. Errs when
+    /// the election, the ring or the guest directory watcher stops, which leaves the host blind.
+    async fn run_until_shutdown(
+        &mut self,
+        guest_events: &mut broadcast::Receiver<GuestEvent>,
+    ) -> anyhow::Result<()> {
+        let mut retry = tokio::time::interval(START_RETRY);
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                change = self.ownership.changed() => self.follow(change?).await,
+                event = guest_events.recv() => match event {
+                    Ok(event) => self.on_guest_event(event).await,
+                    Err(RecvError::Lagged(_)) => self.resync().await,
+                    Err(RecvError::Closed) => anyhow::bail!("the guest directory watcher stopped"),
+                },
+                _ = retry.tick() => {
+                    if self.owned.anything() {
+                        self.controllers.retry_pending(&self.shared).await;
+                    }
+                    if self.ownership.coordinates(self.owned) {
+                        let namespace = self.shared.namespace.as_deref();
+                        self.orphans.release_due(&self.shared.client, namespace).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_guest_event(&mut self, event: GuestEvent) {
+        match event {
+            GuestEvent::Loaded(guest) => {
+                self.orphans.loaded(guest.name());
+                if self.owned.anything() {
+                    self.controllers.apply(&self.shared, guest).await;
+                }
+            }
+            GuestEvent::Unloaded(name) => {
+                let controllers = &self.controllers;
+                self.orphans
+                    .unloaded(&name, |finalizer| controllers.carrying(&name, finalizer));
+                self.controllers.remove(&name).await;
+            }
+        }
+    }
+
+    /// Follows a change of ownership. A lease won starts every controller, a lease lost or a
+    /// fence aborts them all at once (the fence is closed first: a reconcile still running
+    /// writes nothing more), new slots restart them with the new share.
+    async fn follow(&mut self, change: Change) {
+        match &change {
+            Change::Lease(leading) => {
+                if *leading == self.owned.anything() {
+                    return;
+                }
+                self.shared.metrics.set_leader(*leading);
+                let owned = self.ownership.settle(&change);
+                self.set_owned(owned);
+                if owned.anything() {
+                    tracing::info!("became the leader; starting controllers");
+                    self.start_all().await;
+                } else {
+                    tracing::warn!("lost the lease; stopping every controller now");
+                    self.controllers.abort_all().await;
+                }
+            }
+            Change::Fenced => {
+                tracing::warn!("fenced: aborting every controller");
+                let owned = self.ownership.settle(&change);
+                self.set_owned(owned);
+                self.controllers.abort_all().await;
+                self.ownership.set_running(owned.slots());
+            }
+            Change::Slots(state) => self.reshard(&change, state.active).await,
+        }
+    }
+
+    /// Sharded: the slots the controllers may run with changed. Stops them all (running
+    /// reconciles get the grace, then are cancelled), acknowledges, and starts them with the
+    /// new slots. The other informers stay warm across the restart.
+    async fn reshard(&mut self, change: &Change, active: crate::shards::SlotSet) {
+        let running = self.ownership.running();
+        if self.owned.slots() == active && running == active {
+            return;
+        }
+        let (gained, lost) = (active.difference(&running), running.difference(&active));
+        let warm = self.controllers.other_informers();
+        if !self.controllers.is_empty() {
+            tracing::info!(from = %running, to = %active, "owned slots changed; restarting controllers");
+            let grace = self.ownership.handover_grace().unwrap_or(SHUTDOWN_GRACE);
+            self.controllers
+                .stop_all_within(grace, self.ownership.fence())
+                .await;
+        }
+        self.shared.metrics.shard_handover(true, gained.len());
+        self.shared.metrics.shard_handover(false, lost.len());
+        self.ownership.set_running(crate::shards::SlotSet::empty());
+        let owned = self.ownership.settle(change);
+        self.set_owned(owned);
+        if owned.anything() {
+            self.start_all().await;
+            self.ownership.set_running(owned.slots());
+        }
+        drop(warm);
+    }
+
+    /// Records what the controllers run with; sharded, they read their slots from it.
+    fn set_owned(&mut self, owned: Owned) {
+        self.owned = owned;
+        self.shared.shard = self.ownership.is_sharded().then(|| owned.slots());
+    }
+
+    async fn start_all(&mut self) {
+        let active = self.guests.active();
+        self.controllers.apply_all(&self.shared, active).await;
+    }
+
+    /// Brings controllers in line with the directory after missed events.
+    async fn resync(&mut self) {
+        if self.owned.anything() {
+            let active = self.guests.active();
+            self.controllers.resync(&self.shared, active).await;
+        }
+    }
+
+    /// Stops every controller ([`SHUTDOWN_GRACE`]), then releases the lease or leaves the
+    /// ring, so that the others take over at once.
+    async fn shutdown(self) {
+        let Self {
+            mut controllers,
+            ownership,
+            ..
+        } = self;
+        controllers
+            .stop_all_within(SHUTDOWN_GRACE, ownership.fence())
+            .await;
+        ownership.leave().await;
+    }
+}
