@@ -23,6 +23,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod host_writes;
 mod triggers;
 
 use tokio::sync::watch;
@@ -30,7 +31,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backends::NetworkBackend;
-use crate::capabilities::{CallContext, GuestContext, HostError, NETWORK_BACKEND, Scope};
+use crate::capabilities::{CallContext, GuestContext, NETWORK_BACKEND, Scope};
 use crate::fence::WriteFence;
 use crate::guests::ActiveGuest;
 use crate::informers::Scope as WatchScope;
@@ -40,7 +41,8 @@ use crate::metrics::Metrics;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
-use crate::runtime::{Outcome, Request, Runtime};
+use crate::runtime::{Outcome, Request, Run, Runtime};
+use host_writes::HostWrites;
 use triggers::{Route, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
@@ -467,6 +469,7 @@ enum Next {
     GiveUp,
 }
 
+/// One key: read it from the cache, run the guest on it, decide what the queue does next.
 async fn sync(
     shared: &Services,
     caches: &Caches,
@@ -474,10 +477,10 @@ async fn sync(
     key: &ObjectKey,
     attempt: u32,
 ) -> Next {
+    // Read.
     let guest = &version.guest;
-    let manifest = &guest.loaded.manifest;
     let object_ref = ObjectRef {
-        kind: manifest.primary.clone(),
+        kind: guest.loaded.manifest.primary.clone(),
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
@@ -488,76 +491,64 @@ async fn sync(
         return Next::GiveUp;
     }
     let deleting = stored.as_ref().is_some_and(|o| o.deletion_requested());
-    let cluster = &version.cluster;
     // The guest gets the cache's JSON text as it is: no parse, no re-serialisation.
     let mut object = stored.as_ref().map(|o| o.json().to_owned());
-    // Only the finalizer bookkeeping reads the object here, and only its metadata.
-    let in_cache = manifest
-        .finalizer
-        .as_ref()
-        .and(stored.as_ref())
-        .and_then(|o| o.to_head());
-    let shadow = guest.grant.mode == crate::shadow::Mode::Shadow;
-    // Shadow mode: the host's own finalizer writes are compared, not made, like the guest's.
-    let mut differences = Vec::new();
-
-    if let (Some(finalizer), Some(current), false) = (&manifest.finalizer, &in_cache, deleting) {
-        if shadow {
-            differences.extend(crate::shadow::single(
-                format!("finalizer add on {object_ref}"),
-                !crate::finalizer::carries(current, finalizer),
-                format!("metadata.finalizers: {finalizer} would be added"),
-            ));
-        } else {
-            match cluster.add_finalizer(&object_ref, current, finalizer).await {
-                Ok(None) => {}
-                Ok(Some(written)) => object = Some(written.to_string()),
-                Err(HostError::NotFound(_)) => object = None,
-                Err(e) => {
-                    tracing::warn!("adding finalizer {finalizer} failed, will retry: {e}");
-                    return Next::Retry;
-                }
-            }
-        }
+    let mut writes = HostWrites::new(version, &object_ref, stored.as_deref(), deleting);
+    if !writes.before(&version.cluster, &mut object).await {
+        return Next::Retry;
     }
 
+    // Run.
     let request = Request {
         object_ref: object_ref.clone(),
         object,
         deleting,
         attempt,
     };
+    let mut run = run(shared, version, key, request).await;
+    writes.record(
+        shared,
+        version,
+        key,
+        &run.outcome,
+        &mut run.shadow_differences,
+    );
+
+    // Decide.
+    let next = decide(&run);
+    if matches!(next, Next::Done { .. }) && !writes.after_success(caches, &version.cluster).await {
+        return Next::Retry;
+    }
+    next
+}
+
+/// Calls the guest on this task: it yields every epoch tick and at every import that waits,
+/// and aborting the task (lease lost, shutdown) cancels it wherever it is.
+async fn run(shared: &Services, version: &Version, key: &ObjectKey, request: Request) -> Run {
+    let name = version.guest.name();
     let call = CallContext::new(
         version.context.clone(),
         key.to_string(),
         Some(tokio::runtime::Handle::current()),
     );
-    // The guest runs on this task: it yields every epoch tick and at every import that waits,
-    // and aborting the task (lease lost, shutdown) cancels it wherever it is.
     let started = Instant::now();
-    let mut run = shared
+    let run = shared
         .runtime
         .reconcile_async(&version.guest.loaded, call, request)
         .await;
     let metrics = &shared.metrics;
-    metrics.instantiated(guest.name(), run.instantiate_time);
+    metrics.instantiated(name, run.instantiate_time);
     // Also counts deadline and memory-limit hits.
-    metrics.reconcile_finished(guest.name(), run.outcome.result(), started.elapsed());
-    differences.append(&mut run.shadow_differences);
-    if shadow {
-        let deleted = in_cache.as_ref().filter(|_| deleting);
-        record_verdict(shared, version, key, &run.outcome, deleted, differences);
-    }
+    metrics.reconcile_finished(name, run.outcome.result(), started.elapsed());
+    run
+}
 
-    match run.outcome {
+/// What the queue does with the key after the guest's answer. A 409 during the reconcile
+/// means the guest acted on a stale object: retried whatever it returned.
+fn decide(run: &Run) -> Next {
+    match &run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
             tracing::debug!(took = ?run.total_time(), "reconciled");
-            // (In shadow mode the finalizer stays: that removal was compared above.)
-            if let (Some(finalizer), true, false) = (&manifest.finalizer, deleting, shadow)
-                && !remove_finalizer(caches, cluster, &object_ref, finalizer).await
-            {
-                return Next::Retry;
-            }
             Next::Done {
                 requeue_after: requeue_after_ms.map(Duration::from_millis),
             }
@@ -580,65 +571,6 @@ async fn sync(
             tracing::error!("reconcile failed, will retry with backoff: {message}");
             Next::Retry
         }
-    }
-}
-
-/// Removes the guest's finalizer after a successful reconcile of a deleted object, from its
-/// latest version (the guest may have written it meanwhile). False: retry.
-async fn remove_finalizer(
-    caches: &Caches,
-    cluster: &KubeCluster,
-    object_ref: &ObjectRef,
-    finalizer: &str,
-) -> bool {
-    let Some(latest) = caches
-        .primary
-        .get(object_ref.namespace.as_deref(), &object_ref.name)
-    else {
-        return true;
-    };
-    match cluster
-        .remove_finalizer(object_ref, &latest, finalizer)
-        .await
-    {
-        Ok(removed) => {
-            if removed {
-                tracing::info!("finalizer {finalizer} removed");
-            }
-            true
-        }
-        Err(e) => {
-            tracing::warn!("removing finalizer {finalizer} failed, will retry: {e}");
-            false
-        }
-    }
-}
-
-/// Shadow mode: the verdict of one reconcile. A finished reconcile gets one; a failed one
-/// only if it intended a change. `deleted`: the object being deleted, whose finalizer a
-/// finished reconcile would have removed.
-fn record_verdict(
-    shared: &Services,
-    version: &Version,
-    key: &ObjectKey,
-    outcome: &Outcome,
-    deleted: Option<&kube::api::DynamicObject>,
-    mut differences: Vec<crate::shadow::Difference>,
-) {
-    let finished = matches!(outcome, Outcome::Ok { .. });
-    if let (true, Some(finalizer), Some(object)) =
-        (finished, &version.guest.loaded.manifest.finalizer, deleted)
-    {
-        differences.extend(crate::shadow::single(
-            format!("finalizer removal on {key}"),
-            crate::finalizer::carries(object, finalizer),
-            format!("metadata.finalizers: {finalizer} would be removed"),
-        ));
-    }
-    if finished || !differences.is_empty() {
-        shared
-            .shadows
-            .record(version.guest.name(), &key.to_string(), differences);
     }
 }
 
