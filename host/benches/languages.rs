@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_host::capabilities::{CallContext, GuestContext, Providers, WorkQueue};
+use reconciler_host::capabilities::{CallContext, Enqueuer, GuestContext, Providers};
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
@@ -107,7 +107,7 @@ fn main() {
         cluster: Arc::new(NullCluster(
             json!({"metadata": {"resourceVersion": "123457"}}),
         )),
-        queue: Arc::new(RecordingQueue::default()) as Arc<dyn WorkQueue>,
+        queue: Arc::new(RecordingQueue::default()) as Arc<dyn Enqueuer>,
         network: None,
     };
     let context = Arc::new(GuestContext::new(

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_host::capabilities::{CallContext, Cluster, GuestContext, Providers, WorkQueue};
+use reconciler_host::capabilities::{CallContext, Cluster, Enqueuer, GuestContext, Providers};
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
@@ -128,7 +128,7 @@ fn main() {
     let providers = Providers {
         lister: Arc::new(MemoryCache::default()),
         cluster: cluster.clone(),
-        queue: Arc::new(RecordingQueue::default()) as Arc<dyn WorkQueue>,
+        queue: Arc::new(RecordingQueue::default()) as Arc<dyn Enqueuer>,
         network: None,
     };
     let context = Arc::new(GuestContext::new("bench", Grant::unrestricted(), providers));

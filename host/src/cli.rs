@@ -276,6 +276,7 @@ async fn discovered_resources(config: &HostConfig) -> anyhow::Result<crate::rbac
     let client = kube::Client::try_default()
         .await
         .context("--discover needs a Kubernetes client configuration (KUBECONFIG)")?;
+    let discovery = crate::discovery::Resolver::default();
     let mut found = std::collections::BTreeMap::new();
     let kinds = config
         .guests
@@ -286,10 +287,11 @@ async fn discovered_resources(config: &HostConfig) -> anyhow::Result<crate::rbac
             continue;
         }
         let gvk = kube::core::GroupVersionKind::from(kind);
-        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+        let resolved = discovery
+            .resolve(&client, &gvk)
             .await
             .with_context(|| format!("discovery of {kind}"))?;
-        found.insert(kind.clone(), resource.plural);
+        found.insert(kind.clone(), resolved.resource.plural);
     }
     Ok(crate::rbac::Discovered(found))
 }

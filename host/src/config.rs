@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::objects::Gvk;
 
@@ -58,7 +58,7 @@ pub struct HostConfig {
     pub max_concurrency: Option<u32>,
     /// What happens to objects still carrying a guest's finalizer once the guest is unloaded.
     #[serde(default)]
-    pub finalizer_policy: crate::finalizer::Policy,
+    pub finalizer_policy: FinalizerPolicy,
 }
 
 impl HostConfig {
@@ -427,6 +427,40 @@ impl Grant {
     }
 }
 
+/// What happens to a finalizer whose guest is gone (`finalizerPolicy:` in the configuration).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FinalizerPolicy {
+    #[serde(default)]
+    pub on_unload: OnUnload,
+    /// How long an unloaded guest has to come back before `release` removes its finalizer
+    /// (default 10m).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub grace: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnUnload {
+    /// Leave the finalizer on the objects.
+    #[default]
+    Keep,
+    /// Remove it from every object after the grace period.
+    Release,
+}
+
+impl FinalizerPolicy {
+    pub const DEFAULT_GRACE: Duration = Duration::from_mins(10);
+
+    pub fn grace(&self) -> Duration {
+        self.grace.unwrap_or(Self::DEFAULT_GRACE)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +562,20 @@ guests:
             (r.events_per_second, r.log_burst, r.writes_per_second),
             (2, 7, 500)
         );
+    }
+
+    #[test]
+    fn policy_parses_with_a_default_grace() {
+        let p: FinalizerPolicy = serde_yaml::from_str("onUnload: release\ngrace: 30s").unwrap();
+        assert_eq!(
+            (p.on_unload, p.grace()),
+            (OnUnload::Release, Duration::from_secs(30))
+        );
+        let p = FinalizerPolicy::default();
+        assert_eq!(
+            (p.on_unload, p.grace()),
+            (OnUnload::Keep, FinalizerPolicy::DEFAULT_GRACE)
+        );
+        assert!(serde_yaml::from_str::<FinalizerPolicy>("onUnload: drop").is_err());
     }
 }

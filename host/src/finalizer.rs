@@ -8,49 +8,13 @@
 //! `KubeCluster::remove_finalizer`) and records the result into the cache.
 //!
 //! When a guest is unloaded for good, objects may still carry its finalizer and would then
-//! never finish deleting. [`Policy`] says what happens: `keep` (default: the operator decides,
+//! never finish deleting. [`crate::config::FinalizerPolicy`] says what happens: `keep` (default: the operator decides,
 //! `/guests` and `reconciler_finalizer_orphaned` show what is left) or `release` after a grace
 //! period in which the guest may come back (a hot swap or a ConfigMap update).
 
-use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-/// What happens to a finalizer whose guest is gone (`finalizerPolicy:` in the configuration).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Policy {
-    #[serde(default)]
-    pub on_unload: OnUnload,
-    /// How long an unloaded guest has to come back before `release` removes its finalizer
-    /// (default 10m).
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub grace: Option<Duration>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum OnUnload {
-    /// Leave the finalizer on the objects.
-    #[default]
-    Keep,
-    /// Remove it from every object after the grace period.
-    Release,
-}
-
-impl Policy {
-    pub const DEFAULT_GRACE: Duration = Duration::from_mins(10);
-
-    pub fn grace(&self) -> Duration {
-        self.grace.unwrap_or(Self::DEFAULT_GRACE)
-    }
-}
 
 /// Whether `object` carries `finalizer`.
 pub fn carries(object: &DynamicObject, finalizer: &str) -> bool {
@@ -182,20 +146,5 @@ mod tests {
             json!({"op": "test", "path": "/metadata/finalizers/1", "value": "example.com/a"})
         );
         assert!(remove_ops(&o, "example.com/b").is_none());
-    }
-
-    #[test]
-    fn policy_parses_with_a_default_grace() {
-        let p: Policy = serde_yaml::from_str("onUnload: release\ngrace: 30s").unwrap();
-        assert_eq!(
-            (p.on_unload, p.grace()),
-            (OnUnload::Release, Duration::from_secs(30))
-        );
-        let p = Policy::default();
-        assert_eq!(
-            (p.on_unload, p.grace()),
-            (OnUnload::Keep, Policy::DEFAULT_GRACE)
-        );
-        assert!(serde_yaml::from_str::<Policy>("onUnload: drop").is_err());
     }
 }

@@ -97,7 +97,7 @@ pub struct OrphanedFinalizer {
     pub finalizer: String,
     /// The guest's primary kind, which carries the finalizer.
     pub kind: crate::objects::Gvk,
-    pub policy: crate::finalizer::OnUnload,
+    pub policy: crate::config::OnUnload,
     /// When the guest was unloaded (RFC 3339).
     pub unloaded_at: String,
     /// Objects carrying it, as cached when the guest was unloaded.

@@ -35,6 +35,7 @@ pub mod cli;
 pub mod compile_cache;
 pub mod config;
 pub mod controller;
+pub mod discovery;
 pub mod fence;
 pub mod finalizer;
 pub mod guests;

@@ -22,7 +22,8 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::{Api, Client, Config, ResourceExt};
 use reconciler_host::informers::{
-    Informer, InformerError, InformerEvent, Informers, Options, Scope, Subscription, parse_selector,
+    Informer, InformerError, InformerEvent, Informers, Options, Subscription, WatchScope,
+    parse_selector,
 };
 use reconciler_host::metrics::Metrics;
 use reconciler_host_tests::namespace::unique_name;
@@ -39,8 +40,8 @@ fn configmaps() -> GroupVersionKind {
     GroupVersionKind::gvk("", "v1", "ConfigMap")
 }
 
-fn in_namespace(ns: &str) -> Scope {
-    Scope {
+fn in_namespace(ns: &str) -> WatchScope {
+    WatchScope {
         namespace: Some(ns.to_owned()),
         label_selector: None,
         shard: None,
@@ -184,12 +185,12 @@ async fn one_watch_per_kind_and_scope_shared_by_all_handles_and_released_with_th
     );
 
     // One selector spelled two ways is one scope; a different scope is another informer.
-    let spaced = Scope {
+    let spaced = WatchScope {
         namespace: Some(ns.clone()),
         label_selector: Some("b=2, a=1".into()),
         shard: None,
     };
-    let tight = Scope {
+    let tight = WatchScope {
         namespace: Some(ns.clone()),
         label_selector: Some("a==1,b=2".into()),
         shard: None,
@@ -385,7 +386,7 @@ async fn list_uses_the_namespace_index_and_label_selectors() -> Result<()> {
     let tagged = informers
         .acquire(
             &configmaps(),
-            Scope {
+            WatchScope {
                 namespace: None,
                 label_selector: Some(format!("t={tag}")),
                 shard: None,
@@ -652,7 +653,7 @@ async fn unknown_kinds_and_impossible_scopes_are_clear_errors() -> Result<()> {
     ];
     for (gvk, parts) in cases {
         let err = informers
-            .acquire(&gvk, Scope::all())
+            .acquire(&gvk, WatchScope::all())
             .await
             .expect_err("unknown kind");
         ensure!(
@@ -676,7 +677,7 @@ async fn unknown_kinds_and_impossible_scopes_are_clear_errors() -> Result<()> {
         "{err:?}"
     );
 
-    let bad = Scope {
+    let bad = WatchScope {
         namespace: None,
         label_selector: Some("app in web".into()),
         shard: None,
@@ -700,7 +701,7 @@ async fn a_crd_installed_after_start_becomes_watchable() -> Result<()> {
     let gvk = GroupVersionKind::gvk(&group, "v1", "Widget");
 
     let err = informers
-        .acquire(&gvk, Scope::all())
+        .acquire(&gvk, WatchScope::all())
         .await
         .expect_err("no CRD yet");
     ensure!(matches!(err, InformerError::UnknownKind { .. }), "{err:?}");
@@ -724,7 +725,7 @@ async fn a_crd_installed_after_start_becomes_watchable() -> Result<()> {
 
     // The earlier miss was not cached: discovery runs again and finds the new kind.
     let informer = wait_until("the new kind to resolve", TIMEOUT, || async {
-        Ok(informers.acquire(&gvk, Scope::all()).await?)
+        Ok(informers.acquire(&gvk, WatchScope::all()).await?)
     })
     .await?;
     ensure!(informer.namespaced() && informer.api_resource().plural == "widgets");

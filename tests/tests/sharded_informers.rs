@@ -1,4 +1,4 @@
-//! Sharded informers (`Scope::shard`) against a real kube-apiserver: three disjoint slot sets
+//! Sharded informers (`WatchScope::shard`) against a real kube-apiserver: three disjoint slot sets
 //! split one namespace's ConfigMaps exactly as the API server's hash does, whether the server
 //! filters (`shardSelector`, feature gate ShardedListAndWatch, on in the shared control plane)
 //! or the client does; server-side filtering is checked by what arrives (fewer bytes, fewer
@@ -16,7 +16,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
-use reconciler_host::informers::{FilterMode, Informer, Informers, Options, Scope, ShardFilter};
+use reconciler_host::informers::{
+    FilterMode, Informer, Informers, Options, ShardFilter, WatchScope,
+};
 use reconciler_host::metrics::Metrics;
 use reconciler_host::shards::{SlotSet, slot_of};
 use reconciler_host_tests::paths::target_dir;
@@ -39,8 +41,8 @@ fn shards() -> [SlotSet; 3] {
     ]
 }
 
-fn sharded(ns: &str, slots: SlotSet) -> Scope {
-    Scope {
+fn sharded(ns: &str, slots: SlotSet) -> WatchScope {
+    WatchScope {
         namespace: Some(ns.to_owned()),
         label_selector: None,
         shard: Some(slots),
@@ -363,7 +365,7 @@ async fn no_slots_watch_nothing_and_all_slots_are_the_unsharded_informer() -> Re
     let unsharded = informers
         .acquire(
             &configmaps(),
-            Scope {
+            WatchScope {
                 namespace: Some(ns.clone()),
                 label_selector: None,
                 shard: None,

@@ -70,7 +70,7 @@ use crate::wit::types;
 pub use cluster::{Cluster, EventRecord, EventType};
 pub use lister::Lister;
 pub use network::NETWORK_BACKEND;
-pub use queue::WorkQueue;
+pub use queue::Enqueuer;
 
 /// Why a host call failed; mirrors the WIT `error` variant (plus `Limited`, which the guest
 /// sees as `unavailable`: a rate or quota, worth retrying later).
@@ -158,7 +158,7 @@ impl HostError {
 pub struct Providers {
     pub lister: Arc<dyn Lister>,
     pub cluster: Arc<dyn Cluster>,
-    pub queue: Arc<dyn WorkQueue>,
+    pub queue: Arc<dyn Enqueuer>,
     /// The `network` backend, when the host configures one.
     pub network: Option<Arc<dyn crate::backends::NetworkBackend>>,
 }
@@ -835,7 +835,7 @@ impl Cluster for DenyAll {
     }
 }
 
-impl WorkQueue for DenyAll {
+impl Enqueuer for DenyAll {
     fn enqueue(&self, _: crate::objects::ObjectKey, _: Option<Duration>) -> Result<(), HostError> {
         Err(HostError::Denied(LOADING.into()))
     }

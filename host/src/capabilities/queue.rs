@@ -21,7 +21,7 @@ pub const MAX_DELAY: Duration = Duration::from_hours(24);
 pub const MAX_DELAY_MS: u64 = MAX_DELAY.as_millis() as u64;
 
 /// The calling guest's own work queue. Keys arrive validated and in scope.
-pub trait WorkQueue: Send + Sync {
+pub trait Enqueuer: Send + Sync {
     fn enqueue(&self, key: ObjectKey, after: Option<Duration>) -> Result<(), HostError>;
     /// Keys waiting now, ready or delayed.
     fn pending(&self) -> usize;

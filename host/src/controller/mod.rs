@@ -34,8 +34,7 @@ use crate::backends::NetworkBackend;
 use crate::capabilities::{CallContext, GuestContext, NETWORK_BACKEND, Scope};
 use crate::fence::WriteFence;
 use crate::guests::ActiveGuest;
-use crate::informers::Scope as WatchScope;
-use crate::informers::{Informer, Informers};
+use crate::informers::{Informer, Informers, WatchScope};
 use crate::manifest::Mapping;
 use crate::metrics::Metrics;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
@@ -357,6 +356,7 @@ impl Version {
         let cluster = Arc::new(KubeCluster::new(
             shared.client.clone(),
             caches.readable_with_primary(),
+            shared.informers.resolver().clone(),
             guest.name(),
             shared.fence.clone(),
         ));

@@ -6,7 +6,7 @@
 //! subscribes to events and records the host's own writes (read-your-writes).
 //!
 //! Kinds arrive at run time with guests, so everything is dynamic: `DynamicObject` plus the
-//! `ApiResource` found by discovery. From kube-rs we take discovery (`discovery.rs`) and the
+//! `ApiResource` found by discovery. From kube-rs we take discovery ([`crate::discovery`]) and the
 //! watch protocol with its backoff (`watch.rs`). We write the store (`store.rs`: the reflector's
 //! store takes no writes from outside and does not compare resourceVersions), the form an object
 //! is cached in (`cached.rs`: its JSON text, once, without `managedFields`), the sharing and
@@ -14,14 +14,13 @@
 //! label selector parser (`selector.rs`: kube-core has none), and each informer's own client
 //! (`client.rs`: counts the bytes it receives, adds `shardSelector`).
 //!
-//! Sharded scopes ([`Scope::shard`], sharded mode) hold only the objects whose uid hashes into
+//! Sharded scopes ([`WatchScope::shard`], sharded mode) hold only the objects whose uid hashes into
 //! a set of slots, filtered on the API server when it honours `shardSelector` and on the client
 //! otherwise ([`ShardFilter`], `shard.rs`). A new slot set is a new scope, so a handover is a
 //! fresh list of the new share rather than an edit of a running cache.
 
 mod cached;
 mod client;
-mod discovery;
 mod selector;
 mod shard;
 mod store;
@@ -57,7 +56,7 @@ pub use subscription::Subscription;
 
 /// What part of a kind an informer watches. Different scopes of one kind are different informers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Scope {
+pub struct WatchScope {
     /// Only this namespace (none = all namespaces). Not allowed for cluster-scoped kinds.
     pub namespace: Option<String>,
     /// Only objects matching this selector, in Kubernetes syntax (`app=web,tier!=db`).
@@ -68,7 +67,7 @@ pub struct Scope {
     pub shard: Option<SlotSet>,
 }
 
-impl Scope {
+impl WatchScope {
     /// Every object of the kind.
     pub fn all() -> Self {
         Self::default()
@@ -184,13 +183,13 @@ impl Default for Options {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     gvk: GroupVersionKind,
-    scope: Scope,
+    scope: WatchScope,
 }
 
 struct Registry {
     client: Client,
     options: Options,
-    discovery: discovery::Resolver,
+    discovery: crate::discovery::Resolver,
     informers: Mutex<HashMap<Key, Weak<InformerState>>>,
     watch_tasks: Arc<AtomicUsize>,
     /// GVKs whose object gauge was set at the last scrape.
@@ -271,7 +270,7 @@ impl fmt::Debug for Informers {
 #[derive(Clone, Debug)]
 pub struct InformerInfo {
     pub gvk: GroupVersionKind,
-    pub scope: Scope,
+    pub scope: WatchScope,
     /// Live [`Informer`] handles, subscriptions included.
     pub handles: usize,
     pub objects: usize,
@@ -283,6 +282,11 @@ pub struct InformerInfo {
 }
 
 impl Informers {
+    /// The discovery cache these informers resolve kinds with, for others to share.
+    pub fn resolver(&self) -> &crate::discovery::Resolver {
+        &self.registry.discovery
+    }
+
     pub fn new(client: Client) -> Self {
         Self::with_options(client, Options::default())
     }
@@ -292,7 +296,7 @@ impl Informers {
         let registry = Arc::new(Registry {
             client,
             options,
-            discovery: discovery::Resolver::default(),
+            discovery: crate::discovery::Resolver::default(),
             informers: Mutex::new(HashMap::new()),
             watch_tasks: Arc::new(AtomicUsize::new(0)),
             reported: Mutex::new(HashSet::new()),
@@ -322,7 +326,7 @@ impl Informers {
     pub async fn acquire(
         &self,
         gvk: &GroupVersionKind,
-        scope: Scope,
+        scope: WatchScope,
     ) -> Result<Informer, InformerError> {
         let selector = match scope
             .label_selector
@@ -341,7 +345,7 @@ impl Informers {
         // Canonical, so `a=1,b=2` and `b=2, a=1` share one informer.
         let key = Key {
             gvk: gvk.clone(),
-            scope: Scope {
+            scope: WatchScope {
                 namespace: scope.namespace.filter(|ns| !ns.is_empty()),
                 label_selector: selector.as_ref().map(ToString::to_string),
                 shard: scope.shard.filter(|slots| !slots.is_all()),
@@ -354,7 +358,24 @@ impl Informers {
             .registry
             .discovery
             .resolve(&self.registry.client, gvk)
-            .await?;
+            .await
+            .map_err(|source| {
+                if crate::discovery::is_unknown_kind(&source) {
+                    InformerError::UnknownKind {
+                        group: gvk.group.clone(),
+                        version: gvk.version.clone(),
+                        kind: gvk.kind.clone(),
+                    }
+                } else {
+                    InformerError::Discovery {
+                        gvk: describe(gvk),
+                        source: Box::new(source),
+                    }
+                }
+            })?;
+        if !resolved.watchable {
+            return Err(InformerError::NotWatchable { gvk: describe(gvk) });
+        }
         if let Some(namespace) = &key.scope.namespace
             && !resolved.namespaced
         {
@@ -436,7 +457,7 @@ impl InformerState {
     fn start(
         registry: &Arc<Registry>,
         key: Key,
-        resolved: discovery::Resolved,
+        resolved: crate::discovery::Resolved,
         selector: Option<Selector>,
     ) -> Self {
         let options = &registry.options;
@@ -557,7 +578,7 @@ impl Informer {
     }
 
     /// The scope in canonical form (normalised selector).
-    pub fn scope(&self) -> &Scope {
+    pub fn scope(&self) -> &WatchScope {
         &self.shared.key.scope
     }
 
@@ -724,7 +745,7 @@ impl Informer {
 
 /// Whether `obj` belongs in an informer of `scope` (`selector` is the scope's, parsed).
 fn in_scope(
-    scope: &Scope,
+    scope: &WatchScope,
     namespaced: bool,
     selector: Option<&Selector>,
     obj: &DynamicObject,
@@ -765,7 +786,7 @@ mod tests {
         let uid = "0b1e4c3a-5f00-4d2b-8a51-7d3cbb6f9a10";
         let slot = slot_of(uid);
         let mine = SlotSet::range(slot, slot + 1);
-        let scope = |shard: Option<SlotSet>| Scope {
+        let scope = |shard: Option<SlotSet>| WatchScope {
             namespace: Some("a".into()),
             label_selector: Some("app=web".into()),
             shard,

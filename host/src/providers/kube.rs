@@ -23,14 +23,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::capabilities::lister::Listed;
 use crate::capabilities::{
-    Cluster, EventRecord, EventType as GuestEventType, HostError, Lister, Providers, WorkQueue,
+    Cluster, Enqueuer, EventRecord, EventType as GuestEventType, HostError, Lister, Providers,
 };
 use crate::fence::WriteFence;
 use crate::informers::Informer;
@@ -90,7 +89,8 @@ pub struct KubeCluster {
     /// Informers of the kinds the guest may read, for read-your-writes and API resources.
     informers: BTreeMap<Gvk, Informer>,
     /// Kinds found by discovery: the resource and whether it is namespaced.
-    discovered: Mutex<BTreeMap<Gvk, (ApiResource, bool)>>,
+    /// Kinds it writes without reading them: resolved through the run's one discovery cache.
+    discovery: crate::discovery::Resolver,
     recorder: Recorder,
     fence: WriteFence,
 }
@@ -99,6 +99,7 @@ impl KubeCluster {
     pub fn new(
         client: kube::Client,
         informers: BTreeMap<Gvk, Informer>,
+        discovery: crate::discovery::Resolver,
         reporter: &str,
         fence: WriteFence,
     ) -> Self {
@@ -112,7 +113,7 @@ impl KubeCluster {
         Self {
             client,
             informers,
-            discovered: Mutex::new(BTreeMap::new()),
+            discovery,
             recorder,
             fence,
         }
@@ -126,20 +127,12 @@ impl KubeCluster {
         let (resource, namespaced) = if let Some(informer) = self.informers.get(kind) {
             (informer.api_resource().clone(), informer.namespaced())
         } else {
-            let cached = self.discovered.lock().get(kind).cloned();
-            if let Some(found) = cached {
-                found
-            } else {
-                let (resource, capabilities) =
-                    kube::discovery::pinned_kind(&self.client, &GroupVersionKind::from(kind))
-                        .await
-                        .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
-                let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
-                self.discovered
-                    .lock()
-                    .insert(kind.clone(), (resource.clone(), namespaced));
-                (resource, namespaced)
-            }
+            let resolved = self
+                .discovery
+                .resolve(&self.client, &GroupVersionKind::from(kind))
+                .await
+                .map_err(|e| map_kube_error(e, &format!("discovery of {kind}")))?;
+            (resolved.resource, resolved.namespaced)
         };
         match (namespaced, object.namespace.as_deref()) {
             (true, Some(ns)) => Ok(Api::namespaced_with(
@@ -412,7 +405,7 @@ impl Lister for CacheLister {
 /// The guest's handle on its own work queue.
 struct QueueHandle(crate::queue::WorkQueue<ObjectKey>);
 
-impl WorkQueue for QueueHandle {
+impl Enqueuer for QueueHandle {
     fn enqueue(&self, key: ObjectKey, after: Option<Duration>) -> Result<(), HostError> {
         match after {
             Some(delay) => self.0.add_after(key, delay),
@@ -436,7 +429,13 @@ mod tests {
     fn cluster(fence: WriteFence) -> KubeCluster {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
         let client = kube::Client::try_from(config).expect("client");
-        KubeCluster::new(client, BTreeMap::new(), "g", fence)
+        KubeCluster::new(
+            client,
+            BTreeMap::new(),
+            crate::discovery::Resolver::default(),
+            "g",
+            fence,
+        )
     }
 
     fn cm() -> ObjectRef {

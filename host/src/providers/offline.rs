@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::capabilities::lister::Listed;
-use crate::capabilities::{Cluster, EventRecord, HostError, Lister, Providers, WorkQueue};
+use crate::capabilities::{Cluster, Enqueuer, EventRecord, HostError, Lister, Providers};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 
 /// The providers of the offline runner: `cache` serves reads and takes the recorded writes,
@@ -294,7 +294,7 @@ pub struct RecordingQueue {
     keys: Mutex<std::collections::BTreeSet<ObjectKey>>,
 }
 
-impl WorkQueue for RecordingQueue {
+impl Enqueuer for RecordingQueue {
     fn enqueue(&self, key: ObjectKey, _after: Option<Duration>) -> Result<(), HostError> {
         self.keys.lock().insert(key);
         Ok(())

@@ -269,8 +269,9 @@ impl Manager {
                         self.controllers.retry_pending(&self.shared).await;
                     }
                     if self.ownership.coordinates(self.owned) {
-                        let namespace = self.shared.namespace.as_deref();
-                        self.orphans.release_due(&self.shared.client, namespace).await;
+                        let shared = &self.shared;
+                        let (discovery, namespace) = (shared.informers.resolver(), shared.namespace.as_deref());
+                        self.orphans.release_due(&shared.client, discovery, namespace).await;
                     }
                 }
             }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::discovery::Resolver;
 use crate::guests::{GuestDirectory, OrphanedFinalizer};
 use crate::metrics::Metrics;
 
@@ -51,14 +52,19 @@ impl Orphans {
         let policy = &config.finalizer_policy;
         tracing::warn!(guest = %guest, finalizer = %orphan.finalizer, ?objects, policy = ?policy.on_unload,
             "guest unloaded while objects may still carry its finalizer");
-        if policy.on_unload == crate::finalizer::OnUnload::Release {
+        if policy.on_unload == crate::config::OnUnload::Release {
             self.releases
                 .insert(guest.to_owned(), Instant::now() + policy.grace());
         }
     }
 
     /// Releases the finalizers of guests unloaded longer than the grace period ago.
-    pub async fn release_due(&mut self, client: &kube::Client, namespace: Option<&str>) {
+    pub async fn release_due(
+        &mut self,
+        client: &kube::Client,
+        discovery: &Resolver,
+        namespace: Option<&str>,
+    ) {
         let now = Instant::now();
         let due: Vec<String> = self
             .releases
@@ -71,7 +77,7 @@ impl Orphans {
                 self.releases.remove(&name);
                 continue;
             };
-            match release(client, namespace, &orphan).await {
+            match release(client, discovery, namespace, &orphan).await {
                 Ok(released) => {
                     self.releases.remove(&name);
                     tracing::info!(guest = %name, finalizer = %orphan.finalizer, released, "finalizer released");
@@ -92,16 +98,17 @@ impl Orphans {
 
 async fn release(
     client: &kube::Client,
+    discovery: &Resolver,
     namespace: Option<&str>,
     orphan: &OrphanedFinalizer,
 ) -> Result<usize, kube::Error> {
     let gvk = kube::core::GroupVersionKind::from(&orphan.kind);
-    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
-    let api = match (namespace, capabilities.scope) {
-        (Some(ns), kube::discovery::Scope::Namespaced) => {
-            kube::Api::namespaced_with(client.clone(), ns, &resource)
+    let kind = discovery.resolve(client, &gvk).await?;
+    let api = match namespace {
+        Some(ns) if kind.namespaced => {
+            kube::Api::namespaced_with(client.clone(), ns, &kind.resource)
         }
-        _ => kube::Api::all_with(client.clone(), &resource),
+        _ => kube::Api::all_with(client.clone(), &kind.resource),
     };
     crate::finalizer::release_all(&api, &orphan.finalizer).await
 }
