@@ -1,0 +1,129 @@
+//! The wasmtime engine: compiling guests (with an on-disk cache), and running one reconcile in a
+//! fresh instance under a deadline and a memory cap.
+//!
+//! Cost model, per guest version:
+//! - compile: once per content hash; the artefact is cached on disk keyed by the content's
+//!   SHA-256 and the engine's compatibility hash, so a restart or a re-added file only loads
+//!   and verifies it (`compile_cache`).
+//! - `InstancePre`: once; it resolves every import against the host's linker up front, and the
+//!   exports' types are checked once (by instantiating it for `manifest()`), not per instance.
+//!
+//! Per reconcile: a new `Store` (guest state, limits; the empty WASI context is built only if
+//! the guest makes a WASI call), instantiation from the pooling allocator (slots are reused,
+//! linear memory is copy-on-write from the compiled image; on return only the pages the
+//! instance dirtied are restored), one call, and drop. Nothing survives between keys.
+//! `benches/reconcile.rs` measures each phase; docs/performance.md has the figures.
+//!
+//! Isolation: a guest sees no files, sockets, environment or arguments (WASI is linked because
+//! language toolchains import it, but the context is empty unless its grant sets `env`);
+//! clocks and random numbers are available.
+//!
+//! The deadline covers everything a guest can do, in two ways that together leave no gap:
+//! - guest code: epoch interruption (a ticker thread advances the epoch every `EPOCH_TICK`)
+//!   traps a guest that computes past its deadline;
+//! - every import, WASI's included: the engine runs with async support, so a guest waiting in
+//!   a host call (the API server, a rate limiter) or a WASI call (a `sleep`, a `poll` on a
+//!   clock) is a pending future, and a timeout around the whole call drops it at the deadline.
+//!   The same holds for `manifest()` at load. Blocking WASI calls cannot hold a thread: the
+//!   async WASI implementation waits on tokio timers.
+//!
+//! Memory is capped per instance across all of a component's memories (one budget, not one per
+//! memory), with a resource limiter.
+//!
+//! One lifecycle phase per file; each imports only files above it in this list (`call` runs
+//! what `load` made; `load` never imports `call`, so describing a failure, which both need,
+//! lives in `store`):
+//! - `engine.rs`: [`RuntimeOptions`], the engine and its instance pool, the epoch ticker, and
+//!   the reactor that drives guest calls made outside any tokio runtime;
+//! - `store.rs`: per-store state ([`HostState`]: call context, lazy WASI context, memory cap,
+//!   captured stderr), the linker that serves its imports, and the description of a failed
+//!   call from what the store saw;
+//! - `load.rs`: compile through the cache, check the world, `manifest()`: [`LoadedGuest`],
+//!   [`LoadError`], [`content_hash`];
+//! - `call.rs`: one reconcile: [`Request`], [`Run`], [`Outcome`];
+//! - this file: [`Runtime`], which holds the engine's parts and runs the phases in order.
+
+use std::path::Path;
+
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+mod call;
+mod engine;
+mod load;
+mod store;
+
+pub use call::{Outcome, Request, Run};
+pub use engine::RuntimeOptions;
+pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
+pub use store::HostState;
+
+use crate::capabilities::CallContext;
+pub use crate::config::EPOCH_TICK;
+use engine::{EpochTicker, Reactor};
+use load::Compiler;
+
+/// The wasmtime engine and the host's linker. Cheap to share (`Arc`).
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    compiler: Compiler,
+    /// Pool slots: instances alive at once across all guests.
+    slots: u32,
+    reactor: Reactor,
+    /// Held for its `Drop`: the ticker thread stops with the runtime.
+    _ticker: EpochTicker,
+}
+
+impl Runtime {
+    pub fn new(options: &RuntimeOptions) -> anyhow::Result<Self> {
+        let engine = engine::new_engine(options)?;
+        let linker = store::linker(&engine)?;
+        let ticker = EpochTicker::start(&engine)?;
+        let compiler = Compiler::new(engine.clone(), options.cache_dir.as_deref());
+        Ok(Self {
+            engine,
+            linker,
+            compiler,
+            slots: options.slots(),
+            reactor: Reactor::default(),
+            _ticker: ticker,
+        })
+    }
+
+    /// Compiles (or maps from the cache) and validates a component, then calls `manifest()`
+    /// in a throwaway instance whose host calls are all denied, under [`MANIFEST_DEADLINE`].
+    /// Blocks the calling thread (call it from a blocking context).
+    pub fn load(&self, bytes: &[u8], file: &Path) -> Result<LoadedGuest, LoadError> {
+        let name = file.display().to_string();
+        let hash = content_hash(bytes);
+        let component = self.compiler.compile(bytes, &hash, &name)?;
+        let checked = load::check_world(&self.engine, &self.linker, &component, &name)?;
+        self.reactor
+            .drive(None, checked.describe(&self.engine, self.slots, hash, file))
+    }
+
+    /// Runs one reconcile in a fresh instance. Blocks the calling thread (run it on a blocking
+    /// thread) and drives the call on the context's tokio runtime; the guest's deadline and
+    /// memory cap come from its grant.
+    pub fn reconcile(&self, guest: &LoadedGuest, call: CallContext, request: Request) -> Run {
+        let handle = call.runtime.clone();
+        self.reactor
+            .drive(handle, self.reconcile_async(guest, call, request))
+    }
+
+    /// [`Runtime::reconcile`] as a future: the whole guest call, imports included, under a
+    /// timeout at the deadline (see the module docs).
+    pub async fn reconcile_async(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        request: Request,
+    ) -> Run {
+        call::reconcile(&self.engine, self.slots, guest, call, request).await
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}

@@ -1,0 +1,232 @@
+//! Per-store state: what one instance may touch while it lives (the capabilities' call
+//! context, a lazily built WASI context, the memory cap), the linker that serves its imports,
+//! and how a failed call is described from what the store saw. Failure description lives here,
+//! beside the state it reads, so that loading and calling both use it without importing each
+//! other.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{Engine, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::capabilities::CallContext;
+
+/// Bytes of guest stderr kept per reconcile (a panic message fits; a flood does not grow memory).
+const STDERR_CAPTURE: usize = 16 * 1024;
+
+/// Per-store data: the capabilities' call context, the guest's WASI context and the limiter.
+pub struct HostState {
+    call: CallContext,
+    /// Built on the guest's first WASI call: most reconciles make none, and building one (its
+    /// random sources, clocks, pipes) is a measurable share of a fresh instance's cost.
+    wasi: Option<GuestWasi>,
+    table: ResourceTable,
+    limiter: MemoryCap,
+}
+
+impl HostState {
+    pub(super) fn call(&self) -> &CallContext {
+        &self.call
+    }
+
+    /// What the store's capabilities recorded, once the instance is gone.
+    pub(super) fn into_call(self) -> CallContext {
+        self.call
+    }
+
+    fn wasi_stderr(&self) -> Option<String> {
+        let wasi = self.wasi.as_ref()?;
+        Some(String::from_utf8_lossy(&wasi.stderr.contents()).into_owned())
+    }
+}
+
+/// The host's linker: async WASI (language toolchains import it) and the contract's
+/// interfaces, each served by its capability from the store's call context.
+pub(super) fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
+    let mut linker = Linker::<HostState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    crate::capabilities::add_to_linker(&mut linker, |state: &mut HostState| &mut state.call)?;
+    Ok(linker)
+}
+
+/// A fresh store for one instance: `memory_bytes` across all its memories, and an epoch
+/// callback that enforces `call.deadline`.
+pub(super) fn new_store(
+    engine: &Engine,
+    call: CallContext,
+    memory_bytes: usize,
+) -> Store<HostState> {
+    let deadline = call.deadline;
+    let state = HostState {
+        call,
+        wasi: None,
+        table: ResourceTable::new(),
+        limiter: MemoryCap {
+            max_bytes: memory_bytes,
+            total: 0,
+            hit: false,
+        },
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    // Every epoch tick a running guest yields to the executor (so a guest computing in a
+    // loop shares its thread with the host's other tasks) and, once past its deadline,
+    // traps with `Interrupt`.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |store| {
+        if Instant::now() >= deadline {
+            return Err(Trap::Interrupt.into());
+        }
+        // Over the guest's CPU share: pause (the deadline's timeout still runs).
+        Ok(match store.data().call.guest.budget.cpu_pause() {
+            Some(pause) => {
+                wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause)))
+            }
+            None => wasmtime::UpdateDeadline::Yield(1),
+        })
+    });
+    store
+}
+
+/// A guest's WASI context and the stderr it writes to (read when a reconcile fails).
+struct GuestWasi {
+    ctx: WasiCtx,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        let wasi = self.wasi.get_or_insert_with(|| GuestWasi::new(&self.call));
+        WasiCtxView {
+            ctx: &mut wasi.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl GuestWasi {
+    /// No files, sockets or arguments; the environment the guest's grant sets; a fixed wall
+    /// clock when the offline runner asks for one; stderr captured for error messages.
+    fn new(call: &CallContext) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for (k, v) in &call.guest.grant.env {
+            wasi.env(k, v);
+        }
+        if let Some(at) = call.guest.fixed_clock {
+            wasi.wall_clock(FixedClock(
+                at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default(),
+            ));
+        }
+        Self {
+            ctx: wasi.build(),
+            stderr,
+        }
+    }
+}
+
+/// A wall clock that always reads the same instant.
+struct FixedClock(Duration);
+
+impl wasmtime_wasi::HostWallClock for FixedClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+/// Caps the linear memory of one instance, summed over all of its memories (a component may
+/// hold several core modules, each with its own), and remembers whether the cap was hit, so an
+/// out-of-memory abort is reported as a memory-limit hit rather than an anonymous trap.
+struct MemoryCap {
+    max_bytes: usize,
+    /// Bytes of every memory of the instance so far (creation counts as growth from zero).
+    total: usize,
+    hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.total.saturating_add(desired.saturating_sub(current));
+        if after > self.max_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        self.total = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+pub(super) enum FailureKind {
+    Trap,
+    Deadline,
+    MemoryLimit,
+}
+
+/// Classifies a failed call and builds a message with the trap and what the guest said last:
+/// its stderr (where std reports a panic or an allocation failure), or, when that is empty,
+/// the last line it logged at error level (where the Rust SDK reports a panic).
+pub(super) fn describe_failure(
+    e: &wasmtime::Error,
+    store: &Store<HostState>,
+) -> (FailureKind, String) {
+    let state = store.data();
+    let stderr = state
+        .wasi_stderr()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
+    let kind = if matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        FailureKind::Deadline
+    } else if state.limiter.hit {
+        FailureKind::MemoryLimit
+    } else {
+        FailureKind::Trap
+    };
+    let head = match kind {
+        FailureKind::Deadline => format!(
+            "guest ran past its deadline of {:?} and was interrupted",
+            state.call.guest.grant.limits.deadline()
+        ),
+        FailureKind::MemoryLimit => format!(
+            "guest tried to grow its memory past its cap of {} MiB",
+            state.limiter.max_bytes >> 20
+        ),
+        FailureKind::Trap => format!("guest trapped: {}", root_cause(e)),
+    };
+    // Guest text, escaped and bounded: a trap's message must not forge host log lines.
+    let stderr = stderr.map(|s| crate::validation::message(&s));
+    let message = match (stderr, &state.call.last_error) {
+        (Some(stderr), _) => format!("{head}; guest stderr: {stderr}"),
+        (None, Some(logged)) => format!("{head}; last error the guest logged: {logged}"),
+        (None, None) => head,
+    };
+    (kind, message)
+}
+
+/// The trap, or the error's chain: escaped, since a wasm backtrace quotes the guest's own
+/// function names.
+fn root_cause(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => crate::validation::message(&format!("{e:#}")),
+    }
+}
