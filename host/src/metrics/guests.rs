@@ -285,13 +285,26 @@ impl GuestFamilies {
         }
     }
 
-    /// Creates `guest`'s reconcile counters at zero, so `rate()` sees the first reconcile.
+    /// Creates `guest`'s closed-label series at zero (the zeroing rule in the module doc):
+    /// every reconcile result, the limit hits, the finalizer counts and both shadow verdicts.
+    /// Only creates: a series that exists already keeps its value.
     fn zero_guest(&self, guest: &str) {
         for result in ReconcileResult::ALL {
             let _ = self
                 .reconcile_total
                 .get_or_create(&ReconcileLabels::new(guest, result));
         }
+        let labels = GuestLabels::new(guest);
+        for counters in [
+            &self.deadline_hits,
+            &self.memory_limit_hits,
+            &self.finalizer_released,
+            &self.shadow_diffs,
+            &self.shadow_agreements,
+        ] {
+            let _ = counters.get_or_create(&labels);
+        }
+        let _ = self.finalizer_orphaned.get_or_create(&labels);
     }
 
     pub(super) fn load_failed(&self, file: &str) {

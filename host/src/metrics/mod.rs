@@ -28,9 +28,37 @@
 //! file uses the areas, the areas use `family.rs` and `scrape.rs`, nothing uses this file back
 //! (the tests beside each area drive it through [`Metrics`], the only public way in).
 //!
+//! **Zeroing rule.** When a guest loads ([`Metrics::guest_loaded`] with `true`), every
+//! per-guest counter and gauge whose other labels are a closed set gets its series created at
+//! 0: `reconciler_reconcile_total` (every result), `reconciler_deadline_hits_total`,
+//! `reconciler_memory_limit_hits_total`, `reconciler_finalizer_orphaned`,
+//! `reconciler_finalizer_released_total`, `reconciler_shadow_diffs_total`,
+//! `reconciler_shadow_agreements_total` and `reconciler_shard_foreign_keys_total`. So `rate()`
+//! sees the first event, and an alert can tell "none yet" (0) from "not running" (absent).
+//! Zeroing only creates: a series that exists keeps its value. Exempt, created by their first
+//! update:
+//!
+//! - `reconciler_host_calls_total`: interface × function is fixed by the WIT, but the names
+//!   belong to the capability modules (which import this one), and most pairs lie outside
+//!   any one guest's grant: five outcomes for every host function, per guest, nearly all of
+//!   them never moving.
+//! - The duration histograms: a series is a line per bucket (43 for reconciles, 19 for
+//!   instantiation), and the zeroed reconcile counters already say "loaded, idle".
+//! - `reconciler_shard_keys`: a measurement, where 0 would be false (an unsharded host owns
+//!   every key) until the first count.
+//! - `reconciler_guest_loaded` (set on load itself; `hash` is open) and
+//!   `reconciler_guest_load_failures_total` (labelled by file path, no guest yet).
+//!
+//! Families not per guest follow their own object: a queue's series exist (at 0) from
+//! [`Metrics::workqueue`], an informer's traffic from [`Metrics::informer`], handovers from
+//! the first one; unlabelled gauges always render. A family with no series renders nothing.
+//! Unloading removes nothing: the version's `reconciler_guest_loaded` drops to 0 and every
+//! other series keeps its value, so totals run on across hot swaps and reloads. Only
+//! informer series go away ([`Metrics::informer_removed`], a filter mode turned off).
+//!
 //! Cost model: every family is a hash map behind a read-write lock, so a labelled update
 //! costs one label-set hash, a shared read lock and an atomic add (plus a short write lock
-//! the first time a label set is seen). Work queues and
+//! the first time a label set is seen: fifteen when a guest loads). Work queues and
 //! informers resolve their series once and keep the handles, so their updates cost only
 //! atomics. [`Metrics::render`] walks every series; it is meant for a scrape every few
 //! seconds, not a hot path.
@@ -94,7 +122,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every family. Series appear in the exposition once first touched.
+    /// Registers every family. Series appear in the exposition once first touched (see the
+    /// zeroing rule in the module doc).
     #[must_use]
     pub fn new() -> Self {
         let mut registry = Registry::default();
@@ -147,9 +176,13 @@ impl Metrics {
 
     /// Version `hash` of `guest` started (`true`) or stopped (`false`) serving. On a hot
     /// swap report the old hash `false` and the new one `true`. Loading also creates the
-    /// guest's reconcile counters at zero, so `rate()` sees the first reconcile.
+    /// guest's closed-label series at zero (the zeroing rule in the module doc), so `rate()`
+    /// sees the first reconcile; stopping removes nothing.
     pub fn guest_loaded(&self, guest: &str, hash: &str, loaded: bool) {
         self.inner.guests.loaded(guest, hash, loaded);
+        if loaded {
+            self.inner.shards.zero_guest(guest);
+        }
     }
 
     /// `objects` objects still carry the finalizer of unloaded guest `guest` (0 once it is
@@ -376,5 +409,54 @@ mod tests {
         let weak: Weak<CountingHook> = Arc::downgrade(&orphan);
         WorkqueueMetrics::unregistered().register_scrape_hook(weak);
         assert_eq!(orphan.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_loaded_guest_has_every_closed_per_guest_series_at_zero_and_keeps_them_on_unload() {
+        let metrics = Metrics::new();
+        metrics.guest_loaded("widget", "v1", true);
+
+        let zeroed = [
+            r#"reconciler_reconcile_total{guest="widget",result="success"}"#,
+            r#"reconciler_reconcile_total{guest="widget",result="memory_limit"}"#,
+            r#"reconciler_deadline_hits_total{guest="widget"}"#,
+            r#"reconciler_memory_limit_hits_total{guest="widget"}"#,
+            r#"reconciler_finalizer_orphaned{guest="widget"}"#,
+            r#"reconciler_finalizer_released_total{guest="widget"}"#,
+            r#"reconciler_shadow_diffs_total{guest="widget"}"#,
+            r#"reconciler_shadow_agreements_total{guest="widget"}"#,
+            r#"reconciler_shard_foreign_keys_total{guest="widget"}"#,
+        ];
+        let text = metrics.render();
+        for series in zeroed {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
+        }
+        // Exempt (see the module doc): created by their first update.
+        for family in [
+            "reconciler_host_calls_total",
+            "reconciler_reconcile_duration_seconds",
+            "reconciler_instantiate_duration_seconds",
+            "reconciler_shard_keys",
+        ] {
+            assert!(
+                !text.contains(&format!("\n{family}")),
+                "{family} in\n{text}"
+            );
+        }
+
+        // Reloading keeps what was counted; unloading removes nothing.
+        metrics.shadow_verdict("widget", false);
+        metrics.guest_loaded("widget", "v1", false);
+        metrics.guest_loaded("widget", "v2", true);
+        metrics.guest_loaded("widget", "v2", false);
+        let text = metrics.render();
+        assert_eq!(
+            sample(&text, r#"reconciler_shadow_diffs_total{guest="widget"}"#),
+            Some(1.0),
+            "{text}"
+        );
+        for series in zeroed.iter().filter(|s| !s.contains("shadow_diffs")) {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
+        }
     }
 }

@@ -57,6 +57,13 @@ impl ShardFamilies {
         }
     }
 
+    /// Creates `guest`'s closed-label series at zero: only the foreign-key counter, which is
+    /// truthfully 0 in any mode. `reconciler_shard_keys` is a measurement that a 0 would
+    /// falsify (an unsharded host owns every key), so it waits for the first count.
+    pub(super) fn zero_guest(&self, guest: &str) {
+        let _ = self.foreign_keys.get_or_create(&GuestLabels::new(guest));
+    }
+
     pub(super) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
