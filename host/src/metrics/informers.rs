@@ -1,0 +1,173 @@
+//! What the informers hold and receive, by group/version/kind, how sharded ones filter, and
+//! [`InformerMetrics`], one GVK's traffic series resolved once.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::family::{Registrar, gauge_value};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GvkLabels {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+impl GvkLabels {
+    fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardFilterLabels {
+    group: String,
+    version: String,
+    kind: String,
+    mode: String,
+}
+
+pub(super) struct InformerFamilies {
+    objects: Family<GvkLabels, Gauge>,
+    received_bytes: Family<GvkLabels, Counter>,
+    events: Family<GvkLabels, Counter>,
+    shard_filter: Family<ShardFilterLabels, Gauge>,
+}
+
+impl InformerFamilies {
+    pub(super) fn register(r: &mut Registrar) -> Self {
+        Self {
+            objects: r.add(
+                "reconciler_informer_objects",
+                "Objects in the shared informer cache, by group/version/kind",
+            ),
+            received_bytes: r.add(
+                "reconciler_informer_received_bytes",
+                "Response body bytes of the informers' lists and watches, by group/version/kind",
+            ),
+            events: r.add(
+                "reconciler_informer_events",
+                "Objects the informers received (list items and watch events), before any client-side shard filter",
+            ),
+            shard_filter: r.add(
+                "reconciler_informer_shard_filter",
+                "1 for each filter mode (server: shardSelector, client: dropped on arrival) a sharded informer of the kind uses",
+            ),
+        }
+    }
+
+    pub(super) fn objects(&self, group: &str, version: &str, kind: &str, objects: usize) {
+        self.objects
+            .get_or_create(&GvkLabels::new(group, version, kind))
+            .set(gauge_value(objects));
+    }
+
+    pub(super) fn removed(&self, group: &str, version: &str, kind: &str) {
+        self.objects.remove(&GvkLabels::new(group, version, kind));
+    }
+
+    pub(super) fn traffic(&self, group: &str, version: &str, kind: &str) -> InformerMetrics {
+        let labels = GvkLabels::new(group, version, kind);
+        InformerMetrics {
+            received_bytes: self.received_bytes.get_or_create_owned(&labels),
+            events: self.events.get_or_create_owned(&labels),
+        }
+    }
+
+    pub(super) fn shard_filter(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        mode: &str,
+        active: bool,
+    ) {
+        let labels = ShardFilterLabels {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+            mode: mode.to_owned(),
+        };
+        if active {
+            self.shard_filter.get_or_create(&labels).set(1);
+        } else {
+            self.shard_filter.remove(&labels);
+        }
+    }
+}
+
+/// `reconciler_informer_received_bytes_total` and `reconciler_informer_events_total` of one
+/// GVK, resolved once: every update is one atomic add, no label lookup.
+#[derive(Clone, Debug)]
+pub struct InformerMetrics {
+    received_bytes: Counter,
+    events: Counter,
+}
+
+impl InformerMetrics {
+    /// Series that belong to no registry (informers nobody scrapes).
+    #[must_use]
+    pub fn unregistered() -> Self {
+        Self {
+            received_bytes: Counter::default(),
+            events: Counter::default(),
+        }
+    }
+
+    /// `bytes` of a list or watch response body arrived.
+    pub fn received_bytes(&self, bytes: usize) {
+        self.received_bytes.inc_by(bytes as u64);
+    }
+
+    /// One object arrived: a list item or a watch event.
+    pub fn received_event(&self) {
+        self.events.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Metrics, sample};
+
+    #[test]
+    fn informer_traffic_adds_up_per_kind_and_filter_modes_come_and_go() {
+        let metrics = Metrics::new();
+        let shard_a = metrics.informer("", "v1", "ConfigMap");
+        let shard_b = metrics.informer("", "v1", "ConfigMap");
+        shard_a.received_bytes(1000);
+        shard_b.received_bytes(24);
+        shard_a.received_event();
+        shard_b.received_event();
+        shard_b.received_event();
+        InformerMetrics::unregistered().received_bytes(5);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "server", true);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "client", true);
+        metrics.informer_shard_filter("", "v1", "ConfigMap", "client", false);
+
+        let text = metrics.render();
+        for (series, value) in [
+            (
+                r#"reconciler_informer_received_bytes_total{group="",version="v1",kind="ConfigMap"}"#,
+                1024.0,
+            ),
+            (
+                r#"reconciler_informer_events_total{group="",version="v1",kind="ConfigMap"}"#,
+                3.0,
+            ),
+            (
+                r#"reconciler_informer_shard_filter{group="",version="v1",kind="ConfigMap",mode="server"}"#,
+                1.0,
+            ),
+        ] {
+            assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
+        }
+        assert!(!text.contains(r#"mode="client""#), "{text}");
+    }
+}
