@@ -110,7 +110,7 @@ pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError>
     };
     files.push(File {
         path: "build.sh",
-        text: fill(build).replace("{{toolchain}}", toolchain),
+        text: fill(build),
         executable: true,
     });
     if language != Language::Rust {
@@ -142,8 +142,8 @@ fn plain(path: &'static str, text: impl Into<String>) -> File {
     }
 }
 
-/// The language's own files but the build's, and for its README and `build.sh`: what the source
-/// is and what builds it.
+/// The language's own files but the build's, and for its README: what the source is and what
+/// builds it.
 fn language_files(
     language: Language,
     name: &str,
