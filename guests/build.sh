@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds every guest as a release WebAssembly component and collects them in
 # <repo>/target/guests/: each Rust guest as <its directory's name>.wasm (network.wasm,
-# widget.wasm, widget-v2.wasm, hostile.wasm, ...), greeter.wasm (Python,
-# guests/python/build.sh), and <name>-js.wasm, <name>-c.wasm, <name>-go.wasm for the guests under
-# guests/js/, guests/c/ and guests/go/ (each language's build.sh).
+# widget.wasm, widget-v2.wasm, hostile.wasm, ...), and each guest under guests/<lang>/ (python,
+# js, c, go) as <name>-<lang>.wasm (greeter-python.wasm, greeter-js.wasm, network-go.wasm, ...),
+# by that language's build.sh with the recipe in lib.sh.
 #
 # Rust guests are discovered, not listed: every member of the guests workspace with a `cdylib`
 # target is one (the SDK is a plain library). `cargo metadata` names them; adding a guest is
@@ -23,7 +23,10 @@ out="$repo/target/guests"
 target=wasm32-wasip2
 
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
+# shellcheck source=../tools/cargo-env.sh
 source "$repo/tools/cargo-env.sh"
+# shellcheck source=lib.sh
+source "$guests/lib.sh" # replace_if_changed
 
 if ! rustup target list --installed | grep -qx "$target"; then
     echo "build.sh: adding the $target target to the toolchain" >&2
@@ -71,11 +74,6 @@ if ! artefacts_text="$(discover)"; then
 fi
 mapfile -t artefacts <<<"$artefacts_text"
 
-# Moves $1 over $2 unless their bytes are equal (then drops $1).
-replace_if_changed() {
-    if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
-}
-
 built="${CARGO_TARGET_DIR:-$guests/target}/$target/release"
 mkdir -p "$out/unslimmed"
 for pair in "${artefacts[@]}"; do
@@ -106,7 +104,7 @@ done
 
 echo "guests in $out:"
 for dst in "$out"/*.wasm; do
-    printf '  %-18s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
+    printf '  %-20s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
 done
 
 if [[ "${1:-}" == "--imports" ]]; then

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts that run cargo and may themselves be run from a test or bench (./dev,
 # guests/build.sh). Such a process inherits what cargo sets for a running target
 # (CARGO_MANIFEST_DIR...); some build scripts (ring's) rerun when those change, which rebuilt

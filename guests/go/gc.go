@@ -1,4 +1,5 @@
-// Copied by guests/go/build.sh into the main package of every Go guest.
+// Copied by the Go recipe (guests/lib.sh) into the main package of every Go guest; a project
+// `reconciler-host new --lang go` writes holds it in its own.
 
 package main
 

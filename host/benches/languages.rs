@@ -7,7 +7,7 @@
 //! `docs/performance.md`); asserts nothing. `BENCH_ITERATIONS` sets the reconciles per guest
 //! (default 2000). The Rust greeter is `reconciler-host new --lang rust`'s scaffold, built into
 //! `target/bench-greeters/` (the repository's own Rust guests use the SDK and do other work); the
-//! others are `guests/build.sh`'s `greeter.wasm` (Python), `greeter-js`, `greeter-c`, `greeter-go`.
+//! others are `guests/build.sh`'s `greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -93,7 +93,7 @@ fn main() {
             repo().join("target/guests/greeter-js.wasm"),
         ),
         ("Go", repo().join("target/guests/greeter-go.wasm")),
-        ("Python", repo().join("target/guests/greeter.wasm")),
+        ("Python", repo().join("target/guests/greeter-python.wasm")),
     ];
 
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -6,7 +6,12 @@
 //! `guests/<lang>/greeter/` that `host/tests/fixtures/greeter-*` pin, with the manifest name
 //! replaced), so a scaffold cannot drift from what the tests check; only the Rust one is a
 //! template of its own (`host/templates/rust/`), since the repository's Rust guests use the
-//! in-tree SDK, which is not published. `docs/guests/<lang>.md` walks through each;
+//! in-tree SDK, which is not published.
+//!
+//! A scaffold in any language but Rust is built by the recipe the repository builds its own
+//! guests with: `guests/lib.sh`, written into the project as `lib.sh`, under a `build.sh` of a
+//! few lines (`host/templates/build.sh`) that names the language and the guest, so a project
+//! never carries a drifted copy of a build. `docs/guests/<lang>.md` walks through each;
 //! `docs/guests/quickstarts.sh` runs those walks from an empty directory.
 
 use std::path::{Path, PathBuf};
@@ -76,6 +81,10 @@ const WIDGET: &str = include_str!("../templates/common/widget.yaml");
 const CRD: &str = include_str!("../../guests/testing/widget/crd.yaml");
 const FIXTURE_OBJECTS: &str = include_str!("../tests/fixtures/greeter-hello/objects.yaml");
 const FIXTURE_EXPECTED: &str = include_str!("../tests/fixtures/greeter-hello/expected.json");
+/// The build of every language but Rust: `build.sh` runs the language's recipe in `lib.sh`.
+const BUILD: &str = include_str!("../templates/build.sh");
+const RECIPES: &str = include_str!("../../guests/lib.sh");
+const RUST_BUILD: &str = include_str!("../templates/rust/build.sh");
 
 /// The files of a guest `name` in `language`.
 pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError> {
@@ -92,6 +101,21 @@ pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError>
             .replace("{{language}}", language.name())
     };
     let (source, toolchain, mut files) = language_files(language, name, &fill);
+    let (build, recipe) = match language {
+        Language::Rust => (RUST_BUILD, ""),
+        _ => (
+            BUILD,
+            ", `lib.sh` (its recipe, the one the reconciler-host repository builds its own guests with)",
+        ),
+    };
+    files.push(File {
+        path: "build.sh",
+        text: fill(build),
+        executable: true,
+    });
+    if language != Language::Rust {
+        files.push(plain("lib.sh", RECIPES));
+    }
     files.extend([
         plain("wit/reconciler.wit", CONTRACT),
         plain("host.yaml", fill(HOST_YAML)),
@@ -103,6 +127,7 @@ pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError>
             "README.md",
             fill(README)
                 .replace("{{source}}", source)
+                .replace("{{recipe}}", recipe)
                 .replace("{{toolchain}}", toolchain),
         ),
     ]);
@@ -117,7 +142,8 @@ fn plain(path: &'static str, text: impl Into<String>) -> File {
     }
 }
 
-/// The language's own files, and for its README: what the source is and what builds it.
+/// The language's own files but the build's, and for its README: what the source is and what
+/// builds it.
 fn language_files(
     language: Language,
     name: &str,
@@ -132,11 +158,6 @@ fn language_files(
                 &format!("Manifest name `{name}`"),
             )
     };
-    let script = |text: &str| File {
-        path: "build.sh",
-        text: fill(text),
-        executable: true,
-    };
     match language {
         Language::Rust => (
             "`src/lib.rs`",
@@ -150,19 +171,15 @@ fn language_files(
                     "src/lib.rs",
                     fill(include_str!("../templates/rust/src/lib.rs")),
                 ),
-                script(include_str!("../templates/rust/build.sh")),
             ],
         ),
         Language::Python => (
             "`app.py`",
             " (componentize-py, installed into your cache on first use)",
-            vec![
-                plain(
-                    "app.py",
-                    renamed(include_str!("../../guests/python/greeter/app.py")),
-                ),
-                script(include_str!("../templates/python/build.sh")),
-            ],
+            vec![plain(
+                "app.py",
+                renamed(include_str!("../../guests/python/greeter/app.py")),
+            )],
         ),
         Language::Js => (
             "`app.js`",
@@ -177,7 +194,6 @@ fn language_files(
                     "package-lock.json",
                     include_str!("../../guests/js/package-lock.json"),
                 ),
-                script(include_str!("../templates/js/build.sh")),
             ],
         ),
         Language::C => (
@@ -190,7 +206,6 @@ fn language_files(
                 ),
                 plain("json.c", include_str!("../../guests/c/greeter/json.c")),
                 plain("json.h", include_str!("../../guests/c/greeter/json.h")),
-                script(include_str!("../templates/c/build.sh")),
             ],
         ),
         Language::Go => (
@@ -206,7 +221,6 @@ fn language_files(
                 plain("go.mod", include_str!("../../guests/go/greeter/go.mod")),
                 plain("go.sum", include_str!("../../guests/go/greeter/go.sum")),
                 plain("gc.go", include_str!("../../guests/go/gc.go")),
-                script(include_str!("../templates/go/build.sh")),
             ],
         ),
     }
@@ -287,6 +301,35 @@ mod tests {
             let build = files.iter().find(|f| f.path == "build.sh").unwrap();
             assert!(build.executable && build.text.contains("hello-world.wasm"));
             assert!(files.iter().all(|f| !f.text.contains("{{")), "{language:?}");
+        }
+    }
+
+    /// A scaffold builds with the repository's own recipe, not a copy of it: `lib.sh` is
+    /// `guests/lib.sh`, and `build.sh` runs the language's recipe in it for this guest.
+    #[test]
+    fn every_language_but_rust_builds_with_the_repositorys_recipe() {
+        for language in ALL {
+            let files = files(language, "hello-world").unwrap();
+            let lib = files.iter().find(|f| f.path == "lib.sh");
+            let build = files.iter().find(|f| f.path == "build.sh").unwrap();
+            if language == Language::Rust {
+                assert!(lib.is_none());
+                continue;
+            }
+            assert_eq!(lib.unwrap().text, RECIPES, "{language:?}");
+            let call = format!(
+                "build_project_guest \"{}\" \"$here\" \"hello-world\"",
+                language.flag()
+            );
+            assert!(
+                build.text.contains("source \"$here/lib.sh\"") && build.text.contains(&call),
+                "{language:?}: {}",
+                build.text
+            );
+            assert!(
+                RECIPES.contains(&format!("\n{}_build() {{", language.flag())),
+                "guests/lib.sh has no recipe for {language:?}"
+            );
         }
     }
 

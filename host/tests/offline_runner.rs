@@ -1,8 +1,8 @@
 //! `reconciler-host reconcile`, the offline runner: its JSON output for the reference guests is
-//! pinned here, case by case (Rust guests, and the Python guest `greeter`). A guest written in
-//! several languages runs every case of its own against each build (`greeter` in Python, and
-//! `greeter-js`, `greeter-c`, `greeter-go`; `network` in Rust and `network-go`): one fixture
-//! set, the same expected output for all of them. A case is a folder
+//! pinned here, case by case. A guest written in several languages runs every case of its own
+//! against each build (`greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`; `network` in
+//! Rust and `network-go`): one fixture set, the same expected output for all of them. A case is
+//! a folder
 //! under `tests/fixtures/` with `case.yaml` (guest, kind, key, attempt), `objects.yaml`,
 //! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
 //! before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
@@ -37,14 +37,26 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The Rust build of a guest, if it has one: a crate in `guests/NAME/` or `guests/testing/NAME/`,
+/// which `guests/build.sh` builds as `NAME`.
+fn rust_build(guest: &str) -> Option<String> {
+    let guests = common::repo_root().join("guests");
+    [guests.join(guest), guests.join("testing").join(guest)]
+        .iter()
+        .any(|crate_dir| crate_dir.join("Cargo.toml").exists())
+        .then(|| guest.to_owned())
+}
+
 /// Other languages' builds of a guest, as `guests/build.sh` names them: a guest `NAME` with
-/// sources under `guests/js/NAME/`, `guests/c/NAME/` or `guests/go/NAME/` is also built as
-/// `NAME-js`, `NAME-c`, `NAME-go`. Found from the sources, so a build that went missing fails.
+/// sources under `guests/python/NAME/`, `guests/js/NAME/`, `guests/c/NAME/` or
+/// `guests/go/NAME/` is built as `NAME-python`, `NAME-js`, `NAME-c`, `NAME-go`. Found from the
+/// sources, so a build that went missing fails.
 fn language_builds(guest: &str) -> Vec<String> {
     let guests = common::repo_root().join("guests");
     let has =
         |language: &str, marker: &str| guests.join(language).join(guest).join(marker).exists();
     [
+        ("python", has("python", "app.py")),
         ("js", has("js", "app.js")),
         ("c", has("c", "app.c")),
         ("go", has("go", "go.mod")),
@@ -55,12 +67,21 @@ fn language_builds(guest: &str) -> Vec<String> {
     .collect()
 }
 
-/// Runs a case against the guest it names and against that guest's builds in other languages;
-/// all must print the same output (only the first build's is written when blessing).
+/// Runs a case against every build of the guest it names, Rust's first; all must print the
+/// same output (only the first build's is written when blessing).
 fn run_case(name: &str, case: &Case) {
-    run_build(name, case, &case.guest, std::env::var_os("BLESS").is_some());
-    for build in language_builds(&case.guest) {
-        run_build(name, case, &build, false);
+    let builds: Vec<String> = rust_build(&case.guest)
+        .into_iter()
+        .chain(language_builds(&case.guest))
+        .collect();
+    assert!(
+        !builds.is_empty(),
+        "{name}: guest {:?} has no sources (a crate in guests/ or guests/testing/, or guests/<lang>/{0}/)",
+        case.guest
+    );
+    let bless = std::env::var_os("BLESS").is_some();
+    for (i, build) in builds.iter().enumerate() {
+        run_build(name, case, build, bless && i == 0);
     }
 }
 
@@ -171,12 +192,12 @@ fn every_fixture_reproduces_its_pinned_output() {
 }
 
 /// The cases above cover the other languages only where their sources exist; this pins that the
-/// greeter (in JavaScript, C and Go) and the Network guest (in Go) are among them.
+/// greeter (in Python, JavaScript, C and Go) and the Network guest (in Go) are among them.
 #[test]
 fn guests_in_other_languages_run_the_same_cases() {
     assert_eq!(
         language_builds("greeter"),
-        ["greeter-js", "greeter-c", "greeter-go"]
+        ["greeter-python", "greeter-js", "greeter-c", "greeter-go"]
     );
     assert_eq!(language_builds("network"), ["network-go"]);
 }

@@ -588,7 +588,7 @@ fn a_slimmed_guest_that_reads_stdin_and_prints_carries_on() {
 #[test]
 fn slimming_leaves_a_component_of_another_shape_as_it_is() {
     // componentize-py links CPython as several core modules.
-    let greeter = std::fs::read(common::guest("greeter")).unwrap();
+    let greeter = std::fs::read(common::guest("greeter-python")).unwrap();
     let slimmed = reconciler_slim::slim(&greeter).unwrap();
     let reason = slimmed.kept.expect("left as it is");
     assert!(reason.contains("core modules"), "{reason}");

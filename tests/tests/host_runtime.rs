@@ -372,7 +372,7 @@ guests:
     read: [test.reconciler.dev/v1/Widget]
     write: [test.reconciler.dev/v1/Widget/status]
 "#;
-    let s = setup_with("python", "greeter", grants).await?;
+    let s = setup_with("python", "greeter-python", grants).await?;
     s.create("w", json!({"message": "from Kubernetes"})).await?;
     let status = s
         .wait_status("w", "greeted", Duration::from_secs(120), |st| {

@@ -12,7 +12,7 @@ rm -f go.mod go.sum
 go mod init reconciler-host.invalid/control-plane
 go mod edit -go=1.26
 GOMOD=$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
+sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMOD" | while read -r m; do
   go mod edit -replace="${m}=${m}@${STAGING}"
 done
 godebug=$(sed -n 's/^godebug[[:space:]]\+\(default=go[0-9.]*\).*/\1/p' "$GOMOD" | head -1)

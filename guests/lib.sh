@@ -1,0 +1,307 @@
+# shellcheck shell=bash
+# How a guest in C, Go, JavaScript or Python becomes a component: one recipe per language, the
+# same for the repository's guests and for a project `reconciler-host new` writes (it puts a
+# copy of this file beside the project's build.sh). Rust guests: guests/build.sh.
+#
+# Two layouts:
+#   the repository  guests/<lang>/build.sh runs `build_language_guests <lang> <its directory>`:
+#                   every guests/<lang>/<name>/ holding a guest is built against wit/ into
+#                   target/guests/<name>-<lang>.wasm (work files: target/guests-build/<lang>/).
+#   a project       its build.sh runs `build_project_guest <lang> <its directory> <name>`: the
+#                   directory is the guest, built against its wit/ into <name>.wasm (work files:
+#                   build/).
+# Artefacts are named `<name>-<lang>.wasm` in the repository whatever the language, so that no
+# build of a guest overwrites another language's (Rust's is `<name>.wasm`); each is deployed as
+# the `<name>.wasm` of the guest it declares (host/src/source.rs).
+#
+# Every language, the same way:
+#   world      `controller`, or the one named in the guest's `wit-world` file
+#   stamp      a hash of what the build reads: the guest's sources (LANG_sources), its world, the
+#              WIT, the toolchain, the calling build.sh and this file; a guest whose stamp and
+#              artefact are there is not rebuilt
+#   output     each build works in a directory of its own and writes the component to a
+#              temporary name beside the artefact, renamed over it only when the bytes differ:
+#              concurrent builds never meet, and a host watching the directory never sees a
+#              partial file or a spurious change
+#
+# Sourcing this file only defines functions (and the componentize-py pin).
+
+guests_lib="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+COMPONENTIZE_PY_VERSION=0.25.1
+
+# Set by the entry points, read by the recipes:
+#   prog       what messages start with (`c/build.sh`, `build.sh`)
+#   here       the directory of the calling build.sh (guests/<lang>, or the project): where a
+#              language's shared files are (go: gc.go; js: package.json, package-lock.json)
+#   repo       the repository, or empty in a project
+#   wit        the WIT directory
+#   work       where build directories and stamps go
+#   toolchain  what identifies the language's tools (set by LANG_toolchain, part of the stamp)
+prog=${prog:-guests/lib.sh}
+
+note() { echo "$prog: $*" >&2; }
+fail() {
+    echo "$prog: error: $*" >&2
+    exit 1
+}
+
+# replace_if_changed NEW DST: moves NEW over DST (a rename: atomic) unless their bytes are
+# equal, then drops NEW, so DST keeps its time and a watcher sees no change.
+replace_if_changed() {
+    if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
+}
+
+# need_debian_packages WHO PACKAGE...: installs the missing ones with apt-get when root, else
+# says how.
+need_debian_packages() {
+    local who=$1 missing=() package
+    shift
+    command -v dpkg-query >/dev/null || return 0 # not Debian: the tools must be on PATH
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+    done
+    ((${#missing[@]})) || return 0
+    if [[ "$(id -u)" != 0 ]]; then
+        fail "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
+    fi
+    note "installing ${missing[*]} (Debian)"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+        fail "apt-get could not install ${missing[*]}"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+# build_language_guests LANG DIR: the repository's guests in DIR (guests/LANG).
+build_language_guests() {
+    local lang=$1 dir out
+    here=$2
+    prog="$lang/build.sh"
+    repo="$(cd "$here/../.." && pwd)"
+    wit="$repo/wit"
+    work="$repo/target/guests-build/$lang"
+    out="$repo/target/guests"
+    "${lang}_toolchain"
+    mkdir -p "$out"
+    for dir in "$here"/*/; do
+        "${lang}_is_guest" "$dir" || continue
+        build_guest "$lang" "$dir" "$out/$(basename "$dir")-$lang.wasm"
+    done
+}
+
+# build_project_guest LANG DIR NAME: the project in DIR is one guest, built into DIR/NAME.wasm.
+build_project_guest() {
+    local lang=$1 name=$3
+    here=$2
+    prog=build.sh
+    repo=
+    wit="$here/wit"
+    work="$here/build"
+    "${lang}_is_guest" "$here" || fail "$here holds no $lang guest (see lib.sh: ${lang}_is_guest)"
+    "${lang}_toolchain"
+    build_guest "$lang" "$here" "$here/$name.wasm"
+    echo "built $here/$name.wasm"
+}
+
+# build_guest LANG SRC DST: SRC's component at DST, unless its stamp says DST is up to date.
+build_guest() {
+    local lang=$1 src=${2%/} dst=$3 world=controller stamp stamp_file build partial file
+    if [[ -f "$src/wit-world" ]]; then
+        world="$(tr -d '[:space:]' <"$src/wit-world")"
+    fi
+    stamp="$(
+        {
+            echo "world $world"
+            "${lang}_sources" "$src" | while IFS= read -r file; do
+                echo "file $file"
+                cat "$src/$file"
+            done
+            cat "$wit"/*.wit
+            echo "$toolchain"
+            cat "$here/build.sh" "$guests_lib"
+        } | sha256sum | cut -d' ' -f1
+    )"
+    stamp_file="$work/$(basename "$dst").stamp"
+    if [[ -f "$dst" && "$(cat "$stamp_file" 2>/dev/null)" == "$stamp" ]]; then
+        return 0
+    fi
+    mkdir -p "$work"
+    build="$(mktemp -d "$work/$(basename "$dst" .wasm).XXXXXX")"
+    partial="$(mktemp "$(dirname "$dst")/.$(basename "$dst").XXXXXX")"
+    if ! "${lang}_build" "$src" "$world" "$build" "$partial" || [[ ! -s "$partial" ]]; then
+        rm -f "$partial"
+        fail "building $src failed (the message is above; the build directory is $build)"
+    fi
+    chmod 644 "$partial"
+    replace_if_changed "$partial" "$dst"
+    partial="$(mktemp "$stamp_file.XXXXXX")"
+    echo "$stamp" >"$partial"
+    chmod 644 "$partial"
+    mv -f "$partial" "$stamp_file"
+    rm -rf "$build"
+}
+
+# componentize_tool: sets `componentize` to reconciler-componentize (C and Go bindings from the
+# WIT; a wasip1 core module wrapped into a component with the WASI preview1 reactor adapter of
+# the host's wasmtime release). The repository builds it from tools/componentize; a project
+# takes $RECONCILER_COMPONENTIZE or the one on PATH.
+componentize_tool() {
+    if [[ -n "$repo" ]]; then
+        # shellcheck source=../tools/cargo-env.sh
+        source "$repo/tools/cargo-env.sh"
+        if ! (cd "$repo" && cargo build --release --quiet -p reconciler-componentize); then
+            fail "cargo build of tools/componentize failed; see the compiler output above"
+        fi
+        componentize="${CARGO_TARGET_DIR:-$repo/target}/release/reconciler-componentize"
+    elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
+        fail "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# C: every *.c of the guest, compiled by clang-19 for wasm32-wasi as a reactor (a library the
+# host calls, no `_start`) against Debian's wasi-libc (wasip1; Debian has no wasip2 sysroot),
+# with the bindings of reconciler-componentize (the generator crate of `wit-bindgen c`), then
+# wrapped into a component. The compiler comes from Debian, installed when missing.
+
+c_is_guest() { compgen -G "${1%/}/*.c" >/dev/null; }
+c_sources() { (cd "$1" && compgen -G '*.[ch]' | LC_ALL=C sort); }
+
+c_toolchain() {
+    need_debian_packages "the C guests" clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
+    componentize_tool
+    toolchain="$(clang-19 --version | head -1; sha256sum <"$componentize")"
+}
+
+c_build() {
+    local src=$1 world=$2 build=$3 out=$4
+    local stem=${world//-/_} # the generator's file names
+    mkdir "$build/bindings"
+    "$componentize" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
+    clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -Wall -Werror \
+        -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" \
+        "$src"/*.c "$build/bindings/$stem.c" "$build/bindings/${stem}_component_type.o" || return
+    "$componentize" component "$build/core.wasm" --out "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Go: the guest's module (go.mod, go.sum, its *.go) copied into the build directory with the
+# bindings of its world from reconciler-componentize (the generator crate of `wit-bindgen go`;
+# its go.mod is dropped, the guest's own pins go.bytecodealliance.org/pkg) and gc.go (why: see
+# that file); `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` makes a core module (the
+# exports are `//go:wasmexport` functions; -checklinkname=0 lets the bindings reach the
+# runtime), which reconciler-componentize wraps into a component with the world embedded.
+# Go (>= 1.25) is the machine's; modules come through the Go module proxy into Go's own cache,
+# checked against the guest's go.sum.
+
+go_is_guest() { [[ -f "$1/go.mod" ]]; }
+go_sources() {
+    (
+        cd "$1" &&
+            {
+                echo go.mod
+                [[ ! -f go.sum ]] || echo go.sum
+                find . -path ./build -prune -o -type f -name '*.go' -print | sed 's#^\./##'
+            } | LC_ALL=C sort
+    )
+}
+
+go_toolchain() {
+    local version minor
+    command -v go >/dev/null || fail "go is not installed (Go 1.25 or newer is needed for the Go guests)"
+    version="$(go env GOVERSION)"
+    minor="${version#go1.}"
+    if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
+        fail "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
+    fi
+    componentize_tool
+    toolchain="$(echo "$version"; cat "$here/gc.go"; sha256sum <"$componentize")"
+}
+
+go_build() {
+    local src=$1 world=$2 build=$3 out=$4 file
+    mkdir "$build/module"
+    while IFS= read -r file; do
+        mkdir -p "$build/module/$(dirname "$file")"
+        cp "$src/$file" "$build/module/$file" || return
+    done < <(go_sources "$src")
+    "$componentize" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
+    rm "$build/bindings/go.mod"
+    cp -r "$build/bindings/." "$build/module/" || return
+    # A project is itself the module that holds gc.go.
+    [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
+    if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
+        -ldflags='-checklinkname=0 -s -w' -o ../core.wasm .); then
+        note "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
+        return 1
+    fi
+    "$componentize" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
+# JavaScript: app.js, made a component by jco's QuickJS backend. The toolchain is the one
+# package.json + package-lock.json (beside build.sh) pin: jco 1.35.0, with preview2-shim held at
+# 0.25.0, without which `jco componentize` fails with "failed to get path metadata". It is
+# installed from the lockfile into the user's cache, once per lockfile (`npm install`, not `npm
+# ci`: npm 11's `ci` insists on lock entries for every other platform's optional binaries).
+#
+# QuickJS, not StarlingMonkey: 1.6 MB and ~5 s to build instead of 12 MB and ~55 s, and a first
+# compile in the host of ~3 s instead of ~17 s. `--backend-qjs-disable-async`: the default build
+# uses the component model's async intrinsics (`task.cancel`), which the host does not enable.
+
+js_is_guest() { [[ -f "$1/app.js" ]]; }
+js_sources() { (cd "$1" && compgen -G '*.js' | LC_ALL=C sort); }
+
+js_toolchain() {
+    local lock_hash installed partial
+    command -v npm >/dev/null || fail "npm is not installed (node 20+ and npm are needed for the JavaScript guests)"
+    lock_hash="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)"
+    installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/jco-$lock_hash"
+    jco="$installed/node_modules/.bin/jco"
+    if [[ ! -x "$jco" ]]; then
+        note "installing jco (package-lock.json) into $installed"
+        mkdir -p "$(dirname "$installed")"
+        partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two builds install at once
+        cp "$here/package.json" "$here/package-lock.json" "$partial/"
+        if ! (cd "$partial" && npm install --no-audit --no-fund --no-save --loglevel=error >/dev/null); then
+            rm -rf "$partial"
+            fail "npm install could not install the toolchain of $here/package-lock.json"
+        fi
+        rm -rf "$installed" # a broken one (no jco in it)
+        mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another build's won
+    fi
+    toolchain="jco $lock_hash"
+}
+
+js_build() {
+    local src=$1 world=$2 out=$4
+    (cd "$src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+        --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
+}
+
+# ---------------------------------------------------------------------------------------------
+# Python: the module `app` (app.py and the *.py beside it), made a component by componentize-py
+# (pinned above), installed from PyPI into a virtualenv in the user's cache, once.
+
+python_is_guest() { [[ -f "$1/app.py" ]]; }
+python_sources() { (cd "$1" && compgen -G '*.py' | LC_ALL=C sort); }
+
+python_toolchain() {
+    local venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/componentize-py-$COMPONENTIZE_PY_VERSION"
+    componentize_py="$venv/bin/componentize-py"
+    if [[ ! -x "$componentize_py" ]]; then
+        note "installing componentize-py $COMPONENTIZE_PY_VERSION into $venv"
+        rm -rf "$venv"
+        if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"; }; then
+            rm -rf "$venv"
+            fail "pip could not install componentize-py $COMPONENTIZE_PY_VERSION"
+        fi
+    fi
+    toolchain="componentize-py $COMPONENTIZE_PY_VERSION"
+}
+
+python_build() {
+    local src=$1 world=$2 out=$4
+    (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app -o "$out" >/dev/null)
+}
