@@ -14,10 +14,10 @@ use serde_json::json;
 use crate::backends::{MemoryBackend, NetworkBackend};
 use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
+use crate::guests::GuestSource;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::offline::MemoryCache;
 use crate::runtime::{Request, Runtime, RuntimeOptions};
-use crate::source::GuestSource;
 
 #[derive(Parser)]
 #[command(

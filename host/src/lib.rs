@@ -21,7 +21,6 @@
 //! ```
 //!
 //! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
-//! [`source`] (whose grant a guest gets: the file it came from, not the name it declares),
 //! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
 //! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
 //! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
@@ -51,6 +50,5 @@ pub mod scaffold;
 pub mod server;
 pub mod shadow;
 pub mod shards;
-pub mod source;
 pub mod validation;
 pub mod wit;

@@ -10,7 +10,7 @@
 //! revoked grant must take effect.
 //!
 //! A grant belongs to the file a guest is loaded from, never to the name it declares
-//! ([`crate::source`]): `guests.network` is the grant of `network.wasm`, and a file that declares
+//! ([`source`]): `guests.network` is the grant of `network.wasm`, and a file that declares
 //! `network` under any other name is refused, so no file takes another guest's grant or pushes
 //! the rightful one out. A grant keyed `<manifest name>@<file stem>` (e.g. `network@network-v2`
 //! for `network-v2.wasm`) is that file's and names the guest it loads: that is how a second
@@ -35,7 +35,9 @@ use crate::config::{Grant, HostConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{LoadError, LoadedGuest, Runtime, content_hash};
 use crate::shadow::Shadows;
-use crate::source::{GrantKey, GuestSource, NotItsGrant};
+
+mod source;
+pub use source::{GrantKey, GuestSource, NotItsGrant};
 
 /// Quiet time after the last file event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -466,7 +468,7 @@ impl GuestDirectory {
             Ok(active) => {
                 let active = Arc::new(active);
                 let name = active.name().to_owned();
-                // A running name encodes its file's stem (`crate::source`), so two files of one
+                // A running name encodes its file's stem (`source`), so two files of one
                 // directory never meet here; kept for sources to come (`Reconciler` objects).
                 if let Some(other) = state.files.iter().find(|(f, e)| {
                     f.as_path() != file && e.active.as_ref().is_some_and(|a| a.name() == name)
