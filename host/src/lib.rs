@@ -23,7 +23,8 @@
 //! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
 //! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
 //! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
-//! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
+//! [`dir_watch`] (following the guest directory and the configuration file), [`metrics`],
+//! [`server`], [`leader`], [`host`] (`run`) and [`cli`].
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
 //! provider traits, and no capability imports the runtime or a provider.
@@ -34,6 +35,7 @@ pub mod cli;
 pub mod compile_cache;
 pub mod config;
 pub mod controller;
+pub mod dir_watch;
 pub mod finalizer;
 pub mod guests;
 pub mod host;
