@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, watch};
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
 use crate::controller::{Controller, Services};
-use crate::guests::{ActiveGuest, GuestDirectory, GuestEvent};
+use crate::guests::{ActiveGuest, Directory, GuestEvent, Guests};
 use crate::informers::{Informers, Options};
 use crate::leader::{Election, LeaderOptions};
 use crate::metrics::Metrics;
@@ -133,11 +133,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         ..RuntimeOptions::default()
     })?);
-    let directory = GuestDirectory::new(
-        dir.clone(),
+    let directory = Guests::new(
+        Directory::new(dir.clone()),
         runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
+        Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
     );
     let mut guest_events = directory.subscribe();
     let watcher = tokio::spawn(directory.clone().watch());
@@ -207,10 +208,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 const CONFIG_RESCAN: Duration = Duration::from_secs(30);
 
 /// Applies every valid change of the configuration file to the guest directory (grants,
-/// limits, modes; see [`GuestDirectory::reconfigure`]), without a restart. An invalid file is
+/// limits, modes; see [`Guests::reconfigure`]), without a restart. An invalid file is
 /// refused with its error and the running configuration stays. The file's directory is
 /// watched, so editors' renames and ConfigMap volumes' `..data` swaps are seen.
-async fn follow_config(path: PathBuf, directory: Arc<GuestDirectory>) {
+async fn follow_config(path: PathBuf, directory: Arc<Guests>) {
     use notify::Watcher;
     let digest = |bytes: &[u8]| crate::runtime::content_hash(bytes);
     let mut applied = std::fs::read(&path).map(|b| digest(&b)).unwrap_or_default();
@@ -386,7 +387,7 @@ async fn shutdown_signal() {
 
 struct Manager {
     shared: Services,
-    directory: Arc<GuestDirectory>,
+    directory: Arc<Guests>,
     controllers: BTreeMap<String, Controller>,
     /// Guests whose controller failed to start, retried every `START_RETRY`.
     pending: BTreeMap<String, Arc<ActiveGuest>>,

@@ -13,7 +13,7 @@
 //! informers ──events──▶ controller (triggers, workers) ──keys──▶ queue
 //!                             │ worker pops a key
 //!                             ▼
-//!                 guests (directory, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
+//!                 guests (sources, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
 //!                                                       │ imports
 //!                                                       ▼
 //!                 capabilities (validate · grant · budget) ─▶ providers (kube | offline)
