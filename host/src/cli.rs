@@ -14,10 +14,10 @@ use serde_json::json;
 use crate::backends::{MemoryBackend, NetworkBackend};
 use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
+use crate::guests::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::offline::MemoryCache;
 use crate::runtime::{Request, Runtime, RuntimeOptions};
-use crate::source::GuestSource;
 
 #[derive(Parser)]
 #[command(
@@ -253,19 +253,22 @@ async fn guest_names(
             continue;
         }
         let loaded = load_guest(runtime.clone(), file.clone()).await?;
-        let name = match GuestSource::file(&file).resolve(&loaded.manifest.name, config) {
-            Ok(key) => key.to_string(),
-            Err(impostor) => {
+        // As in `run`: named by its grant key; only the RBAC of its grant matters here.
+        let name = match ActiveGuest::admit(&Origin::file(&file), loaded, config) {
+            Ok(admitted) => admitted.name().to_owned(),
+            Err(GrantError::BeyondGrant { guest, .. }) => guest,
+            Err(GrantError::NoGrant { guest, .. }) => {
+                eprintln!(
+                    "warning: {}: guest `{guest}` has no grant in the configuration; it would be refused",
+                    file.display()
+                );
+                guest
+            }
+            Err(GrantError::NotItsGrant(impostor)) => {
                 eprintln!("warning: {impostor}; it would be refused");
                 continue;
             }
         };
-        if !config.guests.contains_key(&name) {
-            eprintln!(
-                "warning: {}: guest `{name}` has no grant in the configuration; it would be refused",
-                file.display()
-            );
-        }
         names.insert(name);
     }
     Ok(names)
@@ -321,17 +324,18 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let world = loaded.world();
     let grant = match &config {
         None => json!(null),
-        Some(config) => match GuestSource::file(&file).resolve(&manifest.name, config) {
-            Err(impostor) => json!({ "granted": false, "reason": impostor.to_string() }),
-            Ok(key) => match config.grant(&key.to_string()) {
-                None => {
-                    json!({ "granted": false, "reason": format!("no grant for guest `{key}`") })
-                }
-                Some(grant) => match crate::guests::check_grant(&loaded, &grant, config) {
-                    Ok(()) => json!({ "granted": true, "key": key.to_string() }),
-                    Err(missing) => json!({ "granted": false, "reason": missing }),
-                },
-            },
+        // Judged as `run` judges it; the manifest is printed as the guest declares it.
+        Some(config) => match ActiveGuest::admit(&Origin::file(&file), loaded.clone(), config) {
+            Ok(admitted) => json!({ "granted": true, "key": admitted.name() }),
+            Err(GrantError::NotItsGrant(impostor)) => {
+                json!({ "granted": false, "reason": impostor.to_string() })
+            }
+            Err(GrantError::NoGrant { guest, .. }) => {
+                json!({ "granted": false, "reason": format!("no grant for guest `{guest}`") })
+            }
+            Err(GrantError::BeyondGrant { missing, .. }) => {
+                json!({ "granted": false, "reason": missing })
+            }
         },
     };
     let refused = grant.get("granted") == Some(&json!(false));
@@ -373,20 +377,24 @@ async fn reconcile(
         cache_dir: crate::run::default_cache_dir(),
         ..RuntimeOptions::default()
     })?);
-    let mut loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
+    let loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
 
-    let grant = match &config {
-        None => Grant::unrestricted(),
+    let (loaded, grant) = match &config {
+        None => (loaded, Grant::unrestricted()),
         Some(config) => {
             // As in `run`: the grant of the file's source, and the guest runs under its key.
-            let key = GuestSource::file(&guest_file).resolve(&loaded.manifest.name, config)?;
-            loaded.manifest.name = key.to_string();
-            let grant = config
-                .grant(&loaded.manifest.name)
-                .with_context(|| format!("guest `{key}` has no grant in the host configuration"))?;
-            crate::guests::check_grant(&loaded, &grant, config)
-                .map_err(|missing| anyhow::anyhow!("guest `{key}` would be refused: {missing}"))?;
-            grant
+            let admitted = ActiveGuest::admit(&Origin::file(&guest_file), loaded, config).map_err(
+                |e| match e {
+                    GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
+                    GrantError::NoGrant { guest, .. } => {
+                        anyhow::anyhow!("guest `{guest}` has no grant in the host configuration")
+                    }
+                    GrantError::BeyondGrant { guest, missing, .. } => {
+                        anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
+                    }
+                },
+            )?;
+            (admitted.loaded, admitted.grant)
         }
     };
     let manifest = &loaded.manifest;

@@ -12,7 +12,6 @@
 //! `/guests` and `reconciler_finalizer_orphaned` show what is left) or `release` after a grace
 //! period in which the guest may come back (a hot swap or a ConfigMap update).
 
-
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@
 //! informers ──events──▶ controller (triggers, workers) ──keys──▶ queue
 //!                             │ worker pops a key
 //!                             ▼
-//!                 guests (directory, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
+//!                 guests (sources, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
 //!                                                       │ imports
 //!                                                       ▼
 //!                 capabilities (validate · grant · budget) ─▶ providers (kube | offline)
@@ -21,10 +21,10 @@
 //! ```
 //!
 //! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
-//! [`source`] (whose grant a guest gets: the file it came from, not the name it declares),
 //! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
 //! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
-//! [`metrics`], [`server`], [`leader`], [`host`] (`run`) and [`cli`].
+//! [`dir_watch`] (following the guest directory and the configuration file), [`metrics`],
+//! [`server`], [`leader`], [`host`] (`run`) and [`cli`].
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
 //! provider traits, and no capability imports the runtime or a provider.
@@ -35,6 +35,7 @@ pub mod cli;
 pub mod compile_cache;
 pub mod config;
 pub mod controller;
+pub mod dir_watch;
 pub mod discovery;
 pub mod fence;
 pub mod finalizer;
@@ -53,6 +54,5 @@ pub mod scaffold;
 pub mod server;
 pub mod shadow;
 pub mod shards;
-pub mod source;
 pub mod validation;
 pub mod wit;

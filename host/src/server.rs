@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::guests::GuestDirectory;
+use crate::guests::Guests;
 use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::shards::ShardStatus;
 
@@ -47,7 +47,7 @@ pub type Readiness = Arc<Mutex<BTreeMap<String, watch::Receiver<bool>>>>;
 #[derive(Clone)]
 struct AppState {
     metrics: Metrics,
-    directory: Arc<GuestDirectory>,
+    directory: Arc<Guests>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
 }
@@ -91,7 +91,7 @@ impl Drop for Server {
 pub fn serve(
     addr: SocketAddr,
     metrics: Metrics,
-    directory: Arc<GuestDirectory>,
+    directory: Arc<Guests>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
 ) -> anyhow::Result<(SocketAddr, Server)> {
@@ -109,7 +109,7 @@ pub fn serve(
 pub fn serve_with(
     addr: SocketAddr,
     metrics: Metrics,
-    directory: Arc<GuestDirectory>,
+    directory: Arc<Guests>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
     options: ServerOptions,

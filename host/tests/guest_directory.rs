@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_host::config::HostConfig;
-use reconciler_host::guests::{FileState, GuestDirectory, GuestEvent};
+use reconciler_host::guests::{Directory, FileState, GuestEvent, Guests};
 use reconciler_host::runtime::{Runtime, RuntimeOptions, content_hash};
-use reconciler_host::shadow::Mode;
+use reconciler_host::shadow::{Mode, Shadows};
 use tokio::sync::broadcast::Receiver;
 
 fn grants() -> String {
@@ -18,7 +18,7 @@ fn grants() -> String {
         .expect("guests/testing/widget/host.yaml")
 }
 
-fn directory(dir: &Path, grants: &str) -> Arc<GuestDirectory> {
+fn directory(dir: &Path, grants: &str) -> Arc<Guests> {
     let runtime = Arc::new(
         Runtime::new(&RuntimeOptions {
             cache_dir: Some(common::cache_dir()),
@@ -27,14 +27,20 @@ fn directory(dir: &Path, grants: &str) -> Arc<GuestDirectory> {
         .unwrap(),
     );
     let config = Arc::new(HostConfig::parse(grants, "host.yaml".as_ref()).unwrap());
-    GuestDirectory::new(dir.to_owned(), runtime, config, None)
+    Guests::new(
+        Directory::new(dir.to_owned()),
+        runtime,
+        config,
+        None,
+        Arc::new(Shadows::new(None)),
+    )
 }
 
 fn copy(guest: &str, to: &Path) {
     std::fs::copy(common::guest(guest), to).unwrap();
 }
 
-fn active_hash(directory: &GuestDirectory) -> Option<String> {
+fn active_hash(directory: &Guests) -> Option<String> {
     directory.active().first().map(|g| g.loaded.hash.clone())
 }
 
@@ -187,7 +193,7 @@ fn the_network_guest_needs_a_configured_network_backend() {
 }
 
 /// The state and active guest name of `file` on `/guests`.
-fn status_of(directory: &GuestDirectory, file: &Path) -> (FileState, Option<String>) {
+fn status_of(directory: &Guests, file: &Path) -> (FileState, Option<String>) {
     let status = directory
         .statuses()
         .into_iter()
@@ -197,7 +203,7 @@ fn status_of(directory: &GuestDirectory, file: &Path) -> (FileState, Option<Stri
 }
 
 /// The refusal of an impostor: `file` declared `declared`, a grant of another file.
-fn assert_impostor(directory: &GuestDirectory, file: &Path, declared: &str) {
+fn assert_impostor(directory: &Guests, file: &Path, declared: &str) {
     let (state, guest) = status_of(directory, file);
     let FileState::Failed(reason) = &state else {
         panic!("{} must be refused: {state:?}", file.display())
@@ -217,7 +223,7 @@ fn assert_impostor(directory: &GuestDirectory, file: &Path, declared: &str) {
 }
 
 /// The guests running now, by name, with the file each came from.
-fn running(directory: &GuestDirectory) -> Vec<(String, String)> {
+fn running(directory: &Guests) -> Vec<(String, String)> {
     let mut running: Vec<(String, String)> = directory
         .active()
         .iter()
@@ -493,7 +499,7 @@ fn a_new_configuration_reloads_changed_grants_and_unloads_withdrawn_ones() {
     copy("widget", &dir.path().join("widget.wasm"));
     guests.rescan();
     next_loaded(&mut events);
-    let active = |g: &GuestDirectory| g.active()[0].grant.mode;
+    let active = |g: &Guests| g.active()[0].grant.mode;
     assert_eq!(active(&guests), Mode::Active);
 
     // The same grants again: nothing happens.

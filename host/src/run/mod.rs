@@ -39,7 +39,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
 use crate::controller::Services;
-use crate::guests::{GuestDirectory, GuestEvent};
+use crate::guests::{Directory, GuestEvent, Guests};
 use crate::informers::{Informers, Options};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeOptions};
@@ -141,11 +141,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         ..RuntimeOptions::default()
     })?);
-    let guests = GuestDirectory::new(
-        dir.clone(),
+    let guests = Guests::new(
+        Directory::new(dir.clone()),
         runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
+        Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
     );
     let mut guest_events = guests.subscribe();
     let watcher = tokio::spawn(guests.clone().watch());
@@ -237,7 +238,7 @@ async fn shutdown_signal() {
 /// Keeps the controllers in line with the active guests and with what this replica owns.
 struct Manager {
     shared: Services,
-    guests: Arc<GuestDirectory>,
+    guests: Arc<Guests>,
     ownership: Ownership,
     /// What the controllers run with now.
     owned: Owned,

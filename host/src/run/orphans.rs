@@ -9,18 +9,18 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::discovery::Resolver;
-use crate::guests::{GuestDirectory, OrphanedFinalizer};
+use crate::guests::{Guests, OrphanedFinalizer};
 use crate::metrics::Metrics;
 
 pub struct Orphans {
-    guests: Arc<GuestDirectory>,
+    guests: Arc<Guests>,
     metrics: Metrics,
     /// Unloaded guests whose finalizer the `release` policy removes at the given time.
     releases: BTreeMap<String, Instant>,
 }
 
 impl Orphans {
-    pub fn new(guests: Arc<GuestDirectory>, metrics: Metrics) -> Self {
+    pub fn new(guests: Arc<Guests>, metrics: Metrics) -> Self {
         Self {
             guests,
             metrics,

@@ -1,10 +1,12 @@
-//! Which grant a guest gets: the one of the source it was loaded from, never the one of the
-//! name it declares. A manifest is the guest's own word, so a grant looked up by it would let
-//! any file take any guest's grant (and push the rightful file out as a duplicate); the file's
-//! name is the operator's word, given where the grants are.
+//! Where guests come from, and which grant each gets: the one of the source item it was
+//! loaded from, never the one of the name it declares. A manifest is the guest's own word, so
+//! a grant looked up by it would let any file take any guest's grant (and push the rightful
+//! file out as a duplicate); the file's name is the operator's word, given where the grants
+//! are.
 //!
-//! The rule, here alone, for `run` ([`crate::guests`]) and for `check`, `reconcile` and `rbac`
-//! ([`crate::cli`]):
+//! The rule, here alone ([`Origin::resolve`]), applied in one place
+//! ([`super::ActiveGuest::admit`]) for `run` (the guest set) and for `check`, `reconcile` and
+//! `rbac` ([`crate::cli`]):
 //!
 //! | grant key   | belongs to   | runs the guest as                                          |
 //! |-------------|--------------|------------------------------------------------------------|
@@ -14,13 +16,69 @@
 //! A file whose stem is not the name it declares needs a `name@stem` grant; without one it is
 //! refused ([`NotItsGrant`]), whatever other grants exist and whichever file loads first. A
 //! running name thus encodes its file's stem, so no two files of one directory run under one
-//! name. Today every source is a file; a `Reconciler` object would become another
-//! [`GuestSource`] whose name keys its grant the same way.
+//! name.
+//!
+//! A place guests come from implements [`GuestSource`]: it lists its items, each an [`Origin`]
+//! (a name for messages, a stem that keys its grant), reads one as an [`Artefact`] (bytes and
+//! content hash), and says when it may have changed ([`Changes`]). Today the only source is a
+//! directory of files ([`super::Directory`]); a registry of OCI artefacts and `Reconciler`
+//! objects are the next, each item keyed by a name of the operator's (a repository, an object
+//! name) the way a file is by its stem.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::time::Duration;
 
 use crate::config::HostConfig;
+
+/// A place guests come from. Calls may block (file system, network): the guest set calls
+/// `list` and `read` from a blocking context.
+pub trait GuestSource: Send + Sync {
+    /// The items the source holds now, in a stable order.
+    fn list(&self) -> Result<Vec<Origin>, SourceError>;
+    /// One item's content now.
+    fn read(&self, origin: &Origin) -> Result<Artefact, SourceError>;
+    /// Starts following the source's changes.
+    fn watch(&self) -> Result<Box<dyn Changes>, SourceError>;
+}
+
+/// How a source says it may have changed: the guest set lists it again after each `next`.
+#[async_trait::async_trait]
+pub trait Changes: Send {
+    /// Returns when the source may have changed (or is due for a look anyway); an error when
+    /// it can no longer tell.
+    async fn next(&mut self) -> Result<(), SourceError>;
+    /// The next `next` returns after `after` at most: a load failed for a reason that may
+    /// pass (no free instance slot).
+    fn retry_in(&mut self, after: Duration);
+}
+
+/// One item of a source, read: where it came from, its bytes and their content hash
+/// (`runtime::content_hash`), by which a content already judged is not judged again.
+pub struct Artefact {
+    pub origin: Origin,
+    pub bytes: Vec<u8>,
+    pub hash: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The source, or one item of it, cannot be read now.
+    #[error("cannot read {what}: {error}")]
+    Unreadable {
+        what: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Changes of the source cannot be followed.
+    #[error("cannot watch {what}: {error}")]
+    Unwatchable {
+        what: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The source stopped reporting changes.
+    #[error("{what} stopped")]
+    Stopped { what: String },
+}
 
 /// A key under `guests:` in the host configuration: `name`, or `name@stem` for one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,15 +133,15 @@ pub struct NotItsGrant {
     pub stem: String,
 }
 
-/// Where a guest was loaded from: a file, whose stem (`network` of `network.wasm`) keys its
-/// grant.
+/// Where a guest was loaded from: its name in messages and on `/guests` (a file's path), and
+/// the stem that keys its grant (`network` of `network.wasm`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuestSource {
-    file: PathBuf,
+pub struct Origin {
+    name: String,
     stem: String,
 }
 
-impl GuestSource {
+impl Origin {
     pub fn file(path: &Path) -> Self {
         // A stem that is not UTF-8 never equals a declared name (DNS labels), so it can only be
         // granted as `name@stem`; lossy keeps it printable in the message that says so.
@@ -92,9 +150,17 @@ impl GuestSource {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         Self {
-            file: path.to_owned(),
+            name: path.display().to_string(),
             stem,
         }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn stem(&self) -> &str {
+        &self.stem
     }
 
     /// The key of this source's grant for a guest declaring `declared`: the name alone from the
@@ -114,7 +180,7 @@ impl GuestSource {
         let key = self.grant_key(declared);
         if key.stem.is_some() && !config.guests.contains_key(&key.to_string()) {
             return Err(NotItsGrant {
-                file: self.file.display().to_string(),
+                file: self.name.clone(),
                 declared: declared.to_owned(),
                 stem: self.stem.clone(),
             });
@@ -150,9 +216,9 @@ mod tests {
 
     #[test]
     fn a_file_keys_the_grant_of_the_name_it_declares_only_under_its_own_stem() {
-        let own = GuestSource::file(Path::new("/guests/network.wasm"));
+        let own = Origin::file(Path::new("/guests/network.wasm"));
         assert_eq!(own.grant_key("network").to_string(), "network");
-        let other = GuestSource::file(Path::new("/guests/evil.wasm"));
+        let other = Origin::file(Path::new("/guests/evil.wasm"));
         assert_eq!(other.grant_key("network").to_string(), "network@evil");
         // The source of a key is the file its guest was loaded from, both ways round.
         assert_eq!(other.grant_key("network").source_stem(), "evil");
@@ -162,7 +228,7 @@ mod tests {
     fn a_guest_declaring_another_files_name_is_refused_unless_granted_for_its_own_file() {
         let grants = config("guests:\n  network: {}\n  network@network-v2: {mode: shadow}\n");
         let resolve = |file: &str, declared: &str| {
-            GuestSource::file(Path::new(file))
+            Origin::file(Path::new(file))
                 .resolve(declared, &grants)
                 .map(|key| key.to_string())
         };

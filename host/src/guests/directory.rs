@@ -1,0 +1,94 @@
+//! The guest directory, a [`GuestSource`]: every `*.wasm` in it is a guest, keyed by its file
+//! stem. It is followed by [`DirWatch`]: a new, changed or removed file is seen at the next
+//! debounced rescan, which covers editors' renames and ConfigMap volumes' `..data` swaps.
+//! Cost of a rescan: one `read_dir`, then every file read whole and hashed ([`Content`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::dir_watch::{Content, DirWatch};
+
+use super::source::{Artefact, Changes, GuestSource, Origin, SourceError};
+
+/// Rescan even without events, in case a notification was missed (e.g. on network filesystems).
+const SAFETY_RESCAN: Duration = Duration::from_secs(30);
+
+/// The guests in one directory (not below it).
+pub struct Directory {
+    dir: PathBuf,
+}
+
+impl Directory {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    fn wasm_files(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // Dot-files are editor temporaries and ConfigMap internals (`..data/`).
+            // Exactly `.wasm`, the name every guest build writes; `x.WASM` is not a guest.
+            #[allow(clippy::case_sensitive_file_extension_comparisons)]
+            if name.starts_with('.') || !name.ends_with(".wasm") {
+                continue;
+            }
+            // `is_file` follows symlinks, as ConfigMap volumes need.
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+}
+
+impl GuestSource for Directory {
+    fn list(&self) -> Result<Vec<Origin>, SourceError> {
+        let files = self.wasm_files().map_err(|e| SourceError::Unreadable {
+            what: format!("the guest directory {}", self.dir.display()),
+            error: e.into(),
+        })?;
+        Ok(files.iter().map(|file| Origin::file(file)).collect())
+    }
+
+    fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
+        // Listed names are UTF-8 `<stem>.wasm`: the stem gives the path back exactly.
+        let file = self.dir.join(format!("{}.wasm", origin.stem()));
+        let content = Content::read(&file).map_err(|e| SourceError::Unreadable {
+            what: file.display().to_string(),
+            error: e.into(),
+        })?;
+        Ok(Artefact {
+            origin: origin.clone(),
+            bytes: content.bytes,
+            hash: content.hash,
+        })
+    }
+
+    fn watch(&self) -> Result<Box<dyn Changes>, SourceError> {
+        let watch =
+            DirWatch::new(&self.dir, SAFETY_RESCAN).map_err(|e| SourceError::Unwatchable {
+                what: format!("the guest directory {}", self.dir.display()),
+                error: e.into(),
+            })?;
+        Ok(Box::new(Watching(watch)))
+    }
+}
+
+/// The directory's changes, as its [`DirWatch`] sees them.
+struct Watching(DirWatch);
+
+#[async_trait::async_trait]
+impl Changes for Watching {
+    async fn next(&mut self) -> Result<(), SourceError> {
+        self.0.changed().await.map_err(|_| SourceError::Stopped {
+            what: "the guest directory watcher".into(),
+        })
+    }
+
+    fn retry_in(&mut self, after: Duration) {
+        self.0.retry_in(after);
+    }
+}

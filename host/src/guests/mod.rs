@@ -1,0 +1,335 @@
+//! The set of active guests. Guests come from a source ([`GuestSource`]; today a directory,
+//! [`Directory`], where every `*.wasm` is a guest). Items are loaded at start, then the source is
+//! followed: a new item is loaded, a changed one is compiled, validated and swapped in
+//! (reconciles already running finish on the old version, which they hold), a removed one is
+//! unloaded. An item that fails to load is refused with its reason, and if an earlier version
+//! of it was good, that version stays active. Every change is broadcast ([`GuestEvent`]).
+//!
+//! The host configuration can change under a running set ([`Guests::reconfigure`]): every
+//! item is judged again against the new grants. A guest whose grant changed (its mode
+//! included) is loaded again with it; one whose grant was withdrawn is unloaded, since a
+//! revoked grant must take effect.
+//!
+//! A grant belongs to the item a guest is loaded from, never to the name it declares
+//! ([`Origin::resolve`]): `guests.network` is the grant of `network.wasm`, and a file that declares
+//! `network` under any other name is refused, so no file takes another guest's grant or pushes
+//! the rightful one out. A grant keyed `<manifest name>@<file stem>` (e.g. `network@network-v2`
+//! for `network-v2.wasm`) is that file's and names the guest it loads: that is how a second
+//! version of a guest runs beside the first (typically in shadow mode) before it is promoted.
+//!
+//! Cost: a rescan lists the source and reads and hashes every item; only a content not judged
+//! before is compiled (or mapped from the compile cache), on the calling thread.
+//!
+//! The files, one concept each; imports run down this list, never back up:
+//!
+//! - `mod.rs`: [`Guests`], the set and its state machine (load, refuse and keep the last good
+//!   version, unload; reconfigure).
+//! - `directory.rs`: [`Directory`], the guest directory as a source.
+//! - `events.rs`: what the set tells the host: [`GuestEvent`]s, metrics, refusals.
+//! - `status.rs`: what the set knows of each item, and the `/guests` view ([`FileStatus`]).
+//! - `orphans.rs`: finalizers unloaded guests left behind ([`OrphanedFinalizer`]).
+//! - `grants.rs`: judging a loaded guest against its grant ([`ActiveGuest::admit`]).
+//! - `source.rs`: the seam, [`GuestSource`], and which grant an item's guest gets ([`Origin`],
+//!   [`GrantKey`]).
+//!
+//! Following a directory's files is [`crate::dir_watch`]'s, shared with the configuration file.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::broadcast;
+
+use crate::config::HostConfig;
+use crate::metrics::Metrics;
+use crate::runtime::Runtime;
+use crate::shadow::Shadows;
+
+mod directory;
+mod events;
+mod grants;
+mod orphans;
+mod source;
+mod status;
+
+pub use directory::Directory;
+pub use events::GuestEvent;
+pub use grants::{ActiveGuest, GrantError, RefusalError};
+pub use orphans::OrphanedFinalizer;
+pub use source::{Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, SourceError};
+pub use status::{FileState, FileStatus};
+
+use events::Notices;
+use status::{Entry, Ledger};
+
+/// Look again this soon when a load failed for a reason that may pass (no free instance slot).
+const TRANSIENT_RETRY: Duration = Duration::from_secs(1);
+
+/// The set of guests loaded from one source.
+pub struct Guests {
+    source: Box<dyn GuestSource>,
+    runtime: Arc<Runtime>,
+    config: RwLock<Arc<HostConfig>>,
+    shadows: Arc<Shadows>,
+    ledger: Mutex<Ledger>,
+    notices: Notices,
+    /// A load failed for a transient reason: look again soon rather than on the next change.
+    retry_soon: AtomicBool,
+}
+
+impl Guests {
+    /// `shadows` is where controllers record shadow-mode verdicts; `/guests` shows them.
+    pub fn new(
+        source: impl GuestSource + 'static,
+        runtime: Arc<Runtime>,
+        config: Arc<HostConfig>,
+        metrics: Option<Metrics>,
+        shadows: Arc<Shadows>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            source: Box::new(source),
+            runtime,
+            config: RwLock::new(config),
+            shadows,
+            ledger: Mutex::new(Ledger::default()),
+            notices: Notices::new(metrics),
+            retry_soon: AtomicBool::new(false),
+        })
+    }
+
+    /// The host configuration guests are checked against (the latest one applied).
+    pub fn config(&self) -> Arc<HostConfig> {
+        self.config.read().clone()
+    }
+
+    /// Where controllers record their shadow-mode verdicts, and `/guests` reads them.
+    pub fn shadows(&self) -> Arc<Shadows> {
+        self.shadows.clone()
+    }
+
+    /// Receives every later change; call before the first `rescan` to miss nothing.
+    pub fn subscribe(&self) -> broadcast::Receiver<GuestEvent> {
+        self.notices.subscribe()
+    }
+
+    /// The guests active now.
+    pub fn active(&self) -> Vec<Arc<ActiveGuest>> {
+        self.ledger.lock().active()
+    }
+
+    pub fn statuses(&self) -> Vec<FileStatus> {
+        self.ledger.lock().statuses(&self.shadows)
+    }
+
+    /// The finalizer an unloaded guest left behind, if any.
+    pub fn orphan(&self, guest: &str) -> Option<OrphanedFinalizer> {
+        self.ledger.lock().orphans.get(guest).cloned()
+    }
+
+    /// Updates what is known of an unloaded guest's finalizer.
+    pub fn update_orphan(&self, guest: &str, update: impl FnOnce(&mut OrphanedFinalizer)) {
+        if let Some(orphan) = self.ledger.lock().orphans.get_mut(guest) {
+            update(orphan);
+        }
+    }
+}
+
+/// What drives the state machine: the source's changes and the host configuration's.
+impl Guests {
+    /// Loads everything now, then follows the source until the returned task is
+    /// dropped/aborted.
+    pub async fn watch(self: Arc<Self>) -> anyhow::Result<()> {
+        let mut changes = self.source.watch()?;
+        loop {
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || this.rescan()).await?;
+            if self.retry_soon.swap(false, Ordering::Relaxed) {
+                changes.retry_in(TRANSIENT_RETRY);
+            }
+            changes.next().await?;
+        }
+    }
+
+    /// Brings the set in line with the source. Compiling happens on this thread; call it from
+    /// a blocking context.
+    pub fn rescan(&self) {
+        let present = match self.source.list() {
+            Ok(origins) => origins,
+            Err(e) => {
+                tracing::error!("{e}");
+                return;
+            }
+        };
+        let gone = self.ledger.lock().gone(&present);
+        for name in &gone {
+            self.unload(name);
+        }
+        for origin in &present {
+            // Vanished between listing and reading: the next change rescans.
+            let Some(artefact) = self.read(origin) else {
+                continue;
+            };
+            let judged = self.ledger.lock().judged(origin.name()) == Some(&artefact.hash);
+            if !judged {
+                self.load(artefact);
+            }
+        }
+    }
+
+    /// Applies a new host configuration: every item is judged again against it (see the
+    /// module docs). Backends cannot change while the host runs: such a configuration is
+    /// refused whole and the current one stays.
+    pub fn reconfigure(&self, config: HostConfig) -> Result<(), String> {
+        if config.backends != self.config().backends {
+            return Err(
+                "backends: differ from the running configuration; backends change only with a restart, so nothing of the new configuration was applied".into(),
+            );
+        }
+        *self.config.write() = Arc::new(config);
+        let entries = self.ledger.lock().snapshot();
+        for (origin, active) in entries {
+            match active {
+                // The running version is judged again, whatever the item holds now (a newer
+                // content that was refused stays refused).
+                Some(active) => self.regrant(&origin, &active),
+                // An item refused so far (e.g. for want of a grant) may pass now.
+                None => {
+                    if let Some(artefact) = self.read(&origin) {
+                        self.load(artefact);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `origin`'s content now, if it can be read.
+    fn read(&self, origin: &Origin) -> Option<Artefact> {
+        match self.source.read(origin) {
+            Ok(artefact) => Some(artefact),
+            Err(e) => {
+                tracing::debug!(file = %origin.name(), "skipping unreadable file: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// The state machine, one item at a time: load (or refuse, keeping the last good version),
+/// regrant, unload.
+impl Guests {
+    fn load(&self, artefact: Artefact) {
+        let Artefact {
+            origin,
+            bytes,
+            hash,
+        } = artefact;
+        let result = self.validate(&origin, &bytes);
+        let mut ledger = self.ledger.lock();
+        let previous = ledger.active_of(origin.name());
+        let active = match result {
+            Ok(active) => Arc::new(active),
+            Err(RefusalError::Load(e)) if e.is_transient() => {
+                drop(ledger);
+                // Not recorded as this content's verdict: the next rescan loads it again.
+                tracing::warn!(file = %origin.name(), "{e}");
+                self.retry_soon.store(true, Ordering::Relaxed);
+                return;
+            }
+            Err(err) => {
+                drop(ledger);
+                return self.refuse(origin, hash, previous, &err);
+            }
+        };
+        let name = active.name().to_owned();
+        // A running name encodes its item's stem (`source`), so two files of one directory
+        // never meet here; kept for sources to come (`Reconciler` objects).
+        if let Some(other) = ledger.running_elsewhere(origin.name(), &name) {
+            let err = RefusalError::DuplicateName {
+                file: origin.name().to_owned(),
+                guest: name,
+                other: other.to_owned(),
+            };
+            drop(ledger);
+            return self.refuse(origin, hash, previous, &err);
+        }
+        if let Some(old) = previous.as_ref().filter(|old| old.name() != name) {
+            self.notices.unloaded(old);
+        }
+        tracing::info!(
+            file = %origin.name(), guest = %name, hash = %active.loaded.hash,
+            replaced = previous.is_some(), "guest loaded"
+        );
+        // Back before its finalizer was released: it handles its objects again.
+        ledger.orphans.forget(&name);
+        self.notices.count(&active, true);
+        ledger.insert(Entry::loaded(origin, hash, active.clone()));
+        drop(ledger);
+        self.notices.loaded(active);
+    }
+
+    fn validate(&self, origin: &Origin, bytes: &[u8]) -> Result<ActiveGuest, RefusalError> {
+        let file = std::path::Path::new(origin.name());
+        let loaded = self.runtime.load(bytes, file)?;
+        Ok(ActiveGuest::admit(origin, loaded, &self.config())?)
+    }
+
+    /// Records `err` as the verdict on this content of `origin`; `previous` stays active.
+    fn refuse(
+        &self,
+        origin: Origin,
+        hash: String,
+        previous: Option<Arc<ActiveGuest>>,
+        err: &RefusalError,
+    ) {
+        self.notices
+            .refused(origin.name(), previous.as_deref(), err);
+        let entry = Entry::refused(origin, hash, err, previous);
+        self.ledger.lock().insert(entry);
+    }
+
+    /// The active version of `origin` under the current configuration: unchanged, reloaded
+    /// with its new grant (or name), or unloaded when its grant was withdrawn or no longer
+    /// covers it.
+    fn regrant(&self, origin: &Origin, active: &Arc<ActiveGuest>) {
+        match active.regrant(origin, &self.config()) {
+            Ok(new) if new.grant == active.grant && new.name() == active.name() => {}
+            Ok(new) => {
+                let new = Arc::new(new);
+                if new.name() != active.name() {
+                    self.notices.unloaded(active);
+                    self.notices.count(&new, true);
+                }
+                tracing::info!(file = %origin.name(), guest = %new.name(), mode = ?new.grant.mode,
+                    "guest reloaded with its new grant");
+                if let Some(entry) = self.ledger.lock().entries.get_mut(origin.name()) {
+                    entry.active = Some(new.clone());
+                }
+                self.notices.loaded(new);
+            }
+            Err(err) => {
+                // A revoked grant must take effect: the guest stops now.
+                let hash = self.ledger.lock().judged(origin.name()).map(str::to_owned);
+                let hash = hash.unwrap_or_default();
+                self.unload(origin.name());
+                self.refuse(origin.clone(), hash, None, &err.into());
+            }
+        }
+    }
+
+    fn unload(&self, name: &str) {
+        let Some(entry) = self.ledger.lock().entries.remove(name) else {
+            return;
+        };
+        if let Some(active) = entry.active {
+            tracing::info!(file = name, guest = %active.name(), "guest unloaded");
+            let policy = self.config().finalizer_policy.on_unload;
+            self.ledger
+                .lock()
+                .orphans
+                .record(&entry.origin, &active, policy);
+            self.notices.unloaded(&active);
+        }
+    }
+}

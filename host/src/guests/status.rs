@@ -1,0 +1,168 @@
+//! What the guest set knows ([`Ledger`]), and the `/guests` view of it: per source item, the
+//! content last judged, the verdict and the version active now; per unloaded guest, the
+//! finalizer it left behind; per guest, its shadow-mode verdicts. Logs and metrics use the same
+//! words ([`FileState`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::grants::{ActiveGuest, RefusalError};
+use super::orphans::{OrphanedFinalizer, Orphans};
+use super::source::Origin;
+use crate::shadow::Shadows;
+
+/// Status of one file, as logs, metrics and `/guests` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileStatus {
+    pub file: PathBuf,
+    /// SHA-256 of the file's current content.
+    pub hash: String,
+    pub state: FileState,
+    /// The guest name of the active version from this file, if any.
+    pub guest: Option<String>,
+    /// The content hash of the version that is active (differs from `hash` after a refusal).
+    pub active_hash: Option<String>,
+    /// For an unloaded guest that declared a finalizer: what is left of it on objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphaned_finalizer: Option<OrphanedFinalizer>,
+    /// The active version's mode (`active` or `shadow`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::shadow::Mode>,
+    /// The guest's verdicts in shadow mode, if it ever ran in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<crate::shadow::ShadowReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state", content = "reason")]
+pub enum FileState {
+    /// The file is gone; its guest left a finalizer behind (`orphanedFinalizer`).
+    Unloaded,
+    Loaded,
+    Failed(String),
+}
+
+/// One source item as the guest set last judged it.
+pub(super) struct Entry {
+    pub origin: Origin,
+    /// The content of the last verdict: the same content is not judged again.
+    pub hash: String,
+    pub state: FileState,
+    /// The version running now: this content's, or an earlier one kept after a refusal.
+    pub active: Option<Arc<ActiveGuest>>,
+}
+
+impl Entry {
+    pub fn loaded(origin: Origin, hash: String, active: Arc<ActiveGuest>) -> Self {
+        Self {
+            origin,
+            hash,
+            state: FileState::Loaded,
+            active: Some(active),
+        }
+    }
+
+    /// Refused for `err`; `previous`, its last good version, stays active.
+    pub fn refused(
+        origin: Origin,
+        hash: String,
+        err: &RefusalError,
+        previous: Option<Arc<ActiveGuest>>,
+    ) -> Self {
+        Self {
+            origin,
+            hash,
+            state: FileState::Failed(err.to_string()),
+            active: previous,
+        }
+    }
+}
+
+/// What the set knows: every item by origin name, and the finalizers unloaded guests left.
+#[derive(Default)]
+pub(super) struct Ledger {
+    pub entries: BTreeMap<String, Entry>,
+    pub orphans: Orphans,
+}
+
+impl Ledger {
+    /// Every item with the version of it running now.
+    pub fn snapshot(&self) -> Vec<(Origin, Option<Arc<ActiveGuest>>)> {
+        self.entries
+            .values()
+            .map(|e| (e.origin.clone(), e.active.clone()))
+            .collect()
+    }
+
+    /// The items not in `present`: gone from the source.
+    pub fn gone(&self, present: &[Origin]) -> Vec<String> {
+        self.entries
+            .keys()
+            .filter(|name| !present.iter().any(|o| o.name() == *name))
+            .cloned()
+            .collect()
+    }
+
+    /// The content hash of the last verdict on item `name`.
+    pub fn judged(&self, name: &str) -> Option<&str> {
+        self.entries.get(name).map(|e| e.hash.as_str())
+    }
+
+    /// The version of item `name` running now.
+    pub fn active_of(&self, name: &str) -> Option<Arc<ActiveGuest>> {
+        self.entries.get(name).and_then(|e| e.active.clone())
+    }
+
+    pub fn active(&self) -> Vec<Arc<ActiveGuest>> {
+        self.entries
+            .values()
+            .filter_map(|e| e.active.clone())
+            .collect()
+    }
+
+    /// Another item than `name` whose running guest is called `guest`.
+    pub fn running_elsewhere(&self, name: &str, guest: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(other, e)| {
+                *other != name && e.active.as_ref().is_some_and(|a| a.name() == guest)
+            })
+            .map(|(other, _)| other.as_str())
+    }
+
+    pub fn insert(&mut self, entry: Entry) {
+        self.entries.insert(entry.origin.name().to_owned(), entry);
+    }
+
+    /// The `/guests` view: every item by name, then every orphaned finalizer by guest name.
+    pub fn statuses(&self, shadows: &Shadows) -> Vec<FileStatus> {
+        let files = self.entries.values().map(|entry| FileStatus {
+            file: PathBuf::from(entry.origin.name()),
+            hash: entry.hash.clone(),
+            state: entry.state.clone(),
+            guest: entry.active.as_ref().map(|a| a.name().to_owned()),
+            active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
+            orphaned_finalizer: None,
+            mode: entry.active.as_ref().map(|a| a.grant.mode),
+            shadow: entry.active.as_ref().and_then(|a| shadows.report(a.name())),
+        });
+        let orphans = self
+            .orphans
+            .iter()
+            .map(|(guest, origin, orphan)| FileStatus {
+                file: PathBuf::from(origin),
+                hash: String::new(),
+                state: FileState::Unloaded,
+                guest: Some(guest.to_owned()),
+                active_hash: None,
+                orphaned_finalizer: Some(orphan.clone()),
+                mode: None,
+                shadow: None,
+            });
+        files.chain(orphans).collect()
+    }
+}
