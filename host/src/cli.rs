@@ -1,6 +1,7 @@
 //! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
-//! `reconcile` (one offline reconcile against objects from files; prints every host call), `new`
-//! (scaffold a guest in one of the supported languages).
+//! `reconcile` (one offline reconcile against objects from files, [`crate::offline_runner`];
+//! prints every host call), `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in
+//! one of the supported languages).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
 
 use std::path::PathBuf;
@@ -11,13 +12,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::backends::{MemoryBackend, NetworkBackend};
-use crate::capabilities::{CallContext, GuestContext, Scope};
-use crate::config::{Grant, HostConfig};
+use crate::config::HostConfig;
 use crate::guests::{ActiveGuest, GrantError, Origin};
-use crate::objects::{Gvk, ObjectKey, ObjectRef};
-use crate::providers::offline::MemoryCache;
-use crate::runtime::{Request, Runtime, RuntimeOptions};
+use crate::objects::{Gvk, ObjectKey};
+use crate::offline_runner::{OfflineRun, load_guest};
+use crate::runtime::{Runtime, RuntimeOptions};
 
 #[derive(Parser)]
 #[command(
@@ -126,13 +125,20 @@ pub fn main() -> ExitCode {
                 attempt,
                 now,
             } => {
-                let options = OfflineRun {
+                let config = load_config(config.as_ref())?;
+                let run = OfflineRun {
+                    guest,
+                    objects,
+                    kind,
+                    key,
                     config,
                     backend_state,
                     attempt,
                     now,
                 };
-                reconcile(guest, objects, kind, key, options).await
+                let output = run.reconcile().await?;
+                println!("{}", serde_json::to_string_pretty(&output)?);
+                Ok(())
             }
             Command::New { lang, name, dir } => new_guest(lang, &name, dir),
             Command::Rbac {
@@ -305,14 +311,6 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Option<HostConfig>> {
         .map_err(Into::into)
 }
 
-async fn load_guest(
-    runtime: Arc<Runtime>,
-    file: PathBuf,
-) -> anyhow::Result<crate::runtime::LoadedGuest> {
-    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-    Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
-}
-
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = load_config(config.as_ref())?;
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
@@ -348,104 +346,5 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
             grant["reason"].as_str().unwrap_or("")
         );
     }
-    Ok(())
-}
-
-struct OfflineRun {
-    config: Option<PathBuf>,
-    backend_state: Option<PathBuf>,
-    attempt: u32,
-    now: Option<std::time::SystemTime>,
-}
-
-async fn reconcile(
-    guest_file: PathBuf,
-    objects: Vec<PathBuf>,
-    kind: Gvk,
-    key: ObjectKey,
-    options: OfflineRun,
-) -> anyhow::Result<()> {
-    let OfflineRun {
-        config,
-        backend_state,
-        attempt,
-        now,
-    } = options;
-    let config = load_config(config.as_ref())?;
-    let cache = Arc::new(MemoryCache::load(&objects)?);
-    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::run::default_cache_dir(),
-        ..RuntimeOptions::default()
-    })?);
-    let loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
-
-    let (loaded, grant) = match &config {
-        None => (loaded, Grant::unrestricted()),
-        Some(config) => {
-            // As in `run`: the grant of the file's source, and the guest runs under its key.
-            let admitted = ActiveGuest::admit(&Origin::file(&guest_file), loaded, config).map_err(
-                |e| match e {
-                    GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
-                    GrantError::NoGrant { guest, .. } => {
-                        anyhow::anyhow!("guest `{guest}` has no grant in the host configuration")
-                    }
-                    GrantError::BeyondGrant { guest, missing, .. } => {
-                        anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
-                    }
-                },
-            )?;
-            (admitted.loaded, admitted.grant)
-        }
-    };
-    let manifest = &loaded.manifest;
-    // Offline, networks live in memory whatever the configuration's provider; its
-    // `allowedCidrs` apply as in `run`.
-    let allowed = config
-        .as_ref()
-        .and_then(|c| c.backends.get(crate::capabilities::NETWORK_BACKEND))
-        .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
-    let policy = crate::backends::Policy::new(allowed)?;
-    let network = Arc::new(
-        match &backend_state {
-            Some(path) => MemoryBackend::with_state_file(path.clone())?,
-            None => MemoryBackend::new(),
-        }
-        .with_policy(policy),
-    );
-    let providers = crate::providers::offline::providers(
-        cache.clone(),
-        Some(network as Arc<dyn NetworkBackend>),
-    );
-    let context = Arc::new(
-        GuestContext::new(manifest.name.clone(), grant, providers)
-            .with_scope(Scope::of(manifest, None))
-            .with_clock(now),
-    );
-
-    let object_ref = ObjectRef {
-        kind,
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    };
-    let object = cache.get(&object_ref);
-    let request = Request {
-        deleting: object.as_ref().is_some_and(|o| {
-            o.pointer("/metadata/deletionTimestamp")
-                .is_some_and(|t| !t.is_null())
-        }),
-        object: object.map(|o| o.to_string()),
-        object_ref,
-        attempt,
-    };
-    let call = CallContext::new(
-        context,
-        key.to_string(),
-        Some(tokio::runtime::Handle::current()),
-    )
-    .recording();
-    let run =
-        tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
-    let output = json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() });
-    println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())
 }

@@ -45,6 +45,7 @@ pub mod leader;
 pub mod manifest;
 pub mod metrics;
 pub mod objects;
+pub mod offline_runner;
 pub mod providers;
 pub mod queue;
 pub mod rbac;

@@ -1,0 +1,136 @@
+//! The offline runner, `reconciler-host reconcile`: one reconcile of one key without a cluster,
+//! the way Kubewarden's `kwctl run` tests a policy. Objects are loaded into an in-memory cache;
+//! cluster writes are recorded (and applied to that cache, as the API server would), never
+//! sent; the network backend lives in memory. With a host configuration the guest is admitted
+//! and granted exactly as `run` does it ([`crate::guests::ActiveGuest::admit`]), so a fixture
+//! that passes here passes there. Every host call is recorded and returned with the result.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::backends::{MemoryBackend, NetworkBackend};
+use crate::capabilities::{CallContext, GuestContext, Scope};
+use crate::config::{Grant, HostConfig};
+use crate::guests::{ActiveGuest, GrantError, Origin};
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::providers::offline::MemoryCache;
+use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
+
+/// One offline reconcile, as `reconciler-host reconcile` is asked for it.
+pub struct OfflineRun {
+    /// The guest component.
+    pub guest: PathBuf,
+    /// Files or directories of objects (multi-document YAML or JSON) for the cache.
+    pub objects: Vec<PathBuf>,
+    /// The key's kind (the guest's primary kind, usually) and the key.
+    pub kind: Gvk,
+    pub key: ObjectKey,
+    /// With a configuration, the guest's grant applies as in `run`; without, every call is
+    /// allowed.
+    pub config: Option<HostConfig>,
+    /// The memory network backend's state file, read before and written after.
+    pub backend_state: Option<PathBuf>,
+    pub attempt: u32,
+    /// The guest's wall clock, fixed (for fixtures that compare timestamps).
+    pub now: Option<std::time::SystemTime>,
+}
+
+impl OfflineRun {
+    /// Runs the reconcile; returns `{"result": ..., "calls": [...]}`.
+    pub async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
+        let OfflineRun {
+            guest: guest_file,
+            objects,
+            kind,
+            key,
+            config,
+            backend_state,
+            attempt,
+            now,
+        } = self;
+        let cache = Arc::new(MemoryCache::load(&objects)?);
+        let runtime = Arc::new(Runtime::new(&RuntimeOptions {
+            cache_dir: crate::run::default_cache_dir(),
+            ..RuntimeOptions::default()
+        })?);
+        let loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
+
+        let (loaded, grant) = match &config {
+            None => (loaded, Grant::unrestricted()),
+            Some(config) => {
+                // As in `run`: the grant of the file's source, and the guest runs under its key.
+                let admitted = ActiveGuest::admit(&Origin::file(&guest_file), loaded, config)
+                    .map_err(|e| match e {
+                        GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
+                        GrantError::NoGrant { guest, .. } => {
+                            anyhow::anyhow!(
+                                "guest `{guest}` has no grant in the host configuration"
+                            )
+                        }
+                        GrantError::BeyondGrant { guest, missing, .. } => {
+                            anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
+                        }
+                    })?;
+                (admitted.loaded, admitted.grant)
+            }
+        };
+        let manifest = &loaded.manifest;
+        // Offline, networks live in memory whatever the configuration's provider; its
+        // `allowedCidrs` apply as in `run`.
+        let allowed = config
+            .as_ref()
+            .and_then(|c| c.backends.get(crate::capabilities::NETWORK_BACKEND))
+            .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
+        let policy = crate::backends::Policy::new(allowed)?;
+        let network = Arc::new(
+            match &backend_state {
+                Some(path) => MemoryBackend::with_state_file(path.clone())?,
+                None => MemoryBackend::new(),
+            }
+            .with_policy(policy),
+        );
+        let providers = crate::providers::offline::providers(
+            cache.clone(),
+            Some(network as Arc<dyn NetworkBackend>),
+        );
+        let context = Arc::new(
+            GuestContext::new(manifest.name.clone(), grant, providers)
+                .with_scope(Scope::of(manifest, None))
+                .with_clock(now),
+        );
+
+        let object_ref = ObjectRef {
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        let object = cache.get(&object_ref);
+        let request = Request {
+            deleting: object.as_ref().is_some_and(|o| {
+                o.pointer("/metadata/deletionTimestamp")
+                    .is_some_and(|t| !t.is_null())
+            }),
+            object: object.map(|o| o.to_string()),
+            object_ref,
+            attempt,
+        };
+        let call = CallContext::new(
+            context,
+            key.to_string(),
+            Some(tokio::runtime::Handle::current()),
+        )
+        .recording();
+        let run =
+            tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
+        Ok(json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() }))
+    }
+}
+
+/// Reads and loads a guest (compiled through the cache) off the async workers.
+pub async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<LoadedGuest> {
+    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
+}
