@@ -20,14 +20,17 @@
 //!                                                                 └─▶ backends (networks)
 //! ```
 //!
-//! Around them: [`manifest`] (what a guest asks for), [`validation`] (what a guest may name),
-//! [`finalizer`], [`objects`] (kinds, references, keys), [`config`] (grants and limits),
-//! [`compile_cache`] (compiled guests on disk, trusted only if the host wrote them),
-//! [`dir_watch`] (following the guest directory and the configuration file), [`metrics`],
-//! [`server`], [`leader`], [`host`] (`run`) and [`cli`].
+//! Above them: [`run`] (`reconciler-host run`: wiring, ownership, the controller set),
+//! [`offline_runner`] (`reconciler-host reconcile`) and [`cli`]. Around them: [`manifest`]
+//! (what a guest asks for), [`validation`] (what a guest may name), [`finalizer`], [`objects`]
+//! (kinds, references, keys), [`config`] (grants and limits), [`compile_cache`] (compiled
+//! guests on disk, trusted only if the host wrote them), [`dir_watch`] (following the guest
+//! directory and the configuration file), [`discovery`] (kinds, one cache), [`fence`] (the
+//! write fence), [`metrics`], [`server`], [`shards`] and [`leader`].
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
-//! provider traits, and no capability imports the runtime or a provider.
+//! provider traits, and no capability imports the runtime or a provider. The rooms and which
+//! may import which: `docs/architecture.md`.
 
 pub mod backends;
 pub mod capabilities;

@@ -80,9 +80,36 @@ pub async fn apply_crd_file(
     }
     let mut crds = Vec::new();
     for name in names {
-        crds.push(wait_crd_established(client, &name, CRD_ESTABLISHED_TIMEOUT).await?);
+        let crd = wait_crd_established(client, &name, CRD_ESTABLISHED_TIMEOUT).await?;
+        wait_crd_discoverable(client, &crd).await?;
+        crds.push(crd);
     }
     Ok(crds)
+}
+
+/// Waits until discovery serves every version of the CRD's kind: kube-apiserver sets
+/// `Established` before its handler for a new group/version is in place, and a discovery
+/// request in between gets a 404 (seen under load on this 2-core machine).
+async fn wait_crd_discoverable(client: &Client, crd: &CustomResourceDefinition) -> Result<()> {
+    let spec = &crd.spec;
+    for version in spec.versions.iter().filter(|v| v.served) {
+        let gvk = GroupVersionKind::gvk(&spec.group, &version.name, &spec.names.kind);
+        wait_until(
+            &format!(
+                "{} {} to be discoverable",
+                spec.names.kind,
+                gvk.api_version()
+            ),
+            CRD_ESTABLISHED_TIMEOUT,
+            || async {
+                discovery::pinned_kind(client, &gvk)
+                    .await
+                    .map_err(Into::into)
+            },
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Waits until the CRD `name` has condition `Established=True`; the timeout error shows the
