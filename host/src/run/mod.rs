@@ -149,7 +149,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
     );
     let mut guest_events = guests.subscribe();
-    let watcher = tokio::spawn(guests.clone().watch());
+    let mut watcher = tokio::spawn(guests.clone().watch());
     let config_watcher = tokio::spawn(config::follow_config(args.config.clone(), guests.clone()));
 
     let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
@@ -189,7 +189,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         manager.start_all().await;
     }
 
-    let result = manager.run_until_shutdown(&mut guest_events).await;
+    let result = manager
+        .run_until_shutdown(&mut guest_events, &mut watcher)
+        .await;
 
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
@@ -252,6 +254,7 @@ impl Manager {
     async fn run_until_shutdown(
         &mut self,
         guest_events: &mut broadcast::Receiver<GuestEvent>,
+        watcher: &mut tokio::task::JoinHandle<anyhow::Result<()>>,
     ) -> anyhow::Result<()> {
         let mut retry = tokio::time::interval(START_RETRY);
         let shutdown = shutdown_signal();
@@ -263,8 +266,17 @@ impl Manager {
                 event = guest_events.recv() => match event {
                     Ok(event) => self.on_guest_event(event).await,
                     Err(RecvError::Lagged(_)) => self.resync().await,
-                    Err(RecvError::Closed) => anyhow::bail!("the guest directory watcher stopped"),
+                    Err(RecvError::Closed) => anyhow::bail!("the guest set stopped"),
                 },
+                // The watch never ends on its own: if it does, guest changes go unseen.
+                stopped = &mut *watcher => {
+                    let why = match stopped {
+                        Ok(Ok(())) => "it ended".to_owned(),
+                        Ok(Err(e)) => format!("{e:#}"),
+                        Err(e) => e.to_string(),
+                    };
+                    anyhow::bail!("the guest directory watcher stopped: {why}");
+                }
                 _ = retry.tick() => {
                     if self.owned.anything() {
                         self.controllers.retry_pending(&self.shared).await;
