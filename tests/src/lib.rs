@@ -23,6 +23,7 @@
 //! The pieces, one per file:
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
+//! - [`registry`]: local OCI registries to push guests to and pull them from;
 //! - [`namespace`]: a fresh namespace per test;
 //! - [`manifests`]: server-side apply of YAML files (CRDs, sample objects);
 //! - [`wait`]: polling with a deadline and a message that says what was awaited;
@@ -39,6 +40,7 @@ pub mod host;
 pub mod manifests;
 pub mod namespace;
 pub mod paths;
+pub mod registry;
 pub mod wait;
 pub mod watch;
 
@@ -50,6 +52,7 @@ pub use manifests::{
 };
 pub use namespace::test_namespace;
 pub use paths::{cp_script, kubectl, repo_root};
+pub use registry::{PrivateRegistry, Registry};
 pub use wait::wait_until;
 pub use watch::{Seen, WatchRecorder};
 
