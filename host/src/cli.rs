@@ -1,4 +1,5 @@
 //! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
+//! `push` (a guest to a registry as a Wasm OCI artifact, [`crate::oci`]),
 //! `reconcile` (one offline reconcile against objects from files, [`crate::offline_runner`];
 //! prints every host call), `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in
 //! one of the supported languages).
@@ -29,6 +30,50 @@ struct Cli {
     command: Command,
 }
 
+/// How to reach a registry from the command line.
+#[derive(clap::Args, Debug)]
+struct RegistryArgs {
+    /// Speak plain HTTP to the registry (a local test registry); HTTPS otherwise.
+    #[arg(long)]
+    plain_http: bool,
+    /// Basic auth user; the password is read from standard input (`--password-stdin`).
+    #[arg(long, requires = "password_stdin")]
+    username: Option<String>,
+    #[arg(long, requires = "username")]
+    password_stdin: bool,
+    /// Credentials from a dockerconfigjson file (`~/.docker/config.json`, an imagePullSecret's
+    /// `.dockerconfigjson`), for the reference's registry.
+    #[arg(long, conflicts_with = "username")]
+    auth_file: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    fn auth(&self, registry: &str) -> anyhow::Result<crate::oci::Auth> {
+        if let Some(username) = &self.username {
+            let mut password = String::new();
+            std::io::stdin()
+                .read_line(&mut password)
+                .context("--password-stdin: cannot read the password from standard input")?;
+            return Ok(crate::oci::Auth::Basic {
+                username: username.clone(),
+                password: password.trim_end_matches(['\r', '\n']).to_owned(),
+            });
+        }
+        match &self.auth_file {
+            None => Ok(crate::oci::Auth::Anonymous),
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("--auth-file: cannot read {}", path.display()))?;
+                let config = crate::oci::DockerConfig::parse(&bytes)
+                    .with_context(|| format!("--auth-file {}", path.display()))?;
+                config
+                    .auth_for(registry)
+                    .with_context(|| format!("--auth-file {}", path.display()))
+            }
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller host: load every guest in the directory and reconcile.
@@ -47,8 +92,12 @@ enum Command {
     /// that cache, as the API server would), never sent; the network backend is in memory.
     /// Without --config every call is allowed; with it, the guest's grant applies as in `run`.
     Reconcile {
+        /// The guest: a file, or `oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]` (pulled into
+        /// the host's cache, verified, loaded by digest from there when pinned).
         #[arg(long)]
-        guest: PathBuf,
+        guest: crate::offline_runner::GuestRef,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Files or directories of objects (multi-document YAML or JSON).
         #[arg(long, num_args = 1.., required = true)]
         objects: Vec<PathBuf>,
@@ -69,6 +118,17 @@ enum Command {
         /// Fix the guest's wall clock at this RFC 3339 time, for reproducible output.
         #[arg(long, value_parser = humantime::parse_rfc3339)]
         now: Option<std::time::SystemTime>,
+    },
+    /// Validate a guest (as `check` does) and push it to a registry as a Wasm OCI artifact
+    /// (CNCF layout: a `application/vnd.wasm.config.v0+json` config and one `application/wasm`
+    /// layer). Prints the manifest digest (`sha256:…`) as its last line.
+    Push {
+        /// The guest component.
+        file: PathBuf,
+        /// Where: `oci://HOST[:PORT]/REPO[:TAG]`.
+        reference: crate::oci::ModuleRef,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Print the RBAC the host configuration's grants need (YAML): one cluster role and binding
     /// per guest, the host's own (events) and the leader-election role, for a service account.
@@ -115,8 +175,14 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => crate::run::run(args).await,
             Command::Check { file, config } => check(file, config).await,
+            Command::Push {
+                file,
+                reference,
+                registry,
+            } => push(file, &reference, &registry).await,
             Command::Reconcile {
                 guest,
+                registry,
                 objects,
                 kind,
                 key,
@@ -126,8 +192,14 @@ pub fn main() -> ExitCode {
                 now,
             } => {
                 let config = load_config(config.as_ref())?;
+                let auth = match &guest {
+                    crate::offline_runner::GuestRef::Module(m) => registry.auth(m.registry())?,
+                    crate::offline_runner::GuestRef::File(_) => crate::oci::Auth::Anonymous,
+                };
                 let run = OfflineRun {
                     guest,
+                    auth,
+                    plain_http: registry.plain_http,
                     objects,
                     kind,
                     key,
@@ -309,6 +381,34 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Option<HostConfig>> {
     path.map(|p| HostConfig::load(p))
         .transpose()
         .map_err(Into::into)
+}
+
+/// `push`: validated as `check` validates (a component of the contract's world whose
+/// `manifest()` answers), then written to the registry.
+async fn push(
+    file: PathBuf,
+    reference: &crate::oci::ModuleRef,
+    registry: &RegistryArgs,
+) -> anyhow::Result<()> {
+    let auth = registry.auth(reference.registry())?;
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
+        cache_dir: crate::run::default_cache_dir(),
+        ..RuntimeOptions::default()
+    })?);
+    let loaded = load_guest(runtime, file.clone()).await?;
+    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let interfaces = crate::oci::component_interfaces(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let digest =
+        crate::oci::push(reference, &bytes, &interfaces, &auth, registry.plain_http).await?;
+    eprintln!(
+        "pushed {} (guest `{}`, {} bytes) to {reference}",
+        file.display(),
+        loaded.manifest.name,
+        bytes.len()
+    );
+    println!("{digest}");
+    Ok(())
 }
 
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {

@@ -59,6 +59,9 @@ pub struct HostConfig {
     /// What happens to objects still carrying a guest's finalizer once the guest is unloaded.
     #[serde(default)]
     pub finalizer_policy: FinalizerPolicy,
+    /// Registries guests are pulled from: which speak plain HTTP, the module size cap.
+    #[serde(default)]
+    pub registries: crate::oci::RegistrySettings,
 }
 
 impl HostConfig {

@@ -26,7 +26,8 @@
 //! (kinds, references, keys), [`config`] (grants and limits), [`compile_cache`] (compiled
 //! guests on disk, trusted only if the host wrote them), [`dir_watch`] (following the guest
 //! directory and the configuration file), [`discovery`] (kinds, one cache), [`fence`] (the
-//! write fence), [`metrics`], [`server`], [`shards`] and [`leader`].
+//! write fence), [`oci`] (guests as OCI artifacts: push, pull, a cache by digest), [`metrics`],
+//! [`server`], [`shards`] and [`leader`].
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
 //! provider traits, and no capability imports the runtime or a provider. The rooms and which
@@ -48,6 +49,7 @@ pub mod leader;
 pub mod manifest;
 pub mod metrics;
 pub mod objects;
+pub mod oci;
 pub mod offline_runner;
 pub mod providers;
 pub mod queue;

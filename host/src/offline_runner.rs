@@ -16,13 +16,36 @@ use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
 use crate::guests::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::oci::{Auth, ModuleRef, Puller};
 use crate::providers::offline::MemoryCache;
 use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
 
+/// A guest as the command line names it: a file, or `oci://…` (pulled into the host's cache).
+#[derive(Debug, Clone)]
+pub enum GuestRef {
+    File(PathBuf),
+    Module(ModuleRef),
+}
+
+impl std::str::FromStr for GuestRef {
+    type Err = crate::oci::ModuleRefError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.starts_with("oci://") {
+            text.parse().map(Self::Module)
+        } else {
+            Ok(Self::File(PathBuf::from(text)))
+        }
+    }
+}
+
 /// One offline reconcile, as `reconciler-host reconcile` is asked for it.
 pub struct OfflineRun {
-    /// The guest component.
-    pub guest: PathBuf,
+    /// The guest component: a file, or a module in a registry.
+    pub guest: GuestRef,
+    /// Registry credentials for a module, and `--plain-http`.
+    pub auth: Auth,
+    pub plain_http: bool,
     /// Files or directories of objects (multi-document YAML or JSON) for the cache.
     pub objects: Vec<PathBuf>,
     /// The key's kind (the guest's primary kind, usually) and the key.
@@ -42,7 +65,9 @@ impl OfflineRun {
     /// Runs the reconcile; returns `{"result": ..., "calls": [...]}`.
     pub async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
-            guest: guest_file,
+            guest,
+            auth,
+            plain_http,
             objects,
             kind,
             key,
@@ -56,14 +81,15 @@ impl OfflineRun {
             cache_dir: crate::run::default_cache_dir(),
             ..RuntimeOptions::default()
         })?);
-        let loaded = load_guest(runtime.clone(), guest_file.clone()).await?;
+        let (loaded, origin) =
+            load(runtime.clone(), guest, config.as_ref(), &auth, plain_http).await?;
 
         let (loaded, grant) = match &config {
             None => (loaded, Grant::unrestricted()),
             Some(config) => {
                 // As in `run`: the grant of the file's source, and the guest runs under its key.
-                let admitted = ActiveGuest::admit(&Origin::file(&guest_file), loaded, config)
-                    .map_err(|e| match e {
+                let admitted =
+                    ActiveGuest::admit(&origin, loaded, config).map_err(|e| match e {
                         GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
                         GrantError::NoGrant { guest, .. } => {
                             anyhow::anyhow!(
@@ -133,4 +159,38 @@ impl OfflineRun {
 pub async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<LoadedGuest> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
     Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
+}
+
+/// Loads the guest from its file, or pulls it into the host's cache first; returns it with the
+/// origin its grant is keyed by.
+async fn load(
+    runtime: Arc<Runtime>,
+    guest: GuestRef,
+    config: Option<&HostConfig>,
+    auth: &Auth,
+    plain_http: bool,
+) -> anyhow::Result<(LoadedGuest, Origin)> {
+    Ok(match guest {
+        GuestRef::File(file) => (
+            load_guest(runtime.clone(), file.clone()).await?,
+            Origin::file(&file),
+        ),
+        GuestRef::Module(module) => {
+            let settings = config
+                .as_ref()
+                .map(|c| c.registries.clone())
+                .unwrap_or_default();
+            let cache_dir = crate::run::default_cache_dir()
+                .context("no cache directory for pulled modules (set HOME or XDG_CACHE_HOME)")?;
+            let pulled = Puller::new(&settings, &cache_dir, plain_http)
+                .pull(&module, auth)
+                .await?;
+            tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache, "module pulled");
+            let name = PathBuf::from(module.pinned(&pulled.digest)?.to_string());
+            let runtime = runtime.clone();
+            let loaded =
+                tokio::task::spawn_blocking(move || runtime.load(&pulled.bytes, &name)).await??;
+            (loaded, Origin::module(&module))
+        }
+    })
 }

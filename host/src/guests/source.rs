@@ -155,6 +155,21 @@ impl Origin {
         }
     }
 
+    /// A module pulled from a registry: named by its reference, its grant keyed by the last
+    /// segment of its repository (`greeter` of `oci://r.example.com/guests/greeter:v1`), as a
+    /// file's is by its stem.
+    pub fn module(module: &crate::oci::ModuleRef) -> Self {
+        let repository = module.reference().repository();
+        Self {
+            name: module.to_string(),
+            stem: repository
+                .rsplit('/')
+                .next()
+                .unwrap_or(repository)
+                .to_owned(),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -1,0 +1,190 @@
+//! The CNCF TAG-Runtime layout of a Wasm component as an OCI artifact, written by `push` and
+//! checked on every pull.
+
+use std::fmt::Write;
+
+use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::{WASM_CONFIG, WASM_LAYER};
+
+/// What Kubewarden and Spin push: accepted on pulls, never written.
+const OLD_WASM_CONFIG: &str = oci_client::manifest::WASM_CONFIG_MEDIA_TYPE;
+const OLD_WASM_LAYER: &str = oci_client::manifest::WASM_LAYER_MEDIA_TYPE;
+
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    let hash = Sha256::digest(bytes);
+    let mut out = String::with_capacity(71);
+    out.push_str("sha256:");
+    for byte in hash {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+/// A component's top-level imports and exports, as the config lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComponentInterfaces {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+/// The top-level imports and exports of a component, read from its sections (no compile).
+pub fn component_interfaces(bytes: &[u8]) -> Result<ComponentInterfaces, String> {
+    use wasmparser::{Parser, Payload};
+    let mut interfaces = ComponentInterfaces::default();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(|e| e.to_string())? {
+            Payload::Version { encoding, .. } => {
+                if depth == 0 && encoding != wasmparser::Encoding::Component {
+                    return Err("a core module, not a component".into());
+                }
+                depth += 1;
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(reader) if depth == 1 => {
+                for import in reader {
+                    interfaces
+                        .imports
+                        .push(import.map_err(|e| e.to_string())?.name.name.to_owned());
+                }
+            }
+            Payload::ComponentExportSection(reader) if depth == 1 => {
+                for export in reader {
+                    interfaces
+                        .exports
+                        .push(export.map_err(|e| e.to_string())?.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(interfaces)
+}
+
+/// The config blob: what the layout asks for, and the component's interfaces.
+pub fn config(layer_digest: &str, interfaces: &ComponentInterfaces) -> Vec<u8> {
+    let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let config = json!({
+        "created": created,
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+        "component": {
+            "imports": interfaces.imports,
+            "exports": interfaces.exports,
+        },
+    });
+    serde_json::to_vec(&config).unwrap_or_default()
+}
+
+/// The image manifest: the config and exactly one `application/wasm` layer.
+pub fn manifest(config: (&str, usize), layer: (&str, usize)) -> Vec<u8> {
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_IMAGE_MEDIA_TYPE,
+        "artifactType": WASM_CONFIG,
+        "config": {"mediaType": WASM_CONFIG, "digest": config.0, "size": config.1},
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer.0, "size": layer.1}],
+    });
+    serde_json::to_vec(&manifest).unwrap_or_default()
+}
+
+/// The descriptors a pull follows.
+pub struct Parts {
+    pub config: OciDescriptor,
+    pub layer: OciDescriptor,
+}
+
+/// A manifest is a Wasm artifact: a Wasm config and exactly one Wasm layer.
+pub fn parse_manifest(raw: &[u8]) -> Result<Parts, String> {
+    let manifest: OciImageManifest =
+        serde_json::from_slice(raw).map_err(|e| format!("the manifest does not parse: {e}"))?;
+    let config = manifest.config;
+    if config.media_type != WASM_CONFIG && config.media_type != OLD_WASM_CONFIG {
+        return Err(format!(
+            "config media type {} (expected {WASM_CONFIG})",
+            config.media_type
+        ));
+    }
+    let [layer]: [OciDescriptor; 1] = manifest.layers.try_into().map_err(|layers: Vec<_>| {
+        format!("{} layers (a Wasm artifact has exactly one)", layers.len())
+    })?;
+    if layer.media_type != WASM_LAYER && layer.media_type != OLD_WASM_LAYER {
+        return Err(format!(
+            "layer media type {} (expected {WASM_LAYER})",
+            layer.media_type
+        ));
+    }
+    Ok(Parts { config, layer })
+}
+
+/// A v0 config lists the layer it describes; an older config need not.
+pub fn check_config(raw: &[u8], layer_digest: &str) -> Result<(), String> {
+    let config: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| format!("the config does not parse: {e}"))?;
+    if let Some(digests) = config.get("layerDigests").and_then(|d| d.as_array())
+        && !digests.iter().any(|d| d.as_str() == Some(layer_digest))
+    {
+        return Err(format!(
+            "the config's layerDigests do not list the layer {layer_digest}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pushed_manifest_parses_back_to_its_config_and_one_wasm_layer() {
+        let layer = sha256_digest(b"component");
+        let config = config(&layer, &ComponentInterfaces::default());
+        let config_digest = sha256_digest(&config);
+        let raw = manifest((&config_digest, config.len()), (&layer, 9));
+        let parts = parse_manifest(&raw).unwrap();
+        assert_eq!(
+            (parts.config.digest.as_str(), parts.layer.digest.as_str()),
+            (config_digest.as_str(), layer.as_str())
+        );
+        assert_eq!(parts.layer.size, 9);
+        check_config(&config, &layer).unwrap();
+        assert!(check_config(&config, &sha256_digest(b"other")).is_err());
+        let value: serde_json::Value = serde_json::from_slice(&config).unwrap();
+        assert_eq!(
+            (value["architecture"].as_str(), value["os"].as_str()),
+            (Some("wasm"), Some("wasip2"))
+        );
+    }
+
+    #[test]
+    fn a_manifest_with_another_layer_type_or_count_is_not_a_wasm_artifact() {
+        let layer =
+            |media: &str| json!({"mediaType": media, "digest": sha256_digest(b"x"), "size": 1});
+        let doc = |layers: serde_json::Value| {
+            serde_json::to_vec(&json!({
+                "schemaVersion": 2,
+                "config": {"mediaType": WASM_CONFIG, "digest": sha256_digest(b"c"), "size": 1},
+                "layers": layers,
+            }))
+            .unwrap()
+        };
+        let tar = parse_manifest(&doc(json!([layer(
+            "application/vnd.oci.image.layer.v1.tar"
+        )])));
+        assert!(
+            tar.err()
+                .unwrap()
+                .starts_with("layer media type application/vnd.oci.image.layer.v1.tar")
+        );
+        let two = parse_manifest(&doc(json!([layer(WASM_LAYER), layer(WASM_LAYER)])));
+        assert_eq!(
+            two.err().unwrap(),
+            "2 layers (a Wasm artifact has exactly one)"
+        );
+        assert!(parse_manifest(&doc(json!([layer(OLD_WASM_LAYER)]))).is_ok());
+    }
+}

@@ -1,0 +1,157 @@
+//! `oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use oci_client::Reference;
+
+/// A module's place in a registry. The registry is explicit: a bare `repo:tag` would mean
+/// Docker Hub to most tools, which is never what a guest reference means here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleRef {
+    reference: Reference,
+    text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{text}: not a module reference ({why}); expected oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]"
+)]
+pub struct ModuleRefError {
+    text: String,
+    why: String,
+}
+
+impl ModuleRef {
+    pub fn reference(&self) -> &Reference {
+        &self.reference
+    }
+
+    /// The pinned manifest digest (`sha256:…`), if the reference has one.
+    pub fn digest(&self) -> Option<&str> {
+        self.reference.digest()
+    }
+
+    /// `host[:port]`, as `registries.insecure` lists it.
+    pub fn registry(&self) -> &str {
+        self.reference.registry()
+    }
+
+    /// `registry/repository[:tag]`: what a tag's last resolution is remembered under.
+    pub fn tagged_name(&self) -> String {
+        let base = format!(
+            "{}/{}",
+            self.reference.registry(),
+            self.reference.repository()
+        );
+        match self.reference.tag() {
+            Some(tag) => format!("{base}:{tag}"),
+            None => format!("{base}:latest"),
+        }
+    }
+
+    /// The same module pinned to `digest`.
+    pub fn pinned(&self, digest: &str) -> Result<Self, ModuleRefError> {
+        let base = format!(
+            "oci://{}/{}",
+            self.reference.registry(),
+            self.reference.repository()
+        );
+        match self.reference.tag() {
+            Some(tag) => format!("{base}:{tag}@{digest}"),
+            None => format!("{base}@{digest}"),
+        }
+        .parse()
+    }
+}
+
+impl FromStr for ModuleRef {
+    type Err = ModuleRefError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| ModuleRefError {
+            text: text.to_owned(),
+            why: why.to_owned(),
+        };
+        let rest = text
+            .strip_prefix("oci://")
+            .ok_or_else(|| err("it does not start with oci://"))?;
+        let (host, _) = rest
+            .split_once('/')
+            .ok_or_else(|| err("it names no repository"))?;
+        // Registry hosts have a dot, a port or are `localhost` (the distribution spec's rule for
+        // telling a registry from a first path component).
+        if !(host.contains('.') || host.contains(':') || host == "localhost") {
+            return Err(err(
+                "the registry host must be explicit, e.g. registry.example.com or 127.0.0.1:5000",
+            ));
+        }
+        if let Some((_, digest)) = rest.split_once('@') {
+            let hex = digest
+                .strip_prefix("sha256:")
+                .ok_or_else(|| err("a digest must be sha256:"))?;
+            if hex.len() != 64
+                || !hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(err("a sha256 digest is 64 lowercase hex digits"));
+            }
+        }
+        let reference: Reference = rest.parse().map_err(|e| err(&format!("{e}")))?;
+        Ok(Self {
+            reference,
+            text: text.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ModuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_reference_names_its_registry_repository_tag_and_digest() {
+        let r: ModuleRef = "oci://127.0.0.1:5000/guests/greeter:v1".parse().unwrap();
+        assert_eq!(r.registry(), "127.0.0.1:5000");
+        assert_eq!(r.reference().repository(), "guests/greeter");
+        assert_eq!(r.digest(), None);
+        assert_eq!(r.tagged_name(), "127.0.0.1:5000/guests/greeter:v1");
+        let pinned = r.pinned(DIGEST).unwrap();
+        assert_eq!(pinned.digest(), Some(DIGEST));
+        assert_eq!(
+            pinned.to_string(),
+            format!("oci://127.0.0.1:5000/guests/greeter:v1@{DIGEST}")
+        );
+        let by_digest: ModuleRef = format!("oci://registry.example.com/network@{DIGEST}")
+            .parse()
+            .unwrap();
+        assert_eq!(by_digest.digest(), Some(DIGEST));
+    }
+
+    #[test]
+    fn a_reference_without_scheme_registry_or_a_sha256_digest_is_refused_with_the_form() {
+        for bad in [
+            "127.0.0.1:5000/greeter",
+            "oci://greeter:v1",
+            "oci://library/greeter:v1",
+            "oci://r.example.com/greeter@md5:abc",
+            "oci://r.example.com/greeter@sha256:abc",
+        ] {
+            let err = bad.parse::<ModuleRef>().unwrap_err().to_string();
+            assert!(
+                err.starts_with(bad)
+                    && err.ends_with("expected oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Guests from a real OCI registry (Debian's distribution 2.8, started by
+//! `tools/registry/registry`, htpasswd basic auth over plain HTTP on loopback): `reconciler-host
+//! push` writes a guest as a Wasm artifact, `reconcile --guest oci://…` pulls it into the
+//! host's content-addressed cache and runs it, and the cache serves a pinned digest with the
+//! registry down. Each test has its own registry and its own cache directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use anyhow::{Context, Result, ensure};
+use reconciler_host_tests::paths::target_dir;
+use reconciler_host_tests::{PrivateRegistry, repo_root};
+use serde_json::Value;
+
+const NOW: &str = "2026-01-02T03:04:05Z";
+const FIXTURE: &str = "host/tests/fixtures/greeter-hello";
+
+fn host() -> Command {
+    Command::new(target_dir().join("debug/reconciler-host"))
+}
+
+fn guest(name: &str) -> PathBuf {
+    target_dir().join("guests").join(format!("{name}.wasm"))
+}
+
+/// Runs the host with the registry's password on stdin.
+fn with_password(mut command: Command, password: &str) -> Result<Output> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("start reconciler-host")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(format!("{password}\n").as_bytes())?;
+    Ok(child.wait_with_output()?)
+}
+
+struct Session<'a> {
+    registry: &'a PrivateRegistry,
+    cache: tempfile::TempDir,
+}
+
+impl<'a> Session<'a> {
+    fn new(registry: &'a PrivateRegistry) -> Result<Self> {
+        Ok(Self {
+            registry,
+            cache: tempfile::tempdir()?,
+        })
+    }
+
+    fn module(&self, repo: &str) -> String {
+        format!("oci://{}/{repo}", self.registry.address())
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = host();
+        command
+            .env("XDG_CACHE_HOME", self.cache.path())
+            .args(args)
+            .args([
+                "--plain-http",
+                "--username",
+                self.registry.username(),
+                "--password-stdin",
+            ]);
+        command
+    }
+
+    /// `push`; the manifest digest it prints last.
+    fn push(&self, file: &Path, module: &str) -> Result<String> {
+        let file = file.display().to_string();
+        let out = with_password(
+            self.command(&["push", &file, module]),
+            self.registry.password(),
+        )?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "push failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let digest = stdout.lines().last().unwrap_or("").to_owned();
+        ensure!(
+            digest.starts_with("sha256:") && digest.len() == 71,
+            "push printed {stdout:?}"
+        );
+        Ok(digest)
+    }
+
+    /// `reconcile` of the greeter fixture with `--guest module`.
+    fn reconcile(&self, module: &str, password: &str) -> Result<Output> {
+        let objects = repo_root().join(FIXTURE).join("objects.yaml");
+        let objects = objects.display().to_string();
+        let args = [
+            "reconcile",
+            "--guest",
+            module,
+            "--objects",
+            &objects,
+            "--kind",
+            "test.reconciler.dev/v1/Widget",
+            "--key",
+            "demo/w1",
+            "--now",
+            NOW,
+        ];
+        with_password(self.command(&args), password)
+    }
+
+    fn blobs(&self) -> Result<usize> {
+        let dir = self.cache.path().join("reconciler-host/oci/blobs/sha256");
+        Ok(std::fs::read_dir(dir).map(Iterator::count).unwrap_or(0))
+    }
+}
+
+/// The offline runner's output for the fixture, pinned by `expected.json`.
+fn assert_greets(out: &Output, what: &str) -> Result<()> {
+    ensure!(
+        out.status.success(),
+        "{what}: reconcile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let actual: Value = serde_json::from_slice(&out.stdout).context("reconcile output")?;
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(
+        repo_root().join(FIXTURE).join("expected.json"),
+    )?)?;
+    ensure!(
+        actual == expected,
+        "{what}: output differs from {FIXTURE}/expected.json: {actual}"
+    );
+    Ok(())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn a_pushed_python_and_go_guest_is_pulled_verified_and_reconciles_as_its_file_does()
+-> Result<()> {
+    let registry = PrivateRegistry::start("pull").await?;
+    let s = Session::new(&registry)?;
+    for name in ["greeter-python", "greeter-go"] {
+        let module = s.module(&format!("guests/{name}:v1"));
+        let digest = s.push(&guest(name), &module)?;
+        // By tag, by tag and digest, by digest alone: one module.
+        assert_greets(&s.reconcile(&module, registry.password())?, &module)?;
+        let pinned = format!("{module}@{digest}");
+        assert_greets(&s.reconcile(&pinned, registry.password())?, &pinned)?;
+        let by_digest = s.module(&format!("guests/{name}@{digest}"));
+        assert_greets(&s.reconcile(&by_digest, registry.password())?, &by_digest)?;
+    }
+    // Each module is a manifest, a config and a layer, stored once however it was named.
+    ensure!(s.blobs()? == 6, "{} blobs cached, expected 6", s.blobs()?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_the_registry_down_a_pinned_or_known_tag_loads_from_the_cache_and_a_new_one_fails()
+-> Result<()> {
+    let registry = PrivateRegistry::start("down").await?;
+    let s = Session::new(&registry)?;
+    let module = s.module("guests/greeter-c:v1");
+    let digest = s.push(&guest("greeter-c"), &module)?;
+    assert_greets(&s.reconcile(&module, registry.password())?, "first pull")?;
+
+    registry.stop().await?;
+    assert_greets(
+        &s.reconcile(&format!("{module}@{digest}"), registry.password())?,
+        "pinned, registry down",
+    )?;
+    let by_tag = s.reconcile(&module, registry.password())?;
+    assert_greets(&by_tag, "tag, registry down")?;
+    ensure!(
+        stderr(&by_tag).contains("registry unreachable") && stderr(&by_tag).contains(&digest),
+        "the fallback is not said: {}",
+        stderr(&by_tag)
+    );
+    let never_pulled = s.reconcile(&s.module("guests/other:v1"), registry.password())?;
+    ensure!(
+        !never_pulled.status.success()
+            && stderr(&never_pulled).contains("cannot reach the registry"),
+        "{}",
+        stderr(&never_pulled)
+    );
+
+    // A tampered cache is a miss, never a load: with the registry down that is an error.
+    let layers = s.cache.path().join("reconciler-host/oci/blobs/sha256");
+    for entry in std::fs::read_dir(&layers)? {
+        let path = entry?.path();
+        if std::fs::metadata(&path)?.len() > 10_000 {
+            std::fs::write(&path, b"tampered")?;
+        }
+    }
+    let tampered = s.reconcile(&format!("{module}@{digest}"), registry.password())?;
+    ensure!(
+        !tampered.status.success() && stderr(&tampered).contains("cannot reach the registry"),
+        "{}",
+        stderr(&tampered)
+    );
+    registry.start_again().await?;
+    assert_greets(
+        &s.reconcile(&format!("{module}@{digest}"), registry.password())?,
+        "pinned, registry back",
+    )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_with_their_reason()
+-> Result<()> {
+    let registry = PrivateRegistry::start("refusals").await?;
+    let s = Session::new(&registry)?;
+    let module = s.module("guests/greeter-js:v1");
+    s.push(&guest("greeter-js"), &module)?;
+
+    let denied = s.reconcile(&module, "not-the-password")?;
+    ensure!(
+        !denied.status.success() && stderr(&denied).contains("refused the credentials"),
+        "{}",
+        stderr(&denied)
+    );
+    let unknown = format!("{module}@sha256:{}", "0".repeat(64));
+    let missing = s.reconcile(&unknown, registry.password())?;
+    ensure!(
+        !missing.status.success() && stderr(&missing).contains("not found in the registry"),
+        "{}",
+        stderr(&missing)
+    );
+
+    // A cap below the module's size: refused from the manifest's claim, nothing cached.
+    let config = s.cache.path().join("host.yaml");
+    std::fs::write(&config, "registries:\n  maxModuleBytes: 100000\n")?;
+    let objects = repo_root().join(FIXTURE).join("objects.yaml");
+    let (config, objects) = (config.display().to_string(), objects.display().to_string());
+    let command = s.command(&[
+        "reconcile",
+        "--guest",
+        &module,
+        "--config",
+        &config,
+        "--objects",
+        &objects,
+        "--kind",
+        "test.reconciler.dev/v1/Widget",
+        "--key",
+        "demo/w1",
+    ]);
+    let too_large = with_password(command, registry.password())?;
+    ensure!(
+        !too_large.status.success()
+            && stderr(&too_large).contains("larger than the cap of 100000 bytes"),
+        "{}",
+        stderr(&too_large)
+    );
+    ensure!(
+        s.blobs()? == 0,
+        "an oversized module left {} blobs",
+        s.blobs()?
+    );
+    Ok(())
+}
