@@ -1,7 +1,8 @@
 //! The registry `tools/registry/registry` starts behaves as the host's OCI pulls need: it
 //! refuses anonymous requests with a Basic challenge and accepts the generated credentials,
 //! serves a pushed blob back by digest byte for byte, takes a Wasm artifact's manifest and
-//! deletes it, refuses connections while stopped, and keeps its storage across a restart.
+//! deletes it, refuses connections while stopped, and keeps its storage across a restart. And
+//! the host refuses what a registry serves that is not a Wasm component, saying why.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -413,5 +414,99 @@ async fn a_stopped_registry_refuses_connections_and_keeps_its_blobs_across_a_res
         served == bytes,
         "the blob came back changed after the restart"
     );
+    Ok(())
+}
+
+/// Pushes a manifest of one layer (`layer_type`, `bytes`) and a v0 Wasm config under `:v1`.
+async fn push_artifact(
+    registry: &Registry,
+    repository: &str,
+    layer_type: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let layer_digest = push_blob(registry, repository, bytes).await?;
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm", "os": "wasip2", "layerDigests": [layer_digest],
+    }))?;
+    let config_digest = push_blob(registry, repository, &config).await?;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": layer_type, "digest": layer_digest, "size": bytes.len()}],
+    }))?;
+    let path = format!("/v2/{repository}/manifests/v1");
+    let put = Request {
+        headers: &[("Content-Type", OCI_MANIFEST)],
+        body: &manifest,
+        ..Request::new("PUT", &path, user(registry))
+    }
+    .send(registry.address())
+    .await?;
+    ensure!(put.status == 201, "PUT {path}: {}", put.text());
+    Ok(())
+}
+
+/// `reconcile --guest oci://…:v1` of `repository`; its stderr, having checked that it failed.
+fn host_refuses(registry: &Registry, repository: &str) -> Result<String> {
+    use std::io::Write;
+    let cache = tempfile::tempdir()?;
+    let module = format!("oci://{}/{repository}:v1", registry.address());
+    let objects =
+        reconciler_host_tests::repo_root().join("host/tests/fixtures/greeter-hello/objects.yaml");
+    let mut child = std::process::Command::new(
+        reconciler_host_tests::paths::target_dir().join("debug/reconciler-host"),
+    )
+    .env("XDG_CACHE_HOME", cache.path())
+    .args(["reconcile", "--guest", &module, "--objects"])
+    .arg(&objects)
+    .args([
+        "--kind",
+        "test.reconciler.dev/v1/Widget",
+        "--key",
+        "demo/w1",
+        "--plain-http",
+    ])
+    .args(["--username", registry.username(), "--password-stdin"])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(format!("{}\n", registry.password()).as_bytes())?;
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(!out.status.success(), "{module} was accepted: {stderr}");
+    Ok(stderr)
+}
+
+#[tokio::test]
+async fn the_host_refuses_an_artifact_that_is_not_a_wasm_component_with_the_reason() -> Result<()> {
+    let registry = Registry::shared().await?;
+    // A container image's layer type: not a Wasm artifact, refused before the layer is read.
+    let (tar, bytes) = fresh("tar-layer");
+    push_artifact(
+        registry,
+        &tar,
+        "application/vnd.oci.image.layer.v1.tar",
+        &bytes,
+    )
+    .await?;
+    let said = host_refuses(registry, &tar)?;
+    ensure!(
+        said.contains(
+            "not a Wasm component artifact: layer media type application/vnd.oci.image.layer.v1.tar"
+        ),
+        "{said}"
+    );
+    // The right layer type around a core module's bytes: pulled and verified, then refused
+    // by the runtime as not a component.
+    let (core, bytes) = fresh("core-module");
+    push_artifact(registry, &core, "application/wasm", &bytes).await?;
+    let said = host_refuses(registry, &core)?;
+    ensure!(said.contains("not a WebAssembly component"), "{said}");
     Ok(())
 }
