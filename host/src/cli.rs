@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -16,8 +15,7 @@ use serde_json::json;
 use crate::config::HostConfig;
 use crate::guests::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey};
-use crate::offline_runner::{OfflineRun, load_guest};
-use crate::runtime::{Runtime, RuntimeOptions};
+use crate::offline_runner::{OfflineRun, load_bytes, load_guest, local_runtime};
 
 #[derive(Parser)]
 #[command(
@@ -318,10 +316,7 @@ async fn guest_names(
     dir: &std::path::Path,
     config: &HostConfig,
 ) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::run::default_cache_dir(),
-        ..RuntimeOptions::default()
-    })?);
+    let runtime = local_runtime()?;
     let mut names = std::collections::BTreeSet::new();
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
@@ -391,12 +386,8 @@ async fn push(
     registry: &RegistryArgs,
 ) -> anyhow::Result<()> {
     let auth = registry.auth(reference.registry())?;
-    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::run::default_cache_dir(),
-        ..RuntimeOptions::default()
-    })?);
-    let loaded = load_guest(runtime, file.clone()).await?;
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let loaded = load_bytes(local_runtime()?, bytes.clone(), file.clone()).await?;
     let interfaces = crate::oci::component_interfaces(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let digest =
@@ -413,10 +404,7 @@ async fn push(
 
 async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = load_config(config.as_ref())?;
-    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::run::default_cache_dir(),
-        ..RuntimeOptions::default()
-    })?);
+    let runtime = local_runtime()?;
     let loaded = load_guest(runtime, file.clone()).await?;
     let manifest = &loaded.manifest;
     let world = loaded.world();

@@ -77,10 +77,7 @@ impl OfflineRun {
             now,
         } = self;
         let cache = Arc::new(MemoryCache::load(&objects)?);
-        let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-            cache_dir: crate::run::default_cache_dir(),
-            ..RuntimeOptions::default()
-        })?);
+        let runtime = local_runtime()?;
         let (loaded, origin) =
             load(runtime.clone(), guest, config.as_ref(), &auth, plain_http).await?;
 
@@ -155,10 +152,29 @@ impl OfflineRun {
     }
 }
 
+/// A runtime for a command that loads guests on this machine (`reconcile`, `check`, `push`,
+/// `rbac --guests`): compiled guests are cached where `run` caches them.
+pub fn local_runtime() -> anyhow::Result<Arc<Runtime>> {
+    Ok(Arc::new(Runtime::new(&RuntimeOptions {
+        cache_dir: crate::run::default_cache_dir(),
+        ..RuntimeOptions::default()
+    })?))
+}
+
+/// Loads a guest from `bytes` (compiled through the cache) off the async workers; `name` is
+/// the file or reference its messages name.
+pub async fn load_bytes(
+    runtime: Arc<Runtime>,
+    bytes: Vec<u8>,
+    name: PathBuf,
+) -> anyhow::Result<LoadedGuest> {
+    Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &name)).await??)
+}
+
 /// Reads and loads a guest (compiled through the cache) off the async workers.
 pub async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<LoadedGuest> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-    Ok(tokio::task::spawn_blocking(move || runtime.load(&bytes, &file)).await??)
+    load_bytes(runtime, bytes, file).await
 }
 
 /// Loads the guest from its file, or pulls it into the host's cache first; returns it with the
@@ -171,10 +187,10 @@ async fn load(
     plain_http: bool,
 ) -> anyhow::Result<(LoadedGuest, Origin)> {
     Ok(match guest {
-        GuestRef::File(file) => (
-            load_guest(runtime.clone(), file.clone()).await?,
-            Origin::file(&file),
-        ),
+        GuestRef::File(file) => {
+            let origin = Origin::file(&file);
+            (load_guest(runtime, file).await?, origin)
+        }
         GuestRef::Module(module) => {
             let settings = config
                 .as_ref()
@@ -187,10 +203,10 @@ async fn load(
                 .await?;
             tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache, "module pulled");
             let name = PathBuf::from(module.pinned(&pulled.digest)?.to_string());
-            let runtime = runtime.clone();
-            let loaded =
-                tokio::task::spawn_blocking(move || runtime.load(&pulled.bytes, &name)).await??;
-            (loaded, Origin::module(&module))
+            (
+                load_bytes(runtime, pulled.bytes, name).await?,
+                Origin::module(&module),
+            )
         }
     })
 }

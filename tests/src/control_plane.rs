@@ -26,7 +26,6 @@ use std::ffi::OsStr;
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -217,23 +216,7 @@ impl PrivateControlPlane {
     /// Starts a fresh control plane in `<target>/control-plane/private-<name>-<pid>-<n>`.
     /// Costs a few seconds and about 0.5 GB of memory while it runs.
     pub async fn start(name: &str) -> Result<Self> {
-        static STARTED: AtomicU32 = AtomicU32::new(0);
-        let clean: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .take(40)
-            .collect();
-        let dir = target_dir().join(format!(
-            "control-plane/private-{clean}-{}-{}",
-            std::process::id(),
-            STARTED.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = crate::paths::private_dir("control-plane", name);
         let pid = std::process::id().to_string();
         run_cp([
             "up".as_ref(),

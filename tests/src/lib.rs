@@ -52,7 +52,7 @@ pub use manifests::{
 };
 pub use namespace::test_namespace;
 pub use paths::{cp_script, kubectl, repo_root};
-pub use registry::{PrivateRegistry, Registry};
+pub use registry::{PrivateRegistry, Registry, with_password};
 pub use wait::wait_until;
 pub use watch::{Seen, WatchRecorder};
 

@@ -64,3 +64,26 @@ pub fn target_dir() -> PathBuf {
         })
         .unwrap_or_else(|| repo_root().join("target"))
 }
+
+/// `<target>/<kind>/private-<name>-<pid>-<n>`: a state directory of its own for one private
+/// server (a control plane, a registry), unique across processes and calls, `name` made safe
+/// for a path and a command line.
+pub fn private_dir(kind: &str, name: &str) -> PathBuf {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    target_dir().join(format!(
+        "{kind}/private-{clean}-{}-{}",
+        std::process::id(),
+        STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ))
+}

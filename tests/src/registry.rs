@@ -30,7 +30,6 @@
 use std::ffi::OsStr;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, Result, anyhow, bail};
 use tokio::process::Command;
@@ -140,23 +139,7 @@ impl PrivateRegistry {
     /// Starts a fresh registry in `<target>/registry/private-<name>-<pid>-<n>` on a free
     /// loopback port.
     pub async fn start(name: &str) -> Result<Self> {
-        static STARTED: AtomicU32 = AtomicU32::new(0);
-        let clean: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .take(40)
-            .collect();
-        let dir = target_dir().join(format!(
-            "registry/private-{clean}-{}-{}",
-            std::process::id(),
-            STARTED.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = crate::paths::private_dir("registry", name);
         let pid = std::process::id().to_string();
         run_registry([
             "up".as_ref(),
@@ -255,4 +238,26 @@ where
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `command` (a `reconciler-host` command with `--password-stdin`) with `password` on its
+/// standard input, and collects its output.
+pub fn with_password(
+    mut command: std::process::Command,
+    password: &str,
+) -> Result<std::process::Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("start reconciler-host")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(format!("{password}\n").as_bytes())?;
+    Ok(child.wait_with_output()?)
 }

@@ -449,35 +449,26 @@ async fn push_artifact(
 
 /// `reconcile --guest oci://…:v1` of `repository`; its stderr, having checked that it failed.
 fn host_refuses(registry: &Registry, repository: &str) -> Result<String> {
-    use std::io::Write;
     let cache = tempfile::tempdir()?;
     let module = format!("oci://{}/{repository}:v1", registry.address());
     let objects =
         reconciler_host_tests::repo_root().join("host/tests/fixtures/greeter-hello/objects.yaml");
-    let mut child = std::process::Command::new(
+    let mut command = std::process::Command::new(
         reconciler_host_tests::paths::target_dir().join("debug/reconciler-host"),
-    )
-    .env("XDG_CACHE_HOME", cache.path())
-    .args(["reconcile", "--guest", &module, "--objects"])
-    .arg(&objects)
-    .args([
-        "--kind",
-        "test.reconciler.dev/v1/Widget",
-        "--key",
-        "demo/w1",
-        "--plain-http",
-    ])
-    .args(["--username", registry.username(), "--password-stdin"])
-    .stdin(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(format!("{}\n", registry.password()).as_bytes())?;
-    let out = child.wait_with_output()?;
+    );
+    command
+        .env("XDG_CACHE_HOME", cache.path())
+        .args(["reconcile", "--guest", &module, "--objects"])
+        .arg(&objects)
+        .args([
+            "--kind",
+            "test.reconciler.dev/v1/Widget",
+            "--key",
+            "demo/w1",
+            "--plain-http",
+        ])
+        .args(["--username", registry.username(), "--password-stdin"]);
+    let out = reconciler_host_tests::with_password(command, registry.password())?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     ensure!(!out.status.success(), "{module} was accepted: {stderr}");
     Ok(stderr)

@@ -4,13 +4,12 @@
 //! host's content-addressed cache and runs it, and the cache serves a pinned digest with the
 //! registry down. Each test has its own registry and its own cache directory.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use anyhow::{Context, Result, ensure};
 use reconciler_host_tests::paths::target_dir;
-use reconciler_host_tests::{PrivateRegistry, repo_root};
+use reconciler_host_tests::{PrivateRegistry, repo_root, with_password};
 use serde_json::Value;
 
 const NOW: &str = "2026-01-02T03:04:05Z";
@@ -22,22 +21,6 @@ fn host() -> Command {
 
 fn guest(name: &str) -> PathBuf {
     target_dir().join("guests").join(format!("{name}.wasm"))
-}
-
-/// Runs the host with the registry's password on stdin.
-fn with_password(mut command: Command, password: &str) -> Result<Output> {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start reconciler-host")?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(format!("{password}\n").as_bytes())?;
-    Ok(child.wait_with_output()?)
 }
 
 struct Session<'a> {
@@ -140,6 +123,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The command failed, saying `said`.
+fn refused(out: &Output, said: &str) -> Result<()> {
+    ensure!(
+        !out.status.success() && stderr(out).contains(said),
+        "expected a refusal saying {said:?}: {}",
+        stderr(out)
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_pushed_python_and_go_guest_is_pulled_verified_and_reconciles_as_its_file_does()
 -> Result<()> {
@@ -182,12 +175,7 @@ async fn with_the_registry_down_a_pinned_or_known_tag_loads_from_the_cache_and_a
         stderr(&by_tag)
     );
     let never_pulled = s.reconcile(&s.module("guests/other:v1"), registry.password())?;
-    ensure!(
-        !never_pulled.status.success()
-            && stderr(&never_pulled).contains("cannot reach the registry"),
-        "{}",
-        stderr(&never_pulled)
-    );
+    refused(&never_pulled, "cannot reach the registry")?;
 
     // A tampered cache is a miss, never a load: with the registry down that is an error.
     let layers = s.cache.path().join("reconciler-host/oci/blobs/sha256");
@@ -198,11 +186,7 @@ async fn with_the_registry_down_a_pinned_or_known_tag_loads_from_the_cache_and_a
         }
     }
     let tampered = s.reconcile(&format!("{module}@{digest}"), registry.password())?;
-    ensure!(
-        !tampered.status.success() && stderr(&tampered).contains("cannot reach the registry"),
-        "{}",
-        stderr(&tampered)
-    );
+    refused(&tampered, "cannot reach the registry")?;
     registry.start_again().await?;
     assert_greets(
         &s.reconcile(&format!("{module}@{digest}"), registry.password())?,
@@ -220,18 +204,10 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
     s.push(&guest("greeter-js"), &module)?;
 
     let denied = s.reconcile(&module, "not-the-password")?;
-    ensure!(
-        !denied.status.success() && stderr(&denied).contains("refused the credentials"),
-        "{}",
-        stderr(&denied)
-    );
+    refused(&denied, "refused the credentials")?;
     let unknown = format!("{module}@sha256:{}", "0".repeat(64));
     let missing = s.reconcile(&unknown, registry.password())?;
-    ensure!(
-        !missing.status.success() && stderr(&missing).contains("not found in the registry"),
-        "{}",
-        stderr(&missing)
-    );
+    refused(&missing, "not found in the registry")?;
 
     // A cap below the module's size: refused from the manifest's claim, nothing cached.
     let config = s.cache.path().join("host.yaml");
@@ -252,12 +228,7 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
         "demo/w1",
     ]);
     let too_large = with_password(command, registry.password())?;
-    ensure!(
-        !too_large.status.success()
-            && stderr(&too_large).contains("larger than the cap of 100000 bytes"),
-        "{}",
-        stderr(&too_large)
-    );
+    refused(&too_large, "larger than the cap of 100000 bytes")?;
     ensure!(
         s.blobs()? == 0,
         "an oversized module left {} blobs",

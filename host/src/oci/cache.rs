@@ -55,24 +55,14 @@ impl ModuleCache {
         self.blob(&parts.layer.digest)
     }
 
-    /// Stores a verified pull: manifest (under `digest`), config and layer.
-    pub fn store(
-        &self,
-        digest: &str,
-        manifest: &[u8],
-        config: &[u8],
-        layer: &[u8],
-    ) -> std::io::Result<()> {
-        for (digest, bytes) in [
-            (digest.to_owned(), manifest),
-            (sha256_digest(config), config),
-            (sha256_digest(layer), layer),
-        ] {
-            let Some(path) = self.blob_path(&digest) else {
+    /// Stores a verified pull: each blob under the digest it was verified against.
+    pub fn store(&self, blobs: &[(&str, &[u8])]) -> std::io::Result<()> {
+        for &(digest, bytes) in blobs {
+            let Some(path) = self.blob_path(digest) else {
                 continue;
             };
-            // Content-addressed: an intact copy is the same bytes, stored once.
-            if self.blob(&digest)?.is_some() {
+            // Content-addressed: an intact copy is these bytes already, stored once.
+            if path.exists() && self.blob(digest)?.is_some() {
                 continue;
             }
             write_atomically(&path, bytes)?;
@@ -99,8 +89,8 @@ impl ModuleCache {
         self.root.join("tags").join(&key["sha256:".len()..])
     }
 
-    /// How many layer-sized blobs are stored: for tests and `/guests`.
-    pub fn blobs(&self) -> std::io::Result<usize> {
+    #[cfg(test)]
+    fn blobs(&self) -> std::io::Result<usize> {
         match std::fs::read_dir(self.root.join("blobs/sha256")) {
             Ok(entries) => Ok(entries.count()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
@@ -136,8 +126,14 @@ mod tests {
         );
         let digest = sha256_digest(&raw);
         assert_eq!(cache.load(&digest).unwrap(), None);
-        cache.store(&digest, &raw, &config, &layer).unwrap();
-        cache.store(&digest, &raw, &config, &layer).unwrap();
+        let config_digest = sha256_digest(&config);
+        let blobs: [(&str, &[u8]); 3] = [
+            (&digest, &raw),
+            (&config_digest, &config),
+            (&layer_digest, &layer),
+        ];
+        cache.store(&blobs).unwrap();
+        cache.store(&blobs).unwrap();
         assert_eq!(cache.load(&digest).unwrap(), Some(layer.clone()));
         assert_eq!(
             cache.blobs().unwrap(),

@@ -74,7 +74,7 @@ impl RegistrySettings {
     }
 }
 
-/// Why a pull failed, with the reason a status condition shows.
+/// Why a pull failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
     #[error("{module}: cannot reach the registry: {error}")]
@@ -106,22 +106,6 @@ pub enum PullError {
     Cache(#[from] std::io::Error),
 }
 
-impl PullError {
-    /// The `reason` of a `Ready=False` condition.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Unreachable { .. }
-            | Self::Denied { .. }
-            | Self::NotFound { .. }
-            | Self::Registry { .. }
-            | Self::Cache(_) => "PullFailed",
-            Self::DigestMismatch { .. } => "DigestMismatch",
-            Self::TooLarge { .. } => "TooLarge",
-            Self::NotAWasmArtifact { .. } => "NotAComponent",
-        }
-    }
-}
-
 /// A module as pulled: its manifest digest (what runs) and the component's bytes.
 #[derive(Debug, Clone)]
 pub struct Pulled {
@@ -147,10 +131,6 @@ impl Puller {
             cache: ModuleCache::new(cache_dir),
             max_bytes: settings.max_module_bytes(),
         }
-    }
-
-    pub fn cache(&self) -> &ModuleCache {
-        &self.cache
     }
 
     /// The module `module` names: from the cache when its digest is pinned and cached, else
@@ -249,7 +229,11 @@ impl Puller {
         let layer = self
             .blob(module, &parts.layer, self.max_bytes, "the layer")
             .await?;
-        self.cache.store(&digest, &raw, &config, &layer)?;
+        self.cache.store(&[
+            (&digest, &raw),
+            (&parts.config.digest, &config),
+            (&parts.layer.digest, &layer),
+        ])?;
         if module.digest().is_none() {
             self.cache.remember(module, &digest)?;
         }
