@@ -31,7 +31,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use tokio::process::Command;
 use tokio::sync::OnceCell;
 
 use crate::paths::{cp_script, target_dir};
@@ -306,35 +305,13 @@ impl Drop for PrivateControlPlane {
     }
 }
 
-/// Runs `tools/control-plane/cp ARGS`; on failure the error carries its whole stderr (which
-/// already includes the tails of the server logs).
+/// Runs the script with `args` ([`crate::paths::run_script`]).
 async fn run_cp<I, S>(args: I) -> Result<()>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let script = cp_script();
-    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-    let shown = args
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let out = Command::new(&script)
-        .args(&args)
-        .kill_on_drop(false)
-        .output()
-        .await
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "`{} {shown}` failed ({}):\n{}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end()
-        );
-    }
-    Ok(())
+    crate::paths::run_script(&cp_script(), args).await.map(drop)
 }
 
 /// A client for the kubeconfig at `path` (its current context).

@@ -87,3 +87,33 @@ pub fn private_dir(kind: &str, name: &str) -> PathBuf {
         STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ))
 }
+
+/// Runs a project script (`cp`, `registry`) with `args` and returns its stdout; on failure the
+/// error carries its whole stderr (which already includes the tail of its servers' logs).
+pub async fn run_script<I, S>(script: &Path, args: I) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let shown = args
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = tokio::process::Command::new(script)
+        .args(&args)
+        .kill_on_drop(false)
+        .output()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "`{} {shown}` failed ({}):\n{}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

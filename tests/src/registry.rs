@@ -32,7 +32,6 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use tokio::process::Command;
 use tokio::sync::OnceCell;
 
 use crate::paths::{repo_root, target_dir};
@@ -209,35 +208,13 @@ impl Drop for PrivateRegistry {
     }
 }
 
-/// Runs `tools/registry/registry ARGS` and returns its stdout; on failure the error carries its
-/// whole stderr (which already includes the tail of the registry's log).
+/// Runs the script with `args` ([`crate::paths::run_script`]).
 async fn run_registry<I, S>(args: I) -> Result<String>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let script = registry_script();
-    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-    let shown = args
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let out = Command::new(&script)
-        .args(&args)
-        .kill_on_drop(false)
-        .output()
-        .await
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "`{} {shown}` failed ({}):\n{}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::paths::run_script(&registry_script(), args).await
 }
 
 /// Runs `command` (a `reconciler-host` command with `--password-stdin`) with `password` on its
