@@ -341,6 +341,11 @@ async fn guest_names(
                 eprintln!("warning: {impostor}; it would be refused");
                 continue;
             }
+            // Only `Reconciler` objects carry their own grant; a file never does.
+            Err(other) => {
+                eprintln!("warning: {other}");
+                continue;
+            }
         };
         names.insert(name);
     }
@@ -422,6 +427,7 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
             Err(GrantError::BeyondGrant { missing, .. }) => {
                 json!({ "granted": false, "reason": missing })
             }
+            Err(other) => json!({ "granted": false, "reason": other.to_string() }),
         },
     };
     let refused = grant.get("granted") == Some(&json!(false));

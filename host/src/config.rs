@@ -62,6 +62,9 @@ pub struct HostConfig {
     /// Registries guests are pulled from: which speak plain HTTP, the module size cap.
     #[serde(default)]
     pub registries: crate::oci::RegistrySettings,
+    /// Present: the host also runs the guests `Reconciler` objects declare, within `allow`.
+    #[serde(default)]
+    pub reconcilers: Option<ReconcilerSettings>,
 }
 
 impl HostConfig {
@@ -100,6 +103,18 @@ impl HostConfig {
                 }
             }
         }
+        if let Some(reconcilers) = &config.reconcilers {
+            for backend in &reconcilers.allow.backends {
+                if !config.backends.contains_key(backend) {
+                    return Err(ConfigError::Invalid {
+                        path: path.to_owned(),
+                        message: format!(
+                            "reconcilers.allow.backends names `{backend}`, which is not configured under backends:"
+                        ),
+                    });
+                }
+            }
+        }
         Ok(config)
     }
 
@@ -116,6 +131,48 @@ impl HostConfig {
         grant.limits = grant.limits.or(&self.defaults);
         Some(grant)
     }
+}
+
+/// `reconcilers:`: guests declared as cluster-scoped `Reconciler` objects
+/// (`reconcilers.reconciler.dev`). Whoever may create one runs code with what it grants, so the
+/// operator bounds every such grant here; RBAC on `Reconciler` objects is an administrator's.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReconcilerSettings {
+    /// The most any Reconciler's `spec.grant` may ask for.
+    #[serde(default)]
+    pub allow: Allow,
+    /// The `kubernetes.io/dockerconfigjson` Secrets, in the host's namespace, that a
+    /// Reconciler may name as `spec.pullSecretRef`; the host reads no other Secret, and
+    /// `reconciler-host rbac` grants `get` on exactly these.
+    #[serde(default)]
+    pub pull_secrets: BTreeSet<String>,
+    /// A label selector (`team=payments`, `tier in (a,b)`): this host runs only the
+    /// Reconcilers it selects, so several hosts can share a cluster. Default: every one.
+    #[serde(default)]
+    pub selector: Option<String>,
+}
+
+/// The ceiling on a Reconciler's grant (`reconcilers.allow`). Kinds, write targets and
+/// backends are sets the grant's must fit in; label and annotation entries that may touch
+/// Kubernetes' own keys (see [`Grant::labels`]) must be listed here as written; every limit
+/// may be lowered but not raised above `limits` (default: the host's `defaults`, then the
+/// built-in values), and concurrency never above `maxConcurrency`.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Allow {
+    #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
+    pub read: BTreeSet<Gvk>,
+    #[serde(default)]
+    pub write: BTreeSet<WriteTarget>,
+    #[serde(default)]
+    pub backends: BTreeSet<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub annotations: Vec<String>,
+    #[serde(default)]
+    pub limits: Option<Limits>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -155,7 +212,8 @@ pub struct Limits {
 }
 
 impl Limits {
-    fn or(&self, fallback: &Limits) -> Limits {
+    /// Unset fields taken from `fallback`.
+    pub fn or(&self, fallback: &Limits) -> Limits {
         Limits {
             deadline: self.deadline.or(fallback.deadline),
             memory_mib: self.memory_mib.or(fallback.memory_mib),
@@ -173,6 +231,98 @@ impl Limits {
                 .body_bytes_per_second
                 .or(fallback.body_bytes_per_second),
         }
+    }
+
+    /// The limits this one sets above `ceiling` (unset there: the built-in value), and a
+    /// concurrency above `max_concurrency`: one entry per limit, naming both values. A limit
+    /// left unset here takes the host's default, which is not above the ceiling's own source.
+    pub fn above(&self, ceiling: &Limits, max_concurrency: u32) -> Vec<String> {
+        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
+        let mut above = Vec::new();
+        let mut check = |name: &str, mine: Option<u64>, cap: u64| {
+            if let Some(mine) = mine.filter(|m| *m > cap) {
+                above.push(format!("limits.{name} {mine} (at most {cap})"));
+            }
+        };
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        check(
+            "deadline (ms)",
+            self.deadline.map(ms),
+            ms(ceiling.deadline()),
+        );
+        check(
+            "memoryMiB",
+            self.memory_mib,
+            ceiling.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64),
+        );
+        let concurrency = ceiling
+            .concurrency
+            .map_or(max_concurrency, |c| c.min(max_concurrency));
+        check(
+            "concurrency",
+            self.concurrency.map(u64::from),
+            u64::from(concurrency),
+        );
+        let u32s: [(&str, Option<u32>, Option<u32>, u32); 10] = [
+            ("qps", self.qps, ceiling.qps, queue.qps.get()),
+            ("burst", self.burst, ceiling.burst, queue.burst.get()),
+            (
+                "writesPerSecond",
+                self.writes_per_second,
+                ceiling.writes_per_second,
+                rates.writes_per_second,
+            ),
+            (
+                "writeBurst",
+                self.write_burst,
+                ceiling.write_burst,
+                rates.write_burst,
+            ),
+            (
+                "eventsPerSecond",
+                self.events_per_second,
+                ceiling.events_per_second,
+                rates.events_per_second,
+            ),
+            (
+                "eventBurst",
+                self.event_burst,
+                ceiling.event_burst,
+                rates.event_burst,
+            ),
+            (
+                "logLinesPerSecond",
+                self.log_lines_per_second,
+                ceiling.log_lines_per_second,
+                rates.log_lines_per_second,
+            ),
+            (
+                "logBurst",
+                self.log_burst,
+                ceiling.log_burst,
+                rates.log_burst,
+            ),
+            (
+                "cpuMillicores",
+                self.cpu_millicores,
+                ceiling.cpu_millicores,
+                rates.cpu_millicores.unwrap_or(u32::MAX),
+            ),
+            (
+                "bodyBytesPerSecond",
+                self.body_bytes_per_second,
+                ceiling.body_bytes_per_second,
+                rates.body_bytes_per_second,
+            ),
+        ];
+        for (name, mine, cap, built_in) in u32s {
+            check(
+                name,
+                mine.map(u64::from),
+                u64::from(cap.unwrap_or(built_in)),
+            );
+        }
+        above
     }
 
     /// The guest's per-guest rates, defaults filled in.

@@ -21,6 +21,7 @@
 //! ```
 //!
 //! Above them: [`run`] (`reconciler-host run`: wiring, ownership, the controller set),
+//! [`reconcilers`] (guests declared as `Reconciler` objects, a second source of guests),
 //! [`offline_runner`] (`reconciler-host reconcile`) and [`cli`]. Around them: [`manifest`]
 //! (what a guest asks for), [`validation`] (what a guest may name), [`finalizer`], [`objects`]
 //! (kinds, references, keys), [`config`] (grants and limits), [`compile_cache`] (compiled
@@ -54,6 +55,7 @@ pub mod offline_runner;
 pub mod providers;
 pub mod queue;
 pub mod rbac;
+pub mod reconcilers;
 pub mod run;
 pub mod runtime;
 pub mod scaffold;

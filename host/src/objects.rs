@@ -5,6 +5,14 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// The `Reconciler` kind: guests declared as cluster-scoped objects (`crate::reconcilers`).
+pub mod reconciler_kind {
+    pub const GROUP: &str = "reconciler.dev";
+    pub const VERSION: &str = "v1alpha1";
+    pub const KIND: &str = "Reconciler";
+    pub const PLURAL: &str = "reconcilers";
+}
+
 /// Group, version and kind; the core group is the empty string.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Gvk {

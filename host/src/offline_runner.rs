@@ -96,6 +96,7 @@ impl OfflineRun {
                         GrantError::BeyondGrant { guest, missing, .. } => {
                             anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
                         }
+                        other => anyhow::Error::from(other),
                     })?;
                 (admitted.loaded, admitted.grant)
             }

@@ -24,7 +24,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
-use crate::config::HostConfig;
+use crate::config::{HostConfig, WriteTarget};
 use crate::objects::Gvk;
 
 /// Who the rules are for and where the host's lease lives.
@@ -95,14 +95,28 @@ pub fn guest_rules(config: &HostConfig, guest: &str, resources: &dyn Resources) 
     let Some(grant) = config.guests.get(guest) else {
         return Vec::new();
     };
+    rules(&grant.read, &grant.write, resources, Vec::new())
+}
+
+/// The rules of `read` and `write` entries (see the module docs), after `extra` rules keyed
+/// by group and resource, merged per API group and resource and sorted.
+fn rules(
+    read: &BTreeSet<Gvk>,
+    write: &BTreeSet<WriteTarget>,
+    resources: &dyn Resources,
+    extra: Vec<((String, String), Vec<&'static str>)>,
+) -> Vec<PolicyRule> {
     let mut verbs: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    for kind in &grant.read {
+    for (key, more) in extra {
+        verbs.entry(key).or_default().extend(more);
+    }
+    for kind in read {
         verbs
             .entry((kind.group.clone(), resources.plural(kind)))
             .or_default()
             .extend(["get", "list", "watch"]);
     }
-    for target in &grant.write {
+    for target in write {
         let plural = resources.plural(&target.kind);
         match &target.subresource {
             None => verbs
@@ -224,6 +238,48 @@ pub fn objects(
         // `name@file` trial grants become `name-at-file` (RBAC names are DNS subdomains).
         let name = format!("{prefix}-guest-{}", guest.replace('@', "-at-"));
         out.extend(cluster_role(&name, rules));
+    }
+    if let Some(reconcilers) = &config.reconcilers {
+        // Reconciler objects: followed, their status written; the most any of them may be
+        // granted (`reconcilers.allow`), since the host acts for them with its own identity.
+        let group = crate::objects::reconciler_kind::GROUP.to_owned();
+        let plural = crate::objects::reconciler_kind::PLURAL;
+        let own = vec![
+            (
+                (group.clone(), plural.to_owned()),
+                vec!["get", "list", "watch"],
+            ),
+            ((group, format!("{plural}/status")), vec!["patch"]),
+        ];
+        let allow = &reconcilers.allow;
+        let name = format!("{prefix}-reconcilers");
+        out.extend(cluster_role(
+            &name,
+            rules(&allow.read, &allow.write, resources, own),
+        ));
+        // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
+        if !reconcilers.pull_secrets.is_empty() {
+            let secrets = format!("{prefix}-pull-secrets");
+            out.push(Object::Role(Role {
+                metadata: meta(secrets.clone(), Some(&options.namespace)),
+                rules: Some(vec![PolicyRule {
+                    api_groups: Some(vec![String::new()]),
+                    resources: Some(vec!["secrets".into()]),
+                    resource_names: Some(reconcilers.pull_secrets.iter().cloned().collect()),
+                    verbs: vec!["get".into()],
+                    ..PolicyRule::default()
+                }]),
+            }));
+            out.push(Object::RoleBinding(RoleBinding {
+                metadata: meta(secrets.clone(), Some(&options.namespace)),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: secrets,
+                },
+                subjects: Some(vec![subject.clone()]),
+            }));
+        }
     }
     out
 }
@@ -381,6 +437,62 @@ guests:
         assert!(
             !yaml.contains("networks"),
             "only the guests asked for: {yaml}"
+        );
+    }
+
+    #[test]
+    fn reconcilers_get_their_objects_the_ceiling_and_only_the_named_pull_secrets() {
+        let config = HostConfig::parse(
+            "reconcilers:\n  pullSecrets: [registry]\n  allow:\n    read: [test.reconciler.dev/v1/Widget]\n    write: [test.reconciler.dev/v1/Widget/status]\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let objects = objects(&config, None, &Guess, &Options::default());
+        let role = objects
+            .iter()
+            .find_map(|o| match o {
+                Object::ClusterRole(r)
+                    if r.metadata.name.as_deref() == Some("reconciler-host-reconcilers") =>
+                {
+                    r.rules.clone()
+                }
+                _ => None,
+            })
+            .expect("a ClusterRole for the Reconcilers");
+        assert_eq!(
+            role,
+            vec![
+                rule(
+                    "reconciler.dev",
+                    &["reconcilers"],
+                    &["get", "list", "watch"]
+                ),
+                rule("reconciler.dev", &["reconcilers/status"], &["patch"]),
+                rule(
+                    "test.reconciler.dev",
+                    &["widgets"],
+                    &["get", "list", "watch"]
+                ),
+                rule("test.reconciler.dev", &["widgets/status"], &["patch"]),
+            ]
+        );
+        let secrets = objects
+            .iter()
+            .find_map(|o| match o {
+                Object::Role(r)
+                    if r.metadata.name.as_deref() == Some("reconciler-host-pull-secrets") =>
+                {
+                    r.rules.clone()
+                }
+                _ => None,
+            })
+            .expect("a Role for the pull Secrets");
+        assert_eq!(
+            secrets,
+            vec![PolicyRule {
+                resource_names: Some(vec!["registry".into()]),
+                ..rule("", &["secrets"], &["get"])
+            }]
         );
     }
 }

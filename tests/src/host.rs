@@ -126,8 +126,6 @@ impl HostProcess {
             .arg("--guests")
             .arg(&guests)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .arg("--cache-dir")
-            .arg(target_dir().join("test-compile-cache"))
             .args(&options.extra_args)
             .env("KUBECONFIG", options.kubeconfig)
             .env("RUST_LOG", "info,reconciler_host=debug")
@@ -136,6 +134,12 @@ impl HostProcess {
             .stderr(log);
         if let Some(ns) = options.namespace {
             command.args(["--watch-namespace", ns]);
+        }
+        // The shared compile cache, unless the test gives the host a cache of its own.
+        if !options.extra_args.iter().any(|a| a == "--cache-dir") {
+            command
+                .arg("--cache-dir")
+                .arg(target_dir().join("test-compile-cache"));
         }
         let child = command.spawn().context("start reconciler-host")?;
         let host = Self {

@@ -67,6 +67,7 @@ use crate::metrics::{HostCallOutcome, Metrics};
 use crate::validation::Invalid;
 use crate::wit::types;
 
+pub use bodies::reserved_key;
 pub use cluster::{Cluster, EventRecord, EventType};
 pub use lister::Lister;
 pub use network::NETWORK_BACKEND;

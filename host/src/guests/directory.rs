@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::dir_watch::{Content, DirWatch};
 
-use super::source::{Artefact, Changes, GuestSource, Origin, SourceError};
+use super::source::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError};
 
 /// Rescan even without events, in case a notification was missed (e.g. on network filesystems).
 const SAFETY_RESCAN: Duration = Duration::from_secs(30);
@@ -74,6 +74,10 @@ impl GuestSource for Directory {
                 error: e.into(),
             })?;
         Ok(Box::new(Watching(watch)))
+    }
+
+    fn holds(&self, origin: &Origin) -> bool {
+        matches!(origin.kind(), OriginKind::File)
     }
 }
 

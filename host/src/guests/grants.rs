@@ -4,8 +4,8 @@
 //! load and on every configuration change; `check`, `reconcile` and `rbac` judge a file the
 //! same way. Cost: no compilation, a walk over the capabilities' requirements.
 
-use crate::capabilities::LoadCheck;
-use crate::config::{Grant, HostConfig};
+use crate::capabilities::{LoadCheck, reserved_key};
+use crate::config::{Allow, Grant, HostConfig};
 use crate::runtime::{LoadError, LoadedGuest};
 
 use super::source::{GrantKey, NotItsGrant, Origin};
@@ -18,6 +18,9 @@ pub struct ActiveGuest {
     pub grant: Grant,
     /// The name it declared and the source item it came from, which keyed its grant.
     pub key: GrantKey,
+    /// The item as it was when this version was admitted (a `Reconciler` at the generation
+    /// whose grant this is).
+    pub origin: Origin,
 }
 
 impl ActiveGuest {
@@ -35,8 +38,8 @@ impl ActiveGuest {
         judge(origin, &declared, loaded, config)
     }
 
-    /// The same version judged again against `config`, from the name it declared, not the
-    /// key it ran under: its grant (or key) may have changed, or be gone.
+    /// The same version judged again against `config` as `origin` now is, from the name it
+    /// declared, not the key it ran under: its grant (or key) may have changed, or be gone.
     pub fn regrant(&self, origin: &Origin, config: &HostConfig) -> Result<Self, GrantError> {
         judge(origin, self.key.declared(), self.loaded.clone(), config)
     }
@@ -54,7 +57,11 @@ fn judge(
     let key = origin.resolve(declared, config)?;
     loaded.manifest.name = key.to_string();
     let manifest = &loaded.manifest;
-    let Some(grant) = config.grant(&manifest.name) else {
+    let grant = match origin.own_grant() {
+        Some(own) => Some(object_grant(origin, &manifest.name, own, config)?),
+        None => config.grant(&manifest.name),
+    };
+    let Some(grant) = grant else {
         let mut needs = vec![manifest.primary.to_string()];
         needs.extend(manifest.secondary.iter().map(|s| s.kind.to_string()));
         return Err(GrantError::NoGrant {
@@ -68,7 +75,92 @@ fn judge(
         guest: loaded.manifest.name.clone(),
         missing,
     })?;
-    Ok(ActiveGuest { loaded, grant, key })
+    Ok(ActiveGuest {
+        loaded,
+        grant,
+        key,
+        origin: origin.clone(),
+    })
+}
+
+/// The grant a `Reconciler` object gives its guest (running as `guest`), if the host's
+/// ceiling (`reconcilers.allow`) covers it and no grant of the host configuration claims the
+/// name: the configuration's guests come first, and a Reconciler never overrides one.
+fn object_grant(
+    origin: &Origin,
+    guest: &str,
+    own: &Grant,
+    config: &HostConfig,
+) -> Result<Grant, GrantError> {
+    let object = origin.stem().to_owned();
+    let Some(settings) = &config.reconcilers else {
+        return Err(GrantError::NotWatching { object });
+    };
+    if config.guests.contains_key(guest) {
+        return Err(GrantError::Claimed {
+            object,
+            guest: guest.to_owned(),
+        });
+    }
+    let beyond = beyond_allowed(own, &settings.allow, config);
+    if !beyond.is_empty() {
+        return Err(GrantError::BeyondAllowed {
+            object,
+            beyond: beyond.join(", "),
+        });
+    }
+    let mut grant = own.clone();
+    grant.limits = grant.limits.or(&config.defaults);
+    Ok(grant)
+}
+
+/// Everything `grant` asks beyond `allow`, each entry named as it is written in the grant.
+fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<String> {
+    let mut beyond = Vec::new();
+    beyond.extend(
+        grant
+            .read
+            .difference(&allow.read)
+            .map(|kind| format!("read {kind}")),
+    );
+    beyond.extend(
+        grant
+            .write
+            .difference(&allow.write)
+            .map(|target| format!("write {target}")),
+    );
+    beyond.extend(
+        grant
+            .backends
+            .difference(&allow.backends)
+            .map(|backend| format!("backend {backend}")),
+    );
+    for (field, mine, allowed) in [
+        ("labels", &grant.labels, &allow.labels),
+        ("annotations", &grant.annotations, &allow.annotations),
+    ] {
+        let entries = mine.iter().flatten();
+        beyond.extend(
+            entries
+                .filter(|entry| may_touch_reserved(entry) && !allowed.contains(entry))
+                .map(|entry| format!("{field} {entry}")),
+        );
+    }
+    let ceiling = allow
+        .limits
+        .as_ref()
+        .map_or_else(|| config.defaults.clone(), |l| l.or(&config.defaults));
+    beyond.extend(grant.limits.above(&ceiling, config.max_concurrency()));
+    beyond
+}
+
+/// Whether a grant's label or annotation entry (a key, or a prefix ending in `*`) may match a
+/// key of Kubernetes' own domains: a prefix is safe only once its domain is complete.
+fn may_touch_reserved(entry: &str) -> bool {
+    match entry.strip_suffix('*') {
+        Some(prefix) => !prefix.contains('/') || reserved_key(prefix),
+        None => reserved_key(entry),
+    }
 }
 
 /// Checks a loaded guest against its grant and the host's caps; lists everything missing at
@@ -121,6 +213,18 @@ pub enum GrantError {
         guest: String,
         missing: String,
     },
+    #[error(
+        "Reconciler {object}: spec.grant asks for more than the host allows any Reconciler (reconcilers.allow in the host configuration): {beyond}"
+    )]
+    BeyondAllowed { object: String, beyond: String },
+    #[error(
+        "Reconciler {object}: guest `{guest}` is granted by the host configuration (guests.{guest}), which comes first; rename the Reconciler or remove that grant"
+    )]
+    Claimed { object: String, guest: String },
+    #[error(
+        "Reconciler {object}: the host configuration has no reconcilers: section, so no Reconciler runs"
+    )]
+    NotWatching { object: String },
 }
 
 /// Why a guest set refused a guest.
@@ -138,4 +242,114 @@ pub enum RefusalError {
         guest: String,
         other: String,
     },
+}
+
+impl RefusalError {
+    /// The refusal's cause in one word, as a `Reconciler`'s `Ready` condition gives it.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            RefusalError::Load(LoadError::Compile { .. }) => "NotAComponent",
+            RefusalError::Load(LoadError::WrongWorld { .. }) => "WrongWorld",
+            RefusalError::Load(
+                LoadError::Manifest { .. }
+                | LoadError::ManifestDeadline { .. }
+                | LoadError::InvalidManifest { .. },
+            ) => "ManifestRefused",
+            RefusalError::Load(LoadError::Busy { .. }) => "Busy",
+            RefusalError::Grant(GrantError::BeyondAllowed { .. }) => "GrantBeyondAllowed",
+            RefusalError::Grant(GrantError::BeyondGrant { .. }) => "BeyondGrant",
+            RefusalError::Grant(GrantError::NoGrant { .. }) => "NoGrant",
+            RefusalError::Grant(GrantError::NotItsGrant(_)) => "NotItsGrant",
+            RefusalError::Grant(GrantError::NotWatching { .. }) => "ReconcilersOff",
+            RefusalError::Grant(GrantError::Claimed { .. })
+            | RefusalError::DuplicateName { .. } => "NameConflict",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(text: &str) -> HostConfig {
+        HostConfig::parse(text, Path::new("host.yaml")).unwrap()
+    }
+
+    fn grant(yaml: &str) -> Grant {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    const HOST: &str = r"
+defaults: {memoryMiB: 48}
+maxConcurrency: 4
+backends:
+  network: {provider: memory}
+reconcilers:
+  allow:
+    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
+    write: [test.reconciler.dev/v1/Widget/status]
+    backends: [network]
+    labels: [app.kubernetes.io/name]
+";
+
+    #[test]
+    fn a_grant_within_the_ceiling_passes_and_each_excess_is_named_as_written() {
+        let config = config(HOST);
+        let allow = &config.reconcilers.as_ref().unwrap().allow;
+        let within = grant(
+            "{read: [v1/ConfigMap], write: [test.reconciler.dev/v1/Widget/status], backends: [network], labels: [app.kubernetes.io/name, example.com/*], limits: {memoryMiB: 32, concurrency: 4}}",
+        );
+        assert_eq!(
+            beyond_allowed(&within, allow, &config),
+            Vec::<String>::new()
+        );
+
+        let beyond = grant(
+            "{read: [v1/Secret], write: [v1/ConfigMap], labels: [kubernetes.io/*, team], annotations: [kub*], limits: {memoryMiB: 64, concurrency: 5, cpuMillicores: 2000}}",
+        );
+        assert_eq!(
+            beyond_allowed(&beyond, allow, &config),
+            vec![
+                "read v1/Secret",
+                "write v1/ConfigMap",
+                "labels kubernetes.io/*",
+                "annotations kub*",
+                "limits.memoryMiB 64 (at most 48)",
+                "limits.concurrency 5 (at most 4)",
+                "limits.cpuMillicores 2000 (at most 1000)",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_ceilings_limits_bound_the_host_defaults_further() {
+        let config = config(&format!("{HOST}    limits: {{deadline: 1s, qps: 5}}\n"));
+        let allow = &config.reconcilers.as_ref().unwrap().allow;
+        let asks = grant("{limits: {deadline: 2s, qps: 5, memoryMiB: 48}}");
+        assert_eq!(
+            beyond_allowed(&asks, allow, &config),
+            vec!["limits.deadline (ms) 2000 (at most 1000)"]
+        );
+    }
+
+    #[test]
+    fn a_reconciler_is_refused_a_name_the_configuration_grants_or_a_host_without_reconcilers() {
+        let origin = Origin::reconciler("network", 1, Grant::default());
+        let with_grant = config(&format!("{HOST}guests:\n  network: {{}}\n"));
+        let err = object_grant(&origin, "network", &Grant::default(), &with_grant).unwrap_err();
+        assert!(matches!(err, GrantError::Claimed { .. }), "{err}");
+        assert_eq!(RefusalError::from(err).cause(), "NameConflict");
+
+        let without = config("guests: {}\n");
+        let err = object_grant(&origin, "network", &Grant::default(), &without).unwrap_err();
+        assert_eq!(RefusalError::from(err).cause(), "ReconcilersOff");
+
+        // Within the ceiling: its own grant, unset limits from the host's defaults.
+        let own = grant("{read: [v1/ConfigMap]}");
+        let granted = object_grant(&origin, "network", &own, &config(HOST)).unwrap();
+        assert_eq!(granted.read, own.read);
+        assert_eq!(granted.limits.memory_mib, Some(48));
+    }
 }

@@ -57,7 +57,10 @@ pub use directory::Directory;
 pub use events::GuestEvent;
 pub use grants::{ActiveGuest, GrantError, RefusalError};
 pub use orphans::OrphanedFinalizer;
-pub use source::{Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, SourceError};
+pub use source::{
+    Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
+    SourceError, Sources, Verdict,
+};
 pub use status::{FileState, FileStatus};
 
 use events::Notices;
@@ -166,13 +169,27 @@ impl Guests {
             self.unload(name);
         }
         for origin in &present {
-            // Vanished between listing and reading: the next change rescans.
+            // Vanished between listing and reading, or not readable now (a registry down): the
+            // next change rescans, and what runs keeps running.
             let Some(artefact) = self.read(origin) else {
                 continue;
             };
-            let judged = self.ledger.lock().judged(origin.name()) == Some(&artefact.hash);
-            if !judged {
-                self.load(artefact);
+            let last = self.ledger.lock().entries.get(origin.name()).map(|e| {
+                let same_content = e.hash == artefact.hash;
+                (
+                    same_content,
+                    same_content && e.origin == *origin,
+                    e.active.clone(),
+                )
+            });
+            match last {
+                Some((_, true, _)) => {}
+                // The same content under a changed item (a `Reconciler`'s new grant): judged
+                // again as a new version, so a grant that fails keeps the last good one.
+                Some((true, false, Some(active))) => {
+                    self.regrant(origin, &active, Revoked::KeepLastGood);
+                }
+                _ => self.load(artefact),
             }
         }
     }
@@ -188,17 +205,20 @@ impl Guests {
         }
         *self.config.write() = Arc::new(config);
         let entries = self.ledger.lock().snapshot();
-        for (origin, active) in entries {
-            match active {
-                // The running version is judged again, whatever the item holds now (a newer
-                // content that was refused stays refused).
-                Some(active) => self.regrant(&origin, &active),
-                // An item refused so far (e.g. for want of a grant) may pass now.
-                None => {
-                    if let Some(artefact) = self.read(&origin) {
-                        self.load(artefact);
-                    }
-                }
+        for (origin, active, refused) in entries {
+            // The running version is judged again as it was admitted, whatever the item holds
+            // now (a newer content that was refused stays refused).
+            if let Some(active) = &active {
+                self.regrant(&active.origin.clone(), active, Revoked::Unload);
+            }
+            // An item refused so far (e.g. for want of a grant) may pass now; a `Reconciler`'s
+            // refusal may have been the host's ceiling, which may have just risen.
+            let retry = active.is_none() || matches!(origin.kind(), OriginKind::Reconciler { .. });
+            if refused
+                && retry
+                && let Some(artefact) = self.read(&origin)
+            {
+                self.load(artefact);
             }
         }
         Ok(())
@@ -264,9 +284,18 @@ impl Guests {
         // Back before its finalizer was released: it handles its objects again.
         ledger.orphans.forget(&name);
         self.notices.count(&active, true);
-        ledger.insert(Entry::loaded(origin, hash, active.clone()));
+        ledger.insert(Entry::loaded(origin.clone(), hash, active.clone()));
         drop(ledger);
+        self.source.judged(&origin, &Self::loaded_verdict(&active));
         self.notices.loaded(active);
+    }
+
+    fn loaded_verdict(active: &ActiveGuest) -> Verdict {
+        Verdict::Loaded {
+            guest: active.name().to_owned(),
+            hash: active.loaded.hash.clone(),
+            mode: active.grant.mode,
+        }
     }
 
     fn validate(&self, origin: &Origin, bytes: &[u8]) -> Result<ActiveGuest, RefusalError> {
@@ -285,35 +314,62 @@ impl Guests {
     ) {
         self.notices
             .refused(origin.name(), previous.as_deref(), err);
-        let entry = Entry::refused(origin, hash, err, previous);
+        let verdict = Verdict::Refused {
+            cause: err.cause(),
+            message: err.to_string(),
+            kept: previous
+                .as_ref()
+                .map(|p| (p.name().to_owned(), p.loaded.hash.clone())),
+        };
+        let entry = Entry::refused(origin.clone(), hash, err, previous);
         self.ledger.lock().insert(entry);
+        self.source.judged(&origin, &verdict);
     }
 
     /// The active version of `origin` under the current configuration: unchanged, reloaded
-    /// with its new grant (or name), or unloaded when its grant was withdrawn or no longer
-    /// covers it.
-    fn regrant(&self, origin: &Origin, active: &Arc<ActiveGuest>) {
+    /// with its new grant (or name), or, when its grant no longer covers it, unloaded
+    /// ([`Revoked::Unload`]: the configuration revoked it) or kept while the change is refused
+    /// ([`Revoked::KeepLastGood`]: the item's own new grant failed).
+    fn regrant(&self, origin: &Origin, active: &Arc<ActiveGuest>, revoked: Revoked) {
         match active.regrant(origin, &self.config()) {
-            Ok(new) if new.grant == active.grant && new.name() == active.name() => {}
             Ok(new) => {
                 let new = Arc::new(new);
-                if new.name() != active.name() {
+                let same = new.grant == active.grant && new.name() == active.name();
+                if !same && new.name() != active.name() {
                     self.notices.unloaded(active);
                     self.notices.count(&new, true);
                 }
-                tracing::info!(file = %origin.name(), guest = %new.name(), mode = ?new.grant.mode,
-                    "guest reloaded with its new grant");
+                if !same {
+                    tracing::info!(file = %origin.name(), guest = %new.name(), mode = ?new.grant.mode,
+                        "guest reloaded with its new grant");
+                }
                 if let Some(entry) = self.ledger.lock().entries.get_mut(origin.name()) {
+                    // Reconfigured, the entry may describe a newer content refused earlier,
+                    // which stays its verdict; changed, the entry is this version now.
+                    if let Revoked::KeepLastGood = revoked {
+                        entry.origin = origin.clone();
+                        entry.state = FileState::Loaded;
+                    }
                     entry.active = Some(new.clone());
                 }
-                self.notices.loaded(new);
+                self.source.judged(origin, &Self::loaded_verdict(&new));
+                if !same {
+                    self.notices.loaded(new);
+                }
             }
             Err(err) => {
-                // A revoked grant must take effect: the guest stops now.
                 let hash = self.ledger.lock().judged(origin.name()).map(str::to_owned);
                 let hash = hash.unwrap_or_default();
-                self.unload(origin.name());
-                self.refuse(origin.clone(), hash, None, &err.into());
+                match revoked {
+                    // A revoked grant must take effect: the guest stops now.
+                    Revoked::Unload => {
+                        self.unload(origin.name());
+                        self.refuse(origin.clone(), hash, None, &err.into());
+                    }
+                    Revoked::KeepLastGood => {
+                        self.refuse(origin.clone(), hash, Some(active.clone()), &err.into());
+                    }
+                }
             }
         }
     }
@@ -331,5 +387,16 @@ impl Guests {
                 .record(&entry.origin, &active, policy);
             self.notices.unloaded(&active);
         }
+        self.source.judged(&entry.origin, &Verdict::Unloaded);
     }
+}
+
+/// What a grant that no longer covers a running version does to it.
+#[derive(Debug, Clone, Copy)]
+enum Revoked {
+    /// The host configuration changed: the guest stops.
+    Unload,
+    /// The item's own grant changed (a `Reconciler`'s spec): the change is refused and the
+    /// version admitted before keeps running.
+    KeepLastGood,
 }

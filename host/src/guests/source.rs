@@ -29,7 +29,10 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::HostConfig;
+use crate::config::{Grant, HostConfig};
+
+/// How the origin of a `Reconciler` object is named: `reconciler/NAME`.
+pub const RECONCILER_PREFIX: &str = "reconciler/";
 
 /// A place guests come from. Calls may block (file system, network): the guest set calls
 /// `list` and `read` from a blocking context.
@@ -40,6 +43,98 @@ pub trait GuestSource: Send + Sync {
     fn read(&self, origin: &Origin) -> Result<Artefact, SourceError>;
     /// Starts following the source's changes.
     fn watch(&self) -> Result<Box<dyn Changes>, SourceError>;
+    /// Whether `origin` is one of this source's items (see [`Sources`]).
+    fn holds(&self, origin: &Origin) -> bool;
+    /// What the guest set decided about one of this source's items; a source that reports
+    /// verdicts where its items live (a `Reconciler`'s status) keeps it.
+    fn judged(&self, _origin: &Origin, _verdict: &Verdict) {}
+}
+
+/// The guest set's decision on one item, as its source hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// This content runs as `guest`.
+    Loaded {
+        guest: String,
+        hash: String,
+        mode: crate::shadow::Mode,
+    },
+    /// Refused for `cause` (a reason word: `NotAComponent`, `GrantBeyondAllowed`...), with
+    /// `message`; `kept` (guest name, content hash) is the last good version still running.
+    Refused {
+        cause: &'static str,
+        message: String,
+        kept: Option<(String, String)>,
+    },
+    /// The item's guest no longer runs.
+    Unloaded,
+}
+
+/// Several sources feeding one guest set: their items side by side (an item's name is unique
+/// across them: paths, `reconciler/NAME`), each read, watched and told of by its own source.
+pub struct Sources(Vec<Box<dyn GuestSource>>);
+
+impl Sources {
+    pub fn new(sources: Vec<Box<dyn GuestSource>>) -> Self {
+        Self(sources)
+    }
+
+    fn of(&self, origin: &Origin) -> Result<&dyn GuestSource, SourceError> {
+        self.0
+            .iter()
+            .find(|s| s.holds(origin))
+            .map(AsRef::as_ref)
+            .ok_or_else(|| SourceError::Stopped {
+                what: format!("the source of {}", origin.name()),
+            })
+    }
+}
+
+impl GuestSource for Sources {
+    fn list(&self) -> Result<Vec<Origin>, SourceError> {
+        // One unreadable source fails the whole list: its items must not read as removed.
+        let mut all = Vec::new();
+        for source in &self.0 {
+            all.extend(source.list()?);
+        }
+        Ok(all)
+    }
+
+    fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
+        self.of(origin)?.read(origin)
+    }
+
+    fn watch(&self) -> Result<Box<dyn Changes>, SourceError> {
+        let watches = self.0.iter().map(|s| s.watch()).collect::<Result<_, _>>()?;
+        Ok(Box::new(AnyChange(watches)))
+    }
+
+    fn holds(&self, origin: &Origin) -> bool {
+        self.0.iter().any(|s| s.holds(origin))
+    }
+
+    fn judged(&self, origin: &Origin, verdict: &Verdict) {
+        if let Ok(source) = self.of(origin) {
+            source.judged(origin, verdict);
+        }
+    }
+}
+
+/// The changes of several sources: the first of them.
+struct AnyChange(Vec<Box<dyn Changes>>);
+
+#[async_trait::async_trait]
+impl Changes for AnyChange {
+    async fn next(&mut self) -> Result<(), SourceError> {
+        let nexts = self.0.iter_mut().map(|c| c.next());
+        futures::future::select_all(nexts).await.0
+    }
+
+    fn retry_in(&mut self, after: Duration) {
+        for changes in &mut self.0 {
+            changes.retry_in(after);
+        }
+    }
 }
 
 /// How a source says it may have changed: the guest set lists it again after each `next`.
@@ -135,10 +230,23 @@ pub struct NotItsGrant {
 
 /// Where a guest was loaded from: its name in messages and on `/guests` (a file's path), and
 /// the stem that keys its grant (`network` of `network.wasm`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Origin {
     name: String,
     stem: String,
+    kind: OriginKind,
+}
+
+/// What kind of item an [`Origin`] is, and so where its grant comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OriginKind {
+    /// A file of the guest directory: its grant is the host configuration's.
+    File,
+    /// A module named on the command line (the offline runner): granted like a file.
+    Module,
+    /// A `Reconciler` object: its grant is its own `spec.grant`, bounded by
+    /// `reconcilers.allow`. `generation` is the object's, so a changed spec is a changed origin.
+    Reconciler { grant: Box<Grant>, generation: i64 },
 }
 
 impl Origin {
@@ -152,6 +260,7 @@ impl Origin {
         Self {
             name: path.display().to_string(),
             stem,
+            kind: OriginKind::File,
         }
     }
 
@@ -167,6 +276,33 @@ impl Origin {
                 .next()
                 .unwrap_or(repository)
                 .to_owned(),
+            kind: OriginKind::Module,
+        }
+    }
+
+    /// The `Reconciler` object `name` (cluster-scoped, a DNS subdomain) at `generation`, with
+    /// the grant its spec declares. Named `reconciler/NAME`; its name keys its guest's
+    /// running name as a file's stem does.
+    pub fn reconciler(name: &str, generation: i64, grant: Grant) -> Self {
+        Self {
+            name: format!("{RECONCILER_PREFIX}{name}"),
+            stem: name.to_owned(),
+            kind: OriginKind::Reconciler {
+                grant: Box::new(grant),
+                generation,
+            },
+        }
+    }
+
+    pub fn kind(&self) -> &OriginKind {
+        &self.kind
+    }
+
+    /// The grant the item carries itself (a `Reconciler`'s `spec.grant`), if any.
+    pub fn own_grant(&self) -> Option<&Grant> {
+        match &self.kind {
+            OriginKind::Reconciler { grant, .. } => Some(grant),
+            OriginKind::File | OriginKind::Module => None,
         }
     }
 
@@ -191,9 +327,13 @@ impl Origin {
     /// when it is another file's without a `name@stem` grant. The grant itself may still be
     /// missing from `config` for a guest in its own file: that is an ungranted guest, not an
     /// impostor, and the caller says what it needs.
+    /// An item that carries its own grant (a `Reconciler`) names its guest whatever it declares.
     pub fn resolve(&self, declared: &str, config: &HostConfig) -> Result<GrantKey, NotItsGrant> {
         let key = self.grant_key(declared);
-        if key.stem.is_some() && !config.guests.contains_key(&key.to_string()) {
+        if self.own_grant().is_none()
+            && key.stem.is_some()
+            && !config.guests.contains_key(&key.to_string())
+        {
             return Err(NotItsGrant {
                 file: self.name.clone(),
                 declared: declared.to_owned(),

@@ -90,11 +90,15 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    /// Every item with the version of it running now.
-    pub fn snapshot(&self) -> Vec<(Origin, Option<Arc<ActiveGuest>>)> {
+    /// Every item with the version of it running now, and whether its last verdict was a
+    /// refusal.
+    pub fn snapshot(&self) -> Vec<(Origin, Option<Arc<ActiveGuest>>, bool)> {
         self.entries
             .values()
-            .map(|e| (e.origin.clone(), e.active.clone()))
+            .map(|e| {
+                let refused = matches!(e.state, FileState::Failed(_));
+                (e.origin.clone(), e.active.clone(), refused)
+            })
             .collect()
     }
 

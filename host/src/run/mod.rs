@@ -39,7 +39,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
 use crate::controller::Services;
-use crate::guests::{Directory, GuestEvent, Guests};
+use crate::guests::{Directory, GuestEvent, GuestSource, Guests, Sources};
 use crate::informers::{Informers, Options};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeOptions};
@@ -68,6 +68,10 @@ pub struct RunArgs {
     /// Watch only this namespace (namespaced kinds); default: all namespaces.
     #[arg(long)]
     pub watch_namespace: Option<String>,
+    /// The host's own namespace, where Reconcilers' pull Secrets are read (default: the
+    /// in-cluster service account's, or the kubeconfig context's).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Take part in leader election; only the leader reconciles.
     #[arg(long)]
     pub leader_elect: bool,
@@ -111,13 +115,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let dir = args
         .guests
         .clone()
-        .or_else(|| config.guest_directory.clone())
-        .context("no guest directory: pass --guests or set guestDirectory in the configuration")?;
+        .or_else(|| config.guest_directory.clone());
     anyhow::ensure!(
-        dir.is_dir(),
-        "guest directory {} does not exist",
-        dir.display()
+        dir.is_some() || config.reconcilers.is_some(),
+        "no guests: pass --guests, set guestDirectory, or add a reconcilers: section to the configuration"
     );
+    if let Some(dir) = &dir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "guest directory {} does not exist",
+            dir.display()
+        );
+    }
 
     // Read once: the client, the lease's client and the backends' view of the API server.
     let kube_config = kube::Config::infer()
@@ -137,12 +146,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     );
     let ownership = Ownership::join(&args, &kube_config, &metrics).await?;
+    let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
+        cache_dir: cache_dir.clone(),
         ..RuntimeOptions::default()
     })?);
+    let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
+    if let Some(dir) = &dir {
+        sources.push(Box::new(Directory::new(dir.clone())));
+    }
+    let mut status_writer = None;
+    if config.reconcilers.is_some() {
+        let modules = cache_dir
+            .clone()
+            .context("no cache directory for pulled modules: pass --cache-dir")?;
+        let (objects, writer) = crate::reconcilers::Objects::start(
+            client.clone(),
+            &config,
+            &modules,
+            args.namespace
+                .clone()
+                .unwrap_or_else(|| kube_config.default_namespace.clone()),
+        );
+        sources.push(Box::new(objects));
+        status_writer = Some(writer);
+    }
     let guests = Guests::new(
-        Directory::new(dir.clone()),
+        Sources::new(sources),
         runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
@@ -161,7 +191,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         readiness.clone(),
         ownership.status(),
     )?;
-    tracing::info!(%addr, guests = %dir.display(), "reconciler-host serving /healthz /readyz /metrics /guests");
+    let from = dir.as_ref().map(|d| d.display().to_string());
+    tracing::info!(%addr, guests = from.as_deref().unwrap_or("-"), reconcilers = config.reconcilers.is_some(),
+        "reconciler-host serving /healthz /readyz /metrics /guests");
+    // One replica writes the Reconcilers' status: the one that coordinates (see `Manager::set_owned`).
+    let (status_writes, writes) = tokio::sync::watch::channel(false);
+    let status_task = status_writer.map(|writer| {
+        let identity = args
+            .identity
+            .clone()
+            .unwrap_or_else(|| "reconciler-host".into());
+        tokio::spawn(writer.run(guests.clone(), identity, writes))
+    });
 
     let shared = Services {
         client,
@@ -181,6 +222,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         orphans: Orphans::new(guests, metrics.clone()),
         owned: Owned::Nothing,
         ownership,
+        status_writes,
     };
     let owned = manager.ownership.initially();
     manager.set_owned(owned);
@@ -196,6 +238,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
     config_watcher.abort();
+    if let Some(task) = status_task {
+        task.abort();
+    }
     manager.shutdown().await;
     result
 }
@@ -246,6 +291,9 @@ struct Manager {
     owned: Owned,
     controllers: ControllerSet,
     orphans: Orphans,
+    /// Whether this replica writes the status of `Reconciler` objects: the one that
+    /// coordinates.
+    status_writes: tokio::sync::watch::Sender<bool>,
 }
 
 impl Manager {
@@ -372,6 +420,8 @@ impl Manager {
     fn set_owned(&mut self, owned: Owned) {
         self.owned = owned;
         self.shared.shard = self.ownership.is_sharded().then(|| owned.slots());
+        self.status_writes
+            .send_replace(self.ownership.coordinates(owned));
     }
 
     async fn start_all(&mut self) {

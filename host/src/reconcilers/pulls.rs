@@ -1,0 +1,345 @@
+//! What the source knows of each `Reconciler` object: the spec it last saw, its module's pull
+//! (memoised per module reference and pull Secret, failures retried with a backoff) and the
+//! guest set's latest verdict, which the status writer turns into the object's status.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::spec::Spec;
+use crate::guests::{Artefact, Origin, SourceError, Verdict};
+use crate::oci::{Auth, DockerConfig, ModuleRef, PullError, Puller};
+
+/// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+const MAX_RETRY: Duration = Duration::from_mins(5);
+/// The Secret type a pull Secret must have (the imagePullSecret format).
+const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+
+pub(super) struct Records {
+    puller: Arc<Puller>,
+    client: kube::Client,
+    /// Where pull Secrets are read: the host's namespace.
+    namespace: String,
+    /// The only Secrets a Reconciler may name (`reconcilers.pullSecrets`).
+    allowed_secrets: BTreeSet<String>,
+    pub objects: BTreeMap<String, Record>,
+    /// The manifest digest of every module content pulled (content hash → `sha256:…`), so
+    /// the status names what runs by the digest a user pushed.
+    digests: HashMap<String, String>,
+}
+
+/// One object, as the source last saw it.
+pub(super) struct Record {
+    pub generation: i64,
+    /// Its spec at `generation`, or why the host cannot run it.
+    pub spec: Result<Spec, String>,
+    /// The item as it last went to the guest set with a spec that could run.
+    last_origin: Option<Origin>,
+    pub pull: Pull,
+    /// The guest set's latest verdict and the generation it judged.
+    pub verdict: Option<(i64, Verdict)>,
+}
+
+/// Where a module came from: its reference and pull Secret. Pulled again only when it changes.
+type PullKey = (ModuleRef, Option<String>);
+
+pub(super) enum Pull {
+    /// Not pulled yet for this spec.
+    Pending,
+    Pulled {
+        key: PullKey,
+        digest: String,
+        hash: String,
+        bytes: Arc<Vec<u8>>,
+        from_cache: bool,
+    },
+    Failed {
+        key: PullKey,
+        /// The reason word of the object's conditions (`PullFailed`, `DigestMismatch`...).
+        cause: &'static str,
+        message: String,
+        attempts: u32,
+        retry_at: Instant,
+    },
+}
+
+impl Records {
+    pub fn new(
+        puller: Puller,
+        client: kube::Client,
+        namespace: String,
+        allowed_secrets: BTreeSet<String>,
+    ) -> Self {
+        Self {
+            puller: Arc::new(puller),
+            client,
+            namespace,
+            allowed_secrets,
+            objects: BTreeMap::new(),
+            digests: HashMap::new(),
+        }
+    }
+
+    /// Notes object `name` at `generation` with a spec that can run, listed as `origin`.
+    pub fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
+        let record = self.record(name, generation);
+        record.spec = Ok(spec);
+        record.last_origin = Some(origin.clone());
+    }
+
+    /// Notes object `name` at `generation` with a spec the host cannot run; the item as it
+    /// last ran, which stays.
+    pub fn observe_invalid(&mut self, name: &str, generation: i64, why: String) -> Option<Origin> {
+        let record = self.record(name, generation);
+        record.spec = Err(why);
+        record.last_origin.clone()
+    }
+
+    fn record(&mut self, name: &str, generation: i64) -> &mut Record {
+        let record = self.objects.entry(name.to_owned()).or_insert(Record {
+            generation,
+            spec: Err("not read yet".into()),
+            last_origin: None,
+            pull: Pull::Pending,
+            verdict: None,
+        });
+        record.generation = generation;
+        record
+    }
+
+    /// Forgets the objects not in `names` (deleted).
+    pub fn retain(&mut self, names: &[String]) {
+        self.objects.retain(|name, _| names.contains(name));
+    }
+
+    pub fn judged(&mut self, name: &str, generation: i64, verdict: &Verdict) {
+        if let Some(record) = self.objects.get_mut(name) {
+            // A verdict on an older generation (a reconfiguration judging the version kept
+            // running) never hides the newer one's.
+            if record
+                .verdict
+                .as_ref()
+                .is_none_or(|(g, _)| *g <= generation)
+            {
+                record.verdict = Some((generation, verdict.clone()));
+            }
+        }
+    }
+
+    /// The manifest digest of the module content `hash`, if this host pulled it.
+    pub fn digest_of(&self, hash: &str) -> Option<&str> {
+        self.digests.get(hash).map(String::as_str)
+    }
+
+    /// When the earliest failed pull is due again.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.objects
+            .values()
+            .filter_map(|r| match &r.pull {
+                Pull::Failed { retry_at, .. } => Some(*retry_at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The module of object `name` for `origin`: the memoised pull when its reference and
+    /// Secret are unchanged, else pulled now (blocking this thread, which must be in a tokio
+    /// runtime's blocking context). The lock is not held while pulling.
+    pub fn read(
+        records: &Mutex<Self>,
+        name: &str,
+        origin: &Origin,
+    ) -> Result<Artefact, SourceError> {
+        let unreadable = |why: String| SourceError::Unreadable {
+            what: origin.name().to_owned(),
+            error: why.into(),
+        };
+        let (key, puller, client, namespace) = {
+            let mut this = records.lock();
+            let allowed = this.allowed_secrets.clone();
+            let (puller, client, namespace) = (
+                this.puller.clone(),
+                this.client.clone(),
+                this.namespace.clone(),
+            );
+            let Some(record) = this.objects.get_mut(name) else {
+                return Err(unreadable("the object is gone".into()));
+            };
+            let Ok(spec) = &record.spec else {
+                return Err(unreadable("its spec cannot run".into()));
+            };
+            let key = (spec.module.clone(), spec.pull_secret.clone());
+            match &record.pull {
+                Pull::Pulled {
+                    key: pulled,
+                    hash,
+                    bytes,
+                    ..
+                } if *pulled == key => {
+                    return Ok(Artefact {
+                        origin: origin.clone(),
+                        bytes: bytes.to_vec(),
+                        hash: hash.clone(),
+                    });
+                }
+                Pull::Failed {
+                    key: failed,
+                    message,
+                    retry_at,
+                    ..
+                } if *failed == key && Instant::now() < *retry_at => {
+                    return Err(unreadable(message.clone()));
+                }
+                _ => {}
+            }
+            if let Some(secret) = &key.1
+                && !allowed.contains(secret)
+            {
+                let message = format!(
+                    "spec.pullSecretRef: Secret {secret} is not one the host may read for Reconcilers (reconcilers.pullSecrets in the host configuration)"
+                );
+                record.failed(key, "PullSecretInvalid", message.clone());
+                return Err(unreadable(message));
+            }
+            (key, puller, client, namespace)
+        };
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
+        let pulled = handle.block_on(pull(&puller, &client, &namespace, &key));
+        let mut this = records.lock();
+        match pulled {
+            Ok((pulled, hash)) => {
+                this.digests.insert(hash.clone(), pulled.digest.clone());
+                tracing::info!(reconciler = name, module = %key.0, digest = %pulled.digest,
+                    from_cache = pulled.from_cache, "module pulled");
+                let bytes = Arc::new(pulled.bytes);
+                let artefact = Artefact {
+                    origin: origin.clone(),
+                    bytes: bytes.to_vec(),
+                    hash: hash.clone(),
+                };
+                if let Some(record) = this.objects.get_mut(name) {
+                    record.pull = Pull::Pulled {
+                        key,
+                        digest: pulled.digest,
+                        hash,
+                        bytes,
+                        from_cache: pulled.from_cache,
+                    };
+                }
+                Ok(artefact)
+            }
+            Err((cause, message)) => {
+                tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
+                if let Some(record) = this.objects.get_mut(name) {
+                    record.failed(key, cause, message.clone());
+                }
+                Err(unreadable(message))
+            }
+        }
+    }
+}
+
+impl Record {
+    /// Records a failed pull of `key`, due again after a backoff that doubles per attempt.
+    fn failed(&mut self, key: PullKey, cause: &'static str, message: String) {
+        let attempts = match &self.pull {
+            Pull::Failed {
+                key: before,
+                attempts,
+                ..
+            } if *before == key => attempts + 1,
+            _ => 1,
+        };
+        let backoff = FIRST_RETRY
+            .saturating_mul(1 << (attempts - 1).min(10))
+            .min(MAX_RETRY);
+        self.pull = Pull::Failed {
+            key,
+            cause,
+            message,
+            attempts,
+            retry_at: Instant::now() + backoff,
+        };
+    }
+}
+
+/// Pulls `key`'s module with its Secret's credentials; the pull and the content hash, or the
+/// cause word and the message.
+async fn pull(
+    puller: &Puller,
+    client: &kube::Client,
+    namespace: &str,
+    (module, secret): &PullKey,
+) -> Result<(crate::oci::Pulled, String), (&'static str, String)> {
+    let auth = match secret {
+        Some(secret) => credentials(client, namespace, secret, module).await?,
+        None => Auth::Anonymous,
+    };
+    let pulled = puller
+        .pull(module, &auth)
+        .await
+        .map_err(|e| (cause(&e), e.to_string()))?;
+    let hash = crate::runtime::content_hash(&pulled.bytes);
+    Ok((pulled, hash))
+}
+
+/// The credentials for `module`'s registry in the dockerconfigjson Secret `name`.
+async fn credentials(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    module: &ModuleRef,
+) -> Result<Auth, (&'static str, String)> {
+    let invalid = |why: String| {
+        (
+            "PullSecretInvalid",
+            format!("spec.pullSecretRef: Secret {namespace}/{name} {why}"),
+        )
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => return Err(invalid("does not exist".into())),
+        Err(e) => {
+            return Err((
+                "PullFailed",
+                format!("cannot read Secret {namespace}/{name}: {e}"),
+            ));
+        }
+    };
+    if secret.type_.as_deref() != Some(DOCKER_CONFIG_JSON) {
+        return Err(invalid(format!(
+            "has type {}, not {DOCKER_CONFIG_JSON}",
+            secret.type_.as_deref().unwrap_or("Opaque")
+        )));
+    }
+    let document = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .ok_or_else(|| invalid("has no .dockerconfigjson key".into()))?;
+    DockerConfig::parse(&document.0)
+        .and_then(|config| config.auth_for(module.registry()))
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// The reason word of a failed pull.
+fn cause(e: &PullError) -> &'static str {
+    match e {
+        PullError::DigestMismatch { .. } => "DigestMismatch",
+        PullError::TooLarge { .. } => "TooLarge",
+        PullError::NotAWasmArtifact { .. } => "NotAComponent",
+        PullError::Denied { .. } => "PullDenied",
+        PullError::NotFound { .. } => "ModuleNotFound",
+        PullError::Unreachable { .. } | PullError::Registry { .. } | PullError::Cache(_) => {
+            "PullFailed"
+        }
+    }
+}

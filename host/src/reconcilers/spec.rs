@@ -1,0 +1,126 @@
+//! The `Reconciler` kind (`reconcilers.reconciler.dev`, `v1alpha1`, cluster-scoped) as the host
+//! reads it: `spec.module`, `spec.grant`, `spec.pullSecretRef`. The CRD's schema and CEL rules
+//! (`deploy/crds/reconcilers.yaml`) refuse most mistakes at admission; what the schema cannot
+//! say (a kind written wrong, a grant the host's types refuse) is refused here, with the field.
+
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
+use serde::Deserialize;
+
+use crate::config::Grant;
+use crate::oci::ModuleRef;
+
+pub use crate::objects::reconciler_kind::{GROUP, KIND, PLURAL, VERSION};
+
+/// The API resource of `Reconciler` objects.
+pub fn api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
+}
+
+/// A `Reconciler`'s spec, as the host runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub module: ModuleRef,
+    pub grant: Grant,
+    /// The dockerconfigjson Secret (in the host's namespace) to pull with.
+    pub pull_secret: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSpec {
+    module: String,
+    #[serde(default)]
+    grant: serde_json::Value,
+    #[serde(default)]
+    pull_secret_ref: Option<SecretRef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretRef {
+    name: String,
+}
+
+impl Spec {
+    /// The spec of `object`, or why it cannot run (the field and the rule).
+    pub fn of(object: &DynamicObject) -> Result<Self, String> {
+        let spec = object
+            .data
+            .get("spec")
+            .ok_or_else(|| "spec: missing".to_owned())?;
+        let raw: RawSpec =
+            serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+        let module = raw
+            .module
+            .parse::<ModuleRef>()
+            .map_err(|e| format!("spec.module: {e}"))?;
+        let grant = if raw.grant.is_null() {
+            Grant::default()
+        } else {
+            serde_json::from_value::<Grant>(raw.grant).map_err(|e| format!("spec.grant: {e}"))?
+        };
+        Ok(Self {
+            module,
+            grant,
+            pull_secret: raw.pull_secret_ref.map(|r| r.name),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(spec: serde_json::Value) -> DynamicObject {
+        let mut object = DynamicObject::new("greeter", &api_resource());
+        object.data = serde_json::json!({ "spec": spec });
+        object
+    }
+
+    #[test]
+    fn a_spec_gives_its_module_grant_and_pull_secret() {
+        let spec = Spec::of(&object(serde_json::json!({
+            "module": "oci://127.0.0.1:5000/guests/greeter:v1",
+            "grant": {
+                "mode": "shadow",
+                "read": ["test.reconciler.dev/v1/Widget"],
+                "write": ["test.reconciler.dev/v1/Widget/status"],
+                "limits": {"deadline": "2s", "memoryMiB": 32}
+            },
+            "pullSecretRef": {"name": "registry"}
+        })))
+        .unwrap();
+        assert_eq!(
+            spec.module.to_string(),
+            "oci://127.0.0.1:5000/guests/greeter:v1"
+        );
+        assert_eq!(spec.grant.mode, crate::shadow::Mode::Shadow);
+        assert_eq!(spec.grant.read.len(), 1);
+        assert_eq!(spec.grant.write.len(), 1);
+        assert_eq!(spec.grant.limits.memory_mib, Some(32));
+        assert_eq!(spec.pull_secret.as_deref(), Some("registry"));
+    }
+
+    #[test]
+    fn a_spec_the_host_cannot_run_names_the_field() {
+        for (spec, field) in [
+            (
+                serde_json::json!({"module": "127.0.0.1:5000/g"}),
+                "spec.module",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g", "grant": {"read": ["Widget"]}}),
+                "spec.grant",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g", "grant": {"reads": []}}),
+                "spec.grant",
+            ),
+            (serde_json::json!({"grant": {}}), "spec:"),
+        ] {
+            let err = Spec::of(&object(spec.clone())).unwrap_err();
+            assert!(err.starts_with(field), "{spec}: {err}");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! A `Reconciler`'s status and events: what the host made of its spec, written where
+//! `kubectl get reconcilers` and `kubectl describe` show it.
+//!
+//! | condition | `True` | `False` (reason) |
+//! |---|---|---|
+//! | `Pulled` | the module of this spec is pulled (`Pulled`, or `FromCache`) | `PullFailed`, `ModuleNotFound`, `PullDenied`, `PullSecretInvalid`, `DigestMismatch`, `TooLarge`, `NotAComponent` |
+//! | `Loaded` | the guest set runs this spec's module with this spec's grant | the refusal's cause: `NotAComponent`, `WrongWorld`, `ManifestRefused`, `BeyondGrant`, `GrantBeyondAllowed`, `NameConflict`, ... |
+//! | `Ready` | both | the first that is not; `InvalidSpec` for a spec the host cannot run |
+//!
+//! `Unknown` (reason `Pending`) while a spec is being pulled or judged. `status.digest`,
+//! `status.guest` and `status.mode` name the version running now, which after a refusal is the
+//! last good one (the `Ready` message says so); `status.observedGeneration` the generation the
+//! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts.
+//! An event is recorded on the object whenever `Ready` changes status or reason.
+//!
+//! One replica writes (see `crate::run`); the others compute the same and stay quiet. A status
+//! equal to the object's (transition times aside) is not written again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::Shared;
+use super::pulls::{Pull, Record};
+use super::spec;
+use crate::guests::{FileStatus, Guests, RECONCILER_PREFIX, Verdict};
+
+/// Shadow counts change without an event of the source: look this often anyway.
+const REFRESH: Duration = Duration::from_secs(10);
+
+/// Writes the status of every `Reconciler` object.
+pub struct StatusWriter {
+    client: kube::Client,
+    store: Store<DynamicObject>,
+    shared: Arc<Shared>,
+}
+
+impl StatusWriter {
+    pub(super) fn new(
+        client: kube::Client,
+        store: Store<DynamicObject>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Self {
+            client,
+            store,
+            shared,
+        }
+    }
+
+    /// Keeps every object's status in line with the source and `guests`, while `writes` is
+    /// true (this replica is the one that writes). Runs until aborted.
+    pub async fn run(
+        self,
+        guests: Arc<Guests>,
+        identity: String,
+        mut writes: watch::Receiver<bool>,
+    ) {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &spec::api_resource());
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: "reconciler-host".into(),
+                instance: Some(identity),
+            },
+        );
+        let mut refresh = tokio::time::interval(REFRESH);
+        loop {
+            tokio::select! {
+                () = self.shared.status_changed.notified() => {}
+                _ = refresh.tick() => {}
+                changed = writes.changed() => if changed.is_err() { return },
+            }
+            if !*writes.borrow() {
+                continue;
+            }
+            let statuses = guests.statuses();
+            let shadows = guests.shadows();
+            for object in self.store.state() {
+                let name = object.name_any();
+                let desired = {
+                    let records = self.shared.records.lock();
+                    let Some(record) = records.objects.get(&name) else {
+                        continue;
+                    };
+                    let running = running(&statuses, &name).map(|s| Running {
+                        guest: s.guest.clone().unwrap_or_default(),
+                        digest: s
+                            .active_hash
+                            .as_deref()
+                            .and_then(|h| records.digest_of(h))
+                            .map(str::to_owned),
+                        mode: s.mode,
+                    });
+                    let shadow = running
+                        .as_ref()
+                        .filter(|r| r.mode == Some(crate::shadow::Mode::Shadow))
+                        .and_then(|r| shadows.report(&r.guest));
+                    desired(&object, record, running.as_ref(), shadow.as_ref())
+                };
+                let Some(desired) = desired else { continue };
+                if let Err(e) = write(&api, &recorder, &object, desired).await {
+                    tracing::warn!(reconciler = %name, "cannot write the Reconciler's status: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The `/guests` entry of object `name`, if a version of it runs.
+fn running<'a>(statuses: &'a [FileStatus], name: &str) -> Option<&'a FileStatus> {
+    statuses.iter().find(|s| {
+        s.active_hash.is_some()
+            && s.file
+                .to_str()
+                .and_then(|f| f.strip_prefix(RECONCILER_PREFIX))
+                == Some(name)
+    })
+}
+
+/// The version of an object's guest running now.
+struct Running {
+    guest: String,
+    digest: Option<String>,
+    mode: Option<crate::shadow::Mode>,
+}
+
+/// One condition as decided now: status, reason, message.
+struct Decided {
+    status: &'static str,
+    reason: String,
+    message: String,
+}
+
+impl Decided {
+    fn new(status: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The status `object` should have: `None` when the source has not seen it yet.
+fn desired(
+    object: &DynamicObject,
+    record: &Record,
+    running: Option<&Running>,
+    shadow: Option<&crate::shadow::ShadowReport>,
+) -> Option<Value> {
+    let generation = object.metadata.generation.unwrap_or(0);
+    if record.generation != generation {
+        return None;
+    }
+    let current_key = record
+        .spec
+        .as_ref()
+        .ok()
+        .map(|s| (s.module.clone(), s.pull_secret.clone()));
+    let pulled = match (&record.spec, &record.pull) {
+        (Err(why), _) => Decided::new("Unknown", "InvalidSpec", why.clone()),
+        (
+            Ok(_),
+            Pull::Pulled {
+                key,
+                digest,
+                from_cache,
+                ..
+            },
+        ) if Some(key) == current_key.as_ref() => {
+            let (reason, how) = if *from_cache {
+                ("FromCache", "from the module cache")
+            } else {
+                ("Pulled", "from the registry")
+            };
+            Decided::new("True", reason, format!("{digest}, {how}"))
+        }
+        (
+            Ok(_),
+            Pull::Failed {
+                key,
+                cause,
+                message,
+                ..
+            },
+        ) if Some(key) == current_key.as_ref() => Decided::new("False", cause, message.clone()),
+        (Ok(_), _) => Decided::new("Unknown", "Pending", "pulling the module"),
+    };
+    let loaded = match &record.verdict {
+        Some((g, Verdict::Loaded { guest, .. })) if *g == generation && pulled.status == "True" => {
+            Decided::new("True", "Loaded", format!("runs as guest {guest}"))
+        }
+        Some((g, Verdict::Refused { cause, message, .. })) if *g == generation => {
+            Decided::new("False", cause, message.clone())
+        }
+        Some((g, Verdict::Unloaded)) if *g == generation => {
+            Decided::new("False", "Unloaded", "the guest was unloaded")
+        }
+        _ => Decided::new("Unknown", "Pending", "waiting for the module"),
+    };
+    let mut ready = match (pulled.status, loaded.status) {
+        ("True", "True") => Decided::new(
+            "True",
+            "Ready",
+            format!(
+                "{} runs as guest {}",
+                running
+                    .and_then(|r| r.digest.as_deref())
+                    .unwrap_or("the module"),
+                running.map_or("?", |r| r.guest.as_str())
+            ),
+        ),
+        _ if record.spec.is_err() => Decided::new("False", &pulled.reason, pulled.message.clone()),
+        ("False", _) => Decided::new("False", &pulled.reason, pulled.message.clone()),
+        (_, "False") => Decided::new("False", &loaded.reason, loaded.message.clone()),
+        _ => Decided::new("Unknown", "Pending", "pulling and loading the module"),
+    };
+    if ready.status == "False"
+        && let Some(running) = running
+    {
+        ready.message = format!(
+            "{}; the last good version keeps running: {} as guest {}",
+            ready.message,
+            running.digest.as_deref().unwrap_or("a module"),
+            running.guest
+        );
+    }
+    let decided = ready.status != "Unknown";
+    let observed = if decided {
+        Some(generation)
+    } else {
+        object
+            .data
+            .pointer("/status/observedGeneration")
+            .and_then(Value::as_i64)
+    };
+    let before = object.data.pointer("/status/conditions");
+    let conditions: Vec<Value> = [("Ready", ready), ("Pulled", pulled), ("Loaded", loaded)]
+        .into_iter()
+        .map(|(kind, d)| condition(before, kind, d, generation))
+        .collect();
+    Some(json!({
+        "observedGeneration": observed,
+        "digest": running.and_then(|r| r.digest.clone()),
+        "guest": running.map(|r| r.guest.clone()),
+        "mode": running.and_then(|r| r.mode),
+        "shadow": shadow.map(|s| json!({"agreements": s.agreements, "differences": s.diffs})),
+        "conditions": conditions,
+    }))
+}
+
+/// A condition, keeping its transition time when its status did not change.
+fn condition(before: Option<&Value>, kind: &str, d: Decided, generation: i64) -> Value {
+    let previous = before
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["type"] == kind));
+    let since = previous
+        .filter(|c| c["status"] == d.status)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    let condition = Condition {
+        type_: kind.to_owned(),
+        status: d.status.to_owned(),
+        reason: d.reason,
+        // The API server caps a condition message at 32 KiB.
+        message: truncate(&d.message, 4096),
+        last_transition_time: Time(since),
+        observed_generation: Some(generation),
+    };
+    serde_json::to_value(condition).unwrap_or(Value::Null)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Writes `desired` if it differs from the object's status (transition times aside), and an
+/// event if `Ready` changed.
+async fn write(
+    api: &Api<DynamicObject>,
+    recorder: &Recorder,
+    object: &DynamicObject,
+    desired: Value,
+) -> Result<(), kube::Error> {
+    let current = object.data.get("status").cloned().unwrap_or(Value::Null);
+    if comparable(&current) == comparable(&desired) {
+        return Ok(());
+    }
+    let name = object.name_any();
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": desired })),
+    )
+    .await?;
+    let ready = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| {
+                (
+                    c["status"].clone(),
+                    c["reason"].clone(),
+                    c["message"].clone(),
+                )
+            })
+    };
+    let (before, after) = (ready(&current), ready(&desired));
+    if let Some((status, reason, message)) = after
+        && before.as_ref().map(|b| (&b.0, &b.1)) != Some((&status, &reason))
+        && status != "Unknown"
+    {
+        let event = Event {
+            type_: if status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: reason.as_str().unwrap_or("Ready").to_owned(),
+            note: message.as_str().map(|m| truncate(m, 1000)),
+            action: "Load".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder
+            .publish(&event, &object.object_ref(&spec::api_resource()))
+            .await
+        {
+            tracing::warn!(reconciler = %name, "cannot record an event: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// A status without transition times, for "has it changed".
+fn comparable(status: &Value) -> Value {
+    let mut status = status.clone();
+    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conditions {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("lastTransitionTime");
+            }
+        }
+    }
+    if let Some(map) = status.as_object_mut() {
+        map.retain(|_, v| !v.is_null());
+    }
+    status
+}

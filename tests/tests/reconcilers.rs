@@ -1,0 +1,558 @@
+//! Guests declared as `Reconciler` objects (`deploy/crds/reconcilers.yaml`), pulled from a real
+//! OCI registry (`tools/registry/registry`, htpasswd basic auth over plain HTTP) by a real
+//! `reconciler-host run` against the real kube-apiserver. Every outcome is read from the API
+//! server: the Reconciler's status and events, and the objects its guest reconciles.
+//!
+//! Reconcilers are cluster-scoped, so each test labels its own and its host selects them
+//! (`reconcilers.selector`); each test has its own registry, namespace and module cache.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::paths::target_dir;
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, PrivateRegistry, apply_crd_file, guest_component,
+    test_namespace, wait_until, with_password,
+};
+use serde_json::{Value, json};
+
+const WIDGET_READ: &str = "test.reconciler.dev/v1/Widget";
+
+fn reconcilers(client: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
+            "reconcilers",
+        ),
+    )
+}
+
+fn namespaced(client: &kube::Client, ns: &str, group: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind)),
+    )
+}
+
+/// One test's world: its namespace (also the host's, where the pull Secret lives), registry,
+/// label, module cache and host.
+struct World {
+    client: kube::Client,
+    ns: String,
+    registry: PrivateRegistry,
+    cache: tempfile::TempDir,
+    host: Option<HostProcess>,
+    kubeconfig: PathBuf,
+}
+
+impl World {
+    async fn new(name: &str) -> Result<Self> {
+        let cp = ControlPlane::shared().await?;
+        let client = cp.client().await?;
+        apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
+        apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+        apply_crd_file(&client, "examples/crds/network.yaml").await?;
+        let ns = test_namespace(&client, name).await?;
+        let registry = PrivateRegistry::start(name).await?;
+        let world = Self {
+            client,
+            ns,
+            registry,
+            cache: tempfile::tempdir()?,
+            host: None,
+            kubeconfig: cp.kubeconfig().to_path_buf(),
+        };
+        world
+            .pull_secret("registry", world.registry.password())
+            .await?;
+        Ok(world)
+    }
+
+    /// The host configuration: this test's registry is plain HTTP; Reconcilers labelled
+    /// `test=<ns>` may read and write Widgets' status and Networks, through the memory backend.
+    fn config(&self, extra: &str) -> String {
+        format!(
+            r#"
+backends:
+  network: {{provider: memory}}
+registries:
+  insecure: ["{registry}"]
+{extra}
+reconcilers:
+  selector: test={ns}
+  pullSecrets: [registry, wrong-password, absent]
+  allow:
+    read: [{WIDGET_READ}, samplecrd.k8s.io/v1/Network]
+    write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
+    backends: [network]
+"#,
+            registry = self.registry.address(),
+            ns = self.ns,
+        )
+    }
+
+    async fn start_host(&mut self, extra: &str) -> Result<()> {
+        let host = HostProcess::start(HostOptions {
+            kubeconfig: &self.kubeconfig,
+            config: self.config(extra),
+            guests: vec![],
+            namespace: Some(&self.ns),
+            extra_args: vec![
+                "--namespace".into(),
+                self.ns.clone(),
+                "--cache-dir".into(),
+                self.cache.path().display().to_string(),
+            ],
+        })
+        .await?;
+        self.host = Some(host);
+        Ok(())
+    }
+
+    fn host(&self) -> &HostProcess {
+        self.host.as_ref().expect("the host runs")
+    }
+
+    fn log_tail(&self) -> String {
+        self.host
+            .as_ref()
+            .map(HostProcess::log_tail)
+            .unwrap_or_default()
+    }
+
+    /// A dockerconfigjson Secret `name` in the test namespace for this registry's user.
+    async fn pull_secret(&self, name: &str, password: &str) -> Result<()> {
+        let user = self.registry.username();
+        let entry = json!({"username": user, "password": password});
+        let document = json!({"auths": {self.registry.address(): entry}}).to_string();
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": document},
+        }))?;
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        Ok(())
+    }
+
+    /// `reconciler-host push` of a built guest to `repo:tag`; the manifest digest.
+    fn push(&self, guest: &str, repo: &str) -> Result<String> {
+        let file = guest_component(guest)?;
+        let module = format!("oci://{}/{repo}", self.registry.address());
+        let mut command = std::process::Command::new(target_dir().join("debug/reconciler-host"));
+        command.arg("push").arg(&file).arg(&module).args([
+            "--plain-http",
+            "--username",
+            self.registry.username(),
+            "--password-stdin",
+        ]);
+        let out = with_password(command, self.registry.password())?;
+        ensure!(
+            out.status.success(),
+            "push {guest}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        Ok(stdout.lines().last().unwrap_or("").to_owned())
+    }
+
+    fn module(&self, repo: &str) -> String {
+        format!("oci://{}/{repo}", self.registry.address())
+    }
+
+    /// Creates or replaces Reconciler `name` (labelled for this test's host) with `spec`.
+    async fn declare(&self, name: &str, spec: Value) -> Result<()> {
+        let object = json!({
+            "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
+            "metadata": {"name": name, "labels": {"test": self.ns}},
+            "spec": spec,
+        });
+        reconcilers(&self.client)
+            .patch(
+                name,
+                &PatchParams::apply("reconcilers-test").force(),
+                &Patch::Apply(object),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until Reconciler `name`'s `Ready` has `status` and `reason` for its current
+    /// generation; its status then.
+    async fn ready(&self, name: &str, status: &str, reason: &str) -> Result<Value> {
+        let api = reconcilers(&self.client);
+        wait_until(
+            &format!("Reconciler {name} Ready={status} ({reason})"),
+            Duration::from_secs(90),
+            || async {
+                let object = api.get(name).await?;
+                let st = object.data.get("status").cloned().unwrap_or(Value::Null);
+                let ready = st["conditions"]
+                    .as_array()
+                    .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                ensure!(
+                    ready["status"] == status
+                        && ready["reason"] == reason
+                        && st["observedGeneration"] == json!(object.metadata.generation),
+                    "status is {st}"
+                );
+                Ok(st)
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.log_tail()))
+    }
+
+    /// Sets Widget `name`'s message and waits for the guest's greeting of it.
+    async fn greeted(&self, name: &str, message: &str) -> Result<()> {
+        let widgets = namespaced(&self.client, &self.ns, "test.reconciler.dev", "Widget");
+        let widget = json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": {"message": message},
+        });
+        widgets
+            .patch(
+                name,
+                &PatchParams::apply("reconcilers-test").force(),
+                &Patch::Apply(widget),
+            )
+            .await?;
+        let expected = format!("hello, {message}");
+        wait_until(
+            &format!("Widget {name} greeted"),
+            Duration::from_secs(60),
+            || async {
+                let object = widgets.get(name).await?;
+                let greeting = object.data["status"]["greeting"].clone();
+                ensure!(greeting == expected.as_str(), "greeting is {greeting}");
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.log_tail()))
+    }
+
+    /// The reasons of the events recorded on Reconciler `name`.
+    async fn event_reasons(&self, name: &str) -> Result<Vec<String>> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("Reconciler") && r.name.as_deref() == Some(name)
+                })
+            })
+            .filter_map(|e| e.reason)
+            .collect())
+    }
+
+    async fn delete_reconcilers(&self, names: &[&str]) {
+        for name in names {
+            let _ = reconcilers(&self.client)
+                .delete(name, &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+fn greeter_grant() -> Value {
+    json!({"read": [WIDGET_READ], "write": [format!("{WIDGET_READ}/status")]})
+}
+
+/// The blobs in a module cache (`<cache>/oci/blobs/sha256/*`).
+fn cached_blobs(cache: &Path) -> Result<Vec<String>> {
+    let dir = cache.join("oci/blobs/sha256");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test]
+async fn a_python_and_a_go_guest_declared_as_reconcilers_become_ready_and_reconcile() -> Result<()>
+{
+    let mut world = World::new("rec-langs").await?;
+    let python = world.push("greeter-python", "guests/greeter:v1")?;
+    let go = world.push("network-go", "guests/network:v1")?;
+    world.start_host("").await?;
+    let (greeter, network) = (
+        format!("greeter-{}", world.ns),
+        format!("network-{}", world.ns),
+    );
+    world
+        .declare(
+            &greeter,
+            json!({
+                "module": world.module("guests/greeter:v1"),
+                "pullSecretRef": {"name": "registry"},
+                "grant": greeter_grant(),
+            }),
+        )
+        .await?;
+    world
+        .declare(
+            &network,
+            json!({
+                "module": world.module(&format!("guests/network@{go}")),
+                "pullSecretRef": {"name": "registry"},
+                "grant": {
+                    "read": ["samplecrd.k8s.io/v1/Network"],
+                    "write": ["samplecrd.k8s.io/v1/Network", "samplecrd.k8s.io/v1/Network/status"],
+                    "backends": ["network"],
+                },
+            }),
+        )
+        .await?;
+
+    // The tag resolved to the digest push printed; each guest runs under its object's name.
+    let st = world.ready(&greeter, "True", "Ready").await?;
+    assert_eq!(st["digest"], python.as_str(), "{st}");
+    assert_eq!(st["guest"], format!("greeter@{greeter}"), "{st}");
+    assert_eq!(st["mode"], "active", "{st}");
+    let st = world.ready(&network, "True", "Ready").await?;
+    assert_eq!(st["digest"], go.as_str(), "{st}");
+
+    world.greeted("w", "from python").await?;
+    let networks = namespaced(&world.client, &world.ns, "samplecrd.k8s.io", "Network");
+    let net = json!({
+        "apiVersion": "samplecrd.k8s.io/v1", "kind": "Network",
+        "metadata": {"name": "n"}, "spec": {"cidr": "10.77.0.0/24", "gateway": "10.77.0.1"},
+    });
+    networks
+        .patch(
+            "n",
+            &PatchParams::apply("reconcilers-test"),
+            &Patch::Apply(net),
+        )
+        .await?;
+    wait_until("Network n Ready", Duration::from_secs(60), || async {
+        let object = networks.get("n").await?;
+        let ready = object.data["status"]["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["status"].clone());
+        ensure!(
+            ready == Some(json!("True")),
+            "status {}",
+            object.data["status"]
+        );
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+
+    ensure!(
+        world
+            .event_reasons(&greeter)
+            .await?
+            .contains(&"Ready".to_owned()),
+        "no Ready event on Reconciler {greeter}"
+    );
+    // Deleting the object unloads its guest: /guests no longer runs it.
+    world.delete_reconcilers(&[&greeter]).await;
+    let host = world.host();
+    wait_until("the greeter unloaded", Duration::from_secs(30), || async {
+        let guests = host.get("/guests").await?;
+        ensure!(!guests.contains(&format!("greeter@{greeter}")), "{guests}");
+        Ok(())
+    })
+    .await?;
+    world.delete_reconcilers(&[&network]).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version() -> Result<()> {
+    let mut world = World::new("rec-swap").await?;
+    world
+        .pull_secret("wrong-password", "not-the-password")
+        .await?;
+    let c = world.push("greeter-c", "guests/greeter:c")?;
+    let go = world.push("greeter-go", "guests/greeter:go")?;
+    let python = world.push("greeter-python", "guests/python:v1")?;
+    // Python's 18 MB is beyond this host's cap; a grant of guests.greeter is the host's own.
+    world
+        .start_host("  maxModuleBytes: 8000000\nguests:\n  greeter: {}")
+        .await?;
+    let name = format!("greeter-{}", world.ns);
+    let spec = |module: String, secret: &str, grant: Value| json!({"module": module, "pullSecretRef": {"name": secret}, "grant": grant});
+    let pinned = |repo: &str, digest: &str| world.module(&format!("{repo}@{digest}"));
+
+    world
+        .declare(
+            &name,
+            spec(pinned("guests/greeter", &c), "registry", greeter_grant()),
+        )
+        .await?;
+    world.ready(&name, "True", "Ready").await?;
+    world.greeted("w", "one").await?;
+
+    // A new digest: swapped in by the same process.
+    world
+        .declare(
+            &name,
+            spec(pinned("guests/greeter", &go), "registry", greeter_grant()),
+        )
+        .await?;
+    let st = world.ready(&name, "True", "Ready").await?;
+    assert_eq!(st["digest"], go.as_str(), "{st}");
+    world.greeted("w", "two").await?;
+    let starts = world
+        .host()
+        .log()
+        .matches("reconciler-host serving")
+        .count();
+    assert_eq!(starts, 1, "the host restarted");
+
+    // Each bad change: Ready=False with its reason, the last good digest still running and
+    // greeting.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let beyond =
+        json!({"read": [WIDGET_READ], "write": [format!("{WIDGET_READ}/status"), "v1/ConfigMap"]});
+    let cases = [
+        (
+            "a wrong digest",
+            spec(
+                pinned("guests/greeter", &wrong),
+                "registry",
+                greeter_grant(),
+            ),
+            "ModuleNotFound",
+        ),
+        (
+            "an oversized module",
+            spec(
+                pinned("guests/python", &python),
+                "registry",
+                greeter_grant(),
+            ),
+            "TooLarge",
+        ),
+        (
+            "a missing pull Secret",
+            spec(world.module("guests/greeter:c"), "absent", greeter_grant()),
+            "PullSecretInvalid",
+        ),
+        (
+            "a Secret not allowed",
+            spec(world.module("guests/greeter:c"), "other", greeter_grant()),
+            "PullSecretInvalid",
+        ),
+        (
+            "a wrong password",
+            spec(
+                world.module("guests/greeter:c"),
+                "wrong-password",
+                greeter_grant(),
+            ),
+            "PullDenied",
+        ),
+        (
+            "a grant beyond allow",
+            spec(pinned("guests/greeter", &c), "registry", beyond),
+            "GrantBeyondAllowed",
+        ),
+        (
+            "an unreachable registry",
+            spec(
+                "oci://127.0.0.1:9/guests/greeter:v1".into(),
+                "registry",
+                greeter_grant(),
+            ),
+            "PullFailed",
+        ),
+    ];
+    for (n, (what, spec, reason)) in cases.into_iter().enumerate() {
+        world.declare(&name, spec).await?;
+        let st = world
+            .ready(&name, "False", reason)
+            .await
+            .with_context(|| what.to_owned())?;
+        assert_eq!(st["digest"], go.as_str(), "{what}: {st}");
+        let ready = &st["conditions"][0];
+        ensure!(
+            ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the last good version keeps running")),
+            "{what}: {st}"
+        );
+        world
+            .greeted("w", &format!("still {n}"))
+            .await
+            .context(what)?;
+    }
+    ensure!(
+        world
+            .event_reasons(&name)
+            .await?
+            .contains(&"PullDenied".to_owned()),
+        "no PullDenied event on {name}"
+    );
+
+    // A Reconciler whose guest the host configuration grants: a conflict, reported on it.
+    world
+        .declare("greeter", json!({"module": pinned("guests/greeter", &c), "pullSecretRef": {"name": "registry"}, "grant": greeter_grant()}))
+        .await?;
+    let st = world.ready("greeter", "False", "NameConflict").await?;
+    assert_eq!(st["digest"], Value::Null, "{st}");
+    world.delete_reconcilers(&["greeter", &name]).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_the_registry_down_a_restarted_host_loads_its_guests_from_the_cache_by_digest()
+-> Result<()> {
+    let mut world = World::new("rec-cache").await?;
+    let c = world.push("greeter-c", "guests/greeter:v1")?;
+    world.start_host("").await?;
+    let names = [format!("a-{}", world.ns), format!("b-{}", world.ns)];
+    for name in &names {
+        world
+            .declare(
+                name,
+                json!({
+                    "module": world.module(&format!("guests/greeter@{c}")),
+                    "pullSecretRef": {"name": "registry"},
+                    "grant": greeter_grant(),
+                }),
+            )
+            .await?;
+        world.ready(name, "True", "Ready").await?;
+    }
+    // Two Reconcilers, one digest: one manifest, one config and one layer in the cache.
+    let blobs = cached_blobs(world.cache.path())?;
+    assert_eq!(blobs.len(), 3, "{blobs:?}");
+    ensure!(blobs.contains(&c.trim_start_matches("sha256:").to_owned()));
+
+    world.registry.stop().await?;
+    world.host.as_mut().context("host")?.kill()?;
+    world.host = None;
+    world.start_host("").await?;
+    for name in &names {
+        let st = world.ready(name, "True", "Ready").await?;
+        assert_eq!(st["digest"], c.as_str(), "{st}");
+        let pulled = st["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["type"] == "Pulled"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        assert_eq!(pulled["reason"], "FromCache", "{st}");
+    }
+    world.greeted("w", "from the cache").await?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    world.delete_reconcilers(&refs).await;
+    Ok(())
+}
