@@ -603,3 +603,163 @@ fn a_grant_for_one_file_runs_a_second_version_beside_the_first() {
     assert_eq!(guests.active().len(), 1);
     assert!(guests.orphan("widget@widget-next").is_none());
 }
+
+/// Items that carry their own grant, as `Reconciler` objects do, held in memory: what the
+/// guest set loads and what it tells the source.
+mod objects {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+    use reconciler_host::config::Grant;
+    use reconciler_host::guests::{
+        Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict,
+    };
+
+    type Items = BTreeMap<String, (i64, Grant, Vec<u8>)>;
+
+    #[derive(Default, Clone)]
+    pub struct Objects {
+        /// name → (generation, grant, component bytes)
+        pub items: Arc<Mutex<Items>>,
+        pub verdicts: Arc<Mutex<Vec<(String, i64, Verdict)>>>,
+    }
+
+    impl GuestSource for Objects {
+        fn list(&self) -> Result<Vec<Origin>, SourceError> {
+            Ok(self
+                .items
+                .lock()
+                .iter()
+                .map(|(name, (generation, grant, _))| {
+                    Origin::reconciler(name, *generation, grant.clone())
+                })
+                .collect())
+        }
+
+        fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
+            let items = self.items.lock();
+            let (_, _, bytes) = &items[origin.stem()];
+            Ok(Artefact {
+                origin: origin.clone(),
+                bytes: bytes.clone(),
+                hash: reconciler_host::runtime::content_hash(bytes),
+            })
+        }
+
+        fn watch(&self) -> Result<Box<dyn Changes>, SourceError> {
+            Err(SourceError::Stopped {
+                what: "an in-memory source".into(),
+            })
+        }
+
+        fn holds(&self, origin: &Origin) -> bool {
+            matches!(origin.kind(), OriginKind::Reconciler { .. })
+        }
+
+        fn judged(&self, origin: &Origin, verdict: &Verdict) {
+            let OriginKind::Reconciler { generation, .. } = origin.kind() else {
+                return;
+            };
+            let name = origin.stem().to_owned();
+            self.verdicts
+                .lock()
+                .push((name, *generation, verdict.clone()));
+        }
+    }
+}
+
+#[test]
+fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_last_good() {
+    use reconciler_host::config::Grant;
+    use reconciler_host::guests::Verdict;
+
+    const ALLOW: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
+    let source = objects::Objects::default();
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeOptions {
+            cache_dir: Some(common::cache_dir()),
+            ..RuntimeOptions::default()
+        })
+        .unwrap(),
+    );
+    let config = HostConfig::parse(ALLOW, "host.yaml".as_ref()).unwrap();
+    let guests = Guests::new(
+        source.clone(),
+        runtime,
+        Arc::new(config.clone()),
+        None,
+        Arc::new(Shadows::new(None)),
+    );
+    let mut events = guests.subscribe();
+    let grant = |text: &str| -> Grant { serde_yaml::from_str(text).unwrap() };
+    let widget_grant = "{read: [test.reconciler.dev/v1/Widget, v1/ConfigMap], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]}";
+    let bytes = std::fs::read(common::guest("widget")).unwrap();
+    let last = || source.verdicts.lock().last().cloned().unwrap();
+
+    // Loaded under the object's name with its own grant.
+    source
+        .items
+        .lock()
+        .insert("w".into(), (1, grant(widget_grant), bytes.clone()));
+    guests.rescan();
+    let v1 = next_loaded(&mut events);
+    assert_eq!(guests.active()[0].name(), "widget@w");
+    assert!(
+        matches!(last(), (_, 1, Verdict::Loaded { .. })),
+        "{:?}",
+        last()
+    );
+
+    // Same content, a new grant (shadow): reloaded with it, no new compile of another content.
+    let shadow = widget_grant.replacen('{', "{mode: shadow, ", 1);
+    source
+        .items
+        .lock()
+        .insert("w".into(), (2, grant(&shadow), bytes.clone()));
+    guests.rescan();
+    assert_eq!(next_loaded(&mut events), v1);
+    assert_eq!(guests.active()[0].grant.mode, Mode::Shadow);
+    assert!(
+        matches!(last(), (_, 2, Verdict::Loaded { .. })),
+        "{:?}",
+        last()
+    );
+
+    // A grant beyond the ceiling: refused with its cause, the shadow version keeps running.
+    let beyond = widget_grant.replacen("v1/ConfigMap]", "v1/ConfigMap, v1/Secret]", 1);
+    source
+        .items
+        .lock()
+        .insert("w".into(), (3, grant(&beyond), bytes.clone()));
+    guests.rescan();
+    assert!(
+        events.try_recv().is_err(),
+        "a refused grant changed the set"
+    );
+    assert_eq!(guests.active()[0].grant.mode, Mode::Shadow);
+    match last() {
+        (
+            _,
+            3,
+            Verdict::Refused {
+                cause,
+                message,
+                kept,
+            },
+        ) => {
+            assert_eq!(cause, "GrantBeyondAllowed");
+            assert!(message.contains("read v1/Secret"), "{message}");
+            assert_eq!(kept.map(|(guest, _)| guest).as_deref(), Some("widget@w"));
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // The ceiling lowered under the running version: revoked, so it stops.
+    let lower = ALLOW.replace(", v1/ConfigMap]\n    write", "]\n    write");
+    guests
+        .reconfigure(HostConfig::parse(&lower, "host.yaml".as_ref()).unwrap())
+        .unwrap();
+    assert!(guests.active().is_empty(), "a revoked grant kept running");
+    assert!(matches!(events.try_recv(), Ok(GuestEvent::Unloaded(name)) if name == "widget@w"));
+}
