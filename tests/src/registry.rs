@@ -24,6 +24,9 @@
 //! the process dies without dropping it. Only this type can stop and restart a registry, so a
 //! test of an unreachable registry never disturbs the tests sharing the common one.
 //!
+//! [`PrivateRegistry::start_at`] listens on a given address instead, such as the local
+//! cluster's node address that Pods reach.
+//!
 //! Cost: installing the two Debian packages once per machine (when `./dev setup` has not);
 //! then starting a registry takes well under a second and about 20 MB of memory.
 
@@ -138,16 +141,28 @@ impl PrivateRegistry {
     /// Starts a fresh registry in `<target>/registry/private-<name>-<pid>-<n>` on a free
     /// loopback port.
     pub async fn start(name: &str) -> Result<Self> {
+        Self::start_with(name, &[]).await
+    }
+
+    /// As [`Self::start`], listening on `address` (`HOST:PORT`) instead: the local cluster's
+    /// node address, which Pods reach, on the port a configuration names
+    /// (`tests/tests/deploy.rs`). Fails if something else listens there.
+    pub async fn start_at(name: &str, address: &str) -> Result<Self> {
+        Self::start_with(name, &["--addr", address]).await
+    }
+
+    async fn start_with(name: &str, extra: &[&str]) -> Result<Self> {
         let dir = crate::paths::private_dir("registry", name);
         let pid = std::process::id().to_string();
-        run_registry([
+        let mut args: Vec<&OsStr> = vec![
             "up".as_ref(),
             "--dir".as_ref(),
             dir.as_os_str(),
             "--exit-with".as_ref(),
             pid.as_ref(),
-        ])
-        .await?;
+        ];
+        args.extend(extra.iter().map(OsStr::new));
+        run_registry(args).await?;
         Ok(Self {
             registry: Registry::from_env_of(&dir).await?,
         })

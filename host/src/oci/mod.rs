@@ -118,7 +118,8 @@ pub struct Pulled {
 
 /// Pulls modules into a [`ModuleCache`].
 pub struct Puller {
-    client: Client,
+    settings: RegistrySettings,
+    plain_http: bool,
     cache: ModuleCache,
     max_bytes: u64,
 }
@@ -127,7 +128,8 @@ impl Puller {
     /// `plain_http`: every registry over plain HTTP (the command line's `--plain-http`).
     pub fn new(settings: &RegistrySettings, cache_dir: &Path, plain_http: bool) -> Self {
         Self {
-            client: client(settings, plain_http),
+            settings: settings.clone(),
+            plain_http,
             cache: ModuleCache::new(cache_dir),
             max_bytes: settings.max_module_bytes(),
         }
@@ -184,8 +186,10 @@ impl Puller {
         let name = module.to_string();
         let reference = module.reference();
         let auth = auth.to_registry_auth();
-        let (raw, _) = self
-            .client
+        // A client per pull: `oci-client` keeps the first credentials (and tokens) it was given
+        // for a registry, which would let one guest's pull use another's pull Secret.
+        let client = client(&self.settings, self.plain_http);
+        let (raw, _) = client
             .pull_manifest_raw(
                 reference,
                 &auth,
@@ -218,7 +222,13 @@ impl Puller {
             });
         }
         let config = self
-            .blob(module, &parts.config, MAX_CONFIG_BYTES, "the config")
+            .blob(
+                &client,
+                module,
+                &parts.config,
+                MAX_CONFIG_BYTES,
+                "the config",
+            )
             .await?;
         artifact::check_config(&config, &parts.layer.digest).map_err(|reason| {
             PullError::NotAWasmArtifact {
@@ -227,7 +237,7 @@ impl Puller {
             }
         })?;
         let layer = self
-            .blob(module, &parts.layer, self.max_bytes, "the layer")
+            .blob(&client, module, &parts.layer, self.max_bytes, "the layer")
             .await?;
         self.cache.store(&[
             (&digest, &raw),
@@ -247,14 +257,14 @@ impl Puller {
     /// One blob, streamed: cut off past `max` bytes, its digest checked at the end.
     async fn blob(
         &self,
+        client: &Client,
         module: &ModuleRef,
         descriptor: &OciDescriptor,
         max: u64,
         what: &str,
     ) -> Result<Vec<u8>, PullError> {
         let name = module.to_string();
-        let mut stream = self
-            .client
+        let mut stream = client
             .pull_blob_stream(module.reference(), descriptor)
             .await
             .map_err(|e| classify(&name, &e))?;

@@ -106,7 +106,8 @@ impl KubeCluster {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
-                controller: reporter.to_owned(),
+                // A second version's `name@stem` is no qualified name; RBAC spells it the same way.
+                controller: reporter.replace('@', "-at-"),
                 instance: std::env::var("POD_NAME").ok(),
             },
         );
