@@ -213,6 +213,7 @@ pub struct Limits {
 
 impl Limits {
     /// Unset fields taken from `fallback`.
+    #[must_use]
     pub fn or(&self, fallback: &Limits) -> Limits {
         Limits {
             deadline: self.deadline.or(fallback.deadline),

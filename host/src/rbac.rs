@@ -149,6 +149,7 @@ fn rules(
 }
 
 /// Every object for `guests` (all of the configuration's when none), in print order.
+#[allow(clippy::too_many_lines)] // one list of objects, read top to bottom in print order
 pub fn objects(
     config: &HostConfig,
     guests: Option<&BTreeSet<String>>,

@@ -259,7 +259,7 @@ impl Guests {
             }
             Err(err) => {
                 drop(ledger);
-                return self.refuse(origin, hash, previous, &err);
+                return self.refuse(&origin, hash, previous, &err);
             }
         };
         let name = active.name().to_owned();
@@ -272,7 +272,7 @@ impl Guests {
                 other: other.to_owned(),
             };
             drop(ledger);
-            return self.refuse(origin, hash, previous, &err);
+            return self.refuse(&origin, hash, previous, &err);
         }
         if let Some(old) = previous.as_ref().filter(|old| old.name() != name) {
             self.notices.unloaded(old);
@@ -307,7 +307,7 @@ impl Guests {
     /// Records `err` as the verdict on this content of `origin`; `previous` stays active.
     fn refuse(
         &self,
-        origin: Origin,
+        origin: &Origin,
         hash: String,
         previous: Option<Arc<ActiveGuest>>,
         err: &RefusalError,
@@ -323,7 +323,7 @@ impl Guests {
         };
         let entry = Entry::refused(origin.clone(), hash, err, previous);
         self.ledger.lock().insert(entry);
-        self.source.judged(&origin, &verdict);
+        self.source.judged(origin, &verdict);
     }
 
     /// The active version of `origin` under the current configuration: unchanged, reloaded
@@ -364,10 +364,10 @@ impl Guests {
                     // A revoked grant must take effect: the guest stops now.
                     Revoked::Unload => {
                         self.unload(origin.name());
-                        self.refuse(origin.clone(), hash, None, &err.into());
+                        self.refuse(origin, hash, None, &err.into());
                     }
                     Revoked::KeepLastGood => {
-                        self.refuse(origin.clone(), hash, Some(active.clone()), &err.into());
+                        self.refuse(origin, hash, Some(active.clone()), &err.into());
                     }
                 }
             }

@@ -177,11 +177,11 @@ impl Records {
             let key = (spec.module.clone(), spec.pull_secret.clone());
             match &record.pull {
                 Pull::Pulled {
-                    key: pulled,
+                    key: memo,
                     hash,
                     bytes,
                     ..
-                } if *pulled == key => {
+                } if *memo == key => {
                     return Ok(Artefact {
                         origin: origin.clone(),
                         bytes: bytes.to_vec(),
@@ -211,14 +211,14 @@ impl Records {
         };
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
-        let pulled = handle.block_on(pull(&puller, &client, &namespace, &key));
+        let outcome = handle.block_on(pull(&puller, &client, &namespace, &key));
         let mut this = records.lock();
-        match pulled {
-            Ok((pulled, hash)) => {
-                this.digests.insert(hash.clone(), pulled.digest.clone());
-                tracing::info!(reconciler = name, module = %key.0, digest = %pulled.digest,
-                    from_cache = pulled.from_cache, "module pulled");
-                let bytes = Arc::new(pulled.bytes);
+        match outcome {
+            Ok((module, hash)) => {
+                this.digests.insert(hash.clone(), module.digest.clone());
+                tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
+                    from_cache = module.from_cache, "module pulled");
+                let bytes = Arc::new(module.bytes);
                 let artefact = Artefact {
                     origin: origin.clone(),
                     bytes: bytes.to_vec(),
@@ -227,10 +227,10 @@ impl Records {
                 if let Some(record) = this.objects.get_mut(name) {
                     record.pull = Pull::Pulled {
                         key,
-                        digest: pulled.digest,
+                        digest: module.digest,
                         hash,
                         bytes,
-                        from_cache: pulled.from_cache,
+                        from_cache: module.from_cache,
                     };
                 }
                 Ok(artefact)
@@ -282,12 +282,12 @@ async fn pull(
         Some(secret) => credentials(client, namespace, secret, module).await?,
         None => Auth::Anonymous,
     };
-    let pulled = puller
+    let fetched = puller
         .pull(module, &auth)
         .await
         .map_err(|e| (cause(&e), e.to_string()))?;
-    let hash = crate::runtime::content_hash(&pulled.bytes);
-    Ok((pulled, hash))
+    let hash = crate::runtime::content_hash(&fetched.bytes);
+    Ok((fetched, hash))
 }
 
 /// The credentials for `module`'s registry in the dockerconfigjson Secret `name`.

@@ -72,7 +72,7 @@ impl Spec {
 mod tests {
     use super::*;
 
-    fn object(spec: serde_json::Value) -> DynamicObject {
+    fn object(spec: &serde_json::Value) -> DynamicObject {
         let mut object = DynamicObject::new("greeter", &api_resource());
         object.data = serde_json::json!({ "spec": spec });
         object
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn a_spec_gives_its_module_grant_and_pull_secret() {
-        let spec = Spec::of(&object(serde_json::json!({
+        let spec = Spec::of(&object(&serde_json::json!({
             "module": "oci://127.0.0.1:5000/guests/greeter:v1",
             "grant": {
                 "mode": "shadow",
@@ -119,7 +119,7 @@ mod tests {
             ),
             (serde_json::json!({"grant": {}}), "spec:"),
         ] {
-            let err = Spec::of(&object(spec.clone())).unwrap_err();
+            let err = Spec::of(&object(&spec)).unwrap_err();
             assert!(err.starts_with(field), "{spec}: {err}");
         }
     }

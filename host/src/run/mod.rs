@@ -112,21 +112,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
-    let dir = args
-        .guests
-        .clone()
-        .or_else(|| config.guest_directory.clone());
-    anyhow::ensure!(
-        dir.is_some() || config.reconcilers.is_some(),
-        "no guests: pass --guests, set guestDirectory, or add a reconcilers: section to the configuration"
-    );
-    if let Some(dir) = &dir {
-        anyhow::ensure!(
-            dir.is_dir(),
-            "guest directory {} does not exist",
-            dir.display()
-        );
-    }
+    let dir = guest_directory(&args, &config)?;
 
     // Read once: the client, the lease's client and the backends' view of the API server.
     let kube_config = kube::Config::infer()
@@ -151,28 +137,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cache_dir: cache_dir.clone(),
         ..RuntimeOptions::default()
     })?);
-    let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
-    if let Some(dir) = &dir {
-        sources.push(Box::new(Directory::new(dir.clone())));
-    }
-    let mut status_writer = None;
-    if config.reconcilers.is_some() {
-        let modules = cache_dir
-            .clone()
-            .context("no cache directory for pulled modules: pass --cache-dir")?;
-        let (objects, writer) = crate::reconcilers::Objects::start(
-            client.clone(),
-            &config,
-            &modules,
-            args.namespace
-                .clone()
-                .unwrap_or_else(|| kube_config.default_namespace.clone()),
-        );
-        sources.push(Box::new(objects));
-        status_writer = Some(writer);
-    }
+    let (sources, reconciler_status) = guest_sources(
+        &args,
+        &config,
+        dir.as_ref(),
+        &client,
+        &kube_config,
+        cache_dir,
+    )?;
     let guests = Guests::new(
-        Sources::new(sources),
+        sources,
         runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
@@ -196,7 +170,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "reconciler-host serving /healthz /readyz /metrics /guests");
     // One replica writes the Reconcilers' status: the one that coordinates (see `Manager::set_owned`).
     let (status_writes, writes) = tokio::sync::watch::channel(false);
-    let status_task = status_writer.map(|writer| {
+    let status_task = reconciler_status.map(|writer| {
         let identity = args
             .identity
             .clone()
@@ -243,6 +217,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     manager.shutdown().await;
     result
+}
+
+/// The guest directory (`--guests`, else `guestDirectory`), which a host running only
+/// `Reconciler` objects may do without.
+fn guest_directory(args: &RunArgs, config: &HostConfig) -> anyhow::Result<Option<PathBuf>> {
+    let dir = args
+        .guests
+        .clone()
+        .or_else(|| config.guest_directory.clone());
+    anyhow::ensure!(
+        dir.is_some() || config.reconcilers.is_some(),
+        "no guests: pass --guests, set guestDirectory, or add a reconcilers: section to the configuration"
+    );
+    if let Some(dir) = &dir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "guest directory {} does not exist",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// Where guests come from: the directory, if any, and the `Reconciler` objects when the
+/// configuration has a `reconcilers:` section (with the writer of their status).
+fn guest_sources(
+    args: &RunArgs,
+    config: &HostConfig,
+    dir: Option<&PathBuf>,
+    client: &kube::Client,
+    kube_config: &kube::Config,
+    cache_dir: Option<PathBuf>,
+) -> anyhow::Result<(Sources, Option<crate::reconcilers::StatusWriter>)> {
+    let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
+    if let Some(dir) = dir {
+        sources.push(Box::new(Directory::new(dir.clone())));
+    }
+    let mut status = None;
+    if config.reconcilers.is_some() {
+        let modules =
+            cache_dir.context("no cache directory for pulled modules: pass --cache-dir")?;
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| kube_config.default_namespace.clone());
+        let (objects, writer) =
+            crate::reconcilers::Objects::start(client.clone(), config, &modules, namespace);
+        sources.push(Box::new(objects));
+        status = Some(writer);
+    }
+    Ok((Sources::new(sources), status))
 }
 
 /// The network providers named in the configuration, each kept off the API server's
