@@ -514,20 +514,44 @@ pub struct Grant {
     /// given no host configuration.
     #[serde(skip)]
     pub unrestricted: bool,
+    /// Where the grant was written, so a refusal says where to add what is missing.
+    #[serde(skip)]
+    pub written_in: WrittenIn,
+}
+
+/// Where a grant was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WrittenIn {
+    /// `guests.<name>` of the host configuration.
+    #[default]
+    HostConfig,
+    /// `spec.grant` of the `Reconciler` object of this name.
+    Reconciler(String),
 }
 
 /// A call outside the grant. The message names the guest, the missing right and where to add it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "guest `{guest}` may not {what}: add it to guests.{guest}.{field} in the host configuration"
-)]
+#[error("guest `{guest}` may not {what}: add it to {place}")]
 pub struct Denied {
     pub guest: String,
     pub what: String,
     pub field: &'static str,
+    /// Where to add it ([`Grant::place`]).
+    pub place: String,
 }
 
 impl Grant {
+    /// Where `field` of this grant of `guest` is written: `guests.NAME.FIELD in the host
+    /// configuration`, or `spec.grant.FIELD of Reconciler NAME`.
+    pub fn place(&self, guest: &str, field: &str) -> String {
+        match &self.written_in {
+            WrittenIn::HostConfig => format!("guests.{guest}.{field} in the host configuration"),
+            WrittenIn::Reconciler(name) => format!(
+                "spec.grant.{field} of Reconciler {name} (within reconcilers.allow of the host configuration)"
+            ),
+        }
+    }
+
     pub fn unrestricted() -> Self {
         Self {
             unrestricted: true,
@@ -543,6 +567,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("read {kind}"),
             field: "read",
+            place: self.place(guest, "read"),
         })
     }
 
@@ -566,6 +591,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("write {wanted}"),
             field: "write",
+            place: self.place(guest, "write"),
         })
     }
 
@@ -577,6 +603,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("call the `{backend}` backend"),
             field: "backends",
+            place: self.place(guest, "backends"),
         })
     }
 }

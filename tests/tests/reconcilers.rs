@@ -332,6 +332,39 @@ async fn a_python_and_a_go_guest_declared_as_reconcilers_become_ready_and_reconc
     assert_eq!(st["digest"], go.as_str(), "{st}");
 
     world.greeted("w", "from python").await?;
+    // The Go greeter beside it in shadow mode: it writes nothing, and its status counts how
+    // often it would have written what the Python one did.
+    let go_greeter = world.push("greeter-go", "guests/greeter:go")?;
+    let shadow = format!("shadow-{}", world.ns);
+    let mut grant = greeter_grant();
+    grant["mode"] = json!("shadow");
+    world
+        .declare(
+            &shadow,
+            json!({
+                "module": world.module(&format!("guests/greeter@{go_greeter}")),
+                "pullSecretRef": {"name": "registry"},
+                "grant": grant,
+            }),
+        )
+        .await?;
+    let st = world.ready(&shadow, "True", "Ready").await?;
+    assert_eq!(st["mode"], "shadow", "{st}");
+    world.greeted("w", "twice").await?;
+    let api = reconcilers(&world.client);
+    wait_until(
+        "a shadow agreement counted",
+        Duration::from_secs(60),
+        || async {
+            let st = api.get(&shadow).await?.data["status"].clone();
+            let agreed = st["shadow"]["agreements"].as_u64().unwrap_or(0);
+            ensure!(agreed >= 1, "status is {st}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    world.delete_reconcilers(&[&shadow]).await;
     let networks = namespaced(&world.client, &world.ns, "samplecrd.k8s.io", "Network");
     let net = json!({
         "apiVersion": "samplecrd.k8s.io/v1", "kind": "Network",

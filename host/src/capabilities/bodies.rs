@@ -147,7 +147,7 @@ fn key_granted(patterns: &[String], key: &str) -> bool {
 /// Checks the keys of `labels` or `annotations` against the grant.
 fn metadata_keys(
     guest: &str,
-    unrestricted: bool,
+    grant: &crate::config::Grant,
     field: &'static str,
     patterns: Option<&[String]>,
     value: &Value,
@@ -164,7 +164,7 @@ fn metadata_keys(
                 path_step(key)
             )));
         }
-        if unrestricted {
+        if grant.unrestricted {
             continue;
         }
         let allowed = match patterns {
@@ -179,8 +179,9 @@ fn metadata_keys(
             };
             let singular = field.trim_end_matches('s');
             return Err(HostError::Denied(format!(
-                "guest `{guest}` may not set {singular} {}{why}: add it to guests.{guest}.{field} in the host configuration",
-                validation::shown(key)
+                "guest `{guest}` may not set {singular} {}{why}: add it to {}",
+                validation::shown(key),
+                grant.place(guest, field)
             )));
         }
     }
@@ -204,7 +205,7 @@ impl CallContext {
                         ("annotations", &grant.annotations)
                     };
                     let patterns = patterns.as_deref();
-                    metadata_keys(self.name(), grant.unrestricted, field, patterns, value)?;
+                    metadata_keys(self.name(), grant, field, patterns, value)?;
                 }
                 "ownerReferences" => self.owner_references(value, target)?,
                 "resourceVersion" | "uid" if !value.is_string() => {

@@ -64,8 +64,9 @@ fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
                 .is_err() =>
         {
             vec![format!(
-                "write {} (to add and remove its finalizer; add it to guests.{guest}.write)",
-                manifest.primary
+                "write {} (to add and remove its finalizer; add it to {})",
+                manifest.primary,
+                check.grant.place(guest, "write")
             )]
         }
         _ => Vec::new(),

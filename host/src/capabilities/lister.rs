@@ -69,7 +69,8 @@ fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
     let mut need_read = |kind: &Gvk, why: &str| {
         if !check.grant.read.contains(kind) {
             missing.push(format!(
-                "read {kind} ({why}; add it to guests.{guest}.read)"
+                "read {kind} ({why}; add it to {})",
+                check.grant.place(guest, "read")
             ));
         }
     };

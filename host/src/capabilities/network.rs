@@ -44,7 +44,8 @@ fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
     }
     if !check.grant.backends.contains(NETWORK_BACKEND) {
         vec![format!(
-            "the `{NETWORK_BACKEND}` backend (it imports {INTERFACE}; add it to guests.{guest}.backends)"
+            "the `{NETWORK_BACKEND}` backend (it imports {INTERFACE}; add it to {})",
+            check.grant.place(guest, "backends")
         )]
     } else if !check.config.backends.contains_key(NETWORK_BACKEND) {
         vec![format!(

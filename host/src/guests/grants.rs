@@ -5,7 +5,7 @@
 //! same way. Cost: no compilation, a walk over the capabilities' requirements.
 
 use crate::capabilities::{LoadCheck, reserved_key};
-use crate::config::{Allow, Grant, HostConfig};
+use crate::config::{Allow, Grant, HostConfig, WrittenIn};
 use crate::runtime::{LoadError, LoadedGuest};
 
 use super::source::{GrantKey, NotItsGrant, Origin};
@@ -111,6 +111,7 @@ fn object_grant(
     }
     let mut grant = own.clone();
     grant.limits = grant.limits.or(&config.defaults);
+    grant.written_in = WrittenIn::Reconciler(object);
     Ok(grant)
 }
 
@@ -351,5 +352,14 @@ reconcilers:
         let granted = object_grant(&origin, "network", &own, &config(HOST)).unwrap();
         assert_eq!(granted.read, own.read);
         assert_eq!(granted.limits.memory_mib, Some(48));
+        // A refusal at run time says where its grant is written.
+        let secret = crate::objects::Gvk::new("", "v1", "Secret");
+        assert_eq!(
+            granted
+                .may_read("network", &secret)
+                .unwrap_err()
+                .to_string(),
+            "guest `network` may not read v1/Secret: add it to spec.grant.read of Reconciler network (within reconcilers.allow of the host configuration)"
+        );
     }
 }
