@@ -541,6 +541,35 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
         "no PullDenied event on {name}"
     );
 
+    // What the schema and its CEL rules refuse never reaches the host.
+    for (spec, said) in [
+        (
+            json!({"module": "docker.io/guests/greeter:v1"}),
+            "module must be oci://",
+        ),
+        (
+            json!({"module": "oci://r.example/g@sha256:abc"}),
+            "a digest must be sha256:",
+        ),
+        (
+            json!({"module": "oci://r.example/g", "grant": {"read": ["Widget"]}}),
+            "spec.grant.read[0]",
+        ),
+        (
+            json!({"module": "oci://r.example/g", "grant": {"mode": "loud"}}),
+            "spec.grant.mode",
+        ),
+    ] {
+        let refused = world
+            .declare(&format!("bad-{}", world.ns), spec.clone())
+            .await;
+        let err = format!(
+            "{:#}",
+            refused.err().context(format!("{spec} was accepted"))?
+        );
+        ensure!(err.contains(said), "{spec}: {err}");
+    }
+
     // A Reconciler whose guest the host configuration grants: a conflict, reported on it.
     world
         .declare("greeter", json!({"module": pinned("guests/greeter", &c), "pullSecretRef": {"name": "registry"}, "grant": greeter_grant()}))
