@@ -536,19 +536,28 @@ pub struct Denied {
     pub guest: String,
     pub what: String,
     pub field: &'static str,
-    /// Where to add it ([`Grant::place`]).
+    /// Where to add it ([`Grant::place_in_full`]).
     pub place: String,
 }
 
 impl Grant {
-    /// Where `field` of this grant of `guest` is written: `guests.NAME.FIELD in the host
-    /// configuration`, or `spec.grant.FIELD of Reconciler NAME`.
+    /// Where `field` of this grant of `guest` is written, in short: `guests.NAME.FIELD`, or
+    /// `spec.grant.FIELD of Reconciler NAME`.
     pub fn place(&self, guest: &str, field: &str) -> String {
         match &self.written_in {
-            WrittenIn::HostConfig => format!("guests.{guest}.{field} in the host configuration"),
-            WrittenIn::Reconciler(name) => format!(
-                "spec.grant.{field} of Reconciler {name} (within reconcilers.allow of the host configuration)"
-            ),
+            WrittenIn::HostConfig => format!("guests.{guest}.{field}"),
+            WrittenIn::Reconciler(name) => format!("spec.grant.{field} of Reconciler {name}"),
+        }
+    }
+
+    /// [`Self::place`] with the document it is in.
+    pub fn place_in_full(&self, guest: &str, field: &str) -> String {
+        let place = self.place(guest, field);
+        match &self.written_in {
+            WrittenIn::HostConfig => format!("{place} in the host configuration"),
+            WrittenIn::Reconciler(_) => {
+                format!("{place} (within reconcilers.allow of the host configuration)")
+            }
         }
     }
 
@@ -567,7 +576,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("read {kind}"),
             field: "read",
-            place: self.place(guest, "read"),
+            place: self.place_in_full(guest, "read"),
         })
     }
 
@@ -591,7 +600,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("write {wanted}"),
             field: "write",
-            place: self.place(guest, "write"),
+            place: self.place_in_full(guest, "write"),
         })
     }
 
@@ -603,7 +612,7 @@ impl Grant {
             guest: guest.to_owned(),
             what: format!("call the `{backend}` backend"),
             field: "backends",
-            place: self.place(guest, "backends"),
+            place: self.place_in_full(guest, "backends"),
         })
     }
 }

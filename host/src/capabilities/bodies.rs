@@ -181,7 +181,7 @@ fn metadata_keys(
             return Err(HostError::Denied(format!(
                 "guest `{guest}` may not set {singular} {}{why}: add it to {}",
                 validation::shown(key),
-                grant.place(guest, field)
+                grant.place_in_full(guest, field)
             )));
         }
     }

@@ -169,24 +169,37 @@ impl Guests {
             self.unload(name);
         }
         for origin in &present {
+            // A content the source can name without reading it (a pulled module's) and judged
+            // already: nothing to read, at most a new grant to apply.
+            let known = self.source.known_hash(origin);
+            let last = self
+                .ledger
+                .lock()
+                .entries
+                .get(origin.name())
+                .map(|e| (e.hash.clone(), e.origin == *origin, e.active.clone()));
+            if let (Some(known), Some((hash, same_origin, active))) = (&known, &last)
+                && known == hash
+            {
+                match active {
+                    _ if *same_origin => continue,
+                    Some(active) => {
+                        self.regrant(origin, active, Revoked::KeepLastGood);
+                        continue;
+                    }
+                    None => {}
+                }
+            }
             // Vanished between listing and reading, or not readable now (a registry down): the
             // next change rescans, and what runs keeps running.
             let Some(artefact) = self.read(origin) else {
                 continue;
             };
-            let last = self.ledger.lock().entries.get(origin.name()).map(|e| {
-                let same_content = e.hash == artefact.hash;
-                (
-                    same_content,
-                    same_content && e.origin == *origin,
-                    e.active.clone(),
-                )
-            });
             match last {
-                Some((_, true, _)) => {}
+                Some((hash, true, _)) if hash == artefact.hash => {}
                 // The same content under a changed item (a `Reconciler`'s new grant): judged
                 // again as a new version, so a grant that fails keeps the last good one.
-                Some((true, false, Some(active))) => {
+                Some((hash, false, Some(active))) if hash == artefact.hash => {
                     self.regrant(origin, &active, Revoked::KeepLastGood);
                 }
                 _ => self.load(artefact),

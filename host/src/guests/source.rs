@@ -45,6 +45,11 @@ pub trait GuestSource: Send + Sync {
     fn watch(&self) -> Result<Box<dyn Changes>, SourceError>;
     /// Whether `origin` is one of this source's items (see [`Sources`]).
     fn holds(&self, origin: &Origin) -> bool;
+    /// The content hash of `origin` if the source knows it without reading the content (a
+    /// module pulled by digest): the guest set then reads only what it has not judged.
+    fn known_hash(&self, _origin: &Origin) -> Option<String> {
+        None
+    }
     /// What the guest set decided about one of this source's items; a source that reports
     /// verdicts where its items live (a `Reconciler`'s status) keeps it.
     fn judged(&self, _origin: &Origin, _verdict: &Verdict) {}
@@ -111,6 +116,10 @@ impl GuestSource for Sources {
 
     fn holds(&self, origin: &Origin) -> bool {
         self.0.iter().any(|s| s.holds(origin))
+    }
+
+    fn known_hash(&self, origin: &Origin) -> Option<String> {
+        self.of(origin).ok()?.known_hash(origin)
     }
 
     fn judged(&self, origin: &Origin, verdict: &Verdict) {

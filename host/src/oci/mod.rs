@@ -182,6 +182,11 @@ impl Puller {
         }
     }
 
+    /// The component of the manifest `digest` if the cache holds it (verified on read).
+    pub fn cached(&self, digest: &str) -> Result<Option<Vec<u8>>, PullError> {
+        Ok(self.cache.load(digest)?)
+    }
+
     async fn fetch(&self, module: &ModuleRef, auth: &Auth) -> Result<Pulled, PullError> {
         let name = module.to_string();
         let reference = module.reference();

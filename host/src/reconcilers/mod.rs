@@ -18,8 +18,11 @@
 //!   `status` and told as events on it (`status.rs`), by one replica (the one that releases
 //!   orphaned finalizers).
 //!
-//! Cost: a rescan lists the reflector's store and returns memoised modules (a copy of the
-//! bytes); only a changed module reference or Secret pulls, on the guest set's blocking thread.
+//! Cost: a rescan lists the reflector's store and names each pulled module by its content hash
+//! without reading it, so nothing already judged is read again; a module is read from the
+//! module cache (and verified) only when the guest set loads it, and pulled only for a changed
+//! module reference or Secret, on the guest set's blocking thread. No module bytes are kept in
+//! memory beyond the compiled guest.
 
 mod pulls;
 pub mod spec;
@@ -167,6 +170,10 @@ impl GuestSource for Objects {
 
     fn holds(&self, origin: &Origin) -> bool {
         matches!(origin.kind(), OriginKind::Reconciler { .. })
+    }
+
+    fn known_hash(&self, origin: &Origin) -> Option<String> {
+        self.shared.records.lock().known_hash(object_name(origin))
     }
 
     fn judged(&self, origin: &Origin, verdict: &Verdict) {

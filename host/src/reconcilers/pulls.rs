@@ -52,11 +52,12 @@ type PullKey = (ModuleRef, Option<String>);
 pub(super) enum Pull {
     /// Not pulled yet for this spec.
     Pending,
+    /// Pulled into the module cache: its manifest digest and content hash (the bytes are
+    /// read from the cache when the guest set needs them).
     Pulled {
         key: PullKey,
         digest: String,
         hash: String,
-        bytes: Arc<Vec<u8>>,
         from_cache: bool,
     },
     Failed {
@@ -137,6 +138,18 @@ impl Records {
         self.digests.get(hash).map(String::as_str)
     }
 
+    /// The content hash of object `name`'s module, if pulled for its current spec.
+    pub fn known_hash(&self, name: &str) -> Option<String> {
+        let record = self.objects.get(name)?;
+        let spec = record.spec.as_ref().ok()?;
+        match &record.pull {
+            Pull::Pulled { key, hash, .. } if key.0 == spec.module && key.1 == spec.pull_secret => {
+                Some(hash.clone())
+            }
+            _ => None,
+        }
+    }
+
     /// When the earliest failed pull is due again.
     pub fn next_retry(&self) -> Option<Instant> {
         self.objects
@@ -160,7 +173,7 @@ impl Records {
             what: origin.name().to_owned(),
             error: why.into(),
         };
-        let (key, puller, client, namespace) = {
+        let (key, puller, client, namespace, memo) = {
             let mut this = records.lock();
             let allowed = this.allowed_secrets.clone();
             let (puller, client, namespace) = (
@@ -175,19 +188,14 @@ impl Records {
                 return Err(unreadable("its spec cannot run".into()));
             };
             let key = (spec.module.clone(), spec.pull_secret.clone());
+            let mut memo = None;
             match &record.pull {
                 Pull::Pulled {
-                    key: memo,
+                    key: pulled_key,
+                    digest,
                     hash,
-                    bytes,
                     ..
-                } if *memo == key => {
-                    return Ok(Artefact {
-                        origin: origin.clone(),
-                        bytes: bytes.to_vec(),
-                        hash: hash.clone(),
-                    });
-                }
+                } if *pulled_key == key => memo = Some((digest.clone(), hash.clone())),
                 Pull::Failed {
                     key: failed,
                     message,
@@ -207,8 +215,19 @@ impl Records {
                 record.failed(key, "PullSecretInvalid", message.clone());
                 return Err(unreadable(message));
             }
-            (key, puller, client, namespace)
+            (key, puller, client, namespace, memo)
         };
+        // Pulled before: the bytes are in the module cache (verified as they are read), not
+        // kept in memory; a cache emptied since is pulled again.
+        if let Some((digest, hash)) = memo
+            && let Ok(Some(bytes)) = puller.cached(&digest)
+        {
+            return Ok(Artefact {
+                origin: origin.clone(),
+                bytes,
+                hash,
+            });
+        }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
         let outcome = handle.block_on(pull(&puller, &client, &namespace, &key));
@@ -218,22 +237,19 @@ impl Records {
                 this.digests.insert(hash.clone(), module.digest.clone());
                 tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
                     from_cache = module.from_cache, "module pulled");
-                let bytes = Arc::new(module.bytes);
-                let artefact = Artefact {
-                    origin: origin.clone(),
-                    bytes: bytes.to_vec(),
-                    hash: hash.clone(),
-                };
                 if let Some(record) = this.objects.get_mut(name) {
                     record.pull = Pull::Pulled {
                         key,
                         digest: module.digest,
-                        hash,
-                        bytes,
+                        hash: hash.clone(),
                         from_cache: module.from_cache,
                     };
                 }
-                Ok(artefact)
+                Ok(Artefact {
+                    origin: origin.clone(),
+                    bytes: module.bytes,
+                    hash,
+                })
             }
             Err((cause, message)) => {
                 tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
