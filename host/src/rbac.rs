@@ -189,6 +189,25 @@ pub fn objects(
             }),
         ]
     };
+    // A Role in the host's namespace, bound to it.
+    let role = |name: &str, rules: Vec<PolicyRule>| {
+        let namespace = Some(options.namespace.as_str());
+        [
+            Object::Role(Role {
+                metadata: meta(name.to_owned(), namespace),
+                rules: Some(rules),
+            }),
+            Object::RoleBinding(RoleBinding {
+                metadata: meta(name.to_owned(), namespace),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: name.to_owned(),
+                },
+                subjects: Some(vec![subject.clone()]),
+            }),
+        ]
+    };
 
     let prefix = &options.prefix;
     let mut out = Vec::new();
@@ -203,10 +222,9 @@ pub fn objects(
             ..PolicyRule::default()
         }],
     ));
-    let lease = format!("{prefix}-leader-election");
-    out.push(Object::Role(Role {
-        metadata: meta(lease.clone(), Some(&options.namespace)),
-        rules: Some(vec![PolicyRule {
+    out.extend(role(
+        &format!("{prefix}-leader-election"),
+        vec![PolicyRule {
             api_groups: Some(vec!["coordination.k8s.io".into()]),
             resources: Some(vec!["leases".into()]),
             // The lease manager reads and watches the lease, creates it once, then patches it.
@@ -217,17 +235,8 @@ pub fn objects(
             .map(str::to_owned)
             .to_vec(),
             ..PolicyRule::default()
-        }]),
-    }));
-    out.push(Object::RoleBinding(RoleBinding {
-        metadata: meta(lease.clone(), Some(&options.namespace)),
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: lease,
-        },
-        subjects: Some(vec![subject.clone()]),
-    }));
+        }],
+    ));
     for guest in config.guests.keys() {
         if guests.is_some_and(|only| !only.contains(guest)) {
             continue;
@@ -260,26 +269,16 @@ pub fn objects(
         ));
         // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
         if !reconcilers.pull_secrets.is_empty() {
-            let secrets = format!("{prefix}-pull-secrets");
-            out.push(Object::Role(Role {
-                metadata: meta(secrets.clone(), Some(&options.namespace)),
-                rules: Some(vec![PolicyRule {
+            out.extend(role(
+                &format!("{prefix}-pull-secrets"),
+                vec![PolicyRule {
                     api_groups: Some(vec![String::new()]),
                     resources: Some(vec!["secrets".into()]),
                     resource_names: Some(reconcilers.pull_secrets.iter().cloned().collect()),
                     verbs: vec!["get".into()],
                     ..PolicyRule::default()
-                }]),
-            }));
-            out.push(Object::RoleBinding(RoleBinding {
-                metadata: meta(secrets.clone(), Some(&options.namespace)),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "Role".into(),
-                    name: secrets,
-                },
-                subjects: Some(vec![subject.clone()]),
-            }));
+                }],
+            ));
         }
     }
     out
