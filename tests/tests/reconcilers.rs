@@ -166,6 +166,12 @@ reconcilers:
         format!("oci://{}/{repo}", self.registry.address())
     }
 
+    /// A spec of `repo` (`REPO:TAG` or `REPO@DIGEST`) in this registry, pulled with the
+    /// `registry` Secret, granted `grant`.
+    fn spec(&self, repo: &str, grant: Value) -> Value {
+        json!({"module": self.module(repo), "pullSecretRef": {"name": "registry"}, "grant": grant})
+    }
+
     /// Creates or replaces Reconciler `name` (labelled for this test's host) with `spec`.
     async fn declare(&self, name: &str, spec: Value) -> Result<()> {
         let object = json!({
@@ -299,27 +305,19 @@ async fn a_python_and_a_go_guest_declared_as_reconcilers_become_ready_and_reconc
         format!("network-{}", world.ns),
     );
     world
-        .declare(
-            &greeter,
-            json!({
-                "module": world.module("guests/greeter:v1"),
-                "pullSecretRef": {"name": "registry"},
-                "grant": greeter_grant(),
-            }),
-        )
+        .declare(&greeter, world.spec("guests/greeter:v1", greeter_grant()))
         .await?;
     world
         .declare(
             &network,
-            json!({
-                "module": world.module(&format!("guests/network@{go}")),
-                "pullSecretRef": {"name": "registry"},
-                "grant": {
+            world.spec(
+                &format!("guests/network@{go}"),
+                json!({
                     "read": ["samplecrd.k8s.io/v1/Network"],
                     "write": ["samplecrd.k8s.io/v1/Network", "samplecrd.k8s.io/v1/Network/status"],
                     "backends": ["network"],
-                },
-            }),
+                }),
+            ),
         )
         .await?;
 
@@ -341,11 +339,7 @@ async fn a_python_and_a_go_guest_declared_as_reconcilers_become_ready_and_reconc
     world
         .declare(
             &shadow,
-            json!({
-                "module": world.module(&format!("guests/greeter@{go_greeter}")),
-                "pullSecretRef": {"name": "registry"},
-                "grant": grant,
-            }),
+            world.spec(&format!("guests/greeter@{go_greeter}"), grant),
         )
         .await?;
     let st = world.ready(&shadow, "True", "Ready").await?;
@@ -572,7 +566,10 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
 
     // A Reconciler whose guest the host configuration grants: a conflict, reported on it.
     world
-        .declare("greeter", json!({"module": pinned("guests/greeter", &c), "pullSecretRef": {"name": "registry"}, "grant": greeter_grant()}))
+        .declare(
+            "greeter",
+            world.spec(&format!("guests/greeter@{c}"), greeter_grant()),
+        )
         .await?;
     let st = world.ready("greeter", "False", "NameConflict").await?;
     assert_eq!(st["digest"], Value::Null, "{st}");
@@ -591,11 +588,7 @@ async fn with_the_registry_down_a_restarted_host_loads_its_guests_from_the_cache
         world
             .declare(
                 name,
-                json!({
-                    "module": world.module(&format!("guests/greeter@{c}")),
-                    "pullSecretRef": {"name": "registry"},
-                    "grant": greeter_grant(),
-                }),
+                world.spec(&format!("guests/greeter@{c}"), greeter_grant()),
             )
             .await?;
         world.ready(name, "True", "Ready").await?;
