@@ -162,6 +162,18 @@ reconcilers:
         Ok(stdout.lines().last().unwrap_or("").to_owned())
     }
 
+    /// `bytes` pushed as a Wasm artifact (an `application/wasm` layer) without the checks
+    /// `reconciler-host push` makes first; the manifest digest.
+    async fn push_unchecked(&self, bytes: &[u8], repo: &str) -> Result<String> {
+        use reconciler_host::oci::{Auth, ComponentInterfaces, ModuleRef, push};
+        let module: ModuleRef = self.module(repo).parse()?;
+        let auth = Auth::Basic {
+            username: self.registry.username().to_owned(),
+            password: self.registry.password().to_owned(),
+        };
+        Ok(push(&module, bytes, &ComponentInterfaces::default(), &auth, true).await?)
+    }
+
     fn module(&self, repo: &str) -> String {
         format!("oci://{}/{repo}", self.registry.address())
     }
@@ -415,6 +427,9 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
         .await?;
     let c = world.push("greeter-c", "guests/greeter:c")?;
     let go = world.push("greeter-go", "guests/greeter:go")?;
+    let core = world
+        .push_unchecked(b"\0asm\x01\0\0\0", "guests/core:v1")
+        .await?;
     let python = world.push("greeter-python", "guests/python:v1")?;
     // Python's 18 MB is beyond this host's cap; a grant of guests.greeter is the host's own.
     world
@@ -464,6 +479,11 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
                 greeter_grant(),
             ),
             "ModuleNotFound",
+        ),
+        (
+            "a core module, not a component",
+            world.spec(&format!("guests/core@{core}"), greeter_grant()),
+            "NotAComponent",
         ),
         (
             "an oversized module",
