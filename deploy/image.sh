@@ -3,9 +3,9 @@
 # writes it as an OCI archive, target/image/reconciler-host.oci.tar; with --import, also loads it
 # into the local cluster's containerd (tools/control-plane/cluster).
 #
-# The binary is the release build with glibc's static runtime (one file, FROM scratch), stripped;
-# it is built in its own target directory (target/x86_64-unknown-linux-gnu), so it never
-# invalidates the dynamic builds the tests use. Needs buildah (Debian; cluster up installs it).
+# The binary is the release build with glibc's static runtime (one file, FROM scratch, beside the
+# CA bundle), stripped; it is built in its own target directory (target/x86_64-unknown-linux-gnu),
+# so it never invalidates the dynamic builds the tests use. Needs buildah (Debian; cluster up installs it).
 #
 #   deploy/image.sh [--import]        IMAGE=localhost/reconciler-host:dev by default
 set -euo pipefail
@@ -31,6 +31,13 @@ mkdir -p "$OUT"
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 strip -o "$context/reconciler-host" "$binary"
+# Debian's bundle (package ca-certificates), the roots the host trusts for registries over HTTPS.
+cabundle=/etc/ssl/certs/ca-certificates.crt
+[ -s "$cabundle" ] || {
+  echo "image.sh: $cabundle is missing (apt-get install ca-certificates)" >&2
+  exit 1
+}
+cp "$cabundle" "$context/ca-certificates.crt"
 cp "$REPO/deploy/Containerfile" "$context/"
 storage=(--storage-driver vfs --root "$OUT/storage" --runroot "$context/run")
 buildah "${storage[@]}" build --quiet --layers=false -f "$context/Containerfile" -t "$IMAGE" "$context" >/dev/null
