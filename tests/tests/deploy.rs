@@ -2,18 +2,22 @@
 //! containerd, scheduler and controller-manager around the control plane), as an operator would:
 //! the image from `deploy/image.sh` (buildah, FROM scratch, imported with no registry), the
 //! manifests of `deploy/local` (2 replicas, leader election, probes), RBAC printed by
-//! `reconciler-host rbac` for the configuration and nothing more, guests from a ConfigMap.
+//! `reconciler-host rbac` for the configuration and nothing more, small guests from a ConfigMap
+//! and large ones from a registry.
 //!
 //! One test, in order: the example Networks and a Widget converge through the Pods; deleting
 //! the leader Pod hands over and objects created meanwhile converge; a new guest version in the
 //! ConfigMap is hot-loaded without a restart (its writes say version 2); a broken `.wasm` keeps
 //! the last good version and shows on `/guests`; one RBAC rule removed fails only the affected
 //! guest, with a forbidden error in its result and metrics, while the host stays Ready; the
-//! sharded variant (`deploy/sharded`: three replicas, `--shards auto`) splits the keys between
-//! its Pods with no overlap, every Network stays Ready and new ones converge; every manifest
-//! passes `kubectl apply --dry-run=server`; with the garbage collector live, a hostile guest
-//! cannot make it delete anything through owner references (refused by the host, shown on the
-//! API server). Then `cluster down` must leave the machine as it found it.
+//! guests too large for a ConfigMap (Go, Python), pushed to a registry on the node's address and
+//! declared as `Reconciler` objects pinned by digest, run in the Pods (the Python greeter greets
+//! a Widget, the Go Network guest reconciles in shadow beside the Rust one); the sharded variant
+//! (`deploy/sharded`: three replicas, `--shards auto`) splits the keys between its Pods with no
+//! overlap, every Network stays Ready and new ones converge; every manifest passes
+//! `kubectl apply --dry-run=server`; with the garbage collector live, a hostile guest cannot
+//! make it delete anything through owner references (refused by the host, shown on the API
+//! server). Then `cluster down` must leave the machine as it found it.
 //!
 //! Needs root (kubelet, containerd, interfaces); one such cluster per machine.
 
@@ -27,11 +31,17 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use reconciler_host_tests::cluster::run;
-use reconciler_host_tests::{LocalCluster, apply_crd_file, guest_component, repo_root, wait_until};
+use reconciler_host_tests::{
+    LocalCluster, PrivateRegistry, apply_crd_file, guest_component, repo_root, wait_until,
+    with_password,
+};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "reconciler-host";
 const WAIT: Duration = Duration::from_secs(180);
+/// The registry `./dev deploy` starts, where `deploy/local/host.yaml` names it: the node's
+/// address (Pods reach it) and a fixed port.
+const DEPLOY_REGISTRY: &str = "10.201.255.1:5050";
 
 fn kubectl(args: &[&str]) -> Result<String> {
     LocalCluster::kubectl(args)
@@ -228,6 +238,7 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     run(Command::new(repo_root().join("deploy/image.sh")).arg("--import"))?;
     apply_crd_file(&client, "examples/crds/network.yaml").await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
 
     // The configuration, the RBAC `reconciler-host rbac` prints for it, the guests.
     let config = test_config()?;
@@ -375,20 +386,26 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     let generation = bump_widget(&widgets, "w2", "still").await?;
     widget_at(&widgets, "w2", "2", generation).await?;
 
-    // One rule less: only the widget guest fails, with `forbidden`; the host stays Ready.
-    let role = "reconciler-host-guest-widget";
-    let rules = kubectl(&["get", "clusterrole", role, "-o", "json"])?;
-    let mut role_json: Value = serde_json::from_str(&rules)?;
-    let kept: Vec<Value> = role_json["rules"]
-        .as_array()
-        .context("rules")?
-        .iter()
-        .filter(|r| !r["resources"].to_string().contains("widgets/status"))
-        .cloned()
-        .collect();
-    ensure!(kept.len() + 1 == role_json["rules"].as_array().map_or(0, Vec::len));
-    role_json["rules"] = Value::Array(kept);
-    kubectl_stdin(&["replace"], &role_json.to_string())?;
+    // One rule less: only the widget guest fails, with `forbidden`; the host stays Ready. The
+    // rule goes from each role that grants it: the guest's, and the `reconcilers.allow` ceiling's
+    // (RBAC adds up over the host's one ServiceAccount). Both come back below.
+    for role in [
+        "reconciler-host-guest-widget",
+        "reconciler-host-reconcilers",
+    ] {
+        let rules = kubectl(&["get", "clusterrole", role, "-o", "json"])?;
+        let mut role_json: Value = serde_json::from_str(&rules)?;
+        let kept: Vec<Value> = role_json["rules"]
+            .as_array()
+            .context("rules")?
+            .iter()
+            .filter(|r| !r["resources"].to_string().contains("widgets/status"))
+            .cloned()
+            .collect();
+        ensure!(kept.len() + 1 == role_json["rules"].as_array().map_or(0, Vec::len));
+        role_json["rules"] = Value::Array(kept);
+        kubectl_stdin(&["replace"], &role_json.to_string())?;
+    }
     let generation = bump_widget(&widgets, "w1", "forbidden").await?;
     wait_until("the widget guest's status write refused", WAIT, || async {
         let text = pod_get(&pods, &new_leader, "/metrics").await?;
@@ -418,6 +435,11 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     network_ready(&networks, "unaffected").await?;
     ensure!(pod_get(&pods, &new_leader, "/readyz").await?.contains("ok"));
 
+    // After the step above (the greeter writes a Widget's observedGeneration too), with the
+    // rule it took restored (a client-side apply would not see it gone).
+    kubectl_stdin(&["replace"], &rbac)?;
+    let registry = guests_from_a_registry(&client).await?;
+
     sharded_replicas_split_the_networks(&networks, &pods).await?;
 
     // Every manifest passes the API server's validation.
@@ -432,9 +454,129 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
 
     garbage_collection_never_acts_on_a_guests_word(&cluster, &client).await?;
 
+    // Stopped before the node's address goes.
+    drop(registry);
     let clean = cluster.down()?;
     ensure!(clean.trim() == "clean", "left on the machine: {clean}");
     Ok(())
+}
+
+/// The guests too large for a ConfigMap, as `./dev deploy` runs them: pushed to a registry on
+/// the node's address, declared by the manifests of `deploy/local/reconcilers` pinned to the
+/// digests pushed, pulled with the Secret `reconciler-host-registry` by the host in the Pods.
+/// Each Reconciler is Ready at that digest; the Python greeter greets a Widget; the Go Network
+/// guest, in shadow beside the Rust one, reconciles the live Networks without writing.
+async fn guests_from_a_registry(client: &kube::Client) -> Result<PrivateRegistry> {
+    use k8s_openapi::api::core::v1::Secret;
+    let registry = PrivateRegistry::start_at("deploy", DEPLOY_REGISTRY).await?;
+    let entry = json!({"username": registry.username(), "password": registry.password()});
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "reconciler-host-registry"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": json!({"auths": {registry.address(): entry}}).to_string()},
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await?;
+
+    let reconcilers = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
+            "reconcilers",
+        ),
+    );
+    let declared = [
+        ("network-go", "network-go", "network@network-go", "shadow"),
+        ("greeter-python", "greeter", "greeter", "active"),
+    ];
+    let mut digests = Vec::new();
+    for (guest, name, _, _) in declared {
+        let mut push =
+            Command::new(reconciler_host_tests::paths::target_dir().join("debug/reconciler-host"));
+        push.arg("push")
+            .arg(guest_component(guest)?)
+            .arg(format!("oci://{}/guests/{guest}:dev", registry.address()))
+            .args([
+                "--plain-http",
+                "--username",
+                registry.username(),
+                "--password-stdin",
+            ]);
+        let out = with_password(push, registry.password())?;
+        ensure!(
+            out.status.success(),
+            "push {guest}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let digest = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_owned();
+        ensure!(
+            digest.starts_with("sha256:"),
+            "push {guest} printed no digest: {digest}"
+        );
+        let manifest = repo_root().join(format!("deploy/local/reconcilers/{name}.yaml"));
+        let mut object: Value = serde_yaml::from_str(&std::fs::read_to_string(&manifest)?)?;
+        let module = object["spec"]["module"].as_str().context("spec.module")?;
+        ensure!(
+            module.starts_with(&format!("oci://{DEPLOY_REGISTRY}/guests/{guest}:")),
+            "{}: spec.module {module} is not the deploy registry's {guest}",
+            manifest.display()
+        );
+        object["spec"]["module"] = format!("{module}@{digest}").into();
+        kubectl_stdin(&["apply"], &object.to_string())?;
+        digests.push(digest);
+    }
+    for ((_, name, guest, mode), digest) in declared.iter().zip(&digests) {
+        wait_until(&format!("Reconciler {name} Ready"), WAIT, || async {
+            let status = reconcilers.get(name).await?.data["status"].clone();
+            let ready = status["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            ensure!(
+                ready
+                    && status["digest"] == digest.as_str()
+                    && status["guest"] == *guest
+                    && status["mode"] == *mode,
+                "status {status}"
+            );
+            Ok(())
+        })
+        .await?;
+    }
+
+    let widgets = widget_api(client);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "greeted"}, "spec": {"message": "from python"},
+    }))?;
+    widgets.create(&PostParams::default(), &widget).await?;
+    wait_until("Widget greeted by the Python guest", WAIT, || async {
+        let greeting = widgets.get("greeted").await?.data["status"]["greeting"].clone();
+        ensure!(greeting == "hello, from python", "greeting {greeting}");
+        Ok(())
+    })
+    .await?;
+    // Its verdicts differ from what the Rust guest did: a guest sees only its own networks in
+    // the backend, and `network@network-go` has none (docs/registry.md, "The deploy registry").
+    wait_until(
+        "the Go Network guest's verdicts in shadow",
+        WAIT,
+        || async {
+            let status = reconcilers.get("network-go").await?.data["status"].clone();
+            let shadow = &status["shadow"];
+            let verdicts = shadow["agreements"].as_u64().unwrap_or(0)
+                + shadow["differences"].as_u64().unwrap_or(0);
+            ensure!(verdicts > 0, "status {status}");
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(registry)
 }
 
 /// With the garbage collector running (this cluster has a controller-manager), a guest tries
