@@ -193,7 +193,11 @@ impl Puller {
         let auth = auth.to_registry_auth();
         // A client per pull: `oci-client` keeps the first credentials (and tokens) it was given
         // for a registry, which would let one guest's pull use another's pull Secret.
-        let client = client(&self.settings, self.plain_http);
+        let client =
+            client(&self.settings, self.plain_http).map_err(|error| PullError::Registry {
+                module: name.clone(),
+                error,
+            })?;
         let (raw, _) = client
             .pull_manifest_raw(
                 reference,
@@ -311,7 +315,11 @@ pub async fn push(
     plain_http: bool,
 ) -> Result<String, PullError> {
     let name = module.to_string();
-    let client = client(&RegistrySettings::default(), plain_http);
+    let client =
+        client(&RegistrySettings::default(), plain_http).map_err(|error| PullError::Registry {
+            module: name.clone(),
+            error,
+        })?;
     let reference = module.reference();
     let auth = auth.to_registry_auth();
     let layer_digest = artifact::sha256_digest(bytes);
@@ -341,7 +349,10 @@ pub async fn push(
     Ok(artifact::sha256_digest(&manifest))
 }
 
-fn client(settings: &RegistrySettings, plain_http: bool) -> Client {
+/// A registry client, or why none can be built. `Client::new` falls back to a default client
+/// when its configuration fails, and that one panics without system CA certificates (an image
+/// without a bundle): the error is kept instead.
+fn client(settings: &RegistrySettings, plain_http: bool) -> Result<Client, String> {
     // reqwest's rustls needs a process-wide provider: ring, the one kube builds. Installing
     // it twice is harmless (the first wins).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -352,12 +363,17 @@ fn client(settings: &RegistrySettings, plain_http: bool) -> Client {
     } else {
         ClientProtocol::HttpsExcept(settings.insecure.clone())
     };
-    Client::new(ClientConfig {
+    Client::try_from(ClientConfig {
         protocol,
         use_monolithic_push: true,
         connect_timeout: Some(Duration::from_secs(10)),
         read_timeout: Some(Duration::from_mins(1)),
         ..ClientConfig::default()
+    })
+    .map_err(|e| {
+        format!(
+            "cannot build a registry client ({e}): most often the TLS stack found no CA certificates (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs); give the host a CA bundle"
+        )
     })
 }
 
