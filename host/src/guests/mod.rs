@@ -363,7 +363,10 @@ impl Guests {
                         entry.origin = origin.clone();
                         entry.state = FileState::Loaded;
                     }
-                    entry.active = Some(new.clone());
+                    // The same grant and name: the running version stays the one controllers hold.
+                    if !same {
+                        entry.active = Some(new.clone());
+                    }
                 }
                 self.source.judged(origin, &Self::loaded_verdict(&new));
                 if !same {
