@@ -448,17 +448,19 @@ guests:
         )
         .unwrap();
         let objects = objects(&config, None, &Guess, &Options::default());
-        let role = objects
-            .iter()
-            .find_map(|o| match o {
-                Object::ClusterRole(r)
-                    if r.metadata.name.as_deref() == Some("reconciler-host-reconcilers") =>
-                {
-                    r.rules.clone()
+        let rules_of = |name: &str| {
+            objects.iter().find_map(|o| match o {
+                Object::ClusterRole(ClusterRole {
+                    metadata, rules, ..
+                })
+                | Object::Role(Role { metadata, rules }) => {
+                    (metadata.name.as_deref() == Some(name)).then(|| rules.clone())?
                 }
                 _ => None,
             })
-            .expect("a ClusterRole for the Reconcilers");
+        };
+        let role =
+            rules_of("reconciler-host-reconcilers").expect("a ClusterRole for the Reconcilers");
         assert_eq!(
             role,
             vec![
@@ -476,17 +478,8 @@ guests:
                 rule("test.reconciler.dev", &["widgets/status"], &["patch"]),
             ]
         );
-        let secrets = objects
-            .iter()
-            .find_map(|o| match o {
-                Object::Role(r)
-                    if r.metadata.name.as_deref() == Some("reconciler-host-pull-secrets") =>
-                {
-                    r.rules.clone()
-                }
-                _ => None,
-            })
-            .expect("a Role for the pull Secrets");
+        let secrets =
+            rules_of("reconciler-host-pull-secrets").expect("a Role for the pull Secrets");
         assert_eq!(
             secrets,
             vec![PolicyRule {

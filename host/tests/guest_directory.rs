@@ -696,13 +696,15 @@ fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_la
     let widget_grant = "{read: [test.reconciler.dev/v1/Widget, v1/ConfigMap], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]}";
     let bytes = std::fs::read(common::guest("widget")).unwrap();
     let last = || source.verdicts.lock().last().cloned().unwrap();
+    // The object at `generation` with `grant`, then a rescan.
+    let declare = |generation: i64, grant: Grant| {
+        let item = (generation, grant, bytes.clone());
+        source.items.lock().insert("w".into(), item);
+        guests.rescan();
+    };
 
     // Loaded under the object's name with its own grant.
-    source
-        .items
-        .lock()
-        .insert("w".into(), (1, grant(widget_grant), bytes.clone()));
-    guests.rescan();
+    declare(1, grant(widget_grant));
     let v1 = next_loaded(&mut events);
     assert_eq!(guests.active()[0].name(), "widget@w");
     assert!(
@@ -713,11 +715,7 @@ fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_la
 
     // Same content, a new grant (shadow): reloaded with it, no new compile of another content.
     let shadow = widget_grant.replacen('{', "{mode: shadow, ", 1);
-    source
-        .items
-        .lock()
-        .insert("w".into(), (2, grant(&shadow), bytes.clone()));
-    guests.rescan();
+    declare(2, grant(&shadow));
     assert_eq!(next_loaded(&mut events), v1);
     assert_eq!(guests.active()[0].grant.mode, Mode::Shadow);
     assert!(
@@ -728,11 +726,7 @@ fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_la
 
     // A grant beyond the ceiling: refused with its cause, the shadow version keeps running.
     let beyond = widget_grant.replacen("v1/ConfigMap]", "v1/ConfigMap, v1/Secret]", 1);
-    source
-        .items
-        .lock()
-        .insert("w".into(), (3, grant(&beyond), bytes.clone()));
-    guests.rescan();
+    declare(3, grant(&beyond));
     assert!(
         events.try_recv().is_err(),
         "a refused grant changed the set"
