@@ -127,9 +127,14 @@ impl HostConfig {
 
     /// The grant of a guest, with the host defaults filled in for unset limits.
     pub fn grant(&self, guest: &str) -> Option<Grant> {
-        let mut grant = self.guests.get(guest)?.clone();
+        Some(self.with_defaults(self.guests.get(guest)?))
+    }
+
+    /// `grant` with the host defaults filled in for unset limits.
+    pub fn with_defaults(&self, grant: &Grant) -> Grant {
+        let mut grant = grant.clone();
         grant.limits = grant.limits.or(&self.defaults);
-        Some(grant)
+        grant
     }
 }
 

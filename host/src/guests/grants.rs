@@ -109,8 +109,7 @@ fn object_grant(
             beyond: beyond.join(", "),
         });
     }
-    let mut grant = own.clone();
-    grant.limits = grant.limits.or(&config.defaults);
+    let mut grant = config.with_defaults(own);
     grant.written_in = WrittenIn::Reconciler(object);
     Ok(grant)
 }

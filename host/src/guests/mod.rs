@@ -222,7 +222,7 @@ impl Guests {
             // The running version is judged again as it was admitted, whatever the item holds
             // now (a newer content that was refused stays refused).
             if let Some(active) = &active {
-                self.regrant(&active.origin.clone(), active, Revoked::Unload);
+                self.regrant(&active.origin, active, Revoked::Unload);
             }
             // An item refused so far (e.g. for want of a grant) may pass now; a `Reconciler`'s
             // refusal may have been the host's ceiling, which may have just risen.
@@ -307,7 +307,6 @@ impl Guests {
         Verdict::Loaded {
             guest: active.name().to_owned(),
             hash: active.loaded.hash.clone(),
-            mode: active.grant.mode,
         }
     }
 

@@ -59,11 +59,7 @@ pub trait GuestSource: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// This content runs as `guest`.
-    Loaded {
-        guest: String,
-        hash: String,
-        mode: crate::shadow::Mode,
-    },
+    Loaded { guest: String, hash: String },
     /// Refused for `cause` (a reason word: `NotAComponent`, `GrantBeyondAllowed`...), with
     /// `message`; `kept` (guest name, content hash) is the last good version still running.
     Refused {

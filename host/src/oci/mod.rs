@@ -193,11 +193,7 @@ impl Puller {
         let auth = auth.to_registry_auth();
         // A client per pull: `oci-client` keeps the first credentials (and tokens) it was given
         // for a registry, which would let one guest's pull use another's pull Secret.
-        let client =
-            client(&self.settings, self.plain_http).map_err(|error| PullError::Registry {
-                module: name.clone(),
-                error,
-            })?;
+        let client = client(&self.settings, self.plain_http, &name)?;
         let (raw, _) = client
             .pull_manifest_raw(
                 reference,
@@ -315,11 +311,7 @@ pub async fn push(
     plain_http: bool,
 ) -> Result<String, PullError> {
     let name = module.to_string();
-    let client =
-        client(&RegistrySettings::default(), plain_http).map_err(|error| PullError::Registry {
-            module: name.clone(),
-            error,
-        })?;
+    let client = client(&RegistrySettings::default(), plain_http, &name)?;
     let reference = module.reference();
     let auth = auth.to_registry_auth();
     let layer_digest = artifact::sha256_digest(bytes);
@@ -352,7 +344,11 @@ pub async fn push(
 /// A registry client, or why none can be built. `Client::new` falls back to a default client
 /// when its configuration fails, and that one panics without system CA certificates (an image
 /// without a bundle): the error is kept instead.
-fn client(settings: &RegistrySettings, plain_http: bool) -> Result<Client, String> {
+fn client(
+    settings: &RegistrySettings,
+    plain_http: bool,
+    module: &str,
+) -> Result<Client, PullError> {
     // reqwest's rustls needs a process-wide provider: ring, the one kube builds. Installing
     // it twice is harmless (the first wins).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -370,10 +366,11 @@ fn client(settings: &RegistrySettings, plain_http: bool) -> Result<Client, Strin
         read_timeout: Some(Duration::from_mins(1)),
         ..ClientConfig::default()
     })
-    .map_err(|e| {
-        format!(
+    .map_err(|e| PullError::Registry {
+        module: module.to_owned(),
+        error: format!(
             "cannot build a registry client ({e}): most often the TLS stack found no CA certificates (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs); give the host a CA bundle"
-        )
+        ),
     })
 }
 

@@ -28,6 +28,7 @@ mod pulls;
 pub mod spec;
 mod status;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +41,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::config::HostConfig;
-use crate::guests::{
-    Artefact, Changes, GuestSource, Origin, OriginKind, RECONCILER_PREFIX, SourceError, Verdict,
-};
+use crate::guests::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict};
 use crate::oci::Puller;
 use pulls::Records;
 use spec::Spec;
@@ -130,7 +129,7 @@ impl GuestSource for Objects {
         let objects = self.store.state();
         let mut records = self.shared.records.lock();
         let mut origins = Vec::with_capacity(objects.len());
-        let mut names = Vec::with_capacity(objects.len());
+        let mut names = BTreeSet::new();
         for object in &objects {
             let Some(name) = object.metadata.name.clone() else {
                 continue;
@@ -145,7 +144,7 @@ impl GuestSource for Objects {
                 // A spec the host cannot run keeps the item as it last ran, if it did.
                 Err(why) => records.observe_invalid(&name, generation, why),
             };
-            names.push(name);
+            names.insert(name);
             origins.extend(origin);
         }
         records.retain(&names);
@@ -155,8 +154,7 @@ impl GuestSource for Objects {
     }
 
     fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
-        let name = object_name(origin);
-        let result = Records::read(&self.shared.records, name, origin);
+        let result = Records::read(&self.shared.records, origin.stem(), origin);
         self.shared.status_changed.notify_one();
         result
     }
@@ -173,7 +171,7 @@ impl GuestSource for Objects {
     }
 
     fn known_hash(&self, origin: &Origin) -> Option<String> {
-        self.shared.records.lock().known_hash(object_name(origin))
+        self.shared.records.lock().known_hash(origin.stem())
     }
 
     fn judged(&self, origin: &Origin, verdict: &Verdict) {
@@ -183,17 +181,9 @@ impl GuestSource for Objects {
         self.shared
             .records
             .lock()
-            .judged(object_name(origin), *generation, verdict);
+            .judged(origin.stem(), *generation, verdict);
         self.shared.status_changed.notify_one();
     }
-}
-
-/// The object name of a `reconciler/NAME` item.
-fn object_name(origin: &Origin) -> &str {
-    origin
-        .name()
-        .strip_prefix(RECONCILER_PREFIX)
-        .unwrap_or(origin.name())
 }
 
 /// The objects' changes, and the time a failed pull is due again.

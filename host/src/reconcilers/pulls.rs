@@ -2,7 +2,7 @@
 //! (memoised per module reference and pull Secret, failures retried with a backoff) and the
 //! guest set's latest verdict, which the status writer turns into the object's status.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::spec::Spec;
 use crate::guests::{Artefact, Origin, SourceError, Verdict};
 use crate::oci::{Auth, DockerConfig, ModuleRef, PullError, Puller};
+use crate::validation;
 
 /// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(5);
@@ -29,9 +30,6 @@ pub(super) struct Records {
     /// The only Secrets a Reconciler may name (`reconcilers.pullSecrets`).
     allowed_secrets: BTreeSet<String>,
     pub objects: BTreeMap<String, Record>,
-    /// The manifest digest of every module content pulled (content hash → `sha256:…`), so
-    /// the status names what runs by the digest a user pushed.
-    digests: HashMap<String, String>,
 }
 
 /// One object, as the source last saw it.
@@ -44,6 +42,28 @@ pub(super) struct Record {
     pub pull: Pull,
     /// The guest set's latest verdict and the generation it judged.
     pub verdict: Option<(i64, Verdict)>,
+    /// The content hash and manifest digest of the version last loaded, so the status names
+    /// what runs by the digest a user pushed, also while a newer spec is refused.
+    loaded: Option<(String, String)>,
+}
+
+impl Spec {
+    /// What its module is pulled by.
+    fn pull_key(&self) -> PullKey {
+        (self.module.clone(), self.pull_secret.clone())
+    }
+}
+
+impl Record {
+    /// The pull of its current spec: none while the spec cannot run or is not pulled yet.
+    pub fn current_pull(&self) -> Option<&Pull> {
+        let spec = self.spec.as_ref().ok()?;
+        let key = match &self.pull {
+            Pull::Pending => return None,
+            Pull::Pulled { key, .. } | Pull::Failed { key, .. } => key,
+        };
+        (key.0 == spec.module && key.1 == spec.pull_secret).then_some(&self.pull)
+    }
 }
 
 /// Where a module came from: its reference and pull Secret. Pulled again only when it changes.
@@ -83,7 +103,6 @@ impl Records {
             namespace,
             allowed_secrets,
             objects: BTreeMap::new(),
-            digests: HashMap::new(),
         }
     }
 
@@ -109,13 +128,14 @@ impl Records {
             last_origin: None,
             pull: Pull::Pending,
             verdict: None,
+            loaded: None,
         });
         record.generation = generation;
         record
     }
 
     /// Forgets the objects not in `names` (deleted).
-    pub fn retain(&mut self, names: &[String]) {
+    pub fn retain(&mut self, names: &BTreeSet<String>) {
         self.objects.retain(|name, _| names.contains(name));
     }
 
@@ -130,31 +150,40 @@ impl Records {
             {
                 record.verdict = Some((generation, verdict.clone()));
             }
+            // A version loaded from the current pull: its digest is what runs now.
+            if let Verdict::Loaded { hash, .. } = verdict
+                && let Some(Pull::Pulled {
+                    hash: pulled,
+                    digest,
+                    ..
+                }) = record.current_pull()
+                && pulled == hash
+            {
+                record.loaded = Some((hash.clone(), digest.clone()));
+            }
         }
     }
 
-    /// The manifest digest of the module content `hash`, if this host pulled it.
-    pub fn digest_of(&self, hash: &str) -> Option<&str> {
-        self.digests.get(hash).map(String::as_str)
+    /// The manifest digest of object `name`'s version with content `hash`, if it was loaded
+    /// from a pull of this host.
+    pub fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
+        let (loaded, digest) = self.objects.get(name)?.loaded.as_ref()?;
+        (loaded == hash).then_some(digest.as_str())
     }
 
     /// The content hash of object `name`'s module, if pulled for its current spec.
     pub fn known_hash(&self, name: &str) -> Option<String> {
-        let record = self.objects.get(name)?;
-        let spec = record.spec.as_ref().ok()?;
-        match &record.pull {
-            Pull::Pulled { key, hash, .. } if key.0 == spec.module && key.1 == spec.pull_secret => {
-                Some(hash.clone())
-            }
+        match self.objects.get(name)?.current_pull()? {
+            Pull::Pulled { hash, .. } => Some(hash.clone()),
             _ => None,
         }
     }
 
-    /// When the earliest failed pull is due again.
+    /// When the earliest failed pull of a current spec is due again.
     pub fn next_retry(&self) -> Option<Instant> {
         self.objects
             .values()
-            .filter_map(|r| match &r.pull {
+            .filter_map(|r| match r.current_pull()? {
                 Pull::Failed { retry_at, .. } => Some(*retry_at),
                 _ => None,
             })
@@ -175,39 +204,28 @@ impl Records {
         };
         let (key, puller, client, namespace, memo) = {
             let mut this = records.lock();
-            let allowed = this.allowed_secrets.clone();
-            let (puller, client, namespace) = (
-                this.puller.clone(),
-                this.client.clone(),
-                this.namespace.clone(),
-            );
+            let this = &mut *this;
             let Some(record) = this.objects.get_mut(name) else {
                 return Err(unreadable("the object is gone".into()));
             };
             let Ok(spec) = &record.spec else {
                 return Err(unreadable("its spec cannot run".into()));
             };
-            let key = (spec.module.clone(), spec.pull_secret.clone());
+            let key = spec.pull_key();
             let mut memo = None;
-            match &record.pull {
-                Pull::Pulled {
-                    key: pulled_key,
-                    digest,
-                    hash,
-                    ..
-                } if *pulled_key == key => memo = Some((digest.clone(), hash.clone())),
-                Pull::Failed {
-                    key: failed,
-                    message,
-                    retry_at,
-                    ..
-                } if *failed == key && Instant::now() < *retry_at => {
+            match record.current_pull() {
+                Some(Pull::Pulled { digest, hash, .. }) => {
+                    memo = Some((digest.clone(), hash.clone()));
+                }
+                Some(Pull::Failed {
+                    message, retry_at, ..
+                }) if Instant::now() < *retry_at => {
                     return Err(unreadable(message.clone()));
                 }
                 _ => {}
             }
             if let Some(secret) = &key.1
-                && !allowed.contains(secret)
+                && !this.allowed_secrets.contains(secret)
             {
                 let message = format!(
                     "spec.pullSecretRef: Secret {secret} is not one the host may read for Reconcilers (reconcilers.pullSecrets in the host configuration)"
@@ -215,7 +233,8 @@ impl Records {
                 record.failed(key, "PullSecretInvalid", message.clone());
                 return Err(unreadable(message));
             }
-            (key, puller, client, namespace, memo)
+            let (puller, client) = (this.puller.clone(), this.client.clone());
+            (key, puller, client, this.namespace.clone(), memo)
         };
         // Pulled before: the bytes are in the module cache (verified as they are read), not
         // kept in memory; a cache emptied since is pulled again.
@@ -234,7 +253,6 @@ impl Records {
         let mut this = records.lock();
         match outcome {
             Ok((module, hash)) => {
-                this.digests.insert(hash.clone(), module.digest.clone());
                 tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
                     from_cache = module.from_cache, "module pulled");
                 if let Some(record) = this.objects.get_mut(name) {
@@ -298,10 +316,12 @@ async fn pull(
         Some(secret) => credentials(client, namespace, secret, module).await?,
         None => Auth::Anonymous,
     };
+    // A registry's error text is the registry's: bounded and escaped before it is kept,
+    // logged and written to the object's status.
     let fetched = puller
         .pull(module, &auth)
         .await
-        .map_err(|e| (cause(&e), e.to_string()))?;
+        .map_err(|e| (cause(&e), validation::message(&e.to_string())))?;
     let hash = crate::runtime::content_hash(&fetched.bytes);
     Ok((fetched, hash))
 }

@@ -49,8 +49,8 @@ impl Spec {
             .data
             .get("spec")
             .ok_or_else(|| "spec: missing".to_owned())?;
-        let raw: RawSpec =
-            serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+        // Read in place: this runs for every object on every rescan.
+        let raw = RawSpec::deserialize(spec).map_err(|e| format!("spec: {e}"))?;
         let module = raw
             .module
             .parse::<ModuleRef>()

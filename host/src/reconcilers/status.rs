@@ -95,7 +95,7 @@ impl StatusWriter {
                         digest: s
                             .active_hash
                             .as_deref()
-                            .and_then(|h| records.digest_of(h))
+                            .and_then(|h| records.digest_of(&name, h))
                             .map(str::to_owned),
                         mode: s.mode,
                     });
@@ -160,22 +160,14 @@ fn desired(
     if record.generation != generation {
         return None;
     }
-    let current_key = record
-        .spec
-        .as_ref()
-        .ok()
-        .map(|s| (s.module.clone(), s.pull_secret.clone()));
-    let pulled = match (&record.spec, &record.pull) {
+    let pulled = match (&record.spec, record.current_pull()) {
         (Err(why), _) => Decided::new("Unknown", "InvalidSpec", why.clone()),
         (
             Ok(_),
-            Pull::Pulled {
-                key,
-                digest,
-                from_cache,
-                ..
-            },
-        ) if Some(key) == current_key.as_ref() => {
+            Some(Pull::Pulled {
+                digest, from_cache, ..
+            }),
+        ) => {
             let (reason, how) = if *from_cache {
                 ("FromCache", "from the module cache")
             } else {
@@ -183,15 +175,9 @@ fn desired(
             };
             Decided::new("True", reason, format!("{digest}, {how}"))
         }
-        (
-            Ok(_),
-            Pull::Failed {
-                key,
-                cause,
-                message,
-                ..
-            },
-        ) if Some(key) == current_key.as_ref() => Decided::new("False", cause, message.clone()),
+        (Ok(_), Some(Pull::Failed { cause, message, .. })) => {
+            Decided::new("False", cause, message.clone())
+        }
         (Ok(_), _) => Decided::new("Unknown", "Pending", "pulling the module"),
     };
     let loaded = match &record.verdict {
@@ -271,14 +257,15 @@ fn condition(before: Option<&Value>, kind: &str, d: Decided, generation: i64) ->
         type_: kind.to_owned(),
         status: d.status.to_owned(),
         reason: d.reason,
-        // The API server caps a condition message at 32 KiB.
-        message: truncate(&d.message, 4096),
+        // Spec errors and a registry's error text: bounded and escaped as guest text is.
+        message: crate::validation::message(&d.message),
         last_transition_time: Time(since),
         observed_generation: Some(generation),
     };
     serde_json::to_value(condition).unwrap_or(Value::Null)
 }
 
+/// `text` cut to `max` bytes on a character boundary: an event's note holds at most 1 kB.
 fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
