@@ -146,6 +146,11 @@ enum Command {
         /// plurals from kinds.
         #[arg(long)]
         discover: bool,
+        /// How the host may impersonate guests' ServiceAccounts: `constrained` (KEP-5284,
+        /// Kubernetes 1.36 and later: only the verbs each grant needs) or `legacy` (servers
+        /// without it: any verb, as those accounts only).
+        #[arg(long, value_enum, default_value = "constrained")]
+        impersonation: crate::rbac::Impersonation,
     },
     /// Write a new guest that builds and works: source, build.sh, the contract, its grant and
     /// one offline fixture (see its README.md and docs/guests/<lang>.md).
@@ -217,10 +222,12 @@ pub fn main() -> ExitCode {
                 namespace,
                 service_account,
                 discover,
+                impersonation,
             } => {
                 let options = crate::rbac::Options {
                     service_account,
                     namespace,
+                    impersonation,
                     ..crate::rbac::Options::default()
                 };
                 rbac(&config, guests, &options, discover).await

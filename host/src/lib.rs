@@ -45,6 +45,7 @@ pub mod discovery;
 pub mod fence;
 pub mod finalizer;
 pub mod guests;
+pub mod identity;
 pub mod informers;
 pub mod leader;
 pub mod manifest;

@@ -308,7 +308,10 @@ impl CallContext {
     /// stays (a conflict is still retried), its text is withheld, since messages can quote the
     /// stored object.
     pub(super) fn withheld(&self, what: &str, kind: &Gvk, error: HostError) -> HostError {
-        if self.guest.grant.may_read(self.name(), kind).is_ok() {
+        // A refusal by the API server's authorizer quotes the request, never the stored object.
+        if matches!(error, HostError::Forbidden(_))
+            || self.guest.grant.may_read(self.name(), kind).is_ok()
+        {
             return error;
         }
         let text = format!(
@@ -318,6 +321,7 @@ impl CallContext {
         );
         match error {
             HostError::Denied(_) => HostError::Denied(text),
+            HostError::Forbidden(_) => HostError::Forbidden(text),
             HostError::NotFound(_) => HostError::NotFound(text),
             HostError::Conflict(_) => HostError::Conflict(text),
             HostError::Invalid(_) => HostError::Invalid(text),

@@ -68,7 +68,7 @@ use crate::validation::Invalid;
 use crate::wit::types;
 
 pub use bodies::reserved_key;
-pub use cluster::{Cluster, EventRecord, EventType};
+pub use cluster::{Cluster, EventRecord, EventType, SKIP_WRITE_GRANT_ENV, skip_write_grant};
 pub use lister::Lister;
 pub use network::NETWORK_BACKEND;
 pub use queue::Enqueuer;
@@ -79,6 +79,10 @@ pub use queue::Enqueuer;
 pub enum HostError {
     #[error("denied: {0}")]
     Denied(String),
+    /// The API server refused a write sent as the guest's ServiceAccount (`403`): the guest
+    /// sees `denied`, the metrics tell it from the host's own denial.
+    #[error("denied: {0}")]
+    Forbidden(String),
     #[error("not found: {0}")]
     NotFound(String),
     #[error("conflict: {0}")]
@@ -108,7 +112,7 @@ impl From<Invalid> for HostError {
 impl From<HostError> for types::Error {
     fn from(e: HostError) -> Self {
         match e {
-            HostError::Denied(m) => types::Error::Denied(m),
+            HostError::Denied(m) | HostError::Forbidden(m) => types::Error::Denied(m),
             HostError::NotFound(m) => types::Error::NotFound(m),
             HostError::Conflict(m) => types::Error::Conflict(m),
             HostError::Invalid(m) => types::Error::Invalid(m),
@@ -122,7 +126,7 @@ impl HostError {
     /// The WIT variant's name, as recordings print it.
     fn kind(&self) -> &'static str {
         match self {
-            HostError::Denied(_) => "denied",
+            HostError::Denied(_) | HostError::Forbidden(_) => "denied",
             HostError::NotFound(_) => "not-found",
             HostError::Conflict(_) => "conflict",
             HostError::Invalid(_) => "invalid",
@@ -134,6 +138,7 @@ impl HostError {
     fn message(&self) -> &str {
         match self {
             HostError::Denied(m)
+            | HostError::Forbidden(m)
             | HostError::NotFound(m)
             | HostError::Conflict(m)
             | HostError::Invalid(m)
@@ -146,6 +151,7 @@ impl HostError {
     fn outcome(&self) -> HostCallOutcome {
         match self {
             HostError::Denied(_) => HostCallOutcome::Denied,
+            HostError::Forbidden(_) => HostCallOutcome::DeniedByApiServer,
             HostError::Invalid(_) => HostCallOutcome::Invalid,
             HostError::Limited(_) => HostCallOutcome::Limited,
             _ => HostCallOutcome::Error,

@@ -359,6 +359,7 @@ impl Version {
             shared.informers.resolver().clone(),
             guest.name(),
             shared.fence.clone(),
+            guest.grant.service_account.as_ref(),
         ));
         let network = shared
             .networks

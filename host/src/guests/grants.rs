@@ -70,6 +70,13 @@ fn judge(
             needs: needs.join(", "),
         });
     };
+    if config.identity.required && grant.service_account.is_none() {
+        return Err(GrantError::IdentityRequired {
+            file: origin.name().to_owned(),
+            guest: manifest.name.clone(),
+            place: grant.place_in_full(&manifest.name, "serviceAccount"),
+        });
+    }
     check_within_grant(&loaded, &grant, config).map_err(|missing| GrantError::BeyondGrant {
         file: origin.name().to_owned(),
         guest: loaded.manifest.name.clone(),
@@ -135,6 +142,11 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
             .difference(&allow.backends)
             .map(|backend| format!("backend {backend}")),
     );
+    if let Some(account) = &grant.service_account
+        && !allow.service_accounts.iter().any(|a| a.covers(account))
+    {
+        beyond.push(format!("serviceAccount {account}"));
+    }
     for (field, mine, allowed) in [
         ("labels", &grant.labels, &allow.labels),
         ("annotations", &grant.annotations, &allow.annotations),
@@ -225,6 +237,34 @@ pub enum GrantError {
         "Reconciler {object}: the host configuration has no reconcilers: section, so no Reconciler runs"
     )]
     NotWatching { object: String },
+    #[error(
+        "{file}: guest `{guest}` names no ServiceAccount and the host requires one for every guest (identity.required): add serviceAccount: NAMESPACE/NAME to {place}"
+    )]
+    IdentityRequired {
+        file: String,
+        guest: String,
+        place: String,
+    },
+}
+
+/// Why a guest's own ServiceAccount does not admit it (the API server's access review).
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "{file}: guest `{guest}` is granted reads its ServiceAccount {account} may not make: {missing}; bind the account to a role with them (reconciler-host rbac prints it) or narrow the grant's read"
+    )]
+    ReadsBeyondIdentity {
+        file: String,
+        guest: String,
+        account: String,
+        missing: String,
+    },
+    #[error("{file}: the access review of ServiceAccount {account} failed, trying again: {error}")]
+    ReviewFailed {
+        file: String,
+        account: String,
+        error: String,
+    },
 }
 
 /// Why a guest set refused a guest.
@@ -234,6 +274,8 @@ pub enum RefusalError {
     Load(#[from] LoadError),
     #[error(transparent)]
     Grant(#[from] GrantError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     #[error(
         "{file}: guest name `{guest}` is already used by {other}; each guest needs a unique manifest name"
     )]
@@ -263,6 +305,21 @@ impl RefusalError {
             RefusalError::Grant(GrantError::NotWatching { .. }) => "ReconcilersOff",
             RefusalError::Grant(GrantError::Claimed { .. })
             | RefusalError::DuplicateName { .. } => "NameConflict",
+            RefusalError::Grant(GrantError::IdentityRequired { .. }) => "IdentityRequired",
+            RefusalError::Identity(IdentityError::ReadsBeyondIdentity { .. }) => {
+                "ReadsBeyondIdentity"
+            }
+            RefusalError::Identity(IdentityError::ReviewFailed { .. }) => "AccessReviewFailed",
+        }
+    }
+
+    /// A refusal that may pass by itself (no free instance slot, the API server unreachable
+    /// for an access review): not this content's verdict; the item is looked at again soon.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RefusalError::Load(e) => e.is_transient(),
+            RefusalError::Identity(IdentityError::ReviewFailed { .. }) => true,
+            _ => false,
         }
     }
 }

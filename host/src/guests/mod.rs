@@ -28,6 +28,7 @@
 //! - `events.rs`: what the set tells the host: [`GuestEvent`]s, metrics, refusals.
 //! - `status.rs`: what the set knows of each item, and the `/guests` view ([`FileStatus`]).
 //! - `orphans.rs`: finalizers unloaded guests left behind ([`OrphanedFinalizer`]).
+//! - `identity.rs`: access reviews of guests' own ServiceAccounts, and the last of each.
 //! - `grants.rs`: judging a loaded guest against its grant ([`ActiveGuest::admit`]).
 //! - `source.rs`: the seam, [`GuestSource`], and which grant an item's guest gets ([`Origin`],
 //!   [`GrantKey`]).
@@ -49,13 +50,14 @@ use crate::shadow::Shadows;
 mod directory;
 mod events;
 mod grants;
+mod identity;
 mod orphans;
 mod source;
 mod status;
 
 pub use directory::Directory;
 pub use events::GuestEvent;
-pub use grants::{ActiveGuest, GrantError, RefusalError};
+pub use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
 pub use orphans::OrphanedFinalizer;
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
@@ -64,6 +66,7 @@ pub use source::{
 pub use status::{FileState, FileStatus};
 
 use events::Notices;
+use identity::Reviews;
 use status::{Entry, Ledger};
 
 /// Look again this soon when a load failed for a reason that may pass (no free instance slot).
@@ -77,6 +80,10 @@ pub struct Guests {
     shadows: Arc<Shadows>,
     ledger: Mutex<Ledger>,
     notices: Notices,
+    reviews: Reviews,
+    /// Held by whoever judges items (a rescan, a reconfiguration, an identity recheck), which
+    /// run on blocking threads of their own: one at a time.
+    judging: Mutex<()>,
     /// A load failed for a transient reason: look again soon rather than on the next change.
     retry_soon: AtomicBool,
 }
@@ -97,8 +104,21 @@ impl Guests {
             shadows,
             ledger: Mutex::new(Ledger::default()),
             notices: Notices::new(metrics),
+            reviews: Reviews::default(),
+            judging: Mutex::new(()),
             retry_soon: AtomicBool::new(false),
         })
+    }
+
+    /// From now on, a guest naming a ServiceAccount is admitted only once `review` says the
+    /// account may make its reads in `namespace` (none: all namespaces). Set before the first
+    /// rescan.
+    pub fn set_access_review(
+        &self,
+        review: Arc<dyn crate::identity::AccessReview>,
+        namespace: Option<String>,
+    ) {
+        self.reviews.set_reviewer(review, namespace);
     }
 
     /// The host configuration guests are checked against (the latest one applied).
@@ -122,7 +142,11 @@ impl Guests {
     }
 
     pub fn statuses(&self) -> Vec<FileStatus> {
-        self.ledger.lock().statuses(&self.shadows)
+        let mut statuses = self.ledger.lock().statuses(&self.shadows);
+        for status in &mut statuses {
+            status.access_review = self.reviews.last(&status.file.to_string_lossy());
+        }
+        statuses
     }
 
     /// The finalizer an unloaded guest left behind, if any.
@@ -157,6 +181,7 @@ impl Guests {
     /// Brings the set in line with the source. Compiling happens on this thread; call it from
     /// a blocking context.
     pub fn rescan(&self) {
+        let _judging = self.judging.lock();
         let present = match self.source.list() {
             Ok(origins) => origins,
             Err(e) => {
@@ -167,6 +192,7 @@ impl Guests {
         let gone = self.ledger.lock().gone(&present);
         for name in &gone {
             self.unload(name);
+            self.reviews.forget(name);
         }
         for origin in &present {
             // A content the source can name without reading it (a pulled module's) and judged
@@ -216,6 +242,7 @@ impl Guests {
                 "backends: differ from the running configuration; backends change only with a restart, so nothing of the new configuration was applied".into(),
             );
         }
+        let _judging = self.judging.lock();
         *self.config.write() = Arc::new(config);
         let entries = self.ledger.lock().snapshot();
         for (origin, active, refused) in entries {
@@ -235,6 +262,38 @@ impl Guests {
             }
         }
         Ok(())
+    }
+
+    /// Reviews every running guest's ServiceAccount again (RBAC may have changed): a guest whose
+    /// account lost a read its grant allows is unloaded, as a withdrawn grant is; one whose
+    /// review fails keeps running on its last verdict; an item refused for its account's reads
+    /// is loaded again. Makes API calls: call from a blocking context.
+    pub fn recheck_identities(&self) {
+        let _judging = self.judging.lock();
+        let retry = self.reviews.not_allowed();
+        for (origin, active, _) in self.ledger.lock().snapshot() {
+            match active {
+                Some(active) if active.grant.service_account.is_some() => {
+                    match self.reviews.check(origin.name(), &active) {
+                        Ok(()) => {}
+                        Err(e @ IdentityError::ReviewFailed { .. }) => {
+                            tracing::warn!(file = %origin.name(), "{e}");
+                        }
+                        Err(e) => {
+                            let hash = self.ledger.lock().judged(origin.name()).map(str::to_owned);
+                            self.unload(origin.name());
+                            self.refuse(&origin, hash.unwrap_or_default(), None, &e.into());
+                        }
+                    }
+                }
+                None if retry.iter().any(|item| item == origin.name()) => {
+                    if let Some(artefact) = self.read(&origin) {
+                        self.load(artefact);
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// `origin`'s content now, if it can be read.
@@ -258,12 +317,15 @@ impl Guests {
             bytes,
             hash,
         } = artefact;
-        let result = self.validate(&origin, &bytes);
+        let result = self.validate(&origin, &bytes).and_then(|active| {
+            self.reviews.check(origin.name(), &active)?;
+            Ok(active)
+        });
         let mut ledger = self.ledger.lock();
         let previous = ledger.active_of(origin.name());
         let active = match result {
             Ok(active) => Arc::new(active),
-            Err(RefusalError::Load(e)) if e.is_transient() => {
+            Err(e) if e.is_transient() => {
                 drop(ledger);
                 // Not recorded as this content's verdict: the next rescan loads it again.
                 tracing::warn!(file = %origin.name(), "{e}");
@@ -343,7 +405,18 @@ impl Guests {
     /// ([`Revoked::Unload`]: the configuration revoked it) or kept while the change is refused
     /// ([`Revoked::KeepLastGood`]: the item's own new grant failed).
     fn regrant(&self, origin: &Origin, active: &Arc<ActiveGuest>, revoked: Revoked) {
-        match active.regrant(origin, &self.config()) {
+        let judged = active
+            .regrant(origin, &self.config())
+            .map_err(RefusalError::from)
+            .and_then(|new| {
+                // Reviewed again only when the account or its reads changed.
+                let (was, is) = (&active.grant, &new.grant);
+                if was.service_account != is.service_account || was.read != is.read {
+                    self.reviews.check(origin.name(), &new)?;
+                }
+                Ok(new)
+            });
+        match judged {
             Ok(new) => {
                 let new = Arc::new(new);
                 let same = new.grant == active.grant && new.name() == active.name();
@@ -379,10 +452,10 @@ impl Guests {
                     // A revoked grant must take effect: the guest stops now.
                     Revoked::Unload => {
                         self.unload(origin.name());
-                        self.refuse(origin, hash, None, &err.into());
+                        self.refuse(origin, hash, None, &err);
                     }
                     Revoked::KeepLastGood => {
-                        self.refuse(origin, hash, Some(active.clone()), &err.into());
+                        self.refuse(origin, hash, Some(active.clone()), &err);
                     }
                 }
             }

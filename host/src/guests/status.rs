@@ -35,6 +35,12 @@ pub struct FileStatus {
     /// The guest's verdicts in shadow mode, if it ever ran in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<crate::shadow::ShadowReport>,
+    /// The ServiceAccount the active version writes as (`NAMESPACE/NAME`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// The last access review of a ServiceAccount's reads for this item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_review: Option<crate::identity::Review>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -153,6 +159,12 @@ impl Ledger {
             orphaned_finalizer: None,
             mode: entry.active.as_ref().map(|a| a.grant.mode),
             shadow: entry.active.as_ref().and_then(|a| shadows.report(a.name())),
+            service_account: entry
+                .active
+                .as_ref()
+                .and_then(|a| a.grant.service_account.as_ref())
+                .map(ToString::to_string),
+            access_review: None,
         });
         let orphans = self
             .orphans
@@ -166,6 +178,8 @@ impl Ledger {
                 orphaned_finalizer: Some(orphan.clone()),
                 mode: None,
                 shadow: None,
+                service_account: None,
+                access_review: None,
             });
         files.chain(orphans).collect()
     }

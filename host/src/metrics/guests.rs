@@ -77,8 +77,11 @@ impl EncodeLabelValue for ReconcileResult {
 pub enum HostCallOutcome {
     /// The grant allowed the call and the provider succeeded.
     Ok,
-    /// The guest's grant does not cover the call.
+    /// The guest's grant does not cover the call: the host refused it.
     Denied,
+    /// The host let the call through as the guest's ServiceAccount and the API server refused
+    /// it (`403`): the account's RBAC is narrower than the grant.
+    DeniedByApiServer,
     /// The guest handed over something malformed or out of bounds (a bad name, an oversized
     /// body, a delay beyond the cap); refused before any provider saw it.
     Invalid,
@@ -95,6 +98,7 @@ impl HostCallOutcome {
         match self {
             Self::Ok => "ok",
             Self::Denied => "denied",
+            Self::DeniedByApiServer => "denied_by_apiserver",
             Self::Invalid => "invalid",
             Self::Limited => "limited",
             Self::Error => "error",

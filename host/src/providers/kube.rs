@@ -12,6 +12,11 @@
 //! namespace, a cluster-scoped kind has none) before anything is sent. Every write first
 //! passes the [`WriteFence`](crate::fence::WriteFence): once the host loses its lease, nothing more is sent.
 //!
+//! A guest with its own ServiceAccount (`serviceAccount:` in its grant) writes as that account:
+//! every write and event here is sent impersonating it ([`crate::identity::client_as`]), on the
+//! host's connection pool, and a `403` is [`HostError::Forbidden`], naming the account and the
+//! verb. The live reads of shadow mode and discovery stay the host's.
+//!
 //! Events go through kube-runtime's `Recorder`, which aggregates repeats of the same
 //! (object, type, reason, note) into one `events.k8s.io/v1` Event with a growing series count
 //! instead of one Event per reconcile.
@@ -85,7 +90,11 @@ pub fn map_kube_error(e: kube::Error, what: &str) -> HostError {
 
 /// Writes for one guest. Holds that guest's informers to record its writes into.
 pub struct KubeCluster {
+    /// The host's client: discovery and shadow mode's live reads.
     client: kube::Client,
+    /// What writes are sent with: the host's client, or the guest's ServiceAccount on it.
+    writer: kube::Client,
+    account: Option<crate::config::ServiceAccountRef>,
     /// Informers of the kinds the guest may read, for read-your-writes and API resources.
     informers: BTreeMap<Gvk, Informer>,
     /// Kinds found by discovery: the resource and whether it is namespaced.
@@ -102,9 +111,14 @@ impl KubeCluster {
         discovery: crate::discovery::Resolver,
         reporter: &str,
         fence: WriteFence,
+        account: Option<&crate::config::ServiceAccountRef>,
     ) -> Self {
+        let writer = account.map_or_else(
+            || client.clone(),
+            |account| crate::identity::client_as(&client, account),
+        );
         let recorder = Recorder::new(
-            client.clone(),
+            writer.clone(),
             Reporter {
                 // A second version's `name@stem` is no qualified name; RBAC spells it the same way.
                 controller: reporter.replace('@', "-at-"),
@@ -113,6 +127,8 @@ impl KubeCluster {
         );
         Self {
             client,
+            writer,
+            account: account.cloned(),
             informers,
             discovery,
             recorder,
@@ -120,10 +136,33 @@ impl KubeCluster {
         }
     }
 
+    /// An API error of a write (`verb`) made as the guest: a `403` for a guest with an
+    /// identity is the API server refusing its ServiceAccount, said so.
+    fn write_error(&self, e: kube::Error, what: &str, verb: &str) -> HostError {
+        match (&self.account, e) {
+            (Some(account), kube::Error::Api(status)) if status.code == 403 => {
+                HostError::Forbidden(format!(
+                    "{what}: the API server refused `{verb}` to ServiceAccount {account}: {}",
+                    status.message
+                ))
+            }
+            (_, e) => map_kube_error(e, what),
+        }
+    }
+
     /// The API of the object's kind, scoped as the reference says, once the reference's scope
     /// matches the kind's. Every write passes here, so every write passes the fence.
     async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, HostError> {
         fence_check(&self.fence)?;
+        self.api_with(&self.writer, object).await
+    }
+
+    /// The API of the object's kind on `client` (the writer, or the host's for a live read).
+    async fn api_with(
+        &self,
+        client: &kube::Client,
+        object: &ObjectRef,
+    ) -> Result<Api<DynamicObject>, HostError> {
         let kind = &object.kind;
         let (resource, namespaced) = if let Some(informer) = self.informers.get(kind) {
             (informer.api_resource().clone(), informer.namespaced())
@@ -137,11 +176,11 @@ impl KubeCluster {
         };
         match (namespaced, object.namespace.as_deref()) {
             (true, Some(ns)) => Ok(Api::namespaced_with(
-                self.client.clone(),
+                client.clone(),
                 &path_segment(ns),
                 &resource,
             )),
-            (false, None) => Ok(Api::all_with(self.client.clone(), &resource)),
+            (false, None) => Ok(Api::all_with(client.clone(), &resource)),
             (true, None) => Err(HostError::Invalid(format!(
                 "ref.namespace: {kind} is namespaced, so {object} needs a namespace"
             ))),
@@ -224,7 +263,7 @@ impl KubeCluster {
             .await
             // A failed `test` op is a 422: the object changed under us, which is a conflict.
             .map_err(
-                |e| match map_kube_error(e, &format!("{what} on {object}")) {
+                |e| match self.write_error(e, &format!("{what} on {object}"), "patch") {
                     HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
                     other => other,
                 },
@@ -250,13 +289,13 @@ impl Cluster for KubeCluster {
         let written = api
             .patch_status(&path_segment(&object.name), &params, &Patch::Merge(patch))
             .await
-            .map_err(|e| map_kube_error(e, &format!("status patch of {object}")))?;
+            .map_err(|e| self.write_error(e, &format!("status patch of {object}"), "patch"))?;
         self.remember(object, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError> {
-        let api = self.api(object).await?;
+        let api = self.api_with(&self.client, object).await?;
         let found = api
             .get_opt(&path_segment(&object.name))
             .await
@@ -278,7 +317,7 @@ impl Cluster for KubeCluster {
                 &Patch::Apply(object),
             )
             .await
-            .map_err(|e| map_kube_error(e, &format!("apply of {target}")))?;
+            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))?;
         self.remember(&target, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
@@ -302,7 +341,7 @@ impl Cluster for KubeCluster {
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-            Err(e) => Err(map_kube_error(e, &format!("delete of {object}"))),
+            Err(e) => Err(self.write_error(e, &format!("delete of {object}"), "delete")),
         }
     }
 
@@ -337,7 +376,7 @@ impl Cluster for KubeCluster {
         self.recorder
             .publish(&published, &reference)
             .await
-            .map_err(|e| map_kube_error(e, &format!("event about {regarding}")))
+            .map_err(|e| self.write_error(e, &format!("event about {regarding}"), "create"))
     }
 }
 
@@ -436,6 +475,7 @@ mod tests {
             crate::discovery::Resolver::default(),
             "g",
             fence,
+            None,
         )
     }
 

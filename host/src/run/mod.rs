@@ -152,6 +152,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(metrics.clone()),
         Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
     );
+    let rechecks = follow_identities(&guests, &client, &informers, &args);
     let mut guest_events = guests.subscribe();
     let mut watcher = tokio::spawn(guests.clone().watch());
     let config_watcher = tokio::spawn(config::follow_config(args.config.clone(), guests.clone()));
@@ -212,11 +213,46 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing running reconciles");
     watcher.abort();
     config_watcher.abort();
-    if let Some(task) = status_task {
-        task.abort();
-    }
+    rechecks.abort();
+    status_task.iter().for_each(tokio::task::JoinHandle::abort);
     manager.shutdown().await;
     result
+}
+
+/// Has guests' ServiceAccounts reviewed through the API server, now and every
+/// `identity.recheck` (the returned task).
+fn follow_identities(
+    guests: &Arc<Guests>,
+    client: &kube::Client,
+    informers: &Informers,
+    args: &RunArgs,
+) -> tokio::task::JoinHandle<()> {
+    guests.set_access_review(
+        Arc::new(crate::identity::ApiServerReview::new(
+            client.clone(),
+            informers.resolver().clone(),
+        )),
+        args.watch_namespace.clone(),
+    );
+    if crate::capabilities::skip_write_grant() {
+        tracing::warn!(
+            "{} is set: writes of guests with a ServiceAccount skip the host's grant check (a test-only switch); only the API server checks them",
+            crate::capabilities::SKIP_WRITE_GRANT_ENV
+        );
+    }
+    tokio::spawn(recheck_identities(guests.clone()))
+}
+
+/// Reviews the guests' ServiceAccounts again every `identity.recheck`, so an RBAC change takes
+/// effect ([`Guests::recheck_identities`]).
+async fn recheck_identities(guests: Arc<Guests>) {
+    loop {
+        tokio::time::sleep(guests.config().identity.recheck()).await;
+        let set = guests.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || set.recheck_identities()).await {
+            tracing::error!("the identity recheck failed: {e}");
+        }
+    }
 }
 
 /// The guest directory (`--guests`, else `guestDirectory`), which a host running only

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::objects::Gvk;
 
+mod identity;
+
+pub use identity::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
+
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Default deadline of one reconcile (guest CPU time plus host calls).
@@ -65,6 +69,10 @@ pub struct HostConfig {
     /// Present: the host also runs the guests `Reconciler` objects declare, within `allow`.
     #[serde(default)]
     pub reconcilers: Option<ReconcilerSettings>,
+    /// Guests' own ServiceAccounts: whether every guest must name one, how often their reads
+    /// are reviewed again.
+    #[serde(default)]
+    pub identity: IdentitySettings,
 }
 
 impl HostConfig {
@@ -178,6 +186,11 @@ pub struct Allow {
     pub annotations: Vec<String>,
     #[serde(default)]
     pub limits: Option<Limits>,
+    /// The ServiceAccounts a Reconciler may name as `spec.grant.serviceAccount`
+    /// (`NAMESPACE/NAME` or `NAMESPACE/*`); `reconciler-host rbac` lets the host impersonate
+    /// exactly these.
+    #[serde(default)]
+    pub service_accounts: Vec<AllowedAccount>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -515,6 +528,11 @@ pub struct Grant {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub limits: Limits,
+    /// The ServiceAccount (`NAMESPACE/NAME`) every API write of the guest is sent as, so the
+    /// API server checks it against that account's RBAC too; its reads are reviewed against
+    /// the same account at load and periodically (see `crate::identity`).
+    #[serde(default)]
+    pub service_account: Option<ServiceAccountRef>,
     /// Allows every read, write and backend: only the offline runner uses this, when it is
     /// given no host configuration.
     #[serde(skip)]

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -27,6 +28,10 @@ use serde::Serialize;
 use crate::config::{HostConfig, WriteTarget};
 use crate::objects::Gvk;
 
+mod identity;
+
+pub use identity::Impersonation;
+
 /// Who the rules are for and where the host's lease lives.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -35,6 +40,24 @@ pub struct Options {
     pub namespace: String,
     /// Name prefix of every generated object.
     pub prefix: String,
+    /// How the host may impersonate guests' ServiceAccounts.
+    pub impersonation: Impersonation,
+}
+
+impl Options {
+    /// The host's ServiceAccount as a binding's subject.
+    fn subject(&self) -> Subject {
+        service_account_subject(&self.namespace, &self.service_account)
+    }
+}
+
+fn service_account_subject(namespace: &str, name: &str) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: name.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        ..Subject::default()
+    }
 }
 
 impl Default for Options {
@@ -43,6 +66,7 @@ impl Default for Options {
             service_account: "reconciler-host".into(),
             namespace: "reconciler-host".into(),
             prefix: "reconciler-host".into(),
+            impersonation: Impersonation::default(),
         }
     }
 }
@@ -88,6 +112,7 @@ pub enum Object {
     ClusterRoleBinding(ClusterRoleBinding),
     Role(Role),
     RoleBinding(RoleBinding),
+    ServiceAccount(ServiceAccount),
 }
 
 /// The rules of one guest's grant, merged per API group and resource and sorted.
@@ -149,81 +174,31 @@ fn rules(
 }
 
 /// Every object for `guests` (all of the configuration's when none), in print order.
-#[allow(clippy::too_many_lines)] // one list of objects, read top to bottom in print order
 pub fn objects(
     config: &HostConfig,
     guests: Option<&BTreeSet<String>>,
     resources: &dyn Resources,
     options: &Options,
 ) -> Vec<Object> {
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: options.service_account.clone(),
-        namespace: Some(options.namespace.clone()),
-        ..Subject::default()
-    };
-    let meta = |name: String, namespace: Option<&str>| ObjectMeta {
-        name: Some(name),
-        namespace: namespace.map(str::to_owned),
-        labels: Some(BTreeMap::from([(
-            "app.kubernetes.io/part-of".to_owned(),
-            "reconciler-host".to_owned(),
-        )])),
-        ..ObjectMeta::default()
-    };
-    let cluster_role = |name: &str, rules: Vec<PolicyRule>| {
-        [
-            Object::ClusterRole(ClusterRole {
-                metadata: meta(name.to_owned(), None),
-                rules: Some(rules),
-                ..ClusterRole::default()
-            }),
-            Object::ClusterRoleBinding(ClusterRoleBinding {
-                metadata: meta(name.to_owned(), None),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: name.to_owned(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            }),
-        ]
-    };
-    // A Role in the host's namespace, bound to it.
-    let role = |name: &str, rules: Vec<PolicyRule>| {
-        let namespace = Some(options.namespace.as_str());
-        [
-            Object::Role(Role {
-                metadata: meta(name.to_owned(), namespace),
-                rules: Some(rules),
-            }),
-            Object::RoleBinding(RoleBinding {
-                metadata: meta(name.to_owned(), namespace),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "Role".into(),
-                    name: name.to_owned(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            }),
-        ]
-    };
-
+    let host = options.subject();
     let prefix = &options.prefix;
     let mut out = Vec::new();
-    // The host itself: events about any object a guest may read, written by the host's
-    // aggregating recorder (create, then patch for repeats).
-    out.extend(cluster_role(
-        prefix,
-        vec![PolicyRule {
-            api_groups: Some(vec!["events.k8s.io".into()]),
-            resources: Some(vec!["events".into()]),
-            verbs: vec!["create".into(), "patch".into()],
-            ..PolicyRule::default()
-        }],
-    ));
-    out.extend(role(
+    // The host itself: events about any object a guest without an identity may read, written
+    // by the host's aggregating recorder (create, then patch for repeats); with identities, the
+    // access reviews of their reads.
+    let mut own = vec![PolicyRule {
+        api_groups: Some(vec!["events.k8s.io".into()]),
+        resources: Some(vec!["events".into()]),
+        verbs: vec!["create".into(), "patch".into()],
+        ..PolicyRule::default()
+    }];
+    if identity::any(config) {
+        own.push(identity::access_reviews());
+    }
+    out.extend(bound_cluster_role(prefix, own, &host));
+    out.extend(bound_role(
         &format!("{prefix}-leader-election"),
+        &options.namespace,
         vec![PolicyRule {
             api_groups: Some(vec!["coordination.k8s.io".into()]),
             resources: Some(vec!["leases".into()]),
@@ -236,22 +211,32 @@ pub fn objects(
             .to_vec(),
             ..PolicyRule::default()
         }],
+        &host,
     ));
-    for guest in config.guests.keys() {
+    for (guest, grant) in &config.guests {
         if guests.is_some_and(|only| !only.contains(guest)) {
+            continue;
+        }
+        if let Some(account) = &grant.service_account {
+            out.extend(identity::guest_objects(
+                guest, grant, account, resources, options,
+            ));
             continue;
         }
         let rules = guest_rules(config, guest, resources);
         if rules.is_empty() {
             continue;
         }
-        // `name@file` trial grants become `name-at-file` (RBAC names are DNS subdomains).
-        let name = format!("{prefix}-guest-{}", guest.replace('@', "-at-"));
-        out.extend(cluster_role(&name, rules));
+        out.extend(bound_cluster_role(
+            &guest_role_name(prefix, guest),
+            rules,
+            &host,
+        ));
     }
     if let Some(reconcilers) = &config.reconcilers {
         // Reconciler objects: followed, their status written; the most any of them may be
-        // granted (`reconcilers.allow`), since the host acts for them with its own identity.
+        // granted (`reconcilers.allow`): reads for the shared informers, writes unless every
+        // guest writes as its own account.
         let group = crate::objects::reconciler_kind::GROUP.to_owned();
         let plural = crate::objects::reconciler_kind::PLURAL;
         let own = vec![
@@ -262,15 +247,27 @@ pub fn objects(
             ((group, format!("{plural}/status")), vec!["patch"]),
         ];
         let allow = &reconcilers.allow;
-        let name = format!("{prefix}-reconcilers");
-        out.extend(cluster_role(
-            &name,
-            rules(&allow.read, &allow.write, resources, own),
+        let none = BTreeSet::new();
+        let writes = if config.identity.required {
+            &none
+        } else {
+            &allow.write
+        };
+        let mut role_rules = rules(&allow.read, writes, resources, own);
+        role_rules.extend(identity::reconciler_impersonation(
+            allow, resources, options,
         ));
+        out.extend(bound_cluster_role(
+            &format!("{prefix}-reconcilers"),
+            role_rules,
+            &host,
+        ));
+        out.extend(identity::reconciler_accounts(allow, options));
         // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
         if !reconcilers.pull_secrets.is_empty() {
-            out.extend(role(
+            out.extend(bound_role(
                 &format!("{prefix}-pull-secrets"),
+                &options.namespace,
                 vec![PolicyRule {
                     api_groups: Some(vec![String::new()]),
                     resources: Some(vec!["secrets".into()]),
@@ -278,10 +275,74 @@ pub fn objects(
                     verbs: vec!["get".into()],
                     ..PolicyRule::default()
                 }],
+                &host,
             ));
         }
     }
     out
+}
+
+/// The ClusterRole of one guest's grant: `name@file` trial grants become `name-at-file` (RBAC
+/// names are DNS subdomains).
+fn guest_role_name(prefix: &str, guest: &str) -> String {
+    format!("{prefix}-guest-{}", guest.replace('@', "-at-"))
+}
+
+/// Metadata of a generated object: its name, namespace and the label that marks it ours.
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/part-of".to_owned(),
+            "reconciler-host".to_owned(),
+        )])),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A ClusterRole of `rules` and its binding to `subject`.
+fn bound_cluster_role(name: &str, rules: Vec<PolicyRule>, subject: &Subject) -> [Object; 2] {
+    [
+        Object::ClusterRole(ClusterRole {
+            metadata: meta(name, None),
+            rules: Some(rules),
+            ..ClusterRole::default()
+        }),
+        Object::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: meta(name, None),
+            role_ref: role_ref("ClusterRole", name),
+            subjects: Some(vec![subject.clone()]),
+        }),
+    ]
+}
+
+/// A Role of `rules` in `namespace` and its binding to `subject`.
+fn bound_role(
+    name: &str,
+    namespace: &str,
+    rules: Vec<PolicyRule>,
+    subject: &Subject,
+) -> [Object; 2] {
+    [
+        Object::Role(Role {
+            metadata: meta(name, Some(namespace)),
+            rules: Some(rules),
+        }),
+        Object::RoleBinding(RoleBinding {
+            metadata: meta(name, Some(namespace)),
+            role_ref: role_ref("Role", name),
+            subjects: Some(vec![subject.clone()]),
+        }),
+    ]
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 /// The objects as one YAML stream, each with its apiVersion and kind.
@@ -293,6 +354,7 @@ pub fn to_yaml(objects: &[Object]) -> anyhow::Result<String> {
             Object::ClusterRoleBinding(_) => ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
             Object::Role(_) => ("rbac.authorization.k8s.io/v1", "Role"),
             Object::RoleBinding(_) => ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+            Object::ServiceAccount(_) => ("v1", "ServiceAccount"),
         };
         let mut value = serde_json::to_value(object)?;
         if let Some(map) = value.as_object_mut() {
@@ -415,6 +477,9 @@ guests:
                 Object::Role(r) => format!("Role/{}", r.metadata.name.clone().unwrap()),
                 Object::RoleBinding(b) => {
                     format!("RoleBinding/{}", b.metadata.name.clone().unwrap())
+                }
+                Object::ServiceAccount(a) => {
+                    format!("ServiceAccount/{}", a.metadata.name.clone().unwrap())
                 }
             })
             .collect();
