@@ -142,6 +142,10 @@ enum Command {
         namespace: String,
         #[arg(long, default_value = "reconciler-host")]
         service_account: String,
+        /// Name prefix of every generated ClusterRole, Role and binding (several hosts in one
+        /// cluster each need their own).
+        #[arg(long, default_value = "reconciler-host")]
+        prefix: String,
         /// Resolve resource names through the API server (KUBECONFIG) instead of guessing
         /// plurals from kinds.
         #[arg(long)]
@@ -221,14 +225,15 @@ pub fn main() -> ExitCode {
                 guests,
                 namespace,
                 service_account,
+                prefix,
                 discover,
                 impersonation,
             } => {
                 let options = crate::rbac::Options {
                     service_account,
                     namespace,
+                    prefix,
                     impersonation,
-                    ..crate::rbac::Options::default()
                 };
                 rbac(&config, guests, &options, discover).await
             }

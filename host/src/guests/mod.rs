@@ -271,7 +271,9 @@ impl Guests {
     pub fn recheck_identities(&self) {
         let _judging = self.judging.lock();
         let retry = self.reviews.not_allowed();
-        for (origin, active, _) in self.ledger.lock().snapshot() {
+        // Bound first: the ledger's lock must be released before an item is unloaded.
+        let entries = self.ledger.lock().snapshot();
+        for (origin, active, _) in entries {
             match active {
                 Some(active) if active.grant.service_account.is_some() => {
                     match self.reviews.check(origin.name(), &active) {
