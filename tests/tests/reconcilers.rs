@@ -90,6 +90,7 @@ reconcilers:
     read: [{WIDGET_READ}, samplecrd.k8s.io/v1/Network]
     write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
     backends: [network]
+    serviceAccounts: ["{ns}/*"]
 "#,
             registry = self.registry.address(),
             ns = self.ns,
@@ -262,6 +263,47 @@ reconcilers:
         )
         .await
         .map_err(|e| e.context(self.log_tail()))
+    }
+
+    /// ServiceAccount `name` in the test namespace, bound to a Role with what the greeter's
+    /// grant needs there: read Widgets, patch their status, record events.
+    async fn bind_account(&self, name: &str) -> Result<()> {
+        let object = |kind: &str, body: Value| -> Result<DynamicObject> {
+            let mut value = body;
+            value["metadata"] = json!({"name": name, "namespace": self.ns});
+            value["kind"] = kind.into();
+            Ok(serde_json::from_value(value)?)
+        };
+        let account = object("ServiceAccount", json!({"apiVersion": "v1"}))?;
+        let role = object(
+            "Role",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "rules": [
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets/status"], "verbs": ["patch"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            ]}),
+        )?;
+        let binding = object(
+            "RoleBinding",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.ns}]}),
+        )?;
+        for (object, group, kind) in [
+            (account, "", "ServiceAccount"),
+            (role, "rbac.authorization.k8s.io", "Role"),
+            (binding, "rbac.authorization.k8s.io", "RoleBinding"),
+        ] {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                self.client.clone(),
+                &self.ns,
+                &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind)),
+            );
+            api.create(&PostParams::default(), &object)
+                .await
+                .with_context(|| format!("creating {kind} {name}"))?;
+        }
+        Ok(())
     }
 
     /// The reasons of the events recorded on Reconciler `name`.
@@ -470,6 +512,12 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
     let wrong = format!("sha256:{}", "0".repeat(64));
     let beyond =
         json!({"read": [WIDGET_READ], "write": [format!("{WIDGET_READ}/status"), "v1/ConfigMap"]});
+    let as_account = |account: &str| {
+        let mut grant = greeter_grant();
+        grant["serviceAccount"] = account.into();
+        grant
+    };
+    let account = format!("{}/greeter", world.ns);
     let cases = [
         (
             "a wrong digest",
@@ -517,6 +565,24 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
             "a grant beyond allow",
             spec(pinned("guests/greeter", &c), "registry", beyond),
             "GrantBeyondAllowed",
+        ),
+        (
+            "an account outside reconcilers.allow.serviceAccounts",
+            spec(
+                pinned("guests/greeter", &c),
+                "registry",
+                as_account("kube-system/greeter"),
+            ),
+            "GrantBeyondAllowed",
+        ),
+        (
+            "an account whose RBAC does not cover the grant's reads",
+            spec(
+                pinned("guests/greeter", &c),
+                "registry",
+                as_account(&account),
+            ),
+            "ReadsBeyondIdentity",
         ),
         (
             "an unreachable registry",
@@ -573,6 +639,10 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
             json!({"module": "oci://r.example/g", "grant": {"mode": "loud"}}),
             "spec.grant.mode",
         ),
+        (
+            json!({"module": "oci://r.example/g", "grant": {"serviceAccount": "Greeter"}}),
+            "spec.grant.serviceAccount",
+        ),
     ] {
         let refused = world
             .declare(&format!("bad-{}", world.ns), spec.clone())
@@ -593,6 +663,34 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
         .await?;
     let st = world.ready("greeter", "False", "NameConflict").await?;
     assert_eq!(st["digest"], Value::Null, "{st}");
+
+    // Its account granted what the grant reads and writes: Ready, greeting as the account.
+    world.bind_account("greeter").await?;
+    world
+        .declare(
+            &name,
+            spec(
+                pinned("guests/greeter", &c),
+                "registry",
+                as_account(&account),
+            ),
+        )
+        .await?;
+    world.ready(&name, "True", "Ready").await?;
+    world.greeted("w", "as its account").await?;
+    let guests: Value = serde_json::from_str(&world.host().get("/guests").await?)?;
+    let item = guests
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|i| i["file"] == format!("reconciler/{name}"))
+        })
+        .context("the Reconciler on /guests")?;
+    ensure!(
+        item["serviceAccount"] == account.as_str() && item["accessReview"]["result"] == "allowed",
+        "{item}"
+    );
     world.delete_reconcilers(&["greeter", &name]).await;
     Ok(())
 }

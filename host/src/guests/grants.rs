@@ -381,6 +381,30 @@ reconcilers:
     }
 
     #[test]
+    fn a_reconcilers_account_must_be_one_the_ceiling_lists() {
+        let listing = config(&format!(
+            "{HOST}    serviceAccounts: [team-a/*, team-b/reconciler]\n"
+        ));
+        let allow = &listing.reconcilers.as_ref().unwrap().allow;
+        for within in ["team-a/anyone", "team-b/reconciler"] {
+            let own = grant(&format!("{{serviceAccount: {within}}}"));
+            assert_eq!(beyond_allowed(&own, allow, &listing), Vec::<String>::new());
+        }
+        let beyond = grant("{serviceAccount: team-b/other}");
+        assert_eq!(
+            beyond_allowed(&beyond, allow, &listing),
+            vec!["serviceAccount team-b/other"]
+        );
+        // None listed: no Reconciler may name one.
+        let none = config(HOST);
+        let allow = &none.reconcilers.as_ref().unwrap().allow;
+        assert_eq!(
+            beyond_allowed(&grant("{serviceAccount: team-a/x}"), allow, &none),
+            vec!["serviceAccount team-a/x"]
+        );
+    }
+
+    #[test]
     fn the_ceilings_limits_bound_the_host_defaults_further() {
         let config = config(&format!("{HOST}    limits: {{deadline: 1s, qps: 5}}\n"));
         let allow = &config.reconcilers.as_ref().unwrap().allow;
