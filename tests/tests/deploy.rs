@@ -266,17 +266,29 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
 
     // Exactly the generated RBAC: every object it printed is there as printed, and no other
     // role carries the host's label.
-    let printed: BTreeSet<String> = rbac
+    let docs: Vec<serde_yaml::Value> = rbac
         .split("---\n")
         .map(serde_yaml::from_str::<serde_yaml::Value>)
         .filter(|doc| !matches!(doc, Ok(serde_yaml::Value::Null)))
-        .map(|doc| {
-            doc?["metadata"]["name"]
-                .as_str()
-                .map(str::to_owned)
-                .context("a generated object without a name")
-        })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_, _>>()?;
+    let names = |accounts: bool| -> Result<BTreeSet<String>> {
+        docs.iter()
+            .filter(|doc| (doc["kind"] == "ServiceAccount") == accounts)
+            .map(|doc| {
+                doc["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .context("a generated object without a name")
+            })
+            .collect()
+    };
+    let printed = names(false)?;
+    // The network guest's own account is among them (deploy/local/host.yaml).
+    ensure!(
+        names(true)? == BTreeSet::from(["network".to_owned()]),
+        "{rbac}"
+    );
+    kubectl(&["-n", NAMESPACE, "get", "serviceaccount", "network"])?;
     let live = kubectl(&[
         "get",
         "clusterroles,clusterrolebindings,roles,rolebindings",
@@ -305,10 +317,22 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     for name in ["frontend", "backend", "storage"] {
         network_ready(&networks, name).await?;
     }
+    // The network guest wrote those statuses as its own account, which may read what it reads.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let holder = lease_holder(&client).await?;
+    let guests: Value = serde_json::from_str(&pod_get(&pods, &holder, "/guests").await?)?;
+    let network = guests
+        .as_array()
+        .and_then(|files| files.iter().find(|f| f["guest"] == "network"))
+        .context("the network guest on /guests")?;
+    ensure!(
+        network["serviceAccount"] == "reconciler-host/network"
+            && network["accessReview"]["result"] == "allowed",
+        "{network}"
+    );
     let widgets = widget_api(&client);
     create_widget(&widgets, "w1").await?;
     widget_at(&widgets, "w1", "1", 1).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let logs = kubectl(&[
         "-n",
         NAMESPACE,
