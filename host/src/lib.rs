@@ -24,7 +24,8 @@
 //! [`reconcilers`] (guests declared as `Reconciler` objects, a second source of guests),
 //! [`offline_runner`] (`reconciler-host reconcile`) and [`cli`]. Around them: [`manifest`]
 //! (what a guest asks for), [`validation`] (what a guest may name), [`finalizer`], [`objects`]
-//! (kinds, references, keys), [`config`] (grants and limits), [`compile_cache`] (compiled
+//! (kinds, references, keys), [`config`] (grants and limits), [`identity`] (each guest's own
+//! ServiceAccount: impersonated writes, reviewed reads), [`rbac`], [`compile_cache`] (compiled
 //! guests on disk, trusted only if the host wrote them), [`dir_watch`] (following the guest
 //! directory and the configuration file), [`discovery`] (kinds, one cache), [`fence`] (the
 //! write fence), [`oci`] (guests as OCI artifacts: push, pull, a cache by digest), [`metrics`],

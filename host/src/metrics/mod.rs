@@ -40,7 +40,7 @@
 //!
 //! - `reconciler_host_calls_total`: interface × function is fixed by the WIT, but the names
 //!   belong to the capability modules (which import this one), and most pairs lie outside
-//!   any one guest's grant: five outcomes for every host function, per guest, nearly all of
+//!   any one guest's grant: six outcomes for every host function, per guest, nearly all of
 //!   them never moving.
 //! - The duration histograms: a series is a line per bucket (43 for reconciles, 19 for
 //!   instantiation), and the zeroed reconcile counters already say "loaded, idle".
