@@ -604,78 +604,13 @@ fn a_grant_for_one_file_runs_a_second_version_beside_the_first() {
     assert!(guests.orphan("widget@widget-next").is_none());
 }
 
-/// Items that carry their own grant, as `Reconciler` objects do, held in memory: what the
-/// guest set loads and what it tells the source.
-mod objects {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    use parking_lot::Mutex;
-    use reconciler_host::config::Grant;
-    use reconciler_host::guests::{
-        Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict,
-    };
-
-    type Items = BTreeMap<String, (i64, Grant, Vec<u8>)>;
-
-    #[derive(Default, Clone)]
-    pub struct Objects {
-        /// name → (generation, grant, component bytes)
-        pub items: Arc<Mutex<Items>>,
-        pub verdicts: Arc<Mutex<Vec<(String, i64, Verdict)>>>,
-    }
-
-    impl GuestSource for Objects {
-        fn list(&self) -> Result<Vec<Origin>, SourceError> {
-            Ok(self
-                .items
-                .lock()
-                .iter()
-                .map(|(name, (generation, grant, _))| {
-                    Origin::reconciler(name, *generation, grant.clone())
-                })
-                .collect())
-        }
-
-        fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
-            let items = self.items.lock();
-            let (_, _, bytes) = &items[origin.stem()];
-            Ok(Artefact {
-                origin: origin.clone(),
-                bytes: bytes.clone(),
-                hash: reconciler_host::runtime::content_hash(bytes),
-            })
-        }
-
-        fn watch(&self) -> Result<Box<dyn Changes>, SourceError> {
-            Err(SourceError::Stopped {
-                what: "an in-memory source".into(),
-            })
-        }
-
-        fn holds(&self, origin: &Origin) -> bool {
-            matches!(origin.kind(), OriginKind::Reconciler { .. })
-        }
-
-        fn judged(&self, origin: &Origin, verdict: &Verdict) {
-            let OriginKind::Reconciler { generation, .. } = origin.kind() else {
-                return;
-            };
-            let name = origin.stem().to_owned();
-            self.verdicts
-                .lock()
-                .push((name, *generation, verdict.clone()));
-        }
-    }
-}
-
 #[test]
 fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_last_good() {
     use reconciler_host::config::Grant;
     use reconciler_host::guests::Verdict;
 
     const ALLOW: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
-    let source = objects::Objects::default();
+    let source = common::objects::Objects::default();
     let runtime = Arc::new(
         Runtime::new(&RuntimeOptions {
             cache_dir: Some(common::cache_dir()),

@@ -183,3 +183,81 @@ fn a_host_that_requires_identities_refuses_a_guest_without_one() {
     guests.rescan();
     assert_eq!(guests.active().len(), 1);
 }
+
+#[test]
+fn a_reconcilers_new_reads_refused_by_its_account_load_once_granted_while_the_old_ones_run() {
+    use reconciler_host::config::Grant;
+    use reconciler_host::guests::Verdict;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let allow = "reconcilers:\n  allow:\n    serviceAccounts: [team/*]\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap, v1/Secret]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
+    let source = common::objects::Objects::default();
+    let guests = Guests::new(
+        source.clone(),
+        Arc::new(
+            Runtime::new(&RuntimeOptions {
+                cache_dir: Some(common::cache_dir()),
+                ..RuntimeOptions::default()
+            })
+            .unwrap(),
+        ),
+        Arc::new(HostConfig::parse(allow, "host.yaml".as_ref()).unwrap()),
+        None,
+        Arc::new(Shadows::new(None)),
+    );
+    let table = Arc::new(Table::default());
+    guests.set_access_review(table.clone(), None);
+    let bytes = std::fs::read(common::guest("widget")).unwrap();
+    let grant = |reads: &str| -> Grant {
+        serde_yaml::from_str(&format!(
+            "{{serviceAccount: team/widget, read: [{reads}], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]}}"
+        ))
+        .unwrap()
+    };
+    let declare = |generation: i64, grant: Grant| {
+        source
+            .items
+            .lock()
+            .insert("widget".into(), (generation, grant, bytes.clone()));
+        guests.rescan();
+    };
+    let running_reads = || {
+        guests
+            .active()
+            .first()
+            .map(|g| g.grant.read.len())
+            .unwrap_or_default()
+    };
+    let last = || source.verdicts.lock().last().cloned().unwrap();
+
+    declare(1, grant("test.reconciler.dev/v1/Widget, v1/ConfigMap"));
+    assert!(matches!(last(), (_, 1, Verdict::Loaded { .. })));
+
+    // Generation 2 also reads Secrets, which the account may not get: refused, 1 keeps running.
+    table
+        .denied
+        .lock()
+        .insert(("get".into(), Gvk::new("", "v1", "Secret")));
+    declare(
+        2,
+        grant("test.reconciler.dev/v1/Widget, v1/ConfigMap, v1/Secret"),
+    );
+    let (_, generation, verdict) = last();
+    assert!(
+        generation == 2
+            && matches!(&verdict, Verdict::Refused { cause, kept: Some(_), .. } if *cause == "ReadsBeyondIdentity"),
+        "{verdict:?}"
+    );
+    assert_eq!(running_reads(), 2);
+
+    // Granted: the recheck loads generation 2, not just re-reviews generation 1.
+    table.denied.lock().clear();
+    guests.recheck_identities();
+    assert!(
+        matches!(last(), (_, 2, Verdict::Loaded { .. })),
+        "{:?}",
+        last()
+    );
+    assert_eq!(running_reads(), 3);
+}

@@ -273,7 +273,15 @@ impl Guests {
         let retry = self.reviews.not_allowed();
         // Bound first: the ledger's lock must be released before an item is unloaded.
         let entries = self.ledger.lock().snapshot();
-        for (origin, active, _) in entries {
+        for (origin, active, refused) in entries {
+            // Refused for its account's reads (a newer content or grant, perhaps, while an
+            // older version runs): judged again whole, as a load.
+            if refused && retry.iter().any(|item| item == origin.name()) {
+                if let Some(artefact) = self.read(&origin) {
+                    self.load(artefact);
+                }
+                continue;
+            }
             match active {
                 Some(active) if active.grant.service_account.is_some() => {
                     match self.reviews.check(origin.name(), &active) {
@@ -286,11 +294,6 @@ impl Guests {
                             self.unload(origin.name());
                             self.refuse(&origin, hash.unwrap_or_default(), None, &e.into());
                         }
-                    }
-                }
-                None if retry.iter().any(|item| item == origin.name()) => {
-                    if let Some(artefact) = self.read(&origin) {
-                        self.load(artefact);
                     }
                 }
                 _ => {}

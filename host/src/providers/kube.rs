@@ -295,6 +295,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError> {
+        fence_check(&self.fence)?;
         let api = self.api_with(&self.client, object).await?;
         let found = api
             .get_opt(&path_segment(&object.name))

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub mod objects;
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
