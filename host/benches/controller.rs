@@ -25,6 +25,15 @@
 //!   both versions compiled before, swapped back and forth (`BENCH_WARM`, default 5). Medians.
 //! - with `BENCH_HOSTILE=1`, also (b) next to the hostile test guest (`guests/testing/hostile`)
 //!   at the first N, to show what a hostile neighbour costs a good guest.
+//! - **fresh-change latency under backlog**, at each N of `BENCH_BACKLOG_OBJECTS` (default
+//!   50,000): N status-less Widgets exist, a controller starts, and while it works through them
+//!   a probe changes one Widget's spec every second (`BENCH_PROBES`, default 30) and times each
+//!   change until that Widget's `status.observedGeneration` reaches it (seen by a watch):
+//!   p50, p99 and max, and the wall time until every Widget has a status. The host with its
+//!   priority queue, the host with one FIFO (`RECONCILER_HOST_QUEUE=fifo`), and client-go's
+//!   FIFO work queue.
+//!
+//! `BENCH_SECTIONS` (default `throughput,memory,reload,backlog`) picks the sections run.
 //!
 //! `cargo bench -p reconciler-host --bench controller` (or `./dev bench controllers`). Prints
 //! figures; asserts nothing. Starts (or reuses) a control plane in target/bench-control-plane
@@ -120,6 +129,8 @@ enum Who {
     },
     /// As `Host`, with the hostile test guest attacking beside the bench guest.
     HostUnderAttack,
+    /// The host with its work queue as one FIFO.
+    HostFifo,
     KubeRs,
     ClientGo,
     /// client-go with `cache.TransformStripManagedFields()`, as the host drops them too.
@@ -132,6 +143,7 @@ impl Who {
             Who::Host { extra_guests: 0 } => "reconciler-host",
             Who::Host { .. } => "reconciler-host, 2 guests",
             Who::HostUnderAttack => "reconciler-host + hostile guest",
+            Who::HostFifo => "reconciler-host, FIFO queue",
             Who::KubeRs => "kube-rs",
             Who::ClientGo => "client-go",
             Who::ClientGoStripped => "client-go, managedFields stripped",
@@ -181,6 +193,13 @@ impl Bench {
                 let port = free_port()?;
                 (
                     spawn_host(&self.kubeconfig, ns, port, &HostGuests::BenchAndHostile)?,
+                    Some(port),
+                )
+            }
+            Who::HostFifo => {
+                let port = free_port()?;
+                (
+                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::BenchFifo)?,
                     Some(port),
                 )
             }
@@ -351,6 +370,92 @@ impl Bench {
         })
     }
 
+    /// Starts `who` on `ns`, whose `n` Widgets have no status yet, and once it has written
+    /// its first status changes Widget `w-00000`'s spec every second, `probes` times, timing
+    /// each change until that Widget's `status.observedGeneration` reaches it. Returns each
+    /// probe's latency and the time until every Widget had a status.
+    async fn backlog(
+        &self,
+        who: Who,
+        ns: &str,
+        n: usize,
+        probes: usize,
+    ) -> anyhow::Result<(Vec<Duration>, Duration)> {
+        const PROBE: &str = "w-00000";
+        let api = self.widgets(ns);
+        let tracker = Tracker::start(api.clone(), has_status).await?;
+        // Every observed generation of the probe, with when the watch delivered it.
+        let seen: Arc<parking_lot::Mutex<Vec<(i64, Instant)>>> = Arc::default();
+        let watch = {
+            let (api, seen) = (api.clone(), seen.clone());
+            tokio::spawn(async move {
+                let config = watcher::Config::default().fields(&format!("metadata.name={PROBE}"));
+                let mut events = watcher(api, config).boxed();
+                while let Some(event) = events.next().await {
+                    if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = event
+                        && let Some(g) = o.data.pointer("/status/observedGeneration")
+                    {
+                        seen.lock().push((g.as_i64().unwrap_or(0), Instant::now()));
+                    }
+                }
+            })
+        };
+        let started = Instant::now();
+        let running = self.spawn(who, ns)?;
+        while tracker.done() == 0 {
+            anyhow::ensure!(
+                started.elapsed() < WAIT_LIMIT,
+                "{}: no status written",
+                who.label()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut sent: Vec<(i64, Instant)> = Vec::with_capacity(probes);
+        let mut all_done = None;
+        let first = Instant::now();
+        for i in 0..probes {
+            let patch = json!({"spec": {"message": format!("probe {i}")}});
+            let patched = api
+                .patch(PROBE, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            sent.push((patched.metadata.generation.unwrap_or(0), Instant::now()));
+            let next = first + Duration::from_secs(i as u64 + 1);
+            while Instant::now() < next {
+                if all_done.is_none() && tracker.done() >= n {
+                    all_done = Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let latencies = loop {
+            if all_done.is_none() && tracker.done() >= n {
+                all_done = Some(started.elapsed());
+            }
+            let seen = seen.lock().clone();
+            let latencies: Option<Vec<Duration>> = sent
+                .iter()
+                .map(|(generation, at)| {
+                    seen.iter()
+                        .find(|(g, when)| g >= generation && when >= at)
+                        .map(|(_, when)| *when - *at)
+                })
+                .collect();
+            if let (Some(latencies), Some(_)) = (latencies, all_done) {
+                break latencies;
+            }
+            anyhow::ensure!(
+                started.elapsed() < WAIT_LIMIT,
+                "{}: probes or Widgets unreconciled after {WAIT_LIMIT:?}",
+                who.label()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        running.stop();
+        watch.abort();
+        tracker.stop();
+        Ok((latencies, all_done.unwrap_or_default()))
+    }
+
     /// Resident memory of `who` on `ns` (`m` Widgets), `settle` after its cache synced.
     async fn memory(&self, who: Who, ns: &str, m: usize, settle: Duration) -> anyhow::Result<u64> {
         let started = Instant::now();
@@ -464,6 +569,11 @@ async fn orchestrate() -> anyhow::Result<()> {
     let rss_sizes = env_list("BENCH_RSS_OBJECTS", &[10_000, 50_000]);
     let settle = Duration::from_secs(env_usize("BENCH_SETTLE_SECS", 5) as u64);
     let hostile = std::env::var("BENCH_HOSTILE").as_deref() == Ok("1");
+    let backlog_sizes = env_list("BENCH_BACKLOG_OBJECTS", &[50_000]);
+    let probes = env_usize("BENCH_PROBES", 30);
+    let sections = std::env::var("BENCH_SECTIONS")
+        .unwrap_or_else(|_| "throughput,memory,reload,backlog".into());
+    let section = |name: &str| sections.split(',').any(|s| s.trim() == name);
     let bench = setup().await?;
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!(
@@ -471,7 +581,7 @@ async fn orchestrate() -> anyhow::Result<()> {
     );
 
     let mut table = Vec::new();
-    for &n in &sizes {
+    for &n in sizes.iter().filter(|_| section("throughput")) {
         let ns = bench.populated(&format!("raw-{n}"), n).await?;
         let raw = bench.raw_loop(&ns).await?;
         bench.clean(&ns).await?;
@@ -483,7 +593,7 @@ async fn orchestrate() -> anyhow::Result<()> {
         }
         for who in whos {
             let what = match who {
-                Who::Host { .. } => "host",
+                Who::Host { .. } | Who::HostFifo => "host",
                 Who::HostUnderAttack => "hostile",
                 Who::KubeRs => "kube-rs",
                 Who::ClientGo | Who::ClientGoStripped => "client-go",
@@ -501,7 +611,7 @@ async fn orchestrate() -> anyhow::Result<()> {
     }
 
     let mut memory = Vec::new();
-    for &m in &rss_sizes {
+    for &m in rss_sizes.iter().filter(|_| section("memory")) {
         let ns = bench.populated(&format!("rss-{m}"), m).await?;
         let mut row = Vec::new();
         for who in [
@@ -519,7 +629,25 @@ async fn orchestrate() -> anyhow::Result<()> {
         memory.push((m, row));
     }
 
-    let reload = hot_reload(&bench).await?;
+    let reload = if section("reload") {
+        hot_reload(&bench).await?
+    } else {
+        Vec::new()
+    };
+    let mut backlog = Vec::new();
+    for &n in backlog_sizes.iter().filter(|_| section("backlog")) {
+        for who in [Who::Host { extra_guests: 0 }, Who::HostFifo, Who::ClientGo] {
+            let ns = bench.populated(&format!("backlog-{n}"), n).await?;
+            let (latencies, wall) = bench.backlog(who, &ns, n, probes).await?;
+            bench.clean(&ns).await?;
+            eprintln!(
+                "N={n} backlog {}: all reconciled in {:.1} s",
+                who.label(),
+                wall.as_secs_f64()
+            );
+            backlog.push((n, who, latencies, wall));
+        }
+    }
 
     println!();
     println!(
@@ -597,7 +725,48 @@ async fn orchestrate() -> anyhow::Result<()> {
             all.join(", ")
         );
     }
+    print_backlog(&backlog, probes);
     Ok(())
+}
+
+/// The latency-under-backlog table: per controller, its probes' p50, p99 and max, and its
+/// wall time against the host FIFO's at the same N.
+fn print_backlog(rows: &[(usize, Who, Vec<Duration>, Duration)], probes: usize) {
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| N objects, no status yet; a spec change every 1 s ({probes} probes) → its status | p50 | p99 | max | every object reconciled | wall vs host FIFO |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (n, who, latencies, wall) in rows {
+        let mut sorted = latencies.clone();
+        sorted.sort();
+        let at = |q: f64| {
+            // The nearest rank.
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            sorted.get(i).map_or(0.0, Duration::as_secs_f64)
+        };
+        let fifo = rows
+            .iter()
+            .find(|(m, w, ..)| m == n && *w == Who::HostFifo)
+            .map_or(1.0, |(.., w)| w.as_secs_f64());
+        println!(
+            "| N = {n}: {} | {:.3} s | {:.3} s | {:.3} s | {:.1} s | {:.2}x |",
+            who.label(),
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            wall.as_secs_f64(),
+            wall.as_secs_f64() / fifo,
+        );
+    }
 }
 
 /// Hot reload of the widget guest: cold (fresh host, empty compile cache) and warm trials.
@@ -758,6 +927,8 @@ fn host_cached_widgets(port: u16) -> Option<usize> {
 enum HostGuests {
     /// The bench guest, and that many copies of it under other names.
     Bench(u8),
+    /// The bench guest with the work queue as one FIFO (`RECONCILER_HOST_QUEUE=fifo`).
+    BenchFifo,
     /// The bench guest and the hostile test guest, granted what an operator would give an
     /// untrusted guest: its own kind, two workers, tight limits.
     BenchAndHostile,
@@ -785,6 +956,10 @@ fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> any
     };
     let mut grants = "guests:\n".to_owned();
     match which {
+        HostGuests::BenchFifo => {
+            std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
+            grants.push_str(&bench_grant("bench"));
+        }
         HostGuests::Bench(extra) => {
             std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
             grants.push_str(&bench_grant("bench"));
@@ -807,16 +982,18 @@ fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> any
     }
     let config = dir.join("host.yaml");
     std::fs::write(&config, grants)?;
-    Ok(live::host_run(
+    let mut command = live::host_run(
         &config,
         &guests,
         port,
         ns,
         &dir.join("compiled"),
         kubeconfig,
-    )
-    .stdout(Stdio::null())
-    .spawn()?)
+    );
+    if matches!(which, HostGuests::BenchFifo) {
+        command.env(reconciler_host::controller::QUEUE_ENV, "fifo");
+    }
+    Ok(command.stdout(Stdio::null()).spawn()?)
 }
 
 /// The kube-rs baseline: a `Controller` over the same kind, the same logic, the same write.

@@ -111,9 +111,15 @@ fn show(event: &InformerEvent) -> String {
         )
     };
     match event {
-        InformerEvent::Applied { object, old } => {
-            format!("Applied({}, old={:?})", at(object), old.as_deref().map(at))
-        }
+        InformerEvent::Applied {
+            object,
+            old,
+            listed,
+        } => format!(
+            "Applied({}, old={:?}, listed={listed})",
+            at(object),
+            old.as_deref().map(at)
+        ),
         InformerEvent::Deleted { object } => format!("Deleted({})", at(object)),
         InformerEvent::Resync { object } => format!("Resync({})", at(object)),
     }
@@ -135,6 +141,7 @@ async fn next_update(
         InformerEvent::Applied {
             object,
             old: Some(old),
+            ..
         } => Ok((object, old)),
         other => bail!("expected {what}, got {}", show(&other)),
     }
@@ -246,8 +253,14 @@ async fn create_update_delete_arrive_as_events_and_unchanged_versions_do_not() -
 
     let created = create_cm(&client, &ns, "a", &[]).await?;
     let event = next_event(&mut sub).await?;
-    let InformerEvent::Applied { object, old: None } = &event else {
-        bail!("expected a creation, got {}", show(&event))
+    // A watch event, not a list: a controller queues it as a change, ahead of any backlog.
+    let InformerEvent::Applied {
+        object,
+        old: None,
+        listed: false,
+    } = &event
+    else {
+        bail!("expected a creation from the watch, got {}", show(&event))
     };
     ensure!(object.name_any() == "a" && Some(rv(object)) == created.resource_version());
     // List items lack apiVersion/kind; the cache fills them in.
@@ -310,13 +323,19 @@ async fn late_subscribers_get_the_cache_lagging_ones_a_resync_and_periodic_resyn
     let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
     synced(&informer).await?;
 
-    // Subscribing to a running informer replays what it holds, as creations.
+    // Subscribing to a running informer replays what it holds, as creations from a list
+    // (backlog, which a controller queues at low priority).
     let mut late = informer.subscribe();
     let replay = next_events(&mut late, 5).await?;
     ensure!(
-        replay
-            .iter()
-            .all(|e| matches!(e, InformerEvent::Applied { old: None, .. })),
+        replay.iter().all(|e| matches!(
+            e,
+            InformerEvent::Applied {
+                old: None,
+                listed: true,
+                ..
+            }
+        )),
         "{:?}",
         replay.iter().map(show).collect::<Vec<_>>()
     );
@@ -791,7 +810,7 @@ async fn after_a_relist_unchanged_objects_are_not_announced_again() -> Result<()
     let after = create_cm(&client, &ns, "z-after-restart", &[]).await?;
     let event = next_event(&mut sub).await?;
     ensure!(
-        matches!(&event, InformerEvent::Applied { object, old: None } if Some(rv(object)) == after.resource_version()),
+        matches!(&event, InformerEvent::Applied { object, old: None, .. } if Some(rv(object)) == after.resource_version()),
         "expected only the new object, got {}",
         show(&event)
     );

@@ -96,6 +96,10 @@ struct Caches {
     gone: Option<Arc<parking_lot::Mutex<std::collections::HashSet<ObjectKey>>>>,
 }
 
+/// `RECONCILER_HOST_QUEUE=fifo`: every key at one priority (benches compare it with the
+/// priority queue, the default).
+pub const QUEUE_ENV: &str = "RECONCILER_HOST_QUEUE";
+
 impl Controller {
     /// Acquires the guest's informers and starts its mapping and worker tasks. Workers wait
     /// for every cache to sync first.
@@ -112,6 +116,8 @@ impl Controller {
         if let Some(burst) = limits.burst.and_then(NonZeroU32::new) {
             config.burst = burst;
         }
+        // The benches' switch: one FIFO, to measure what the priorities buy.
+        config.priorities = std::env::var_os(QUEUE_ENV).is_none_or(|v| v != "fifo");
         let queue = WorkQueue::with_metrics(config, shared.metrics.workqueue(&name));
         let (version, _) = watch::channel(Arc::new(Version::new(shared, &guest, &caches, &queue)));
 

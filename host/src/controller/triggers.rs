@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::informers::InformerEvent;
 use crate::manifest::Mapping;
 use crate::objects::{Gvk, ObjectKey};
-use crate::queue::WorkQueue;
+use crate::queue::{Priority, WorkQueue};
 
 /// How an informer's events become primary keys.
 pub(super) enum Route {
@@ -34,6 +34,7 @@ pub(super) async fn map_events(
 ) {
     while let Some(event) = events.next().await {
         let object = event.object();
+        let priority = priority(&event);
         match &route {
             Route::Primary {
                 generation_changed_only,
@@ -45,19 +46,30 @@ pub(super) async fn map_events(
                 if let (InformerEvent::Deleted { .. }, Some(gone)) = (&event, gone) {
                     gone.lock().insert(key_of(object));
                 }
-                queue.add(key_of(object));
+                queue.add_with(key_of(object), priority);
             }
             Route::Secondary(mapping) => {
                 for key in primary_keys(object, mapping, &primary) {
-                    queue.add(key);
+                    queue.add_with(key, priority);
                 }
                 // An update that moved the object to another owner must wake the old one too.
                 if let InformerEvent::Applied { old: Some(old), .. } = &event {
                     for key in primary_keys(old, mapping, &primary) {
-                        queue.add(key);
+                        queue.add_with(key, priority);
                     }
                 }
             }
+        }
+    }
+}
+
+/// Backlog (a list, a snapshot, a resync) is low priority, so that a change made while the
+/// controller works through it overtakes it; a watch event is a change.
+fn priority(event: &InformerEvent) -> Priority {
+    match event {
+        InformerEvent::Applied { listed: true, .. } | InformerEvent::Resync { .. } => Priority::Low,
+        InformerEvent::Applied { listed: false, .. } | InformerEvent::Deleted { .. } => {
+            Priority::Normal
         }
     }
 }
@@ -68,6 +80,7 @@ fn same_generation(event: &InformerEvent) -> bool {
     let InformerEvent::Applied {
         object,
         old: Some(old),
+        ..
     } = event
     else {
         return false;
@@ -135,6 +148,7 @@ mod tests {
         InformerEvent::Applied {
             object: new,
             old: Some(old),
+            listed: false,
         }
     }
 
@@ -151,6 +165,7 @@ mod tests {
         let created = InformerEvent::Applied {
             object: object(Some(1), false),
             old: None,
+            listed: false,
         };
         assert!(!same_generation(&created), "creation");
         let resync = InformerEvent::Resync {
@@ -161,5 +176,28 @@ mod tests {
             object: object(Some(1), false),
         };
         assert!(!same_generation(&deleted), "deletion");
+    }
+
+    #[test]
+    fn lists_snapshots_and_resyncs_are_backlog_and_watch_events_are_changes() {
+        let applied = |listed| InformerEvent::Applied {
+            object: object(Some(1), false),
+            old: None,
+            listed,
+        };
+        assert_eq!(priority(&applied(true)), Priority::Low);
+        assert_eq!(
+            priority(&InformerEvent::Resync {
+                object: object(Some(1), false)
+            }),
+            Priority::Low
+        );
+        assert_eq!(priority(&applied(false)), Priority::Normal);
+        assert_eq!(
+            priority(&InformerEvent::Deleted {
+                object: object(Some(1), false)
+            }),
+            Priority::Normal
+        );
     }
 }

@@ -91,6 +91,10 @@ pub enum InformerEvent {
     Applied {
         object: Arc<DynamicObject>,
         old: Option<Arc<DynamicObject>>,
+        /// From a list (the informer's first list, a relist after its watch broke, or the
+        /// snapshot a subscription starts with), not from a watch event: backlog to a
+        /// controller, which queues it at low priority.
+        listed: bool,
     },
     /// Deleted; `object` is its last state.
     Deleted { object: Arc<DynamicObject> },

@@ -232,7 +232,12 @@ impl Store {
             self.tombstones.remove(&key);
         }
         let old = old.and_then(|o| o.to_head()).map(Arc::new);
-        Some(InformerEvent::Applied { object: obj, old })
+        let listed = !matches!(self.relisting, Relist::Idle);
+        Some(InformerEvent::Applied {
+            object: obj,
+            old,
+            listed,
+        })
     }
 
     /// The watch reported a deletion.
@@ -465,18 +470,39 @@ mod tests {
             Some(InformerEvent::Applied { old: None, .. })
         ));
         assert!(s.apply(cm("a", "x", "1", &[]), t).is_none());
+        // Outside a list: a watch event.
         let Some(InformerEvent::Applied {
             object,
             old: Some(old),
+            listed: false,
         }) = s.apply(cm("a", "x", "2", &[]), t)
         else {
-            panic!("expected an update")
+            panic!("expected an update from the watch")
         };
         assert_eq!(
             (object.resource_version(), old.resource_version()),
             (Some("2".into()), Some("1".into()))
         );
         assert_eq!(s.len(t), 1);
+    }
+
+    #[test]
+    fn objects_from_a_list_are_marked_listed_and_watch_events_are_not() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        let listed = |event: Option<InformerEvent>| match event {
+            Some(InformerEvent::Applied { listed, .. }) => listed,
+            other => panic!("expected Applied, got {other:?}"),
+        };
+        s.begin_relist();
+        assert!(listed(s.apply(cm("a", "x", "1", &[]), t)));
+        s.end_relist(t);
+        assert!(!listed(s.apply(cm("a", "y", "2", &[]), t)));
+        // A relist after the watch broke: what changed meanwhile is backlog too.
+        s.begin_relist();
+        assert!(listed(s.apply(cm("a", "x", "3", &[]), t)));
+        s.end_relist(t);
+        assert!(!listed(s.apply(cm("a", "x", "4", &[]), t)));
     }
 
     #[test]

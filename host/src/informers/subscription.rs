@@ -69,6 +69,7 @@ impl Pending {
             Pending::Snapshot(o) => InformerEvent::Applied {
                 object: parse(&o)?,
                 old: None,
+                listed: true,
             },
             Pending::Resync(o) => InformerEvent::Resync { object: parse(&o)? },
         })

@@ -14,6 +14,14 @@
 //!   bucket; [`WorkQueue::forget`] resets the key's backoff after a success.
 //! - **Delays.** [`WorkQueue::add_after`] adds later; for a key already waiting, the
 //!   earliest deadline wins.
+//! - **Priorities** (controller-runtime's priority queue, its default since v0.23).
+//!   [`WorkQueue::add_with`] takes a [`Priority`]: keys from an initial list, a relist, a
+//!   resync or a controller restart go in [`Priority::Low`], so that a change someone makes
+//!   while the controller works through a backlog overtakes it; [`WorkQueue::add`], delayed
+//!   and rate-limited adds are [`Priority::Normal`]. Normal keys are handed out first, each
+//!   priority in FIFO order; a key queued low and added normal is promoted (still queued
+//!   once). Dedup, exclusivity, backoff and delays hold across priorities.
+//!   [`QueueConfig::priorities`] off makes every add normal: one FIFO, as client-go's.
 //! - **Shutdown.** [`WorkQueue::shutdown`] refuses new keys and drops delayed ones; `get`
 //!   keeps handing out what is queued and returns `None` once empty.
 //!   [`WorkQueue::shutdown_with_drain`] also waits for in-flight keys to be `done`.
@@ -46,7 +54,7 @@
 
 use std::cmp::Ordering;
 use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::num::NonZeroU32;
@@ -64,6 +72,9 @@ use rate_limit::Limiter;
 
 mod rate_limit;
 
+#[cfg(test)]
+mod priority_tests;
+
 /// How fast retries may come. The defaults are client-go's
 /// `DefaultTypedControllerRateLimiter`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +87,18 @@ pub struct QueueConfig {
     pub qps: NonZeroU32,
     /// Retries allowed at once before `qps` applies.
     pub burst: NonZeroU32,
+    /// Low-priority adds go behind normal ones (see the module docs); off: one FIFO.
+    pub priorities: bool,
+}
+
+/// Which keys a worker gets first; see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Backlog: initial lists, relists, resyncs, controller restarts.
+    Low,
+    /// A change: watch events, guest `enqueue`s, `requeue-after`, retries.
+    #[default]
+    Normal,
 }
 
 impl Default for QueueConfig {
@@ -85,6 +108,7 @@ impl Default for QueueConfig {
             max_delay: Duration::from_secs(1000),
             qps: const { NonZeroU32::new(10).unwrap() },
             burst: const { NonZeroU32::new(100).unwrap() },
+            priorities: true,
         }
     }
 }
@@ -107,7 +131,7 @@ impl<K> fmt::Debug for WorkQueue<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.state.lock();
         f.debug_struct("WorkQueue")
-            .field("ready", &state.queue.len())
+            .field("ready", &(state.queue.len() + state.low_seq.len()))
             .field("in_flight", &state.processing.len())
             .field("delayed", &state.waiting.len())
             .field("shutting_down", &state.shutting_down)
@@ -125,11 +149,20 @@ struct Inner<K> {
 }
 
 struct State<K> {
-    /// Ready keys in FIFO order; each is also in `dirty` and not in `processing`.
+    /// Ready normal-priority keys in FIFO order; each is also in `dirty` and not in
+    /// `processing`.
     queue: VecDeque<K>,
-    /// Keys that need a reconcile: everything in `queue` plus in-flight keys re-added
-    /// since they were handed out.
-    dirty: HashSet<K>,
+    /// Ready low-priority keys in FIFO order, each with the sequence number of its entry.
+    /// An entry whose number is no longer the key's in `low_seq` (the key was promoted, or
+    /// handed out) is stale and skipped: removing from the middle of a deque is O(n).
+    low: VecDeque<(K, u64)>,
+    /// The live entry of each key queued low.
+    low_seq: HashMap<K, u64>,
+    /// Keys that need a reconcile, at the priority of that reconcile: everything queued
+    /// plus in-flight keys re-added since they were handed out.
+    dirty: HashMap<K, Priority>,
+    /// Whether low-priority adds go behind normal ones ([`QueueConfig::priorities`]).
+    priorities: bool,
     /// In-flight keys and when they were handed out.
     processing: HashMap<K, Instant>,
     /// When each dirty key was added, for `workqueue_queue_duration_seconds`.
@@ -162,7 +195,10 @@ where
         let shared = Arc::new(Inner {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                dirty: HashSet::new(),
+                low: VecDeque::new(),
+                low_seq: HashMap::new(),
+                dirty: HashMap::new(),
+                priorities: config.priorities,
                 processing: HashMap::new(),
                 added_at: HashMap::new(),
                 waiting: HashMap::new(),
@@ -180,15 +216,21 @@ where
         Self { shared }
     }
 
-    /// Queue `key` unless it is already waiting; if it is in flight, mark it to be queued
-    /// again on `done`. Ignored after shutdown. O(1) (plus O(log n) per delayed key that has
-    /// fallen due and is moved to the ready queue first); the lock is held briefly.
+    /// Queue `key` at [`Priority::Normal`] unless it is already waiting; if it is in
+    /// flight, mark it to be queued again on `done`. Ignored after shutdown. O(1) (plus
+    /// O(log n) per delayed key that has fallen due and is moved to the ready queue first);
+    /// the lock is held briefly.
     pub fn add(&self, key: K) {
+        self.add_with(key, Priority::Normal);
+    }
+
+    /// [`Self::add`] at `priority`: a key already waiting at a lower priority is promoted.
+    pub fn add_with(&self, key: K, priority: Priority) {
         let now = Instant::now();
         let wake = {
             let mut state = self.shared.state.lock();
             let promoted = state.promote_due(now, &self.shared.metrics);
-            state.add(key, now, &self.shared.metrics) || promoted
+            state.add(key, priority, now, &self.shared.metrics) || promoted
         };
         if wake {
             self.shared.ready.notify_one();
@@ -258,7 +300,7 @@ where
                 let mut state = self.shared.state.lock();
                 state.promote_due(now, &self.shared.metrics);
                 if let Some(key) = state.take(now, &self.shared.metrics) {
-                    let more = !state.queue.is_empty();
+                    let more = state.ready_len() > 0;
                     drop(state);
                     if more {
                         // Pass the baton: one wake-up per add may have been spent on us.
@@ -296,10 +338,13 @@ where
             self.shared.metrics.worked_for(now - started);
             // Keys that fell due while we worked were ready before this re-add.
             let promoted = state.promote_due(now, &self.shared.metrics);
-            let requeued = state.dirty.contains(key);
-            if requeued {
-                state.queue.push_back(key.clone());
-            }
+            let requeued = match state.dirty.get(key) {
+                Some(&priority) => {
+                    state.push(key.clone(), priority);
+                    true
+                }
+                None => false,
+            };
             (requeued || promoted, state.processing.is_empty())
         };
         if requeued {
@@ -310,13 +355,25 @@ where
         }
     }
 
-    /// Ready keys (delayed and in-flight keys not counted).
+    /// Ready keys, of either priority (delayed and in-flight keys not counted).
     #[must_use]
     pub fn len(&self) -> usize {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
         state.promote_due(now, &self.shared.metrics);
-        state.queue.len()
+        state.ready_len()
+    }
+
+    /// Ready keys at `priority`.
+    #[must_use]
+    pub fn len_at(&self, priority: Priority) -> usize {
+        let now = Instant::now();
+        let mut state = self.shared.state.lock();
+        state.promote_due(now, &self.shared.metrics);
+        match priority {
+            Priority::Normal => state.queue.len(),
+            Priority::Low => state.low_seq.len(),
+        }
     }
 
     /// Keys waiting for their delay to pass.
@@ -369,20 +426,62 @@ impl<K> State<K>
 where
     K: Clone + Eq + Hash,
 {
-    /// Returns whether a key was pushed onto the ready queue.
-    fn add(&mut self, key: K, now: Instant, metrics: &WorkqueueMetrics) -> bool {
-        if self.shutting_down || self.dirty.contains(&key) {
+    /// Ready keys of both priorities.
+    fn ready_len(&self) -> usize {
+        self.queue.len() + self.low_seq.len()
+    }
+
+    /// Returns whether a key was pushed onto a ready queue (a promotion included).
+    fn add(
+        &mut self,
+        key: K,
+        priority: Priority,
+        now: Instant,
+        metrics: &WorkqueueMetrics,
+    ) -> bool {
+        if self.shutting_down {
             return false;
         }
-        self.dirty.insert(key.clone());
+        let priority = if self.priorities {
+            priority
+        } else {
+            Priority::Normal
+        };
+        if let Some(queued) = self.dirty.get_mut(&key) {
+            if priority <= *queued {
+                return false;
+            }
+            // Promoted: a waiting key moves to the normal queue (its low entry goes stale);
+            // an in-flight one is queued normal on `done`.
+            *queued = priority;
+            if self.low_seq.remove(&key).is_some() {
+                self.queue.push_back(key);
+                return true;
+            }
+            return false;
+        }
+        self.dirty.insert(key.clone(), priority);
         metrics.added();
         metrics.set_depth(self.dirty.len());
         self.added_at.entry(key.clone()).or_insert(now);
         if self.processing.contains_key(&key) {
             return false;
         }
-        self.queue.push_back(key);
+        self.push(key, priority);
         true
+    }
+
+    /// Appends `key`, which is dirty and not in flight, to the ready queue of `priority`.
+    fn push(&mut self, key: K, priority: Priority) {
+        match priority {
+            Priority::Normal => self.queue.push_back(key),
+            Priority::Low => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.low_seq.insert(key.clone(), seq);
+                self.low.push_back((key, seq));
+            }
+        }
     }
 
     /// Returns whether waiters should look again (a key was pushed or a deadline set).
@@ -395,7 +494,7 @@ where
     ) -> bool {
         metrics.retried();
         if delay.is_zero() {
-            return self.add(key, now, metrics);
+            return self.add(key, Priority::Normal, now, metrics);
         }
         let at = now.checked_add(delay).unwrap_or_else(|| far_future(now));
         let seq = self.next_seq;
@@ -425,13 +524,22 @@ where
                 continue;
             }
             self.waiting.remove(&due.key);
-            pushed |= self.add(due.key, now, metrics);
+            pushed |= self.add(due.key, Priority::Normal, now, metrics);
         }
         pushed
     }
 
     fn take(&mut self, now: Instant, metrics: &WorkqueueMetrics) -> Option<K> {
-        let key = self.queue.pop_front()?;
+        let key = match self.queue.pop_front() {
+            Some(key) => key,
+            None => loop {
+                let (key, seq) = self.low.pop_front()?;
+                if self.low_seq.get(&key) == Some(&seq) {
+                    self.low_seq.remove(&key);
+                    break key;
+                }
+            },
+        };
         self.dirty.remove(&key);
         metrics.set_depth(self.dirty.len());
         if let Some(added) = self.added_at.remove(&key) {
