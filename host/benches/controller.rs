@@ -636,8 +636,11 @@ async fn orchestrate() -> anyhow::Result<()> {
     };
     let mut backlog = Vec::new();
     for &n in backlog_sizes.iter().filter(|_| section("backlog")) {
-        for who in [Who::Host { extra_guests: 0 }, Who::HostFifo, Who::ClientGo] {
-            let ns = bench.populated(&format!("backlog-{n}"), n).await?;
+        for (i, who) in [Who::Host { extra_guests: 0 }, Who::HostFifo, Who::ClientGo]
+            .into_iter()
+            .enumerate()
+        {
+            let ns = bench.populated(&format!("backlog-{i}-{n}"), n).await?;
             let (latencies, wall) = bench.backlog(who, &ns, n, probes).await?;
             bench.clean(&ns).await?;
             eprintln!(

@@ -115,8 +115,9 @@ fn show(event: &InformerEvent) -> String {
             object,
             old,
             listed,
+            echo,
         } => format!(
-            "Applied({}, old={:?}, listed={listed})",
+            "Applied({}, old={:?}, listed={listed}, echo={echo})",
             at(object),
             old.as_deref().map(at)
         ),
@@ -258,6 +259,7 @@ async fn create_update_delete_arrive_as_events_and_unchanged_versions_do_not() -
         object,
         old: None,
         listed: false,
+        ..
     } = &event
     else {
         bail!("expected a creation from the watch, got {}", show(&event))

@@ -64,13 +64,15 @@ pub(super) async fn map_events(
 }
 
 /// Backlog (a list, a snapshot, a resync) is low priority, so that a change made while the
-/// controller works through it overtakes it; a watch event is a change.
+/// controller works through it overtakes it; so is the echo of the host's own write (a guest's
+/// status write coming back on the watch), which would otherwise put a second pass over every
+/// object written ahead of the first pass's remaining backlog. Any other watch event is a
+/// change.
 fn priority(event: &InformerEvent) -> Priority {
     match event {
-        InformerEvent::Applied { listed: true, .. } | InformerEvent::Resync { .. } => Priority::Low,
-        InformerEvent::Applied { listed: false, .. } | InformerEvent::Deleted { .. } => {
-            Priority::Normal
-        }
+        InformerEvent::Applied { listed, echo, .. } if *listed || *echo => Priority::Low,
+        InformerEvent::Resync { .. } => Priority::Low,
+        InformerEvent::Applied { .. } | InformerEvent::Deleted { .. } => Priority::Normal,
     }
 }
 
@@ -149,6 +151,7 @@ mod tests {
             object: new,
             old: Some(old),
             listed: false,
+            echo: false,
         }
     }
 
@@ -166,6 +169,7 @@ mod tests {
             object: object(Some(1), false),
             old: None,
             listed: false,
+            echo: false,
         };
         assert!(!same_generation(&created), "creation");
         let resync = InformerEvent::Resync {
@@ -180,19 +184,25 @@ mod tests {
 
     #[test]
     fn lists_snapshots_and_resyncs_are_backlog_and_watch_events_are_changes() {
-        let applied = |listed| InformerEvent::Applied {
+        let applied = |listed, echo| InformerEvent::Applied {
             object: object(Some(1), false),
             old: None,
             listed,
+            echo,
         };
-        assert_eq!(priority(&applied(true)), Priority::Low);
+        assert_eq!(priority(&applied(true, false)), Priority::Low);
+        assert_eq!(
+            priority(&applied(false, true)),
+            Priority::Low,
+            "the host's own write"
+        );
         assert_eq!(
             priority(&InformerEvent::Resync {
                 object: object(Some(1), false)
             }),
             Priority::Low
         );
-        assert_eq!(priority(&applied(false)), Priority::Normal);
+        assert_eq!(priority(&applied(false, false)), Priority::Normal);
         assert_eq!(
             priority(&InformerEvent::Deleted {
                 object: object(Some(1), false)

@@ -95,6 +95,10 @@ pub enum InformerEvent {
         /// snapshot a subscription starts with), not from a watch event: backlog to a
         /// controller, which queues it at low priority.
         listed: bool,
+        /// The version the host itself wrote (recorded with [`Informer::record_write`]),
+        /// seen again on the watch: the echo of a guest's own write, which its controller
+        /// also queues at low priority, behind a change someone else made.
+        echo: bool,
     },
     /// Deleted; `object` is its last state.
     Deleted { object: Arc<DynamicObject> },
@@ -714,7 +718,11 @@ impl Informer {
     /// they hear of the change from the watch. If the watch never confirms the write, it stops
     /// showing after `Options::write_ttl`.
     pub fn record_write(&self, obj: DynamicObject) -> bool {
-        if obj.metadata.name.is_none() || !self.in_scope(&obj) {
+        let Some(name) = obj.metadata.name.as_deref() else {
+            return false;
+        };
+        if !self.in_scope(&obj) {
+            self.write_ended(obj.metadata.namespace.as_deref(), name);
             return false;
         }
         let obj = self.shared.cache.complete(obj);
@@ -723,6 +731,23 @@ impl Informer {
             .store
             .write()
             .record_write(&obj, Instant::now())
+    }
+
+    /// A write of `namespace/name` is about to be sent: until it is recorded
+    /// ([`Self::record_write`]) or ended ([`Self::write_ended`]), the watch reporting that
+    /// object is taken for the write's echo (`InformerEvent::Applied::echo`), since it may
+    /// arrive before the API server's answer.
+    pub fn writing(&self, namespace: Option<&str>, name: &str) {
+        self.shared
+            .cache
+            .store
+            .write()
+            .writing(namespace, name, Instant::now());
+    }
+
+    /// The write announced with [`Self::writing`] failed: nothing will echo.
+    pub fn write_ended(&self, namespace: Option<&str>, name: &str) {
+        self.shared.cache.store.write().write_ended(namespace, name);
     }
 
     /// Read-your-writes for deletion: call after the API server answered a delete with the

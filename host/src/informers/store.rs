@@ -43,6 +43,10 @@ pub(super) struct Store {
     relisting: Relist,
     /// How long an overlay the watch never confirms stays in force.
     ttl: Duration,
+    /// Keys the host is writing now (from before the request until its answer is recorded),
+    /// so that the watch's echo of the write, which may come before the answer, is known as
+    /// the host's own. Few: one per write in flight.
+    writing: HashMap<Key, Instant>,
 }
 
 enum Relist {
@@ -125,7 +129,22 @@ impl Store {
             tombstone_order: VecDeque::new(),
             relisting: Relist::Idle,
             ttl,
+            writing: HashMap::new(),
         }
+    }
+
+    /// A write of `namespace/name` is about to be sent (see `writing`).
+    pub(super) fn writing(&mut self, namespace: Option<&str>, name: &str, now: Instant) {
+        self.writing.insert(
+            (namespace.unwrap_or_default().to_owned(), name.to_owned()),
+            now,
+        );
+    }
+
+    /// The write of `namespace/name` failed or was abandoned: nothing will echo.
+    pub(super) fn write_ended(&mut self, namespace: Option<&str>, name: &str) {
+        self.writing
+            .remove(&(namespace.unwrap_or_default().to_owned(), name.to_owned()));
     }
 
     /// O(log n).
@@ -218,6 +237,16 @@ impl Store {
         if old.is_none() {
             self.watched_count += 1;
         }
+        // The host's own write: still in flight (the watch beat the answer), or answered and
+        // recorded with this very version.
+        let in_flight = self
+            .writing
+            .get(&key)
+            .is_some_and(|at| now.saturating_duration_since(*at) < self.ttl);
+        let echo = in_flight
+            || entry.overlay.as_ref().is_some_and(
+                |o| matches!(&o.kind, OverlayKind::Written(w) if w.resource_version() == obj_rv),
+            );
         let keep_overlay = entry.overlay.as_ref().is_some_and(|o| match &o.kind {
             OverlayKind::Written(w) => newer(w.resource_version(), obj_rv),
             // The watch saw a version after the one deleted: re-created (or a stale delete).
@@ -237,6 +266,7 @@ impl Store {
             object: obj,
             old,
             listed,
+            echo,
         })
     }
 
@@ -287,6 +317,8 @@ impl Store {
     pub(super) fn record_write(&mut self, obj: &DynamicObject, now: Instant) -> bool {
         self.expire(now);
         let key = key_of(obj);
+        // Answered: from here the overlay tells its echo (and a no-op write has none).
+        self.writing.remove(&key);
         let rv = obj.metadata.resource_version.as_deref();
         if let Some((deleted_rv, _)) = self.tombstones.get(&key)
             && !newer(rv, Some(deleted_rv))
@@ -395,6 +427,8 @@ impl Store {
     fn expire(&mut self, now: Instant) {
         let ttl = self.ttl;
         let old = |at: Instant| now.saturating_duration_since(at) >= ttl;
+        // A write never answered (its reconcile cancelled): forgotten.
+        self.writing.retain(|_, at| !old(*at));
         while let Some((at, _)) = self.tombstone_order.front()
             && old(*at)
         {
@@ -475,6 +509,7 @@ mod tests {
             object,
             old: Some(old),
             listed: false,
+            echo: false,
         }) = s.apply(cm("a", "x", "2", &[]), t)
         else {
             panic!("expected an update from the watch")
@@ -503,6 +538,34 @@ mod tests {
         assert!(listed(s.apply(cm("a", "x", "3", &[]), t)));
         s.end_relist(t);
         assert!(!listed(s.apply(cm("a", "x", "4", &[]), t)));
+    }
+
+    #[test]
+    fn the_watch_echoing_the_hosts_own_write_is_marked_and_anyone_elses_is_not() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        let echo = |event: Option<InformerEvent>| match event {
+            Some(InformerEvent::Applied { echo, .. }) => echo,
+            other => panic!("expected Applied, got {other:?}"),
+        };
+        assert!(!echo(s.apply(cm("a", "x", "1", &[]), t)));
+        // The host writes version 2; the watch then reports it.
+        assert!(s.record_write(&cm("a", "x", "2", &[]), t));
+        assert!(echo(s.apply(cm("a", "x", "2", &[]), t)));
+        // Someone else's write after it.
+        assert!(!echo(s.apply(cm("a", "x", "3", &[]), t)));
+        // The watch beating the answer: the write is still in flight.
+        s.writing(Some("a"), "x", t);
+        assert!(echo(s.apply(cm("a", "x", "4", &[]), t)));
+        assert!(!s.record_write(&cm("a", "x", "4", &[]), t), "already watched");
+        assert!(!echo(s.apply(cm("a", "x", "5", &[]), t)), "answered: over");
+        // A write that failed echoes nothing, and nothing after it is taken for its echo.
+        s.writing(Some("a"), "x", t);
+        s.write_ended(Some("a"), "x");
+        assert!(!echo(s.apply(cm("a", "x", "6", &[]), t)));
+        // One never answered stops counting after the TTL.
+        s.writing(Some("a"), "x", t);
+        assert!(!echo(s.apply(cm("a", "x", "7", &[]), t + TTL)));
     }
 
     #[test]

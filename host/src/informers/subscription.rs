@@ -70,6 +70,7 @@ impl Pending {
                 object: parse(&o)?,
                 old: None,
                 listed: true,
+                echo: false,
             },
             Pending::Resync(o) => InformerEvent::Resync { object: parse(&o)? },
         })

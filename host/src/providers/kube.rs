@@ -199,6 +199,9 @@ impl KubeCluster {
         }) && object.metadata.name.as_deref() == Some(asked.name.as_str())
             && object.metadata.namespace.as_deref() == asked.namespace.as_deref();
         if !same {
+            if let Some(informer) = self.informers.get(&asked.kind) {
+                informer.write_ended(asked.namespace.as_deref(), &asked.name);
+            }
             return Err(HostError::Other(format!(
                 "the API server answered a write of {asked} with another object ({:?} {:?}/{:?}); it was not cached",
                 types.map(|t| format!("{}/{}", t.api_version, t.kind)),
@@ -210,6 +213,28 @@ impl KubeCluster {
             informer.record_write(object.clone());
         }
         Ok(())
+    }
+
+    /// Tells the object's informer, if the guest reads its kind, that a write of it is on its
+    /// way, so the watch's echo of it counts as the host's own (low priority to the controller).
+    fn writing(&self, object: &ObjectRef) {
+        if let Some(informer) = self.informers.get(&object.kind) {
+            informer.writing(object.namespace.as_deref(), &object.name);
+        }
+    }
+
+    /// The write announced by [`Self::writing`] is over: recorded (`remember`) or, here, failed.
+    fn write_failed<T>(
+        &self,
+        object: &ObjectRef,
+        result: Result<T, HostError>,
+    ) -> Result<T, HostError> {
+        if result.is_err()
+            && let Some(informer) = self.informers.get(&object.kind)
+        {
+            informer.write_ended(object.namespace.as_deref(), &object.name);
+        }
+        result
     }
 
     /// Adds `finalizer` to the cached object unless present; returns the object as written,
@@ -254,6 +279,7 @@ impl KubeCluster {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
             .map_err(|e| HostError::Other(format!("building the patch for {what}: {e}")))?;
         let api = self.api(object).await?;
+        self.writing(object);
         let written = api
             .patch(
                 &path_segment(&object.name),
@@ -267,7 +293,8 @@ impl KubeCluster {
                     HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
                     other => other,
                 },
-            )?;
+            );
+        let written = self.write_failed(object, written)?;
         self.remember(object, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
@@ -286,10 +313,12 @@ impl Cluster for KubeCluster {
             field_manager: Some(manager.to_owned()),
             ..PatchParams::default()
         };
+        self.writing(object);
         let written = api
             .patch_status(&path_segment(&object.name), &params, &Patch::Merge(patch))
             .await
-            .map_err(|e| self.write_error(e, &format!("status patch of {object}"), "patch"))?;
+            .map_err(|e| self.write_error(e, &format!("status patch of {object}"), "patch"));
+        let written = self.write_failed(object, written)?;
         self.remember(object, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
@@ -311,6 +340,7 @@ impl Cluster for KubeCluster {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
         })?;
         let api = self.api(&target).await?;
+        self.writing(&target);
         let written = api
             .patch(
                 &path_segment(&target.name),
@@ -318,7 +348,8 @@ impl Cluster for KubeCluster {
                 &Patch::Apply(object),
             )
             .await
-            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))?;
+            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"));
+        let written = self.write_failed(&target, written)?;
         self.remember(&target, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
