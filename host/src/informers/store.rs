@@ -557,7 +557,10 @@ mod tests {
         // The watch beating the answer: the write is still in flight.
         s.writing(Some("a"), "x", t);
         assert!(echo(s.apply(cm("a", "x", "4", &[]), t)));
-        assert!(!s.record_write(&cm("a", "x", "4", &[]), t), "already watched");
+        assert!(
+            !s.record_write(&cm("a", "x", "4", &[]), t),
+            "already watched"
+        );
         assert!(!echo(s.apply(cm("a", "x", "5", &[]), t)), "answered: over");
         // A write that failed echoes nothing, and nothing after it is taken for its echo.
         s.writing(Some("a"), "x", t);
