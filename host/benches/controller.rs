@@ -183,25 +183,15 @@ impl Bench {
     fn spawn(&self, who: Who, ns: &str) -> anyhow::Result<Running> {
         let synced = Arc::new(AtomicBool::new(false));
         let (mut child, port) = match who {
-            Who::Host { extra_guests } => {
+            Who::Host { .. } | Who::HostUnderAttack | Who::HostFifo => {
+                let (guests, fifo) = match who {
+                    Who::Host { extra_guests } => (HostGuests::Bench(extra_guests), false),
+                    Who::HostFifo => (HostGuests::Bench(0), true),
+                    _ => (HostGuests::BenchAndHostile, false),
+                };
                 let port = free_port()?;
-                let child =
-                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::Bench(extra_guests))?;
+                let child = spawn_host(&self.kubeconfig, ns, port, &guests, fifo)?;
                 (child, Some(port))
-            }
-            Who::HostUnderAttack => {
-                let port = free_port()?;
-                (
-                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::BenchAndHostile)?,
-                    Some(port),
-                )
-            }
-            Who::HostFifo => {
-                let port = free_port()?;
-                (
-                    spawn_host(&self.kubeconfig, ns, port, &HostGuests::BenchFifo)?,
-                    Some(port),
-                )
             }
             Who::KubeRs => (
                 Command::new(std::env::current_exe()?)
@@ -802,7 +792,7 @@ async fn hot_reload(bench: &Bench) -> anyhow::Result<Vec<(String, Vec<Duration>)
         std::fs::create_dir_all(&guests)?;
         std::fs::copy(build(1), guests.join("widget.wasm"))?;
         let port = free_port()?;
-        let mut host = spawn_host(&bench.kubeconfig, &ns, port, &HostGuests::Widget)?;
+        let mut host = spawn_host(&bench.kubeconfig, &ns, port, &HostGuests::Widget, false)?;
         let result = async {
             // The first version's status first (its reconcile count grows with every trial).
             wait_version(&api, "1").await?;
@@ -930,8 +920,6 @@ fn host_cached_widgets(port: u16) -> Option<usize> {
 enum HostGuests {
     /// The bench guest, and that many copies of it under other names.
     Bench(u8),
-    /// The bench guest with the work queue as one FIFO (`RECONCILER_HOST_QUEUE=fifo`).
-    BenchFifo,
     /// The bench guest and the hostile test guest, granted what an operator would give an
     /// untrusted guest: its own kind, two workers, tight limits.
     BenchAndHostile,
@@ -939,7 +927,14 @@ enum HostGuests {
     Widget,
 }
 
-fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> anyhow::Result<Child> {
+/// `fifo`: the host's work queues as one FIFO (`RECONCILER_HOST_QUEUE=fifo`).
+fn spawn_host(
+    kubeconfig: &Path,
+    ns: &str,
+    port: u16,
+    which: &HostGuests,
+    fifo: bool,
+) -> anyhow::Result<Child> {
     let built = |name: &str| repo().join("target/guests").join(name);
     // The reload bench prepares its own directory; the others start from an empty one.
     let dir = repo().join(if matches!(which, HostGuests::Widget) {
@@ -959,10 +954,6 @@ fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> any
     };
     let mut grants = "guests:\n".to_owned();
     match which {
-        HostGuests::BenchFifo => {
-            std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
-            grants.push_str(&bench_grant("bench"));
-        }
         HostGuests::Bench(extra) => {
             std::fs::copy(built("bench.wasm"), guests.join("bench.wasm"))?;
             grants.push_str(&bench_grant("bench"));
@@ -993,7 +984,7 @@ fn spawn_host(kubeconfig: &Path, ns: &str, port: u16, which: &HostGuests) -> any
         &dir.join("compiled"),
         kubeconfig,
     );
-    if matches!(which, HostGuests::BenchFifo) {
+    if fifo {
         command.env(reconciler_host::controller::QUEUE_ENV, "fifo");
     }
     Ok(command.stdout(Stdio::null()).spawn()?)

@@ -3,7 +3,7 @@
 //! recheck; the last review of each item is kept for `/guests`. A review is an API call: the
 //! set makes it from the blocking context it judges in, on the host's runtime.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -72,7 +72,7 @@ impl Reviews {
     }
 
     /// The items whose last review did not allow them.
-    pub fn not_allowed(&self) -> Vec<String> {
+    pub fn not_allowed(&self) -> BTreeSet<String> {
         self.last
             .lock()
             .iter()

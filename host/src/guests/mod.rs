@@ -276,7 +276,7 @@ impl Guests {
         for (origin, active, refused) in entries {
             // Refused for its account's reads (a newer content or grant, perhaps, while an
             // older version runs): judged again whole, as a load.
-            if refused && retry.iter().any(|item| item == origin.name()) {
+            if refused && retry.contains(origin.name()) {
                 if let Some(artefact) = self.read(&origin) {
                     self.load(artefact);
                 }

@@ -215,26 +215,31 @@ impl KubeCluster {
         Ok(())
     }
 
-    /// Tells the object's informer, if the guest reads its kind, that a write of it is on its
-    /// way, so the watch's echo of it counts as the host's own (low priority to the controller).
-    fn writing(&self, object: &ObjectRef) {
-        if let Some(informer) = self.informers.get(&object.kind) {
-            informer.writing(object.namespace.as_deref(), &object.name);
-        }
-    }
-
-    /// The write announced by [`Self::writing`] is over: recorded (`remember`) or, here, failed.
-    fn write_failed<T>(
+    /// Sends one write of `object` (the request `send` makes when awaited) the way every write
+    /// but a delete goes: the object's informer, if the guest reads its kind, is told first, so
+    /// that the watch's echo counts as the host's own (low priority to the controller) even
+    /// when it beats the answer; the answer is recorded into the cache (`remember`), and a
+    /// failure ends the announcement.
+    async fn write(
         &self,
         object: &ObjectRef,
-        result: Result<T, HostError>,
-    ) -> Result<T, HostError> {
-        if result.is_err()
-            && let Some(informer) = self.informers.get(&object.kind)
-        {
-            informer.write_ended(object.namespace.as_deref(), &object.name);
+        send: impl Future<Output = Result<DynamicObject, HostError>>,
+    ) -> Result<Value, HostError> {
+        let informer = self.informers.get(&object.kind);
+        if let Some(informer) = informer {
+            informer.writing(object.namespace.as_deref(), &object.name);
         }
-        result
+        let written = match send.await {
+            Ok(written) => written,
+            Err(e) => {
+                if let Some(informer) = informer {
+                    informer.write_ended(object.namespace.as_deref(), &object.name);
+                }
+                return Err(e);
+            }
+        };
+        self.remember(object, &written)?;
+        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
 
     /// Adds `finalizer` to the cached object unless present; returns the object as written,
@@ -279,24 +284,22 @@ impl KubeCluster {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
             .map_err(|e| HostError::Other(format!("building the patch for {what}: {e}")))?;
         let api = self.api(object).await?;
-        self.writing(object);
-        let written = api
-            .patch(
+        let send = async {
+            api.patch(
                 &path_segment(&object.name),
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
             .await
             // A failed `test` op is a 422: the object changed under us, which is a conflict.
-            .map_err(
-                |e| match self.write_error(e, &format!("{what} on {object}"), "patch") {
+            .map_err(|e| {
+                match self.write_error(e, &format!("{what} on {object}"), "patch") {
                     HostError::Invalid(m) if m.contains("test") => HostError::Conflict(m),
                     other => other,
-                },
-            );
-        let written = self.write_failed(object, written)?;
-        self.remember(object, &written)?;
-        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+                }
+            })
+        };
+        self.write(object, send).await
     }
 }
 
@@ -313,14 +316,12 @@ impl Cluster for KubeCluster {
             field_manager: Some(manager.to_owned()),
             ..PatchParams::default()
         };
-        self.writing(object);
-        let written = api
-            .patch_status(&path_segment(&object.name), &params, &Patch::Merge(patch))
-            .await
-            .map_err(|e| self.write_error(e, &format!("status patch of {object}"), "patch"));
-        let written = self.write_failed(object, written)?;
-        self.remember(object, &written)?;
-        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+        let send = async {
+            api.patch_status(&path_segment(&object.name), &params, &Patch::Merge(patch))
+                .await
+                .map_err(|e| self.write_error(e, &format!("status patch of {object}"), "patch"))
+        };
+        self.write(object, send).await
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError> {
@@ -340,18 +341,16 @@ impl Cluster for KubeCluster {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
         })?;
         let api = self.api(&target).await?;
-        self.writing(&target);
-        let written = api
-            .patch(
+        let send = async {
+            api.patch(
                 &path_segment(&target.name),
                 &PatchParams::apply(manager).force(),
                 &Patch::Apply(object),
             )
             .await
-            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"));
-        let written = self.write_failed(&target, written)?;
-        self.remember(&target, &written)?;
-        serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
+            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))
+        };
+        self.write(&target, send).await
     }
 
     async fn delete(&self, _manager: &str, object: &ObjectRef) -> Result<bool, HostError> {
