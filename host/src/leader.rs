@@ -1,13 +1,31 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease (via kube-lease-manager): several hosts
-//! may run, one reconciles. The others take over within the lease duration when the leader
-//! dies; a host that sees it lost the lease stops reconciling at once; a host that shuts down
-//! releases the lease so a standby takes over without waiting for expiry.
+//! Leader election on a `coordination.k8s.io/v1` Lease: several hosts may run, one reconciles.
+//! The others take over within about a lease duration when the leader dies; a host that sees it
+//! lost the lease stops reconciling at once; a host that shuts down releases the lease so a
+//! standby takes over without waiting for expiry.
+//!
+//! The rules are client-go's (`tools/leaderelection`), written here because the write fence
+//! needs what no election crate exposes: when the last renewal that succeeded was *sent*.
+//!
+//! - Every `retry` (a sixth of the lease duration, at least 1 s) a candidate reads the Lease.
+//!   A Lease whose holder, renew time or resourceVersion has not changed for a whole lease
+//!   duration *as observed here* (the local monotonic clock, so clock skew between nodes does
+//!   not matter) has expired; an empty holder is free.
+//! - Acquiring and renewing are updates with the resourceVersion read (optimistic concurrency):
+//!   of two candidates, one wins, the other gets a conflict.
+//! - The holder may write until `renewal sent + lease duration - margin`
+//!   ([`WriteFence::hold_until`]): a standby takes over at the earliest a whole lease duration
+//!   after it last saw a change, which is after the renewal was sent, so the margin is the
+//!   least time between the old leader's last write and the new leader's first.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
-use tokio::sync::watch;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+
+use crate::fence::WriteFence;
 
 #[derive(Debug, Clone)]
 pub struct LeaderOptions {
@@ -15,37 +33,268 @@ pub struct LeaderOptions {
     pub namespace: String,
     pub identity: String,
     pub duration: Duration,
-    /// Renew this long before the lease expires.
+    /// Stop writing this long before the lease could be taken over.
     pub grace: Duration,
+}
+
+impl LeaderOptions {
+    fn retry(&self) -> Duration {
+        (self.duration / 6).max(Duration::from_secs(1))
+    }
+
+    /// How long after a renewal was sent the leader may write without another.
+    fn work_window(&self) -> Duration {
+        self.duration.saturating_sub(self.grace)
+    }
 }
 
 /// A running election: `is_leader` changes as leadership is won and lost.
 pub struct Election {
     pub is_leader: watch::Receiver<bool>,
-    task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
 impl Election {
-    pub async fn start(client: kube::Client, options: &LeaderOptions) -> anyhow::Result<Self> {
-        let manager = LeaseManagerBuilder::new(client, &options.lease_name)
-            .with_namespace(&options.namespace)
-            .with_identity(&options.identity)
-            .with_duration(options.duration.as_secs().max(2))
-            .with_grace(options.grace.as_secs().max(1))
-            .with_field_manager("reconciler-host")
-            .build()
-            .await?;
-        let (is_leader, task) = manager.watch().await;
-        Ok(Self { is_leader, task })
+    /// Starts campaigning. `fence` is held to the deadline of every renewal that succeeds.
+    pub fn start(client: kube::Client, options: &LeaderOptions, fence: WriteFence) -> Self {
+        let (leader_tx, is_leader) = watch::channel(false);
+        let (stop, stopped) = oneshot::channel();
+        let candidate = Candidate {
+            api: Api::namespaced(client, &options.namespace),
+            options: options.clone(),
+            fence,
+            leader: leader_tx,
+            observed: None,
+            renewed: None,
+        };
+        let task = tokio::spawn(candidate.run(stopped));
+        Self {
+            is_leader,
+            stop,
+            task,
+        }
     }
 
     /// Releases the lease (if held) and stops the election.
     pub async fn release(self) {
-        drop(self.is_leader);
-        match self.task.await {
-            Ok(Ok(_)) => tracing::info!("lease released"),
-            Ok(Err(e)) => tracing::warn!("releasing the lease failed: {e}"),
-            Err(e) => tracing::warn!("lease task failed: {e}"),
+        let _ = self.stop.send(());
+        if let Err(e) = self.task.await {
+            tracing::warn!("lease task failed: {e}");
         }
     }
+}
+
+/// The last version of the Lease seen, and when it was first seen.
+struct Observed {
+    holder: Option<String>,
+    renew_time: Option<MicroTime>,
+    resource_version: Option<String>,
+    at: Instant,
+}
+
+struct Candidate {
+    api: Api<Lease>,
+    options: LeaderOptions,
+    fence: WriteFence,
+    leader: watch::Sender<bool>,
+    observed: Option<Observed>,
+    /// When the last renewal that succeeded was sent.
+    renewed: Option<Instant>,
+}
+
+impl Candidate {
+    async fn run(mut self, mut stopped: oneshot::Receiver<()>) {
+        let mut tick = tokio::time::interval(self.options.retry());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tick.tick() => {}
+            }
+            let sent = Instant::now();
+            match self.try_acquire_or_renew(sent).await {
+                Ok(true) => {
+                    self.renewed = Some(sent);
+                    self.fence.hold_until(sent + self.options.work_window());
+                    self.set_leader(true);
+                }
+                Ok(false) => self.set_leader(false),
+                Err(e) => {
+                    tracing::warn!(lease = %self.options.lease_name, "leader election: {e}");
+                    let within = self
+                        .renewed
+                        .is_some_and(|r| Instant::now() < r + self.options.work_window());
+                    if !within {
+                        self.set_leader(false);
+                    }
+                }
+            }
+        }
+        self.release().await;
+    }
+
+    fn set_leader(&self, leading: bool) {
+        self.leader.send_if_modified(|was| {
+            let changed = *was != leading;
+            *was = leading;
+            changed
+        });
+    }
+
+    /// Reads the Lease and takes or renews it if it is ours, free or expired. `Ok(false)`:
+    /// another candidate holds it.
+    async fn try_acquire_or_renew(&mut self, sent: Instant) -> Result<bool, kube::Error> {
+        let name = self.options.lease_name.clone();
+        let retry = self.options.retry();
+        let Some(lease) = within(retry, self.api.get_opt(&name)).await? else {
+            let lease = self.lease(None, None, 0);
+            return match within(retry, self.api.create(&PostParams::default(), &lease)).await {
+                Ok(_) => {
+                    tracing::info!(lease = %name, identity = %self.options.identity, "acquired the lease (created it)");
+                    Ok(true)
+                }
+                Err(e) if status_code(&e) == Some(409) => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        self.observe(&lease, &spec, sent);
+        let ours = holder.as_deref() == Some(self.options.identity.as_str());
+        let expired = self
+            .observed
+            .as_ref()
+            .is_some_and(|o| o.at + self.options.duration <= sent);
+        if !ours && holder.is_some() && !expired {
+            return Ok(false);
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
+        let acquired = if ours { spec.acquire_time } else { None };
+        let update = self.lease(lease.metadata.resource_version, acquired, transitions);
+        match within(
+            retry,
+            self.api.replace(&name, &PostParams::default(), &update),
+        )
+        .await
+        {
+            Ok(_) => {
+                if !ours {
+                    tracing::info!(lease = %name, identity = %self.options.identity, previous = ?holder, "acquired the lease");
+                }
+                Ok(true)
+            }
+            // Another candidate wrote first: it is theirs.
+            Err(e) if status_code(&e) == Some(409) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Notes when this version of the Lease was first seen: expiry is judged by the local
+    /// clock from that moment.
+    fn observe(&mut self, lease: &Lease, spec: &LeaseSpec, at: Instant) {
+        let same = self.observed.as_ref().is_some_and(|o| {
+            o.holder == spec.holder_identity
+                && o.renew_time == spec.renew_time
+                && o.resource_version == lease.metadata.resource_version
+        });
+        if !same {
+            self.observed = Some(Observed {
+                holder: spec.holder_identity.clone(),
+                renew_time: spec.renew_time.clone(),
+                resource_version: lease.metadata.resource_version.clone(),
+                at,
+            });
+        }
+    }
+
+    /// The Lease as this candidate writes it: holding it now.
+    fn lease(
+        &self,
+        resource_version: Option<String>,
+        acquired: Option<MicroTime>,
+        transitions: i32,
+    ) -> Lease {
+        let now = now();
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.options.lease_name.clone()),
+                namespace: Some(self.options.namespace.clone()),
+                resource_version,
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.options.identity.clone()),
+                lease_duration_seconds: i32::try_from(self.options.duration.as_secs()).ok(),
+                acquire_time: Some(acquired.unwrap_or_else(|| now.clone())),
+                renew_time: Some(now),
+                lease_transitions: Some(transitions),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    /// Gives the lease up if it is ours, so a standby takes over at once.
+    async fn release(&self) {
+        self.fence.close();
+        self.set_leader(false);
+        let name = &self.options.lease_name;
+        let Ok(Some(lease)) = within(self.options.retry(), self.api.get_opt(name)).await else {
+            return;
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.options.identity.as_str()) {
+            return;
+        }
+        let released = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.options.namespace.clone()),
+                resource_version: lease.metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: None,
+                renew_time: None,
+                ..spec
+            }),
+        };
+        match within(
+            self.options.retry(),
+            self.api.replace(name, &PostParams::default(), &released),
+        )
+        .await
+        {
+            Ok(_) => tracing::info!(lease = %name, "lease released"),
+            Err(e) => tracing::warn!(lease = %name, "releasing the lease failed: {e}"),
+        }
+    }
+}
+
+/// Now, as a Lease's times are written (the ring's leases too).
+pub(crate) fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The HTTP status of an API error.
+pub(crate) fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// A request that gives up after `limit` (as a transport error), so a hung connection does
+/// not stall the election.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kube::Error::Service(
+                format!("no answer within {limit:?}").into(),
+            ))
+        })
 }

@@ -215,15 +215,29 @@ impl PrivateControlPlane {
     /// Starts a fresh control plane in `<target>/control-plane/private-<name>-<pid>-<n>`.
     /// Costs a few seconds and about 0.5 GB of memory while it runs.
     pub async fn start(name: &str) -> Result<Self> {
+        Self::start_with(name, &[]).await
+    }
+
+    /// As [`Self::start`], with kube-apiserver writing an audit log by `policy` to
+    /// [`Self::audit_log`] (`cp`'s `CP_AUDIT_POLICY`); restarts keep it.
+    pub async fn start_audited(name: &str, policy: &Path) -> Result<Self> {
+        Self::start_with(name, &[("CP_AUDIT_POLICY", policy.as_os_str())]).await
+    }
+
+    async fn start_with(name: &str, env: &[(&str, &OsStr)]) -> Result<Self> {
         let dir = crate::paths::private_dir("control-plane", name);
         let pid = std::process::id().to_string();
-        run_cp([
-            "up".as_ref(),
-            "--dir".as_ref(),
-            dir.as_os_str(),
-            "--exit-with".as_ref(),
-            pid.as_ref(),
-        ])
+        crate::paths::run_script_with_env(
+            &cp_script(),
+            [
+                "up".as_ref(),
+                "--dir".as_ref(),
+                dir.as_os_str(),
+                "--exit-with".as_ref(),
+                <str as AsRef<OsStr>>::as_ref(&pid),
+            ],
+            env,
+        )
         .await?;
         let plane = Self {
             plane: ControlPlane {
@@ -273,6 +287,34 @@ impl PrivateControlPlane {
     /// The state directory (logs are in `logs/`).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where kube-apiserver writes its audit log, when started with [`Self::start_audited`].
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs/audit.log")
+    }
+
+    /// etcd's client URL (plain HTTP on loopback), from the control plane's state file: the
+    /// robustness harness compacts etcd's history through its JSON gateway.
+    pub fn etcd_url(&self) -> Result<String> {
+        Ok(format!("http://127.0.0.1:{}", self.state("ETCD_PORT")?))
+    }
+
+    /// kube-apiserver's address (`127.0.0.1:PORT`), for relays put in front of it.
+    pub fn apiserver_addr(&self) -> Result<std::net::SocketAddr> {
+        Ok(format!("127.0.0.1:{}", self.state("API_PORT")?).parse()?)
+    }
+
+    /// One `KEY=value` of the state file `cp` keeps in the directory.
+    fn state(&self, key: &str) -> Result<String> {
+        let file = self.dir.join("state.env");
+        let state = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        state
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim().to_owned())
+            .with_context(|| format!("no {key} in {}", file.display()))
     }
 }
 

@@ -41,6 +41,7 @@ pub mod manifests;
 pub mod namespace;
 pub mod paths;
 pub mod registry;
+pub mod robustness;
 pub mod wait;
 pub mod watch;
 

@@ -95,6 +95,19 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    run_script_with_env(script, args, &[]).await
+}
+
+/// As [`run_script`], with more environment variables for the script.
+pub async fn run_script_with_env<I, S>(
+    script: &Path,
+    args: I,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let shown = args
         .iter()
@@ -103,6 +116,7 @@ where
         .join(" ");
     let out = tokio::process::Command::new(script)
         .args(&args)
+        .envs(env.iter().copied())
         .kill_on_drop(false)
         .output()
         .await

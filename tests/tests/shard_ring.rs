@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use reconciler_host::fence::WriteFence;
 use reconciler_host::shards::{Ring, RingOptions, SlotSet};
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{ControlPlane, test_namespace, wait_until};
@@ -72,7 +73,7 @@ impl Member {
     fn join(client: Client, ring: &str, namespace: &str, name: &str, timeline: &Timeline) -> Self {
         let options = RingOptions::new(ring, namespace, name, LEASE).expect("valid options");
         let (running, running_rx) = watch::channel(SlotSet::empty());
-        let ring = Ring::join(client, options, running_rx, Arc::new(|| {}));
+        let ring = Ring::join(client, options, running_rx, WriteFence::default());
         let probe = ring.fence_probe();
         let (mut state, mut fences) = (ring.state(), ring.fences());
         let (timeline, member) = (timeline.clone(), name.to_owned());

@@ -272,6 +272,8 @@ impl Controller {
         self.queue.shutdown();
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
+        // After this line no reconcile of the guest runs here (the robustness journal reads it).
+        tracing::info!(guest = %self.name, "controller stopped; running reconciles cancelled");
     }
 }
 
@@ -431,6 +433,9 @@ async fn run_worker(
     while process_next(&shared, &caches, &queue, &version).await {}
 }
 
+/// How long a key taken while the write fence is shut waits before it is tried again.
+const FENCED_RETRY: Duration = Duration::from_millis(200);
+
 /// Takes one key, syncs it, and tells the queue how it went. Returns false on shutdown.
 async fn process_next(
     shared: &Services,
@@ -441,6 +446,14 @@ async fn process_next(
     let Some(key) = queue.get().await else {
         return false;
     };
+    if !shared.fence.is_open() {
+        // This replica may not write now (its lease ran out, maybe while it was stopped, and
+        // the election has not said so yet): it does not start reconciles either. The key is
+        // kept for when the fence opens again; the controller is stopped if the lease is gone.
+        queue.done(&key);
+        queue.add_after(key, FENCED_RETRY);
+        return true;
+    }
     let version = version.borrow().clone();
     let attempt = queue.num_requeues(&key);
     let span = tracing::info_span!("reconcile", guest = %version.guest.name(), key = %key, attempt);

@@ -110,14 +110,32 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|base| base.join("reconciler-host"))
 }
 
+/// The client configuration (KUBECONFIG or in-cluster), every request carrying the user agent
+/// `reconciler-host/VERSION (IDENTITY)`: the API server's audit log then tells replicas apart
+/// (the robustness checker attributes every write with it).
+async fn kube_config(args: &RunArgs) -> anyhow::Result<kube::Config> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster service account)")?;
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(ownership::default_identity);
+    let agent = format!("reconciler-host/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&agent)
+            .unwrap_or_else(|_| http::HeaderValue::from_static("reconciler-host")),
+    ));
+    Ok(config)
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
     let dir = guest_directory(&args, &config)?;
 
     // Read once: the client, the lease's client and the backends' view of the API server.
-    let kube_config = kube::Config::infer()
-        .await
-        .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster service account)")?;
+    let kube_config = kube_config(&args).await?;
     let networks = network_backends(&config, &kube_config.cluster_url)?;
 
     let client = kube::Client::try_from(kube_config.clone())
@@ -131,7 +149,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..Options::default()
         },
     );
-    let ownership = Ownership::join(&args, &kube_config, &metrics).await?;
+    let ownership = Ownership::join(&args, &kube_config, &metrics)?;
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: cache_dir.clone(),
@@ -234,6 +252,12 @@ fn follow_identities(
         )),
         args.watch_namespace.clone(),
     );
+    if crate::fence::disabled_for_tests() {
+        tracing::warn!(
+            "{} is set: the write fence never closes and a lost lease is ignored (a deliberately broken build for the robustness checker)",
+            crate::fence::BREAK_FENCE_ENV
+        );
+    }
     if crate::capabilities::skip_write_grant() {
         tracing::warn!(
             "{} is set: writes of guests with a ServiceAccount skip the host's grant check (a test-only switch); only the API server checks them",
@@ -421,6 +445,15 @@ impl Manager {
     /// fence aborts them all at once (the fence is closed first: a reconcile still running
     /// writes nothing more), new slots restart them with the new share.
     async fn follow(&mut self, change: Change) {
+        if crate::fence::disabled_for_tests()
+            && matches!(change, Change::Lease(false) | Change::Fenced)
+        {
+            tracing::warn!(
+                ?change,
+                "the deliberately broken build ignores losing its lease"
+            );
+            return;
+        }
         match &change {
             Change::Lease(leading) => {
                 if *leading == self.owned.anything() {

@@ -95,7 +95,7 @@ struct Sharding {
 impl Ownership {
     /// Joins the leader election or the shard ring, as `args` say. The ring starts fenced:
     /// nothing is written until it says which slots are ours.
-    pub async fn join(
+    pub fn join(
         args: &RunArgs,
         kube_config: &kube::Config,
         metrics: &Metrics,
@@ -108,7 +108,9 @@ impl Ownership {
             (super::ShardMode::Auto, false) => {
                 Mode::Sharded(Box::new(join_ring(args, kube_config, &fence, metrics)?))
             }
-            (super::ShardMode::Off, true) => Mode::Elected(join_election(args, kube_config).await?),
+            (super::ShardMode::Off, true) => {
+                Mode::Elected(join_election(args, kube_config, &fence)?)
+            }
             (super::ShardMode::Off, false) => Mode::Alone,
         };
         Ok(Self { fence, mode })
@@ -232,7 +234,11 @@ impl Ownership {
     }
 }
 
-async fn join_election(args: &RunArgs, kube_config: &kube::Config) -> anyhow::Result<Election> {
+fn join_election(
+    args: &RunArgs,
+    kube_config: &kube::Config,
+    fence: &WriteFence,
+) -> anyhow::Result<Election> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let options = LeaderOptions {
         lease_name: args.lease_name.clone(),
@@ -242,11 +248,13 @@ async fn join_election(args: &RunArgs, kube_config: &kube::Config) -> anyhow::Re
         grace: args.lease_duration / 3,
     };
     tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
+    // Nothing is written before the lease is won.
+    fence.close();
     // A client of its own (its own connections): guests' writes, however many, never
     // queue ahead of a lease renewal.
     let lease_client = kube::Client::try_from(kube_config.clone())
         .context("cannot build the leader election's Kubernetes client")?;
-    Election::start(lease_client, &options).await
+    Ok(Election::start(lease_client, &options, fence.clone()))
 }
 
 fn join_ring(
@@ -273,14 +281,8 @@ fn join_ring(
         .context("cannot build the shard ring's Kubernetes client")?;
     let (running, running_rx) = watch::channel(SlotSet::empty());
     fence.close();
-    let write_fence = fence.clone();
     let grace = options.fence_margin / 2;
-    let ring = Ring::join(
-        client,
-        options,
-        running_rx,
-        Arc::new(move || write_fence.close()),
-    );
+    let ring = Ring::join(client, options, running_rx, fence.clone());
     let state = ring.state();
     Ok(Sharding {
         status: ShardStatus::new(identity, state.clone(), metrics),
@@ -293,7 +295,7 @@ fn join_ring(
     })
 }
 
-fn default_identity() -> String {
+pub(super) fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "host".into(), |h| h.trim().to_owned());
     format!("{host}-{}", std::process::id())

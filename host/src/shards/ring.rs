@@ -37,7 +37,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -45,6 +44,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::ranges::{SlotSet, partition};
+use crate::fence::WriteFence;
+use crate::leader::{now, status_code, within};
 
 /// Label on every lease of a ring; its value is the ring name.
 pub const RING_LABEL: &str = "reconciler.dev/ring";
@@ -225,12 +226,12 @@ impl Assignment {
     }
 }
 
-/// Stopping work: the host's hook (close the write fence, at once) and a count the host's
-/// manager follows to abort its controllers.
+/// Stopping work: the host's write fence (closed at once, and held to the deadline every
+/// renewal sets) and a count the host's manager follows to abort its controllers.
 #[derive(Clone)]
 struct Fence {
     fenced: Arc<std::sync::atomic::AtomicBool>,
-    hook: Arc<dyn Fn() + Send + Sync>,
+    writes: WriteFence,
     count: Arc<watch::Sender<u64>>,
 }
 
@@ -239,7 +240,7 @@ impl Fence {
         if self.fenced.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return false;
         }
-        (self.hook)();
+        self.writes.close();
         self.count.send_modify(|n| *n += 1);
         true
     }
@@ -284,13 +285,15 @@ pub struct Ring {
 
 impl Ring {
     /// Joins the ring. `running` is the host's acknowledgement: the slots its controllers run
-    /// with right now; slots are released only once they are out of it. `on_fence` is called
-    /// (from the renewal task) the moment this replica must stop writing.
+    /// with right now; slots are released only once they are out of it. `writes` is closed
+    /// (from the renewal task) the moment this replica must stop writing, and every renewal
+    /// that succeeds holds it to `sent + lease duration - margin` ([`WriteFence::hold_until`]),
+    /// so a replica resumed after a stop sends nothing even before these tasks run again.
     pub fn join(
         client: kube::Client,
         options: RingOptions,
         running: watch::Receiver<SlotSet>,
-        on_fence: Arc<dyn Fn() + Send + Sync>,
+        writes: WriteFence,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, &options.namespace);
         // Not a member until the first renewal: fenced.
@@ -303,7 +306,7 @@ impl Ring {
         let (count, fence_count) = watch::channel(0);
         let fence = Fence {
             fenced: fenced.clone(),
-            hook: on_fence,
+            writes,
             count: Arc::new(count),
         };
         let mut tasks = JoinSet::new();
@@ -421,10 +424,6 @@ fn set_assignment(lease: &mut Lease, assignment: &Assignment) {
     spec.renew_time = Some(now());
 }
 
-fn now() -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::now())
-}
-
 fn labels(options: &RingOptions, role: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (RING_LABEL.to_owned(), options.name.clone()),
@@ -439,13 +438,6 @@ fn is_role(lease: &Lease, role: &str) -> bool {
         .as_ref()
         .and_then(|l| l.get(ROLE_LABEL))
         .is_some_and(|r| r == role)
-}
-
-fn status_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    }
 }
 
 /// Keeps this replica's member lease: creates it (again, after an eviction), renews it, and
@@ -515,6 +507,7 @@ async fn renew_loop(api: Api<Lease>, options: RingOptions, own: Arc<Mutex<Own>>,
                 own.resource_version
                     .clone_from(&lease.metadata.resource_version);
                 own.renewed = Some(sent);
+                fence.writes.hold_until(sent + options.work_window());
                 // A renewal that succeeded means nobody removed the lease, so nobody took
                 // the slots: working again is safe.
                 if sent + options.work_window() > Instant::now() {
@@ -569,21 +562,6 @@ async fn fence_loop(options: RingOptions, own: Arc<Mutex<Own>>, fence: Fence) {
             tokio::time::sleep(options.renew_every / 4).await;
         }
     }
-}
-
-/// A request that gives up after `limit` (as a transport error), so a hung connection does
-/// not stall the renewals.
-async fn within<T>(
-    limit: Duration,
-    request: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, kube::Error> {
-    tokio::time::timeout(limit, request)
-        .await
-        .unwrap_or_else(|_| {
-            Err(kube::Error::Service(
-                format!("no answer within {limit:?}").into(),
-            ))
-        })
 }
 
 fn member_spec(options: &RingOptions) -> LeaseSpec {

@@ -5,12 +5,15 @@
 //! The steps run in this order; every `spec` field is optional:
 //!
 //! 1. object gone: log `gone`, done. `deleting`: event `Normal Finalized`, done.
-//! 2. `journal: true`: log (info) `journal begin <namespace>/<name>`; then, whatever the outcome
-//!    of the steps below, `journal end <namespace>/<name>` as the last thing before returning
-//!    (followed by ` failed: <reason>` on an error). The sharding test rebuilds from these lines
+//! 2. `journal: true`: log (info) `journal begin <namespace>/<name> generation=<g> version=<v>`
+//!    (the generation the guest was given, the guest build's `VERSION`); then, whatever the
+//!    outcome of the steps below, `journal end <namespace>/<name> generation=<g>` as the last
+//!    thing before returning (followed by ` failed: <reason>` on an error). The sharding test rebuilds from these lines
 //!    when each replica reconciled each key; a trap, a timeout or a cancelled reconcile leaves
 //!    a `begin` without its `end`. With `mode: sleep` the interval is at least `sleepMs` long.
-//! 3. `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
+//! 3. `trapPercent: p`: this attempt panics with probability p/100 (the robustness suite's
+//!    "a fraction of reconciles trap"; the retry with backoff then usually succeeds).
+//!    `mode`: `trap` panics, `loop` spins forever, `hog` allocates without bound, `sleep`
 //!    busy-waits `sleepMs` and carries on, `print` reads stdin to its end, writes a line to
 //!    stdout and one to stderr, and carries on. Any other mode is a permanent error.
 //! 4. `failTimes: n`: attempts `0..n` fail transiently. `permanentError: text`: permanent error.
@@ -78,11 +81,15 @@ impl Guest for Widget {
             req.ref_.namespace.as_deref().unwrap_or_default(),
             req.ref_.name
         );
-        info!("journal begin {key}");
+        let generation = widget.metadata.generation.unwrap_or_default();
+        info!("journal begin {key} generation={generation} version={VERSION}");
         let result = reconcile_spec(&req, &widget);
         match &result {
-            Ok(_) => info!("journal end {key}"),
-            Err(e) => info!("journal end {key} failed: {}", e.message()),
+            Ok(_) => info!("journal end {key} generation={generation}"),
+            Err(e) => info!(
+                "journal end {key} generation={generation} failed: {}",
+                e.message()
+            ),
         }
         result
     }
@@ -94,6 +101,11 @@ reconciler_guest::export!(Widget);
 fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, ReconcileError> {
     let spec = &widget.spec;
 
+    if let Some(percent) = spec.trap_percent
+        && random_percent() < percent
+    {
+        panic!("widget traps on {percent}% of attempts (spec.trapPercent)");
+    }
     run_mode(spec, &req.ref_.name)?;
 
     if let Some(n) = spec.fail_times
@@ -189,6 +201,7 @@ struct WidgetObject {
 #[serde(rename_all = "camelCase", default)]
 struct WidgetSpec {
     mode: Option<String>,
+    trap_percent: Option<u64>,
     sleep_ms: Option<u64>,
     fail_times: Option<u32>,
     permanent_error: Option<String>,
@@ -266,6 +279,15 @@ fn run_mode(spec: &WidgetSpec, name: &str) -> Result<(), ReconcileError> {
         }
     }
     Ok(())
+}
+
+/// 0..100 from the random source the host gives the guest (std's hasher keys come from it).
+fn random_percent() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        % 100
 }
 
 fn spin_forever() -> ! {
