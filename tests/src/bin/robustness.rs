@@ -148,11 +148,12 @@ async fn main() -> Result<()> {
                 humantime::format_duration(args.duration)
             );
         }
-        bail!(
+        eprintln!(
             "{} of {} runs showed violations",
             failed.len(),
             reports.len()
         );
+        std::process::exit(1);
     }
     Ok(())
 }
