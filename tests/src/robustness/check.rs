@@ -55,6 +55,9 @@ pub struct Report {
     /// reconciled (milliseconds), and which fault.
     pub longest_convergence_ms: u64,
     pub longest_convergence_after: Option<String>,
+    /// The longest any workload change waited until a replica reported its generation or a
+    /// newer one (milliseconds), faults or not.
+    pub longest_wait_ms: u64,
     /// From the end of the last fault to every object converged (milliseconds).
     pub final_convergence_ms: Option<u64>,
     pub violations: Vec<Violation>,
@@ -93,6 +96,7 @@ pub fn check(history: &History) -> Report {
         conflicts: replica_writes().filter(|w| w.code == 409).count(),
         writes_by_replicas: replica_writes().filter(|w| w.succeeded()).count(),
         longest_convergence_ms: millis(longest),
+        longest_wait_ms: millis(longest_wait(history)),
         longest_convergence_after: after,
         final_convergence_ms: history.meta.converged_at.map(|at| {
             millis(
@@ -501,6 +505,22 @@ fn longest_convergence(history: &History) -> (Duration, Option<String>) {
     longest
 }
 
+/// The longest a change waited for a replica to report it (or a newer generation); changes of
+/// objects deleted before any report are left out (the deletion superseded them).
+fn longest_wait(history: &History) -> Duration {
+    let mut longest = Duration::ZERO;
+    for life in lives(history).values() {
+        for (generation, change) in &life.changes {
+            if let Some((_, at)) = life.observed.iter().find(|(og, _)| og >= generation)
+                && let Ok(waited) = at.duration_since(change.completed)
+            {
+                longest = longest.max(waited);
+            }
+        }
+    }
+    longest
+}
+
 // ---------------------------------------------------------------------------------------------
 // memory
 
@@ -545,4 +565,334 @@ pub fn memory_bound(before: u64) -> u64 {
     )]
     let scaled = (before as f64 * MEMORY_FACTOR) as u64;
     scaled.max(before + MEMORY_SLACK)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::robustness::history::{FaultRecord, FinalObject, Incarnation, Meta};
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    }
+
+    fn history(mode: Mode) -> History {
+        History {
+            meta: Meta {
+                seed: 1,
+                mode,
+                namespace: "robustness".into(),
+                lease_name: "robustness".into(),
+                lease_duration_secs: 6,
+                objects: 1,
+                started: at(0),
+                faults_from: at(1),
+                faults_over: at(50),
+                converged_at: Some(at(55)),
+                convergence_bound_secs: 120,
+            },
+            faults: Vec::new(),
+            incarnations: ["a", "b"]
+                .map(|r| Incarnation {
+                    replica: r.into(),
+                    index: 0,
+                    log: format!("replica-{r}.0.log"),
+                    started: at(0),
+                    ended: Some(at(100)),
+                    pauses: Vec::new(),
+                    rss_before: Some(40 << 20),
+                    rss_after: Some(42 << 20),
+                })
+                .to_vec(),
+            reconciles: Vec::new(),
+            writes: Vec::new(),
+            final_objects: Vec::new(),
+        }
+    }
+
+    fn reconcile(by: &str, key: &str, from: u64, to: u64) -> Reconcile {
+        Reconcile {
+            by: by.into(),
+            key: key.into(),
+            begin: at(from),
+            end: Some(at(to)),
+            generation: Some(1),
+            version: Some("1".into()),
+            outcome: "ok".into(),
+            place: format!("{by}.log:1"),
+        }
+    }
+
+    /// A write received at `secs` and completed a moment later.
+    fn write(
+        writer: Writer,
+        verb: &str,
+        resource: &str,
+        name: &str,
+        secs: u64,
+        object: Value,
+    ) -> Write {
+        Write {
+            line: usize::try_from(secs).unwrap(),
+            received: at(secs),
+            completed: at(secs) + Duration::from_millis(5),
+            writer,
+            verb: verb.into(),
+            resource: resource.into(),
+            subresource: None,
+            name: name.into(),
+            code: 200,
+            object: Some(object),
+        }
+    }
+
+    fn lease(holder: &str, secs: u64) -> Write {
+        write(
+            Writer::Replica(holder.into()),
+            "update",
+            "leases",
+            "robustness",
+            secs,
+            json!({"metadata": {"uid": "lease"}, "spec": {"holderIdentity": holder}}),
+        )
+    }
+
+    fn status(by: &str, uid: &str, observed: i64, secs: u64) -> Write {
+        Write {
+            subresource: Some("status".into()),
+            ..write(
+                Writer::Replica(by.into()),
+                "patch",
+                "widgets",
+                "w-1",
+                secs,
+                json!({"metadata": {"uid": uid, "generation": observed}, "status": {"observedGeneration": observed}}),
+            )
+        }
+    }
+
+    fn spec_change(uid: &str, generation: i64, secs: u64) -> Write {
+        write(
+            Writer::Workload,
+            "patch",
+            "widgets",
+            "w-1",
+            secs,
+            json!({"metadata": {"uid": uid, "generation": generation}}),
+        )
+    }
+
+    fn checks(violations: &[Violation]) -> Vec<&'static str> {
+        violations.iter().map(|v| v.check).collect()
+    }
+
+    #[test]
+    fn overlapping_reconciles_of_one_key_on_two_replicas_are_named() {
+        let mut h = history(Mode::Leader);
+        h.reconciles = vec![
+            reconcile("a#0", "ns/w-1", 10, 12),
+            reconcile("b#0", "ns/w-1", 11, 13),
+            // Back to back is no overlap; another key is no overlap.
+            reconcile("b#0", "ns/w-2", 10, 12),
+            reconcile("a#0", "ns/w-3", 10, 12),
+            reconcile("b#0", "ns/w-3", 12, 14),
+        ];
+        let found = exclusive(&h);
+        assert_eq!(checks(&found), ["exclusive"]);
+        assert!(found[0].message.contains("ns/w-1"), "{}", found[0]);
+        assert!(found[0].message.contains("a#0") && found[0].message.contains("b#0"));
+    }
+
+    #[test]
+    fn a_reconcile_cut_by_a_pause_counts_until_the_pause_unless_it_wrote_after_it() {
+        let mut h = history(Mode::Leader);
+        h.incarnations[0].pauses = vec![(at(11), at(30))];
+        h.reconciles = vec![
+            reconcile("a#0", "ns/w-1", 10, 31),
+            reconcile("b#0", "ns/w-1", 20, 21),
+        ];
+        assert!(exclusive(&h).is_empty(), "stopped, a did nothing");
+        // But a write from a after it resumed means it acted during b's time.
+        h.writes.push(status("a", "u1", 1, 30));
+        assert_eq!(checks(&exclusive(&h)), ["exclusive"]);
+    }
+
+    #[test]
+    fn a_write_after_another_replica_took_the_lease_is_caught_by_the_servers_record() {
+        let mut h = history(Mode::Leader);
+        h.writes = vec![
+            lease("a", 1),
+            status("a", "u1", 1, 2),
+            lease("b", 10),
+            status("b", "u1", 1, 11),
+            status("a", "u1", 1, 12),
+        ];
+        let found = fenced(&h);
+        assert_eq!(checks(&found), ["fenced"]);
+        assert!(
+            found[0].message.contains("held by b") && found[0].message.contains("Replica(\"a\")"),
+            "{}",
+            found[0]
+        );
+        // A write received while the takeover was still in flight gets the benefit of the doubt.
+        h.writes.pop();
+        let mut racing = status("a", "u1", 1, 10);
+        racing.received = at(10) + Duration::from_millis(1);
+        h.writes.push(racing);
+        assert!(fenced(&h).is_empty());
+    }
+
+    #[test]
+    fn sharded_writes_need_the_member_lease_and_the_slot() {
+        let mut h = history(Mode::Sharded);
+        let uid = "u1";
+        let slot = slot_of(uid);
+        let mut slots = SlotSet::empty();
+        slots.insert(slot);
+        let member = |who: &str, secs| {
+            write(
+                Writer::Replica(who.into()),
+                "update",
+                "leases",
+                &format!("robustness-member-{who}"),
+                secs,
+                json!({"metadata": {"uid": format!("lease-{who}")}, "spec": {"holderIdentity": who}}),
+            )
+        };
+        let assignment = |who: &str, secs| {
+            let text = json!({"holders": [{"identity": who, "lease": format!("lease-{who}"), "slots": slots.to_text()}]}).to_string();
+            write(
+                Writer::Replica(who.into()),
+                "update",
+                "leases",
+                "robustness-shards",
+                secs,
+                json!({"metadata": {"uid": "shards", "annotations": {"reconciler.dev/slots": text}}}),
+            )
+        };
+        h.writes = vec![
+            member("a", 1),
+            member("b", 1),
+            assignment("a", 2),
+            status("a", uid, 1, 3),
+            status("b", uid, 1, 4),
+        ];
+        let found = fenced(&h);
+        assert_eq!(checks(&found), ["fenced"], "b does not hold the slot");
+        assert!(
+            found[0].message.contains(&format!("slot {slot}")),
+            "{}",
+            found[0]
+        );
+        // a's member lease deleted as stale: a may write nothing more.
+        h.writes.truncate(4);
+        h.writes.push(Write {
+            verb: "delete".into(),
+            ..member("a", 5)
+        });
+        h.writes.push(status("a", uid, 1, 6));
+        let found = fenced(&h);
+        assert_eq!(checks(&found), ["fenced"]);
+        assert!(found[0].message.contains("no member lease"), "{}", found[0]);
+    }
+
+    #[test]
+    fn a_generation_nobody_reported_is_lost_unless_a_newer_one_or_a_deletion_supersedes_it() {
+        let mut h = history(Mode::Leader);
+        h.writes = vec![spec_change("u1", 1, 1), spec_change("u1", 2, 2)];
+        assert_eq!(checks(&lost(&h)), ["lost", "lost"]);
+        h.writes.push(status("a", "u1", 2, 3));
+        assert!(lost(&h).is_empty(), "generation 2 reported covers 1");
+        // A deleted object whose delete answered with a Status naming its uid.
+        h.writes.push(spec_change("u2", 1, 4));
+        h.writes.push(write(
+            Writer::Workload,
+            "delete",
+            "widgets",
+            "w-2",
+            5,
+            json!({"kind": "Status", "metadata": {}, "details": {"uid": "u2"}}),
+        ));
+        assert!(lost(&h).is_empty(), "the deletion supersedes generation 1");
+        h.final_objects.push(FinalObject {
+            name: "w-2".into(),
+            uid: "u2".into(),
+            generation: 1,
+            observed_generation: None,
+            deleting: true,
+        });
+        let found = lost(&h);
+        assert_eq!(checks(&found), ["lost"], "deleted, yet still there");
+    }
+
+    #[test]
+    fn objects_behind_or_stuck_deleting_at_the_end_are_not_converged() {
+        let mut h = history(Mode::Leader);
+        h.final_objects = vec![
+            FinalObject {
+                name: "w-1".into(),
+                uid: "u1".into(),
+                generation: 3,
+                observed_generation: Some(2),
+                deleting: false,
+            },
+            FinalObject {
+                name: "w-2".into(),
+                uid: "u2".into(),
+                generation: 1,
+                observed_generation: Some(1),
+                deleting: true,
+            },
+            FinalObject {
+                name: "w-3".into(),
+                uid: "u3".into(),
+                generation: 1,
+                observed_generation: Some(1),
+                deleting: false,
+            },
+        ];
+        assert_eq!(checks(&converged(&h)), ["converged", "converged"]);
+        h.meta.converged_at = None;
+        assert_eq!(checks(&converged(&h)).len(), 3);
+    }
+
+    #[test]
+    fn memory_is_judged_per_replica_across_restarts() {
+        let mut h = history(Mode::Leader);
+        assert!(memory(&h).is_empty());
+        // a restarted: its second incarnation ends at 200 MiB against 40 MiB before.
+        let mut second = h.incarnations[0].clone();
+        second.index = 1;
+        second.rss_before = None;
+        second.rss_after = Some(200 << 20);
+        h.incarnations[0].rss_after = None;
+        h.incarnations.push(second);
+        let found = memory(&h);
+        assert_eq!(checks(&found), ["memory"]);
+        assert!(found[0].message.contains("replica a"), "{}", found[0]);
+        assert_eq!(memory_bound(40 << 20), 88 << 20);
+        assert_eq!(memory_bound(200 << 20), 300 << 20);
+    }
+
+    #[test]
+    fn convergence_after_a_fault_is_measured_from_its_end() {
+        let mut h = history(Mode::Leader);
+        h.faults.push(FaultRecord {
+            index: 0,
+            kind: "replica-pause".into(),
+            target: Some("a".into()),
+            start: at(5),
+            end: at(10),
+            detail: String::new(),
+        });
+        h.writes = vec![spec_change("u1", 1, 6), status("b", "u1", 1, 13)];
+        let report = check(&h);
+        assert_eq!(report.longest_convergence_ms, 3005);
+        assert_eq!(
+            report.longest_convergence_after.as_deref(),
+            Some("fault 0 (replica-pause on a)")
+        );
+    }
 }
