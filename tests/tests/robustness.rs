@@ -116,25 +116,23 @@ async fn sharded_mode_short_profile_shows_no_violation() -> Result<()> {
 async fn the_checker_catches_a_build_without_fencing_that_the_real_build_passes() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().await;
     let kinds = vec![FaultKind::ReplicaPause, FaultKind::Competitor];
-    // The first seed whose first pause hits the leader.
-    let seed = (1..)
-        .find(|&seed| {
-            let profile = Profile {
-                kinds: kinds.clone(),
-                ..short(seed, Mode::Leader, "x")
-            };
-            schedule(&profile.plan())
-                .iter()
-                .find(|f| f.kind == FaultKind::ReplicaPause)
-                .is_some_and(|f| f.target == Some(Target::Leader))
-        })
-        .expect("some seed pauses the leader");
-    let profile = |name: &str, broken: bool| Profile {
+    let profile = |seed: u64, name: &str, broken: bool| Profile {
         kinds: kinds.clone(),
         break_fence: broken,
         duration: Duration::from_secs(30),
         ..short(seed, Mode::Leader, name)
     };
+    // The first seed whose first pause hits the leader (the schedule is the seed's and the
+    // profile's: the same search finds the same seed everywhere).
+    let seed = (1..)
+        .find(|&seed| {
+            schedule(&profile(seed, "x", false).plan())
+                .iter()
+                .find(|f| f.kind == FaultKind::ReplicaPause)
+                .is_some_and(|f| f.target == Some(Target::Leader))
+        })
+        .expect("some seed pauses the leader");
+    let profile = |name: &str, broken: bool| profile(seed, name, broken);
 
     let broken = profile("unfenced", true);
     let (_, report) = run(&broken).await?;

@@ -72,7 +72,8 @@ pub struct RunArgs {
     /// in-cluster service account's, or the kubeconfig context's).
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Take part in leader election; only the leader reconciles.
+    /// Take part in leader election; only the leader reconciles, and only while its last
+    /// renewal is younger than the lease duration less a third (`docs/reliability.md`).
     #[arg(long)]
     pub leader_elect: bool,
     #[arg(long, default_value = "reconciler-host")]

@@ -511,7 +511,7 @@ impl Replica {
         let index = u32::try_from(self.past.len())?;
         let log_name = format!("replica-{}.{index}.log", self.identity);
         let log = std::fs::File::create(self.out.join(&log_name))?;
-        let child = Command::new(target_dir().join("debug/reconciler-host"))
+        let child = Command::new(host_binary()?)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(repo_root())
@@ -606,6 +606,35 @@ impl Replica {
             .ok()?;
         Some(kib * 1024)
     }
+}
+
+/// The host binary this process's runs use: a copy taken once, so that a build during a long
+/// campaign never changes the host under it.
+fn host_binary() -> Result<PathBuf> {
+    static COPY: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
+        std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = target_dir().join("robustness");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        // Copies left by earlier processes that are gone.
+        for entry in std::fs::read_dir(&dir)
+            .map_err(|e| e.to_string())?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix(".reconciler-host-")
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let copy = dir.join(format!(".reconciler-host-{}", std::process::id()));
+        std::fs::copy(target_dir().join("debug/reconciler-host"), &copy)
+            .map_err(|e| format!("copying the host binary: {e}"))?;
+        Ok(copy)
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
 }
 
 /// The replicas' host.yaml; `variant` changes the limits (a configuration reload restarts the
