@@ -12,7 +12,7 @@ use anyhow::Result;
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::robustness::check::Report;
 use reconciler_host_tests::robustness::harness::{Profile, run};
-use reconciler_host_tests::robustness::history::Mode;
+use reconciler_host_tests::robustness::history::{History, Mode};
 use reconciler_host_tests::robustness::schedule::{FaultKind, Target, schedule};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -52,6 +52,15 @@ fn explain(report: &Report, profile: &Profile) -> String {
     )
 }
 
+/// The replicas whose journals show reconciles.
+fn reconciling_replicas(history: &History) -> std::collections::BTreeSet<&str> {
+    history
+        .reconciles
+        .iter()
+        .map(|r| r.by.split('#').next().unwrap_or_default())
+        .collect()
+}
+
 /// The run did something: faults, reconciles from more than one replica, the workload's
 /// changes reconciled (a harness that recorded nothing would pass every check).
 fn assert_substantial(
@@ -69,21 +78,17 @@ fn assert_substantial(
         "only {} replica writes in the audit log",
         report.writes_by_replicas
     );
-    let replicas: std::collections::BTreeSet<&str> = history
-        .reconciles
-        .iter()
-        .map(|r| r.by.split('#').next().unwrap_or_default())
-        .collect();
+    let replicas = reconciling_replicas(history);
     assert!(
         replicas.len() >= 2,
         "every reconcile came from {replicas:?}: no takeover or split happened"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_mode_short_profile_shows_no_violation() -> Result<()> {
+/// One short run of the real build: no violation, and enough happened to mean something.
+async fn clean_run(seed: u64, mode: Mode, name: &str) -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().await;
-    let profile = short(LEADER_SEED, Mode::Leader, "leader");
+    let profile = short(seed, mode, name);
     let (history, report) = run(&profile).await?;
     assert!(
         report.violations.is_empty(),
@@ -95,17 +100,13 @@ async fn leader_mode_short_profile_shows_no_violation() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_mode_short_profile_shows_no_violation() -> Result<()> {
+    clean_run(LEADER_SEED, Mode::Leader, "leader").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_mode_short_profile_shows_no_violation() -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let profile = short(SHARDED_SEED, Mode::Sharded, "sharded");
-    let (history, report) = run(&profile).await?;
-    assert!(
-        report.violations.is_empty(),
-        "{}",
-        explain(&report, &profile)
-    );
-    assert_substantial(&report, &history);
-    Ok(())
+    clean_run(SHARDED_SEED, Mode::Sharded, "sharded").await
 }
 
 /// The broken build (no write fence, a lost lease ignored) against the same schedule as the
@@ -150,13 +151,8 @@ async fn the_checker_catches_a_build_without_fencing_that_the_real_build_passes(
     let real = profile("fenced", false);
     let (history, report) = run(&real).await?;
     assert!(report.violations.is_empty(), "{}", explain(&report, &real));
-    let replicas: std::collections::BTreeSet<&str> = history
-        .reconciles
-        .iter()
-        .map(|r| r.by.split('#').next().unwrap_or_default())
-        .collect();
     assert_eq!(
-        replicas.len(),
+        reconciling_replicas(&history).len(),
         2,
         "the standby never took over: the pause did not outlast the lease"
     );
