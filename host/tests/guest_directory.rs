@@ -125,6 +125,56 @@ fn add_replace_refuse_and_remove() {
 }
 
 #[test]
+fn a_half_written_guest_is_neither_loaded_nor_refused_and_loads_once_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests = directory(dir.path(), &grants());
+    let mut events = guests.subscribe();
+    let file = dir.path().join("widget.wasm");
+    copy("widget", &file);
+    guests.rescan();
+    let v1 = next_loaded(&mut events);
+
+    // A slow writer replacing it in place, read at every stage: empty, cut inside the header,
+    // cut inside a section.
+    let v2 = std::fs::read(common::guest("widget-v2")).unwrap();
+    for cut in [0, 5, v2.len() / 3, v2.len() - 1] {
+        std::fs::write(&file, &v2[..cut]).unwrap();
+        guests.rescan();
+        assert!(
+            events.try_recv().is_err(),
+            "a file cut at {cut} of {} bytes changed the active set",
+            v2.len()
+        );
+        assert_eq!(active_hash(&guests).as_deref(), Some(v1.as_str()));
+        let status = &guests.statuses()[0];
+        assert_eq!(
+            status.state,
+            FileState::Loaded,
+            "a file cut at {cut} bytes was judged: {status:?}"
+        );
+    }
+    // Whole: loaded.
+    std::fs::write(&file, &v2).unwrap();
+    guests.rescan();
+    assert_eq!(next_loaded(&mut events), content_hash(&v2));
+
+    // Cut short and left so for longer than a write takes: judged, and refused.
+    std::fs::write(&file, &v2[..v2.len() / 2]).unwrap();
+    let old = std::time::SystemTime::now() - reconciler_host::guests::WRITING * 2;
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    guests.rescan();
+    let FileState::Failed(reason) = &guests.statuses()[0].state else {
+        panic!("{:?}", guests.statuses())
+    };
+    assert!(reason.contains("widget.wasm"), "{reason}");
+}
+
+#[test]
 fn a_guest_without_a_grant_or_beyond_it_is_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     copy("widget", &dir.path().join("widget.wasm"));

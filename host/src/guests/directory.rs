@@ -1,17 +1,23 @@
 //! The guest directory, a [`GuestSource`]: every `*.wasm` in it is a guest, keyed by its file
-//! stem. It is followed by [`DirWatch`]: a new, changed or removed file is seen at the next
-//! debounced rescan, which covers editors' renames and ConfigMap volumes' `..data` swaps.
+//! stem. It is followed by [`DirWatch`]: a file renamed in or closed after writing is seen at
+//! once, other changes after a short debounce; that covers copies, editors' renames and
+//! ConfigMap volumes' `..data` swaps. A file read while it is still being written ([`cut_short`]
+//! and changed in the last [`WRITING`]) is skipped until the next event, never refused; one cut
+//! short for longer is judged, and refused as malformed.
 //! Cost of a rescan: one `read_dir`, then every file read whole and hashed ([`Content`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::dir_watch::{Content, DirWatch};
+use crate::dir_watch::{Content, DirWatch, cut_short};
 
 use super::source::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError};
 
 /// Rescan even without events, in case a notification was missed (e.g. on network filesystems).
 const SAFETY_RESCAN: Duration = Duration::from_secs(30);
+
+/// A file cut short and changed this recently is taken as still being written.
+pub const WRITING: Duration = Duration::from_secs(10);
 
 /// The guests in one directory (not below it).
 pub struct Directory {
@@ -60,6 +66,16 @@ impl GuestSource for Directory {
             what: file.display().to_string(),
             error: e.into(),
         })?;
+        if cut_short(&content.bytes) && changed_within(&file, WRITING) {
+            return Err(SourceError::Unreadable {
+                what: file.display().to_string(),
+                error: format!(
+                    "it is still being written ({} bytes so far, cut short); read again at the next change",
+                    content.bytes.len()
+                )
+                .into(),
+            });
+        }
         Ok(Artefact {
             origin: origin.clone(),
             bytes: content.bytes,
@@ -79,6 +95,15 @@ impl GuestSource for Directory {
     fn holds(&self, origin: &Origin) -> bool {
         matches!(origin.kind(), OriginKind::File)
     }
+}
+
+/// Whether `file` (followed through symlinks) was modified less than `within` ago.
+fn changed_within(file: &std::path::Path, within: Duration) -> bool {
+    std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .is_none_or(|age| age < within)
 }
 
 /// The directory's changes, as its [`DirWatch`] sees them.

@@ -55,7 +55,7 @@ mod orphans;
 mod source;
 mod status;
 
-pub use directory::Directory;
+pub use directory::{Directory, WRITING};
 pub use events::GuestEvent;
 pub use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
 pub use orphans::OrphanedFinalizer;
