@@ -12,6 +12,7 @@
 //! | file | families (as rendered) | labels |
 //! |---|---|---|
 //! | `workqueue.rs` | `workqueue_depth`, `workqueue_adds_total`, `workqueue_retries_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | `name` |
+//! | `workqueue.rs` | `reconciler_workqueue_depth` (the depth split by priority) | `name`, `priority` |
 //! | `guests.rs` | `reconciler_reconcile_total` | `guest`, `result` |
 //! | | `reconciler_reconcile_duration_seconds`, `reconciler_instantiate_duration_seconds`, `reconciler_deadline_hits_total`, `reconciler_memory_limit_hits_total`, `reconciler_finalizer_orphaned`, `reconciler_finalizer_released_total`, `reconciler_shadow_diffs_total`, `reconciler_shadow_agreements_total` | `guest` |
 //! | | `reconciler_guest_loaded` | `guest`, `hash` |

@@ -19,6 +19,12 @@ struct QueueLabels {
     name: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLabels {
+    name: String,
+    priority: &'static str,
+}
+
 /// client-go's workqueue buckets (`ExponentialBuckets(10e-9, 10, 12)`): 10 ns to 1000 s,
 /// one per decade, because queue waits range from "picked up at once" to "backed off for
 /// minutes". Written out so the `le` labels are exact decimals.
@@ -30,6 +36,7 @@ fn workqueue_histogram() -> Histogram {
 
 pub(super) struct WorkqueueFamilies {
     depth: Family<QueueLabels, Gauge>,
+    depth_by_priority: Family<PriorityLabels, Gauge>,
     adds: Family<QueueLabels, Counter>,
     queue_duration: HistogramFamily<QueueLabels>,
     work_duration: HistogramFamily<QueueLabels>,
@@ -43,6 +50,11 @@ impl WorkqueueFamilies {
     pub(super) fn register(r: &mut Registrar) -> Self {
         Self {
             depth: r.add("workqueue_depth", "Current depth of workqueue"),
+            depth_by_priority: r.add(
+                "reconciler_workqueue_depth",
+                "Current depth of workqueue by priority: low (initial lists, relists, \
+                 restarts) and normal (changes, requeues); they add up to workqueue_depth",
+            ),
             adds: r.add(
                 "workqueue_adds",
                 "Total number of adds handled by workqueue",
@@ -82,8 +94,16 @@ impl WorkqueueFamilies {
         let labels = QueueLabels {
             name: name.to_owned(),
         };
+        let priority = |priority| PriorityLabels {
+            name: name.to_owned(),
+            priority,
+        };
         WorkqueueMetrics {
             depth: self.depth.get_or_create_owned(&labels),
+            depth_low: self.depth_by_priority.get_or_create_owned(&priority("low")),
+            depth_normal: self
+                .depth_by_priority
+                .get_or_create_owned(&priority("normal")),
             adds: self.adds.get_or_create_owned(&labels),
             queue_duration: self.queue_duration.get_or_create_owned(&labels),
             work_duration: self.work_duration.get_or_create_owned(&labels),
@@ -100,6 +120,8 @@ impl WorkqueueFamilies {
 #[derive(Clone)]
 pub struct WorkqueueMetrics {
     depth: Gauge,
+    depth_low: Gauge,
+    depth_normal: Gauge,
     adds: Counter,
     queue_duration: Histogram,
     work_duration: Histogram,
@@ -126,6 +148,8 @@ impl WorkqueueMetrics {
     pub fn unregistered() -> Self {
         Self {
             depth: Gauge::default(),
+            depth_low: Gauge::default(),
+            depth_normal: Gauge::default(),
             adds: Counter::default(),
             queue_duration: workqueue_histogram(),
             work_duration: workqueue_histogram(),
@@ -136,9 +160,13 @@ impl WorkqueueMetrics {
         }
     }
 
-    /// Keys waiting to be handed out (`workqueue_depth`).
-    pub fn set_depth(&self, depth: usize) {
+    /// Keys waiting to be handed out (`workqueue_depth`), `low` of them at low priority
+    /// (`reconciler_workqueue_depth{priority}`).
+    pub fn set_depth(&self, depth: usize, low: usize) {
         self.depth.set(gauge_value(depth));
+        self.depth_low.set(gauge_value(low));
+        self.depth_normal
+            .set(gauge_value(depth.saturating_sub(low)));
     }
 
     /// A key was accepted into the queue (`workqueue_adds_total`).
@@ -189,7 +217,7 @@ mod tests {
         let wq = metrics.workqueue("network");
         wq.added();
         wq.added();
-        wq.set_depth(2);
+        wq.set_depth(2, 1);
         wq.retried();
         wq.queued_for(Duration::from_millis(1500));
         wq.worked_for(Duration::from_millis(250));
@@ -201,6 +229,14 @@ mod tests {
         assert!(text.contains("# TYPE workqueue_queue_duration_seconds histogram\n"));
         for (series, value) in [
             (r#"workqueue_depth{name="network"}"#, 2.0),
+            (
+                r#"reconciler_workqueue_depth{name="network",priority="low"}"#,
+                1.0,
+            ),
+            (
+                r#"reconciler_workqueue_depth{name="network",priority="normal"}"#,
+                1.0,
+            ),
             (r#"workqueue_adds_total{name="network"}"#, 2.0),
             (r#"workqueue_retries_total{name="network"}"#, 1.0),
             (

@@ -161,6 +161,8 @@ struct State<K> {
     /// Keys that need a reconcile, at the priority of that reconcile: everything queued
     /// plus in-flight keys re-added since they were handed out.
     dirty: HashMap<K, Priority>,
+    /// How many of `dirty` are at low priority (`reconciler_workqueue_depth`).
+    dirty_low: usize,
     /// Whether low-priority adds go behind normal ones ([`QueueConfig::priorities`]).
     priorities: bool,
     /// In-flight keys and when they were handed out.
@@ -198,6 +200,7 @@ where
                 low: VecDeque::new(),
                 low_seq: HashMap::new(),
                 dirty: HashMap::new(),
+                dirty_low: 0,
                 priorities: config.priorities,
                 processing: HashMap::new(),
                 added_at: HashMap::new(),
@@ -454,6 +457,8 @@ where
             // Promoted: a waiting key moves to the normal queue (its low entry goes stale);
             // an in-flight one is queued normal on `done`.
             *queued = priority;
+            self.dirty_low -= 1;
+            metrics.set_depth(self.dirty.len(), self.dirty_low);
             if self.low_seq.remove(&key).is_some() {
                 self.queue.push_back(key);
                 return true;
@@ -461,8 +466,9 @@ where
             return false;
         }
         self.dirty.insert(key.clone(), priority);
+        self.dirty_low += usize::from(priority == Priority::Low);
         metrics.added();
-        metrics.set_depth(self.dirty.len());
+        metrics.set_depth(self.dirty.len(), self.dirty_low);
         self.added_at.entry(key.clone()).or_insert(now);
         if self.processing.contains_key(&key) {
             return false;
@@ -540,8 +546,10 @@ where
                 }
             },
         };
-        self.dirty.remove(&key);
-        metrics.set_depth(self.dirty.len());
+        if self.dirty.remove(&key) == Some(Priority::Low) {
+            self.dirty_low -= 1;
+        }
+        metrics.set_depth(self.dirty.len(), self.dirty_low);
         if let Some(added) = self.added_at.remove(&key) {
             metrics.queued_for(now - added);
         }

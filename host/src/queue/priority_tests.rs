@@ -120,3 +120,30 @@ async fn without_priorities_every_add_is_one_fifo() {
     assert_eq!(q.len_at(Priority::Low), 0);
     assert_eq!(drain(&q).await, ["default/l1", "default/n1", "default/l2"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn depth_is_reported_per_priority_and_a_promotion_moves_a_key_between_them() {
+    use crate::metrics::{Metrics, sample};
+    let metrics = Metrics::new();
+    let q = WorkQueue::with_metrics(QueueConfig::default(), metrics.workqueue("w"));
+    let depth = |priority: &str| {
+        let text = metrics.render();
+        let at = sample(
+            &text,
+            &format!("reconciler_workqueue_depth{{name=\"w\",priority=\"{priority}\"}}"),
+        );
+        (at, sample(&text, "workqueue_depth{name=\"w\"}"))
+    };
+    q.add_with(key("l1"), Priority::Low);
+    q.add_with(key("l2"), Priority::Low);
+    q.add(key("n1"));
+    assert_eq!(depth("low"), (Some(2.0), Some(3.0)));
+    assert_eq!(depth("normal"), (Some(1.0), Some(3.0)));
+    // A change of l2 promotes it.
+    q.add(key("l2"));
+    assert_eq!(depth("low"), (Some(1.0), Some(3.0)));
+    assert_eq!(depth("normal"), (Some(2.0), Some(3.0)));
+    assert_eq!(drain(&q).await, ["default/n1", "default/l2", "default/l1"]);
+    assert_eq!(depth("low"), (Some(0.0), Some(0.0)));
+    assert_eq!(depth("normal"), (Some(0.0), Some(0.0)));
+}
