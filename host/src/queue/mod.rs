@@ -148,31 +148,33 @@ struct Inner<K> {
     metrics: WorkqueueMetrics,
 }
 
+/// Every structure below holds the same `Arc` of a key: a key is stored once, however many
+/// places know it (two `String`s of an `ObjectKey` copied into three maps cost ~320 B a key).
 struct State<K> {
     /// Ready normal-priority keys in FIFO order; each is also in `dirty` and not in
     /// `processing`.
-    queue: VecDeque<K>,
+    queue: VecDeque<Arc<K>>,
     /// Ready low-priority keys in FIFO order, each with the sequence number of its entry.
     /// An entry whose number is no longer the key's in `low_seq` (the key was promoted, or
     /// handed out) is stale and skipped: removing from the middle of a deque is O(n).
-    low: VecDeque<(K, u64)>,
+    low: VecDeque<(Arc<K>, u64)>,
     /// The live entry of each key queued low.
-    low_seq: HashMap<K, u64>,
+    low_seq: HashMap<Arc<K>, u64>,
     /// Keys that need a reconcile, at the priority of that reconcile: everything queued
     /// plus in-flight keys re-added since they were handed out.
-    dirty: HashMap<K, Priority>,
+    dirty: HashMap<Arc<K>, Priority>,
     /// How many of `dirty` are at low priority (`reconciler_workqueue_depth`).
     dirty_low: usize,
     /// Whether low-priority adds go behind normal ones ([`QueueConfig::priorities`]).
     priorities: bool,
     /// In-flight keys and when they were handed out.
-    processing: HashMap<K, Instant>,
+    processing: HashMap<Arc<K>, Instant>,
     /// When each dirty key was added, for `workqueue_queue_duration_seconds`.
-    added_at: HashMap<K, Instant>,
+    added_at: HashMap<Arc<K>, Instant>,
     /// The one live deadline of each delayed key (earliest wins) and its heap entry's
     /// sequence number; heap entries whose sequence differs are stale and skipped.
-    waiting: HashMap<K, (Instant, u64)>,
-    deadlines: BinaryHeap<Delayed<K>>,
+    waiting: HashMap<Arc<K>, (Instant, u64)>,
+    deadlines: BinaryHeap<Delayed<Arc<K>>>,
     next_seq: u64,
     limiter: Limiter<K>,
     shutting_down: bool,
@@ -233,7 +235,7 @@ where
         let wake = {
             let mut state = self.shared.state.lock();
             let promoted = state.promote_due(now, &self.shared.metrics);
-            state.add(key, priority, now, &self.shared.metrics) || promoted
+            state.add(Arc::new(key), priority, now, &self.shared.metrics) || promoted
         };
         if wake {
             self.shared.ready.notify_one();
@@ -251,7 +253,7 @@ where
                 return;
             }
             let promoted = state.promote_due(now, &self.shared.metrics);
-            state.add_after(key, delay, now, &self.shared.metrics) || promoted
+            state.add_after(Arc::new(key), delay, now, &self.shared.metrics) || promoted
         };
         if wake {
             self.shared.ready.notify_one();
@@ -270,7 +272,7 @@ where
             }
             let promoted = state.promote_due(now, &self.shared.metrics);
             let delay = state.limiter.when(&key, now);
-            state.add_after(key, delay, now, &self.shared.metrics) || promoted
+            state.add_after(Arc::new(key), delay, now, &self.shared.metrics) || promoted
         };
         if wake {
             self.shared.ready.notify_one();
@@ -309,7 +311,7 @@ where
                         // Pass the baton: one wake-up per add may have been spent on us.
                         self.shared.ready.notify_one();
                     }
-                    return Some(key);
+                    return Some(K::clone(&key));
                 }
                 if state.shutting_down {
                     return None;
@@ -341,9 +343,13 @@ where
             self.shared.metrics.worked_for(now - started);
             // Keys that fell due while we worked were ready before this re-add.
             let promoted = state.promote_due(now, &self.shared.metrics);
-            let requeued = match state.dirty.get(key) {
-                Some(&priority) => {
-                    state.push(key.clone(), priority);
+            let again = state
+                .dirty
+                .get_key_value(key)
+                .map(|(key, &priority)| (key.clone(), priority));
+            let requeued = match again {
+                Some((key, priority)) => {
+                    state.push(key, priority);
                     true
                 }
                 None => false,
@@ -437,7 +443,7 @@ where
     /// Returns whether a key was pushed onto a ready queue (a promotion included).
     fn add(
         &mut self,
-        key: K,
+        key: Arc<K>,
         priority: Priority,
         now: Instant,
         metrics: &WorkqueueMetrics,
@@ -478,7 +484,7 @@ where
     }
 
     /// Appends `key`, which is dirty and not in flight, to the ready queue of `priority`.
-    fn push(&mut self, key: K, priority: Priority) {
+    fn push(&mut self, key: Arc<K>, priority: Priority) {
         match priority {
             Priority::Normal => self.queue.push_back(key),
             Priority::Low => {
@@ -493,7 +499,7 @@ where
     /// Returns whether waiters should look again (a key was pushed or a deadline set).
     fn add_after(
         &mut self,
-        key: K,
+        key: Arc<K>,
         delay: Duration,
         now: Instant,
         metrics: &WorkqueueMetrics,
@@ -535,7 +541,7 @@ where
         pushed
     }
 
-    fn take(&mut self, now: Instant, metrics: &WorkqueueMetrics) -> Option<K> {
+    fn take(&mut self, now: Instant, metrics: &WorkqueueMetrics) -> Option<Arc<K>> {
         let key = match self.queue.pop_front() {
             Some(key) => key,
             None => loop {

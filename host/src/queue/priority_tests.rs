@@ -147,3 +147,43 @@ async fn depth_is_reported_per_priority_and_a_promotion_moves_a_key_between_them
     assert_eq!(depth("low"), (Some(0.0), Some(0.0)));
     assert_eq!(depth("normal"), (Some(0.0), Some(0.0)));
 }
+
+/// A key that counts its clones: the queue must store each key once, not copy it per map.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Counted(u32);
+
+static CLONES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        CLONES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_is_stored_once_however_many_structures_know_it() {
+    let clones = || CLONES.load(std::sync::atomic::Ordering::SeqCst);
+    let q = WorkQueue::new(QueueConfig::default());
+    for i in 0..100 {
+        q.add_with(Counted(i), Priority::Low);
+    }
+    for i in 0..50 {
+        q.add(Counted(i)); // promotions
+    }
+    for i in 100..120 {
+        q.add_after(Counted(i), Duration::from_secs(1));
+    }
+    assert_eq!(clones(), 0, "queued keys must not be copied");
+    // A failing key is also recorded by the backoff, which outlives its queue entries.
+    q.add_rate_limited(Counted(200));
+    assert_eq!(clones(), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let first = timeout(Duration::from_millis(1), q.get())
+        .await
+        .expect("ready")
+        .expect("open");
+    assert_eq!(clones(), 2, "only the key handed out is copied");
+    q.done(&first);
+    assert_eq!(q.len(), 121 - 1 + 1 - 1, "every other key is still queued");
+}
