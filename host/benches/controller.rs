@@ -31,8 +31,9 @@
 //!   a probe changes one Widget's spec every second (`BENCH_PROBES`, default 30) and times each
 //!   change until that Widget's `status.observedGeneration` reaches it (seen by a watch):
 //!   p50, p99 and max, and the wall time until every Widget has a status. The host with its
-//!   priority queue, the host with one FIFO (`RECONCILER_HOST_QUEUE=fifo`), and client-go's
-//!   FIFO work queue.
+//!   priority queue, the host with one FIFO (`RECONCILER_HOST_QUEUE=fifo`), client-go's FIFO
+//!   work queue, and controller-runtime v0.23 with its default priority queue
+//!   (`tools/bench-controller-runtime`).
 //!
 //! `BENCH_SECTIONS` (default `throughput,memory,reload,backlog`) picks the sections run.
 //!
@@ -99,23 +100,27 @@ struct Bench {
     kubeconfig: PathBuf,
     client: kube::Client,
     client_go: PathBuf,
+    controller_runtime: PathBuf,
     run_id: u32,
 }
 
 /// Brings up (or reuses) the control plane with the Widget CRD established, and builds the
-/// guests, the release host binary and the client-go baseline.
+/// guests, the release host binary and the client-go and controller-runtime baselines.
 async fn setup() -> anyhow::Result<Bench> {
     let live::Plane { kubeconfig, client } = live::plane().await?;
-    let client_go = PathBuf::from(
-        sh(&mut Command::new(
-            repo().join("tools/bench-client-go/build.sh"),
-        ))?
-        .trim(),
-    );
+    let built = |tool: &str| -> anyhow::Result<PathBuf> {
+        Ok(PathBuf::from(
+            sh(&mut Command::new(
+                repo().join(format!("tools/{tool}/build.sh")),
+            ))?
+            .trim(),
+        ))
+    };
     Ok(Bench {
         kubeconfig,
         client,
-        client_go,
+        client_go: built("bench-client-go")?,
+        controller_runtime: built("bench-controller-runtime")?,
         run_id: std::process::id(),
     })
 }
@@ -136,6 +141,8 @@ enum Who {
     ClientGo,
     /// client-go with `cache.TransformStripManagedFields()`, as the host drops them too.
     ClientGoStripped,
+    /// controller-runtime v0.23 with its default priority queue (`tools/bench-controller-runtime`).
+    ControllerRuntime,
 }
 
 impl Who {
@@ -148,6 +155,7 @@ impl Who {
             Who::KubeRs => "kube-rs",
             Who::ClientGo => "client-go",
             Who::ClientGoStripped => "client-go, managedFields stripped",
+            Who::ControllerRuntime => "controller-runtime v0.23, priority queue",
         }
     }
 }
@@ -198,6 +206,14 @@ impl Bench {
                 Command::new(std::env::current_exe()?)
                     .env("BENCH_ROLE", "native")
                     .env("BENCH_NAMESPACE", ns)
+                    .env("KUBECONFIG", &self.kubeconfig)
+                    .stdout(Stdio::piped())
+                    .spawn()?,
+                None,
+            ),
+            Who::ControllerRuntime => (
+                Command::new(&self.controller_runtime)
+                    .args(["-namespace", ns, "-workers", &CONCURRENCY.to_string()])
                     .env("KUBECONFIG", &self.kubeconfig)
                     .stdout(Stdio::piped())
                     .spawn()?,
@@ -601,6 +617,7 @@ async fn orchestrate() -> anyhow::Result<()> {
                 Who::HostUnderAttack => "hostile",
                 Who::KubeRs => "kube-rs",
                 Who::ClientGo | Who::ClientGoStripped => "client-go",
+                Who::ControllerRuntime => "controller-runtime",
             };
             let ns = bench.populated(&format!("{what}-{n}"), n).await?;
             if who == Who::HostUnderAttack {
@@ -640,9 +657,14 @@ async fn orchestrate() -> anyhow::Result<()> {
     };
     let mut backlog = Vec::new();
     for &n in backlog_sizes.iter().filter(|_| section("backlog")) {
-        for (i, who) in [Who::Host { extra_guests: 0 }, Who::HostFifo, Who::ClientGo]
-            .into_iter()
-            .enumerate()
+        for (i, who) in [
+            Who::Host { extra_guests: 0 },
+            Who::HostFifo,
+            Who::ClientGo,
+            Who::ControllerRuntime,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let ns = bench.populated(&format!("backlog-{i}-{n}"), n).await?;
             let (latencies, wall) = bench.backlog(who, &ns, n, probes).await?;
