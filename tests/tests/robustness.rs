@@ -78,6 +78,12 @@ fn assert_substantial(
         "only {} replica writes in the audit log",
         report.writes_by_replicas
     );
+    if report.faults_by_kind.contains_key("compaction") {
+        assert!(
+            report.relists > 0,
+            "a compaction made no informer relist after a 410"
+        );
+    }
     let replicas = reconciling_replicas(history);
     assert!(
         replicas.len() >= 2,

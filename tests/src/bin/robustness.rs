@@ -113,18 +113,19 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     println!(
-        "\n| mode | seed | faults | reconciles | traps | 409s | longest convergence after a fault | longest wait of a change | final convergence | violations |"
+        "\n| mode | seed | faults | reconciles | traps | 409s | relists | longest convergence after a fault | longest wait of a change | final convergence | violations |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &reports {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.1} s ({}) | {:.1} s | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} s ({}) | {:.1} s | {} | {} |",
             mode_name(r.mode),
             r.seed,
             r.faults,
             r.reconciles,
             r.traps,
             r.conflicts,
+            r.relists,
             ms(r.longest_convergence_ms),
             r.longest_convergence_after.as_deref().unwrap_or("-"),
             ms(r.longest_wait_ms),
@@ -166,7 +167,7 @@ fn ms(m: u64) -> f64 {
 
 fn print_report(report: &Report, dir: &std::path::Path) {
     println!(
-        "seed {} ({} mode): {} faults {:?}, {} reconciles ({} trapped), {} replica writes, {} conflicts; longest convergence after a fault {:.1} s; longest wait of a change {:.1} s; {} violations; files in {}",
+        "seed {} ({} mode): {} faults {:?}, {} reconciles ({} trapped), {} replica writes, {} conflicts, {} relists after 410; longest convergence after a fault {:.1} s; longest wait of a change {:.1} s; {} violations; files in {}",
         report.seed,
         mode_name(report.mode),
         report.faults,
@@ -175,6 +176,7 @@ fn print_report(report: &Report, dir: &std::path::Path) {
         report.traps,
         report.writes_by_replicas,
         report.conflicts,
+        report.relists,
         ms(report.longest_convergence_ms),
         ms(report.longest_wait_ms),
         report.violations.len(),

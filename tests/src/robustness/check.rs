@@ -50,6 +50,8 @@ pub struct Report {
     pub traps: usize,
     /// Replica writes the API server refused with 409.
     pub conflicts: usize,
+    /// Informer relists after a 410 Gone, over every replica.
+    pub relists: u32,
     pub writes_by_replicas: usize,
     /// The longest time, after a fault ended, until every change made before its end was
     /// reconciled (milliseconds), and which fault.
@@ -94,6 +96,7 @@ pub fn check(history: &History) -> Report {
             .filter(|r| r.outcome.starts_with("trap"))
             .count(),
         conflicts: replica_writes().filter(|w| w.code == 409).count(),
+        relists: history.incarnations.iter().map(|i| i.relists).sum(),
         writes_by_replicas: replica_writes().filter(|w| w.succeeded()).count(),
         longest_convergence_ms: millis(longest),
         longest_wait_ms: millis(longest_wait(history)),
@@ -604,6 +607,7 @@ mod tests {
                     pauses: Vec::new(),
                     rss_before: Some(40 << 20),
                     rss_after: Some(42 << 20),
+                    relists: 0,
                 })
                 .to_vec(),
             reconciles: Vec::new(),

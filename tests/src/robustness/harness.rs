@@ -200,7 +200,6 @@ pub async fn run(profile: &Profile) -> Result<(History, Report)> {
         profile.rate,
         stop.clone(),
     ));
-    let relays: Vec<Arc<Relay>> = replicas.iter().map(|r| r.relay.clone()).collect();
     let dirs: Vec<PathBuf> = replicas.iter().map(|r| r.dir.clone()).collect();
     let origin = Instant::now();
     let mut records = Vec::new();
@@ -209,7 +208,6 @@ pub async fn run(profile: &Profile) -> Result<(History, Report)> {
     let cluster = {
         let plane_ctx = ClusterLane {
             plane: &plane,
-            relays: &relays,
             dirs: &dirs,
             profile,
         };
@@ -252,8 +250,10 @@ pub async fn run(profile: &Profile) -> Result<(History, Report)> {
     drop(plane);
 
     let mut reconciles = Vec::new();
-    for i in &incarnations {
-        reconciles.extend(read_journal(&profile.out.join(&i.log), i)?);
+    for i in &mut incarnations {
+        let log = profile.out.join(&i.log);
+        reconciles.extend(read_journal(&log, i)?);
+        i.relists = count_relists(&log);
     }
     let history = History {
         meta: Meta {
@@ -285,6 +285,13 @@ pub async fn run(profile: &Profile) -> Result<(History, Report)> {
         serde_json::to_vec_pretty(&report)?,
     )?;
     Ok((history, report))
+}
+
+/// How many times the incarnation's informers relisted after a 410 Gone (its debug lines).
+fn count_relists(log: &Path) -> u32 {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let n = text.matches("(410 Gone); relisting").count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The Widget the workload creates: journalling, trapping now and then, writing its status
@@ -472,7 +479,11 @@ impl Replica {
                 dir.join("kubeconfig").to_string_lossy().into_owned(),
             ),
             ("RECONCILER_LOG_FORMAT".to_owned(), "json".to_owned()),
-            ("RUST_LOG".to_owned(), "info".to_owned()),
+            // The informers' watch lines say when a 410 Gone made them relist.
+            (
+                "RUST_LOG".to_owned(),
+                "info,reconciler_host::informers::watch=debug".to_owned(),
+            ),
         ];
         if profile.break_fence {
             env.push((
@@ -497,6 +508,7 @@ impl Replica {
                 pauses: Vec::new(),
                 rss_before: None,
                 rss_after: None,
+                relists: 0,
             },
             past: Vec::new(),
             out: profile.out.clone(),
@@ -529,6 +541,7 @@ impl Replica {
             pauses: Vec::new(),
             rss_before: None,
             rss_after: None,
+            relists: 0,
         };
         Ok(())
     }
@@ -656,7 +669,6 @@ fn host_config(variant: u32) -> String {
 
 struct ClusterLane<'a> {
     plane: &'a PrivateControlPlane,
-    relays: &'a [Arc<Relay>],
     dirs: &'a [PathBuf],
     profile: &'a Profile,
 }
@@ -694,11 +706,13 @@ impl ClusterLane<'_> {
                 }
                 FaultKind::Compaction => {
                     let revision = compact(&self.plane.etcd_url()?).await?;
-                    for relay in self.relays {
-                        relay.cut_all();
-                    }
+                    // A graceful restart rebuilds the watch cache from now: every watch resumes
+                    // from a revision neither the cache nor etcd still holds, gets 410 Gone and
+                    // relists. (With the cache up, a compaction alone is invisible to watches
+                    // within its window.)
+                    self.plane.restart_apiserver(Restart::default()).await?;
                     format!(
-                        "etcd compacted at revision {revision}; every replica's connections cut"
+                        "etcd compacted at revision {revision}; kube-apiserver restarted gracefully (watch cache rebuilt)"
                     )
                 }
                 FaultKind::Competitor => {

@@ -93,6 +93,9 @@ pub struct Incarnation {
     /// Resident memory when the faults began and at the end (bytes), when it lived that long.
     pub rss_before: Option<u64>,
     pub rss_after: Option<u64>,
+    /// How many times its informers relisted after a 410 Gone (a compaction's work).
+    #[serde(default)]
+    pub relists: u32,
 }
 
 impl Incarnation {

@@ -24,8 +24,8 @@ pub enum FaultKind {
     ApiserverKill,
     /// etcd `SIGKILL`ed, started again after `hold`.
     EtcdKill,
-    /// etcd's history compacted to now and every replica's connections cut: watches resume
-    /// from a compacted resourceVersion (410 Gone) and relist.
+    /// etcd's history compacted to now and kube-apiserver restarted gracefully (its watch
+    /// cache rebuilt): watches resume from a resourceVersion nobody holds (410 Gone) and relist.
     Compaction,
     /// Another client patches the objects' status for `hold`: the guest's optimistic status
     /// writes meet 409 Conflict.
