@@ -243,7 +243,7 @@ pub async fn run(profile: &Profile) -> Result<(History, Report)> {
     let mut incarnations = Vec::new();
     for mut r in replicas {
         r.terminate().await;
-        incarnations.extend(r.past);
+        incarnations.append(&mut r.past);
     }
     let audit = profile.out.join("audit.log");
     std::fs::copy(plane.audit_log(), &audit).context("copying the audit log")?;
@@ -648,6 +648,17 @@ fn host_binary() -> Result<PathBuf> {
     })
     .clone()
     .map_err(anyhow::Error::msg)
+}
+
+impl Drop for Replica {
+    /// A run that ends early (an error, a panic) leaves no replica behind.
+    fn drop(&mut self) {
+        self.signal("CONT");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The replicas' host.yaml; `variant` changes the limits (a configuration reload restarts the
