@@ -602,3 +602,142 @@ fn slimming_refuses_what_is_not_a_component() {
     let error = reconciler_slim::slim(core_module).err().expect("refused");
     assert_eq!(error.to_string(), "not a WebAssembly component");
 }
+
+/// One reconcile through the reuse path: its outcome, whether it ran in a kept instance, and
+/// the `instanceCalls` the widget guest reported (how many reconciles its instance has run).
+fn reconcile_reusing(
+    runtime: &Runtime,
+    guest: &LoadedGuest,
+    h: &Harness,
+    object: &Value,
+    warm: &mut Option<reconciler_host::runtime::Warm>,
+    reuse: reconciler_host::runtime::Reuse,
+) -> (Outcome, bool, Option<u64>) {
+    h.cache.put(object.clone());
+    let request = Request {
+        object_ref: ObjectRef::of_object(object).unwrap(),
+        object: Some(object.to_string()),
+        deleting: false,
+        attempt: 0,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let call =
+        CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
+    let run = rt.block_on(runtime.reconcile_reusing(guest, call, request, warm, Some(reuse)));
+    let calls = run
+        .calls
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.function == "patch-status")
+        .and_then(|c| c.args["patch"]["status"]["instanceCalls"].as_u64());
+    (run.outcome, run.reused, calls)
+}
+
+fn reuse(uses: u32, idle: Duration) -> reconciler_host::runtime::Reuse {
+    reconciler_host::runtime::Reuse { uses, idle }
+}
+
+#[test]
+fn a_reused_instance_serves_n_reconciles_then_a_fresh_one_starts() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(Grant::unrestricted());
+    let object = widget("w", &json!({"leakKiB": 0}));
+    let mut warm = None;
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        let (outcome, reused, calls) = reconcile_reusing(
+            &runtime,
+            &guest,
+            &h,
+            &object,
+            &mut warm,
+            reuse(3, Duration::from_mins(1)),
+        );
+        assert!(matches!(outcome, Outcome::Ok { .. }), "{outcome:?}");
+        seen.push((reused, calls));
+    }
+    // State survives between reconciles of one instance (the counter), for 3 at most.
+    let expected = [1, 2, 3, 1, 2, 3, 1].map(|n| (n > 1, Some(n)));
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn a_trap_or_a_deadline_drops_the_kept_instance() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(with_limits(Duration::from_millis(300), 64));
+    let policy = reuse(100, Duration::from_mins(1));
+    let mut warm = None;
+    let good = widget("w", &json!({"leakKiB": 0}));
+    for bad in [json!({"mode": "trap"}), json!({"mode": "loop"})] {
+        let (_, _, calls) = reconcile_reusing(&runtime, &guest, &h, &good, &mut warm, policy);
+        assert_eq!(calls, Some(1));
+        let (_, reused, calls) = reconcile_reusing(&runtime, &guest, &h, &good, &mut warm, policy);
+        assert!(reused && calls == Some(2), "kept after a good reconcile");
+        let (outcome, reused, _) =
+            reconcile_reusing(&runtime, &guest, &h, &widget("w", &bad), &mut warm, policy);
+        assert!(reused, "the bad reconcile ran in the kept instance");
+        assert!(
+            matches!(outcome, Outcome::Trap(_) | Outcome::Deadline(_)),
+            "{outcome:?}"
+        );
+        assert!(warm.is_none(), "a failed instance is never kept");
+        let (outcome, reused, calls) =
+            reconcile_reusing(&runtime, &guest, &h, &good, &mut warm, policy);
+        assert!(matches!(outcome, Outcome::Ok { .. }), "{outcome:?}");
+        assert!(!reused && calls == Some(1), "a fresh instance after {bad}");
+        warm = None;
+    }
+}
+
+#[test]
+fn the_memory_cap_holds_over_a_kept_instances_whole_life() {
+    let runtime = runtime();
+    let guest = load(&runtime, "widget");
+    let h = harness(with_limits(Duration::from_secs(5), 8));
+    let policy = reuse(1000, Duration::from_mins(1));
+    let mut warm = None;
+    // 1 MiB kept per reconcile against an 8 MiB cap: fine in a fresh instance, a cap hit
+    // after a few reuses.
+    let leaky = widget("w", &json!({"leakKiB": 1024}));
+    let mut outcomes = Vec::new();
+    for _ in 0..12 {
+        let (outcome, _, _) = reconcile_reusing(&runtime, &guest, &h, &leaky, &mut warm, policy);
+        outcomes.push(outcome);
+    }
+    let hit = outcomes
+        .iter()
+        .position(|o| matches!(o, Outcome::MemoryLimit(_)))
+        .unwrap_or_else(|| panic!("no memory-cap hit in {outcomes:?}"));
+    assert!(hit > 1, "the first reconciles fit: {outcomes:?}");
+    assert!(
+        matches!(outcomes[hit + 1], Outcome::Ok { .. }),
+        "a fresh instance after the cap hit: {outcomes:?}"
+    );
+    assert_still_serving(&runtime, &guest);
+}
+
+#[test]
+fn no_reuse_across_versions_or_after_the_idle_time() {
+    let runtime = runtime();
+    let v1 = load(&runtime, "widget");
+    let v2 = load(&runtime, "widget-v2");
+    let h = harness(Grant::unrestricted());
+    let object = widget("w", &json!({"leakKiB": 0}));
+    let mut warm = None;
+    let policy = reuse(100, Duration::from_millis(200));
+    let (_, _, first) = reconcile_reusing(&runtime, &v1, &h, &object, &mut warm, policy);
+    let (_, reused, second) = reconcile_reusing(&runtime, &v1, &h, &object, &mut warm, policy);
+    assert_eq!((first, reused, second), (Some(1), true, Some(2)));
+    // Another version never runs in v1's instance.
+    let (_, reused, calls) = reconcile_reusing(&runtime, &v2, &h, &object, &mut warm, policy);
+    assert_eq!((reused, calls), (false, Some(1)));
+    // Idle longer than the policy allows: a fresh instance.
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, reused, calls) = reconcile_reusing(&runtime, &v2, &h, &object, &mut warm, policy);
+    assert_eq!((reused, calls), (false, Some(1)));
+}

@@ -569,6 +569,12 @@ impl CallContext {
         }
     }
 
+    /// The context an instance kept between reconciles holds while idle: its guest, no key.
+    #[must_use]
+    pub fn idle(&self) -> Self {
+        Self::new(self.guest.clone(), String::new(), self.runtime.clone())
+    }
+
     /// Records every call of this reconcile (see [`Call`]).
     #[must_use]
     pub fn recording(mut self) -> Self {

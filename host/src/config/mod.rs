@@ -21,6 +21,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 /// Default cap on a guest instance's linear memory (all of its memories together).
 pub const DEFAULT_MEMORY_MIB: usize = 64;
+/// How long an instance kept by `instanceReuse` may sit unused before it is dropped.
+pub const DEFAULT_INSTANCE_IDLE: Duration = Duration::from_secs(30);
 /// Default host-wide cap on one guest's concurrency (`maxConcurrency`).
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
 
@@ -227,6 +229,13 @@ pub struct Limits {
     /// beyond the rate a body waits, within the reconcile's deadline. Default: 8 MiB/s (see
     /// [`Rates::default`]).
     pub body_bytes_per_second: Option<u32>,
+    /// Opt-in instance reuse: one instance serves up to this many reconciles of the guest on
+    /// one worker (1, the default: a fresh instance per reconcile). State can then survive
+    /// from one key to the next of the same guest; guests stay apart (see the README).
+    pub instance_reuse: Option<u32>,
+    /// A kept instance unused this long is dropped (default 30 s).
+    #[serde(default, with = "humantime_serde")]
+    pub instance_idle: Option<Duration>,
 }
 
 impl Limits {
@@ -249,7 +258,18 @@ impl Limits {
             body_bytes_per_second: self
                 .body_bytes_per_second
                 .or(fallback.body_bytes_per_second),
+            instance_reuse: self.instance_reuse.or(fallback.instance_reuse),
+            instance_idle: self.instance_idle.or(fallback.instance_idle),
         }
+    }
+
+    /// The reuse policy, if the guest opted in (`instanceReuse` above 1).
+    pub fn reuse(&self) -> Option<Reuse> {
+        let uses = self.instance_reuse.filter(|n| *n > 1)?;
+        Some(Reuse {
+            uses,
+            idle: self.instance_idle.unwrap_or(DEFAULT_INSTANCE_IDLE),
+        })
     }
 
     /// The limits this one sets above `ceiling` (unset there: the built-in value), and a
@@ -334,6 +354,12 @@ impl Limits {
                 rates.body_bytes_per_second,
             ),
         ];
+        // No reuse unless the ceiling allows it: it lets state pass between keys.
+        check(
+            "instanceReuse",
+            self.instance_reuse.map(u64::from),
+            u64::from(ceiling.instance_reuse.unwrap_or(1)),
+        );
         for (name, mine, cap, built_in) in u32s {
             check(
                 name,
@@ -370,6 +396,14 @@ impl Limits {
         let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64);
         usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
     }
+}
+
+/// How an instance may be reused (`limits.instanceReuse`): for up to `uses` reconciles, none
+/// after `idle` unused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reuse {
+    pub uses: u32,
+    pub idle: Duration,
 }
 
 /// A guest's per-guest rates (`capabilities::Budget`), from its limits.

@@ -430,7 +430,34 @@ async fn run_worker(
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<Version>>,
 ) {
-    while process_next(&shared, &caches, &queue, &version).await {}
+    let mut kept = Kept::default();
+    while process_next(&shared, &caches, &queue, &version, &mut kept).await {}
+}
+
+/// A worker's instance kept between reconciles (`limits.instanceReuse`), and the guest version
+/// it belongs to: a new version or grant never runs in it.
+#[derive(Default)]
+struct Kept {
+    version: std::sync::Weak<Version>,
+    warm: Option<crate::runtime::Warm>,
+}
+
+impl Kept {
+    /// The instance for a reconcile of `version`, if it is the one this was kept for.
+    fn for_version(&mut self, version: &Arc<Version>) -> &mut Option<crate::runtime::Warm> {
+        if !std::ptr::eq(self.version.as_ptr(), Arc::as_ptr(version)) {
+            self.warm = None;
+            self.version = Arc::downgrade(version);
+        }
+        &mut self.warm
+    }
+
+    /// When the kept instance must go if no key comes: its idle time from now.
+    fn idle_until(&self, version: &Version) -> Option<tokio::time::Instant> {
+        self.warm.as_ref()?;
+        let reuse = version.guest.grant.limits.reuse()?;
+        Some(tokio::time::Instant::now() + reuse.idle)
+    }
 }
 
 /// How long a key taken while the write fence is shut waits before it is tried again.
@@ -442,8 +469,22 @@ async fn process_next(
     caches: &Caches,
     queue: &WorkQueue<ObjectKey>,
     version: &watch::Receiver<Arc<Version>>,
+    kept: &mut Kept,
 ) -> bool {
-    let Some(key) = queue.get().await else {
+    let idle_until = kept.idle_until(&version.borrow());
+    let next = match idle_until {
+        // A kept instance is dropped once it has waited its idle time for a key (`get` is
+        // cancel-safe).
+        Some(at) => tokio::select! {
+            key = queue.get() => key,
+            () = tokio::time::sleep_until(at) => {
+                kept.warm = None;
+                return true;
+            }
+        },
+        None => queue.get().await,
+    };
+    let Some(key) = next else {
         return false;
     };
     if !shared.fence.is_open() {
@@ -457,7 +498,8 @@ async fn process_next(
     let version = version.borrow().clone();
     let attempt = queue.num_requeues(&key);
     let span = tracing::info_span!("reconcile", guest = %version.guest.name(), key = %key, attempt);
-    let next = sync(shared, caches, &version, &key, attempt)
+    let warm = kept.for_version(&version);
+    let next = sync(shared, caches, &version, &key, attempt, warm)
         .instrument(span)
         .await;
     if !matches!(next, Next::Retry)
@@ -496,6 +538,7 @@ async fn sync(
     version: &Arc<Version>,
     key: &ObjectKey,
     attempt: u32,
+    warm: &mut Option<crate::runtime::Warm>,
 ) -> Next {
     // Read.
     let guest = &version.guest;
@@ -525,7 +568,7 @@ async fn sync(
         deleting,
         attempt,
     };
-    let mut run = run(shared, version, key, request).await;
+    let mut run = run(shared, version, key, request, warm).await;
     writes.record(
         shared,
         version,
@@ -544,7 +587,13 @@ async fn sync(
 
 /// Calls the guest on this task: it yields every epoch tick and at every import that waits,
 /// and aborting the task (lease lost, shutdown) cancels it wherever it is.
-async fn run(shared: &Services, version: &Version, key: &ObjectKey, request: Request) -> Run {
+async fn run(
+    shared: &Services,
+    version: &Version,
+    key: &ObjectKey,
+    request: Request,
+    warm: &mut Option<crate::runtime::Warm>,
+) -> Run {
     let name = version.guest.name();
     let call = CallContext::new(
         version.context.clone(),
@@ -552,12 +601,15 @@ async fn run(shared: &Services, version: &Version, key: &ObjectKey, request: Req
         Some(tokio::runtime::Handle::current()),
     );
     let started = Instant::now();
+    let reuse = version.guest.grant.limits.reuse();
     let run = shared
         .runtime
-        .reconcile_async(&version.guest.loaded, call, request)
+        .reconcile_reusing(&version.guest.loaded, call, request, warm, reuse)
         .await;
     let metrics = &shared.metrics;
-    metrics.instantiated(name, run.instantiate_time);
+    if !run.reused {
+        metrics.instantiated(name, run.instantiate_time);
+    }
     // Also counts deadline and memory-limit hits.
     metrics.reconcile_finished(name, run.outcome.result(), started.elapsed());
     run

@@ -1,14 +1,17 @@
-//! One reconcile: a fresh store and instance of a loaded guest, one call of its `reconcile`
-//! export under the deadline, and what came of it, timed by phase.
+//! One reconcile: a fresh store and instance of a loaded guest (or, under an opt-in reuse
+//! policy, one kept from the same worker's last reconcile of the same guest version), one call
+//! of its `reconcile` export under the deadline, and what came of it, timed by phase.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use wasmtime::component::Instance;
 use wasmtime::{Engine, Store};
 
 use super::load::LoadedGuest;
 use super::store::{FailureKind, HostState, describe_failure, new_store};
 use crate::capabilities::{Call, CallContext};
+use crate::config::Reuse;
 use crate::objects::ObjectRef;
 use crate::wit::guest;
 
@@ -73,6 +76,8 @@ pub struct Run {
     pub calls: Option<Vec<Call>>,
     /// Shadow mode: the intended changes that would have changed something.
     pub shadow_differences: Vec<crate::shadow::Difference>,
+    /// It ran in an instance kept from an earlier reconcile (`limits.instanceReuse`).
+    pub reused: bool,
     /// Where the time went: store creation, instantiation, the guest call (including its host
     /// calls), and teardown (dropping the store returns the slot to the pool and resets its
     /// memory). [`Run::total_time`] is their sum.
@@ -95,6 +100,26 @@ type CallResult = Result<
     tokio::time::error::Elapsed,
 >;
 
+/// An instance kept between reconciles of one guest version on one worker (`limits.instanceReuse`):
+/// its store (memory, WASI state, the memory cap counted over its whole life) and instance.
+pub struct Warm {
+    store: Store<HostState>,
+    instance: Instance,
+    /// The guest version (content hash) it was made from.
+    hash: String,
+    uses: u32,
+    last_used: Instant,
+}
+
+impl Warm {
+    /// Whether the next reconcile of `hash` may run in it under `reuse`.
+    fn serves(&self, hash: &str, reuse: Reuse, now: Instant) -> bool {
+        self.hash == hash
+            && self.uses < reuse.uses
+            && now.saturating_duration_since(self.last_used) < reuse.idle
+    }
+}
+
 /// Runs one reconcile of `guest` in a fresh instance, the whole call, imports included, under
 /// a timeout at the deadline its grant sets. `slots` is the pool's size, for the outcome when
 /// every slot is busy.
@@ -102,15 +127,43 @@ pub(super) async fn reconcile(
     engine: &Engine,
     slots: u32,
     guest: &LoadedGuest,
+    call: CallContext,
+    request: Request,
+) -> Run {
+    reconcile_reusing(engine, slots, guest, call, request, &mut None, None).await
+}
+
+/// [`reconcile`], in `warm`'s instance when `reuse` allows it (same guest version, fewer than
+/// `reuse.uses` reconciles, used within `reuse.idle`), else in a fresh one. Afterwards `warm`
+/// holds the instance again if the reconcile returned `Ok` and reuse allows another; after a
+/// trap, a deadline, a memory-cap hit or any error it is dropped (and a cancelled reconcile
+/// drops it with the future).
+pub(super) async fn reconcile_reusing(
+    engine: &Engine,
+    slots: u32,
+    guest: &LoadedGuest,
     mut call: CallContext,
     request: Request,
+    warm: &mut Option<Warm>,
+    reuse: Option<Reuse>,
 ) -> Run {
     let started = Instant::now();
     let limits = &call.guest.grant.limits;
     let memory_bytes = limits.memory_bytes();
     call.deadline = started + limits.deadline();
     let deadline = call.deadline;
-    let mut store = new_store(engine, call, memory_bytes);
+    let kept = warm
+        .take()
+        .filter(|w| reuse.is_some_and(|r| w.serves(&guest.hash, r, started)));
+    let (mut store, kept_instance, uses) = match kept {
+        Some(mut w) => {
+            w.store.data_mut().next_call(call);
+            w.store.set_epoch_deadline(1);
+            (w.store, Some(w.instance), w.uses)
+        }
+        None => (new_store(engine, call, memory_bytes), None, 0),
+    };
+    let reused = kept_instance.is_some();
     let stored = Instant::now();
     // Moved, not copied: the object is the largest value a reconcile passes in.
     let wit_request = guest::Request {
@@ -120,12 +173,16 @@ pub(super) async fn reconcile(
         attempt: request.attempt,
     };
     let mut instantiated = None;
+    let mut instance = None;
     let result = tokio::time::timeout_at(deadline.into(), async {
-        let instance = guest.instance_pre().instantiate_async(&mut store).await;
+        let ready = match kept_instance {
+            Some(ready) => ready,
+            None => guest.instance_pre().instantiate_async(&mut store).await?,
+        };
         instantiated = Some(Instant::now());
-        let instance = instance?;
+        instance = Some(ready);
         let (result,) = guest
-            .reconcile_func(&instance, &mut store)?
+            .reconcile_func(&ready, &mut store)?
             .call_async(&mut store, (&wit_request,))
             .await?;
         Ok::<_, wasmtime::Error>(result)
@@ -134,14 +191,33 @@ pub(super) async fn reconcile(
     let instantiated = instantiated.unwrap_or(stored);
     let called = Instant::now();
     let outcome = outcome(result, &store, slots);
-    let state = store.into_data();
+    let keep = reuse.filter(|r| {
+        matches!(outcome, Outcome::Ok { .. })
+            && uses + 1 < r.uses
+            // A chatty guest's captured stderr would fill up: start afresh before it does.
+            && store.data().stderr_len() < super::store::STDERR_CAPTURE / 2
+    });
+    let state = if let (Some(_), Some(instance)) = (keep, instance) {
+        let idle = store.data().call().idle();
+        let state = store.data_mut().next_call(idle);
+        *warm = Some(Warm {
+            store,
+            instance,
+            hash: guest.hash.clone(),
+            uses: uses + 1,
+            last_used: Instant::now(),
+        });
+        state
+    } else {
+        store.into_data().into_call()
+    };
     let finished = Instant::now();
-    let state = state.into_call();
     Run {
         outcome,
         conflicted: state.conflicted,
         calls: state.calls,
         shadow_differences: state.shadow_differences,
+        reused,
         store_time: stored - started,
         instantiate_time: instantiated - stored,
         call_time: called - instantiated,

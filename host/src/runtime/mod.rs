@@ -53,7 +53,8 @@ mod engine;
 mod load;
 mod store;
 
-pub use call::{Outcome, Request, Run};
+pub use crate::config::Reuse;
+pub use call::{Outcome, Request, Run, Warm};
 pub use engine::RuntimeOptions;
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
 pub use store::HostState;
@@ -121,6 +122,19 @@ impl Runtime {
         request: Request,
     ) -> Run {
         call::reconcile(&self.engine, self.slots, guest, call, request).await
+    }
+
+    /// [`Runtime::reconcile_async`] in `warm`'s instance when `reuse` allows it, keeping the
+    /// instance there for the next reconcile of this worker (see [`call::reconcile_reusing`]).
+    pub async fn reconcile_reusing(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        request: Request,
+        warm: &mut Option<Warm>,
+        reuse: Option<Reuse>,
+    ) -> Run {
+        call::reconcile_reusing(&self.engine, self.slots, guest, call, request, warm, reuse).await
     }
 
     pub fn engine(&self) -> &Engine {

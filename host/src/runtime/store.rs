@@ -13,8 +13,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::capabilities::CallContext;
 
-/// Bytes of guest stderr kept per reconcile (a panic message fits; a flood does not grow memory).
-const STDERR_CAPTURE: usize = 16 * 1024;
+/// Bytes of guest stderr kept per instance (a panic message fits; a flood does not grow memory).
+pub(super) const STDERR_CAPTURE: usize = 16 * 1024;
 
 /// Per-store data: the capabilities' call context, the guest's WASI context and the limiter.
 pub struct HostState {
@@ -34,6 +34,17 @@ impl HostState {
     /// What the store's capabilities recorded, once the instance is gone.
     pub(super) fn into_call(self) -> CallContext {
         self.call
+    }
+
+    /// A reused instance's next reconcile: its context replaces the last one's, which is
+    /// returned with what it recorded.
+    pub(super) fn next_call(&mut self, call: CallContext) -> CallContext {
+        std::mem::replace(&mut self.call, call)
+    }
+
+    /// Bytes the guest wrote to stderr so far (bounded by the capture).
+    pub(super) fn stderr_len(&self) -> usize {
+        self.wasi.as_ref().map_or(0, |w| w.stderr.contents().len())
     }
 
     fn wasi_stderr(&self) -> Option<String> {
@@ -58,7 +69,6 @@ pub(super) fn new_store(
     call: CallContext,
     memory_bytes: usize,
 ) -> Store<HostState> {
-    let deadline = call.deadline;
     let state = HostState {
         call,
         wasi: None,
@@ -75,8 +85,9 @@ pub(super) fn new_store(
     // loop shares its thread with the host's other tasks) and, once past its deadline,
     // traps with `Interrupt`.
     store.set_epoch_deadline(1);
+    // The deadline is read from the store: a reused instance serves one call after another.
     store.epoch_deadline_callback(move |store| {
-        if Instant::now() >= deadline {
+        if Instant::now() >= store.data().call.deadline {
             return Err(Trap::Interrupt.into());
         }
         // Over the guest's CPU share: pause (the deadline's timeout still runs).

@@ -20,7 +20,9 @@
 //! 5. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
 //! 6. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
-//!    `guestVersion`, `message`, `get`, `list`. Any failure is transient. With
+//!    `guestVersion`, `message`, `get`, `list`; with `leakKiB: n` also `instanceCalls`
+//!    (reconciles this instance ran), and n KiB more kept for the instance's life at each
+//!    (`leakKiB: 0` only counts). Any failure is transient. With
 //!    `optimisticStatus: true` the patch carries the resourceVersion read, so a concurrent
 //!    change of the object makes it fail with a conflict (409).
 //! 7. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
@@ -147,7 +149,7 @@ fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, Reconc
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
-    let status = json!({
+    let mut status = json!({
         "observedGeneration": widget.metadata.generation,
         "reconciles": reconciles,
         "lastAttempt": req.attempt,
@@ -156,6 +158,9 @@ fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, Reconc
         "get": get,
         "list": list,
     });
+    if spec.leak_kib.is_some() {
+        status["instanceCalls"] = json!(instance_calls(spec.leak_kib));
+    }
     let written = if spec.optimistic_status {
         // With the resourceVersion read, the server refuses the write (409) if the object
         // changed since: the conflict path of the host.
@@ -213,6 +218,8 @@ struct WidgetSpec {
     enqueue_after_ms: Option<u64>,
     requeue_after_ms: Option<u64>,
     optimistic_status: bool,
+    #[serde(rename = "leakKiB")]
+    leak_kib: Option<usize>,
     journal: bool,
 }
 
@@ -279,6 +286,20 @@ fn run_mode(spec: &WidgetSpec, name: &str) -> Result<(), ReconcileError> {
         }
     }
     Ok(())
+}
+
+/// How many reconciles this instance has run, this one included; with `leakKiB`, each keeps
+/// that much memory for the instance's life. A fresh instance per reconcile always says 1; an
+/// instance reused by the host's `instanceReuse` counts up, and leaks up to its memory cap.
+fn instance_calls(leak_kib: Option<usize>) -> u64 {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static KEPT: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+    if let Some(kib) = leak_kib {
+        KEPT.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(vec![0x5A; kib << 10]);
+    }
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
 /// 0..100 from the random source the host gives the guest (std's hasher keys come from it).
