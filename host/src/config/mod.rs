@@ -812,6 +812,38 @@ guests:
     }
 
     #[test]
+    fn instance_reuse_is_opt_in_and_beyond_a_ceiling_that_does_not_allow_it() {
+        let text = "guests:\n  a:\n    limits: {instanceReuse: 50, instanceIdle: 5s}\n  b: {}\n";
+        let config = HostConfig::parse(text, Path::new("h.yaml")).unwrap();
+        let a = config.grant("a").unwrap().limits.reuse();
+        assert_eq!(
+            a,
+            Some(Reuse {
+                uses: 50,
+                idle: Duration::from_secs(5)
+            })
+        );
+        assert_eq!(config.grant("b").unwrap().limits.reuse(), None);
+        let one = Limits {
+            instance_reuse: Some(1),
+            ..Limits::default()
+        };
+        assert_eq!(one.reuse(), None, "1 is a fresh instance per reconcile");
+        // A Reconciler's grant: no reuse unless the ceiling allows it.
+        let asks = Limits {
+            instance_reuse: Some(50),
+            ..Limits::default()
+        };
+        let above = asks.above(&Limits::default(), 16);
+        assert_eq!(above, ["limits.instanceReuse 50 (at most 1)"]);
+        let allows = Limits {
+            instance_reuse: Some(100),
+            ..Limits::default()
+        };
+        assert!(asks.above(&allows, 16).is_empty());
+    }
+
+    #[test]
     fn policy_parses_with_a_default_grace() {
         let p: FinalizerPolicy = serde_yaml::from_str("onUnload: release\ngrace: 30s").unwrap();
         assert_eq!(
