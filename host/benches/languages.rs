@@ -1,7 +1,8 @@
 //! The greeter in every language the project builds guests in, side by side: component size,
 //! first compile (no compile cache), load on a compile-cache hit, and per-reconcile p50/p99 for
-//! the same work (a ~1 KB Widget in, one status patch and one event out, a fresh instance per
-//! reconcile).
+//! the same work (a ~1 KB Widget in, one status patch and one event out), with a fresh instance
+//! per reconcile and with `instanceReuse: 100`, each also as a ratio to Rust's fresh p50 measured
+//! in the same run.
 //!
 //! `cargo bench -p reconciler-host --bench languages`. Prints a Markdown table (the one in
 //! `docs/performance.md`); asserts nothing. `BENCH_ITERATIONS` sets the reconciles per guest
@@ -17,7 +18,7 @@ use reconciler_host::capabilities::{CallContext, Enqueuer, GuestContext, Provide
 use reconciler_host::config::Grant;
 use reconciler_host::objects::ObjectRef;
 use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
-use reconciler_host::runtime::{Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::runtime::{Outcome, Request, Reuse, Runtime, RuntimeOptions, Warm};
 use reconciler_host::scaffold::{self, Language};
 use serde_json::json;
 
@@ -128,9 +129,15 @@ fn main() {
     );
     println!();
     println!(
-        "| language | component | first compile | load, compile-cache hit | reconcile p50 | reconcile p99 |"
+        "| language | component | first compile | load, compile-cache hit | reconcile p50 | reconcile p99 | p50 vs Rust | reused instance p50 | reused p99 | reused p50 vs Rust fresh |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // Rust's fresh p50, the denominator of every ratio (the first row measures it).
+    let mut rust_fresh: Option<Duration> = None;
+    let reuse = Reuse {
+        uses: 100,
+        idle: Duration::from_mins(1),
+    };
     for (language, path) in &guests {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let cache = tempfile::tempdir().unwrap();
@@ -171,13 +178,43 @@ fn main() {
         }
         let mut samples: Vec<Duration> = (0..iterations).map(|_| once()).collect();
         samples.sort();
+
+        // The same reconciles with `instanceReuse: 100`: one instance per 100.
+        let mut warm = None;
+        let reused = |warm: &mut Option<Warm>| {
+            let call = CallContext::new(context.clone(), String::new(), Some(rt.handle().clone()));
+            let started = Instant::now();
+            let run = rt.block_on(runtime.reconcile_reusing(
+                &guest,
+                call,
+                request.clone(),
+                warm,
+                Some(reuse),
+            ));
+            let took = started.elapsed();
+            assert!(matches!(run.outcome, Outcome::Ok { .. }), "{language}");
+            took
+        };
+        for _ in 0..iterations / 10 {
+            reused(&mut warm);
+        }
+        let mut kept: Vec<Duration> = (0..iterations).map(|_| reused(&mut warm)).collect();
+        kept.sort();
+
+        let p50 = quantile(&samples, 0.5);
+        let rust = *rust_fresh.get_or_insert(p50);
+        let ratio = |d: Duration| d.as_secs_f64() / rust.as_secs_f64();
         println!(
-            "| {language} | {:.0} KB | {:.2} s | {:.1} ms | {:.0} µs | {:.0} µs |",
+            "| {language} | {:.0} KB | {:.2} s | {:.1} ms | {:.0} µs | {:.0} µs | {:.1}x | {:.0} µs | {:.0} µs | {:.1}x |",
             bytes.len() as f64 / 1024.0,
             compile.as_secs_f64(),
             cached.as_secs_f64() * 1e3,
-            quantile(&samples, 0.5).as_secs_f64() * 1e6,
+            p50.as_secs_f64() * 1e6,
             quantile(&samples, 0.99).as_secs_f64() * 1e6,
+            ratio(p50),
+            quantile(&kept, 0.5).as_secs_f64() * 1e6,
+            quantile(&kept, 0.99).as_secs_f64() * 1e6,
+            ratio(quantile(&kept, 0.5)),
         );
     }
 }
