@@ -51,18 +51,44 @@ fn next_loaded(events: &mut Receiver<GuestEvent>) -> String {
     }
 }
 
-#[test]
-fn add_replace_refuse_and_remove() {
+/// A guest directory with the widget guest added and loaded: the directory, the set, its
+/// events, the file and the loaded version's hash.
+struct Loaded {
+    dir: tempfile::TempDir,
+    guests: Arc<Guests>,
+    events: Receiver<GuestEvent>,
+    file: std::path::PathBuf,
+    v1: String,
+}
+
+fn widget_loaded() -> Loaded {
     let dir = tempfile::tempdir().unwrap();
     let guests = directory(dir.path(), &grants());
     let mut events = guests.subscribe();
     let file = dir.path().join("widget.wasm");
-
-    // Add.
     copy("widget", &file);
     guests.rescan();
     let v1 = next_loaded(&mut events);
     assert_eq!(active_hash(&guests).as_deref(), Some(v1.as_str()));
+    Loaded {
+        dir,
+        guests,
+        events,
+        file,
+        v1,
+    }
+}
+
+#[test]
+fn add_replace_refuse_and_remove() {
+    // Add.
+    let Loaded {
+        dir: _dir,
+        guests,
+        mut events,
+        file,
+        v1,
+    } = widget_loaded();
 
     // Replace with a new version: swapped, a new event.
     copy("widget-v2", &file);
@@ -126,13 +152,13 @@ fn add_replace_refuse_and_remove() {
 
 #[test]
 fn a_half_written_guest_is_neither_loaded_nor_refused_and_loads_once_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let guests = directory(dir.path(), &grants());
-    let mut events = guests.subscribe();
-    let file = dir.path().join("widget.wasm");
-    copy("widget", &file);
-    guests.rescan();
-    let v1 = next_loaded(&mut events);
+    let Loaded {
+        dir: _dir,
+        guests,
+        mut events,
+        file,
+        v1,
+    } = widget_loaded();
 
     // A slow writer replacing it in place, read at every stage: empty, cut inside the header,
     // cut inside a section.

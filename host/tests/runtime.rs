@@ -58,12 +58,8 @@ fn harness(grant: Grant) -> Harness {
     Harness { cache, context }
 }
 
-fn reconcile(
-    runtime: &Runtime,
-    guest: &LoadedGuest,
-    h: &Harness,
-    object: &Value,
-) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+/// `object` in the cache, its reconcile request, a runtime for the call and a recording context.
+fn prepare(h: &Harness, object: &Value) -> (Request, tokio::runtime::Runtime, CallContext) {
     h.cache.put(object.clone());
     let request = Request {
         object_ref: ObjectRef::of_object(object).unwrap(),
@@ -77,6 +73,16 @@ fn reconcile(
         .unwrap();
     let call =
         CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
+    (request, rt, call)
+}
+
+fn reconcile(
+    runtime: &Runtime,
+    guest: &LoadedGuest,
+    h: &Harness,
+    object: &Value,
+) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+    let (request, _rt, call) = prepare(h, object); // the runtime lives as long as the call
     let run = runtime.reconcile(guest, call, request);
     (run.outcome, run.calls.unwrap_or_default())
 }
@@ -613,19 +619,7 @@ fn reconcile_reusing(
     warm: &mut Option<reconciler_host::runtime::Warm>,
     reuse: reconciler_host::runtime::Reuse,
 ) -> (Outcome, bool, Option<u64>) {
-    h.cache.put(object.clone());
-    let request = Request {
-        object_ref: ObjectRef::of_object(object).unwrap(),
-        object: Some(object.to_string()),
-        deleting: false,
-        attempt: 0,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let call =
-        CallContext::new(h.context.clone(), "ns/w".into(), Some(rt.handle().clone())).recording();
+    let (request, rt, call) = prepare(h, object);
     let run = rt.block_on(runtime.reconcile_reusing(guest, call, request, warm, Some(reuse)));
     let calls = run
         .calls

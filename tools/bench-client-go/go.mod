@@ -49,3 +49,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+require reconciler-host.invalid/bench-widget v0.0.0
+
+// The Widget kind and its status logic, shared with the other Go baseline.
+replace reconciler-host.invalid/bench-widget => ../bench-widget

@@ -5,9 +5,9 @@
 // (guests/testing/bench/src/logic.rs) on test.reconciler.dev/v1 Widgets.
 //
 // sample-controller gets its typed client, informer factory and lister from code generation;
-// this file writes the same pieces by hand for one kind (the Widget type, its deep copy, a REST
-// client for its group), which is what the generated code amounts to. Objects are cached as
-// typed structs, as sample-controller caches its Foos.
+// this file and tools/bench-widget (the Widget type, its deep copy) write the same pieces by hand
+// for one kind, with a REST client for its group, which is what the generated code amounts to.
+// Objects are cached as typed structs, as sample-controller caches its Foos.
 //
 // Usage: KUBECONFIG=... bench-client-go -namespace NS [-workers 4] [-strip-managed-fields]
 // Prints "synced" on stdout once the cache has synced, then works until killed.
@@ -24,7 +24,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,98 +38,22 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	bw "reconciler-host.invalid/bench-widget"
 )
 
 var (
-	groupVersion = schema.GroupVersion{Group: "test.reconciler.dev", Version: "v1"}
-	scheme       = runtime.NewScheme()
-	codecs       = serializer.NewCodecFactory(scheme)
+	scheme = runtime.NewScheme()
+	codecs = serializer.NewCodecFactory(scheme)
 )
 
 func init() {
-	scheme.AddKnownTypes(groupVersion, &Widget{}, &WidgetList{})
-	metav1.AddToGroupVersion(scheme, groupVersion)
-}
-
-// Widget is the bench's kind (guests/testing/widget/crd.yaml), with the fields the bench fills.
-type Widget struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              WidgetSpec    `json:"spec"`
-	Status            *WidgetStatus `json:"status,omitempty"`
-}
-
-type WidgetSpec struct {
-	Items   []string `json:"items,omitempty"`
-	Message string   `json:"message,omitempty"`
-}
-
-// WidgetStatus is what logic.rs writes.
-type WidgetStatus struct {
-	ObservedGeneration int64       `json:"observedGeneration"`
-	Items              int         `json:"items"`
-	Conditions         []Condition `json:"conditions"`
-}
-
-type Condition struct {
-	Type               string `json:"type"`
-	Status             string `json:"status"`
-	Reason             string `json:"reason"`
-	Message            string `json:"message"`
-	ObservedGeneration int64  `json:"observedGeneration"`
-}
-
-type WidgetList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Widget `json:"items"`
-}
-
-func (in *Widget) DeepCopy() *Widget {
-	out := &Widget{TypeMeta: in.TypeMeta}
-	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Spec.Message = in.Spec.Message
-	out.Spec.Items = append([]string(nil), in.Spec.Items...)
-	if in.Status != nil {
-		status := *in.Status
-		status.Conditions = append([]Condition(nil), in.Status.Conditions...)
-		out.Status = &status
-	}
-	return out
-}
-
-func (in *Widget) DeepCopyObject() runtime.Object { return in.DeepCopy() }
-
-func (in *WidgetList) DeepCopyObject() runtime.Object {
-	out := &WidgetList{TypeMeta: in.TypeMeta}
-	in.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]Widget, len(in.Items))
-	for i := range in.Items {
-		out.Items[i] = *in.Items[i].DeepCopy()
-	}
-	return out
-}
-
-// desiredStatus is logic.rs's status_patch: observed generation, item count, a Ready condition.
-func desiredStatus(w *Widget) *WidgetStatus {
-	items := len(w.Spec.Items)
-	return &WidgetStatus{
-		ObservedGeneration: w.Generation,
-		Items:              items,
-		Conditions: []Condition{{
-			Type:               "Ready",
-			Status:             "True",
-			Reason:             "Synced",
-			Message:            fmt.Sprintf("%s has %d items", w.Name, items),
-			ObservedGeneration: w.Generation,
-		}},
-	}
+	bw.AddToScheme(scheme)
 }
 
 // Controller is sample-controller's Controller, for Widgets.
 type Controller struct {
 	client    rest.Interface
-	lister    listers.ResourceIndexer[*Widget]
+	lister    listers.ResourceIndexer[*bw.Widget]
 	synced    cache.InformerSynced
 	workqueue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 }
@@ -139,9 +62,9 @@ func NewController(client rest.Interface, factory informers.SharedInformerFactor
 	// What a generated factory's Widgets().Informer() does: one shared informer per type, made
 	// through InformerFor, listing and watching with the typed client, indexed by namespace.
 	// (The factory's own clientset goes unused: the Widget informer closes over its client.)
-	informer := factory.InformerFor(&Widget{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	informer := factory.InformerFor(&bw.Widget{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		lw := cache.NewListWatchFromClient(client, "widgets", namespace, fields.Everything())
-		informer := cache.NewSharedIndexInformer(lw, &Widget{}, resync,
+		informer := cache.NewSharedIndexInformer(lw, &bw.Widget{}, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		if stripManagedFields {
 			// Not what sample-controller does: controller-runtime's TransformStripManagedFields,
@@ -157,7 +80,7 @@ func NewController(client rest.Interface, factory informers.SharedInformerFactor
 	})
 	c := &Controller{
 		client: client,
-		lister: listers.New[*Widget](informer.GetIndexer(), schema.GroupResource{Group: groupVersion.Group, Resource: "widgets"}),
+		lister: listers.New[*bw.Widget](informer.GetIndexer(), schema.GroupResource{Group: bw.GroupVersion.Group, Resource: "widgets"}),
 		synced: informer.HasSynced,
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
@@ -226,7 +149,7 @@ func (c *Controller) syncHandler(ctx context.Context, name cache.ObjectName) err
 	}
 	// Never mutate the cache: copy, then write the copy.
 	updated := widget.DeepCopy()
-	updated.Status = desiredStatus(widget)
+	updated.Status = bw.DesiredStatus(widget)
 	return c.client.Put().
 		Namespace(name.Namespace).
 		Resource("widgets").
@@ -251,7 +174,7 @@ func main() {
 	// The default of 5 requests/s would make this a benchmark of the limiter; the host's
 	// default per-guest write rate is 500/s, so the same here.
 	config.QPS, config.Burst = 500, 1000
-	config.GroupVersion = &groupVersion
+	config.GroupVersion = &bw.GroupVersion
 	config.APIPath = "/apis"
 	config.ContentType = runtime.ContentTypeJSON
 	config.NegotiatedSerializer = codecs.WithoutConversion()

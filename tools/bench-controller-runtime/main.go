@@ -17,10 +17,9 @@ import (
 	"os"
 
 	"go.uber.org/zap/zapcore"
+	bw "reconciler-host.invalid/bench-widget"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,96 +30,18 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-var groupVersion = schema.GroupVersion{Group: "test.reconciler.dev", Version: "v1"}
-
-// Widget is the bench's kind (guests/testing/widget/crd.yaml), with the fields the bench fills.
-type Widget struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              WidgetSpec    `json:"spec"`
-	Status            *WidgetStatus `json:"status,omitempty"`
-}
-
-type WidgetSpec struct {
-	Items   []string `json:"items,omitempty"`
-	Message string   `json:"message,omitempty"`
-}
-
-// WidgetStatus is what logic.rs writes.
-type WidgetStatus struct {
-	ObservedGeneration int64       `json:"observedGeneration"`
-	Items              int         `json:"items"`
-	Conditions         []Condition `json:"conditions"`
-}
-
-type Condition struct {
-	Type               string `json:"type"`
-	Status             string `json:"status"`
-	Reason             string `json:"reason"`
-	Message            string `json:"message"`
-	ObservedGeneration int64  `json:"observedGeneration"`
-}
-
-type WidgetList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Widget `json:"items"`
-}
-
-// The deep copies controller-gen would generate.
-func (in *Widget) DeepCopy() *Widget {
-	out := &Widget{TypeMeta: in.TypeMeta}
-	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Spec.Message = in.Spec.Message
-	out.Spec.Items = append([]string(nil), in.Spec.Items...)
-	if in.Status != nil {
-		status := *in.Status
-		status.Conditions = append([]Condition(nil), in.Status.Conditions...)
-		out.Status = &status
-	}
-	return out
-}
-
-func (in *Widget) DeepCopyObject() runtime.Object { return in.DeepCopy() }
-
-func (in *WidgetList) DeepCopyObject() runtime.Object {
-	out := &WidgetList{TypeMeta: in.TypeMeta}
-	in.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]Widget, len(in.Items))
-	for i := range in.Items {
-		out.Items[i] = *in.Items[i].DeepCopy()
-	}
-	return out
-}
-
-// desiredStatus is logic.rs's status_patch: observed generation, item count, a Ready condition.
-func desiredStatus(w *Widget) *WidgetStatus {
-	items := len(w.Spec.Items)
-	return &WidgetStatus{
-		ObservedGeneration: w.Generation,
-		Items:              items,
-		Conditions: []Condition{{
-			Type:               "Ready",
-			Status:             "True",
-			Reason:             "Synced",
-			Message:            fmt.Sprintf("%s has %d items", w.Name, items),
-			ObservedGeneration: w.Generation,
-		}},
-	}
-}
-
 // reconciler writes the desired status of the Widget it is given, from the cache.
 type reconciler struct{ client client.Client }
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var widget Widget
+	var widget bw.Widget
 	if err := r.client.Get(ctx, req.NamespacedName, &widget); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	widget.Status = desiredStatus(&widget)
+	widget.Status = bw.DesiredStatus(&widget)
 	return ctrl.Result{}, r.client.Status().Update(ctx, &widget)
 }
 
@@ -134,8 +55,7 @@ func main() {
 	log := ctrl.Log.WithName("bench")
 
 	scheme := runtime.NewScheme()
-	scheme.AddKnownTypes(groupVersion, &Widget{}, &WidgetList{})
-	metav1.AddToGroupVersion(scheme, groupVersion)
+	bw.AddToScheme(scheme)
 
 	config := ctrl.GetConfigOrDie()
 	// As the client-go baseline: the limiter must not be what is measured.
@@ -154,7 +74,7 @@ func main() {
 		os.Exit(1)
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
-		For(&Widget{}).
+		For(&bw.Widget{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: *workers,
 			UsePriorityQueue:        ptr.To(!*fifo),
@@ -166,7 +86,7 @@ func main() {
 	}
 	err = mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		// The Widget informer, the controller's own; blocks until it has synced.
-		if _, err := mgr.GetCache().GetInformer(ctx, &Widget{}); err != nil {
+		if _, err := mgr.GetCache().GetInformer(ctx, &bw.Widget{}); err != nil {
 			return err
 		}
 		fmt.Println("synced")

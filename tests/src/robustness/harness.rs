@@ -499,17 +499,7 @@ impl Replica {
             env,
             child: None,
             port,
-            current: Incarnation {
-                replica: identity.to_owned(),
-                index: 0,
-                log: String::new(),
-                started: SystemTime::now(),
-                ended: None,
-                pauses: Vec::new(),
-                rss_before: None,
-                rss_after: None,
-                relists: 0,
-            },
+            current: Incarnation::new(identity, 0, String::new()),
             past: Vec::new(),
             out: profile.out.clone(),
         };
@@ -532,17 +522,7 @@ impl Replica {
             .spawn()
             .context("starting reconciler-host")?;
         self.child = Some(child);
-        self.current = Incarnation {
-            replica: self.identity.clone(),
-            index,
-            log: log_name,
-            started: SystemTime::now(),
-            ended: None,
-            pauses: Vec::new(),
-            rss_before: None,
-            rss_after: None,
-            relists: 0,
-        };
+        self.current = Incarnation::new(&self.identity, index, log_name);
         Ok(())
     }
 

@@ -99,6 +99,21 @@ pub struct Incarnation {
 }
 
 impl Incarnation {
+    /// An incarnation starting now, logging to `log`.
+    pub fn new(replica: &str, index: u32, log: String) -> Self {
+        Self {
+            replica: replica.to_owned(),
+            index,
+            log,
+            started: SystemTime::now(),
+            ended: None,
+            pauses: Vec::new(),
+            rss_before: None,
+            rss_after: None,
+            relists: 0,
+        }
+    }
+
     /// The name the checker uses: `replica#index`.
     pub fn label(&self) -> String {
         format!("{}#{}", self.replica, self.index)
