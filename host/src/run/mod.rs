@@ -253,12 +253,6 @@ fn follow_identities(
         )),
         args.watch_namespace.clone(),
     );
-    if crate::fence::disabled_for_tests() {
-        tracing::warn!(
-            "{} is set: the write fence never closes and a lost lease is ignored (a deliberately broken build for the robustness checker)",
-            crate::fence::BREAK_FENCE_ENV
-        );
-    }
     if crate::capabilities::skip_write_grant() {
         tracing::warn!(
             "{} is set: writes of guests with a ServiceAccount skip the host's grant check (a test-only switch); only the API server checks them",

@@ -101,6 +101,12 @@ impl Ownership {
         metrics: &Metrics,
     ) -> anyhow::Result<Self> {
         let fence = WriteFence::default();
+        if crate::fence::disabled_for_tests() {
+            tracing::warn!(
+                "{} is set: the write fence never closes and a lost lease is ignored (a deliberately broken build for the robustness checker)",
+                crate::fence::BREAK_FENCE_ENV
+            );
+        }
         let mode = match (args.shards, args.leader_elect) {
             (super::ShardMode::Auto, true) => anyhow::bail!(
                 "--leader-elect and --shards auto exclude each other: a sharded host shares the work, a leader-elected one keeps a standby"
