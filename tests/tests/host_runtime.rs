@@ -660,7 +660,19 @@ async fn a_guest_in_shadow_mode_changes_nothing_until_switched_to_active_without
     // Switched to active in the configuration: the same process writes what it held back.
     std::fs::write(s.host.dir.path().join("host.yaml"), GRANTS)?;
     s.reconciled("w1", "w1 reconciled once active").await?;
-    assert!(config_maps.get_opt("w1-widget").await?.is_some());
+    // The guest writes status before it applies the ConfigMap: wait for the second write.
+    wait_until(
+        "the ConfigMap applied once active",
+        Duration::from_secs(30),
+        || async {
+            anyhow::ensure!(
+                config_maps.get_opt("w1-widget").await?.is_some(),
+                "no ConfigMap yet"
+            );
+            Ok(())
+        },
+    )
+    .await?;
     assert!(s.host.log().contains("configuration change applied"));
     Ok(())
 }
