@@ -92,19 +92,26 @@ enum Command {
     Reconcile {
         /// The guest: a file, or `oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]` (pulled into
         /// the host's cache, verified, loaded by digest from there when pinned).
-        #[arg(long)]
-        guest: crate::offline_runner::GuestRef,
+        /// With --replay: another build to replay the record with.
+        #[arg(long, required_unless_present = "replay")]
+        guest: Option<crate::offline_runner::GuestRef>,
         #[command(flatten)]
         registry: RegistryArgs,
         /// Files or directories of objects (multi-document YAML or JSON).
-        #[arg(long, num_args = 1.., required = true)]
+        #[arg(long, num_args = 1.., required_unless_present = "replay")]
         objects: Vec<PathBuf>,
         /// Kind of the key: group/version/Kind (version/Kind for the core group).
-        #[arg(long)]
-        kind: Gvk,
+        #[arg(long, required_unless_present = "replay")]
+        kind: Option<Gvk>,
         /// The key: [namespace/]name.
-        #[arg(long)]
-        key: ObjectKey,
+        #[arg(long, required_unless_present = "replay")]
+        key: Option<ObjectKey>,
+        /// Replay a reconcile `run` recorded (a grant's `record`): every host call answered
+        /// from the record, with the recorded clock and random seed. Prints the result, the
+        /// calls and `replay` (identical or where the build diverged); exits 1 when it
+        /// diverged. Takes the recorded build unless --guest names another.
+        #[arg(long, conflicts_with_all = ["objects", "kind", "key", "backend_state", "attempt", "now"])]
+        replay: Option<PathBuf>,
         #[arg(long)]
         config: Option<PathBuf>,
         /// JSON file holding the in-memory network backend's state; read before, written after.
@@ -197,11 +204,27 @@ pub fn main() -> ExitCode {
                 backend_state,
                 attempt,
                 now,
+                replay,
             } => {
                 let config = load_config(config.as_ref())?;
                 let auth = match &guest {
-                    crate::offline_runner::GuestRef::Module(m) => registry.auth(m.registry())?,
-                    crate::offline_runner::GuestRef::File(_) => crate::oci::Auth::Anonymous,
+                    Some(crate::offline_runner::GuestRef::Module(m)) => {
+                        registry.auth(m.registry())?
+                    }
+                    _ => crate::oci::Auth::Anonymous,
+                };
+                if let Some(record) = replay {
+                    return replay_record(crate::offline_runner::OfflineReplay {
+                        record,
+                        guest,
+                        auth,
+                        plain_http: registry.plain_http,
+                        config,
+                    })
+                    .await;
+                }
+                let (Some(guest), Some(kind), Some(key)) = (guest, kind, key) else {
+                    unreachable!("clap requires --guest, --kind and --key without --replay");
                 };
                 let run = OfflineRun {
                     guest,
@@ -453,4 +476,40 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `reconcile --replay`: prints the replay; an error (exit 1) when it diverged.
+async fn replay_record(replay: crate::offline_runner::OfflineReplay) -> anyhow::Result<()> {
+    let output = replay.replay().await?;
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    if output["replay"]["identical"] != true {
+        anyhow::bail!(
+            "the replay diverged from the record: {}",
+            divergence(&output)
+        );
+    }
+    Ok(())
+}
+
+/// A replay's divergence in one line: where, why, and the result if it differs.
+fn divergence(output: &serde_json::Value) -> String {
+    let replay = &output["replay"];
+    let mut parts = Vec::new();
+    if let Some(first) = replay["firstDivergence"].as_object() {
+        let recorded = &first["recorded"];
+        parts.push(format!(
+            "call {} ({}; recorded {}.{})",
+            first["call"],
+            first["reason"].as_str().unwrap_or_default(),
+            recorded["interface"].as_str().unwrap_or("-"),
+            recorded["function"].as_str().unwrap_or("-"),
+        ));
+    }
+    if replay["sameResult"] != true {
+        parts.push(format!(
+            "result {} (recorded {})",
+            output["result"], replay["recorded"]["result"]
+        ));
+    }
+    parts.join("; ")
 }

@@ -22,7 +22,8 @@
 //!
 //! Above them: [`run`] (`reconciler-host run`: wiring, ownership, the controller set),
 //! [`reconcilers`] (guests declared as `Reconciler` objects, a second source of guests),
-//! [`offline_runner`] (`reconciler-host reconcile`) and [`cli`]. Around them: [`manifest`]
+//! [`offline_runner`] (`reconciler-host reconcile`, and `--replay` of a [`records`] file: a live
+//! reconcile written down for replay) and [`cli`]. Around them: [`manifest`]
 //! (what a guest asks for), [`validation`] (what a guest may name), [`finalizer`], [`objects`]
 //! (kinds, references, keys), [`config`] (grants and limits), [`identity`] (each guest's own
 //! ServiceAccount: impersonated writes, reviewed reads), [`rbac`], [`compile_cache`] (compiled
@@ -58,6 +59,7 @@ pub mod providers;
 pub mod queue;
 pub mod rbac;
 pub mod reconcilers;
+pub mod records;
 pub mod run;
 pub mod runtime;
 pub mod scaffold;

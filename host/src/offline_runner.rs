@@ -211,3 +211,106 @@ async fn load(
         }
     })
 }
+
+/// `reconcile --replay`: a recorded reconcile run again offline, every host call answered
+/// from the record (see `crate::records` and [`crate::capabilities::replay`]).
+pub struct OfflineReplay {
+    pub record: PathBuf,
+    /// Another build to replay the record with; default: the recorded guest's own file,
+    /// checked against the recorded digest.
+    pub guest: Option<GuestRef>,
+    pub auth: Auth,
+    pub plain_http: bool,
+    /// With a configuration, the guest is admitted under its grant as in `run`.
+    pub config: Option<HostConfig>,
+}
+
+impl OfflineReplay {
+    /// Runs the replay; returns `{"result", "calls", "replay": {identical, sameResult,
+    /// firstDivergence, ...}}`.
+    pub async fn replay(self) -> anyhow::Result<serde_json::Value> {
+        use crate::capabilities::replay::Replayer;
+        use crate::records::Record;
+
+        let record = Record::read(&self.record)?;
+        let runtime = local_runtime()?;
+        let same_build = self.guest.is_none();
+        let guest = match self.guest {
+            Some(guest) => guest,
+            None => record.guest.source.parse()?,
+        };
+        let (loaded, origin) = load(
+            runtime.clone(),
+            guest,
+            self.config.as_ref(),
+            &self.auth,
+            self.plain_http,
+        )
+        .await?;
+        let digest = format!("sha256:{}", loaded.hash);
+        if same_build && digest != record.guest.digest {
+            anyhow::bail!(
+                "{} is not the recorded build ({} recorded, {digest} there now); name the build to replay with --guest",
+                record.guest.source,
+                record.guest.digest
+            );
+        }
+        let (loaded, grant) = match &self.config {
+            None => (loaded, Grant::unrestricted()),
+            Some(config) => {
+                let admitted = ActiveGuest::admit(&origin, loaded, config)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                (admitted.loaded, admitted.grant)
+            }
+        };
+        let kind: Gvk = record.kind.parse()?;
+        let key: ObjectKey = record.key.parse()?;
+        let object_ref = ObjectRef {
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        // Every call is answered from the record; the providers are never reached.
+        let providers = crate::providers::offline::providers(
+            Arc::new(MemoryCache::default()),
+            Some(Arc::new(MemoryBackend::new()) as Arc<dyn NetworkBackend>),
+        );
+        let context = Arc::new(
+            GuestContext::new(loaded.manifest.name.clone(), grant, providers)
+                .with_scope(Scope::of(&loaded.manifest, None)),
+        );
+        let request = Request {
+            object: (!record.request.object.is_null()).then(|| record.request.object.to_string()),
+            deleting: record.request.deleting,
+            object_ref,
+            attempt: record.request.attempt,
+        };
+        let call = CallContext::new(
+            context,
+            key.to_string(),
+            Some(tokio::runtime::Handle::current()),
+        )
+        .recording()
+        .pinned(record.pinned())
+        .replaying(Replayer::new(record.calls.clone()));
+        let name = loaded.manifest.name.clone();
+        let run =
+            tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
+        let result = serde_json::to_value(&run.outcome)?;
+        let divergence = run.replay.and_then(|replay| replay.finish());
+        let same_result = result == record.result && run.conflicted == record.conflicted;
+        Ok(json!({
+            "result": result,
+            "calls": run.calls.unwrap_or_default(),
+            "replay": {
+                "record": self.record,
+                "recorded": {"guest": record.guest, "result": record.result, "calls": record.calls.len()},
+                "replayed": {"guest": name, "digest": digest},
+                "identical": same_result && divergence.is_none(),
+                "sameResult": same_result,
+                "firstDivergence": divergence,
+                "redacted": record.redacted,
+            },
+        }))
+    }
+}

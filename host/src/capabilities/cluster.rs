@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json, embed};
+use super::{CallContext, Capability, HostError, LoadCheck, as_json, embed, replay};
 use crate::objects::ObjectRef;
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
@@ -277,32 +277,33 @@ impl wit::Host for CallContext {
         patch: String,
     ) -> Result<String, types::Error> {
         let object: ObjectRef = r.into();
-        let result = self.cluster_patch_status(&object, &patch).await;
-        self.finish(
-            "cluster",
-            "patch-status",
-            || json!({ "ref": object, "patch": embed(&patch) }),
-            &result,
-            Value::clone,
-        );
+        let args = || json!({ "ref": object, "patch": embed(&patch) });
+        let result = match self.replayed("cluster", "patch-status", args) {
+            Some(answer) => answer,
+            None => self.cluster_patch_status(&object, &patch).await,
+        };
+        self.finish("cluster", "patch-status", args, &result, Value::clone);
         result.map(|v| v.to_string()).map_err(Into::into)
     }
 
     async fn apply(&mut self, object: String) -> Result<String, types::Error> {
-        let result = self.cluster_apply(&object).await;
-        self.finish(
-            "cluster",
-            "apply",
-            || json!({ "object": embed(&object) }),
-            &result,
-            Value::clone,
-        );
+        let args = || json!({ "object": embed(&object) });
+        let result = match self.replayed("cluster", "apply", args) {
+            Some(answer) => answer,
+            None => self.cluster_apply(&object).await,
+        };
+        self.finish("cluster", "apply", args, &result, Value::clone);
         result.map(|v| v.to_string()).map_err(Into::into)
     }
 
     async fn delete(&mut self, r: types::ObjectRef) -> Result<bool, types::Error> {
         let object: ObjectRef = r.into();
-        let result = self.cluster_delete(&object).await;
+        let result = match self.replayed("cluster", "delete", || json!({ "ref": object })) {
+            Some(answer) => {
+                answer.and_then(|v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")))
+            }
+            None => self.cluster_delete(&object).await,
+        };
         self.finish(
             "cluster",
             "delete",
@@ -323,7 +324,10 @@ impl wit::Host for CallContext {
             reason: event.reason,
             message: validation::message(&event.message),
         };
-        let result = self.cluster_record_event(&record).await;
+        let result = match self.replayed("cluster", "record-event", || as_json(&record)) {
+            Some(answer) => answer.map(drop),
+            None => self.cluster_record_event(&record).await,
+        };
         self.finish(
             "cluster",
             "record-event",

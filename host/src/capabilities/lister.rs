@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, embed};
+use super::{CallContext, Capability, HostError, LoadCheck, embed, replay};
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::lister as wit;
@@ -156,7 +156,10 @@ impl CallContext {
 impl wit::Host for CallContext {
     async fn get(&mut self, r: types::ObjectRef) -> Result<Option<String>, types::Error> {
         let object: ObjectRef = r.into();
-        let result = self.lister_get(&object);
+        let result = match self.replayed("lister", "get", || json!({ "ref": object })) {
+            Some(answer) => answer.map(|v| (!v.is_null()).then(|| replay::text(&v))),
+            None => self.lister_get(&object),
+        };
         self.finish(
             "lister",
             "get",
@@ -174,16 +177,22 @@ impl wit::Host for CallContext {
         label_selector: Option<String>,
     ) -> Result<Vec<String>, types::Error> {
         let kind: Gvk = kind.into();
-        let result = self
-            .lister_list(&kind, namespace.as_deref(), label_selector.as_deref())
-            .await;
-        self.finish(
-            "lister",
-            "list",
-            || json!({ "kind": kind, "namespace": namespace, "labelSelector": label_selector }),
-            &result,
-            |items| json!(items.iter().map(|i| embed(i)).collect::<Vec<_>>()),
-        );
+        let args =
+            || json!({ "kind": kind, "namespace": namespace, "labelSelector": label_selector });
+        let result = match self.replayed("lister", "list", args) {
+            Some(answer) => answer.and_then(|v| {
+                v.as_array()
+                    .map(|items| items.iter().map(replay::text).collect())
+                    .ok_or_else(|| replay::malformed("a list"))
+            }),
+            None => {
+                self.lister_list(&kind, namespace.as_deref(), label_selector.as_deref())
+                    .await
+            }
+        };
+        self.finish("lister", "list", args, &result, |items| {
+            json!(items.iter().map(|i| embed(i)).collect::<Vec<_>>())
+        });
         result.map_err(Into::into)
     }
 }

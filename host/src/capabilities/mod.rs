@@ -48,6 +48,7 @@ pub mod network;
 #[cfg(test)]
 mod properties;
 pub mod queue;
+pub mod replay;
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
@@ -539,6 +540,20 @@ pub struct CallContext {
     /// reconcile's end: the copy lives on in wasmtime until it is lowered into the guest's
     /// memory, after the import returns.
     held: Option<HostBytes>,
+    /// The wall clock and random seed this reconcile's guest is given, instead of live ones
+    /// (a recorded or replayed reconcile).
+    pub pinned: Option<Pinned>,
+    /// Replaying a record: every call is answered from it, no provider is called.
+    pub replay: Option<Box<replay::Replayer>>,
+}
+
+/// What a recorded reconcile's guest sees of time and chance, so a replay can give it the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// The wall clock, stopped at this instant for the whole reconcile.
+    pub clock: std::time::SystemTime,
+    /// Seeds every WASI random source.
+    pub seed: u64,
 }
 
 /// Host work units (objects visited times selector terms) done on the calling async worker:
@@ -566,6 +581,8 @@ impl CallContext {
             logs_dropped: 0,
             shadow_differences: Vec::new(),
             held: None,
+            pinned: None,
+            replay: None,
         }
     }
 
@@ -580,6 +597,32 @@ impl CallContext {
     pub fn recording(mut self) -> Self {
         self.calls = Some(Vec::new());
         self
+    }
+
+    /// Gives the guest this clock and random seed (see [`Pinned`]).
+    #[must_use]
+    pub fn pinned(mut self, pinned: Pinned) -> Self {
+        self.pinned = Some(pinned);
+        self
+    }
+
+    /// Answers every call from `replay` (see [`replay::Replayer`]).
+    #[must_use]
+    pub fn replaying(mut self, replay: replay::Replayer) -> Self {
+        self.replay = Some(Box::new(replay));
+        self
+    }
+
+    /// In a replay, the recorded answer to this call (its `ok` value or error); otherwise
+    /// none, and the call goes to its provider.
+    fn replayed(
+        &mut self,
+        interface: &'static str,
+        function: &'static str,
+        args: impl FnOnce() -> Value,
+    ) -> Option<Result<Value, HostError>> {
+        let replay = self.replay.as_mut()?;
+        Some(replay.answer(interface, function, &args()))
     }
 
     /// The context of `manifest()`: a guest that calls the host while describing itself is

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json};
+use super::{CallContext, Capability, HostError, LoadCheck, as_json, replay};
 use crate::backends::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus};
 use crate::validation;
 use crate::wit::reconciler::api::network_backend as wit;
@@ -248,7 +248,12 @@ impl CallContext {
 
 impl wit::Host for CallContext {
     async fn get(&mut self, id: String) -> Result<Option<wit::NetworkStatus>, types::Error> {
-        let result = self.network_get(&id).await;
+        let result = match self.replayed("network-backend", "get", || json!({ "id": id })) {
+            Some(answer) => answer.and_then(|v| {
+                serde_json::from_value(v).map_err(|_| replay::malformed("a network status or null"))
+            }),
+            None => self.network_get(&id).await,
+        };
         self.finish(
             "network-backend",
             "get",
@@ -265,7 +270,12 @@ impl wit::Host for CallContext {
             cidr: spec.cidr,
             gateway: spec.gateway,
         };
-        let result = self.network_ensure(&spec).await;
+        let result = match self.replayed("network-backend", "ensure", || json!({ "spec": spec })) {
+            Some(answer) => answer.and_then(|v| {
+                serde_json::from_value(v).map_err(|_| replay::malformed("a network status"))
+            }),
+            None => self.network_ensure(&spec).await,
+        };
         self.finish(
             "network-backend",
             "ensure",
@@ -277,7 +287,12 @@ impl wit::Host for CallContext {
     }
 
     async fn delete(&mut self, id: String) -> Result<bool, types::Error> {
-        let result = self.network_delete(&id).await;
+        let result = match self.replayed("network-backend", "delete", || json!({ "id": id })) {
+            Some(answer) => {
+                answer.and_then(|v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")))
+            }
+            None => self.network_delete(&id).await,
+        };
         self.finish(
             "network-backend",
             "delete",

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::objects::Gvk;
 
 mod identity;
+mod record;
 
 pub use identity::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
+pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -75,6 +77,10 @@ pub struct HostConfig {
     /// are reviewed again.
     #[serde(default)]
     pub identity: IdentitySettings,
+    /// Where `run` writes the records of guests whose grant sets `record` (one directory per
+    /// guest). Default: `records/` in the host's cache directory (`run --cache-dir`).
+    #[serde(default)]
+    pub record_directory: Option<PathBuf>,
 }
 
 impl HostConfig {
@@ -94,6 +100,12 @@ impl HostConfig {
         })?;
         let cap = config.max_concurrency();
         for (guest, grant) in &config.guests {
+            if let Some(Err(message)) = grant.record.as_ref().map(RecordPolicy::check) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message: format!("guests.{guest}.{message}"),
+                });
+            }
             if grant.limits.concurrency.is_some_and(|c| c > cap) {
                 return Err(ConfigError::Invalid {
                     path: path.to_owned(),
@@ -567,6 +579,10 @@ pub struct Grant {
     /// the same account at load and periodically (see `crate::identity`).
     #[serde(default)]
     pub service_account: Option<ServiceAccountRef>,
+    /// Record reconciles for offline replay (`reconcile --replay`); none by default. Only the
+    /// host configuration sets it: a `Reconciler`'s grant cannot (its schema has no such field).
+    #[serde(default)]
+    pub record: Option<RecordPolicy>,
     /// Allows every read, write and backend: only the offline runner uses this, when it is
     /// given no host configuration.
     #[serde(skip)]

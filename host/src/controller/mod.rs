@@ -40,6 +40,7 @@ use crate::metrics::Metrics;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
+use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
 use host_writes::HostWrites;
 use triggers::{Route, map_events};
@@ -65,6 +66,8 @@ pub struct Services {
     /// Sharded mode (`run --shards auto`): the slots this replica's controllers own. Primary
     /// informers watch only objects whose uid hashes into them; keys outside are dropped.
     pub shard: Option<crate::shards::SlotSet>,
+    /// Where guests whose grant sets `record` write their records (`crate::records`).
+    pub record_directory: Option<std::path::PathBuf>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -84,6 +87,8 @@ struct Version {
     context: Arc<GuestContext>,
     /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
     cluster: Arc<KubeCluster>,
+    /// When the grant sets `record`: which reconciles are written down for replay.
+    recorder: Option<Recorder>,
 }
 
 /// The informers a controller holds: primary, secondaries, and every kind it may read.
@@ -248,6 +253,7 @@ impl Controller {
                     .with_metrics(shared.metrics.clone())
                     .with_budget(context.budget.clone()),
             ),
+            recorder: recorder(shared, &guest),
             guest,
             cluster,
         };
@@ -388,8 +394,17 @@ impl Version {
             guest: guest.clone(),
             context: Arc::new(context),
             cluster,
+            recorder: recorder(shared, guest),
         }
     }
+}
+
+fn recorder(shared: &Services, guest: &ActiveGuest) -> Option<Recorder> {
+    Recorder::new(
+        guest.grant.record.as_ref(),
+        shared.record_directory.as_deref(),
+        guest.name(),
+    )
 }
 
 /// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit.
@@ -600,12 +615,25 @@ async fn run(
         key.to_string(),
         Some(tokio::runtime::Handle::current()),
     );
+    let plan = version.recorder.as_ref().and_then(Recorder::plan);
+    let (call, reuse, recorded) = match &plan {
+        // A recorded reconcile runs fresh: a kept instance's state would be missing from the
+        // record.
+        Some(plan) => (
+            call.recording().pinned(plan.pinned),
+            None,
+            Some(request.clone()),
+        ),
+        None => (call, version.guest.grant.limits.reuse(), None),
+    };
     let started = Instant::now();
-    let reuse = version.guest.grant.limits.reuse();
     let run = shared
         .runtime
         .reconcile_reusing(&version.guest.loaded, call, request, warm, reuse)
         .await;
+    if let (Some(recorder), Some(plan), Some(request)) = (&version.recorder, &plan, &recorded) {
+        recorder.keep(plan, &version.guest.loaded, request, &run);
+    }
     let metrics = &shared.metrics;
     if !run.reused {
         metrics.instantiated(name, run.instantiate_time);

@@ -35,6 +35,7 @@
 //!
 //! Following a directory's files is [`crate::dir_watch`]'s, shared with the configuration file.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -86,6 +87,8 @@ pub struct Guests {
     judging: Mutex<()>,
     /// A load failed for a transient reason: look again soon rather than on the next change.
     retry_soon: AtomicBool,
+    /// Where guests whose grant sets `record` keep their records; `/guests` lists them.
+    record_directory: RwLock<Option<PathBuf>>,
 }
 
 impl Guests {
@@ -107,6 +110,7 @@ impl Guests {
             reviews: Reviews::default(),
             judging: Mutex::new(()),
             retry_soon: AtomicBool::new(false),
+            record_directory: RwLock::new(None),
         })
     }
 
@@ -119,6 +123,11 @@ impl Guests {
         namespace: Option<String>,
     ) {
         self.reviews.set_reviewer(review, namespace);
+    }
+
+    /// Where recorded reconciles are kept (see `crate::records`), for `/guests`.
+    pub fn set_record_directory(&self, directory: Option<PathBuf>) {
+        *self.record_directory.write() = directory;
     }
 
     /// The host configuration guests are checked against (the latest one applied).
@@ -143,8 +152,14 @@ impl Guests {
 
     pub fn statuses(&self) -> Vec<FileStatus> {
         let mut statuses = self.ledger.lock().statuses(&self.shadows);
+        let records = self.record_directory.read().clone();
         for status in &mut statuses {
             status.access_review = self.reviews.last(&status.file.to_string_lossy());
+            if let (Some(root), Some(guest)) = (&records, &status.guest)
+                && status.recording
+            {
+                status.records = Some(crate::records::summary(root, guest));
+            }
         }
         statuses
     }

@@ -41,6 +41,12 @@ pub struct FileStatus {
     /// The last access review of a ServiceAccount's reads for this item.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_review: Option<crate::identity::Review>,
+    /// Whether the active version's grant sets `record`.
+    #[serde(skip)]
+    pub recording: bool,
+    /// The records kept of its reconciles, when its grant sets `record`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<crate::records::RecordsSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -165,6 +171,11 @@ impl Ledger {
                 .and_then(|a| a.grant.service_account.as_ref())
                 .map(ToString::to_string),
             access_review: None,
+            recording: entry
+                .active
+                .as_ref()
+                .is_some_and(|a| a.grant.record.is_some()),
+            records: None,
         });
         let orphans = self
             .orphans
@@ -180,6 +191,8 @@ impl Ledger {
                 shadow: None,
                 service_account: None,
                 access_review: None,
+                recording: false,
+                records: None,
             });
         files.chain(orphans).collect()
     }

@@ -27,7 +27,7 @@ mod ownership;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +103,14 @@ pub enum ShardMode {
     Auto,
 }
 
+/// Where records are kept: `recordDirectory`, else `records/` in the cache directory.
+fn record_directory(config: &HostConfig, cache_dir: Option<&Path>) -> Option<PathBuf> {
+    config
+        .record_directory
+        .clone()
+        .or_else(|| cache_dir.map(|d| d.join("records")))
+}
+
 /// The default compile cache directory.
 pub fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
@@ -152,6 +160,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let ownership = Ownership::join(&args, &kube_config, &metrics)?;
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
+    let record_directory = record_directory(&config, cache_dir.as_deref());
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: cache_dir.clone(),
         ..RuntimeOptions::default()
@@ -171,6 +180,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(metrics.clone()),
         Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
     );
+    guests.set_record_directory(record_directory.clone());
     let rechecks = follow_identities(&guests, &client, &informers, &args);
     let mut guest_events = guests.subscribe();
     let mut watcher = tokio::spawn(guests.clone().watch());
@@ -208,6 +218,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         fence: ownership.fence().clone(),
         shadows: guests.shadows(),
         shard: None,
+        record_directory: record_directory.clone(),
     };
     let mut manager = Manager {
         shared,

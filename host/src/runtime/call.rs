@@ -74,6 +74,8 @@ pub struct Run {
     pub conflicted: bool,
     /// Every import call, when recording was asked for.
     pub calls: Option<Vec<Call>>,
+    /// A replay's state after the call: where the guest diverged from the record, if it did.
+    pub replay: Option<Box<crate::capabilities::replay::Replayer>>,
     /// Shadow mode: the intended changes that would have changed something.
     pub shadow_differences: Vec<crate::shadow::Difference>,
     /// It ran in an instance kept from an earlier reconcile (`limits.instanceReuse`).
@@ -216,6 +218,7 @@ pub(super) async fn reconcile_reusing(
         outcome,
         conflicted: state.conflicted,
         calls: state.calls,
+        replay: state.replay,
         shadow_differences: state.shadow_differences,
         reused,
         store_time: stored - started,

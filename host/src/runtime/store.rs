@@ -119,18 +119,28 @@ impl WasiView for HostState {
 
 impl GuestWasi {
     /// No files, sockets or arguments; the environment the guest's grant sets; a fixed wall
-    /// clock when the offline runner asks for one; stderr captured for error messages.
+    /// clock when the offline runner asks for one, or a recorded reconcile's clock and random
+    /// seed; stderr captured for error messages.
     fn new(call: &CallContext) -> Self {
+        use rand::SeedableRng as _;
+        use rand::rngs::StdRng;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
         for (k, v) in &call.guest.grant.env {
             wasi.env(k, v);
         }
-        if let Some(at) = call.guest.fixed_clock {
+        let clock = call.pinned.map(|p| p.clock).or(call.guest.fixed_clock);
+        if let Some(at) = clock {
             wasi.wall_clock(FixedClock(
                 at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default(),
             ));
+        }
+        if let Some(pinned) = call.pinned {
+            // One seed, three sources that differ: each is a stream of its own.
+            wasi.secure_random(StdRng::seed_from_u64(pinned.seed))
+                .insecure_random(StdRng::seed_from_u64(pinned.seed ^ 0x5bd1_e995))
+                .insecure_random_seed(u128::from(pinned.seed) << 64 | u128::from(!pinned.seed));
         }
         Self {
             ctx: wasi.build(),
