@@ -110,16 +110,32 @@ pub async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Resul
                 "spec": {"items": items, "message": "a typical spec of a typical custom resource"},
             }))
             .unwrap();
-            async move {
-                api.create(&PostParams::default(), &object)
-                    .await
-                    .map(|_| ())
-            }
+            async move { create_retrying(&api, &object).await }
         })
         .buffer_unordered(16)
         .try_collect::<()>()
         .await?;
     Ok(())
+}
+
+/// Creates `object`, retrying what a loaded API server may answer at 50,000 objects (a dropped
+/// connection, 429, 5xx) up to 5 times with backoff; 409 (`AlreadyExists`) after a retry means an
+/// earlier attempt landed.
+async fn create_retrying(api: &Api<DynamicObject>, object: &DynamicObject) -> anyhow::Result<()> {
+    let mut delay = Duration::from_millis(200);
+    for attempt in 0.. {
+        match api.create(&PostParams::default(), object).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt > 0 => return Ok(()),
+            Err(kube::Error::Api(e)) if attempt < 5 && (e.code == 429 || e.code >= 500) => {}
+            Err(kube::Error::Api(e)) => return Err(kube::Error::Api(e).into()),
+            Err(e) if attempt < 5 => tracing::debug!("create failed, retrying: {e}"),
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    unreachable!("the loop returns")
 }
 
 /// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 if unreadable.
