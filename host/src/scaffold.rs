@@ -5,8 +5,9 @@
 //! Every language's scaffold is the project's own greeter in that language (the sources under
 //! `guests/<lang>/greeter/` that `host/tests/fixtures/greeter-*` pin, with the manifest name
 //! replaced), so a scaffold cannot drift from what the tests check; only the Rust one is a
-//! template of its own (`host/templates/rust/`), since the repository's Rust guests use the
-//! in-tree SDK, which is not published.
+//! template of its own (`host/templates/rust/`), since the repository has no Rust greeter. Every
+//! scaffold is written on its language's SDK, copied into the project (the SDKs are not
+//! published).
 //!
 //! A scaffold in any language but Rust is built by the recipe the repository builds its own
 //! guests with: `guests/lib.sh`, written into the project as `lib.sh`, under a `build.sh` of a
@@ -160,9 +161,9 @@ fn language_files(
     };
     match language {
         Language::Rust => (
-            "`src/lib.rs`",
+            "`src/lib.rs` (on the SDK in `reconciler-guest/`)",
             " (cargo, target wasm32-wasip2)",
-            vec![
+            [
                 plain(
                     "Cargo.toml",
                     fill(include_str!("../templates/rust/Cargo.toml")),
@@ -171,7 +172,10 @@ fn language_files(
                     "src/lib.rs",
                     fill(include_str!("../templates/rust/src/lib.rs")),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(rust_sdk())
+            .collect(),
         ),
         Language::Python => (
             "`app.py`",
@@ -224,6 +228,44 @@ fn language_files(
             ],
         ),
     }
+}
+
+/// The Rust SDK (`guests/sdk`, `reconciler-guest`), vendored into the project as
+/// `reconciler-guest/`: it is not published, and a copy keeps a project buildable on its own.
+/// Its manifest loses what it inherits from the repository's workspace, and its bindings read
+/// the project's `wit/`.
+fn rust_sdk() -> Vec<File> {
+    macro_rules! sources {
+        ($($file:literal),+) => {
+            [$((concat!("reconciler-guest/src/", $file), include_str!(concat!("../../guests/sdk/src/", $file)))),+]
+        };
+    }
+    let manifest = include_str!("../../guests/sdk/Cargo.toml")
+        .replace("edition.workspace = true", "edition = \"2024\"")
+        .replace("rust-version.workspace = true\n", "")
+        .replace("license.workspace = true\n", "")
+        .replace("\n[lints]\nworkspace = true\n", "");
+    let sources = sources!(
+        "arena.rs",
+        "cluster.rs",
+        "conditions.rs",
+        "error.rs",
+        "event.rs",
+        "lib.rs",
+        "lister.rs",
+        "log.rs",
+        "manifest.rs",
+        "object.rs",
+        "queue.rs"
+    );
+    std::iter::once(plain("reconciler-guest/Cargo.toml", manifest))
+        .chain(sources.into_iter().map(|(path, text)| {
+            plain(
+                path,
+                text.replace("path: \"../../wit\"", "path: \"../wit\""),
+            )
+        }))
+        .collect()
 }
 
 /// The project's `greeter-hello` case, with a header of its own instead of the project's.

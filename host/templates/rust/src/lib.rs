@@ -1,82 +1,51 @@
-//! A reconciler in Rust, against `wit/reconciler.wit` (world `controller`): greets Widgets.
+//! A reconciler in Rust on the SDK in `reconciler-guest/` (world `controller` of
+//! `wit/reconciler.wit`): greets Widgets.
 //!
 //! Each reconcile writes `status.observedGeneration` and `status.greeting` ("hello, <spec.message
 //! or name>") and records a Normal `Greeted` event. A Widget whose `spec.message` is not a string
 //! is a permanent error; a failed status write is transient (the host retries it with backoff).
 
-wit_bindgen::generate!({ path: "wit", world: "controller" });
+use reconciler_guest::serde_json::{Value, json};
+use reconciler_guest::{
+    Action, Guest, Manifest, ReconcileError, Request, cluster, event, gvk, info, permanent,
+    transient, warn,
+};
 
-use exports::reconciler::api::reconciler::{ControllerManifest, Guest, Request};
-use reconciler::api::cluster::{self, Event, EventType};
-use reconciler::api::log::{self, Level};
-use reconciler::api::types::{Action, Error, Gvk, ReconcileError};
-use serde_json::{Value, json};
+struct Greeter;
 
-struct Reconciler;
-
-impl Guest for Reconciler {
-    fn manifest() -> ControllerManifest {
-        ControllerManifest {
-            name: "{{name}}".into(),
-            primary: Gvk {
-                group: "test.reconciler.dev".into(),
-                version: "v1".into(),
-                kind: "Widget".into(),
-            },
-            namespace: None,
-            label_selector: None,
-            secondary: vec![],
-            finalizer: None,
-            concurrency: 0,
-            resync_seconds: 0,
-            generation_changed_only: true,
-        }
+impl Guest for Greeter {
+    fn manifest() -> Manifest {
+        Manifest::new("{{name}}", gvk!("test.reconciler.dev", "v1", "Widget")).generation_changed_only()
     }
 
     fn reconcile(request: Request) -> Result<Action, ReconcileError> {
-        let done = Action {
-            requeue_after_ms: None,
+        let Some(widget) = request.object_value()? else {
+            info!("gone");
+            return Ok(Action::await_change());
         };
-        let Some(object) = request.object else {
-            log::log(Level::Info, "gone");
-            return Ok(done);
-        };
-        let widget: Value = serde_json::from_str(&object)
-            .map_err(|e| ReconcileError::Permanent(format!("object is not JSON: {e}")))?;
         let message = widget["spec"]
             .get("message")
             .or_else(|| widget["metadata"].get("name"))
             .cloned()
             .unwrap_or_else(|| json!(""));
         let Value::String(message) = message else {
-            return Err(ReconcileError::Permanent(format!(
+            return Err(permanent(format!(
                 "spec.message must be a string, not {}",
                 python_type(&message)
             )));
         };
         let greeting = format!("hello, {message}");
-        let generation = widget["metadata"]
-            .get("generation")
-            .cloned()
-            .unwrap_or(json!(0));
-        let patch = json!({"status": {"observedGeneration": generation, "greeting": greeting}});
-        cluster::patch_status(&request.ref_, &patch.to_string()).map_err(|e| {
-            ReconcileError::Transient(format!("status write failed: {}", describe(&e)))
-        })?;
-        let event = Event {
-            regarding: request.ref_.clone(),
-            event_type: EventType::Normal,
-            reason: "Greeted".into(),
-            message: greeting,
-        };
-        if let Err(e) = cluster::record_event(&event) {
-            // An event is a courtesy: a refused one does not fail the reconcile.
-            log::log(
-                Level::Warn,
-                &format!("event not recorded: {}", describe(&e)),
-            );
+        let generation = widget["metadata"].get("generation").cloned().unwrap_or(json!(0));
+        cluster::patch_status(
+            &request.ref_,
+            &json!({"observedGeneration": generation, "greeting": greeting}),
+        )
+        .map_err(|e| transient(format!("status write failed: {}", e.describe())))?;
+        // An event is a courtesy: a refused one does not fail the reconcile.
+        if let Err(e) = event::record(&request.ref_, event::EventType::Normal, "Greeted", greeting) {
+            warn!("event not recorded: {}", e.describe());
         }
-        Ok(done)
+        Ok(Action::await_change())
     }
 }
 
@@ -93,15 +62,4 @@ fn python_type(value: &Value) -> &'static str {
     }
 }
 
-fn describe(e: &Error) -> String {
-    match e {
-        Error::Denied(m) => format!("denied: {m}"),
-        Error::NotFound(m) => format!("not-found: {m}"),
-        Error::Conflict(m) => format!("conflict: {m}"),
-        Error::Invalid(m) => format!("invalid: {m}"),
-        Error::Unavailable(m) => format!("unavailable: {m}"),
-        Error::Other(m) => format!("other: {m}"),
-    }
-}
-
-export!(Reconciler);
+reconciler_guest::export!(Greeter);
