@@ -160,40 +160,65 @@ componentize_tool() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# C: every *.c of the guest, compiled by clang-19 for wasm32-wasi as a reactor (a library the
-# host calls, no `_start`) against Debian's wasi-libc (wasip1; Debian has no wasip2 sysroot),
-# with the bindings of reconciler-componentize (the generator crate of `wit-bindgen c`), then
-# wrapped into a component. The compiler comes from Debian, installed when missing.
+# C: every *.c of the guest and of the C SDK (c_sdk: guests/sdk-c in the repository, sdk/ in a
+# project; a project without one builds without it), compiled by clang-19 for wasm32-wasi as a
+# reactor (a library the host calls, no `_start`) against Debian's wasi-libc (wasip1; Debian has
+# no wasip2 sysroot), with the bindings of reconciler-componentize (the generator crate of
+# `wit-bindgen c`; the SDK includes the world's header, named by RG_WORLD_H), then wrapped into
+# a component. The compiler comes from Debian, installed when missing. The SDK's files are part
+# of the toolchain, so of every C guest's stamp.
 
 c_is_guest() { compgen -G "${1%/}/*.c" >/dev/null; }
 c_sources() { (cd "$1" && compgen -G '*.[ch]' | LC_ALL=C sort); }
+# c_sdk_files: the SDK's files in $c_sdk, the ones a project holds in sdk/ (its tests are not).
+c_sdk_files() { [[ ! -f "$c_sdk/reconciler.h" ]] || (cd "$c_sdk" && compgen -G '*.[ch]' | LC_ALL=C sort); }
 
 c_toolchain() {
+    local file
     need_debian_packages "the C guests" clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
     componentize_tool
-    toolchain="$(clang-19 --version | head -1; sha256sum <"$componentize")"
+    c_sdk="${repo:+$repo/guests/sdk-c}"
+    c_sdk="${c_sdk:-$here/sdk}"
+    toolchain="$(
+        clang-19 --version | head -1
+        sha256sum <"$componentize"
+        c_sdk_files | while IFS= read -r file; do
+            echo "sdk $file"
+            cat "$c_sdk/$file"
+        done
+    )"
 }
 
 c_build() {
-    local src=$1 world=$2 build=$3 out=$4
+    local src=$1 world=$2 build=$3 out=$4 sdk=()
     local stem=${world//-/_} # the generator's file names
     mkdir "$build/bindings"
     "$componentize" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
-    clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -Wall -Werror \
-        -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" \
+    if [[ -f "$c_sdk/reconciler.h" ]]; then
+        sdk=(-I "$c_sdk" "-DRG_WORLD_H=\"$stem.h\"" "$c_sdk"/*.c)
+    fi
+    # -flto: the SDK's small functions inline across files (the greeter: ~5 % smaller, ~1 µs
+    # less per reconcile).
+    clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -flto -Wall -Werror \
+        -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" "${sdk[@]}" \
         "$src"/*.c "$build/bindings/$stem.c" "$build/bindings/${stem}_component_type.o" || return
     "$componentize" component "$build/core.wasm" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Go: the guest's module (go.mod, go.sum, its *.go) copied into the build directory with the
-# bindings of its world from reconciler-componentize (the generator crate of `wit-bindgen go`;
-# its go.mod is dropped, the guest's own pins go.bytecodealliance.org/pkg) and gc.go (why: see
-# that file); `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` makes a core module (the
+# Go SDK (go_sdk_files; a project holds it among its own sources), the bindings of its world
+# from reconciler-componentize (the generator crate of `wit-bindgen go`; its go.mod is dropped,
+# the guest's own pins go.bytecodealliance.org/pkg) and gc.go (why: see that file);
+# `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` makes a core module (the
 # exports are `//go:wasmexport` functions; -checklinkname=0 lets the bindings reach the
 # runtime), which reconciler-componentize wraps into a component with the world embedded.
 # Go (>= 1.25) is the machine's; modules come through the Go module proxy into Go's own cache,
 # checked against the guest's go.sum.
+# Pre-initialisation, opt-in (a `preinit` file in the guest, or go_preinit=1 around
+# build_guest): built with -tags reconciler_preinit (the SDK's preinit_wasip1.go), the
+# core module is snapshotted after Go's init by `reconciler-componentize preinit` before it is
+# made a component; what that freezes (environment, clock base, seeds): docs/guests/go.md.
 
 go_is_guest() { [[ -f "$1/go.mod" ]]; }
 go_sources() {
@@ -202,9 +227,28 @@ go_sources() {
             {
                 echo go.mod
                 [[ ! -f go.sum ]] || echo go.sum
+                [[ ! -f preinit ]] || echo preinit
                 find . -path ./build -prune -o -type f -name '*.go' -print | sed 's#^\./##'
             } | LC_ALL=C sort
     )
+}
+
+# go_sdk_files: the repository's Go SDK (guests/sdk-go) as paths inside a guest's module, where
+# it is copied: package `reconciler` (and `reconciler/networkbackend`), and the file of package
+# export_reconciler_api_reconciler that hands the component's exports to the guest registered
+# with reconciler.Register. Part of every Go guest's stamp.
+go_sdk_files() {
+    (cd "$repo/guests/sdk-go" &&
+        find reconciler export_reconciler_api_reconciler -type f -name '*.go' ! -name '*_test.go' | LC_ALL=C sort)
+}
+
+# go_copy FROM TO: copies the files named on stdin (paths inside FROM) to the same paths in TO.
+go_copy() {
+    local from=$1 to=$2 file
+    while IFS= read -r file; do
+        mkdir -p "$to/$(dirname "$file")"
+        cp "$from/$file" "$to/$file" || return
+    done
 }
 
 go_toolchain() {
@@ -216,42 +260,69 @@ go_toolchain() {
         fail "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
     fi
     componentize_tool
-    toolchain="$(echo "$version"; cat "$here/gc.go"; sha256sum <"$componentize")"
+    toolchain="$(
+        echo "$version"
+        cat "$here/gc.go"
+        sha256sum <"$componentize"
+        [[ -z "$repo" ]] || go_sdk_files | while IFS= read -r file; do
+            echo "sdk $file"
+            cat "$repo/guests/sdk-go/$file"
+        done
+    )"
 }
 
 go_build() {
-    local src=$1 world=$2 build=$3 out=$4 file
+    local src=$1 world=$2 build=$3 out=$4 core=core.wasm tags=()
+    if [[ -f "$src/preinit" || -n "${go_preinit:-}" ]]; then
+        core="core-init.wasm"
+        tags=(-tags reconciler_preinit)
+    fi
     mkdir "$build/module"
-    while IFS= read -r file; do
-        mkdir -p "$build/module/$(dirname "$file")"
-        cp "$src/$file" "$build/module/$file" || return
-    done < <(go_sources "$src")
+    go_sources "$src" | go_copy "$src" "$build/module" || return
+    if [[ -n "$repo" ]]; then
+        go_sdk_files | go_copy "$repo/guests/sdk-go" "$build/module" || return
+    fi
     "$componentize" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
     rm "$build/bindings/go.mod"
     cp -r "$build/bindings/." "$build/module/" || return
     # A project is itself the module that holds gc.go.
     [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
     if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
-        -ldflags='-checklinkname=0 -s -w' -o ../core.wasm .); then
+        "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .); then
         note "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
         return 1
+    fi
+    if [[ "$core" != core.wasm ]]; then
+        "$componentize" preinit "$build/$core" --out "$build/core.wasm" || return
     fi
     "$componentize" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
-# JavaScript: app.js, made a component by jco's QuickJS backend. The toolchain is the one
-# package.json + package-lock.json (beside build.sh) pin: jco 1.35.0, with preview2-shim held at
-# 0.25.0, without which `jco componentize` fails with "failed to get path metadata". It is
-# installed from the lockfile into the user's cache, once per lockfile (`npm install`, not `npm
-# ci`: npm 11's `ci` insists on lock entries for every other platform's optional binaries).
+# JavaScript: app.js and the modules it imports, made a component by jco's QuickJS backend. The
+# guest's *.js (in subdirectories too) are copied into the build directory; in the repository
+# the SDK (guests/sdk-js/reconciler-guest/*.js) is copied beside them as reconciler-guest/, which
+# a project holds itself (`reconciler-host new` writes it). jco resolves the relative imports
+# (`./reconciler-guest/index.js`) when it snapshots the guest, so no bundler is needed and the
+# SDK's modules cost nothing per reconcile. The repository's SDK is part of the toolchain's
+# identity (the stamp), so changing it rebuilds every JavaScript guest.
+#
+# The toolchain is the one package.json + package-lock.json (beside build.sh) pin: jco 1.35.0,
+# with preview2-shim held at 0.25.0, without which `jco componentize` fails with "failed to get
+# path metadata". It is installed from the lockfile into the user's cache, once per lockfile
+# (`npm install`, not `npm ci`: npm 11's `ci` insists on lock entries for every other platform's
+# optional binaries).
 #
 # QuickJS, not StarlingMonkey: 1.6 MB and ~5 s to build instead of 12 MB and ~55 s, and a first
 # compile in the host of ~3 s instead of ~17 s. `--backend-qjs-disable-async`: the default build
 # uses the component model's async intrinsics (`task.cancel`), which the host does not enable.
 
 js_is_guest() { [[ -f "$1/app.js" ]]; }
-js_sources() { (cd "$1" && compgen -G '*.js' | LC_ALL=C sort); }
+js_sources() {
+    (cd "$1" && find . \( -path ./build -o -path ./node_modules \) -prune -o -type f -name '*.js' -print |
+        sed 's#^\./##' | LC_ALL=C sort)
+}
+js_sdk="guests/sdk-js/reconciler-guest" # in the repository
 
 js_toolchain() {
     local lock_hash installed partial
@@ -272,17 +343,33 @@ js_toolchain() {
         mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another build's won
     fi
     toolchain="jco $lock_hash"
+    if [[ -n "$repo" ]]; then
+        toolchain+=$'\n'"$(cd "$repo/$js_sdk" && sha256sum -- *.js)"
+    fi
 }
 
 js_build() {
-    local src=$1 world=$2 out=$4
-    (cd "$src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+    local src=$1 world=$2 build=$3 out=$4 file
+    while IFS= read -r file; do
+        mkdir -p "$build/src/$(dirname "$file")"
+        cp "$src/$file" "$build/src/$file" || return
+    done < <(js_sources "$src")
+    if [[ -n "$repo" ]]; then
+        mkdir -p "$build/src/reconciler-guest"
+        cp "$repo/$js_sdk"/*.js "$build/src/reconciler-guest/" || return
+    fi
+    # From the entry's own directory: jco 1.35 resolves an entry path with a directory in it twice.
+    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
         --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
 }
 
 # ---------------------------------------------------------------------------------------------
 # Python: the module `app` (app.py and the *.py beside it), made a component by componentize-py
-# (pinned above), installed from PyPI into a virtualenv in the user's cache, once.
+# (pinned above), installed from PyPI into a virtualenv in the user's cache, once. The SDK, the
+# package `reconciler_guest`, is on componentize-py's python path: guests/sdk-python/src in the
+# repository, the project itself in a project (`reconciler-host new` writes reconciler_guest/
+# beside app.py; a project without it builds as before). Its files are part of the toolchain,
+# so an SDK change rebuilds every guest.
 
 python_is_guest() { [[ -f "$1/app.py" ]]; }
 python_sources() { (cd "$1" && compgen -G '*.py' | LC_ALL=C sort); }
@@ -298,10 +385,16 @@ python_toolchain() {
             fail "pip could not install componentize-py $COMPONENTIZE_PY_VERSION"
         fi
     fi
+    python_sdk="${repo:+$repo/guests/sdk-python/src}"
+    python_sdk="${python_sdk:-$here}"
     toolchain="componentize-py $COMPONENTIZE_PY_VERSION"
+    if [[ -d "$python_sdk/reconciler_guest" ]]; then
+        toolchain+=$'\n'"reconciler_guest $(cd "$python_sdk" && sha256sum reconciler_guest/*.py | sha256sum)"
+    fi
 }
 
 python_build() {
-    local src=$1 world=$2 out=$4
-    (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app -o "$out" >/dev/null)
+    local src=$1 world=$2 out=$4 path=(-p .)
+    [[ "$python_sdk" -ef "$src" ]] || path+=(-p "$python_sdk")
+    (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app "${path[@]}" -o "$out" >/dev/null)
 }

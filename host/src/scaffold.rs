@@ -178,15 +178,17 @@ fn language_files(
             .collect(),
         ),
         Language::Python => (
-            "`app.py`",
+            "`app.py` (on the Python SDK in `reconciler_guest/`)",
             " (componentize-py, installed into your cache on first use)",
-            vec![plain(
+            std::iter::once(plain(
                 "app.py",
                 renamed(include_str!("../../guests/python/greeter/app.py")),
-            )],
+            ))
+            .chain(python_sdk())
+            .collect(),
         ),
         Language::Js => (
-            "`app.js`",
+            "`app.js` (on the JavaScript SDK in `reconciler-guest/`)",
             " (jco, QuickJS backend, installed from the lockfile into your cache on first use)",
             vec![
                 plain(
@@ -198,22 +200,23 @@ fn language_files(
                     "package-lock.json",
                     include_str!("../../guests/js/package-lock.json"),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(js_sdk())
+            .collect(),
         ),
         Language::C => (
-            "`app.c` (and the small JSON reader `json.c`)",
+            "`app.c` (on the C SDK in `sdk/`)",
             " (clang-19 + wasi-libc, reconciler-componentize)",
-            vec![
-                plain(
-                    "app.c",
-                    renamed(include_str!("../../guests/c/greeter/app.c")),
-                ),
-                plain("json.c", include_str!("../../guests/c/greeter/json.c")),
-                plain("json.h", include_str!("../../guests/c/greeter/json.h")),
-            ],
+            std::iter::once(plain(
+                "app.c",
+                renamed(include_str!("../../guests/c/greeter/app.c")),
+            ))
+            .chain(c_sdk())
+            .collect(),
         ),
         Language::Go => (
-            "`export_reconciler_api_reconciler/greeter.go`",
+            "`export_reconciler_api_reconciler/greeter.go` (on the Go SDK in `reconciler/`)",
             " (Go >= 1.25, reconciler-componentize)",
             vec![
                 plain(
@@ -225,9 +228,20 @@ fn language_files(
                 plain("go.mod", include_str!("../../guests/go/greeter/go.mod")),
                 plain("go.sum", include_str!("../../guests/go/greeter/go.sum")),
                 plain("gc.go", include_str!("../../guests/go/gc.go")),
-            ],
+            ]
+            .into_iter()
+            .chain(go_sdk())
+            .collect(),
         ),
     }
+}
+
+/// `(path in the project, text)` of SDK files: each `$file` of the repository's `$from`,
+/// written under `$to` in the project.
+macro_rules! vendored {
+    ($from:literal => $to:literal: $($file:literal),+ $(,)?) => {
+        [$((concat!($to, $file), include_str!(concat!("../../guests/", $from, $file)))),+]
+    };
 }
 
 /// The Rust SDK (`guests/sdk`, `reconciler-guest`), vendored into the project as
@@ -235,17 +249,12 @@ fn language_files(
 /// Its manifest loses what it inherits from the repository's workspace, and its bindings read
 /// the project's `wit/`.
 fn rust_sdk() -> Vec<File> {
-    macro_rules! sources {
-        ($($file:literal),+) => {
-            [$((concat!("reconciler-guest/src/", $file), include_str!(concat!("../../guests/sdk/src/", $file)))),+]
-        };
-    }
     let manifest = include_str!("../../guests/sdk/Cargo.toml")
         .replace("edition.workspace = true", "edition = \"2024\"")
         .replace("rust-version.workspace = true\n", "")
         .replace("license.workspace = true\n", "")
         .replace("\n[lints]\nworkspace = true\n", "");
-    let sources = sources!(
+    let sources = vendored!("sdk/src/" => "reconciler-guest/src/":
         "arena.rs",
         "cluster.rs",
         "conditions.rs",
@@ -265,6 +274,100 @@ fn rust_sdk() -> Vec<File> {
                 text.replace("path: \"../../wit\"", "path: \"../wit\""),
             )
         }))
+        .collect()
+}
+
+/// The Go SDK (`guests/sdk-go`) at the paths the repository's recipe copies it to in a guest's
+/// module: package `reconciler` and the file of the exports package that calls the guest it
+/// registers. Without `networkbackend`: a scaffold is a `controller` guest.
+fn go_sdk() -> Vec<File> {
+    let files = vendored!("sdk-go/" => "":
+        "reconciler/cluster.go",
+        "reconciler/conditions.go",
+        "reconciler/doc.go",
+        "reconciler/errors.go",
+        "reconciler/event.go",
+        "reconciler/exports_wasip1.go",
+        "reconciler/guest.go",
+        "reconciler/host.go",
+        "reconciler/host_wasip1.go",
+        "reconciler/lister.go",
+        "reconciler/log.go",
+        "reconciler/manifest.go",
+        "reconciler/object.go",
+        "reconciler/preinit_wasip1.go",
+        "reconciler/queue.go",
+        "export_reconciler_api_reconciler/reconciler_exports.go",
+    );
+    files
+        .into_iter()
+        .map(|(path, text)| plain(path, text))
+        .collect()
+}
+
+/// The Python SDK (`guests/sdk-python/src/reconciler_guest`) beside `app.py`, on
+/// componentize-py's path there; its tests stay in the repository.
+fn python_sdk() -> Vec<File> {
+    let files = vendored!("sdk-python/src/reconciler_guest/" => "reconciler_guest/":
+        "__init__.py",
+        "_bindings.py",
+        "cluster.py",
+        "conditions.py",
+        "errors.py",
+        "event.py",
+        "guest.py",
+        "lister.py",
+        "log.py",
+        "manifest.py",
+        "network_backend.py",
+        "objects.py",
+        "queue.py",
+    );
+    files
+        .into_iter()
+        .map(|(path, text)| plain(path, text))
+        .collect()
+}
+
+/// The JavaScript SDK (`guests/sdk-js/reconciler-guest`, with its TypeScript types) beside
+/// `app.js`, which imports `./reconciler-guest/index.js`; its tests stay in the repository.
+fn js_sdk() -> Vec<File> {
+    let files = vendored!("sdk-js/reconciler-guest/" => "reconciler-guest/":
+        "index.js",
+        "index.d.ts",
+        "manifest.js",
+        "object.js",
+        "error.js",
+        "conditions.js",
+        "log.js",
+        "event.js",
+        "queue.js",
+        "lister.js",
+        "cluster.js",
+    );
+    files
+        .into_iter()
+        .map(|(path, text)| plain(path, text))
+        .collect()
+}
+
+/// The C SDK (`guests/sdk-c`) in `sdk/`, where the recipe looks for it in a project; its tests
+/// stay in the repository.
+fn c_sdk() -> Vec<File> {
+    let files = vendored!("sdk-c/" => "sdk/":
+        "reconciler.h",
+        "rg_internal.h",
+        "arena.c",
+        "bindings.c",
+        "conditions.c",
+        "error.c",
+        "format.c",
+        "json.c",
+        "object.c",
+    );
+    files
+        .into_iter()
+        .map(|(path, text)| plain(path, text))
         .collect()
 }
 
@@ -342,7 +445,21 @@ mod tests {
             assert!(host.text.contains("  hello-world:\n"), "{}", host.text);
             let build = files.iter().find(|f| f.path == "build.sh").unwrap();
             assert!(build.executable && build.text.contains("hello-world.wasm"));
-            assert!(files.iter().all(|f| !f.text.contains("{{")), "{language:?}");
+            let placeholders = [
+                "{{name}}",
+                "{{crate}}",
+                "{{lang}}",
+                "{{language}}",
+                "{{source}}",
+                "{{recipe}}",
+                "{{toolchain}}",
+            ];
+            assert!(
+                files
+                    .iter()
+                    .all(|f| placeholders.iter().all(|p| !f.text.contains(p))),
+                "{language:?}"
+            );
         }
     }
 
@@ -373,6 +490,58 @@ mod tests {
                 "guests/lib.sh has no recipe for {language:?}"
             );
         }
+    }
+
+    /// Every scaffold is written on its language's SDK, a copy of the repository's, and its
+    /// source uses it.
+    #[test]
+    fn every_scaffold_carries_its_languages_sdk_and_uses_it() {
+        let expect = [
+            (
+                Language::Rust,
+                "reconciler-guest/src/lib.rs",
+                "reconciler_guest::export!",
+            ),
+            (Language::Go, "reconciler/guest.go", "reconciler.Register("),
+            (
+                Language::Js,
+                "reconciler-guest/index.js",
+                "defineReconciler(",
+            ),
+            (Language::C, "sdk/reconciler.h", "#include \"reconciler.h\""),
+            (
+                Language::Python,
+                "reconciler_guest/guest.py",
+                "export(Greeter)",
+            ),
+        ];
+        for (language, sdk_file, used) in expect {
+            let files = files(language, "hello").unwrap();
+            assert!(
+                files.iter().any(|f| f.path == sdk_file),
+                "{language:?} scaffold lacks {sdk_file}"
+            );
+            assert!(
+                files.iter().any(|f| f.text.contains(used)
+                    && !f.path.starts_with("reconciler")
+                    && !f.path.starts_with("sdk/")),
+                "{language:?}: the guest's source does not use its SDK ({used})"
+            );
+        }
+        let rust = files(Language::Rust, "hello").unwrap();
+        let manifest = rust
+            .iter()
+            .find(|f| f.path == "reconciler-guest/Cargo.toml")
+            .unwrap();
+        assert!(!manifest.text.contains("workspace"), "{}", manifest.text);
+        let lib = rust
+            .iter()
+            .find(|f| f.path == "reconciler-guest/src/lib.rs")
+            .unwrap();
+        assert!(
+            lib.text.contains("path: \"../wit\""),
+            "the SDK reads the project's wit/"
+        );
     }
 
     /// `docs/guests/contract.md` quotes the contract; it must not drift from it.

@@ -1,6 +1,6 @@
 // Package export_reconciler_api_reconciler is the sample-controller `Network`
-// (`samplecrd.k8s.io/v1`) in Go: a port of the Rust reference guest (guests/network), with the
-// same behaviour, pinned by the same fixtures (host/tests/fixtures/network-*) and end-to-end
+// (`samplecrd.k8s.io/v1`) in Go on the Go SDK (package reconciler, guests/sdk-go, and its
+// networkbackend): a port of the Rust reference guest (guests/network), with the same behaviour, pinned by the same fixtures (host/tests/fixtures/network-*) and end-to-end
 // test (tests/tests/network.rs). For every Network there is one backend network with id
 // `namespace/name`.
 //
@@ -25,35 +25,19 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
-	"wit_component/reconciler_api_cluster"
-	"wit_component/reconciler_api_log"
-	backend "wit_component/reconciler_api_network_backend"
-	"wit_component/reconciler_api_reconciler"
-	"wit_component/reconciler_api_types"
-
-	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	"wit_component/reconciler"
+	backend "wit_component/reconciler/networkbackend"
 )
 
-type (
-	action  = reconciler_api_types.Action
-	rerror  = reconciler_api_types.ReconcileError
-	hostErr = reconciler_api_types.Error
-	ref     = reconciler_api_types.ObjectRef
-	result  = witTypes.Result[action, rerror]
-)
-
-// Manifest: the Network kind, its finalizer, four keys at a time, a resync every 30 s.
-func Manifest() reconciler_api_reconciler.ControllerManifest {
-	return reconciler_api_reconciler.ControllerManifest{
-		Name:          "network",
-		Primary:       reconciler_api_types.Gvk{Group: "samplecrd.k8s.io", Version: "v1", Kind: "Network"},
-		Namespace:     witTypes.None[string](),
-		LabelSelector: witTypes.None[string](),
-		Finalizer:     witTypes.Some("samplecrd.k8s.io/network-backend"),
-		Concurrency:   4,
-		ResyncSeconds: 30,
-	}
+// The manifest: the Network kind, its finalizer, four keys at a time, a resync every 30 s.
+func init() {
+	network := reconciler.GVK{Group: "samplecrd.k8s.io", Version: "v1", Kind: "Network"}
+	reconciler.Register(reconciler.NewManifest("network", network).
+		WithFinalizer("samplecrd.k8s.io/network-backend").
+		WithConcurrency(4).
+		WithResync(30*time.Second), reconcile)
 }
 
 // networkObject keeps spec and status raw, so that a spec of the wrong shape is reported by
@@ -67,42 +51,42 @@ type networkObject struct {
 	Status json.RawMessage `json:"status"`
 }
 
-// Reconcile brings one Network's backend network to its spec and reports it in the status.
-func Reconcile(request reconciler_api_reconciler.Request) result {
-	network := request.Ref
-	id := backendID(network)
-	done := witTypes.Ok[action, rerror](action{RequeueAfterMs: witTypes.None[uint64]()})
-	if request.Object.Tag() == witTypes.OptionNone {
+// reconcile brings one Network's backend network to its spec and reports it in the status.
+func reconcile(req *reconciler.Request) (reconciler.Action, error) {
+	network := req.Ref
+	id := network.Key().String() // stable for the object's lifetime, unique across namespaces
+	done := reconciler.Action{}
+	if req.Gone() {
 		// Normally the finalizer path below already cleaned up; this covers objects deleted
 		// while the guest was not installed.
-		deleted := backend.Delete(id)
-		if deleted.Tag() == witTypes.ResultErr {
-			return witTypes.Err[action](backendFailure(id, "delete", deleted.Err()))
+		deleted, err := backend.Delete(id)
+		if err != nil {
+			return done, backendFailure(id, "delete", err)
 		}
-		if deleted.Ok() {
-			info(fmt.Sprintf("deleted backend network %s of a Network that is gone", id))
+		if deleted {
+			reconciler.LogInfof("deleted backend network %s of a Network that is gone", id)
 		}
-		return done
+		return done, nil
 	}
-	if request.Deleting {
-		deleted := backend.Delete(id)
-		if deleted.Tag() == witTypes.ResultErr {
-			return witTypes.Err[action](backendFailure(id, "delete", deleted.Err()))
+	if req.Deleting {
+		deleted, err := backend.Delete(id)
+		if err != nil {
+			return done, backendFailure(id, "delete", err)
 		}
 		what := "was already gone"
-		if deleted.Ok() {
+		if deleted {
 			what = "deleted"
 		}
-		event(network, reconciler_api_cluster.EventType_Normal, "Deleted", fmt.Sprintf("backend network %s %s", id, what))
-		return done
+		reconciler.NormalEvent(network, "Deleted", fmt.Sprintf("backend network %s %s", id, what))
+		return done, nil
 	}
 
 	var object networkObject
-	if err := json.Unmarshal([]byte(request.Object.Some()), &object); err != nil || object.Metadata == nil {
-		if err == nil {
-			err = fmt.Errorf("missing field `metadata`")
-		}
-		return permanent(fmt.Sprintf("%s does not parse: %v", display(network), err))
+	if err := req.Object.Decode(&object); err != nil {
+		return done, err
+	}
+	if object.Metadata == nil {
+		return done, reconciler.Permanentf("%s does not parse: missing field `metadata`", network)
 	}
 	generation := object.Metadata.Generation
 	before := readStatus(network, object.Status)
@@ -115,176 +99,89 @@ func Reconcile(request reconciler_api_reconciler.Request) result {
 	if specErr != nil {
 		message := specErr.Error()
 		status.setReady(generation, false, "InvalidSpec", message)
-		event(network, reconciler_api_cluster.EventType_Warning, "InvalidSpec", message)
-		if failed := writeStatus(network, before, &status); failed != nil {
-			return witTypes.Err[action](*failed)
-		}
-		return done
+		reconciler.WarningEvent(network, "InvalidSpec", message)
+		return done, writeStatus(network, before, &status)
 	}
-	desired := backend.NetworkSpec{Id: id, Cidr: valid.cidr.String(), Gateway: valid.gateway.String()}
+	desired := backend.Spec{ID: id, CIDR: valid.cidr.String(), Gateway: valid.gateway.String()}
 
-	actual, failure := converge(network, desired, valid)
+	actual, err := converge(network, desired, valid)
+	rejected, _ := reconciler.AsHostError(err)
 	switch {
-	case failure == nil:
-		message := fmt.Sprintf("network %s is up on %s with %s, gateway %s", id, actual.InterfaceName, actual.Cidr, actual.Gateway)
+	case err == nil:
+		message := fmt.Sprintf("network %s is up on %s with %s, gateway %s", id, actual.InterfaceName, actual.CIDR, actual.Gateway)
 		status.setReady(generation, true, "Synced", message)
 		status.setActual(actual)
-	case failure.Tag() == reconciler_api_types.Error_Invalid:
-		message := "the backend rejected the spec: " + failure.Invalid()
+	case rejected != nil && rejected.Kind == reconciler.Invalid:
+		message := "the backend rejected the spec: " + rejected.Message
 		status.setReady(generation, false, "BackendRejected", message)
-		event(network, reconciler_api_cluster.EventType_Warning, "BackendRejected", message)
+		reconciler.WarningEvent(network, "BackendRejected", message)
 	default:
-		failed := backendFailure(id, "ensure", *failure)
-		message := errorMessage(failed)
-		status.setReady(generation, false, "BackendError", message)
-		event(network, reconciler_api_cluster.EventType_Warning, "BackendFailed", message)
+		failed := backendFailure(id, "ensure", err)
+		status.setReady(generation, false, "BackendError", failed.Error())
+		reconciler.WarningEvent(network, "BackendFailed", failed.Error())
 		if write := writeStatus(network, before, &status); write != nil {
-			warn("could not record the backend failure: " + errorMessage(*write))
+			reconciler.LogWarnf("could not record the backend failure: %v", write)
 		}
-		return witTypes.Err[action](failed)
+		return done, failed
 	}
-	if failed := writeStatus(network, before, &status); failed != nil {
-		return witTypes.Err[action](*failed)
-	}
-	return done
+	return done, writeStatus(network, before, &status)
 }
 
 // readStatus is the status as last written, or nil when absent or unreadable.
-func readStatus(network ref, raw json.RawMessage) *Status {
+func readStatus(network reconciler.ObjectRef, raw json.RawMessage) *Status {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
 	status, err := parseStatus(raw)
 	if err != nil {
-		warn(fmt.Sprintf("ignoring the unreadable status of %s: %v", display(network), err))
+		reconciler.LogWarnf("ignoring the unreadable status of %s: %v", network, err)
 		return nil
 	}
 	return status
 }
 
-// backendID is stable for the object's lifetime and unique across namespaces.
-func backendID(network ref) string {
-	if network.Namespace.Tag() == witTypes.OptionSome {
-		return network.Namespace.Some() + "/" + network.Name
-	}
-	return network.Name
-}
-
-// display spells a reference as log lines do: `Kind namespace/name`.
-func display(network ref) string {
-	return network.Kind.Kind + " " + backendID(network)
-}
-
 // converge brings the backend network to desired, recording `Synced` when it had to change it.
-func converge(network ref, desired backend.NetworkSpec, valid validSpec) (backend.NetworkStatus, *hostErr) {
-	got := backend.Get(desired.Id)
-	if got.Tag() == witTypes.ResultErr {
-		failure := got.Err()
-		return backend.NetworkStatus{}, &failure
-	}
-	var current *backend.NetworkStatus
-	if got.Ok().Tag() == witTypes.OptionSome {
-		value := got.Ok().Some()
-		current = &value
+func converge(network reconciler.ObjectRef, desired backend.Spec, valid validSpec) (backend.Status, error) {
+	current, err := backend.Get(desired.ID)
+	if err != nil {
+		return backend.Status{}, err
 	}
 	var change string
 	drift := plan(valid, current)
 	switch {
-	case current != nil && drift != nil && len(drift) == 0:
+	case current != nil && len(drift) == 0:
 		return *current, nil
 	case current == nil:
-		info(fmt.Sprintf("creating backend network %s (%s)", desired.Id, desired.Cidr))
-		change = fmt.Sprintf("created backend network %s (%s)", desired.Id, desired.Cidr)
+		reconciler.LogInfof("creating backend network %s (%s)", desired.ID, desired.CIDR)
+		change = fmt.Sprintf("created backend network %s (%s)", desired.ID, desired.CIDR)
 	default:
 		joined := strings.Join(drift, ", ")
-		warn(fmt.Sprintf("backend network %s drifted: %s; correcting", desired.Id, joined))
-		change = fmt.Sprintf("corrected backend network %s: %s", desired.Id, joined)
+		reconciler.LogWarnf("backend network %s drifted: %s; correcting", desired.ID, joined)
+		change = fmt.Sprintf("corrected backend network %s: %s", desired.ID, joined)
 	}
-	ensured := backend.Ensure(desired)
-	if ensured.Tag() == witTypes.ResultErr {
-		failure := ensured.Err()
-		return backend.NetworkStatus{}, &failure
+	actual, err := backend.Ensure(desired)
+	if err != nil {
+		return backend.Status{}, err
 	}
-	event(network, reconciler_api_cluster.EventType_Normal, "Synced", change)
-	return ensured.Ok(), nil
+	reconciler.NormalEvent(network, "Synced", change)
+	return actual, nil
 }
 
 // backendFailure: a backend failure other than a rejected spec is retried with backoff, except
 // a missing grant, which only an operator can fix (and fixing it reloads the guest).
-func backendFailure(id, call string, e hostErr) rerror {
-	message := fmt.Sprintf("backend %s of network %s failed: %s", call, id, describe(e))
-	if e.Tag() == reconciler_api_types.Error_Denied {
-		return reconciler_api_types.MakeReconcileErrorPermanent(message)
+func backendFailure(id, call string, err error) error {
+	failure := fmt.Errorf("backend %s of network %s failed: %w", call, id, err)
+	if denied, _ := reconciler.AsHostError(err); denied != nil && denied.Kind == reconciler.Denied {
+		return reconciler.Permanent(failure)
 	}
-	return reconciler_api_types.MakeReconcileErrorTransient(message)
+	return reconciler.Transient(failure)
 }
 
 // writeStatus writes status with a merge patch, unless it equals what the object already shows.
-func writeStatus(network ref, before *Status, status *Status) *rerror {
+func writeStatus(network reconciler.ObjectRef, before *Status, status *Status) error {
 	if before != nil && reflect.DeepEqual(*before, *status) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": status})
-	if err != nil {
-		failed := reconciler_api_types.MakeReconcileErrorPermanent(fmt.Sprintf("status does not serialise: %v", err))
-		return &failed
-	}
-	written := reconciler_api_cluster.PatchStatus(network, string(patch))
-	if written.Tag() == witTypes.ResultErr {
-		failed := fromHost(written.Err())
-		return &failed
-	}
-	return nil
+	_, err := reconciler.PatchStatus(network, status)
+	return err
 }
-
-// fromHost: conflict, unavailable and other are worth a retry; the rest are not.
-func fromHost(e hostErr) rerror {
-	switch e.Tag() {
-	case reconciler_api_types.Error_Conflict, reconciler_api_types.Error_Unavailable, reconciler_api_types.Error_Other:
-		return reconciler_api_types.MakeReconcileErrorTransient(describe(e))
-	default:
-		return reconciler_api_types.MakeReconcileErrorPermanent(describe(e))
-	}
-}
-
-func permanent(message string) result {
-	return witTypes.Err[action](reconciler_api_types.MakeReconcileErrorPermanent(message))
-}
-
-func errorMessage(e rerror) string {
-	if e.Tag() == reconciler_api_types.ReconcileError_Transient {
-		return e.Transient()
-	}
-	return e.Permanent()
-}
-
-// describe spells a host error as its kind and text, e.g. `denied: no write grant for ...`.
-func describe(e hostErr) string {
-	switch e.Tag() {
-	case reconciler_api_types.Error_Denied:
-		return "denied: " + e.Denied()
-	case reconciler_api_types.Error_NotFound:
-		return "not-found: " + e.NotFound()
-	case reconciler_api_types.Error_Conflict:
-		return "conflict: " + e.Conflict()
-	case reconciler_api_types.Error_Invalid:
-		return "invalid: " + e.Invalid()
-	case reconciler_api_types.Error_Unavailable:
-		return "unavailable: " + e.Unavailable()
-	default:
-		return "other: " + e.Other()
-	}
-}
-
-// event records an event; a refused one is logged, never a reason to fail the reconcile.
-func event(regarding ref, eventType reconciler_api_cluster.EventType, reason, message string) {
-	recorded := reconciler_api_cluster.RecordEvent(reconciler_api_cluster.Event{
-		Regarding: regarding, EventType: eventType, Reason: reason, Message: message,
-	})
-	if recorded.Tag() == witTypes.ResultErr {
-		warn(fmt.Sprintf("could not record event %s on %s: %s", reason, display(regarding), describe(recorded.Err())))
-	}
-}
-
-func info(message string) { reconciler_api_log.Log(reconciler_api_log.Level_Info, message) }
-func warn(message string) { reconciler_api_log.Log(reconciler_api_log.Level_Warn, message) }

@@ -9,37 +9,26 @@ import (
 	"net/netip"
 	"time"
 
-	backend "wit_component/reconciler_api_network_backend"
+	"wit_component/reconciler"
+	backend "wit_component/reconciler/networkbackend"
 )
 
 // ready is the condition every Network carries.
 const ready = "Ready"
 
-// timeFormat is how Kubernetes (and k8s-openapi) write a `metav1.Time`: seconds, UTC.
-const timeFormat = "2006-01-02T15:04:05Z"
-
-// Condition is a `metav1.Condition`.
-type Condition struct {
-	Type               string `json:"type"`
-	Status             string `json:"status"`
-	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	LastTransitionTime string `json:"lastTransitionTime"`
-	Reason             string `json:"reason"`
-	Message            string `json:"message"`
-}
-
 // Status is `status` as the CRD defines it. Fields other writers may add are left alone,
 // because the guest writes with a merge patch.
 type Status struct {
-	Conditions         []Condition `json:"conditions,omitempty"`
-	ObservedGeneration *int64      `json:"observedGeneration,omitempty"`
-	InterfaceName      *string     `json:"interfaceName,omitempty"`
-	ActualCidr         *string     `json:"actualCidr,omitempty"`
-	ActualGateway      *string     `json:"actualGateway,omitempty"`
+	Conditions         []reconciler.Condition `json:"conditions,omitempty"`
+	ObservedGeneration *int64                 `json:"observedGeneration,omitempty"`
+	InterfaceName      *string                `json:"interfaceName,omitempty"`
+	ActualCidr         *string                `json:"actualCidr,omitempty"`
+	ActualGateway      *string                `json:"actualGateway,omitempty"`
 }
 
 // parseStatus reads a status; a condition needs a valid `lastTransitionTime`, its other
-// fields default to empty, as the API types have it.
+// fields default to empty, as the API types have it. Times are rewritten as reconciler.Now
+// writes them.
 func parseStatus(raw json.RawMessage) (*Status, error) {
 	var status Status
 	if err := json.Unmarshal(raw, &status); err != nil {
@@ -54,58 +43,43 @@ func parseStatus(raw json.RawMessage) (*Status, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lastTransitionTime %q: %v", at, err)
 		}
-		status.Conditions[i].LastTransitionTime = parsed.UTC().Format(timeFormat)
+		status.Conditions[i].LastTransitionTime = parsed.UTC().Format(time.RFC3339)
 	}
 	return &status, nil
 }
 
 func (s Status) clone() Status {
-	s.Conditions = append([]Condition(nil), s.Conditions...)
+	s.Conditions = append([]reconciler.Condition(nil), s.Conditions...)
 	return s
 }
 
 // setReady sets `Ready` (keeping its `lastTransitionTime` unless the status flips) and records
 // that this generation was looked at.
 func (s *Status) setReady(generation *int64, isReady bool, reason, message string) {
-	state := "False"
-	if isReady {
-		state = "True"
+	condition := reconciler.NewCondition(ready, isReady, reason, message)
+	if generation != nil {
+		condition.ObservedGeneration = *generation
 	}
+	reconciler.SetCondition(&s.Conditions, condition)
 	s.ObservedGeneration = generation
-	for i := range s.Conditions {
-		c := &s.Conditions[i]
-		if c.Type != ready {
-			continue
-		}
-		if c.Status != state {
-			c.Status = state
-			c.LastTransitionTime = time.Now().UTC().Format(timeFormat)
-		}
-		c.Reason, c.Message, c.ObservedGeneration = reason, message, generation
-		return
-	}
-	s.Conditions = append(s.Conditions, Condition{
-		Type: ready, Status: state, ObservedGeneration: generation,
-		LastTransitionTime: time.Now().UTC().Format(timeFormat), Reason: reason, Message: message,
-	})
 }
 
 // setActual copies what the backend reports.
-func (s *Status) setActual(actual backend.NetworkStatus) {
-	s.InterfaceName, s.ActualCidr, s.ActualGateway = &actual.InterfaceName, &actual.Cidr, &actual.Gateway
+func (s *Status) setActual(actual backend.Status) {
+	s.InterfaceName, s.ActualCidr, s.ActualGateway = &actual.InterfaceName, &actual.CIDR, &actual.Gateway
 }
 
 // plan compares the desired spec with the backend's state: nil when the network does not
 // exist, else every difference (empty: in sync). Addresses are compared as parsed values, so
 // `fd00:0::1` and `fd00::1` are the same; text the backend reports that does not parse counts
 // as drift.
-func plan(desired validSpec, actual *backend.NetworkStatus) []string {
+func plan(desired validSpec, actual *backend.Status) []string {
 	if actual == nil {
 		return nil
 	}
 	drift := []string{}
-	if cidr, err := netip.ParsePrefix(actual.Cidr); err != nil || cidr != desired.cidr {
-		drift = append(drift, fmt.Sprintf("cidr is %s instead of %s", actual.Cidr, desired.cidr))
+	if cidr, err := netip.ParsePrefix(actual.CIDR); err != nil || cidr != desired.cidr {
+		drift = append(drift, fmt.Sprintf("cidr is %s instead of %s", actual.CIDR, desired.cidr))
 	}
 	if gateway, err := netip.ParseAddr(actual.Gateway); err != nil || gateway != desired.gateway {
 		drift = append(drift, fmt.Sprintf("gateway is %s instead of %s", actual.Gateway, desired.gateway))

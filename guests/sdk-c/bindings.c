@@ -1,0 +1,325 @@
+// The SDK's only contact with the generated bindings (`reconciler-componentize bindings --lang
+// c`, i.e. wit-bindgen's C generator): the exports that call the guest's `manifest` and
+// `reconcile`, and one thin wrapper per import. Everything else in the SDK is plain C that the
+// SDK's tests run natively.
+//
+// Ownership, as the generated code has it: what an export returns (the manifest's strings, an
+// error's message) must be malloc'd, because the generated post-return functions free it; the
+// request an export receives is ours to free; what an import returns is ours to free; what we
+// pass to an import is only read. Only the interface-prefixed names are used here (not the
+// world's `<world>_string_t`), so this file builds against any world that includes
+// `controller`; lib.sh names the world's header in RG_WORLD_H.
+#include <stdlib.h>
+#include <string.h>
+
+#include "rg_internal.h"
+
+#ifndef RG_WORLD_H
+#define RG_WORLD_H "controller.h"
+#endif
+#include RG_WORLD_H
+
+typedef reconciler_api_types_json_t wit_string_t;  // the world's string type, by another name
+
+// ---------------------------------------------------------------------------------------------
+// Between the SDK's types and the WIT's
+
+// Borrowed: the import only reads it.
+static wit_string_t borrow(const char *text) {
+  return (wit_string_t){(uint8_t *)text, text != NULL ? strlen(text) : 0};
+}
+
+static reconciler_api_types_object_ref_t borrow_ref(const rg_ref_t *ref) {
+  reconciler_api_types_object_ref_t out = {
+      .kind = {borrow(ref->kind.group), borrow(ref->kind.version), borrow(ref->kind.kind)},
+      .name = borrow(ref->name),
+  };
+  if (ref->namespace != NULL) {
+    out.namespace_.is_some = true;
+    out.namespace_.val = borrow(ref->namespace);
+  }
+  return out;
+}
+
+// malloc'd, for what an export returns (the post-return frees it; it frees nothing of length 0).
+static wit_string_t give(const char *text) {
+  wit_string_t out = {NULL, text != NULL ? strlen(text) : 0};
+  if (out.len > 0) {
+    out.ptr = malloc(out.len);
+    if (out.ptr == NULL) rg_fatal("out of memory");
+    memcpy(out.ptr, text, out.len);
+  }
+  return out;
+}
+
+static rg_gvk_t gvk_of(const reconciler_api_types_gvk_t *kind) {
+  return (rg_gvk_t){
+      rg_strndup((const char *)kind->group.ptr, kind->group.len),
+      rg_strndup((const char *)kind->version.ptr, kind->version.len),
+      rg_strndup((const char *)kind->kind.ptr, kind->kind.len),
+  };
+}
+
+// rg_err_t follows the cases of the WIT's `error` from RG_DENIED on.
+_Static_assert(RECONCILER_API_TYPES_ERROR_DENIED + 1 == RG_DENIED &&
+                   RECONCILER_API_TYPES_ERROR_NOT_FOUND + 1 == RG_NOT_FOUND &&
+                   RECONCILER_API_TYPES_ERROR_CONFLICT + 1 == RG_CONFLICT &&
+                   RECONCILER_API_TYPES_ERROR_INVALID + 1 == RG_INVALID &&
+                   RECONCILER_API_TYPES_ERROR_UNAVAILABLE + 1 == RG_UNAVAILABLE &&
+                   RECONCILER_API_TYPES_ERROR_OTHER + 1 == RG_OTHER,
+               "rg_err_t no longer follows the WIT's error variant");
+_Static_assert(RECONCILER_API_LOG_LEVEL_TRACE == RG_LOG_TRACE &&
+                   RECONCILER_API_LOG_LEVEL_ERROR == RG_LOG_ERROR,
+               "rg_level_t no longer follows the WIT's log level");
+
+// The host's error as the last error (its text copied into the arena), freed.
+static rg_err_t take_error(reconciler_api_types_error_t *err) {
+  rg_err_t kind =
+      err->tag <= RECONCILER_API_TYPES_ERROR_OTHER ? (rg_err_t)(err->tag + 1) : RG_OTHER;
+  rg_fail(kind, (const char *)err->val.other.ptr, err->val.other.len);
+  reconciler_api_types_error_free(err);
+  return kind;
+}
+
+// JSON the host returned: parsed when wanted (the tree points into the buffer, which the arena
+// then adopts), else freed.
+static const rg_json_t *take_json(wit_string_t *json, bool wanted, const char *what) {
+  if (!wanted) {
+    reconciler_api_types_json_free(json);
+    return NULL;
+  }
+  const rg_json_t *value = rg_json_parse_in_place((const char *)json->ptr, json->len);
+  if (value == NULL)
+    rg_fatal(rg_format("the host returned %s as text that is %s", what, rg_last_error()));
+  if (json->len > 0) rg_arena_adopt(json->ptr);  // (of length 0 it is not the allocator's)
+  return value;
+}
+
+_Noreturn void rg_fatal(const char *message) {
+  wit_string_t text = borrow(message);
+  reconciler_api_log_log(RECONCILER_API_LOG_LEVEL_ERROR, &text);
+  abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exports
+
+void exports_reconciler_api_reconciler_manifest(
+    exports_reconciler_api_reconciler_controller_manifest_t *ret) {
+  rg_manifest_t m = manifest();
+  *ret = (exports_reconciler_api_reconciler_controller_manifest_t){
+      .name = give(m.name),
+      .primary = {give(m.primary.group), give(m.primary.version), give(m.primary.kind)},
+      .concurrency = m.concurrency,
+      .resync_seconds = m.resync_seconds,
+      .generation_changed_only = m.generation_changed_only,
+  };
+  if (m.namespace != NULL) {
+    ret->namespace_.is_some = true;
+    ret->namespace_.val = give(m.namespace);
+  }
+  if (m.label_selector != NULL) {
+    ret->label_selector.is_some = true;
+    ret->label_selector.val = give(m.label_selector);
+  }
+  if (m.finalizer != NULL) {
+    ret->finalizer.is_some = true;
+    ret->finalizer.val = give(m.finalizer);
+  }
+  size_t count = 0;
+  for (size_t i = 0; i < RG_MAX_SECONDARY; i++) count += m.secondary[i].kind.kind != NULL;
+  if (count > 0) {
+    ret->secondary.ptr = calloc(count, sizeof *ret->secondary.ptr);
+    if (ret->secondary.ptr == NULL) rg_fatal("out of memory");
+    for (size_t i = 0; i < RG_MAX_SECONDARY; i++) {
+      const rg_secondary_t *s = &m.secondary[i];
+      if (s->kind.kind == NULL) continue;
+      exports_reconciler_api_reconciler_secondary_watch_t *out =
+          &ret->secondary.ptr[ret->secondary.len++];
+      out->kind = (reconciler_api_types_gvk_t){give(s->kind.group), give(s->kind.version),
+                                               give(s->kind.kind)};
+      out->mapping.tag = EXPORTS_RECONCILER_API_RECONCILER_MAPPING_OWNER;
+      if (s->label != NULL) {
+        out->mapping.tag = EXPORTS_RECONCILER_API_RECONCILER_MAPPING_LABEL;
+        out->mapping.val.label = give(s->label);
+      }
+    }
+  }
+  rg_arena_free();
+}
+
+bool exports_reconciler_api_reconciler_reconcile(
+    exports_reconciler_api_reconciler_request_t *request,
+    exports_reconciler_api_reconciler_action_t *ret,
+    exports_reconciler_api_reconciler_reconcile_error_t *err) {
+  rg_request_t req = {
+      .ref =
+          {
+              .kind = gvk_of(&request->ref.kind),
+              .name = rg_strndup((const char *)request->ref.name.ptr, request->ref.name.len),
+          },
+      .deleting = request->deleting,
+      .attempt = request->attempt,
+  };
+  if (request->ref.namespace_.is_some) {
+    wit_string_t *ns = &request->ref.namespace_.val;
+    req.ref.namespace = rg_strndup((const char *)ns->ptr, ns->len);
+  }
+  if (request->object.is_some) {
+    // NUL-terminated in place (one byte more of the host's buffer, which we free below) rather
+    // than copied: the object is the one large thing a request carries.
+    wit_string_t *object = &request->object.val;
+    if (object->len > 0) {
+      uint8_t *text = realloc(object->ptr, object->len + 1);
+      if (text == NULL) rg_fatal("out of memory");
+      text[object->len] = '\0';
+      object->ptr = text;
+      req.object_json = (const char *)text;
+    } else {
+      req.object_json = "";
+    }
+    req.object_json_len = object->len;
+  }
+
+  rg_result_t result = reconcile(&req);
+
+  bool ok = result.kind == RG_RESULT_OK;
+  if (ok) {
+    ret->requeue_after_ms.is_some = result.requeue;
+    ret->requeue_after_ms.val = result.requeue_after_ms;
+  } else {
+    err->tag = result.kind == RG_RESULT_PERMANENT ? RECONCILER_API_TYPES_RECONCILE_ERROR_PERMANENT
+                                                  : RECONCILER_API_TYPES_RECONCILE_ERROR_TRANSIENT;
+    err->val.transient = give(result.message != NULL ? result.message : "");
+  }
+  exports_reconciler_api_reconciler_request_free(request);
+  rg_arena_free();
+  return ok;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Imports
+
+void rg_log(rg_level_t level, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  wit_string_t message = borrow(rg_vformat(fmt, args));
+  va_end(args);
+  reconciler_api_log_log((reconciler_api_log_level_t)level, &message);
+}
+
+rg_err_t rg_lister_get(const rg_ref_t *ref, const rg_json_t **object) {
+  reconciler_api_types_object_ref_t wit_ref = borrow_ref(ref);
+  reconciler_api_lister_option_json_t found;
+  reconciler_api_types_error_t err;
+  *object = NULL;
+  if (!reconciler_api_lister_get(&wit_ref, &found, &err)) return take_error(&err);
+  if (found.is_some) *object = take_json(&found.val, true, "a cached object");
+  return RG_OK;
+}
+
+rg_err_t rg_lister_list(rg_gvk_t kind, const char *namespace, const char *label_selector,
+                        const rg_json_t **objects) {
+  reconciler_api_types_gvk_t wit_kind = {borrow(kind.group), borrow(kind.version),
+                                         borrow(kind.kind)};
+  wit_string_t ns = borrow(namespace), selector = borrow(label_selector);
+  reconciler_api_lister_list_json_t list;
+  reconciler_api_types_error_t err;
+  *objects = NULL;
+  if (!reconciler_api_lister_list(&wit_kind, namespace != NULL ? &ns : NULL,
+                                  label_selector != NULL ? &selector : NULL, &list, &err))
+    return take_error(&err);
+  const rg_json_t **items = rg_alloc(list.len * sizeof *items);
+  for (size_t i = 0; i < list.len; i++) items[i] = take_json(&list.ptr[i], true, "a cached object");
+  if (list.len > 0) free(list.ptr);  // the list itself (its texts are the arena's now)
+  *objects = rg_json_array_of(items, list.len);
+  return RG_OK;
+}
+
+rg_err_t rg_cluster_patch_status(const rg_ref_t *ref, const char *patch,
+                                 const rg_json_t **returned) {
+  reconciler_api_types_object_ref_t wit_ref = borrow_ref(ref);
+  wit_string_t wit_patch = borrow(patch), object;
+  reconciler_api_types_error_t err;
+  if (returned != NULL) *returned = NULL;
+  if (!reconciler_api_cluster_patch_status(&wit_ref, &wit_patch, &object, &err))
+    return take_error(&err);
+  const rg_json_t *value = take_json(&object, returned != NULL, "the object of a status patch");
+  if (returned != NULL) *returned = value;
+  return RG_OK;
+}
+
+rg_err_t rg_cluster_apply(const char *object, const rg_json_t **returned) {
+  wit_string_t body = borrow(object), applied;
+  reconciler_api_types_error_t err;
+  if (returned != NULL) *returned = NULL;
+  if (!reconciler_api_cluster_apply(&body, &applied, &err)) return take_error(&err);
+  const rg_json_t *value = take_json(&applied, returned != NULL, "the applied object");
+  if (returned != NULL) *returned = value;
+  return RG_OK;
+}
+
+rg_err_t rg_cluster_delete(const rg_ref_t *ref, bool *existed) {
+  reconciler_api_types_object_ref_t wit_ref = borrow_ref(ref);
+  bool deleted;
+  reconciler_api_types_error_t err;
+  if (!reconciler_api_cluster_delete(&wit_ref, &deleted, &err)) return take_error(&err);
+  if (existed != NULL) *existed = deleted;
+  return RG_OK;
+}
+
+rg_err_t rg_event_record(const rg_ref_t *regarding, rg_event_type_t type, const char *reason,
+                         const char *message) {
+  reconciler_api_cluster_event_t event = {
+      .regarding = borrow_ref(regarding),
+      .event_type = type == RG_EVENT_WARNING ? RECONCILER_API_CLUSTER_EVENT_TYPE_WARNING
+                                             : RECONCILER_API_CLUSTER_EVENT_TYPE_NORMAL,
+      .reason = borrow(reason),
+      .message = borrow(message),
+  };
+  reconciler_api_types_error_t err;
+  if (!reconciler_api_cluster_record_event(&event, &err)) return take_error(&err);
+  return RG_OK;
+}
+
+static void best_effort(const rg_ref_t *regarding, rg_event_type_t type, const char *reason,
+                        const char *fmt, va_list args) {
+  rg_err_t err = rg_event_record(regarding, type, reason, rg_vformat(fmt, args));
+  if (err != RG_OK) {
+    rg_warn("could not record event %s on %s %s%s%s: %s: %s", reason, regarding->kind.kind,
+            regarding->namespace != NULL ? regarding->namespace : "",
+            regarding->namespace != NULL ? "/" : "", regarding->name, rg_err_name(err),
+            rg_last_error());
+  }
+}
+
+void rg_event_normal(const rg_ref_t *regarding, const char *reason, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  best_effort(regarding, RG_EVENT_NORMAL, reason, fmt, args);
+  va_end(args);
+}
+
+void rg_event_warning(const rg_ref_t *regarding, const char *reason, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  best_effort(regarding, RG_EVENT_WARNING, reason, fmt, args);
+  va_end(args);
+}
+
+static rg_err_t enqueue(rg_key_t key, uint64_t *after_ms) {
+  reconciler_api_types_object_key_t wit_key = {.name = borrow(key.name)};
+  if (key.namespace != NULL) {
+    wit_key.namespace_.is_some = true;
+    wit_key.namespace_.val = borrow(key.namespace);
+  }
+  reconciler_api_types_error_t err;
+  if (!reconciler_api_queue_enqueue(&wit_key, after_ms, &err)) return take_error(&err);
+  return RG_OK;
+}
+
+rg_err_t rg_queue_enqueue(rg_key_t key) { return enqueue(key, NULL); }
+
+rg_err_t rg_queue_enqueue_after_ms(rg_key_t key, uint64_t after_ms) {
+  return enqueue(key, &after_ms);
+}

@@ -1,0 +1,41 @@
+// Naming objects (kinds, references, keys) and reading the object a request carries.
+#include <string.h>
+
+#include "rg_internal.h"
+
+const char *rg_gvk_api_version(rg_gvk_t kind) {
+  if (kind.group == NULL || kind.group[0] == '\0') return kind.version;
+  return rg_format("%s/%s", kind.group, kind.version);
+}
+
+bool rg_ref_from_json(const rg_json_t *object, rg_ref_t *ref) {
+  const char *api_version = rg_json_string(rg_json_get(object, "apiVersion"));
+  const char *kind = rg_json_string(rg_json_get(object, "kind"));
+  const char *name = rg_json_string(rg_json_path(object, "metadata", "name"));
+  if (api_version == NULL || kind == NULL || name == NULL) return false;
+  const char *slash = strchr(api_version, '/');
+  *ref = (rg_ref_t){
+      .kind = {slash != NULL ? rg_strndup(api_version, (size_t)(slash - api_version)) : "",
+               slash != NULL ? slash + 1 : api_version, kind},
+      .namespace = rg_json_string(rg_json_path(object, "metadata", "namespace")),
+      .name = name,
+  };
+  return true;
+}
+
+const rg_json_t *rg_request_object(rg_request_t *req) {
+  if (req->parsed_ == NULL && req->object_json != NULL) {
+    // In place: the request's buffer outlives the call's arena (bindings.c frees it after).
+    req->parsed_ = rg_json_parse_in_place(req->object_json, req->object_json_len);
+    if (req->parsed_ == NULL) {
+      rg_fatal(rg_format("the host passed %s %s/%s as text that is %s", req->ref.kind.kind,
+                         req->ref.namespace != NULL ? req->ref.namespace : "", req->ref.name,
+                         rg_last_error()));
+    }
+  }
+  return req->parsed_;
+}
+
+rg_key_t rg_request_key(const rg_request_t *req) {
+  return (rg_key_t){.namespace = req->ref.namespace, .name = req->ref.name};
+}

@@ -1,0 +1,53 @@
+package reconciler
+
+import "encoding/json"
+
+// Writes to the API server, with the guest's name as field manager. Each call is one request
+// to the API server (a round trip, not a cache read). After a write the host's cache shows the
+// returned object at once, so a following Get reads the guest's own write.
+//
+// What a write returns is the object as the API server returned it when the guest may read
+// its kind, otherwise only its identity (apiVersion, kind, and metadata's name, namespace, uid,
+// resourceVersion, generation and timestamps). It is decoded only if the guest asks.
+
+// PatchStatus writes status with a JSON merge patch of the status subresource,
+// `{"status": status}`: fields absent from status are left alone, null removes a field, and
+// lists (such as conditions) are replaced whole. status is anything [json.Marshal] takes (a
+// struct of the guest's, a map, [json.RawMessage]). A status patch changes status only: to
+// write labels, annotations or owner references, [Apply] the object.
+//
+// Errors: `conflict`, `not-found` (the object is gone), `invalid` (rejected by the schema),
+// `denied` (no status write grant); a status that does not marshal is [Permanent].
+func PatchStatus(ref ObjectRef, status any) (*Object, error) {
+	patch, err := json.Marshal(struct {
+		Status any `json:"status"`
+	}{status})
+	if err != nil {
+		return nil, Permanentf("the status of %s does not serialise: %w", ref, err)
+	}
+	text, err := host().patchStatus(ref, string(patch))
+	if err != nil {
+		return nil, err
+	}
+	return &Object{text: text, ref: ref}, nil
+}
+
+// Apply is a server-side apply of a whole object (apiVersion, kind and metadata.name
+// required), the guest owning every field it sets. object is anything [json.Marshal] takes;
+// pass JSON text as [json.RawMessage]. An object that does not marshal is [Permanent].
+func Apply(object any) (*Object, error) {
+	body, err := json.Marshal(object)
+	if err != nil {
+		return nil, Permanentf("the object to apply does not serialise: %w", err)
+	}
+	text, err := host().apply(string(body))
+	if err != nil {
+		return nil, err
+	}
+	return &Object{text: text, what: "the object returned by apply"}, nil
+}
+
+// Delete deletes an object; false when it was already gone.
+func Delete(ref ObjectRef) (bool, error) {
+	return host().delete(ref)
+}

@@ -1,0 +1,296 @@
+// Types of the JavaScript SDK for reconciler-host guests (index.js beside this file).
+//
+// Editors and `tsc --checkJs` pick them up for `import ... from "./reconciler-guest/index.js"`;
+// the build does not read them. The shapes are the contract's (wit/reconciler.wit) as jco's
+// QuickJS bindings hand them over: records are objects with camelCase fields, `option` is the
+// value or null/undefined, enums are strings, variants `{tag, val}`, and `u64` a Number.
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+/** Group, version and kind. The core group is `""`. */
+export interface Gvk {
+  group: string;
+  version: string;
+  kind: string;
+}
+
+/** Names one object; `namespace` is null for cluster-scoped kinds. */
+export interface ObjectRef {
+  kind: Gvk;
+  namespace?: string | null;
+  name: string;
+}
+
+/** Namespace and name of a primary object: the unit of work of the queue. */
+export interface ObjectKey {
+  namespace?: string | null;
+  name: string;
+}
+
+/** A Kubernetes object as JSON: what the lister, `request.object` and `cluster` return. */
+export type KubeObject = { [field: string]: any };
+
+/** A kind from its parts; the core group is `""`. */
+export function gvk(group: string, version: string, kind: string): Gvk;
+/** A kind from an object's `apiVersion` (`group/version`, or `version` for the core group). */
+export function gvkFromApiVersion(apiVersion: string, kind: string): Gvk;
+/** The `apiVersion` an object of this kind carries. */
+export function apiVersionOf(kind: Gvk): string;
+/** A reference to one object; `namespace` null for a cluster-scoped kind. */
+export function objectRef(kind: Gvk, namespace: string | null, name: string): ObjectRef;
+/** Names an object from its JSON; null when `apiVersion`, `kind` or `metadata.name` is missing. */
+export function refOf(object: KubeObject): ObjectRef | null;
+/** The queue key `{namespace, name}` of an object reference (or of a key). */
+export function keyOf(ref: ObjectRef | ObjectKey): ObjectKey;
+/** `Kind namespace/name` (or `Kind name` when cluster-scoped), as in log lines. */
+export function describe(ref: ObjectRef | ObjectKey): string;
+/** A label selector: a string as it is, or `{label: value}` → `label=value,...`. */
+export function selector(labels: LabelSelector): string;
+
+/** A label selector in the Kubernetes syntax (`app=web,tier!=db`), or labels that must equal. */
+export type LabelSelector = string | Record<string, string>;
+
+// ---------------------------------------------------------------------------------------------
+// The guest
+
+/** How a secondary object leads to its primary's key. */
+export type Mapping = { tag: "owner" } | { tag: "label"; val: string };
+
+export const Mapping: {
+  /** Through `metadata.ownerReferences` entries whose kind is the primary kind. */
+  readonly owner: { tag: "owner" };
+  /** Through the label `name`, whose value is the primary's name in the same namespace. */
+  label(name: string): { tag: "label"; val: string };
+};
+
+/** Another kind whose changes enqueue a primary key. */
+export interface SecondaryWatch {
+  kind: Gvk;
+  mapping: Mapping;
+}
+
+/** What a guest asks the host to watch; only `name` and `primary` are required. */
+export interface ManifestOptions {
+  /** The guest's name, a DNS-1123 label: the key of its grant, its field manager. */
+  name: string;
+  /** The kind whose keys this guest reconciles. */
+  primary: Gvk;
+  /** Watch only this namespace (default: all). */
+  namespace?: string | null;
+  /** Watch only primaries matching this selector. */
+  labelSelector?: LabelSelector | null;
+  /** Other kinds whose changes enqueue a primary key (default: none). */
+  secondary?: SecondaryWatch[];
+  /** Kept on every primary until a reconcile with `deleting` succeeds (default: none). */
+  finalizer?: string | null;
+  /** At most this many keys reconciled at once (default 0: the host's default). */
+  concurrency?: number;
+  /** Reconcile every key this often even without changes (default 0: never). */
+  resyncSeconds?: number;
+  /** Reconcile on `metadata.generation` changes only, not on status/label writes (default false). */
+  generationChangedOnly?: boolean;
+}
+
+/** The contract's `controller-manifest`, every field filled in. */
+export interface ControllerManifest {
+  name: string;
+  primary: Gvk;
+  namespace: string | undefined;
+  labelSelector: string | undefined;
+  secondary: SecondaryWatch[];
+  finalizer: string | undefined;
+  concurrency: number;
+  resyncSeconds: number;
+  generationChangedOnly: boolean;
+}
+
+/** The contract's manifest from `options`, defaults filled in; a TypeError names a bad option. */
+export function manifest(options: ManifestOptions): ControllerManifest;
+
+/** What to do after a successful reconcile (the contract's `action`). */
+export interface Action {
+  /** Reconcile this key again after this many milliseconds; undefined: only on change. */
+  requeueAfterMs?: number | null;
+}
+
+export const Action: {
+  /** Done; reconcile again only on a change (or the resync interval). Same as returning nothing. */
+  awaitChange(): Action;
+  /** Done for now; reconcile this key again after `ms` milliseconds. */
+  requeueAfter(ms: number): Action;
+};
+
+/** One reconcile's input. */
+export class Request {
+  /** Wraps the contract's `request` record (the SDK does this for `reconcile`). */
+  constructor(request: { ref: ObjectRef; object?: string | null; deleting: boolean; attempt: number });
+  /** The key's object; its kind is the manifest's primary kind. */
+  readonly ref: ObjectRef;
+  /** The object as the host sent it (JSON text), or null when it is gone. */
+  readonly json: string | null;
+  /** The object has a deletion timestamp: clean up external state now. */
+  readonly deleting: boolean;
+  /** 0 for the first try of this key since its last success, then 1, 2, ... */
+  readonly attempt: number;
+  /** The object, parsed on first read, or null when it is gone; a permanent error when not JSON. */
+  readonly object: KubeObject | null;
+  /** The object's namespace, or null for a cluster-scoped kind. */
+  readonly namespace: string | null;
+  /** The object's name. */
+  readonly name: string;
+  /** The queue key of the request's object. */
+  readonly key: ObjectKey;
+}
+
+/** A guest: what it watches and what one reconcile does. */
+export interface Guest {
+  /** The manifest's options, or a function returning them (called once, at load). */
+  manifest: ManifestOptions | (() => ManifestOptions);
+  /**
+   * Drives the object named by `request.ref` towards its spec. Returns nothing (or an Action);
+   * throws a ReconcileError (`transient()`/`permanent()`) or lets a HostError through.
+   * Synchronous: no async, no await.
+   */
+  reconcile(request: Request): Action | void;
+}
+
+/** The component's `reconciler` export: `export const reconciler = defineReconciler({...})`. */
+export function defineReconciler(guest: Guest): {
+  manifest(): ControllerManifest;
+  reconcile(request: { ref: ObjectRef; object?: string | null; deleting: boolean; attempt: number }): Action;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** The contract's names for why a host call failed. */
+export type HostErrorKind = "denied" | "not-found" | "conflict" | "invalid" | "unavailable" | "other";
+
+/** Every HostErrorKind, in the contract's order. */
+export const HOST_ERROR_KINDS: readonly HostErrorKind[];
+
+/** A failed host call; `message` is `kind: text`. */
+export class HostError extends Error {
+  constructor(kind: HostErrorKind, text: string);
+  readonly name: "HostError";
+  /** The contract's name for the failure. */
+  readonly kind: HostErrorKind;
+  /** The host's text: what failed and where. */
+  readonly text: string;
+  /** Whether a retry of the same call could succeed (conflict, unavailable, other). */
+  isTransient(): boolean;
+  /** Transient for conflict/unavailable/other, else permanent; message `[context: ]kind: text`. */
+  toReconcileError(context?: string): ReconcileError;
+}
+
+/** How a reconcile failed: `transient` is retried with backoff, `permanent` waits for a change. */
+export class ReconcileError extends Error {
+  constructor(kind: "transient" | "permanent", message: string, cause?: unknown);
+  readonly name: "ReconcileError";
+  readonly kind: "transient" | "permanent";
+}
+
+/** A reconcile failure worth retrying with backoff; with a cause: `message: <cause's message>`. */
+export function transient(message: string, cause?: unknown): ReconcileError;
+/** A reconcile failure that waits for the next change; with a cause: `message: <cause's message>`. */
+export function permanent(message: string, cause?: unknown): ReconcileError;
+/** Runs a call of a generated import; the contract's error it throws becomes a HostError. */
+export function hostCall<T>(call: () => T): T;
+
+// ---------------------------------------------------------------------------------------------
+// Host interfaces
+
+/** Reads from the host's informer caches (never the API server). Each call throws a HostError. */
+export const lister: {
+  /** The cached object, or null when it does not exist (or is not cached yet). */
+  get(ref: ObjectRef): KubeObject | null;
+  /** Cached objects of `kind`, in `namespace` (default: all) matching `labelSelector`. */
+  list(kind: Gvk, options?: { namespace?: string | null; labelSelector?: LabelSelector | null }): KubeObject[];
+};
+
+/** Writes to the API server with the guest's name as field manager. Each call throws a HostError. */
+export const cluster: {
+  /** JSON merge patch `{"status": status}` of the status subresource; the object returned. */
+  patchStatus(ref: ObjectRef, status: KubeObject): KubeObject;
+  /** Like `patchStatus` with the patch as JSON text (`{"status": ...}`); the answer as text. */
+  patchStatusRaw(ref: ObjectRef, patch: string): string;
+  /** Server-side apply of a whole object (or its JSON text); the applied object. */
+  apply(object: KubeObject | string): KubeObject;
+  /** Deletes an object; false when it was already gone. */
+  delete(ref: ObjectRef): boolean;
+};
+
+/** The two types of Kubernetes event. */
+export type EventType = "normal" | "warning";
+
+/** Kubernetes events about objects. */
+export const events: {
+  /** Records an event; throws a HostError when the host refuses it. */
+  record(regarding: ObjectRef, type: EventType, reason: string, message: string): void;
+  /** A `Normal` event, best effort (a refusal is logged at warn level). */
+  normal(regarding: ObjectRef, reason: string, message: string): void;
+  /** A `Warning` event, best effort (a refusal is logged at warn level). */
+  warning(regarding: ObjectRef, reason: string, message: string): void;
+};
+
+/** The guest's own work queue: keys of its primary kind. */
+export const queue: {
+  /** Adds a key (or an object reference), now or not before `afterMs`; throws a HostError. */
+  enqueue(key: ObjectKey | ObjectRef, afterMs?: number | null): void;
+  /** A `u64` of milliseconds as the bindings take it: a whole Number >= 0. */
+  milliseconds(ms: number | bigint): number;
+};
+
+/** The levels of a log line. */
+export type LogLevel = "trace" | "debug" | "info" | "warn" | "error";
+
+/** Logging into the host's log stream, printf-style (`%s %d %i %f %j %o %O %%`). */
+export const log: {
+  /** The line `args` make, like Node's `util.format`. */
+  format(...args: unknown[]): string;
+  /** Logs at `level`. */
+  log(level: LogLevel, ...args: unknown[]): void;
+  trace(...args: unknown[]): void;
+  debug(...args: unknown[]): void;
+  info(...args: unknown[]): void;
+  warn(...args: unknown[]): void;
+  /** Logs at error level; the host puts the last error logged into a failed reconcile's error. */
+  error(...args: unknown[]): void;
+};
+
+/** A `metav1.Condition`. */
+export interface Condition {
+  type: string;
+  status: "True" | "False" | "Unknown";
+  reason: string;
+  message: string;
+  /** RFC 3339 in whole seconds, e.g. `2026-01-02T03:04:05Z`. */
+  lastTransitionTime: string;
+  observedGeneration?: number;
+}
+
+/** `status.conditions` bookkeeping: one entry per type, the time moving only when status flips. */
+export const conditions: {
+  /** Now, RFC 3339 in whole seconds, UTC (`2026-01-02T03:04:05Z`). */
+  now(): string;
+  /** A condition stamped with `now()`; a boolean status is `"True"`/`"False"`. */
+  make(
+    type: string,
+    status: boolean | "True" | "False" | "Unknown",
+    reason: string,
+    message: string,
+    observedGeneration?: number | null,
+  ): Condition;
+  /** The condition of `type`, or null. */
+  find(conditions: Condition[] | null | undefined, type: string): Condition | null;
+  /** Whether the condition of `type` is present with status `True`. */
+  isTrue(conditions: Condition[] | null | undefined, type: string): boolean;
+  /**
+   * Adds `condition` or updates the entry of its type in place; `lastTransitionTime` follows only
+   * when the status changes. Returns whether anything changed.
+   */
+  set(conditions: Condition[], condition: Condition): boolean;
+  /** Removes the condition of `type`; returns whether there was one. */
+  remove(conditions: Condition[], type: string): boolean;
+};

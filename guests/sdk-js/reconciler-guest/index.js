@@ -1,0 +1,108 @@
+// The JavaScript SDK for reconciler-host guests (types: index.d.ts beside this file).
+//
+// A guest is one `defineReconciler` call; start here. Export what it returns as `reconciler`:
+//
+//   import { defineReconciler, gvk, log } from "./reconciler-guest/index.js";
+//
+//   export const reconciler = defineReconciler({
+//     manifest: { name: "hello", primary: gvk("example.com", "v1", "Hello"), concurrency: 2 },
+//     reconcile(request) {
+//       log.info("reconciling %s", request.name);
+//     },
+//   });
+//
+// Everything else is à la carte, one module per host interface of `wit/reconciler.wit` (the
+// contract), imported from here only:
+//
+//   lister      cache reads, parsed objects
+//   cluster     status merge patches, server-side apply, deletes
+//   events      Kubernetes events (best effort)
+//   queue       enqueueing other keys of the guest's own kind
+//   log         logging into the host's stream, printf-style
+//   conditions  `metav1.Condition` bookkeeping with a stable `lastTransitionTime`
+//
+// Host calls throw a HostError (its `kind` is the contract's error case); thrown out of
+// `reconcile` it becomes a transient or permanent failure (the mapping is in error.js).
+// `transient()` and `permanent()` make the reconcile errors a guest throws itself. Any other
+// exception is a bug: the SDK logs it at error level and the instance traps.
+//
+// The build (jco's QuickJS backend) loads these modules once, when it snapshots the guest, so
+// splitting the SDK into files costs nothing per reconcile. Each reconcile runs in a fresh
+// instance: keep no state between calls.
+
+import { reconcileErrorVariant } from "./error.js";
+import { error as logError } from "./log.js";
+import { manifest } from "./manifest.js";
+import { Request } from "./object.js";
+import { milliseconds } from "./queue.js";
+
+export * as cluster from "./cluster.js";
+export * as conditions from "./conditions.js";
+export { HOST_ERROR_KINDS, HostError, ReconcileError, hostCall, permanent, transient } from "./error.js";
+export * as events from "./event.js";
+export * as lister from "./lister.js";
+export * as log from "./log.js";
+export { Mapping, manifest } from "./manifest.js";
+export { Request, apiVersionOf, describe, gvk, gvkFromApiVersion, keyOf, objectRef, refOf, selector } from "./object.js";
+export * as queue from "./queue.js";
+
+/** What to do after a successful reconcile (the contract's `action`). */
+export const Action = Object.freeze({
+  /**
+   * Done; reconcile again only when the object (or a watched secondary) changes, or at the
+   * manifest's resync interval. Returning nothing from `reconcile` means the same.
+   */
+  awaitChange() {
+    return { requeueAfterMs: undefined };
+  },
+  /** Done for now; reconcile this key again after `ms` milliseconds, e.g. to poll something. */
+  requeueAfter(ms) {
+    return { requeueAfterMs: milliseconds(ms) };
+  },
+});
+
+/**
+ * The component's `reconciler` export from a guest: `manifest` (the options of `manifest()`,
+ * or a function returning them) and `reconcile(request)`, which receives a `Request` and
+ * returns nothing or an `Action`, or throws a ReconcileError (or a HostError).
+ *
+ * The host calls `manifest` once when it loads the component and `reconcile` for every key,
+ * each call in a fresh instance. `reconcile` must be synchronous: the QuickJS build has no
+ * event loop to settle a Promise.
+ */
+export function defineReconciler(guest) {
+  if (typeof guest?.reconcile !== "function") {
+    throw new TypeError("defineReconciler: expected {manifest, reconcile(request)}");
+  }
+  return {
+    manifest() {
+      return manifest(typeof guest.manifest === "function" ? guest.manifest() : guest.manifest);
+    },
+
+    reconcile(request) {
+      let action;
+      try {
+        action = guest.reconcile(new Request(request));
+      } catch (thrown) {
+        const variant = reconcileErrorVariant(thrown);
+        if (variant) throw variant; // the bindings turn a thrown variant into the `err` result
+        throw bug(thrown);
+      }
+      if (action == null) return Action.awaitChange();
+      if (typeof action.then === "function") {
+        throw bug(new TypeError("reconcile returned a Promise: it must be synchronous (no async, no await)"));
+      }
+      if (action.requeueAfterMs == null) return Action.awaitChange();
+      return Action.requeueAfter(action.requeueAfterMs);
+    },
+  };
+}
+
+// An exception that is not a reconcile error is a bug, like a panic in Rust: logged at error
+// level (the host puts that line into the reconcile's error) and thrown on, which traps.
+function bug(thrown) {
+  const what = thrown instanceof Error ? `${thrown.name}: ${thrown.message}` : String(thrown);
+  const stack = thrown instanceof Error && thrown.stack ? `\n${thrown.stack}` : "";
+  logError(`guest threw ${what}${stack}`);
+  return thrown;
+}

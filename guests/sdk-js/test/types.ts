@@ -1,0 +1,101 @@
+// Compiled by `tsc` (test.sh), never run: every export of index.d.ts in use, and misuses that
+// must not type-check (`@ts-expect-error` fails the build when the line compiles).
+import {
+  Action,
+  HOST_ERROR_KINDS,
+  HostError,
+  Mapping,
+  ReconcileError,
+  Request,
+  apiVersionOf,
+  cluster,
+  conditions,
+  defineReconciler,
+  describe,
+  events,
+  gvk,
+  gvkFromApiVersion,
+  hostCall,
+  keyOf,
+  lister,
+  log,
+  manifest,
+  objectRef,
+  permanent,
+  queue,
+  refOf,
+  selector,
+  transient,
+  type Condition,
+  type ControllerManifest,
+  type HostErrorKind,
+} from "../reconciler-guest/index.js";
+
+const widget = gvk("test.reconciler.dev", "v1", "Widget");
+const configMap = gvkFromApiVersion("v1", "ConfigMap");
+
+export const reconciler = defineReconciler({
+  manifest: {
+    name: "typed",
+    primary: widget,
+    namespace: "demo",
+    labelSelector: { app: "web" },
+    secondary: [
+      { kind: configMap, mapping: Mapping.owner },
+      { kind: gvk("", "v1", "Secret"), mapping: Mapping.label("typed") },
+    ],
+    finalizer: "test.reconciler.dev/cleanup",
+    concurrency: 2,
+    resyncSeconds: 60,
+    generationChangedOnly: true,
+  },
+  reconcile(request: Request) {
+    const object = request.object;
+    if (object === null || request.deleting) return Action.awaitChange();
+    const list: Condition[] = object.status?.conditions ?? [];
+    if (conditions.set(list, conditions.make("Ready", true, "Synced", "ok", object.metadata.generation))) {
+      try {
+        cluster.patchStatus(request.ref, { conditions: list });
+      } catch (error) {
+        if (error instanceof HostError && error.kind === "conflict") throw error.toReconcileError("status");
+        throw transient(`status: ${String(error)}`);
+      }
+    }
+    for (const cm of lister.list(configMap, { namespace: request.namespace, labelSelector: "app=web" })) {
+      const ref = refOf(cm);
+      if (ref && !cluster.delete(ref)) log.info("%s was gone", describe(ref));
+    }
+    const applied = cluster.apply({ apiVersion: apiVersionOf(configMap), kind: "ConfigMap", metadata: { name: request.name } });
+    log.debug("applied %j", applied.metadata);
+    const got = lister.get(objectRef(configMap, request.namespace, "x"));
+    if (got === null) queue.enqueue(keyOf(request.ref), 1000);
+    queue.enqueue(request.key);
+    events.normal(request.ref, "Synced", "ok");
+    events.warning(request.ref, "Slow", "p99");
+    events.record(request.ref, "normal", "Synced", "ok");
+    log.log("warn", log.format("%d", queue.milliseconds(5n)));
+    log.trace(selector({ a: "b" }), conditions.now(), conditions.isTrue(list, "Ready"), conditions.find(list, "Ready"));
+    conditions.remove(list, "Ready");
+    hostCall(() => 1).toFixed();
+    if (request.attempt > 3) throw permanent("gave up");
+    return Action.requeueAfter(30_000);
+  },
+});
+
+const m: ControllerManifest = manifest({ name: "n", primary: widget });
+const kinds: readonly HostErrorKind[] = HOST_ERROR_KINDS;
+const failure: ReconcileError = new HostError(kinds[0], "x").toReconcileError();
+export const used = [m, failure, reconciler.manifest(), reconciler.reconcile({ ref: objectRef(widget, null, "a"), deleting: false, attempt: 0 })];
+
+// @ts-expect-error `name` is required
+manifest({ primary: widget });
+// @ts-expect-error an unknown option
+manifest({ name: "n", primary: widget, generationChangeOnly: true });
+// @ts-expect-error not a host error kind
+new HostError("gone", "x");
+// @ts-expect-error a mapping is Mapping.owner or Mapping.label(name)
+manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: "owner" }] });
+// @ts-expect-error reconcile is synchronous
+defineReconciler({ manifest: { name: "n", primary: widget }, reconcile: async () => Action.awaitChange() });
+// @ts-expect-error the event type is "normal" or "warning"
+events.record(objectRef(widget, null, "a"), "Normal", "R", "m");

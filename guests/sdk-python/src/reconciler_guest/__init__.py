@@ -1,0 +1,91 @@
+"""The Python SDK for reconciler-host guests.
+
+**A guest is one class; start here.** Subclass `Guest` (what you want watched, and what one
+`reconcile(request)` does) and export it as `Reconciler` from the module `app`, the name
+componentize-py looks for:
+
+    from reconciler_guest import Gvk, Guest, Manifest, PermanentError, cluster, event, export, log
+
+    class Hello(Guest):
+        def manifest(self):
+            return Manifest("hello", Gvk("example.com", "v1", "Hello"), concurrency=2)
+
+        def reconcile(self, request):
+            hello = request.object          # a dict, parsed on first use; None when gone
+            if hello is None:
+                log.info("%s is gone", request.key)
+                return None                 # done; come back on the next change
+            cluster.patch_status(request.ref, {"seen": True})
+            event.normal(request.ref, "Seen", "hello")
+
+    Reconciler = export(Hello)
+
+Build it with `lib.sh` (componentize-py, with this package on its python path).
+
+Everything else is a la carte, one module per host interface of `wit/reconciler.wit`:
+
+| module | what it wraps |
+|---|---|
+| `lister` | cache reads: `get`, `list` (label selectors), as dicts |
+| `cluster` | status merge patches, server-side apply, deletes |
+| `event` | Kubernetes events (`normal`/`warning` best effort, `record`) |
+| `queue` | enqueueing keys of the guest's own kind, now or later |
+| `log` | logging into the host's stream, `%`-formatted |
+| `conditions` | `status.conditions` with a stable `lastTransitionTime` |
+| `network_backend` | the Network sample's backend (only `network-controller` guests; import it yourself) |
+
+Host calls raise a `HostError` subclass per kind of failure (`DeniedError`, `NotFoundError`,
+`ConflictError`, `InvalidError`, `UnavailableError`, `OtherError`); one that escapes
+`reconcile` becomes a `TransientError` or a `PermanentError` (see `errors` for which), and
+`e.transient("what failed")` / `e.permanent(...)` choose for yourself.
+
+Cost: componentize-py imports the package when it builds the component (the imports are in
+its snapshot), so no reconcile imports anything; `request.object` parses the object's JSON on
+first use, and `lister`/`cluster` parse what they return. A fresh instance runs each function
+for the first time, which costs more than running it again: keep the path of a reconcile short.
+"""
+
+from . import cluster, conditions, event, lister, log, queue
+from .errors import (
+    ConflictError,
+    DeniedError,
+    HostError,
+    InvalidError,
+    NotFoundError,
+    OtherError,
+    PermanentError,
+    ReconcileError,
+    TransientError,
+    UnavailableError,
+)
+from .guest import Guest, export
+from .manifest import Manifest, SecondaryWatch
+from .objects import Action, Gvk, ObjectKey, ObjectRef, Request
+
+__all__ = [
+    "Action",
+    "ConflictError",
+    "DeniedError",
+    "Guest",
+    "Gvk",
+    "HostError",
+    "InvalidError",
+    "Manifest",
+    "NotFoundError",
+    "ObjectKey",
+    "ObjectRef",
+    "OtherError",
+    "PermanentError",
+    "ReconcileError",
+    "Request",
+    "SecondaryWatch",
+    "TransientError",
+    "UnavailableError",
+    "cluster",
+    "conditions",
+    "event",
+    "export",
+    "lister",
+    "log",
+    "queue",
+]
