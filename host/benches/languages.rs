@@ -8,7 +8,9 @@
 //! `docs/performance.md`); asserts nothing. `BENCH_ITERATIONS` sets the reconciles per guest
 //! (default 2000). The Rust greeter is `reconciler-host new --lang rust`'s scaffold, built into
 //! `target/bench-greeters/` (the repository's own Rust guests use the SDK and do other work); the
-//! others are `guests/build.sh`'s `greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`.
+//! others are `guests/build.sh`'s `greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`, and
+//! `greeter-go-preinit`, the same Go source pre-initialised at build time (its own row: Go's
+//! init already done in the snapshot each fresh instance starts from).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,6 +96,10 @@ fn main() {
             repo().join("target/guests/greeter-js.wasm"),
         ),
         ("Go", repo().join("target/guests/greeter-go.wasm")),
+        (
+            "Go, pre-initialised",
+            repo().join("target/guests/greeter-go-preinit.wasm"),
+        ),
         ("Python", repo().join("target/guests/greeter-python.wasm")),
     ];
 

@@ -1,7 +1,7 @@
 //! `reconciler-host reconcile`, the offline runner: its JSON output for the reference guests is
 //! pinned here, case by case. A guest written in several languages runs every case of its own
-//! against each build (`greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`; `network` in
-//! Rust and `network-go`): one fixture set, the same expected output for all of them. A case is
+//! against each build (`greeter-python`, `greeter-js`, `greeter-c`, `greeter-go`,
+//! `greeter-go-preinit`; `network` in Rust and `network-go`): one fixture set, the same expected output for all of them. A case is
 //! a folder
 //! under `tests/fixtures/` with `case.yaml` (guest, kind, key, attempt), `objects.yaml`,
 //! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
@@ -49,8 +49,12 @@ fn rust_build(guest: &str) -> Option<String> {
 
 /// Other languages' builds of a guest, as `guests/build.sh` names them: a guest `NAME` with
 /// sources under `guests/python/NAME/`, `guests/js/NAME/`, `guests/c/NAME/` or
-/// `guests/go/NAME/` is built as `NAME-python`, `NAME-js`, `NAME-c`, `NAME-go`. Found from the
-/// sources, so a build that went missing fails.
+/// `guests/go/NAME/` is built as `NAME-python`, `NAME-js`, `NAME-c`, `NAME-go`, and a Go guest in
+/// [`GO_PREINIT`] also pre-initialised as `NAME-go-preinit`. Found from the sources, so a build
+/// that went missing fails.
+/// The Go guests `guests/go/build.sh` builds a second time pre-initialised (`docs/guests/go.md`).
+const GO_PREINIT: &[&str] = &["greeter"];
+
 fn language_builds(guest: &str) -> Vec<String> {
     let guests = common::repo_root().join("guests");
     let has =
@@ -60,6 +64,10 @@ fn language_builds(guest: &str) -> Vec<String> {
         ("js", has("js", "app.js")),
         ("c", has("c", "app.c")),
         ("go", has("go", "go.mod")),
+        (
+            "go-preinit",
+            has("go", "go.mod") && GO_PREINIT.contains(&guest),
+        ),
     ]
     .into_iter()
     .filter(|(_, present)| *present)
@@ -197,7 +205,13 @@ fn every_fixture_reproduces_its_pinned_output() {
 fn guests_in_other_languages_run_the_same_cases() {
     assert_eq!(
         language_builds("greeter"),
-        ["greeter-python", "greeter-js", "greeter-c", "greeter-go"]
+        [
+            "greeter-python",
+            "greeter-js",
+            "greeter-c",
+            "greeter-go",
+            "greeter-go-preinit"
+        ]
     );
     assert_eq!(language_builds("network"), ["network-go"]);
 }

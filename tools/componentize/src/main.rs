@@ -6,6 +6,8 @@
 //!     # = wit-bindgen c|go: the guest's bindings (C: also the component-type object file)
 //! reconciler-componentize component CORE.wasm --out OUT.wasm [--wit DIR --world NAME]
 //!     # = wasm-tools component embed (with --wit) + component new --adapt <reactor adapter>
+//! reconciler-componentize preinit CORE.wasm --out OUT.wasm
+//!     # a Go guest's core module with its init already run (Wizer), data segments compacted
 //! ```
 //!
 //! The adapter is the WASI preview1 *reactor* adapter of the host's wasmtime release (a guest is
@@ -18,6 +20,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use wit_component::{ComponentEncoder, StringEncoding};
 use wit_parser::Resolve;
+
+mod preinit;
 
 #[derive(Parser)]
 #[command(about = "Bindings and components for reconciler guests in C and Go")]
@@ -55,6 +59,14 @@ enum Command {
         #[arg(long, requires = "wit")]
         world: Option<String>,
     },
+    /// Pre-initialises a Go guest's wasip1 core module (before `component`): runs its init
+    /// under Wizer and writes the snapshot, its data in a few segments. The module must export
+    /// `reconciler_prime` (the Go SDK's, with `-tags reconciler_preinit`).
+    Preinit {
+        core: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -88,6 +100,20 @@ fn run(command: Command) -> Result<()> {
             wit,
             world,
         } => component(&core, &out, wit.as_deref().zip(world.as_deref())),
+        Command::Preinit { core, out } => {
+            let module =
+                std::fs::read(&core).with_context(|| format!("cannot read {}", core.display()))?;
+            if is_component(&module) {
+                bail!(
+                    "{} is a component: preinit takes the core module, before `component`",
+                    core.display()
+                );
+            }
+            let snapshot = preinit::preinit(&module)
+                .with_context(|| format!("{}: cannot pre-initialise it", core.display()))?;
+            std::fs::write(&out, snapshot)
+                .with_context(|| format!("cannot write {}", out.display()))
+        }
     }
 }
 
