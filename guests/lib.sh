@@ -374,17 +374,24 @@ js_build() {
 python_is_guest() { [[ -f "$1/app.py" ]]; }
 python_sources() { (cd "$1" && compgen -G '*.py' | LC_ALL=C sort); }
 
-python_toolchain() {
-    local venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/componentize-py-$COMPONENTIZE_PY_VERSION"
-    componentize_py="$venv/bin/componentize-py"
-    if [[ ! -x "$componentize_py" ]]; then
-        note "installing componentize-py $COMPONENTIZE_PY_VERSION into $venv"
+# pip_tool PACKAGE VERSION: a virtualenv in the user's cache holding PACKAGE==VERSION, made
+# once; sets `venv` to it.
+pip_tool() {
+    venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/$1-$2"
+    if [[ ! -x "$venv/bin/$1" ]]; then
+        note "installing $1 $2 into $venv"
         rm -rf "$venv"
-        if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"; }; then
+        if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$1==$2"; }; then
             rm -rf "$venv"
-            fail "pip could not install componentize-py $COMPONENTIZE_PY_VERSION"
+            fail "pip could not install $1 $2"
         fi
     fi
+}
+
+python_toolchain() {
+    local venv
+    pip_tool componentize-py "$COMPONENTIZE_PY_VERSION"
+    componentize_py="$venv/bin/componentize-py"
     python_sdk="${repo:+$repo/guests/sdk-python/src}"
     python_sdk="${python_sdk:-$here}"
     toolchain="componentize-py $COMPONENTIZE_PY_VERSION"

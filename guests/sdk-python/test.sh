@@ -14,15 +14,7 @@ prog="sdk-python/test.sh"
 source "$repo/guests/lib.sh"
 python_toolchain # sets componentize_py
 
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/pytest-$PYTEST_VERSION"
-if [[ ! -x "$venv/bin/pytest" ]]; then
-    note "installing pytest $PYTEST_VERSION into $venv"
-    rm -rf "$venv"
-    if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "pytest==$PYTEST_VERSION"; }; then
-        rm -rf "$venv"
-        fail "pip could not install pytest $PYTEST_VERSION"
-    fi
-fi
+pip_tool pytest "$PYTEST_VERSION" # sets venv
 
 bindings="$(mktemp -d "${TMPDIR:-/tmp}/sdk-python-bindings.XXXXXX")"
 trap 'rm -rf "$bindings"' EXIT

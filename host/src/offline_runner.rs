@@ -232,7 +232,8 @@ impl OfflineReplay {
         use crate::capabilities::replay::Replayer;
         use crate::records::Record;
 
-        let record = Record::read(&self.record)?;
+        let mut record = Record::read(&self.record)?;
+        let recorded_calls = record.calls.len();
         let runtime = local_runtime()?;
         let same_build = self.guest.is_none();
         let guest = match self.guest {
@@ -292,7 +293,7 @@ impl OfflineReplay {
         )
         .recording()
         .pinned(record.pinned())
-        .replaying(Replayer::new(record.calls.clone()));
+        .replaying(Replayer::new(std::mem::take(&mut record.calls)));
         let name = loaded.manifest.name.clone();
         let run =
             tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
@@ -304,7 +305,7 @@ impl OfflineReplay {
             "calls": run.calls.unwrap_or_default(),
             "replay": {
                 "record": self.record,
-                "recorded": {"guest": record.guest, "result": record.result, "calls": record.calls.len()},
+                "recorded": {"guest": record.guest, "result": record.result, "calls": recorded_calls},
                 "replayed": {"guest": name, "digest": digest},
                 "identical": same_result && divergence.is_none(),
                 "sameResult": same_result,

@@ -236,11 +236,11 @@ fn language_files(
     }
 }
 
-/// `(path in the project, text)` of SDK files: each `$file` of the repository's `$from`,
-/// written under `$to` in the project.
+/// SDK files: each `$file` of the repository's `guests/$from`, written under `$to` in the
+/// project.
 macro_rules! vendored {
     ($from:literal => $to:literal: $($file:literal),+ $(,)?) => {
-        [$((concat!($to, $file), include_str!(concat!("../../guests/", $from, $file)))),+]
+        vec![$(plain(concat!($to, $file), include_str!(concat!("../../guests/", $from, $file)))),+]
     };
 }
 
@@ -268,11 +268,9 @@ fn rust_sdk() -> Vec<File> {
         "queue.rs"
     );
     std::iter::once(plain("reconciler-guest/Cargo.toml", manifest))
-        .chain(sources.into_iter().map(|(path, text)| {
-            plain(
-                path,
-                text.replace("path: \"../../wit\"", "path: \"../wit\""),
-            )
+        .chain(sources.into_iter().map(|mut file| {
+            file.text = file.text.replace("path: \"../../wit\"", "path: \"../wit\"");
+            file
         }))
         .collect()
 }
@@ -281,7 +279,7 @@ fn rust_sdk() -> Vec<File> {
 /// module: package `reconciler` and the file of the exports package that calls the guest it
 /// registers. Without `networkbackend`: a scaffold is a `controller` guest.
 fn go_sdk() -> Vec<File> {
-    let files = vendored!("sdk-go/" => "":
+    vendored!("sdk-go/" => "":
         "reconciler/cluster.go",
         "reconciler/conditions.go",
         "reconciler/doc.go",
@@ -298,17 +296,13 @@ fn go_sdk() -> Vec<File> {
         "reconciler/preinit_wasip1.go",
         "reconciler/queue.go",
         "export_reconciler_api_reconciler/reconciler_exports.go",
-    );
-    files
-        .into_iter()
-        .map(|(path, text)| plain(path, text))
-        .collect()
+    )
 }
 
 /// The Python SDK (`guests/sdk-python/src/reconciler_guest`) beside `app.py`, on
 /// componentize-py's path there; its tests stay in the repository.
 fn python_sdk() -> Vec<File> {
-    let files = vendored!("sdk-python/src/reconciler_guest/" => "reconciler_guest/":
+    vendored!("sdk-python/src/reconciler_guest/" => "reconciler_guest/":
         "__init__.py",
         "_bindings.py",
         "cluster.py",
@@ -322,17 +316,13 @@ fn python_sdk() -> Vec<File> {
         "network_backend.py",
         "objects.py",
         "queue.py",
-    );
-    files
-        .into_iter()
-        .map(|(path, text)| plain(path, text))
-        .collect()
+    )
 }
 
 /// The JavaScript SDK (`guests/sdk-js/reconciler-guest`, with its TypeScript types) beside
 /// `app.js`, which imports `./reconciler-guest/index.js`; its tests stay in the repository.
 fn js_sdk() -> Vec<File> {
-    let files = vendored!("sdk-js/reconciler-guest/" => "reconciler-guest/":
+    vendored!("sdk-js/reconciler-guest/" => "reconciler-guest/":
         "index.js",
         "index.d.ts",
         "manifest.js",
@@ -344,17 +334,13 @@ fn js_sdk() -> Vec<File> {
         "queue.js",
         "lister.js",
         "cluster.js",
-    );
-    files
-        .into_iter()
-        .map(|(path, text)| plain(path, text))
-        .collect()
+    )
 }
 
 /// The C SDK (`guests/sdk-c`) in `sdk/`, where the recipe looks for it in a project; its tests
 /// stay in the repository.
 fn c_sdk() -> Vec<File> {
-    let files = vendored!("sdk-c/" => "sdk/":
+    vendored!("sdk-c/" => "sdk/":
         "reconciler.h",
         "rg_internal.h",
         "arena.c",
@@ -364,11 +350,7 @@ fn c_sdk() -> Vec<File> {
         "format.c",
         "json.c",
         "object.c",
-    );
-    files
-        .into_iter()
-        .map(|(path, text)| plain(path, text))
-        .collect()
+    )
 }
 
 /// The project's `greeter-hello` case, with a header of its own instead of the project's.
