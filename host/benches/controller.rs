@@ -64,7 +64,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use live::{
     cpu_seconds, create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo,
-    resource, sh,
+    resource, retrying, sh,
 };
 use serde_json::json;
 
@@ -250,7 +250,8 @@ impl Bench {
         let name = format!("bench-{what}-{}", self.run_id);
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-        api.create(&PostParams::default(), &ns).await?;
+        let params = PostParams::default();
+        retrying("namespace create", || api.create(&params, &ns)).await?;
         Ok(name)
     }
 
@@ -268,16 +269,22 @@ impl Bench {
     /// Deletes the namespace's Widgets (nothing collects a namespace's contents here: no
     /// controller-manager), so later runs meet an API server with the same number of objects.
     async fn clean(&self, ns: &str) -> anyhow::Result<()> {
-        self.widgets(ns)
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await?;
+        let api = self.widgets(ns);
+        let (params, all) = (DeleteParams::default(), ListParams::default());
+        retrying("delete collection", || api.delete_collection(&params, &all)).await?;
         Ok(())
     }
 
     /// `apiserver_request_total`, summed over every label.
     async fn apiserver_requests(&self) -> anyhow::Result<u64> {
-        let request = hyper::Request::get("/metrics").body(Vec::new())?;
-        let text = self.client.request_text(request).await?;
+        let text = retrying("metrics", || {
+            let request = hyper::Request::get("/metrics").body(Vec::new());
+            async move {
+                let request = request.map_err(kube::Error::HttpError)?;
+                self.client.request_text(request).await
+            }
+        })
+        .await?;
         let total: f64 = text
             .lines()
             .filter(|l| l.starts_with("apiserver_request_total{"))
@@ -432,9 +439,8 @@ impl Bench {
         let first = Instant::now();
         for i in 0..probes {
             let patch = json!({"spec": {"message": format!("probe {i}")}});
-            let patched = api
-                .patch(PROBE, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let patched = retrying("probe patch", || api.patch(PROBE, &params, &patch)).await?;
             sent.push((patched.metadata.generation.unwrap_or(0), Instant::now()));
             let next = first + Duration::from_secs(i as u64 + 1);
             while Instant::now() < next {
@@ -523,7 +529,8 @@ impl Tracker {
     ) -> anyhow::Result<Self> {
         let count = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(AtomicU64::new(1));
-        let list = api.list(&ListParams::default()).await?;
+        let params = ListParams::default();
+        let list = retrying("list", || api.list(&params)).await?;
         let mut state: HashMap<String, bool> = list
             .items
             .iter()

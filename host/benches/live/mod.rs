@@ -118,19 +118,38 @@ pub async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Resul
     Ok(())
 }
 
-/// Creates `object`, retrying what a loaded API server may answer at 50,000 objects (a dropped
-/// connection, 429, 5xx) up to 5 times with backoff; 409 (`AlreadyExists`) after a retry means an
+/// Creates `object`, retrying as [`retrying`] does; 409 (`AlreadyExists`) after a retry means an
 /// earlier attempt landed.
 async fn create_retrying(api: &Api<DynamicObject>, object: &DynamicObject) -> anyhow::Result<()> {
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let created = retrying("create", || async {
+        let first = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+        match api.create(&PostParams::default(), object).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && !first => Ok(()),
+            other => other.map(drop),
+        }
+    });
+    Ok(created.await?)
+}
+
+/// Runs one bench request, retrying what a loaded API server may answer at 50,000 objects (a
+/// dropped connection, 429, 5xx) up to 5 times with backoff. The bench's own requests are not
+/// what it measures, so a transient failure of one must not end a 25-minute run.
+pub async fn retrying<T, F, Fut>(what: &str, mut request: F) -> kube::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = kube::Result<T>>,
+{
     let mut delay = Duration::from_millis(200);
     for attempt in 0.. {
-        match api.create(&PostParams::default(), object).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 && attempt > 0 => return Ok(()),
-            Err(kube::Error::Api(e)) if attempt < 5 && (e.code == 429 || e.code >= 500) => {}
-            Err(kube::Error::Api(e)) => return Err(kube::Error::Api(e).into()),
-            Err(e) if attempt < 5 => tracing::debug!("create failed, retrying: {e}"),
-            Err(e) => return Err(e.into()),
+        match request().await {
+            Ok(t) => return Ok(t),
+            Err(kube::Error::Api(e)) if attempt < 5 && (e.code == 429 || e.code >= 500) => {
+                eprintln!("bench: {what} answered {}, retrying", e.code);
+            }
+            Err(e @ kube::Error::Api(_)) => return Err(e),
+            Err(e) if attempt < 5 => eprintln!("bench: {what} failed, retrying: {e}"),
+            Err(e) => return Err(e),
         }
         tokio::time::sleep(delay).await;
         delay *= 2;
