@@ -93,12 +93,16 @@ spawn() {
 # or TIMEOUT passes. Returns 2 if the process died, 1 on timeout.
 WAIT_POLL=0.2
 wait_for() {
-  local what=$1 name=$2 check=$3 deadline=$((SECONDS + TIMEOUT))
+  local what=$1 name=$2 check=$3 deadline=$((SECONDS + TIMEOUT)) pid
+  pid=$(cat "$DIR/$name.pid" 2>/dev/null) || pid=
   while ! $check; do
-    owned_pid "$name" >/dev/null || {
+    # Liveness only: spawn recorded this pid a moment ago, so it is ours. owned_pid's command-line
+    # check can read an empty /proc/PID/cmdline while setsid, env and the server exec in turn, and
+    # once took a starting registry for dead (and then stopped it).
+    if [ -z "$pid" ] || ! alive "$pid"; then
       say "$name exited while waiting for $what (log: $LOGS/$name.log)"
       return 2
-    }
+    fi
     [ "$SECONDS" -lt "$deadline" ] || {
       say "timed out after ${TIMEOUT}s waiting for $what (logs in $LOGS)"
       return 1
