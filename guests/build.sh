@@ -26,7 +26,7 @@ cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/con
 # shellcheck source=../tools/cargo-env.sh
 source "$repo/tools/cargo-env.sh"
 # shellcheck source=lib.sh
-source "$guests/lib.sh" # replace_if_changed
+source "$guests/lib.sh" # replace_if_changed, workspace_tool
 
 if ! rustup target list --installed | grep -qx "$target"; then
     echo "build.sh: adding the $target target to the toolchain" >&2
@@ -38,11 +38,8 @@ if ! cargo build --release --target "$target"; then
     exit 1
 fi
 
-if ! (cd "$repo" && cargo build --release --quiet -p reconciler-slim); then
-    echo "build.sh: error: cargo build of tools/slim failed; see the compiler output above" >&2
-    exit 1
-fi
-slim="${CARGO_TARGET_DIR:-$repo/target}/release/reconciler-slim"
+workspace_tool reconciler-slim
+slim=$tool
 
 # "<file cargo writes>:<artefact name>" for every workspace member with a cdylib target: cargo
 # writes <target name, '-' as '_'>.wasm, the artefact is named after the crate's directory.

@@ -142,18 +142,28 @@ build_guest() {
     rm -rf "$build"
 }
 
+# workspace_tool NAME: sets `tool` to the repository's binary NAME (reconciler-slim,
+# reconciler-componentize), built with every binary of the cargo workspace in the dev profile
+# (dependencies optimised). One feature set for the host, its tests and these tools means
+# wasmtime and the rest are compiled once; a `--release -p` build of a tool alone compiled them a
+# second time (several minutes of a cold `./dev test`).
+workspace_tool() {
+    # shellcheck source=../tools/cargo-env.sh
+    source "$repo/tools/cargo-env.sh"
+    if ! (cd "$repo" && cargo build --quiet --workspace --bins); then
+        fail "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
+    fi
+    tool="${CARGO_TARGET_DIR:-$repo/target}/debug/$1"
+}
+
 # componentize_tool: sets `componentize` to reconciler-componentize (C and Go bindings from the
 # WIT; a wasip1 core module wrapped into a component with the WASI preview1 reactor adapter of
 # the host's wasmtime release). The repository builds it from tools/componentize; a project
 # takes $RECONCILER_COMPONENTIZE or the one on PATH.
 componentize_tool() {
     if [[ -n "$repo" ]]; then
-        # shellcheck source=../tools/cargo-env.sh
-        source "$repo/tools/cargo-env.sh"
-        if ! (cd "$repo" && cargo build --release --quiet -p reconciler-componentize); then
-            fail "cargo build of tools/componentize failed; see the compiler output above"
-        fi
-        componentize="${CARGO_TARGET_DIR:-$repo/target}/release/reconciler-componentize"
+        workspace_tool reconciler-componentize
+        componentize=$tool
     elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
         fail "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
     fi

@@ -15,13 +15,13 @@ pages="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$pages/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 
-for tool in "$target/debug/reconciler-host" "$target/release/reconciler-componentize"; do
+for tool in "$target/debug/reconciler-host" "$target/debug/reconciler-componentize"; do
     if [[ ! -x "$tool" ]]; then
         echo "quickstarts.sh: error: $tool is missing; run ./dev build first" >&2
         exit 1
     fi
 done
-export PATH="$target/debug:$target/release:$PATH"
+export PATH="$target/debug:$PATH"
 if ! command -v kubectl >/dev/null; then
     PATH="$("$repo/tools/control-plane/build.sh" --print):$PATH"
 fi
