@@ -150,7 +150,8 @@ build_guest() {
 workspace_tool() {
     # shellcheck source=../tools/cargo-env.sh
     source "$repo/tools/cargo-env.sh"
-    if ! (cd "$repo" && cargo build --quiet --workspace --bins); then
+    # Not --quiet: cold, this is most of a first build (wasmtime, kube), and its progress shows.
+    if ! (cd "$repo" && cargo build --workspace --bins); then
         fail "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
     fi
     tool="${CARGO_TARGET_DIR:-$repo/target}/debug/$1"
