@@ -121,12 +121,14 @@ pub async fn create_widgets(api: &Api<DynamicObject>, n: usize) -> anyhow::Resul
 /// Creates `object`, retrying as [`retrying`] does; 409 (`AlreadyExists`) after a retry means an
 /// earlier attempt landed.
 async fn create_retrying(api: &Api<DynamicObject>, object: &DynamicObject) -> anyhow::Result<()> {
-    let attempts = std::sync::atomic::AtomicU32::new(0);
-    let created = retrying("create", || async {
-        let first = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
-        match api.create(&PostParams::default(), object).await {
-            Err(kube::Error::Api(e)) if e.code == 409 && !first => Ok(()),
-            other => other.map(drop),
+    let mut retried = false;
+    let created = retrying("create", || {
+        let retry = std::mem::replace(&mut retried, true);
+        async move {
+            match api.create(&PostParams::default(), object).await {
+                Err(kube::Error::Api(e)) if e.code == 409 && retry => Ok(()),
+                other => other.map(drop),
+            }
         }
     });
     Ok(created.await?)
