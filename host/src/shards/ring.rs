@@ -227,27 +227,49 @@ impl Assignment {
 }
 
 /// Stopping work: the host's write fence (closed at once, and held to the deadline every
-/// renewal sets) and a count the host's manager follows to abort its controllers.
+/// renewal sets), a count the host's manager follows to abort its controllers, and the ring's
+/// published state.
+///
+/// Every change of the fence is a change of the published state: raised, the state says
+/// `fenced` with nothing active; lowered, it says so too, and the coordinator's next round
+/// makes the slots active again. A host that looked at the state while fenced (and so ran
+/// nothing) is therefore always woken when the fence lowers. Before this, the state could keep
+/// the slots of before the fence (the coordinator's rounds failed all through it), lowering
+/// published nothing, and the host stayed stopped on slots the ring still gave it: the
+/// sharded robustness run with seed 31337 lost changes that way.
 #[derive(Clone)]
 struct Fence {
     fenced: Arc<std::sync::atomic::AtomicBool>,
     writes: WriteFence,
     count: Arc<watch::Sender<u64>>,
+    state: Arc<watch::Sender<ShardState>>,
 }
 
 impl Fence {
+    fn is_raised(&self) -> bool {
+        self.fenced.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn raise(&self) -> bool {
         if self.fenced.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return false;
         }
         self.writes.close();
         self.count.send_modify(|n| *n += 1);
+        let fences = *self.count.borrow();
+        self.state.send_modify(|s| {
+            s.fenced = true;
+            s.active = SlotSet::empty();
+            s.fences = fences;
+        });
         true
     }
 
     fn lower(&self) {
-        self.fenced
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        if !self.fenced.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        self.state.send_modify(|s| s.fenced = false);
     }
 }
 
@@ -304,10 +326,12 @@ impl Ring {
         let own = Arc::new(Mutex::new(Own::default()));
         let fenced = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (count, fence_count) = watch::channel(0);
+        let state_tx = Arc::new(state_tx);
         let fence = Fence {
             fenced: fenced.clone(),
             writes,
             count: Arc::new(count),
+            state: state_tx.clone(),
         };
         let mut tasks = JoinSet::new();
         tasks.spawn(renew_loop(
@@ -316,17 +340,15 @@ impl Ring {
             own.clone(),
             fence.clone(),
         ));
-        tasks.spawn(fence_loop(options.clone(), own.clone(), fence));
+        tasks.spawn(fence_loop(options.clone(), own.clone(), fence.clone()));
         tasks.spawn(
             Coordinator {
                 api: api.clone(),
                 options: options.clone(),
                 own: own.clone(),
-                fenced: fenced.clone(),
+                fence: fence.clone(),
                 seen: HashMap::new(),
-                state: state_tx,
                 running,
-                fences: fence_count.clone(),
             }
             .run(),
         );
@@ -577,12 +599,12 @@ struct Coordinator {
     api: Api<Lease>,
     options: RingOptions,
     own: Arc<Mutex<Own>>,
-    fenced: Arc<std::sync::atomic::AtomicBool>,
+    /// Read before each round, and by every publication: the state never shows active slots
+    /// while the fence is up.
+    fence: Fence,
     /// Member lease uid → (resourceVersion, when this replica first saw that version).
     seen: HashMap<String, (String, Instant)>,
-    state: watch::Sender<ShardState>,
     running: watch::Receiver<SlotSet>,
-    fences: watch::Receiver<u64>,
 }
 
 impl Coordinator {
@@ -597,18 +619,22 @@ impl Coordinator {
         }
     }
 
+    /// Publishes a change of the state; while the fence is up, whatever the round found, with
+    /// nothing active (the fence's own publications say when it rises and lowers).
     fn publish(&self, update: impl FnOnce(&mut ShardState)) {
-        self.state.send_if_modified(|state| {
+        self.fence.state.send_if_modified(|state| {
             let before = state.clone();
             update(state);
+            if self.fence.is_raised() {
+                state.fenced = true;
+                state.active = SlotSet::empty();
+            }
             *state != before
         });
     }
 
     /// One look at the ring and at most one assignment change.
     async fn round(&mut self) -> Result<(), kube::Error> {
-        let fence_count = *self.fences.borrow();
-        self.publish(|s| s.fences = fence_count);
         let my_uid = self.own.lock().uid.clone();
         // One LIST: the members and the assignment as of one resourceVersion.
         let selector = format!("{RING_LABEL}={}", self.options.name);
@@ -617,8 +643,7 @@ impl Coordinator {
             self.api.list(&ListParams::default().labels(&selector)),
         )
         .await?;
-        let fenced = self.fenced.load(std::sync::atomic::Ordering::SeqCst);
-        let (Some(me), false) = (my_uid.clone(), fenced) else {
+        let (Some(me), false) = (my_uid.clone(), self.fence.is_raised()) else {
             // Not a member (yet): still time the others' leases, so that a lease left by a
             // previous life of this identity expires and this replica can join.
             let now = Instant::now();
@@ -862,6 +887,83 @@ mod tests {
             },
             spec: None,
         }
+    }
+
+    fn fence() -> (Fence, watch::Receiver<ShardState>, watch::Receiver<u64>) {
+        let (state, state_rx) = watch::channel(ShardState::default());
+        let (count, count_rx) = watch::channel(0);
+        let fence = Fence {
+            fenced: Arc::default(),
+            writes: WriteFence::default(),
+            count: Arc::new(count),
+            state: Arc::new(state),
+        };
+        (fence, state_rx, count_rx)
+    }
+
+    /// The host decides what to run from the state and the probe, and looks again only when
+    /// the state changes: each change of the fence must be one, or a host that looked while
+    /// fenced stays stopped (seed 31337's lost changes).
+    #[test]
+    fn raising_and_lowering_the_fence_are_both_published() {
+        let (fence, mut state, count) = fence();
+        fence
+            .state
+            .send_modify(|s| s.active = SlotSet::range(0, 128));
+        state.mark_unchanged();
+
+        assert!(fence.raise());
+        assert!(!fence.writes.is_open());
+        assert_eq!(*count.borrow(), 1);
+        assert!(state.has_changed().unwrap());
+        let seen = state.borrow_and_update().clone();
+        assert!(seen.fenced);
+        assert!(seen.active.is_empty(), "nothing runs while fenced");
+        assert_eq!(seen.fences, 1);
+        assert!(!fence.raise(), "raised once");
+        assert!(!state.has_changed().unwrap());
+
+        fence.lower();
+        assert!(state.has_changed().unwrap(), "lowering wakes the host");
+        assert!(!state.borrow_and_update().fenced);
+        fence.lower();
+        assert!(!state.has_changed().unwrap(), "lowered once");
+    }
+
+    #[tokio::test]
+    async fn the_coordinator_publishes_no_active_slot_while_fenced() {
+        let (fence, mut state, _count) = fence();
+        let coordinator = Coordinator {
+            api: Api::namespaced(
+                kube::Client::new(
+                    tower::service_fn(|_| async {
+                        Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("none"))
+                    }),
+                    "default",
+                ),
+                "default",
+            ),
+            options: RingOptions::new("ring", "default", "r1", Duration::from_secs(6)).unwrap(),
+            own: Arc::default(),
+            fence: fence.clone(),
+            seen: HashMap::new(),
+            running: watch::channel(SlotSet::empty()).1,
+        };
+        fence.raise();
+        state.mark_unchanged();
+        // A round that listed before the fence rose publishes what it found: never active.
+        coordinator.publish(|s| {
+            s.active = SlotSet::all();
+            s.owned = SlotSet::all();
+            s.fenced = false;
+        });
+        let seen = state.borrow_and_update().clone();
+        assert_eq!(seen.owned, SlotSet::all());
+        assert!(seen.fenced && seen.active.is_empty(), "{seen:?}");
+        fence.lower();
+        coordinator.publish(|s| s.active = SlotSet::all());
+        assert!(state.has_changed().unwrap());
+        assert_eq!(state.borrow().active, SlotSet::all());
     }
 
     #[test]

@@ -1,6 +1,12 @@
 //! `./dev robustness`: runs the robustness suite (seeded faults under load, a recorded history,
 //! the offline checker) and prints each run's figures; exits non-zero, naming the seed, when a
 //! run shows a violation. `--check DIR` runs the checker again on a saved run.
+//!
+//! A campaign (`--seeds A-B`, or `--campaign N` from `--first-seed`) runs unattended: a run the
+//! harness could not complete (a control plane that would not start, say) is reported and the
+//! campaign goes on; at the end a table and the totals are printed and written to
+//! `target/robustness/campaign-<mode>-<first>-<last>.md`, and every run's files stay in its own
+//! directory. `--cpu-hog` keeps one core busy for the whole run (a host left one core).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,8 +27,18 @@ struct Args {
     #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
     /// A range of seeds, `FIRST-LAST` (a campaign).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "campaign")]
     seeds: Option<String>,
+    /// A campaign of this many seeds, from `--first-seed` on.
+    #[arg(long)]
+    campaign: Option<u64>,
+    /// The first seed of `--campaign`.
+    #[arg(long, default_value_t = 1000)]
+    first_seed: u64,
+    /// Keep one core busy (a spinning thread) during every run: the replicas, the control
+    /// plane and the harness share what is left.
+    #[arg(long)]
+    cpu_hog: bool,
     /// How long faults are injected, per run (`90s`, `5m`).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     duration: Duration,
@@ -64,15 +80,16 @@ async fn main() -> Result<()> {
         }
         return Ok(());
     }
-    let seeds: Vec<u64> = match (&args.seed, &args.seeds) {
-        (Some(s), _) => vec![*s],
-        (None, Some(range)) => {
+    let seeds: Vec<u64> = match (&args.seed, &args.seeds, args.campaign) {
+        (Some(s), _, _) => vec![*s],
+        (None, Some(range), _) => {
             let (a, b) = range
                 .split_once('-')
                 .context("--seeds takes FIRST-LAST, e.g. 1-20")?;
             (a.parse()?..=b.parse()?).collect()
         }
-        (None, None) => vec![1],
+        (None, None, Some(n)) => (args.first_seed..args.first_seed + n).collect(),
+        (None, None, None) => vec![1],
     };
     let modes = match args.mode.as_str() {
         "both" => vec![Mode::Leader, Mode::Sharded],
@@ -86,6 +103,8 @@ async fn main() -> Result<()> {
             .collect::<Result<_>>()?,
     };
     let mut reports = Vec::new();
+    let mut incomplete: Vec<String> = Vec::new();
+    let _hog = args.cpu_hog.then(CpuHog::start);
     for mode in &modes {
         for seed in &seeds {
             let profile = Profile {
@@ -102,22 +121,87 @@ async fn main() -> Result<()> {
                 }
                 continue;
             }
-            let (_, report) = run(&profile)
-                .await
-                .with_context(|| format!("seed {seed} ({} mode)", mode_name(*mode)))?;
-            print_report(&report, &profile.out);
-            reports.push(report);
+            match run(&profile).await {
+                Ok((_, report)) => {
+                    print_report(&report, &profile.out);
+                    reports.push(report);
+                }
+                // One seed alone: its error is the answer. In a campaign, the others still run.
+                Err(e) if seeds.len() == 1 && modes.len() == 1 => {
+                    return Err(e.context(format!("seed {seed} ({} mode)", mode_name(*mode))));
+                }
+                Err(e) => {
+                    let line = format!(
+                        "seed {seed} ({} mode) did not complete: {e:#}; files in {}",
+                        mode_name(*mode),
+                        profile.out.display()
+                    );
+                    eprintln!("{line}");
+                    incomplete.push(line);
+                }
+            }
         }
     }
-    if reports.is_empty() {
+    if reports.is_empty() && incomplete.is_empty() {
         return Ok(());
     }
-    println!(
-        "\n| mode | seed | faults | reconciles | traps | 409s | relists | longest convergence after a fault | longest wait of a change | final convergence | violations |"
+    let table = table(&reports, &incomplete, args.cpu_hog);
+    println!("\n{table}");
+    if seeds.len() > 1 {
+        let name = format!(
+            "campaign-{}-{}-{}.md",
+            args.mode,
+            seeds.first().unwrap_or(&0),
+            seeds.last().unwrap_or(&0)
+        );
+        let file = reconciler_host_tests::paths::target_dir()
+            .join("robustness")
+            .join(name);
+        std::fs::write(&file, &table).with_context(|| format!("writing {}", file.display()))?;
+        println!("(written to {})", file.display());
+    }
+    let failed: Vec<&Report> = reports
+        .iter()
+        .filter(|r| !r.violations.is_empty())
+        .collect();
+    for line in &incomplete {
+        eprintln!("INCOMPLETE: {line}");
+    }
+    if !failed.is_empty() || !incomplete.is_empty() {
+        for r in &failed {
+            eprintln!(
+                "FAILED: seed {} ({} mode): {} violations; rerun with ./dev robustness --seed {} --mode {} --duration {}",
+                r.seed,
+                mode_name(r.mode),
+                r.violations.len(),
+                r.seed,
+                mode_name(r.mode),
+                humantime::format_duration(args.duration)
+            );
+        }
+        eprintln!(
+            "{} of {} runs showed violations, {} did not complete",
+            failed.len(),
+            reports.len(),
+            incomplete.len()
+        );
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The campaign's table (one row a run, as `docs/reliability.md` publishes it) and its totals.
+fn table(reports: &[Report], incomplete: &[String], cpu_hog: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| mode | seed | faults | reconciles | traps | 409s | relists | longest convergence after a fault | longest wait of a change | final convergence | violations |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in &reports {
-        println!(
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        let _ = writeln!(
+            out,
             "| {} | {} | {} | {} | {} | {} | {} | {:.1} s ({}) | {:.1} s | {} | {} |",
             mode_name(r.mode),
             r.seed,
@@ -134,30 +218,76 @@ async fn main() -> Result<()> {
             r.violations.len()
         );
     }
-    let failed: Vec<&Report> = reports
-        .iter()
-        .filter(|r| !r.violations.is_empty())
-        .collect();
-    if !failed.is_empty() {
-        for r in &failed {
-            eprintln!(
-                "FAILED: seed {} ({} mode): {} violations; rerun with ./dev robustness --seed {} --mode {} --duration {}",
-                r.seed,
-                mode_name(r.mode),
-                r.violations.len(),
-                r.seed,
-                mode_name(r.mode),
-                humantime::format_duration(args.duration)
-            );
+    let mut by_kind: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for r in reports {
+        for (kind, n) in &r.faults_by_kind {
+            *by_kind.entry(kind.as_str()).or_default() += n;
         }
-        eprintln!(
-            "{} of {} runs showed violations",
-            failed.len(),
-            reports.len()
-        );
-        std::process::exit(1);
     }
-    Ok(())
+    let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let sum = |f: fn(&Report) -> usize| reports.iter().map(f).sum::<usize>();
+    let longest = reports
+        .iter()
+        .max_by_key(|r| r.longest_convergence_ms)
+        .map_or_else(String::new, |r| {
+            format!(
+                "{:.1} s (seed {}, {})",
+                ms(r.longest_convergence_ms),
+                r.seed,
+                r.longest_convergence_after.as_deref().unwrap_or("-")
+            )
+        });
+    let _ = writeln!(
+        out,
+        "\n{} runs{}: {} faults ({}), {} reconciles ({} trapped on purpose), {} relists after 410, longest convergence after a fault {longest}; {} runs with violations ({} violations), {} converged within the bound, {} did not complete.",
+        reports.len(),
+        if cpu_hog { " under a CPU hog" } else { "" },
+        sum(|r| r.faults),
+        kinds.join(", "),
+        sum(|r| r.reconciles),
+        sum(|r| r.traps),
+        reports.iter().map(|r| u64::from(r.relists)).sum::<u64>(),
+        reports.iter().filter(|r| !r.violations.is_empty()).count(),
+        sum(|r| r.violations.len()),
+        reports
+            .iter()
+            .filter(|r| r.final_convergence_ms.is_some())
+            .count(),
+        incomplete.len()
+    );
+    out
+}
+
+/// One core kept busy until dropped: a host under CPU pressure, left one core of two.
+struct CpuHog {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CpuHog {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        eprintln!("CPU hog: one core kept busy for the whole campaign");
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 #[allow(clippy::cast_precision_loss)]
