@@ -205,6 +205,10 @@ pub struct Allow {
     /// exactly these.
     #[serde(default)]
     pub service_accounts: Vec<AllowedAccount>,
+    /// The modes a Reconciler may run in (`[shadow]`: its guests only ever compare); unset,
+    /// both.
+    #[serde(default)]
+    pub modes: Option<BTreeSet<crate::shadow::Mode>>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -380,6 +384,67 @@ impl Limits {
             );
         }
         above
+    }
+
+    /// These limits with none above `ceiling`, set or not: a limit left unset would take a
+    /// default or a built-in value that may exceed the ceiling, so every limit the ceiling (or
+    /// its built-in) bounds is set to at most that bound, and concurrency to at most the
+    /// ceiling's (or `max_concurrency`), so that the manifest's own concurrency cannot exceed
+    /// it either. [`Self::above`] refuses what is set above; this bounds what is not.
+    #[must_use]
+    pub fn capped_by(&self, ceiling: &Limits, max_concurrency: u32) -> Limits {
+        fn cap<T: Ord + Copy>(mine: Option<T>, ceiling: Option<T>, built_in: T) -> Option<T> {
+            match (mine, ceiling) {
+                (None, None) => None,
+                (mine, ceiling) => Some(mine.unwrap_or(built_in).min(ceiling.unwrap_or(built_in))),
+            }
+        }
+        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
+        let concurrency = ceiling
+            .concurrency
+            .map_or(max_concurrency, |c| c.min(max_concurrency));
+        Limits {
+            deadline: cap(self.deadline, ceiling.deadline, DEFAULT_DEADLINE),
+            memory_mib: cap(
+                self.memory_mib,
+                ceiling.memory_mib,
+                DEFAULT_MEMORY_MIB as u64,
+            ),
+            concurrency: Some(self.concurrency.map_or(concurrency, |c| c.min(concurrency))),
+            qps: cap(self.qps, ceiling.qps, queue.qps.get()),
+            burst: cap(self.burst, ceiling.burst, queue.burst.get()),
+            writes_per_second: cap(
+                self.writes_per_second,
+                ceiling.writes_per_second,
+                rates.writes_per_second,
+            ),
+            write_burst: cap(self.write_burst, ceiling.write_burst, rates.write_burst),
+            events_per_second: cap(
+                self.events_per_second,
+                ceiling.events_per_second,
+                rates.events_per_second,
+            ),
+            event_burst: cap(self.event_burst, ceiling.event_burst, rates.event_burst),
+            log_lines_per_second: cap(
+                self.log_lines_per_second,
+                ceiling.log_lines_per_second,
+                rates.log_lines_per_second,
+            ),
+            log_burst: cap(self.log_burst, ceiling.log_burst, rates.log_burst),
+            cpu_millicores: cap(
+                self.cpu_millicores,
+                ceiling.cpu_millicores,
+                rates.cpu_millicores.unwrap_or(u32::MAX),
+            ),
+            body_bytes_per_second: cap(
+                self.body_bytes_per_second,
+                ceiling.body_bytes_per_second,
+                rates.body_bytes_per_second,
+            ),
+            // No reuse unless the ceiling allows it: it lets state pass between keys.
+            instance_reuse: cap(self.instance_reuse, ceiling.instance_reuse, 1),
+            instance_idle: self.instance_idle,
+        }
     }
 
     /// The guest's per-guest rates, defaults filled in.

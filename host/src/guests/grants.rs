@@ -5,7 +5,7 @@
 //! same way. Cost: no compilation, a walk over the capabilities' requirements.
 
 use crate::capabilities::{LoadCheck, reserved_key};
-use crate::config::{Allow, Grant, HostConfig, WrittenIn};
+use crate::config::{Allow, Grant, HostConfig, Limits, WrittenIn};
 use crate::runtime::{LoadError, LoadedGuest};
 
 use super::source::{GrantKey, NotItsGrant, Origin};
@@ -117,6 +117,10 @@ fn object_grant(
         });
     }
     let mut grant = config.with_defaults(own);
+    // What the Reconciler left out takes defaults and built-ins, which the ceiling bounds too.
+    grant.limits = grant
+        .limits
+        .capped_by(&ceiling(&settings.allow, config), config.max_concurrency());
     grant.written_in = WrittenIn::Reconciler(object);
     Ok(grant)
 }
@@ -158,12 +162,39 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
                 .map(|entry| format!("{field} {entry}")),
         );
     }
-    let ceiling = allow
+    if let Some(modes) = &allow.modes
+        && !modes.contains(&grant.mode)
+    {
+        let name = |m: &crate::shadow::Mode| match m {
+            crate::shadow::Mode::Active => "active",
+            crate::shadow::Mode::Shadow => "shadow",
+        };
+        let allowed: Vec<&str> = modes.iter().map(name).collect();
+        beyond.push(format!(
+            "mode {} (allowed: {})",
+            name(&grant.mode),
+            if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed.join(", ")
+            }
+        ));
+    }
+    beyond.extend(
+        grant
+            .limits
+            .above(&ceiling(allow, config), config.max_concurrency()),
+    );
+    beyond
+}
+
+/// The most a Reconciler's limits may be: `allow.limits`, the host's defaults where it is
+/// silent.
+fn ceiling(allow: &Allow, config: &HostConfig) -> Limits {
+    allow
         .limits
         .as_ref()
-        .map_or_else(|| config.defaults.clone(), |l| l.or(&config.defaults));
-    beyond.extend(grant.limits.above(&ceiling, config.max_concurrency()));
-    beyond
+        .map_or_else(|| config.defaults.clone(), |l| l.or(&config.defaults))
 }
 
 /// Whether a grant's label or annotation entry (a key, or a prefix ending in `*`) may match a
@@ -413,6 +444,62 @@ reconcilers:
             beyond_allowed(&asks, allow, &config),
             vec!["limits.deadline (ms) 2000 (at most 1000)"]
         );
+    }
+
+    /// A Reconciler that sets no limits under a 16 MiB ceiling once ran at the built-in
+    /// 64 MiB, and at the manifest's concurrency: what it leaves out is bounded too.
+    #[test]
+    fn limits_a_reconciler_leaves_out_are_bounded_by_the_ceiling_too() {
+        let config = config(
+            "maxConcurrency: 8\nreconcilers:\n  allow:\n    limits: {memoryMiB: 16, concurrency: 2, deadline: 500ms, instanceReuse: 1}\n",
+        );
+        let origin = Origin::reconciler("widget", 1, Grant::default());
+        let silent = object_grant(&origin, "widget", &Grant::default(), &config).unwrap();
+        let limits = &silent.limits;
+        assert_eq!(limits.memory_mib, Some(16));
+        assert_eq!(limits.memory_bytes(), 16 << 20);
+        assert_eq!(
+            limits.concurrency,
+            Some(2),
+            "the manifest's concurrency is capped"
+        );
+        assert_eq!(limits.deadline(), std::time::Duration::from_millis(500));
+        assert_eq!(limits.reuse(), None);
+        // Lower limits it sets stay as set; the unbounded ones stay unset (built-ins).
+        let own = grant("{limits: {memoryMiB: 8, concurrency: 1}}");
+        let set = object_grant(&origin, "widget", &own, &config).unwrap();
+        assert_eq!(set.limits.memory_mib, Some(8));
+        assert_eq!(set.limits.concurrency, Some(1));
+        assert_eq!(set.limits.qps, None);
+        // Without a ceiling on concurrency, the host's maxConcurrency bounds it.
+        let open = object_grant(&origin, "widget", &Grant::default(), &config_open()).unwrap();
+        assert_eq!(open.limits.concurrency, Some(3));
+        assert_eq!(
+            open.limits.memory_mib, None,
+            "no ceiling: the built-in applies"
+        );
+    }
+
+    #[test]
+    fn the_ceiling_may_allow_shadow_mode_only() {
+        let config = config("reconcilers:\n  allow:\n    modes: [shadow]\n");
+        let allow = &config.reconcilers.as_ref().unwrap().allow;
+        assert_eq!(
+            beyond_allowed(&grant("{mode: shadow}"), allow, &config),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            beyond_allowed(&Grant::default(), allow, &config),
+            vec!["mode active (allowed: shadow)"],
+            "a Reconciler that says nothing runs active, which this ceiling refuses"
+        );
+        let open = config_open();
+        let allow = &open.reconcilers.as_ref().unwrap().allow;
+        assert!(beyond_allowed(&Grant::default(), allow, &open).is_empty());
+    }
+
+    fn config_open() -> HostConfig {
+        config("maxConcurrency: 3\nreconcilers: {}\n")
     }
 
     #[test]
