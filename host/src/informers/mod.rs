@@ -97,7 +97,10 @@ pub enum InformerEvent {
         listed: bool,
         /// The version the host itself wrote (recorded with [`Informer::record_write`]),
         /// seen again on the watch: the echo of a guest's own write, which its controller
-        /// also queues at low priority, behind a change someone else made.
+        /// also queues at low priority, behind a change someone else made. Before the
+        /// write's answer, only a change of nothing but what a status write changes
+        /// (generation, deletion, labels, annotations, finalizers and owners as they were)
+        /// counts: anyone else's change is never hidden at low priority behind the host's.
         echo: bool,
     },
     /// Deleted; `object` is its last state.
@@ -735,8 +738,8 @@ impl Informer {
 
     /// A write of `namespace/name` is about to be sent: until it is recorded
     /// ([`Self::record_write`]) or ended ([`Self::write_ended`]), the watch reporting that
-    /// object is taken for the write's echo (`InformerEvent::Applied::echo`), since it may
-    /// arrive before the API server's answer.
+    /// object with only what a status write changes is taken for the write's echo
+    /// (`InformerEvent::Applied::echo`), since it may arrive before the API server's answer.
     pub fn writing(&self, namespace: Option<&str>, name: &str) {
         self.shared
             .cache

@@ -85,6 +85,17 @@ fn key_of(obj: &DynamicObject) -> Key {
     (obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
+/// Whether `new` differs from `old` at most as a status write makes it differ: the same
+/// generation, deletion, labels, annotations, finalizers and owners.
+fn only_status_changed(old: &kube::api::ObjectMeta, new: &kube::api::ObjectMeta) -> bool {
+    old.generation == new.generation
+        && old.deletion_timestamp == new.deletion_timestamp
+        && old.labels == new.labels
+        && old.annotations == new.annotations
+        && old.finalizers == new.finalizers
+        && old.owner_references == new.owner_references
+}
+
 fn rv_number(rv: Option<&str>) -> Option<u64> {
     rv?.parse().ok()
 }
@@ -237,16 +248,17 @@ impl Store {
         if old.is_none() {
             self.watched_count += 1;
         }
-        // The host's own write: still in flight (the watch beat the answer), or answered and
-        // recorded with this very version.
+        // The host's own write: answered and recorded with this very version, or still in
+        // flight (the watch beat the answer) and changing nothing but what a status write
+        // changes. Anyone else's change of the spec, metadata or deletion during the write is
+        // no echo: it would otherwise wait behind the backlog (low priority).
         let in_flight = self
             .writing
             .get(&key)
             .is_some_and(|at| now.saturating_duration_since(*at) < self.ttl);
-        let echo = in_flight
-            || entry.overlay.as_ref().is_some_and(
-                |o| matches!(&o.kind, OverlayKind::Written(w) if w.resource_version() == obj_rv),
-            );
+        let recorded = entry.overlay.as_ref().is_some_and(
+            |o| matches!(&o.kind, OverlayKind::Written(w) if w.resource_version() == obj_rv),
+        );
         let keep_overlay = entry.overlay.as_ref().is_some_and(|o| match &o.kind {
             OverlayKind::Written(w) => newer(w.resource_version(), obj_rv),
             // The watch saw a version after the one deleted: re-created (or a stale delete).
@@ -261,6 +273,11 @@ impl Store {
             self.tombstones.remove(&key);
         }
         let old = old.and_then(|o| o.to_head()).map(Arc::new);
+        let echo = recorded
+            || (in_flight
+                && old
+                    .as_ref()
+                    .is_some_and(|old| only_status_changed(&old.metadata, &obj.metadata)));
         let listed = !matches!(self.relisting, Relist::Idle);
         Some(InformerEvent::Applied {
             object: obj,
@@ -562,6 +579,17 @@ mod tests {
             "already watched"
         );
         assert!(!echo(s.apply(cm("a", "x", "5", &[]), t)), "answered: over");
+        // While a write is in flight, someone else's change of the metadata is no echo: only
+        // what a status write changes can be taken for one before the answer tells.
+        s.writing(Some("a"), "x", t);
+        assert!(!echo(s.apply(cm("a", "x", "51", &[("app", "theirs")]), t)));
+        let mut spec_change = cm("a", "x", "52", &[("app", "theirs")]);
+        Arc::make_mut(&mut spec_change).metadata.generation = Some(2);
+        assert!(
+            !echo(s.apply(spec_change, t)),
+            "a new generation is never an echo"
+        );
+        s.write_ended(Some("a"), "x");
         // A write that failed echoes nothing, and nothing after it is taken for its echo.
         s.writing(Some("a"), "x", t);
         s.write_ended(Some("a"), "x");
