@@ -200,6 +200,21 @@ pub fn redact(record: &mut Record, sensitive: &BTreeSet<Gvk>) {
     record.redacted = redacted;
 }
 
+/// The fields of a sensitive object whose values a record never keeps.
+const SENSITIVE_FIELDS: [&str; 3] = ["data", "stringData", "binaryData"];
+
+/// The annotation `kubectl apply` keeps the whole applied object in, as JSON text.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Whether an annotation's text is a JSON object with one of [`SENSITIVE_FIELDS`].
+fn holds_sensitive_fields(value: &Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    serde_json::from_str::<serde_json::Map<String, Value>>(text)
+        .is_ok_and(|object| SENSITIVE_FIELDS.iter().any(|f| object.contains_key(*f)))
+}
+
 fn redact_value(value: &mut Value, sensitive: &BTreeSet<Gvk>, redacted: &mut BTreeSet<String>) {
     match value {
         Value::Array(items) => {
@@ -217,12 +232,26 @@ fn redact_value(value: &mut Value, sensitive: &BTreeSet<Gvk>, redacted: &mut BTr
                 _ => None,
             };
             if let Some(kind) = kind.filter(|k| sensitive.contains(k)) {
-                for field in ["data", "stringData"] {
+                for field in SENSITIVE_FIELDS {
                     if let Some(Value::Object(data)) = map.get_mut(field) {
                         for v in data.values_mut() {
                             *v = Value::String(REDACTED.into());
                         }
                         redacted.insert(kind.to_string());
+                    }
+                }
+                // Copies of the object kept in annotations (kubectl's last-applied
+                // configuration, or any annotation holding an object with those fields) carry
+                // the same values as text: the whole value goes.
+                if let Some(Value::Object(annotations)) = map
+                    .get_mut("metadata")
+                    .and_then(|m| m.get_mut("annotations"))
+                {
+                    for (key, v) in annotations.iter_mut() {
+                        if key == LAST_APPLIED || holds_sensitive_fields(v) {
+                            *v = Value::String(REDACTED.into());
+                            redacted.insert(kind.to_string());
+                        }
                     }
                 }
             }
@@ -386,6 +415,31 @@ mod tests {
         );
         assert_eq!(r.calls[0].returned["ok"][1]["data"]["a"], "b");
         assert_eq!(r.redacted, BTreeSet::from(["v1/Secret".to_owned()]));
+    }
+
+    #[test]
+    fn copies_in_annotations_are_redacted_too() {
+        let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"password": "aHVudGVyMg=="}});
+        let mut live = secret();
+        live["metadata"]["annotations"] = json!({
+            LAST_APPLIED: applied.to_string(),
+            "example.com/copy": json!({"stringData": {"token": "t0ps3cret"}}).to_string(),
+            "example.com/owner": "team-a",
+        });
+        live["binaryData"] = json!({"key": "YmluYXJ5LXNlY3JldA=="});
+        let mut r = record(Vec::new(), live);
+        redact(&mut r, &BTreeSet::from([Gvk::new("", "v1", "Secret")]));
+        let text = serde_json::to_string(&r).unwrap();
+        for secret in ["aHVudGVyMg==", "t0ps3cret", "YmluYXJ5LXNlY3JldA=="] {
+            assert!(!text.contains(secret), "{secret} left in {text}");
+        }
+        let annotations = &r.request.object["metadata"]["annotations"];
+        assert_eq!(annotations[LAST_APPLIED], REDACTED);
+        assert_eq!(
+            annotations["example.com/owner"], "team-a",
+            "others are kept"
+        );
     }
 
     #[test]
