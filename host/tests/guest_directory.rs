@@ -768,3 +768,56 @@ fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_la
     assert!(guests.active().is_empty(), "a revoked grant kept running");
     assert!(matches!(events.try_recv(), Ok(GuestEvent::Unloaded(name)) if name == "widget@w"));
 }
+
+/// A finalizer belongs to one guest: the host removes it after its guest's reconcile of a
+/// deleted object, and releases it when that guest is unloaded. A second active guest on the
+/// same kind declaring it would have it removed before the first had cleaned up, so it is
+/// refused, whichever came first; in shadow mode (which never touches the finalizer) it runs,
+/// and a configuration that switches it to active keeps it from taking the finalizer up.
+#[test]
+fn a_second_active_guest_holding_anothers_finalizer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let grant = |mode: &str| {
+        grants().replace(
+            "guests:\n",
+            &format!("guests:\n  widget@widget-twin:\n    mode: {mode}\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n"),
+        )
+    };
+    let guests = directory(dir.path(), &grant("active"));
+    let twin = dir.path().join("widget-twin.wasm");
+    copy("widget", &dir.path().join("widget.wasm"));
+    copy("widget-v2", &twin);
+    guests.rescan();
+    // Which of the two loads first depends on the directory's order; exactly one runs, and
+    // the other's refusal names the finalizer and its holder.
+    let active = running(&guests);
+    assert_eq!(active.len(), 1, "{active:?}");
+    let refused: Vec<_> = guests
+        .statuses()
+        .into_iter()
+        .filter(|s| matches!(&s.state, FileState::Failed(r) if r.contains("finalizer `test.reconciler.dev/cleanup`") && r.contains("is held by guest")))
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", guests.statuses());
+
+    // In shadow mode the twin runs beside the active guest.
+    let guests = directory(dir.path(), &grant("shadow"));
+    guests.rescan();
+    assert_eq!(
+        running(&guests),
+        vec![
+            ("widget".to_owned(), "widget.wasm".to_owned()),
+            (
+                "widget@widget-twin".to_owned(),
+                "widget-twin.wasm".to_owned()
+            ),
+        ]
+    );
+    // Promoted to active while the other holds the finalizer: unloaded, not running both.
+    guests.reconfigure(config(&grant("active"))).unwrap();
+    assert_eq!(
+        running(&guests),
+        vec![("widget".to_owned(), "widget.wasm".to_owned())],
+        "{:?}",
+        guests.statuses()
+    );
+}

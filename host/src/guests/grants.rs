@@ -315,6 +315,16 @@ pub enum RefusalError {
         guest: String,
         other: String,
     },
+    #[error(
+        "{file}: finalizer `{finalizer}` on {kind} is held by guest `{holder}` ({other}); a finalizer belongs to one guest, which alone may remove it: choose another finalizer name, or run this guest in shadow mode"
+    )]
+    FinalizerConflict {
+        file: String,
+        finalizer: String,
+        kind: String,
+        holder: String,
+        other: String,
+    },
 }
 
 impl RefusalError {
@@ -336,6 +346,7 @@ impl RefusalError {
             RefusalError::Grant(GrantError::NotWatching { .. }) => "ReconcilersOff",
             RefusalError::Grant(GrantError::Claimed { .. })
             | RefusalError::DuplicateName { .. } => "NameConflict",
+            RefusalError::FinalizerConflict { .. } => "FinalizerConflict",
             RefusalError::Grant(GrantError::IdentityRequired { .. }) => "IdentityRequired",
             RefusalError::Identity(IdentityError::ReadsBeyondIdentity { .. }) => {
                 "ReadsBeyondIdentity"

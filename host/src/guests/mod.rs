@@ -369,6 +369,10 @@ impl Guests {
             drop(ledger);
             return self.refuse(&origin, hash, previous, &err);
         }
+        if let Some(err) = finalizer_conflict(&ledger, origin.name(), &active) {
+            drop(ledger);
+            return self.refuse(&origin, hash, previous, &err);
+        }
         if let Some(old) = previous.as_ref().filter(|old| old.name() != name) {
             self.notices.unloaded(old);
         }
@@ -434,6 +438,10 @@ impl Guests {
                 if was.service_account != is.service_account || was.read != is.read {
                     self.reviews.check(origin.name(), &new)?;
                 }
+                // A guest switched from shadow to active mode takes up its finalizer now.
+                if let Some(err) = finalizer_conflict(&self.ledger.lock(), origin.name(), &new) {
+                    return Err(err);
+                }
                 Ok(new)
             });
         match judged {
@@ -497,6 +505,20 @@ impl Guests {
         }
         self.source.judged(&entry.origin, &Verdict::Unloaded);
     }
+}
+
+/// [`RefusalError::FinalizerConflict`] if another item's active guest holds the finalizer
+/// `guest` declares on the same kind.
+fn finalizer_conflict(ledger: &Ledger, name: &str, guest: &ActiveGuest) -> Option<RefusalError> {
+    let (other, holder) = ledger.finalizer_holder(name, guest)?;
+    let manifest = &guest.loaded.manifest;
+    Some(RefusalError::FinalizerConflict {
+        file: name.to_owned(),
+        finalizer: manifest.finalizer.clone().unwrap_or_default(),
+        kind: manifest.primary.to_string(),
+        holder: holder.to_owned(),
+        other: other.to_owned(),
+    })
 }
 
 /// What a grant that no longer covers a running version does to it.

@@ -150,6 +150,26 @@ impl Ledger {
             .map(|(other, _)| other.as_str())
     }
 
+    /// The item (and guest) other than `name` whose active guest holds the finalizer `guest`
+    /// declares on the same primary kind. Only guests in active mode hold one: a guest in
+    /// shadow mode never adds or removes its finalizer.
+    pub fn finalizer_holder(&self, name: &str, guest: &ActiveGuest) -> Option<(&str, &str)> {
+        let manifest = &guest.loaded.manifest;
+        let finalizer = manifest.finalizer.as_ref()?;
+        if guest.grant.mode != crate::shadow::Mode::Active {
+            return None;
+        }
+        self.entries.iter().find_map(|(other, e)| {
+            let held = e.active.as_ref()?;
+            let theirs = &held.loaded.manifest;
+            (other != name
+                && held.grant.mode == crate::shadow::Mode::Active
+                && theirs.primary == manifest.primary
+                && theirs.finalizer.as_ref() == Some(finalizer))
+            .then(|| (other.as_str(), held.name()))
+        })
+    }
+
     pub fn insert(&mut self, entry: Entry) {
         self.entries.insert(entry.origin.name().to_owned(), entry);
     }
