@@ -91,6 +91,7 @@ reconcilers:
     write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
     backends: [network]
     serviceAccounts: ["{ns}/*"]
+    registries: ["{registry}/guests", "127.0.0.1:9"]
 "#,
             registry = self.registry.address(),
             ns = self.ns,
@@ -585,6 +586,28 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
             "ReadsBeyondIdentity",
         ),
         (
+            // The same registry by another name: the list is what decides, before any
+            // connection (the registry's log is read below).
+            "a registry not on reconcilers.allow.registries",
+            spec(
+                world
+                    .module("guests/greeter:c")
+                    .replace("127.0.0.1:", "localhost:"),
+                "registry",
+                greeter_grant(),
+            ),
+            "RegistryNotAllowed",
+        ),
+        (
+            "a repository outside the registry's allowed prefix",
+            spec(
+                world.module("guestsx/greeter:c"),
+                "registry",
+                greeter_grant(),
+            ),
+            "RegistryNotAllowed",
+        ),
+        (
             "an unreachable registry",
             spec(
                 "oci://127.0.0.1:9/guests/greeter:v1".into(),
@@ -612,6 +635,25 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
             .greeted("w", &format!("still {n}"))
             .await
             .context(what)?;
+    }
+    // The registry's own record: the refused references never reached it, the allowed ones
+    // did (its log names every request's host and path).
+    let log = std::fs::read_to_string(world.registry.dir().join("logs/registry.log"))?;
+    ensure!(
+        log.contains("/v2/guests/greeter/"),
+        "the registry log records requests"
+    );
+    let port = world
+        .registry
+        .address()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default();
+    for refused in [format!("localhost:{port}"), "/v2/guestsx/".to_owned()] {
+        ensure!(
+            !log.contains(&refused),
+            "the registry received a request for a refused module ({refused})"
+        );
     }
     ensure!(
         world

@@ -209,6 +209,10 @@ pub struct Allow {
     /// both.
     #[serde(default)]
     pub modes: Option<BTreeSet<crate::shadow::Mode>>,
+    /// The registries a Reconciler's `spec.module` may name: `HOST[:PORT]`, optionally with a
+    /// repository prefix (`HOST[:PORT]/PATH`). None listed: no registry.
+    #[serde(default)]
+    pub registries: Vec<crate::oci::AllowedRegistry>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.

@@ -44,7 +44,7 @@ use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciD
 pub use artifact::{ComponentInterfaces, component_interfaces};
 pub use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
-pub use reference::{ModuleRef, ModuleRefError};
+pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
 
 /// The layer media type this host pushes.
 pub const WASM_LAYER: &str = "application/wasm";

@@ -116,6 +116,37 @@ impl fmt::Display for ModuleRef {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_allowed_registry_covers_its_host_and_repository_prefix_only() {
+        let module = |text: &str| text.parse::<ModuleRef>().unwrap();
+        let whole: AllowedRegistry = "Registry.example.com:5000".parse().unwrap();
+        assert!(whole.covers(&module("oci://registry.example.com:5000/team/guest:v1")));
+        assert!(
+            !whole.covers(&module("oci://registry.example.com/team/guest:v1")),
+            "port"
+        );
+        assert!(!whole.covers(&module("oci://registry.example.com.evil.io:5000/team/g:v1")));
+        let team: AllowedRegistry = "ghcr.io/team-a/".parse().unwrap();
+        assert_eq!(team.to_string(), "ghcr.io/team-a");
+        assert!(team.covers(&module("oci://ghcr.io/team-a/guest:v1")));
+        assert!(team.covers(&module("oci://ghcr.io/team-a/sub/guest:v1")));
+        assert!(
+            !team.covers(&module("oci://ghcr.io/team-ab/guest:v1")),
+            "a prefix ends at /"
+        );
+        assert!(!team.covers(&module("oci://ghcr.io/team-b/guest:v1")));
+        for bad in [
+            "https://ghcr.io",
+            "",
+            "/team",
+            "ghcr.io/",
+            "gh cr.io",
+            "ghcr.io/a@b",
+        ] {
+            assert!(bad.parse::<AllowedRegistry>().is_err(), "{bad:?}");
+        }
+    }
+
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     #[test]
@@ -153,5 +184,78 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+}
+
+/// An entry of `reconcilers.allow.registries`: a registry (`HOST[:PORT]`, as a module
+/// reference names it) and, optionally, a repository prefix that ends at a `/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedRegistry {
+    registry: String,
+    prefix: Option<String>,
+}
+
+impl AllowedRegistry {
+    /// Whether `module` names this registry, and a repository under the prefix if any.
+    pub fn covers(&self, module: &ModuleRef) -> bool {
+        if !module.registry().eq_ignore_ascii_case(&self.registry) {
+            return false;
+        }
+        self.prefix.as_deref().is_none_or(|prefix| {
+            let repository = module.reference.repository();
+            repository == prefix
+                || repository
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
+}
+
+impl std::fmt::Display for AllowedRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.prefix {
+            Some(prefix) => write!(f, "{}/{prefix}", self.registry),
+            None => f.write_str(&self.registry),
+        }
+    }
+}
+
+impl std::str::FromStr for AllowedRegistry {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| {
+            format!(
+                "registry {text:?}: {why}; expected HOST[:PORT] or HOST[:PORT]/PATH (no scheme)"
+            )
+        };
+        if text.contains("://") {
+            return Err(bad("a scheme is not part of it"));
+        }
+        let (registry, prefix) = match text.split_once('/') {
+            Some((registry, prefix)) => (registry, Some(prefix.trim_end_matches('/'))),
+            None => (text, None),
+        };
+        if registry.is_empty()
+            || !registry
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        {
+            return Err(bad("the registry is not a host[:port]"));
+        }
+        if prefix.is_some_and(|p| p.is_empty() || p.contains(['@', ':', ' '])) {
+            return Err(bad("the path is not a repository prefix"));
+        }
+        Ok(Self {
+            registry: registry.to_ascii_lowercase(),
+            prefix: prefix.map(ToOwned::to_owned),
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AllowedRegistry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }

@@ -90,6 +90,11 @@ impl Objects {
                     .as_ref()
                     .map(|r| r.pull_secrets.clone())
                     .unwrap_or_default(),
+                config
+                    .reconcilers
+                    .as_ref()
+                    .map(|r| r.allow.registries.clone())
+                    .unwrap_or_default(),
             )),
             changed: Notify::new(),
             status_changed: Notify::new(),

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::spec::Spec;
 use crate::guests::{Artefact, Origin, SourceError, Verdict};
-use crate::oci::{Auth, DockerConfig, ModuleRef, PullError, Puller};
+use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
 use crate::validation;
 
 /// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
@@ -29,6 +29,8 @@ pub(super) struct Records {
     namespace: String,
     /// The only Secrets a Reconciler may name (`reconcilers.pullSecrets`).
     allowed_secrets: BTreeSet<String>,
+    /// The only registries a Reconciler's module may come from (`reconcilers.allow.registries`).
+    allowed_registries: Vec<AllowedRegistry>,
     pub objects: BTreeMap<String, Record>,
 }
 
@@ -96,12 +98,14 @@ impl Records {
         client: kube::Client,
         namespace: String,
         allowed_secrets: BTreeSet<String>,
+        allowed_registries: Vec<AllowedRegistry>,
     ) -> Self {
         Self {
             puller: Arc::new(puller),
             client,
             namespace,
             allowed_secrets,
+            allowed_registries,
             objects: BTreeMap::new(),
         }
     }
@@ -212,6 +216,13 @@ impl Records {
                 return Err(unreadable("its spec cannot run".into()));
             };
             let key = spec.pull_key();
+            // Before any connection, the cache included: a module of another registry is not
+            // this host's to fetch, nor to run from what another Reconciler pulled.
+            if !this.allowed_registries.iter().any(|r| r.covers(&key.0)) {
+                let message = registry_not_allowed(&key.0, &this.allowed_registries);
+                record.failed(key, "RegistryNotAllowed", message.clone());
+                return Err(unreadable(message));
+            }
             let mut memo = None;
             match record.current_pull() {
                 Some(Pull::Pulled { digest, hash, .. }) => {
@@ -278,6 +289,22 @@ impl Records {
             }
         }
     }
+}
+
+/// Why `module` may not be pulled, and how to allow it.
+fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> String {
+    let listed = if allowed.is_empty() {
+        "none is listed".to_owned()
+    } else {
+        let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+        format!("it lists {}", names.join(", "))
+    };
+    format!(
+        "spec.module: registry {} (repository {}) is not one Reconcilers may pull from: reconcilers.allow.registries in the host configuration decides, and {listed}; add \"{}\" (or HOST[:PORT]/PATH for one repository prefix) to allow it",
+        module.registry(),
+        module.reference().repository(),
+        module.registry()
+    )
 }
 
 impl Record {
