@@ -17,6 +17,9 @@
 //! - `credentials.rs`: anonymous, basic or bearer auth, and credentials read from a
 //!   `kubernetes.io/dockerconfigjson` document (the imagePullSecret format).
 //!
+//! Blobs come from the registry the reference names only: a descriptor's `urls` are never
+//! fetched.
+//!
 //! What is verified on a pull: the manifest's digest (against the reference's, when pinned),
 //! its media types and single layer, the config's and the layer's digests, and the layer's
 //! size — against the manifest's claim before the download and against the cap while it
@@ -269,6 +272,13 @@ impl Puller {
         what: &str,
     ) -> Result<Vec<u8>, PullError> {
         let name = module.to_string();
+        // A descriptor's `urls` would have the client try other addresses when the registry
+        // answers an error: a manifest's author would choose where the host connects. The blob
+        // comes from the registry the reference names, or not at all.
+        let descriptor = &OciDescriptor {
+            urls: None,
+            ..descriptor.clone()
+        };
         let mut stream = client
             .pull_blob_stream(module.reference(), descriptor)
             .await
@@ -409,5 +419,101 @@ fn classify(module: &str, e: &OciDistributionError) -> PullError {
             }
         }
         _ => PullError::Registry { module, error },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Answers every connection with `answer(path)` (status line and body), counting requests.
+    /// Hand-written: the registry here is the attacker, and a few lines of HTTP/1.1 say so.
+    async fn server(
+        answer: impl Fn(&str) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
+    ) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (count, answer) = (requests.clone(), Arc::new(answer));
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (count, answer) = (count.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let text = String::from_utf8_lossy(&head);
+                    let path = text.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let (status, body) = answer(&path);
+                    let type_ = if path.contains("/manifests/") {
+                        OCI_IMAGE_MEDIA_TYPE
+                    } else {
+                        "application/octet-stream"
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: {type_}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        (address, requests)
+    }
+
+    /// A manifest may name other addresses for its blobs (`urls`); a registry that answers
+    /// 404 for the blob would then have the host connect wherever the manifest says. Without
+    /// the fix this test sees the other address contacted.
+    #[tokio::test]
+    async fn a_descriptors_urls_are_never_fetched() {
+        let (elsewhere, reached) = server(|_| ("200 OK", b"\0asm".to_vec())).await;
+        let layer = b"\0asm\x0d\0\x01\0".to_vec();
+        let layer_digest = artifact::sha256_digest(&layer);
+        let config = artifact::config(&layer_digest, &ComponentInterfaces::default());
+        let config_digest = artifact::sha256_digest(&config);
+        let mut manifest: serde_json::Value = serde_json::from_slice(&artifact::manifest(
+            (&config_digest, config.len()),
+            (&layer_digest, layer.len()),
+        ))
+        .unwrap();
+        let url = format!("http://{elsewhere}/blob");
+        manifest["config"]["urls"] = serde_json::json!([url]);
+        manifest["layers"][0]["urls"] = serde_json::json!([url]);
+        let manifest = serde_json::to_vec(&manifest).unwrap();
+        let (registry, asked) = server(move |path| {
+            if path.contains("/manifests/") {
+                ("200 OK", manifest.clone())
+            } else {
+                (
+                    "404 Not Found",
+                    br#"{"errors":[{"code":"BLOB_UNKNOWN","message":"gone"}]}"#.to_vec(),
+                )
+            }
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
+        let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
+        let err = puller.pull(&module, &Auth::Anonymous).await.unwrap_err();
+        assert!(matches!(err, PullError::NotFound { .. }), "{err}");
+        assert!(asked.load(Ordering::SeqCst) >= 2, "the registry was asked");
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            0,
+            "the address the manifest named was never contacted"
+        );
     }
 }
