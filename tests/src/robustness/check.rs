@@ -378,6 +378,13 @@ struct Life<'a> {
     gone: Option<SystemTime>,
 }
 
+/// The server answered `w` with an object whose deletion was requested.
+fn deletion_requested(w: &Write) -> bool {
+    w.object
+        .as_ref()
+        .is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null())
+}
+
 fn lives(history: &History) -> BTreeMap<String, Life<'_>> {
     let mut lives: BTreeMap<String, Life<'_>> = BTreeMap::new();
     for w in succeeded(history) {
@@ -387,6 +394,14 @@ fn lives(history: &History) -> BTreeMap<String, Life<'_>> {
         let Some(uid) = w.uid() else { continue };
         let life = lives.entry(uid.to_owned()).or_default();
         life.name.clone_from(&w.name);
+        // Only the workload deletes Widgets. Its delete's own audit event can be missing (a
+        // kube-apiserver SIGKILLed after committing the write and before logging it), but the
+        // server's later answers then show `deletionTimestamp`: the first such answer stands
+        // for the delete, which supersedes every change before it. Seed 1010 of the sharded
+        // campaign named a false loss before this.
+        if life.deleted.is_none() && w.verb != "delete" && deletion_requested(w) {
+            life.deleted = Some(w);
+        }
         match (&w.writer, w.subresource.as_deref(), w.verb.as_str()) {
             (Writer::Workload, None, "delete") => life.deleted = Some(w),
             (Writer::Workload, None, _) => {
@@ -829,6 +844,46 @@ mod tests {
         });
         let found = lost(&h);
         assert_eq!(checks(&found), ["lost"], "deleted, yet still there");
+    }
+
+    /// The workload's delete committed, and kube-apiserver was killed before it logged it:
+    /// the replica's finalizer release, answered with `deletionTimestamp` set, is the
+    /// server's record of the deletion.
+    #[test]
+    fn a_deletion_whose_audit_event_was_lost_is_known_from_the_servers_later_answers() {
+        let mut h = history(Mode::Sharded);
+        h.writes = vec![spec_change("u3", 1, 1), status("a", "u3", 1, 2)];
+        h.writes.push(spec_change("u3", 2, 3));
+        let released = |finalizers: Value| {
+            write(
+                Writer::Replica("a".into()),
+                "patch",
+                "widgets",
+                "w-1",
+                5,
+                json!({"metadata": {"uid": "u3", "generation": 3,
+                    "deletionTimestamp": "2026-11-27T12:52:55Z", "finalizers": finalizers}}),
+            )
+        };
+        h.writes.push(released(json!([])));
+        assert!(lost(&h).is_empty(), "{:?}", lost(&h));
+        let mut life = lives(&h);
+        let life = life.remove("u3").unwrap();
+        assert!(life.deleted.is_some() && life.gone.is_some());
+        // Without any sign of a deletion, generation 2 is still lost.
+        h.writes.pop();
+        assert_eq!(checks(&lost(&h)), ["lost"]);
+        // Deleting but never released, and still there: still named.
+        h.writes
+            .push(released(json!(["test.reconciler.dev/cleanup"])));
+        h.final_objects.push(FinalObject {
+            name: "w-1".into(),
+            uid: "u3".into(),
+            generation: 3,
+            observed_generation: Some(1),
+            deleting: true,
+        });
+        assert_eq!(checks(&lost(&h)), ["lost"]);
     }
 
     #[test]
