@@ -48,6 +48,8 @@ struct World {
     cache: tempfile::TempDir,
     host: Option<HostProcess>,
     kubeconfig: PathBuf,
+    /// More registries Reconcilers may pull from (a hostile one of the test's own).
+    more_registries: Vec<String>,
 }
 
 impl World {
@@ -66,6 +68,7 @@ impl World {
             cache: tempfile::tempdir()?,
             host: None,
             kubeconfig: cp.kubeconfig().to_path_buf(),
+            more_registries: Vec::new(),
         };
         world
             .pull_secret("registry", world.registry.password())
@@ -81,7 +84,7 @@ impl World {
 backends:
   network: {{provider: memory}}
 registries:
-  insecure: ["{registry}"]
+  insecure: ["{registry}"{more}]
 {extra}
 reconcilers:
   selector: test={ns}
@@ -91,10 +94,15 @@ reconcilers:
     write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
     backends: [network]
     serviceAccounts: ["{ns}/*"]
-    registries: ["{registry}/guests", "127.0.0.1:9"]
+    registries: ["{registry}/guests", "127.0.0.1:9"{more}]
 "#,
             registry = self.registry.address(),
             ns = self.ns,
+            more = self
+                .more_registries
+                .iter()
+                .map(|r| format!(", \"{r}\""))
+                .collect::<String>(),
         )
     }
 
@@ -734,6 +742,101 @@ async fn a_new_digest_hot_swaps_and_every_bad_change_keeps_the_last_good_version
         "{item}"
     );
     world.delete_reconcilers(&["greeter", &name]).await;
+    Ok(())
+}
+
+/// A registry that accepts, reads the request and then answers one byte every 20 s, forever:
+/// its address, and how many connections it took.
+async fn trickling_registry() -> Result<(String, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let _ = socket.read(&mut buffer).await;
+                for byte in b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    .iter()
+                    .cycle()
+                {
+                    if socket.write_all(&[*byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                }
+            });
+        }
+    });
+    Ok((address, connections))
+}
+
+/// A registry that trickles (a byte every 20 s, so no read timeout fires) once held the guest
+/// set's lock for the whole pull: no other Reconciler's change, no configuration change and no
+/// directory guest was judged meanwhile. Pulls now run in tasks of their own with an overall
+/// deadline: another Reconciler's new digest is swapped in while the slow pull goes on.
+#[tokio::test]
+async fn a_trickling_registry_holds_up_only_its_own_reconciler() -> Result<()> {
+    let mut world = World::new("rec-trickle").await?;
+    let (slow, connections) = trickling_registry().await?;
+    world.more_registries.push(slow.clone());
+    let c = world.push("greeter-c", "guests/greeter:c")?;
+    let go = world.push("greeter-go", "guests/greeter:go")?;
+    world.start_host("").await?;
+    let name = format!("greeter-{}", world.ns);
+    let pinned = |digest: &str| world.module(&format!("guests/greeter@{digest}"));
+    let spec = |module: String| json!({"module": module, "pullSecretRef": {"name": "registry"}, "grant": greeter_grant()});
+    world.declare(&name, spec(pinned(&c))).await?;
+    world.ready(&name, "True", "Ready").await?;
+    world.greeted("w", "before").await?;
+
+    let stalled = format!("stalled-{}", world.ns);
+    world
+        .declare(
+            &stalled,
+            json!({"module": format!("oci://{slow}/guests/greeter:v1"), "grant": greeter_grant()}),
+        )
+        .await?;
+    wait_until(
+        "the host to connect to the slow registry",
+        Duration::from_secs(30),
+        || async {
+            ensure!(
+                connections.load(std::sync::atomic::Ordering::SeqCst) > 0,
+                "no connection yet"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    // Its status says it is being pulled (no generation is judged before the module is there).
+    let pulling = || async {
+        let object = reconcilers(&world.client).get(&stalled).await?;
+        let st = object.data.get("status").cloned().unwrap_or(Value::Null);
+        let pulled = st["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["type"] == "Pulled"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        ensure!(
+            pulled["reason"] == "Pending" && pulled["message"] == "pulling the module",
+            "status is {st}"
+        );
+        Ok(pulled)
+    };
+    wait_until("the slow pull to show", Duration::from_secs(30), pulling).await?;
+
+    // While it trickles: the other Reconciler's new digest is pulled, judged and runs.
+    world.declare(&name, spec(pinned(&go))).await?;
+    let st = world.ready(&name, "True", "Ready").await?;
+    assert_eq!(st["digest"], go.as_str(), "{st}");
+    world.greeted("w", "during").await?;
+    let still = pulling().await?;
+    println!("while the slow pull goes on: {still}");
+    world.delete_reconcilers(&[&name, &stalled]).await;
     Ok(())
 }
 

@@ -56,7 +56,7 @@ pub struct Objects {
 
 /// What the source, the status writer and the reflector share.
 struct Shared {
-    records: Mutex<Records>,
+    records: Arc<Mutex<Records>>,
     /// Something changed that a rescan or the status may need to see.
     changed: Notify,
     /// The status writer's own wake-up (verdicts and pulls), apart from rescans.
@@ -81,7 +81,7 @@ impl Objects {
             watcher_config = watcher_config.labels(&selector);
         }
         let shared = Arc::new(Shared {
-            records: Mutex::new(Records::new(
+            records: Arc::new(Mutex::new(Records::new(
                 Puller::new(&config.registries, cache_dir, false),
                 client.clone(),
                 namespace,
@@ -95,7 +95,7 @@ impl Objects {
                     .as_ref()
                     .map(|r| r.allow.registries.clone())
                     .unwrap_or_default(),
-            )),
+            ))),
             changed: Notify::new(),
             status_changed: Notify::new(),
         });
@@ -159,7 +159,12 @@ impl GuestSource for Objects {
     }
 
     fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
-        let result = Records::read(&self.shared.records, origin.stem(), origin);
+        let shared = self.shared.clone();
+        let result = Records::read(&self.shared.records, origin.stem(), origin, move || {
+            // The pull ended: judge its module (or its failure) now.
+            shared.changed.notify_one();
+            shared.status_changed.notify_one();
+        });
         self.shared.status_changed.notify_one();
         result
     }

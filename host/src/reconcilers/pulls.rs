@@ -16,6 +16,10 @@ use crate::guests::{Artefact, Origin, SourceError, Verdict};
 use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
 use crate::validation;
 
+/// The longest one pull (credentials, manifest, config and layer) may take before it is
+/// abandoned and retried with the backoff: a registry that answers a byte at a time holds up
+/// its own Reconciler for this long, and nothing else.
+pub const PULL_DEADLINE: Duration = Duration::from_mins(2);
 /// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(5);
 const MAX_RETRY: Duration = Duration::from_mins(5);
@@ -62,7 +66,7 @@ impl Record {
         let spec = self.spec.as_ref().ok()?;
         let key = match &self.pull {
             Pull::Pending => return None,
-            Pull::Pulled { key, .. } | Pull::Failed { key, .. } => key,
+            Pull::Pulled { key, .. } | Pull::Failed { key, .. } | Pull::InFlight { key } => key,
         };
         (key.0 == spec.module && key.1 == spec.pull_secret).then_some(&self.pull)
     }
@@ -74,6 +78,8 @@ type PullKey = (ModuleRef, Option<String>);
 pub(super) enum Pull {
     /// Not pulled yet for this spec.
     Pending,
+    /// Being pulled now, in a task of its own (never under a lock the guest set needs).
+    InFlight { key: PullKey },
     /// Pulled into the module cache: its manifest digest and content hash (the bytes are
     /// read from the cache when the guest set needs them).
     Pulled {
@@ -195,12 +201,16 @@ impl Records {
     }
 
     /// The module of object `name` for `origin`: the memoised pull when its reference and
-    /// Secret are unchanged, else pulled now (blocking this thread, which must be in a tokio
-    /// runtime's blocking context). The lock is not held while pulling.
+    /// Secret are unchanged. Otherwise a pull starts in a task of its own and this answers
+    /// that the module is not there yet; `on_end` is called when the pull ends (the source
+    /// then rescans). The caller (the guest set, under the lock that revocation, identity
+    /// rechecks and the guest directory also need) never waits for a registry: a registry
+    /// that trickles holds up only its own Reconciler, for at most [`PULL_DEADLINE`].
     pub fn read(
-        records: &Mutex<Self>,
+        records: &Arc<Mutex<Self>>,
         name: &str,
         origin: &Origin,
+        on_end: impl FnOnce() + Send + 'static,
     ) -> Result<Artefact, SourceError> {
         let unreadable = |why: String| SourceError::Unreadable {
             what: origin.name().to_owned(),
@@ -233,6 +243,9 @@ impl Records {
                 }) if Instant::now() < *retry_at => {
                     return Err(unreadable(message.clone()));
                 }
+                Some(Pull::InFlight { .. }) => {
+                    return Err(unreadable(format!("pulling {} now", key.0)));
+                }
                 _ => {}
             }
             if let Some(secret) = &key.1
@@ -260,32 +273,62 @@ impl Records {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
-        let outcome = handle.block_on(pull(&puller, &client, &namespace, &key));
+        if let Some(record) = records.lock().objects.get_mut(name) {
+            record.pull = Pull::InFlight { key: key.clone() };
+        }
+        let (records, name) = (records.clone(), name.to_owned());
+        let message = format!("pulling {} now", key.0);
+        handle.spawn(async move {
+            let outcome = match tokio::time::timeout(
+                PULL_DEADLINE,
+                pull(&puller, &client, &namespace, &key),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => Err((
+                    "PullFailed",
+                    format!(
+                        "{}: the pull took longer than {}s (the registry answers too slowly, or sends too much); retrying with a backoff",
+                        key.0,
+                        PULL_DEADLINE.as_secs()
+                    ),
+                )),
+            };
+            Self::pull_ended(&records, &name, key, outcome);
+            on_end();
+        });
+        Err(unreadable(message))
+    }
+
+    /// Records how the pull of `key` for object `name` ended, unless its spec moved on.
+    fn pull_ended(
+        records: &Mutex<Self>,
+        name: &str,
+        key: PullKey,
+        outcome: Result<(crate::oci::Pulled, String), (&'static str, String)>,
+    ) {
         let mut this = records.lock();
+        let Some(record) = this.objects.get_mut(name) else {
+            return;
+        };
+        if !matches!(&record.pull, Pull::InFlight { key: k } if *k == key) {
+            return;
+        }
         match outcome {
             Ok((module, hash)) => {
                 tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
                     from_cache = module.from_cache, "module pulled");
-                if let Some(record) = this.objects.get_mut(name) {
-                    record.pull = Pull::Pulled {
-                        key,
-                        digest: module.digest,
-                        hash: hash.clone(),
-                        from_cache: module.from_cache,
-                    };
-                }
-                Ok(Artefact {
-                    origin: origin.clone(),
-                    bytes: module.bytes,
+                record.pull = Pull::Pulled {
+                    key,
+                    digest: module.digest,
                     hash,
-                })
+                    from_cache: module.from_cache,
+                };
             }
             Err((cause, message)) => {
                 tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
-                if let Some(record) = this.objects.get_mut(name) {
-                    record.failed(key, cause, message.clone());
-                }
-                Err(unreadable(message))
+                record.failed(key, cause, message);
             }
         }
     }
