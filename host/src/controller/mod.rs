@@ -76,9 +76,40 @@ pub struct Controller {
     queue: WorkQueue<ObjectKey>,
     version: watch::Sender<Arc<Version>>,
     tasks: JoinSet<()>,
+    /// The workers, started once the caches synced. Held here, not inside the task that
+    /// starts them, so that stopping the controller waits until each has really ended: an
+    /// aborted task runs on until its next yield, and a worker of a controller stopped for a
+    /// handover once began a reconcile of a slot already handed over (sharded seed 1019).
+    workers: Workers,
     synced: watch::Receiver<bool>,
     primary: Informer,
     caches: Arc<Caches>,
+}
+
+/// A controller's workers, started by a task of their own once the caches synced, and ended
+/// for good: [`Workers::end`] returns only when no worker runs any more.
+#[derive(Clone, Default)]
+struct Workers(Arc<tokio::sync::Mutex<JoinSet<()>>>);
+
+impl Workers {
+    /// Starts `count` workers made by `worker`.
+    async fn start<F>(&self, count: usize, mut worker: impl FnMut() -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut set = self.0.lock().await;
+        for _ in 0..count {
+            set.spawn(worker());
+        }
+    }
+
+    /// Aborts every worker and waits until each has really ended (an aborted task runs on
+    /// until its next yield). Call after the task that starts them has ended.
+    async fn end(&self) {
+        let mut set = self.0.lock().await;
+        set.abort_all();
+        while set.join_next().await.is_some() {}
+    }
 }
 
 /// One guest version with the capability context built for it.
@@ -151,29 +182,31 @@ impl Controller {
         }
 
         let (synced_tx, synced) = watch::channel(false);
-        let workers = concurrency(&guest);
+        let count = concurrency(&guest);
+        let workers = Workers::default();
         {
-            let (caches, queue, version, shared, name) = (
+            let (caches, queue, version, shared, name, workers) = (
                 caches.clone(),
                 queue.clone(),
                 version.subscribe(),
                 shared.clone(),
                 name.clone(),
+                workers.clone(),
             );
             tasks.spawn(async move {
                 caches.wait_synced().await;
-                tracing::info!(guest = %name, workers, "caches synced; starting workers");
+                tracing::info!(guest = %name, workers = count, "caches synced; starting workers");
                 let _ = synced_tx.send(true);
-                let mut workers_set = JoinSet::new();
-                for _ in 0..workers {
-                    workers_set.spawn(run_worker(
-                        shared.clone(),
-                        caches.clone(),
-                        queue.clone(),
-                        version.clone(),
-                    ));
-                }
-                while workers_set.join_next().await.is_some() {}
+                workers
+                    .start(count, || {
+                        run_worker(
+                            shared.clone(),
+                            caches.clone(),
+                            queue.clone(),
+                            version.clone(),
+                        )
+                    })
+                    .await;
             });
         }
         Ok(Self {
@@ -181,6 +214,7 @@ impl Controller {
             queue,
             version,
             tasks,
+            workers,
             synced,
             primary: caches.primary.clone(),
             caches,
@@ -263,9 +297,16 @@ impl Controller {
     /// Stops taking keys, lets running reconciles finish, then stops every task.
     pub async fn stop(mut self) {
         self.queue.shutdown_with_drain().await;
+        self.end_tasks().await;
+        tracing::info!(guest = %self.name, "controller stopped");
+    }
+
+    /// Aborts every task and waits until each has ended, the workers last (the task that
+    /// starts them has ended by then, so none is started after).
+    async fn end_tasks(&mut self) {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
-        tracing::info!(guest = %self.name, "controller stopped");
+        self.workers.end().await;
     }
 
     /// Stops taking keys and waits for running reconciles to finish (bounded by the caller).
@@ -276,8 +317,7 @@ impl Controller {
     /// Stops at once: running reconciles are cancelled (leadership lost, shutdown timed out).
     pub async fn abort(mut self) {
         self.queue.shutdown();
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
+        self.end_tasks().await;
         // After this line no reconcile of the guest runs here (the robustness journal reads it).
         tracing::info!(guest = %self.name, "controller stopped; running reconciles cancelled");
     }
@@ -697,5 +737,52 @@ impl Caches {
         all.entry(Gvk::new(&gvk.group, &gvk.version, &gvk.kind))
             .or_insert_with(|| self.primary.clone());
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A worker busy on another thread when the controller stops must not run after the stop
+    /// returns: the manager reopens the fence for the next slots right after, and a worker of
+    /// the stopped controller would then reconcile a key handed over (sharded seed 1019). The
+    /// workers here spin without yielding for a while at a time, as a guest between epoch
+    /// ticks does; `end` must wait for each. (The pattern it replaced, workers in a `JoinSet`
+    /// inside the aborted starter task, let a worker run on after the stop in 19 of 20 tries of
+    /// this same loop.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_worker_runs_once_the_workers_have_ended() {
+        for _ in 0..20 {
+            let steps = Arc::new(AtomicUsize::new(0));
+            let workers = Workers::default();
+            let counted = steps.clone();
+            workers
+                .start(2, move || {
+                    let steps = counted.clone();
+                    async move {
+                        loop {
+                            let until = Instant::now() + Duration::from_millis(5);
+                            while Instant::now() < until {
+                                std::hint::spin_loop();
+                            }
+                            steps.fetch_add(1, Ordering::SeqCst);
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+                .await;
+            tokio::time::sleep(Duration::from_millis(12)).await;
+            workers.end().await;
+            let after = steps.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(
+                steps.load(Ordering::SeqCst),
+                after,
+                "a worker ran after end()"
+            );
+        }
     }
 }
