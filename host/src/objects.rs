@@ -126,6 +126,21 @@ impl ObjectRef {
     }
 }
 
+impl ObjectRef {
+    /// The object's identity as JSON: `apiVersion`, `kind`, `metadata.name` and `.namespace`.
+    pub fn identity(&self) -> serde_json::Value {
+        let mut metadata = serde_json::json!({"name": self.name});
+        if let Some(namespace) = &self.namespace {
+            metadata["namespace"] = namespace.clone().into();
+        }
+        serde_json::json!({
+            "apiVersion": self.kind.api_version(),
+            "kind": self.kind.kind,
+            "metadata": metadata,
+        })
+    }
+}
+
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {

@@ -17,6 +17,9 @@
 //!   `name` or `type` are matched by it, as server-side apply merges them), or the object does
 //!   not exist;
 //! - delete: the object exists;
+//! - any write of a kind the guest may not read: nothing is read (the host would otherwise read
+//!   with its own identity what the guest's grant and account keep from it); the difference
+//!   lists the paths the write sets, without values, and says it was not compared;
 //! - finalizer add/remove by the host: the object lacks / carries it;
 //! - network backend `ensure`: the network is missing or its CIDR, gateway or state differ;
 //!   `delete`: the network exists.
@@ -146,6 +149,36 @@ pub fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<
     finish(intended, changes)
 }
 
+/// An intended write of a kind the guest may not read, never compared: the paths `set` sets
+/// (leaves; lists whole), without a value, after a line saying why.
+pub fn blind(intended: String, set: &Value, why: &str) -> Option<Difference> {
+    let mut lines = Lines::default();
+    lines
+        .changes
+        .push(format!("not compared ({why}); it would set:"));
+    paths("", set, &mut lines);
+    finish(intended, lines)
+}
+
+/// The leaf paths of `set`, identity fields left out.
+fn paths(path: &str, set: &Value, out: &mut Lines) {
+    match set {
+        Value::Object(fields) if !fields.is_empty() => {
+            for (key, value) in fields {
+                if matches!(
+                    (path, key.as_str()),
+                    ("", "apiVersion" | "kind") | ("metadata", "name" | "namespace")
+                ) {
+                    continue;
+                }
+                let dot = if path.is_empty() { "" } else { "." };
+                paths(&child(path, dot, key, ""), value, out);
+            }
+        }
+        _ => out.push_path(path),
+    }
+}
+
 /// A difference made of one line, when `changed`.
 pub fn single(intended: String, changed: bool, line: impl Into<String>) -> Option<Difference> {
     changed.then(|| Difference {
@@ -177,6 +210,14 @@ impl Lines {
     fn push(&mut self, path: &str, before: &Value, after: &Value) {
         if self.changes.len() < MAX_LINES {
             self.changes.push(line(path, before, after));
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn push_path(&mut self, path: &str) {
+        if self.changes.len() < MAX_LINES {
+            self.changes.push(path.to_owned());
         } else {
             self.more += 1;
         }
@@ -513,6 +554,23 @@ mod tests {
             difference.changes,
             vec![r#"spec.containers[name=a].image: "x:1" → "x:2""#]
         );
+    }
+
+    #[test]
+    fn a_blind_difference_names_paths_and_never_a_value() {
+        let applied = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns", "labels": {"app": "x"}},
+            "data": {"password": "c2VjcmV0"}});
+        let difference = blind("apply".into(), &applied, "may not read v1/Secret").unwrap();
+        assert_eq!(
+            difference.changes,
+            [
+                "not compared (may not read v1/Secret); it would set:",
+                "data.password",
+                "metadata.labels.app"
+            ]
+        );
+        assert!(!difference.to_string().contains("c2VjcmV0"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use wasmtime::component::{HasSelf, Linker};
 
 use super::{CallContext, Capability, HostError, LoadCheck, as_json, embed, replay};
-use crate::objects::ObjectRef;
+use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
 use crate::wit::types;
@@ -165,6 +165,14 @@ impl CallContext {
             .check(self.name(), object.namespace.as_deref(), "write")
     }
 
+    /// Why shadow mode may not read `kind` live for a comparison, if it may not: the guest's
+    /// grant (checked against its account's access review at load) does not let it read the
+    /// kind, and the host's own identity must not read on its behalf what it could not.
+    fn unreadable(&self, kind: &Gvk) -> Option<String> {
+        let denied = self.guest.grant.may_read(self.name(), kind).is_err();
+        denied.then(|| format!("guest `{}` may not read {kind}", self.name()))
+    }
+
     async fn cluster_patch_status(
         &mut self,
         object: &ObjectRef,
@@ -178,6 +186,10 @@ impl CallContext {
         let provider = self.guest.providers.cluster.clone();
         let what = format!("status patch of {object}");
         if self.shadow() {
+            if let Some(why) = self.unreadable(&object.kind) {
+                self.differs(crate::shadow::blind(what, &patch, &why));
+                return Ok(self.returned(&object.kind, object.identity()));
+            }
             // Compared, not sent; the guest reads back what the write would have returned.
             let live = provider
                 .get(object)
@@ -203,6 +215,10 @@ impl CallContext {
         let provider = self.guest.providers.cluster.clone();
         let what = format!("apply of {target}");
         if self.shadow() {
+            if let Some(why) = self.unreadable(&target.kind) {
+                self.differs(crate::shadow::blind(what, &value, &why));
+                return Ok(self.returned(&target.kind, value));
+            }
             let live = provider
                 .get(&target)
                 .await
@@ -223,6 +239,11 @@ impl CallContext {
         let provider = self.guest.providers.cluster.clone();
         let what = format!("delete of {object}");
         if self.shadow() {
+            if let Some(why) = self.unreadable(&object.kind) {
+                let line = format!("not compared ({why}); it would be deleted if it exists");
+                self.differs(crate::shadow::single(what, true, line));
+                return Ok(true);
+            }
             let exists = provider
                 .get(object)
                 .await
@@ -743,6 +764,57 @@ mod tests {
 
     const SHADOW: &str =
         "{mode: shadow, read: [v1/ConfigMap], write: [v1/ConfigMap, v1/ConfigMap/status]}";
+
+    /// A write-only kind in shadow mode: the host reads nothing live on the guest's behalf, so
+    /// neither the verdict nor what the guest reads back carries a stored value, and a delete
+    /// cannot tell whether the object exists.
+    #[tokio::test]
+    async fn in_shadow_mode_a_kind_the_guest_may_not_read_is_never_read() {
+        let h = Harness::new();
+        h.cache.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns", "labels": {"app": "hunter2"}},
+            "data": {"password": "aHVudGVyMg=="}, "status": {"note": "hunter2"}}));
+        let mut call = h.call(
+            "{mode: shadow, write: [v1/Secret, v1/Secret/status]}",
+            Scope::default(),
+        );
+        let secret = |name: &str| types::ObjectRef {
+            kind: Gvk::new("", "v1", "Secret").into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        };
+        let applied = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns"}, "data": {"password": "bmV3"}});
+        let answer = call.apply(applied.to_string()).await.unwrap();
+        let patched = call
+            .patch_status(secret("s"), r#"{"status":{"note":"mine"}}"#.into())
+            .await
+            .unwrap();
+        assert!(
+            call.delete(secret("absent")).await.unwrap(),
+            "not read: the answer cannot depend on whether it exists"
+        );
+        let shown: Vec<String> = call
+            .shadow_differences
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let why = "not compared (guest `g` may not read v1/Secret)";
+        assert_eq!(
+            shown,
+            vec![
+                format!("apply of v1/Secret ns/s: {why}; it would set:; data.password"),
+                format!("status patch of v1/Secret ns/s: {why}; it would set:; status.note"),
+                format!("delete of v1/Secret ns/absent: {why}; it would be deleted if it exists"),
+            ]
+        );
+        for text in [answer, patched, shown.join("\n")] {
+            assert!(
+                !text.contains("hunter2") && !text.contains("aHVudGVyMg") && !text.contains("bmV3"),
+                "{text}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn in_shadow_mode_writes_are_compared_not_made() {

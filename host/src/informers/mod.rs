@@ -97,10 +97,9 @@ pub enum InformerEvent {
         listed: bool,
         /// The version the host itself wrote (recorded with [`Informer::record_write`]),
         /// seen again on the watch: the echo of a guest's own write, which its controller
-        /// also queues at low priority, behind a change someone else made. Before the
-        /// write's answer, only a change of nothing but what a status write changes
-        /// (generation, deletion, labels, annotations, finalizers and owners as they were)
-        /// counts: anyone else's change is never hidden at low priority behind the host's.
+        /// also queues at low priority, behind a change someone else made. Only that version
+        /// counts: an event that beats the write's answer is not told from anyone else's
+        /// change, so it is never hidden at low priority behind the host's.
         echo: bool,
     },
     /// Deleted; `object` is its last state.
@@ -721,11 +720,7 @@ impl Informer {
     /// they hear of the change from the watch. If the watch never confirms the write, it stops
     /// showing after `Options::write_ttl`.
     pub fn record_write(&self, obj: DynamicObject) -> bool {
-        let Some(name) = obj.metadata.name.as_deref() else {
-            return false;
-        };
-        if !self.in_scope(&obj) {
-            self.write_ended(obj.metadata.namespace.as_deref(), name);
+        if obj.metadata.name.is_none() || !self.in_scope(&obj) {
             return false;
         }
         let obj = self.shared.cache.complete(obj);
@@ -734,23 +729,6 @@ impl Informer {
             .store
             .write()
             .record_write(&obj, Instant::now())
-    }
-
-    /// A write of `namespace/name` is about to be sent: until it is recorded
-    /// ([`Self::record_write`]) or ended ([`Self::write_ended`]), the watch reporting that
-    /// object with only what a status write changes is taken for the write's echo
-    /// (`InformerEvent::Applied::echo`), since it may arrive before the API server's answer.
-    pub fn writing(&self, namespace: Option<&str>, name: &str) {
-        self.shared
-            .cache
-            .store
-            .write()
-            .writing(namespace, name, Instant::now());
-    }
-
-    /// The write announced with [`Self::writing`] failed: nothing will echo.
-    pub fn write_ended(&self, namespace: Option<&str>, name: &str) {
-        self.shared.cache.store.write().write_ended(namespace, name);
     }
 
     /// Read-your-writes for deletion: call after the API server answered a delete with the

@@ -43,10 +43,6 @@ pub(super) struct Store {
     relisting: Relist,
     /// How long an overlay the watch never confirms stays in force.
     ttl: Duration,
-    /// Keys the host is writing now (from before the request until its answer is recorded),
-    /// so that the watch's echo of the write, which may come before the answer, is known as
-    /// the host's own. Few: one per write in flight.
-    writing: HashMap<Key, Instant>,
 }
 
 enum Relist {
@@ -83,17 +79,6 @@ enum OverlayKind {
 
 fn key_of(obj: &DynamicObject) -> Key {
     (obj.namespace().unwrap_or_default(), obj.name_any())
-}
-
-/// Whether `new` differs from `old` at most as a status write makes it differ: the same
-/// generation, deletion, labels, annotations, finalizers and owners.
-fn only_status_changed(old: &kube::api::ObjectMeta, new: &kube::api::ObjectMeta) -> bool {
-    old.generation == new.generation
-        && old.deletion_timestamp == new.deletion_timestamp
-        && old.labels == new.labels
-        && old.annotations == new.annotations
-        && old.finalizers == new.finalizers
-        && old.owner_references == new.owner_references
 }
 
 fn rv_number(rv: Option<&str>) -> Option<u64> {
@@ -140,22 +125,7 @@ impl Store {
             tombstone_order: VecDeque::new(),
             relisting: Relist::Idle,
             ttl,
-            writing: HashMap::new(),
         }
-    }
-
-    /// A write of `namespace/name` is about to be sent (see `writing`).
-    pub(super) fn writing(&mut self, namespace: Option<&str>, name: &str, now: Instant) {
-        self.writing.insert(
-            (namespace.unwrap_or_default().to_owned(), name.to_owned()),
-            now,
-        );
-    }
-
-    /// The write of `namespace/name` failed or was abandoned: nothing will echo.
-    pub(super) fn write_ended(&mut self, namespace: Option<&str>, name: &str) {
-        self.writing
-            .remove(&(namespace.unwrap_or_default().to_owned(), name.to_owned()));
     }
 
     /// O(log n).
@@ -248,15 +218,10 @@ impl Store {
         if old.is_none() {
             self.watched_count += 1;
         }
-        // The host's own write: answered and recorded with this very version, or still in
-        // flight (the watch beat the answer) and changing nothing but what a status write
-        // changes. Anyone else's change of the spec, metadata or deletion during the write is
-        // no echo: it would otherwise wait behind the backlog (low priority).
-        let in_flight = self
-            .writing
-            .get(&key)
-            .is_some_and(|at| now.saturating_duration_since(*at) < self.ttl);
-        let recorded = entry.overlay.as_ref().is_some_and(
+        // The host's own write: answered and recorded with this very version. Nothing else is
+        // its echo, not even an event that beats the answer: anyone's change in that window
+        // would otherwise wait behind the backlog (low priority), and only the version tells.
+        let echo = entry.overlay.as_ref().is_some_and(
             |o| matches!(&o.kind, OverlayKind::Written(w) if w.resource_version() == obj_rv),
         );
         let keep_overlay = entry.overlay.as_ref().is_some_and(|o| match &o.kind {
@@ -273,11 +238,6 @@ impl Store {
             self.tombstones.remove(&key);
         }
         let old = old.and_then(|o| o.to_head()).map(Arc::new);
-        let echo = recorded
-            || (in_flight
-                && old
-                    .as_ref()
-                    .is_some_and(|old| only_status_changed(&old.metadata, &obj.metadata)));
         let listed = !matches!(self.relisting, Relist::Idle);
         Some(InformerEvent::Applied {
             object: obj,
@@ -334,8 +294,7 @@ impl Store {
     pub(super) fn record_write(&mut self, obj: &DynamicObject, now: Instant) -> bool {
         self.expire(now);
         let key = key_of(obj);
-        // Answered: from here the overlay tells its echo (and a no-op write has none).
-        self.writing.remove(&key);
+        // From here the overlay tells its echo (and a no-op write has none).
         let rv = obj.metadata.resource_version.as_deref();
         if let Some((deleted_rv, _)) = self.tombstones.get(&key)
             && !newer(rv, Some(deleted_rv))
@@ -444,8 +403,6 @@ impl Store {
     fn expire(&mut self, now: Instant) {
         let ttl = self.ttl;
         let old = |at: Instant| now.saturating_duration_since(at) >= ttl;
-        // A write never answered (its reconcile cancelled): forgotten.
-        self.writing.retain(|_, at| !old(*at));
         while let Some((at, _)) = self.tombstone_order.front()
             && old(*at)
         {
@@ -571,32 +528,25 @@ mod tests {
         assert!(echo(s.apply(cm("a", "x", "2", &[]), t)));
         // Someone else's write after it.
         assert!(!echo(s.apply(cm("a", "x", "3", &[]), t)));
-        // The watch beating the answer: the write is still in flight.
-        s.writing(Some("a"), "x", t);
-        assert!(echo(s.apply(cm("a", "x", "4", &[]), t)));
+        // The watch beating the answer: the event cannot be told from anyone else's change
+        // (a status write by another client looks the same), so it is no echo, and the answer
+        // arriving after it changes nothing.
+        assert!(!echo(s.apply(cm("a", "x", "4", &[]), t)));
         assert!(
             !s.record_write(&cm("a", "x", "4", &[]), t),
             "already watched"
         );
-        assert!(!echo(s.apply(cm("a", "x", "5", &[]), t)), "answered: over");
-        // While a write is in flight, someone else's change of the metadata is no echo: only
-        // what a status write changes can be taken for one before the answer tells.
-        s.writing(Some("a"), "x", t);
-        assert!(!echo(s.apply(cm("a", "x", "51", &[("app", "theirs")]), t)));
-        let mut spec_change = cm("a", "x", "52", &[("app", "theirs")]);
-        Arc::make_mut(&mut spec_change).metadata.generation = Some(2);
+        assert!(!echo(s.apply(cm("a", "x", "5", &[]), t)));
+        // A status-only change by someone else right after the host's answer recorded 6.
+        assert!(s.record_write(&cm("a", "x", "6", &[]), t));
         assert!(
-            !echo(s.apply(spec_change, t)),
-            "a new generation is never an echo"
+            !echo(s.apply(cm("a", "x", "7", &[]), t)),
+            "not the version written"
         );
-        s.write_ended(Some("a"), "x");
-        // A write that failed echoes nothing, and nothing after it is taken for its echo.
-        s.writing(Some("a"), "x", t);
-        s.write_ended(Some("a"), "x");
-        assert!(!echo(s.apply(cm("a", "x", "6", &[]), t)));
-        // One never answered stops counting after the TTL.
-        s.writing(Some("a"), "x", t);
-        assert!(!echo(s.apply(cm("a", "x", "7", &[]), t + TTL)));
+        assert!(
+            !echo(s.apply(cm("a", "x", "6", &[]), t)),
+            "older than what was seen"
+        );
     }
 
     #[test]

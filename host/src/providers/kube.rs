@@ -199,9 +199,6 @@ impl KubeCluster {
         }) && object.metadata.name.as_deref() == Some(asked.name.as_str())
             && object.metadata.namespace.as_deref() == asked.namespace.as_deref();
         if !same {
-            if let Some(informer) = self.informers.get(&asked.kind) {
-                informer.write_ended(asked.namespace.as_deref(), &asked.name);
-            }
             return Err(HostError::Other(format!(
                 "the API server answered a write of {asked} with another object ({:?} {:?}/{:?}); it was not cached",
                 types.map(|t| format!("{}/{}", t.api_version, t.kind)),
@@ -216,28 +213,15 @@ impl KubeCluster {
     }
 
     /// Sends one write of `object` (the request `send` makes when awaited) the way every write
-    /// but a delete goes: the object's informer, if the guest reads its kind, is told first, so
-    /// that the watch's echo counts as the host's own (low priority to the controller) even
-    /// when it beats the answer; the answer is recorded into the cache (`remember`), and a
-    /// failure ends the announcement.
+    /// but a delete goes: the answer is recorded into the cache (`remember`), so that the
+    /// watch's event carrying its resourceVersion counts as the host's own echo (low priority
+    /// to the controller).
     async fn write(
         &self,
         object: &ObjectRef,
         send: impl Future<Output = Result<DynamicObject, HostError>>,
     ) -> Result<Value, HostError> {
-        let informer = self.informers.get(&object.kind);
-        if let Some(informer) = informer {
-            informer.writing(object.namespace.as_deref(), &object.name);
-        }
-        let written = match send.await {
-            Ok(written) => written,
-            Err(e) => {
-                if let Some(informer) = informer {
-                    informer.write_ended(object.namespace.as_deref(), &object.name);
-                }
-                return Err(e);
-            }
-        };
+        let written = send.await?;
         self.remember(object, &written)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
