@@ -200,7 +200,7 @@ async fn load(
             let cache_dir = crate::run::default_cache_dir()
                 .context("no cache directory for pulled modules (set HOME or XDG_CACHE_HOME)")?;
             let pulled = Puller::new(&settings, &cache_dir, plain_http)
-                .pull(&module, auth)
+                .pull(&module, crate::oci::Requester { auth, secret: None })
                 .await?;
             tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache, "module pulled");
             let name = PathBuf::from(module.pinned(&pulled.digest)?.to_string());

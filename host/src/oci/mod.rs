@@ -10,44 +10,55 @@
 //!   `application/vnd.wasm.content.layer.v1+wasm` layer (and its `config.v1+json`) that
 //!   Kubewarden and Spin still push.
 //! - `cache.rs`: pulled manifests, configs and layers stored by digest under the host's cache
-//!   directory and verified on every read. A digest-pinned reference found there is loaded
-//!   without asking the registry (so a restarted host loads what it ran with the registry
-//!   down); a tag remembers the digest it last resolved to, used only when the registry cannot
-//!   be reached. Two guests with one digest are stored once.
+//!   directory, verified on every read, and bounded (`registries.cacheMaxBytes`: modules no
+//!   guest uses are evicted, least recently loaded first; one that cannot fit is refused).
+//!   The cache is not authorisation: a digest-pinned reference found there is served once its
+//!   registry, asked with its credentials, says it holds the digest (a `HEAD`); with the
+//!   registry down, only to the same registry, repository and pull Secret that pulled it
+//!   before. A tag remembers the digest it last resolved to, used on the same terms.
+//! - `registry.rs`: the distribution API's read path on reqwest: every body capped while it
+//!   streams (manifests 4 MiB, tokens and error bodies 64 KiB), redirects and token realms
+//!   only to allowed registries and never from HTTPS to HTTP, error bodies summarised.
 //! - `credentials.rs`: anonymous, basic or bearer auth, and credentials read from a
 //!   `kubernetes.io/dockerconfigjson` document (the imagePullSecret format).
 //!
 //! Blobs come from the registry the reference names only: a descriptor's `urls` are never
-//! fetched.
+//! fetched. `oci-client` is used to push only (the command line's `push`, to a registry its
+//! user chose).
 //!
 //! What is verified on a pull: the manifest's digest (against the reference's, when pinned),
 //! its media types and single layer, the config's and the layer's digests, and the layer's
 //! size — against the manifest's claim before the download and against the cap while it
-//! streams, so an oversized artefact is cut off, never held whole. Plain HTTP only for
+//! streams, so an oversized artefact is cut off, never held whole — and that the layer begins
+//! as a component does; nothing is stored before all of that holds. Plain HTTP only for
 //! registries the configuration lists under `registries.insecure` (or `--plain-http` given on
 //! the command line).
 //!
 //! Cost: a cache hit reads and hashes the layer (tens of ms for the 18 MB Python guest, see
-//! docs/performance.md); a miss adds one manifest request and two blob downloads.
+//! docs/performance.md) and asks the registry one `HEAD`; a miss adds one manifest request
+//! and two blob downloads.
 
 mod artifact;
 mod cache;
 mod credentials;
 mod reference;
+mod registry;
 
 use std::path::Path;
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::collections::BTreeSet;
+
 use oci_client::Client;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
-use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
+use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
 
 pub use artifact::{ComponentInterfaces, component_interfaces};
 pub use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
 pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
+pub use registry::Endpoints;
 
 /// The layer media type this host pushes.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -69,11 +80,23 @@ pub struct RegistrySettings {
     /// The largest module layer pulled, in bytes (default [`DEFAULT_MAX_MODULE_BYTES`]).
     #[serde(default)]
     pub max_module_bytes: Option<u64>,
+    /// The most the module cache holds, in bytes (default [`DEFAULT_CACHE_MAX_BYTES`]):
+    /// modules no guest uses are evicted, least recently used first, to make room.
+    #[serde(default)]
+    pub cache_max_bytes: Option<u64>,
 }
+
+/// The module cache's bound when the configuration sets none: sixteen modules at the default
+/// module cap.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
 
 impl RegistrySettings {
     pub fn max_module_bytes(&self) -> u64 {
         self.max_module_bytes.unwrap_or(DEFAULT_MAX_MODULE_BYTES)
+    }
+
+    pub fn cache_max_bytes(&self) -> u64 {
+        self.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES)
     }
 }
 
@@ -105,6 +128,15 @@ pub enum PullError {
     NotAWasmArtifact { module: String, reason: String },
     #[error("{module}: the registry failed: {error}")]
     Registry { module: String, error: String },
+    #[error(
+        "{module}: the module cache would exceed registries.cacheMaxBytes ({max} bytes): {in_use} bytes hold modules in use and this one needs {needed}; raise the bound"
+    )]
+    CacheFull {
+        module: String,
+        max: u64,
+        in_use: u64,
+        needed: u64,
+    },
     #[error("module cache: {0}")]
     Cache(#[from] std::io::Error),
 }
@@ -114,9 +146,19 @@ pub enum PullError {
 pub struct Pulled {
     pub digest: String,
     pub bytes: Vec<u8>,
-    /// Loaded from the cache without asking the registry (pinned digest, or a tag whose
-    /// registry could not be reached).
+    /// Loaded from the cache: the registry said it holds the digest (pinned), or could not be
+    /// reached and this same reference pulled it before.
     pub from_cache: bool,
+}
+
+/// Who asks for a module: the pull Secret whose credentials go with the request, if any. With
+/// the reference's registry and repository it decides what the cache may serve without the
+/// registry (only what this same requester pulled before).
+#[derive(Debug, Clone, Copy)]
+pub struct Requester<'a> {
+    pub auth: &'a Auth,
+    /// The pull Secret's `namespace/name`, or none (anonymous, or the command line's).
+    pub secret: Option<&'a str>,
 }
 
 /// Pulls modules into a [`ModuleCache`].
@@ -125,6 +167,10 @@ pub struct Puller {
     plain_http: bool,
     cache: ModuleCache,
     max_bytes: u64,
+    /// Where a registry's redirects and token realms may lead besides the module's own registry.
+    endpoints: Endpoints,
+    /// Manifest digests guests use now: never evicted.
+    in_use: parking_lot::Mutex<BTreeSet<String>>,
 }
 
 impl Puller {
@@ -135,54 +181,86 @@ impl Puller {
             plain_http,
             cache: ModuleCache::new(cache_dir),
             max_bytes: settings.max_module_bytes(),
+            endpoints: Endpoints::default(),
+            in_use: parking_lot::Mutex::default(),
         }
     }
 
-    /// The module `module` names: from the cache when its digest is pinned and cached, else
-    /// from the registry (verified, then cached).
-    pub async fn pull(&self, module: &ModuleRef, auth: &Auth) -> Result<Pulled, PullError> {
-        if let Some(digest) = module.digest()
-            && let Some(bytes) = self.cache.load(digest)?
-        {
-            return Ok(Pulled {
+    /// Lets redirects and token realms lead to `endpoints` too (`host[:port]`s: the
+    /// registries `reconcilers.allow.registries` lists).
+    #[must_use]
+    pub fn redirecting_to(mut self, endpoints: Endpoints) -> Self {
+        self.endpoints = endpoints;
+        self
+    }
+
+    /// The manifest digests guests use now, which the cache never evicts.
+    pub fn set_in_use(&self, digests: BTreeSet<String>) {
+        *self.in_use.lock() = digests;
+    }
+
+    /// The module `module` names. A pinned digest in the cache is served once the registry,
+    /// asked with the requester's credentials, says it holds it; a tag is resolved by the
+    /// registry. With the registry unreachable, the cache serves only what this same
+    /// reference and requester pulled before (for a tag, what it last resolved to).
+    pub async fn pull(&self, module: &ModuleRef, who: Requester<'_>) -> Result<Pulled, PullError> {
+        let mut session = self.session(module, who.auth)?;
+        let cached = match module.digest() {
+            Some(digest) => self.cache.load(digest)?.map(|bytes| Pulled {
                 digest: digest.to_owned(),
                 bytes,
                 from_cache: true,
-            });
-        }
-        match self.fetch(module, auth).await {
+            }),
+            None => None,
+        };
+        let answer = match cached {
+            Some(cached) => session.holds(&cached.digest).await.map(|()| cached),
+            None => self.fetch(&mut session, module).await,
+        };
+        let pulled = match answer {
             Err(PullError::Unreachable {
                 module: name,
                 error,
-            }) => {
-                // A tag may still be served from what it last resolved to.
-                let remembered = match module.digest() {
-                    None => self.cache.resolved(module)?,
-                    Some(_) => None,
-                };
-                match remembered {
-                    Some(digest) => match self.cache.load(&digest)? {
-                        Some(bytes) => {
-                            tracing::warn!(%module, %digest, "registry unreachable ({error}); loading the digest this tag last resolved to from the cache");
-                            Ok(Pulled {
-                                digest,
-                                bytes,
-                                from_cache: true,
-                            })
-                        }
-                        None => Err(PullError::Unreachable {
-                            module: name,
-                            error,
-                        }),
-                    },
-                    None => Err(PullError::Unreachable {
+            }) => match self.pulled_before(module, who.secret)? {
+                Some(pulled) => {
+                    tracing::warn!(%module, digest = %pulled.digest, "registry unreachable ({error}); loading the digest this reference pulled before from the cache");
+                    pulled
+                }
+                None => {
+                    return Err(PullError::Unreachable {
                         module: name,
                         error,
-                    }),
+                    });
                 }
-            }
-            other => other,
+            },
+            other => other?,
+        };
+        self.cache.note_pull(&pulled.digest, module, who.secret)?;
+        Ok(pulled)
+    }
+
+    /// What the cache may serve `module` with the registry down: its pinned digest, or the
+    /// digest its tag last resolved to, if this same reference and Secret pulled it before.
+    fn pulled_before(
+        &self,
+        module: &ModuleRef,
+        secret: Option<&str>,
+    ) -> Result<Option<Pulled>, PullError> {
+        let digest = match module.digest() {
+            Some(digest) => digest.to_owned(),
+            None => match self.cache.resolved(module)? {
+                Some(digest) => digest,
+                None => return Ok(None),
+            },
+        };
+        if !self.cache.pulled_by(&digest, module, secret)? {
+            return Ok(None);
         }
+        Ok(self.cache.load(&digest)?.map(|bytes| Pulled {
+            digest,
+            bytes,
+            from_cache: true,
+        }))
     }
 
     /// The component of the manifest `digest` if the cache holds it (verified on read).
@@ -190,21 +268,29 @@ impl Puller {
         Ok(self.cache.load(digest)?)
     }
 
-    async fn fetch(&self, module: &ModuleRef, auth: &Auth) -> Result<Pulled, PullError> {
+    fn session(&self, module: &ModuleRef, auth: &Auth) -> Result<registry::Session, PullError> {
+        let registry = module.registry();
+        let https = !(self.plain_http
+            || self
+                .settings
+                .insecure
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(registry)));
+        registry::Session::new(module, auth, https, &self.endpoints)
+    }
+
+    async fn fetch(
+        &self,
+        session: &mut registry::Session,
+        module: &ModuleRef,
+    ) -> Result<Pulled, PullError> {
         let name = module.to_string();
-        let reference = module.reference();
-        let auth = auth.to_registry_auth();
-        // A client per pull: `oci-client` keeps the first credentials (and tokens) it was given
-        // for a registry, which would let one guest's pull use another's pull Secret.
-        let client = client(&self.settings, self.plain_http, &name)?;
-        let (raw, _) = client
-            .pull_manifest_raw(
-                reference,
-                &auth,
-                &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
-            )
-            .await
-            .map_err(|e| classify(&name, &e))?;
+        let reference = module
+            .digest()
+            .map(ToOwned::to_owned)
+            .or_else(|| module.reference().tag().map(ToOwned::to_owned))
+            .unwrap_or_else(|| "latest".to_owned());
+        let raw = session.manifest(&reference).await?;
         let digest = artifact::sha256_digest(&raw);
         if let Some(expected) = module.digest()
             && expected != digest
@@ -229,29 +315,48 @@ impl Puller {
                 max: self.max_bytes,
             });
         }
-        let config = self
-            .blob(
-                &client,
-                module,
-                &parts.config,
-                MAX_CONFIG_BYTES,
-                "the config",
-            )
-            .await?;
+        let config = blob(
+            session,
+            module,
+            &parts.config,
+            MAX_CONFIG_BYTES,
+            "the config",
+        )
+        .await?;
         artifact::check_config(&config, &parts.layer.digest).map_err(|reason| {
             PullError::NotAWasmArtifact {
                 module: name.clone(),
                 reason,
             }
         })?;
-        let layer = self
-            .blob(&client, module, &parts.layer, self.max_bytes, "the layer")
-            .await?;
-        self.cache.store(&[
-            (&digest, &raw),
-            (&parts.config.digest, &config),
-            (&parts.layer.digest, &layer),
-        ])?;
+        let layer = blob(session, module, &parts.layer, self.max_bytes, "the layer").await?;
+        if !layer.starts_with(COMPONENT_PREAMBLE) {
+            return Err(PullError::NotAWasmArtifact {
+                module: name,
+                reason: "the layer is not a Wasm component (its first bytes are not a component's preamble)".into(),
+            });
+        }
+        let blobs = [
+            (digest.as_str(), raw.as_slice()),
+            (parts.config.digest.as_str(), config.as_slice()),
+            (parts.layer.digest.as_str(), layer.as_slice()),
+        ];
+        let in_use = self.in_use.lock().clone();
+        self.cache
+            .store_bounded(&blobs, &in_use, self.settings.cache_max_bytes())
+            .map_err(|e| match e {
+                cache::StoreError::Full {
+                    in_use,
+                    needed,
+                    max,
+                } => PullError::CacheFull {
+                    module: name.clone(),
+                    max,
+                    in_use,
+                    needed,
+                },
+                cache::StoreError::Io(e) => PullError::Cache(e),
+            })?;
         if module.digest().is_none() {
             self.cache.remember(module, &digest)?;
         }
@@ -261,54 +366,52 @@ impl Puller {
             from_cache: false,
         })
     }
+}
 
-    /// One blob, streamed: cut off past `max` bytes, its digest checked at the end.
-    async fn blob(
-        &self,
-        client: &Client,
-        module: &ModuleRef,
-        descriptor: &OciDescriptor,
-        max: u64,
-        what: &str,
-    ) -> Result<Vec<u8>, PullError> {
-        let name = module.to_string();
-        // A descriptor's `urls` would have the client try other addresses when the registry
-        // answers an error: a manifest's author would choose where the host connects. The blob
-        // comes from the registry the reference names, or not at all.
-        let descriptor = &OciDescriptor {
-            urls: None,
-            ..descriptor.clone()
-        };
-        let mut stream = client
-            .pull_blob_stream(module.reference(), descriptor)
-            .await
-            .map_err(|e| classify(&name, &e))?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = stream.stream.next().await {
-            let chunk = chunk.map_err(|e| PullError::Unreachable {
+/// A component's first eight bytes: the Wasm magic and the component-model layer version.
+const COMPONENT_PREAMBLE: &[u8] = b"\0asm\x0d\0\x01\0";
+
+/// One blob, streamed: cut off past `max` bytes, its digest checked at the end. A descriptor's
+/// `urls` are never used: a manifest's author would choose where the host connects.
+async fn blob(
+    session: &mut registry::Session,
+    module: &ModuleRef,
+    descriptor: &OciDescriptor,
+    max: u64,
+    what: &str,
+) -> Result<Vec<u8>, PullError> {
+    let name = module.to_string();
+    let too_large = |size: String| PullError::TooLarge {
+        module: name.clone(),
+        size,
+        max,
+    };
+    if u64::try_from(descriptor.size).unwrap_or(u64::MAX) > max {
+        return Err(too_large(format!(
+            "the manifest says {what} has {} bytes",
+            descriptor.size
+        )));
+    }
+    let mut response = session.blob(&descriptor.digest).await?;
+    let bytes = registry::read_capped(&mut response, max)
+        .await
+        .map_err(|e| match e {
+            registry::BodyError::TooLarge => too_large(format!("{what} streamed past it")),
+            registry::BodyError::Transport(e) => PullError::Unreachable {
                 module: name.clone(),
                 error: e.to_string(),
-            })?;
-            if bytes.len() as u64 + chunk.len() as u64 > max {
-                return Err(PullError::TooLarge {
-                    module: name,
-                    size: format!("{what} streamed past it"),
-                    max,
-                });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        let got = artifact::sha256_digest(&bytes);
-        if got != descriptor.digest {
-            return Err(PullError::DigestMismatch {
-                module: name,
-                what: what.to_owned(),
-                expected: descriptor.digest.clone(),
-                got,
-            });
-        }
-        Ok(bytes)
+            },
+        })?;
+    let got = artifact::sha256_digest(&bytes);
+    if got != descriptor.digest {
+        return Err(PullError::DigestMismatch {
+            module: name,
+            what: what.to_owned(),
+            expected: descriptor.digest.clone(),
+            got,
+        });
     }
+    Ok(bytes)
 }
 
 /// Pushes `bytes` (a component, validated by the caller) to `module`; returns the manifest's
@@ -474,6 +577,236 @@ mod tests {
         (address, requests)
     }
 
+    fn anonymous() -> Requester<'static> {
+        Requester {
+            auth: &Auth::Anonymous,
+            secret: None,
+        }
+    }
+
+    /// A module's manifest, config and layer as a registry serves them.
+    fn artefact() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let layer = b"\0asm\x0d\0\x01\0".to_vec();
+        let layer_digest = artifact::sha256_digest(&layer);
+        let config = artifact::config(&layer_digest, &ComponentInterfaces::default());
+        let manifest = artifact::manifest(
+            (&artifact::sha256_digest(&config), config.len()),
+            (&layer_digest, layer.len()),
+        );
+        (manifest, config, layer)
+    }
+
+    /// A registry that redirects elsewhere (a service on another port of the host's network)
+    /// is not followed: the other address is never contacted, and the refusal says why.
+    #[tokio::test]
+    async fn a_redirect_to_an_address_not_listed_is_never_followed() {
+        let (elsewhere, reached) = server(|_| ("200 OK", b"secret".to_vec())).await;
+        let to = elsewhere.clone();
+        let registry = raw_server(move |path| {
+            format!(
+                "HTTP/1.1 302 Found\r\nlocation: http://{to}{path}\r\ncontent-length: 0\r\n\r\n"
+            )
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
+        let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
+        let err = puller.pull(&module, anonymous()).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not a registry reconcilers.allow.registries lists"),
+            "{err}"
+        );
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "never contacted");
+        // Listed, the same redirect is followed (and then fails on the bytes it finds there).
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true)
+            .redirecting_to(Endpoints::new([elsewhere.clone()]));
+        let _ = puller.pull(&module, anonymous()).await;
+        assert!(
+            reached.load(Ordering::SeqCst) > 0,
+            "a listed address is reached"
+        );
+    }
+
+    /// A token realm is where the host sends the pull Secret's credentials: one the allowed
+    /// registries do not include is never contacted.
+    #[tokio::test]
+    async fn a_token_realm_not_listed_is_never_contacted() {
+        let (realm, reached) = server(|_| ("200 OK", br#"{"token":"t"}"#.to_vec())).await;
+        let registry = raw_server(move |_| {
+            format!("HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{realm}/token\",service=\"r\"\r\ncontent-length: 0\r\n\r\n")
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
+        let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
+        let basic = Auth::Basic {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        let who = Requester {
+            auth: &basic,
+            secret: Some("ns/registry"),
+        };
+        let err = puller.pull(&module, who).await.unwrap_err();
+        assert!(matches!(&err, PullError::Denied { .. }), "{err}");
+        assert!(err.to_string().contains("token realm"), "{err}");
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "never contacted");
+    }
+
+    /// Answers every request with `reply(path)`, written as it is.
+    async fn raw_server(reply: impl Fn(&str) -> String + Send + Sync + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let reply = Arc::new(reply);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let reply = reply.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let n = socket.read(&mut buffer).await.unwrap_or(0);
+                    let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let _ = socket.write_all(reply(&path).as_bytes()).await;
+                });
+            }
+        });
+        address
+    }
+
+    /// A manifest, a token answer and an error body that never end: each is cut off at its
+    /// cap while it streams (no `Content-Length` to refuse it by), so a registry decides
+    /// neither how long the host reads nor how much it holds.
+    #[tokio::test]
+    async fn endless_bodies_are_cut_off_at_their_caps() {
+        // The chunked encoding's hex size line: 0x10000 bytes a chunk.
+        async fn endless(status: &'static str, headers: &'static str) -> String {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            tokio::spawn(async move {
+                while let Ok((mut socket, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let mut buffer = [0u8; 4096];
+                        let _ = socket.read(&mut buffer).await;
+                        let head = format!(
+                            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}transfer-encoding: chunked\r\n\r\n"
+                        );
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                        while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+                    });
+                }
+            });
+            address
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
+        let manifest = endless("200 OK", "").await;
+        let module: ModuleRef = format!("oci://{manifest}/team/guest:v1").parse().unwrap();
+        let err = puller.pull(&module, anonymous()).await.unwrap_err();
+        assert!(
+            matches!(&err, PullError::TooLarge { max, .. } if *max == registry::MAX_MANIFEST_BYTES),
+            "{err}"
+        );
+        // A token answer that never ends, from a realm on the registry itself.
+        let token = endless("200 OK", "").await;
+        let realm = token.clone();
+        let registry = raw_server(move |_| {
+            format!("HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{realm}/token\"\r\ncontent-length: 0\r\n\r\n")
+        })
+        .await;
+        let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
+        let err = Puller::new(&RegistrySettings::default(), dir.path(), true)
+            .redirecting_to(Endpoints::new([token]))
+            .pull(&module, anonymous())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, PullError::TooLarge { size, .. } if size.contains("token answer")),
+            "{err}"
+        );
+        let error_body = endless("500 Internal Server Error", "").await;
+        let module: ModuleRef = format!("oci://{error_body}/team/guest:v1").parse().unwrap();
+        let err = puller.pull(&module, anonymous()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{module}: the registry failed: HTTP 500 Internal Server Error"),
+            "an error body past its cap is summarised by its status alone"
+        );
+    }
+
+    /// A digest in the cache is not a licence: the registry the reference names, asked with
+    /// the reference's credentials, must say it holds it; and with the registry down only the
+    /// reference that pulled it before is served.
+    #[tokio::test]
+    async fn a_cached_digest_is_served_only_to_a_reference_the_registry_admits() {
+        let (manifest, config, layer) = artefact();
+        let digest = artifact::sha256_digest(&manifest);
+        let (open, _) = {
+            let (manifest, config, layer) = (manifest.clone(), config.clone(), layer.clone());
+            let config_digest = artifact::sha256_digest(&config);
+            server(move |path| {
+                if path.contains("/manifests/") {
+                    ("200 OK", manifest.clone())
+                } else if path.contains(&config_digest) {
+                    ("200 OK", config.clone())
+                } else {
+                    ("200 OK", layer.clone())
+                }
+            })
+            .await
+        };
+        let (private, asked) = server(|_| {
+            (
+                "401 Unauthorized",
+                br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#
+                    .to_vec(),
+            )
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
+        let first: ModuleRef = format!("oci://{open}/team/guest@{digest}").parse().unwrap();
+        let fresh = puller.pull(&first, anonymous()).await.unwrap();
+        assert!(!fresh.from_cache);
+        // Another registry, which does not admit this requester, named with the same digest.
+        let other: ModuleRef = format!("oci://{private}/team/guest@{digest}")
+            .parse()
+            .unwrap();
+        let err = puller.pull(&other, anonymous()).await.unwrap_err();
+        assert!(matches!(err, PullError::Denied { .. }), "{err}");
+        assert!(asked.load(Ordering::SeqCst) > 0, "the registry was asked");
+        // The same reference again: the registry says it holds it, the cache serves it.
+        assert!(puller.pull(&first, anonymous()).await.unwrap().from_cache);
+        // Down: only the reference that pulled it before, with the same Secret.
+        let down = format!("127.0.0.1:{}", free_port());
+        let moved: ModuleRef = format!("oci://{down}/team/guest@{digest}").parse().unwrap();
+        let err = puller.pull(&moved, anonymous()).await.unwrap_err();
+        assert!(matches!(err, PullError::Unreachable { .. }), "{err}");
+        let cache = ModuleCache::new(dir.path());
+        cache
+            .note_pull(&digest, &moved, Some("ns/registry"))
+            .unwrap();
+        let err = puller.pull(&moved, anonymous()).await.unwrap_err();
+        assert!(
+            matches!(err, PullError::Unreachable { .. }),
+            "another Secret: {err}"
+        );
+        let with_secret = Requester {
+            auth: &Auth::Anonymous,
+            secret: Some("ns/registry"),
+        };
+        assert!(puller.pull(&moved, with_secret).await.unwrap().from_cache);
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
     /// A manifest may name other addresses for its blobs (`urls`); a registry that answers
     /// 404 for the blob would then have the host connect wherever the manifest says. Without
     /// the fix this test sees the other address contacted.
@@ -507,7 +840,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
         let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
-        let err = puller.pull(&module, &Auth::Anonymous).await.unwrap_err();
+        let err = puller.pull(&module, anonymous()).await.unwrap_err();
         assert!(matches!(err, PullError::NotFound { .. }), "{err}");
         assert!(asked.load(Ordering::SeqCst) >= 2, "the registry was asked");
         assert_eq!(

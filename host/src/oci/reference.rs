@@ -196,6 +196,11 @@ pub struct AllowedRegistry {
 }
 
 impl AllowedRegistry {
+    /// `host[:port]`, lowercase.
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
     /// Whether `module` names this registry, and a repository under the prefix if any.
     pub fn covers(&self, module: &ModuleRef) -> bool {
         if !module.registry().eq_ignore_ascii_case(&self.registry) {

@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 
 use crate::config::HostConfig;
 use crate::guests::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict};
-use crate::oci::Puller;
+use crate::oci::{Endpoints, Puller};
 use pulls::Records;
 use spec::Spec;
 
@@ -80,9 +80,16 @@ impl Objects {
         if let Some(selector) = config.reconcilers.as_ref().and_then(|r| r.selector.clone()) {
             watcher_config = watcher_config.labels(&selector);
         }
+        let allowed = config
+            .reconcilers
+            .as_ref()
+            .map(|r| r.allow.registries.clone())
+            .unwrap_or_default();
+        // A registry's redirects and token realms may lead only to registries the host allows.
+        let endpoints = Endpoints::new(allowed.iter().map(|r| r.registry().to_owned()));
         let shared = Arc::new(Shared {
             records: Arc::new(Mutex::new(Records::new(
-                Puller::new(&config.registries, cache_dir, false),
+                Puller::new(&config.registries, cache_dir, false).redirecting_to(endpoints),
                 client.clone(),
                 namespace,
                 config
@@ -90,11 +97,7 @@ impl Objects {
                     .as_ref()
                     .map(|r| r.pull_secrets.clone())
                     .unwrap_or_default(),
-                config
-                    .reconcilers
-                    .as_ref()
-                    .map(|r| r.allow.registries.clone())
-                    .unwrap_or_default(),
+                allowed,
             ))),
             changed: Notify::new(),
             status_changed: Notify::new(),

@@ -116,6 +116,21 @@ impl Records {
         }
     }
 
+    /// The manifest digests Reconcilers use now: pulled for their current spec, or loaded
+    /// (the last good version, while a newer one is refused). The module cache keeps these.
+    fn in_use(&self) -> BTreeSet<String> {
+        let mut digests = BTreeSet::new();
+        for record in self.objects.values() {
+            if let Pull::Pulled { digest, .. } = &record.pull {
+                digests.insert(digest.clone());
+            }
+            if let Some((_, digest)) = &record.loaded {
+                digests.insert(digest.clone());
+            }
+        }
+        digests
+    }
+
     /// Notes object `name` at `generation` with a spec that can run, listed as `origin`.
     pub fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
         let record = self.record(name, generation);
@@ -258,6 +273,7 @@ impl Records {
                 return Err(unreadable(message));
             }
             let (puller, client) = (this.puller.clone(), this.client.clone());
+            puller.set_in_use(this.in_use());
             (key, puller, client, this.namespace.clone(), memo)
         };
         // Pulled before: the bytes are in the module cache (verified as they are read), not
@@ -388,8 +404,13 @@ async fn pull(
     };
     // A registry's error text is the registry's: bounded and escaped before it is kept,
     // logged and written to the object's status.
+    let secret = secret.as_ref().map(|s| format!("{namespace}/{s}"));
+    let who = crate::oci::Requester {
+        auth: &auth,
+        secret: secret.as_deref(),
+    };
     let fetched = puller
-        .pull(module, &auth)
+        .pull(module, who)
         .await
         .map_err(|e| (cause(&e), validation::message(&e.to_string())))?;
     let hash = crate::runtime::content_hash(&fetched.bytes);
@@ -444,6 +465,7 @@ fn cause(e: &PullError) -> &'static str {
         PullError::NotAWasmArtifact { .. } => "NotAComponent",
         PullError::Denied { .. } => "PullDenied",
         PullError::NotFound { .. } => "ModuleNotFound",
+        PullError::CacheFull { .. } => "CacheFull",
         PullError::Unreachable { .. } | PullError::Registry { .. } | PullError::Cache(_) => {
             "PullFailed"
         }
