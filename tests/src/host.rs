@@ -196,6 +196,11 @@ impl HostProcess {
         serde_json::from_str(&text).with_context(|| format!("/shards is not JSON: {text}"))
     }
 
+    /// The process id, while it runs: for reading `/proc/<pid>/status`.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: the process dies mid-work, as on a node failure.
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {

@@ -12,12 +12,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::host::deployed_file_name;
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
     ControlPlane, HostOptions, HostProcess, PrivateRegistry, apply_crd_file, guest_component,
     test_namespace, wait_until, with_password,
 };
 use serde_json::{Value, json};
+use sha2::Digest as _;
 
 const WIDGET_READ: &str = "test.reconciler.dev/v1/Widget";
 
@@ -834,9 +836,208 @@ async fn a_trickling_registry_holds_up_only_its_own_reconciler() -> Result<()> {
     let st = world.ready(&name, "True", "Ready").await?;
     assert_eq!(st["digest"], go.as_str(), "{st}");
     world.greeted("w", "during").await?;
+
+    // A new directory guest, granted in host.yaml, loads and reconciles meanwhile...
+    let host = world.host();
+    let network_grant = "guests:\n  network:\n    read: [samplecrd.k8s.io/v1/Network]\n    write: [samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]\n    backends: [network]\n";
+    rewrite(
+        &host.dir.path().join("host.yaml"),
+        &world.config(network_grant),
+    )?;
+    host.put_guest(&deployed_file_name("network").await?, "network")?;
+    let networks = namespaced(&world.client, &world.ns, "samplecrd.k8s.io", "Network");
+    let network = |name: &str, third: u8| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "samplecrd.k8s.io/v1", "kind": "Network",
+            "metadata": {"name": name},
+            "spec": {"cidr": format!("10.77.{third}.0/24"), "gateway": format!("10.77.{third}.1")},
+        }))?)
+    };
+    let ready = |object: &DynamicObject| {
+        object.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|all| {
+                all.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    };
+    networks
+        .create(&PostParams::default(), &network("n1", 1)?)
+        .await?;
+    wait_until(
+        "the directory guest to reconcile n1",
+        Duration::from_secs(60),
+        || async {
+            let object = networks.get("n1").await?;
+            ensure!(ready(&object), "n1 is {}", object.data["status"]);
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    // ...and its grant withdrawn from host.yaml unloads it within the documented bound
+    // (docs/security.md: a configuration change is applied within 10 s of the file's change).
+    rewrite(&host.dir.path().join("host.yaml"), &world.config(""))?;
+    let withdrawn = std::time::Instant::now();
+    wait_until(
+        "the withdrawn guest to unload",
+        Duration::from_secs(5),
+        || async {
+            let statuses: Value = serde_json::from_str(&host.get("/guests").await?)?;
+            let entry = statuses
+                .as_array()
+                .and_then(|all| {
+                    all.iter().find(|s| {
+                        s["file"]
+                            .as_str()
+                            .is_some_and(|f| f.ends_with("network.wasm"))
+                    })
+                })
+                .cloned()
+                .unwrap_or(Value::Null);
+            ensure!(entry["guest"].is_null() && !entry.is_null(), "{entry}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    println!(
+        "unloaded {:?} after the grant was withdrawn",
+        withdrawn.elapsed()
+    );
+    // The API server shows it: a Network created now is not reconciled.
+    networks
+        .create(&PostParams::default(), &network("n2", 2)?)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let n2 = networks.get("n2").await?;
+    ensure!(
+        n2.data["status"].is_null(),
+        "n2 was reconciled: {}",
+        n2.data["status"]
+    );
+
     let still = pulling().await?;
     println!("while the slow pull goes on: {still}");
     world.delete_reconcilers(&[&name, &stalled]).await;
+    Ok(())
+}
+
+/// Writes `path` by rename, as editors and ConfigMap volumes do.
+fn rewrite(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// A registry whose answers never end: the manifest (`layer: false`), or a small manifest
+/// whose layer then streams without end (`layer: true`). Chunked, so no length refuses it
+/// before the bytes flow.
+async fn endless_registry(layer: bool) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let component = b"\0asm\x0d\0\x01\0".to_vec();
+    let layer_digest = format!("sha256:{:x}", sha2::Sha256::digest(&component));
+    let config = serde_json::to_vec(
+        &json!({"architecture": "wasm", "os": "wasip2", "layerDigests": [layer_digest]}),
+    )?;
+    let config_digest = format!("sha256:{:x}", sha2::Sha256::digest(&config));
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.wasm.config.v0+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": "application/wasm", "digest": layer_digest, "size": component.len()}],
+    }))?;
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (manifest, config, config_digest) =
+                (manifest.clone(), config.clone(), config_digest.clone());
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let n = socket.read(&mut buffer).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                let finite = |body: &[u8], kind: &str| {
+                    let mut reply = format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len()).into_bytes();
+                    reply.extend_from_slice(body);
+                    reply
+                };
+                let endless = !layer && request.contains("/manifests/")
+                    || layer && request.contains("/blobs/") && !request.contains(&config_digest);
+                let reply = if endless {
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()
+                } else if request.contains("/manifests/") {
+                    finite(&manifest, "application/vnd.oci.image.manifest.v1+json")
+                } else {
+                    finite(&config, "application/octet-stream")
+                };
+                if socket.write_all(&reply).await.is_err() || !endless {
+                    return;
+                }
+                let chunk = format!("100000\r\n{}\r\n", "x".repeat(0x100000));
+                while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+            });
+        }
+    });
+    Ok(address)
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in MiB.
+fn peak_mib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("VmHWM in /proc/PID/status")?;
+    Ok(kib / 1024)
+}
+
+/// A registry that streams without end, a manifest or a layer, once took the host from
+/// 147 MiB to 3,183 MiB (a manifest was read whole). Every body is now cut off at its cap while
+/// it streams: the host's peak memory, read from /proc, grows by at most the module cap
+/// (64 MiB) and the manifest cap (4 MiB) plus the allocator's slack, and the host lives.
+#[tokio::test]
+async fn a_registry_streaming_without_end_costs_the_host_a_bounded_amount_of_memory() -> Result<()>
+{
+    let mut world = World::new("rec-endless").await?;
+    let manifest = endless_registry(false).await?;
+    let layer = endless_registry(true).await?;
+    world
+        .more_registries
+        .extend([manifest.clone(), layer.clone()]);
+    world.start_host("").await?;
+    let pid = world.host().pid().context("host pid")?;
+    let before = peak_mib(pid)?;
+    let names = [
+        format!("manifest-{}", world.ns),
+        format!("layer-{}", world.ns),
+    ];
+    for (name, registry) in names.iter().zip([&manifest, &layer]) {
+        world
+            .declare(
+                name,
+                json!({"module": format!("oci://{registry}/guests/greeter:v1"), "grant": greeter_grant()}),
+            )
+            .await?;
+    }
+    let manifest_cut = world
+        .condition(&names[0], "Pulled", "False", "TooLarge")
+        .await?;
+    let layer_cut = world
+        .condition(&names[1], "Pulled", "False", "TooLarge")
+        .await?;
+    println!("{manifest_cut}\n{layer_cut}");
+    let after = peak_mib(pid)?;
+    println!("host peak memory: {before} MiB before, {after} MiB after");
+    ensure!(
+        after <= before + 160,
+        "peak memory grew from {before} to {after} MiB"
+    );
+    world.host().get("/healthz").await?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    world.delete_reconcilers(&refs).await;
     Ok(())
 }
 

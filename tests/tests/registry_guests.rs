@@ -228,7 +228,7 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
         "demo/w1",
     ]);
     let too_large = with_password(command, registry.password())?;
-    refused(&too_large, "larger than the cap of 100000 bytes")?;
+    refused(&too_large, "exceeds the cap of 100000 bytes")?;
     ensure!(
         s.blobs()? == 0,
         "an oversized module left {} blobs",

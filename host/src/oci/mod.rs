@@ -67,6 +67,8 @@ pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// The largest module pulled when the configuration sets no cap: the Python guest (18.4 MB)
 /// fits three times over.
 pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
+/// What a refusal of a module over its cap suggests.
+const RAISE_MODULE_CAP: &str = "; raise registries.maxModuleBytes if it is meant to be";
 /// Configs are a few hundred bytes; a larger one is not a Wasm config.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
@@ -116,13 +118,13 @@ pub enum PullError {
         expected: String,
         got: String,
     },
-    #[error(
-        "{module}: the module is larger than the cap of {max} bytes ({size}); raise registries.maxModuleBytes if it is meant to be"
-    )]
+    #[error("{module}: {size} exceeds the cap of {max} bytes{hint}")]
     TooLarge {
         module: String,
         size: String,
         max: u64,
+        /// How to raise the cap, when the configuration sets it (`""` for fixed caps).
+        hint: &'static str,
     },
     #[error("{module}: not a Wasm component artifact: {reason}")]
     NotAWasmArtifact { module: String, reason: String },
@@ -311,8 +313,9 @@ impl Puller {
         if layer_size > self.max_bytes {
             return Err(PullError::TooLarge {
                 module: name,
-                size: format!("the manifest says {layer_size} bytes"),
+                size: format!("the module the manifest describes ({layer_size} bytes)"),
                 max: self.max_bytes,
+                hint: RAISE_MODULE_CAP,
             });
         }
         let config = blob(
@@ -385,10 +388,15 @@ async fn blob(
         module: name.clone(),
         size,
         max,
+        hint: if what == "the layer" {
+            RAISE_MODULE_CAP
+        } else {
+            ""
+        },
     };
     if u64::try_from(descriptor.size).unwrap_or(u64::MAX) > max {
         return Err(too_large(format!(
-            "the manifest says {what} has {} bytes",
+            "{what} ({} bytes, as the manifest says)",
             descriptor.size
         )));
     }
@@ -396,7 +404,7 @@ async fn blob(
     let bytes = registry::read_capped(&mut response, max)
         .await
         .map_err(|e| match e {
-            registry::BodyError::TooLarge => too_large(format!("{what} streamed past it")),
+            registry::BodyError::TooLarge => too_large(format!("{what}, as it streamed,")),
             registry::BodyError::Transport(e) => PullError::Unreachable {
                 module: name.clone(),
                 error: e.to_string(),

@@ -330,8 +330,9 @@ impl Session {
         match e {
             BodyError::TooLarge => PullError::TooLarge {
                 module: self.module.clone(),
-                size: format!("{what} is larger than {max} bytes"),
+                size: format!("{what}, as it streamed,"),
                 max,
+                hint: "",
             },
             BodyError::Transport(e) => self.transport(&e),
         }
