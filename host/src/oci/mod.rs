@@ -1,6 +1,6 @@
 //! Guests as OCI artifacts: `reconciler-host push` writes a component to a registry in the CNCF
 //! TAG-Runtime Wasm layout, and a guest given as `oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]`
-//! is pulled by the host with `oci-client`, verified and kept in a content-addressed cache.
+//! is pulled by the host, verified and kept in a bounded, content-addressed cache.
 //!
 //! - [`ModuleRef`]: the `oci://` reference; the registry is always explicit (no Docker Hub
 //!   default), a digest is `sha256:` and 64 hex digits.
