@@ -5,7 +5,7 @@
 //! one of the supported languages).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -43,9 +43,27 @@ struct RegistryArgs {
     /// `.dockerconfigjson`), for the reference's registry.
     #[arg(long, conflicts_with = "username")]
     auth_file: Option<PathBuf>,
+    /// Run a module only if this key (a `cosign generate-key-pair` public key) signed its
+    /// digest; repeat for several. Without it, signatures are not checked.
+    #[arg(long = "verify-key", value_name = "FILE")]
+    verify_keys: Vec<PathBuf>,
 }
 
 impl RegistryArgs {
+    fn pull_options(&self) -> anyhow::Result<crate::offline_runner::PullOptions> {
+        let trusted = if self.verify_keys.is_empty() {
+            None
+        } else {
+            let keys = crate::oci::TrustedKeys::load(&self.verify_keys, Path::new("."))
+                .map_err(|e| anyhow::anyhow!("--verify-key: {e}"))?;
+            Some(keys)
+        };
+        Ok(crate::offline_runner::PullOptions {
+            plain_http: self.plain_http,
+            trusted,
+        })
+    }
+
     fn auth(&self, registry: &str) -> anyhow::Result<crate::oci::Auth> {
         if let Some(username) = &self.username {
             let mut password = String::new();
@@ -72,6 +90,8 @@ impl RegistryArgs {
     }
 }
 
+// Parsed once per process: the size of its largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller host: load every guest in the directory and reconcile.
@@ -218,7 +238,7 @@ pub fn main() -> ExitCode {
                         record,
                         guest,
                         auth,
-                        plain_http: registry.plain_http,
+                        pull: registry.pull_options()?,
                         config,
                     })
                     .await;
@@ -229,7 +249,7 @@ pub fn main() -> ExitCode {
                 let run = OfflineRun {
                     guest,
                     auth,
-                    plain_http: registry.plain_http,
+                    pull: registry.pull_options()?,
                     objects,
                     kind,
                     key,

@@ -43,9 +43,9 @@ impl std::str::FromStr for GuestRef {
 pub struct OfflineRun {
     /// The guest component: a file, or a module in a registry.
     pub guest: GuestRef,
-    /// Registry credentials for a module, and `--plain-http`.
+    /// Registry credentials for a module, `--plain-http` and `--verify-key`.
     pub auth: Auth,
-    pub plain_http: bool,
+    pub pull: PullOptions,
     /// Files or directories of objects (multi-document YAML or JSON) for the cache.
     pub objects: Vec<PathBuf>,
     /// The key's kind (the guest's primary kind, usually) and the key.
@@ -61,13 +61,22 @@ pub struct OfflineRun {
     pub now: Option<std::time::SystemTime>,
 }
 
+/// How a module is pulled from the command line.
+#[derive(Default)]
+pub struct PullOptions {
+    /// `--plain-http`: every registry over plain HTTP.
+    pub plain_http: bool,
+    /// `--verify-key`: the module runs only if one of these keys signed its digest.
+    pub trusted: Option<crate::oci::TrustedKeys>,
+}
+
 impl OfflineRun {
     /// Runs the reconcile; returns `{"result": ..., "calls": [...]}`.
     pub async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
             guest,
             auth,
-            plain_http,
+            pull,
             objects,
             kind,
             key,
@@ -78,8 +87,7 @@ impl OfflineRun {
         } = self;
         let cache = Arc::new(MemoryCache::load(&objects)?);
         let runtime = local_runtime()?;
-        let (loaded, origin) =
-            load(runtime.clone(), guest, config.as_ref(), &auth, plain_http).await?;
+        let (loaded, origin) = load(runtime.clone(), guest, config.as_ref(), &auth, &pull).await?;
 
         let (loaded, grant) = match &config {
             None => (loaded, Grant::unrestricted()),
@@ -185,7 +193,7 @@ async fn load(
     guest: GuestRef,
     config: Option<&HostConfig>,
     auth: &Auth,
-    plain_http: bool,
+    pull: &PullOptions,
 ) -> anyhow::Result<(LoadedGuest, Origin)> {
     Ok(match guest {
         GuestRef::File(file) => {
@@ -199,10 +207,12 @@ async fn load(
                 .unwrap_or_default();
             let cache_dir = crate::run::default_cache_dir()
                 .context("no cache directory for pulled modules (set HOME or XDG_CACHE_HOME)")?;
-            let pulled = Puller::new(&settings, &cache_dir, plain_http)
+            let pulled = Puller::new(&settings, &cache_dir, pull.plain_http)
+                .verifying_with(pull.trusted.clone())
                 .pull(&module, crate::oci::Requester { auth, secret: None })
                 .await?;
-            tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache, "module pulled");
+            tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache,
+                signed_by = pulled.signed_by.as_deref().unwrap_or("-"), "module pulled");
             let name = PathBuf::from(module.pinned(&pulled.digest)?.to_string());
             (
                 load_bytes(runtime, pulled.bytes, name).await?,
@@ -220,7 +230,7 @@ pub struct OfflineReplay {
     /// checked against the recorded digest.
     pub guest: Option<GuestRef>,
     pub auth: Auth,
-    pub plain_http: bool,
+    pub pull: PullOptions,
     /// With a configuration, the guest is admitted under its grant as in `run`.
     pub config: Option<HostConfig>,
 }
@@ -245,7 +255,7 @@ impl OfflineReplay {
             guest,
             self.config.as_ref(),
             &self.auth,
-            self.plain_http,
+            &self.pull,
         )
         .await?;
         let digest = format!("sha256:{}", loaded.hash);

@@ -36,6 +36,7 @@
 
 pub mod cluster;
 pub mod control_plane;
+pub mod cosign;
 pub mod host;
 pub mod manifests;
 pub mod namespace;

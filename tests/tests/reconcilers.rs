@@ -52,6 +52,8 @@ struct World {
     kubeconfig: PathBuf,
     /// More registries Reconcilers may pull from (a hostile one of the test's own).
     more_registries: Vec<String>,
+    /// Public keys Reconcilers' modules must be signed with (`reconcilers.verify`), if any.
+    verify_keys: Vec<PathBuf>,
 }
 
 impl World {
@@ -71,6 +73,7 @@ impl World {
             host: None,
             kubeconfig: cp.kubeconfig().to_path_buf(),
             more_registries: Vec::new(),
+            verify_keys: Vec::new(),
         };
         world
             .pull_secret("registry", world.registry.password())
@@ -97,7 +100,7 @@ reconcilers:
     backends: [network]
     serviceAccounts: ["{ns}/*"]
     registries: ["{registry}/guests", "127.0.0.1:9"{more}]
-"#,
+{verify}"#,
             registry = self.registry.address(),
             ns = self.ns,
             more = self
@@ -105,6 +108,19 @@ reconcilers:
                 .iter()
                 .map(|r| format!(", \"{r}\""))
                 .collect::<String>(),
+            verify = if self.verify_keys.is_empty() {
+                String::new()
+            } else {
+                let keys: Vec<String> = self
+                    .verify_keys
+                    .iter()
+                    .map(|k| format!("\"{}\"", k.display()))
+                    .collect();
+                format!(
+                    "  verify: {{required: true, keys: [{}]}}\n",
+                    keys.join(", ")
+                )
+            },
         )
     }
 
@@ -1074,6 +1090,147 @@ async fn with_the_registry_down_a_restarted_host_loads_its_guests_from_the_cache
     }
     world.greeted("w", "from the cache").await?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    world.delete_reconcilers(&refs).await;
+    Ok(())
+}
+
+/// A docker `config.json` directory with this test registry's credentials, for cosign.
+fn docker_config(world: &World) -> Result<tempfile::TempDir> {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir()?;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        world.registry.username(),
+        world.registry.password()
+    ));
+    let config = json!({"auths": {world.registry.address(): {"auth": auth}}});
+    std::fs::write(dir.path().join("config.json"), config.to_string())?;
+    Ok(dir)
+}
+
+/// Copies the cosign signature tag of digest `from` onto digest `to` (curl against the
+/// registry's API): a valid signature, by a trusted key, of another digest.
+fn copy_signature(world: &World, repo: &str, from: &str, to: &str) -> Result<()> {
+    let base = format!("http://{}/v2/{repo}/manifests", world.registry.address());
+    let user = format!(
+        "{}:{}",
+        world.registry.username(),
+        world.registry.password()
+    );
+    let tag = |digest: &str| format!("{}.sig", digest.replace(':', "-"));
+    let manifest = tempfile::NamedTempFile::new()?;
+    let media = "application/vnd.oci.image.manifest.v1+json";
+    for args in [
+        vec![
+            "-sf".to_owned(),
+            "-u".into(),
+            user.clone(),
+            "-H".into(),
+            format!("Accept: {media}"),
+            "-o".into(),
+            manifest.path().display().to_string(),
+            format!("{base}/{}", tag(from)),
+        ],
+        vec![
+            "-sf".to_owned(),
+            "-u".into(),
+            user.clone(),
+            "-X".into(),
+            "PUT".into(),
+            "-H".into(),
+            format!("Content-Type: {media}"),
+            "--data-binary".into(),
+            format!("@{}", manifest.path().display()),
+            format!("{base}/{}", tag(to)),
+        ],
+    ] {
+        let status = std::process::Command::new("curl").args(&args).status()?;
+        ensure!(status.success(), "curl {args:?}");
+    }
+    Ok(())
+}
+
+/// Signed guests, with the real cosign CLI (built from the Go module proxy): with
+/// `reconcilers.verify` only a module whose digest a trusted key signed runs; every other is
+/// refused with its reason, read from the API server, while the last good version runs on.
+#[tokio::test]
+async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
+    let mut world = World::new("rec-signed").await?;
+    let keys = tempfile::tempdir()?;
+    let trusted = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "trusted")?;
+    let other = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "other")?;
+    let config = docker_config(&world)?;
+    let c = world.push("greeter-c", "guests/greeter:v1")?;
+    let js = world.push("greeter-js", "guests/greeter:js")?;
+    let go = world.push("greeter-go", "guests/greeter:go")?;
+    let copied = world.push("greeter-go-preinit", "guests/greeter:preinit")?;
+    let image = |digest: &str| format!("{}/guests/greeter@{digest}", world.registry.address());
+    reconciler_host_tests::cosign::sign(&image(&c), &trusted, config.path())?;
+    reconciler_host_tests::cosign::sign(&image(&go), &other, config.path())?;
+    copy_signature(&world, "guests/greeter", &c, &copied)?;
+    world.verify_keys.push(trusted.clone());
+    world.start_host("").await?;
+    let pinned = |digest: &str| format!("guests/greeter@{digest}");
+
+    let signed = format!("signed-{}", world.ns);
+    world
+        .declare(&signed, world.spec(&pinned(&c), greeter_grant()))
+        .await?;
+    let st = world.ready(&signed, "True", "Ready").await?;
+    assert_eq!(st["signedBy"], trusted.display().to_string(), "{st}");
+    assert_eq!(st["digest"], c.as_str(), "{st}");
+    world.greeted("w", "signed").await?;
+
+    // Each refusal with its reason: unsigned, signed by another key, a trusted signature of
+    // another digest copied onto this one's tag.
+    let refused = [
+        ("unsigned", &js, "SignatureMissing"),
+        ("other-key", &go, "SignatureInvalid"),
+        ("copied", &copied, "SignatureInvalid"),
+    ];
+    for (name, digest, reason) in refused {
+        let name = format!("{name}-{}", world.ns);
+        world
+            .declare(&name, world.spec(&pinned(digest), greeter_grant()))
+            .await?;
+        let pulled = world.condition(&name, "Pulled", "False", reason).await?;
+        println!("{name}: {pulled}");
+    }
+
+    // A running Reconciler moved to a module signed by another key: refused, and the signed
+    // version keeps reconciling.
+    world
+        .declare(&signed, world.spec(&pinned(&go), greeter_grant()))
+        .await?;
+    world
+        .condition(&signed, "Pulled", "False", "SignatureInvalid")
+        .await?;
+    world.greeted("w", "still the signed version").await?;
+    let object = reconcilers(&world.client).get(&signed).await?;
+    assert_eq!(object.data["status"]["digest"], c.as_str());
+
+    // A tag moved to an unsigned digest: refused when named.
+    world.push("greeter-js", "guests/greeter:v1")?;
+    let tagged = format!("tagged-{}", world.ns);
+    world
+        .declare(&tagged, world.spec("guests/greeter:v1", greeter_grant()))
+        .await?;
+    world
+        .condition(&tagged, "Pulled", "False", "SignatureMissing")
+        .await?;
+
+    let refusals = world
+        .host()
+        .metric(r#"reconciler_module_refusals_total{reason="SignatureInvalid"}"#)
+        .await?;
+    ensure!(
+        refusals >= 3.0,
+        "SignatureInvalid refusals counted: {refusals}"
+    );
+    let names = [signed, tagged];
+    let mut all: Vec<String> = names.to_vec();
+    all.extend(refused.iter().map(|(n, _, _)| format!("{n}-{}", world.ns)));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
     world.delete_reconcilers(&refs).await;
     Ok(())
 }

@@ -125,6 +125,17 @@ impl HostConfig {
                 }
             }
         }
+        let mut config = config;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(verify) = config.reconcilers.as_mut().and_then(|r| r.verify.as_mut()) {
+            for key in &mut verify.keys {
+                *key = base.join(&*key);
+            }
+            verify.trusted_keys().map_err(|e| ConfigError::Invalid {
+                path: path.to_owned(),
+                message: format!("reconcilers.verify: {e}"),
+            })?;
+        }
         if let Some(reconcilers) = &config.reconcilers {
             for backend in &reconcilers.allow.backends {
                 if !config.backends.contains_key(backend) {
@@ -178,6 +189,33 @@ pub struct ReconcilerSettings {
     /// Reconcilers it selects, so several hosts can share a cluster. Default: every one.
     #[serde(default)]
     pub selector: Option<String>,
+    /// Signatures every Reconciler's module must carry.
+    #[serde(default)]
+    pub verify: Option<VerifySettings>,
+}
+
+/// `reconcilers.verify`: run a module only when a trusted key signed its manifest digest
+/// (cosign's `sha256-DIGEST.sig`), checked at every pull and every load from the cache.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerifySettings {
+    /// Whether signatures are required (a module without one is refused).
+    #[serde(default)]
+    pub required: bool,
+    /// PEM public keys as `cosign generate-key-pair` writes them (relative paths are taken
+    /// from the configuration file's directory); several at once for key rotation.
+    #[serde(default)]
+    pub keys: Vec<PathBuf>,
+}
+
+impl VerifySettings {
+    /// The trusted keys when signatures are required, or why they cannot be read.
+    pub fn trusted_keys(&self) -> Result<Option<crate::oci::TrustedKeys>, String> {
+        if !self.required {
+            return Ok(None);
+        }
+        crate::oci::TrustedKeys::load(&self.keys, Path::new("/")).map(Some)
+    }
 }
 
 /// The ceiling on a Reconciler's grant (`reconcilers.allow`). Kinds, write targets and

@@ -80,6 +80,7 @@ impl GuestSource for Directory {
             origin: origin.clone(),
             bytes: content.bytes,
             hash: content.hash,
+            signed_by: None,
         })
     }
 

@@ -21,6 +21,9 @@ pub struct ActiveGuest {
     /// The item as it was when this version was admitted (a `Reconciler` at the generation
     /// whose grant this is).
     pub origin: Origin,
+    /// The trusted key whose signature admitted it, for a pulled module when signatures are
+    /// required.
+    pub signed_by: Option<String>,
 }
 
 impl ActiveGuest {
@@ -87,6 +90,7 @@ fn judge(
         grant,
         key,
         origin: origin.clone(),
+        signed_by: None,
     })
 }
 

@@ -336,9 +336,11 @@ impl Guests {
             origin,
             bytes,
             hash,
+            signed_by,
         } = artefact;
-        let result = self.validate(&origin, &bytes).and_then(|active| {
+        let result = self.validate(&origin, &bytes).and_then(|mut active| {
             self.reviews.check(origin.name(), &active)?;
+            active.signed_by = signed_by;
             Ok(active)
         });
         let mut ledger = self.ledger.lock();

@@ -159,6 +159,8 @@ pub struct Artefact {
     pub origin: Origin,
     pub bytes: Vec<u8>,
     pub hash: String,
+    /// The trusted key whose signature admitted a pulled module (`reconcilers.verify`).
+    pub signed_by: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -35,6 +35,10 @@ pub struct FileStatus {
     /// The guest's verdicts in shadow mode, if it ever ran in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<crate::shadow::ShadowReport>,
+    /// The trusted key whose signature admitted the active version (a pulled module, when
+    /// signatures are required).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
     /// The ServiceAccount the active version writes as (`NAMESPACE/NAME`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
@@ -182,6 +186,7 @@ impl Ledger {
             state: entry.state.clone(),
             guest: entry.active.as_ref().map(|a| a.name().to_owned()),
             active_hash: entry.active.as_ref().map(|a| a.loaded.hash.clone()),
+            signed_by: entry.active.as_ref().and_then(|a| a.signed_by.clone()),
             orphaned_finalizer: None,
             mode: entry.active.as_ref().map(|a| a.grant.mode),
             shadow: entry.active.as_ref().and_then(|a| shadows.report(a.name())),
@@ -209,6 +214,7 @@ impl Ledger {
                 orphaned_finalizer: Some(orphan.clone()),
                 mode: None,
                 shadow: None,
+                signed_by: None,
                 service_account: None,
                 access_review: None,
                 recording: false,

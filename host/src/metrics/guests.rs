@@ -145,6 +145,11 @@ struct FileLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostCallLabels {
     guest: String,
     interface: String,
@@ -176,6 +181,7 @@ pub(super) struct GuestFamilies {
     reconcile_duration: HistogramFamily<GuestLabels>,
     loaded: Family<LoadedLabels, Gauge>,
     load_failures: Family<FileLabels, Counter>,
+    module_refusals: Family<ReasonLabels, Counter>,
     instantiate_duration: HistogramFamily<GuestLabels>,
     deadline_hits: Family<GuestLabels, Counter>,
     memory_limit_hits: Family<GuestLabels, Counter>,
@@ -205,6 +211,10 @@ impl GuestFamilies {
             load_failures: r.add(
                 "reconciler_guest_load_failures",
                 "Guest files that failed to compile, validate or pass the grant check",
+            ),
+            module_refusals: r.add(
+                "reconciler_module_refusals",
+                "Modules a Reconciler named that were refused at pull, by the reason its status gives",
             ),
             instantiate_duration: r.seconds(
                 "reconciler_instantiate_duration",
@@ -315,6 +325,14 @@ impl GuestFamilies {
         self.load_failures
             .get_or_create(&FileLabels {
                 file: file.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(super) fn module_refused(&self, reason: &str) {
+        self.module_refusals
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
             })
             .inc();
     }

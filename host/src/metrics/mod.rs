@@ -202,6 +202,12 @@ impl Metrics {
         self.inner.guests.shadow_verdict(guest, agreed);
     }
 
+    /// A pulled module was refused (a Reconciler's): `reason` is its status reason
+    /// (`SignatureMissing`, `TooLarge`, `RegistryNotAllowed`, ...).
+    pub fn module_refused(&self, reason: &str) {
+        self.inner.guests.module_refused(reason);
+    }
+
     /// The guest file `file` could not be loaded (compile, validation or grant failure).
     pub fn guest_load_failed(&self, file: &str) {
         self.inner.guests.load_failed(file);

@@ -255,6 +255,35 @@ impl ModuleCache {
         }
     }
 
+    /// Keeps the signatures found for manifest `digest`, to verify again at loads with the
+    /// registry down.
+    pub(super) fn keep_signatures(
+        &self,
+        digest: &str,
+        found: &[super::signatures::Found],
+    ) -> std::io::Result<()> {
+        let json = serde_json::to_vec(found).map_err(std::io::Error::other)?;
+        write_atomically(&self.signatures_path(digest), &json)
+    }
+
+    /// The signatures kept for `digest` (none if none were), to be verified by the caller.
+    pub(super) fn signatures(
+        &self,
+        digest: &str,
+    ) -> std::io::Result<Vec<super::signatures::Found>> {
+        match std::fs::read(self.signatures_path(digest)) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn signatures_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        let safe: String = hex.chars().filter(char::is_ascii_hexdigit).collect();
+        self.root.join("signatures").join(format!("{safe}.json"))
+    }
+
     fn pulled_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         let safe: String = hex.chars().filter(char::is_ascii_hexdigit).collect();

@@ -43,6 +43,7 @@ mod cache;
 mod credentials;
 mod reference;
 mod registry;
+mod signatures;
 
 use std::path::Path;
 use std::time::Duration;
@@ -59,6 +60,7 @@ pub use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
 pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
 pub use registry::Endpoints;
+pub use signatures::TrustedKeys;
 
 /// The layer media type this host pushes.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -139,6 +141,12 @@ pub enum PullError {
         in_use: u64,
         needed: u64,
     },
+    #[error(
+        "{module}: no signature of {digest} was found (signatures are required: reconcilers.verify); sign it with `cosign sign --key KEY` and a key the host trusts"
+    )]
+    SignatureMissing { module: String, digest: String },
+    #[error("{module}: {reason} (reconcilers.verify.keys lists the keys trusted)")]
+    SignatureInvalid { module: String, reason: String },
     #[error("module cache: {0}")]
     Cache(#[from] std::io::Error),
 }
@@ -151,6 +159,8 @@ pub struct Pulled {
     /// Loaded from the cache: the registry said it holds the digest (pinned), or could not be
     /// reached and this same reference pulled it before.
     pub from_cache: bool,
+    /// The trusted key that signed the digest, when signatures are required.
+    pub signed_by: Option<String>,
 }
 
 /// Who asks for a module: the pull Secret whose credentials go with the request, if any. With
@@ -173,6 +183,8 @@ pub struct Puller {
     endpoints: Endpoints,
     /// Manifest digests guests use now: never evicted.
     in_use: parking_lot::Mutex<BTreeSet<String>>,
+    /// When set, a module runs only if one of these keys signed its digest.
+    trusted: Option<TrustedKeys>,
 }
 
 impl Puller {
@@ -185,7 +197,16 @@ impl Puller {
             max_bytes: settings.max_module_bytes(),
             endpoints: Endpoints::default(),
             in_use: parking_lot::Mutex::default(),
+            trusted: None,
         }
+    }
+
+    /// Requires every module to be signed by one of `keys` (checked at every pull, cached or
+    /// not, before anything of it is downloaded or stored).
+    #[must_use]
+    pub fn verifying_with(mut self, keys: Option<TrustedKeys>) -> Self {
+        self.trusted = keys;
+        self
     }
 
     /// Lets redirects and token realms lead to `endpoints` too (`host[:port]`s: the
@@ -212,11 +233,21 @@ impl Puller {
                 digest: digest.to_owned(),
                 bytes,
                 from_cache: true,
+                signed_by: None,
             }),
             None => None,
         };
         let answer = match cached {
-            Some(cached) => session.holds(&cached.digest).await.map(|()| cached),
+            Some(mut cached) => match session.holds(&cached.digest).await {
+                Ok(()) => self
+                    .verify(&mut session, module, &cached.digest)
+                    .await
+                    .map(|by| {
+                        cached.signed_by = by;
+                        cached
+                    }),
+                Err(e) => Err(e),
+            },
             None => self.fetch(&mut session, module).await,
         };
         let pulled = match answer {
@@ -258,11 +289,54 @@ impl Puller {
         if !self.cache.pulled_by(&digest, module, secret)? {
             return Ok(None);
         }
+        let signed_by = match &self.trusted {
+            Some(keys) => {
+                let found = self.cache.signatures(&digest)?;
+                Some(Self::judge(module, keys, &digest, &found)?)
+            }
+            None => None,
+        };
         Ok(self.cache.load(&digest)?.map(|bytes| Pulled {
             digest,
             bytes,
             from_cache: true,
+            signed_by,
         }))
+    }
+
+    /// The trusted key that signed `digest`, asked of the registry (and kept in the cache for
+    /// loads with the registry down); `None` when signatures are not required.
+    async fn verify(
+        &self,
+        session: &mut registry::Session,
+        module: &ModuleRef,
+        digest: &str,
+    ) -> Result<Option<String>, PullError> {
+        let Some(keys) = &self.trusted else {
+            return Ok(None);
+        };
+        let found = signatures::fetch(session, digest).await?;
+        let by = Self::judge(module, keys, digest, &found)?;
+        self.cache.keep_signatures(digest, &found)?;
+        Ok(Some(by))
+    }
+
+    fn judge(
+        module: &ModuleRef,
+        keys: &TrustedKeys,
+        digest: &str,
+        found: &[signatures::Found],
+    ) -> Result<String, PullError> {
+        signatures::check(keys, digest, found).map_err(|refusal| match refusal {
+            signatures::Refusal::Missing => PullError::SignatureMissing {
+                module: module.to_string(),
+                digest: digest.to_owned(),
+            },
+            signatures::Refusal::Invalid(reason) => PullError::SignatureInvalid {
+                module: module.to_string(),
+                reason,
+            },
+        })
     }
 
     /// The component of the manifest `digest` if the cache holds it (verified on read).
@@ -309,6 +383,8 @@ impl Puller {
                 module: name.clone(),
                 reason,
             })?;
+        // Before a byte of the module is downloaded or stored.
+        let signed_by = self.verify(session, module, &digest).await?;
         let layer_size = u64::try_from(parts.layer.size).unwrap_or(u64::MAX);
         if layer_size > self.max_bytes {
             return Err(PullError::TooLarge {
@@ -367,6 +443,7 @@ impl Puller {
             digest,
             bytes: layer,
             from_cache: false,
+            signed_by,
         })
     }
 }

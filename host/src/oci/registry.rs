@@ -319,7 +319,7 @@ impl Session {
         }
     }
 
-    fn failed(&self, error: String) -> PullError {
+    pub(super) fn failed(&self, error: String) -> PullError {
         PullError::Registry {
             module: self.module.clone(),
             error,

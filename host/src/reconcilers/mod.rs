@@ -66,12 +66,14 @@ struct Shared {
 impl Objects {
     /// Starts following the `Reconciler` objects with `client`; pulls through a [`Puller`] on
     /// `cache_dir` with the configuration's registry settings, reading pull Secrets from
-    /// `namespace` (the host's). Returns the source and its status writer.
+    /// `namespace` (the host's); pulls refused are counted in `metrics`. Returns the source
+    /// and its status writer.
     pub fn start(
         client: kube::Client,
         config: &HostConfig,
         cache_dir: &Path,
         namespace: String,
+        metrics: &crate::metrics::Metrics,
     ) -> (Self, StatusWriter) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &spec::api_resource());
         let writer = reflector::store::Writer::new(spec::api_resource());
@@ -89,7 +91,9 @@ impl Objects {
         let endpoints = Endpoints::new(allowed.iter().map(|r| r.registry().to_owned()));
         let shared = Arc::new(Shared {
             records: Arc::new(Mutex::new(Records::new(
-                Puller::new(&config.registries, cache_dir, false).redirecting_to(endpoints),
+                Puller::new(&config.registries, cache_dir, false)
+                    .redirecting_to(endpoints)
+                    .verifying_with(trusted_keys(config)),
                 client.clone(),
                 namespace,
                 config
@@ -98,6 +102,7 @@ impl Objects {
                     .map(|r| r.pull_secrets.clone())
                     .unwrap_or_default(),
                 allowed,
+                metrics.clone(),
             ))),
             changed: Notify::new(),
             status_changed: Notify::new(),
@@ -229,4 +234,17 @@ impl Changes for Watching {
     fn retry_in(&mut self, after: Duration) {
         self.retry = Some(tokio::time::Instant::now() + after);
     }
+}
+
+/// The keys Reconcilers' modules must be signed with, if signatures are required. The
+/// configuration's parse read them already; a key unreadable now refuses every module (fails
+/// closed) rather than running unsigned ones.
+fn trusted_keys(config: &HostConfig) -> Option<crate::oci::TrustedKeys> {
+    let verify = config.reconcilers.as_ref()?.verify.as_ref()?;
+    verify.trusted_keys().unwrap_or_else(|e| {
+        tracing::error!(
+            "reconcilers.verify: {e}; every Reconciler's module is refused until it is fixed"
+        );
+        Some(crate::oci::TrustedKeys::none())
+    })
 }

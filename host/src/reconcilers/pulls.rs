@@ -35,6 +35,8 @@ pub(super) struct Records {
     allowed_secrets: BTreeSet<String>,
     /// The only registries a Reconciler's module may come from (`reconcilers.allow.registries`).
     allowed_registries: Vec<AllowedRegistry>,
+    /// Where refused pulls are counted, by reason.
+    metrics: crate::metrics::Metrics,
     pub objects: BTreeMap<String, Record>,
 }
 
@@ -48,9 +50,9 @@ pub(super) struct Record {
     pub pull: Pull,
     /// The guest set's latest verdict and the generation it judged.
     pub verdict: Option<(i64, Verdict)>,
-    /// The content hash and manifest digest of the version last loaded, so the status names
-    /// what runs by the digest a user pushed, also while a newer spec is refused.
-    loaded: Option<(String, String)>,
+    /// The version last loaded, so the status names what runs by the digest a user pushed
+    /// (and the key that signed it), also while a newer spec is refused.
+    loaded: Option<LoadedVersion>,
 }
 
 impl Spec {
@@ -72,6 +74,13 @@ impl Record {
     }
 }
 
+/// A version of an object's module that the guest set loaded.
+struct LoadedVersion {
+    hash: String,
+    digest: String,
+    signed_by: Option<String>,
+}
+
 /// Where a module came from: its reference and pull Secret. Pulled again only when it changes.
 type PullKey = (ModuleRef, Option<String>);
 
@@ -87,6 +96,8 @@ pub(super) enum Pull {
         digest: String,
         hash: String,
         from_cache: bool,
+        /// The trusted key that signed the digest, when signatures are required.
+        signed_by: Option<String>,
     },
     Failed {
         key: PullKey,
@@ -105,6 +116,7 @@ impl Records {
         namespace: String,
         allowed_secrets: BTreeSet<String>,
         allowed_registries: Vec<AllowedRegistry>,
+        metrics: crate::metrics::Metrics,
     ) -> Self {
         Self {
             puller: Arc::new(puller),
@@ -112,6 +124,7 @@ impl Records {
             namespace,
             allowed_secrets,
             allowed_registries,
+            metrics,
             objects: BTreeMap::new(),
         }
     }
@@ -124,8 +137,8 @@ impl Records {
             if let Pull::Pulled { digest, .. } = &record.pull {
                 digests.insert(digest.clone());
             }
-            if let Some((_, digest)) = &record.loaded {
-                digests.insert(digest.clone());
+            if let Some(loaded) = &record.loaded {
+                digests.insert(loaded.digest.clone());
             }
         }
         digests
@@ -180,11 +193,16 @@ impl Records {
                 && let Some(Pull::Pulled {
                     hash: pulled,
                     digest,
+                    signed_by,
                     ..
                 }) = record.current_pull()
                 && pulled == hash
             {
-                record.loaded = Some((hash.clone(), digest.clone()));
+                record.loaded = Some(LoadedVersion {
+                    hash: hash.clone(),
+                    digest: digest.clone(),
+                    signed_by: signed_by.clone(),
+                });
             }
         }
     }
@@ -192,8 +210,14 @@ impl Records {
     /// The manifest digest of object `name`'s version with content `hash`, if it was loaded
     /// from a pull of this host.
     pub fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
-        let (loaded, digest) = self.objects.get(name)?.loaded.as_ref()?;
-        (loaded == hash).then_some(digest.as_str())
+        let loaded = self.objects.get(name)?.loaded.as_ref()?;
+        (loaded.hash == hash).then_some(loaded.digest.as_str())
+    }
+
+    /// The trusted key that signed object `name`'s version with content `hash`, if one did.
+    pub fn signer_of(&self, name: &str, hash: &str) -> Option<&str> {
+        let loaded = self.objects.get(name)?.loaded.as_ref()?;
+        (loaded.hash == hash).then_some(loaded.signed_by.as_deref()?)
     }
 
     /// The content hash of object `name`'s module, if pulled for its current spec.
@@ -250,8 +274,13 @@ impl Records {
             }
             let mut memo = None;
             match record.current_pull() {
-                Some(Pull::Pulled { digest, hash, .. }) => {
-                    memo = Some((digest.clone(), hash.clone()));
+                Some(Pull::Pulled {
+                    digest,
+                    hash,
+                    signed_by,
+                    ..
+                }) => {
+                    memo = Some((digest.clone(), hash.clone(), signed_by.clone()));
                 }
                 Some(Pull::Failed {
                     message, retry_at, ..
@@ -278,13 +307,14 @@ impl Records {
         };
         // Pulled before: the bytes are in the module cache (verified as they are read), not
         // kept in memory; a cache emptied since is pulled again.
-        if let Some((digest, hash)) = memo
+        if let Some((digest, hash, signed_by)) = memo
             && let Ok(Some(bytes)) = puller.cached(&digest)
         {
             return Ok(Artefact {
                 origin: origin.clone(),
                 bytes,
                 hash,
+                signed_by,
             });
         }
         let handle = tokio::runtime::Handle::try_current()
@@ -340,11 +370,15 @@ impl Records {
                     digest: module.digest,
                     hash,
                     from_cache: module.from_cache,
+                    signed_by: module.signed_by,
                 };
             }
             Err((cause, message)) => {
                 tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
-                record.failed(key, cause, message);
+                this.metrics.module_refused(cause);
+                if let Some(record) = this.objects.get_mut(name) {
+                    record.failed(key, cause, message);
+                }
             }
         }
     }
@@ -466,6 +500,8 @@ fn cause(e: &PullError) -> &'static str {
         PullError::Denied { .. } => "PullDenied",
         PullError::NotFound { .. } => "ModuleNotFound",
         PullError::CacheFull { .. } => "CacheFull",
+        PullError::SignatureMissing { .. } => "SignatureMissing",
+        PullError::SignatureInvalid { .. } => "SignatureInvalid",
         PullError::Unreachable { .. } | PullError::Registry { .. } | PullError::Cache(_) => {
             "PullFailed"
         }

@@ -3,12 +3,13 @@
 //!
 //! | condition | `True` | `False` (reason) |
 //! |---|---|---|
-//! | `Pulled` | the module of this spec is pulled (`Pulled`, or `FromCache`) | `PullFailed`, `ModuleNotFound`, `PullDenied`, `PullSecretInvalid`, `DigestMismatch`, `TooLarge`, `NotAComponent` |
+//! | `Pulled` | the module of this spec is pulled (`Pulled`, or `FromCache`) | `PullFailed`, `ModuleNotFound`, `PullDenied`, `PullSecretInvalid`, `RegistryNotAllowed`, `DigestMismatch`, `TooLarge`, `NotAComponent`, `CacheFull`, `SignatureMissing`, `SignatureInvalid` |
 //! | `Loaded` | the guest set runs this spec's module with this spec's grant | the refusal's cause: `NotAComponent`, `WrongWorld`, `ManifestRefused`, `BeyondGrant`, `GrantBeyondAllowed`, `NameConflict`, ... |
 //! | `Ready` | both | the first that is not; `InvalidSpec` for a spec the host cannot run |
 //!
 //! `Unknown` (reason `Pending`) while a spec is being pulled or judged. `status.digest`,
-//! `status.guest` and `status.mode` name the version running now, which after a refusal is the
+//! `status.guest`, `status.signedBy` (the trusted key that signed it, when signatures are
+//! required) and `status.mode` name the version running now, which after a refusal is the
 //! last good one (the `Ready` message says so); `status.observedGeneration` the generation the
 //! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts.
 //! An event is recorded on the object whenever `Ready` changes status or reason.
@@ -97,6 +98,11 @@ impl StatusWriter {
                             .as_deref()
                             .and_then(|h| records.digest_of(&name, h))
                             .map(str::to_owned),
+                        signed_by: s
+                            .active_hash
+                            .as_deref()
+                            .and_then(|h| records.signer_of(&name, h))
+                            .map(str::to_owned),
                         mode: s.mode,
                     });
                     let shadow = running
@@ -129,6 +135,7 @@ fn running<'a>(statuses: &'a [FileStatus], name: &str) -> Option<&'a FileStatus>
 struct Running {
     guest: String,
     digest: Option<String>,
+    signed_by: Option<String>,
     mode: Option<crate::shadow::Mode>,
 }
 
@@ -165,7 +172,10 @@ fn desired(
         (
             Ok(_),
             Some(Pull::Pulled {
-                digest, from_cache, ..
+                digest,
+                from_cache,
+                signed_by,
+                ..
             }),
         ) => {
             let (reason, how) = if *from_cache {
@@ -173,7 +183,11 @@ fn desired(
             } else {
                 ("Pulled", "from the registry")
             };
-            Decided::new("True", reason, format!("{digest}, {how}"))
+            let signed = signed_by
+                .as_ref()
+                .map(|key| format!(", signed by {key}"))
+                .unwrap_or_default();
+            Decided::new("True", reason, format!("{digest}, {how}{signed}"))
         }
         (Ok(_), Some(Pull::Failed { cause, message, .. })) => {
             Decided::new("False", cause, message.clone())
@@ -236,6 +250,7 @@ fn desired(
     Some(json!({
         "observedGeneration": observed,
         "digest": running.and_then(|r| r.digest.clone()),
+        "signedBy": running.and_then(|r| r.signed_by.clone()),
         "guest": running.map(|r| r.guest.clone()),
         "mode": running.and_then(|r| r.mode),
         "shadow": shadow.map(|s| json!({"agreements": s.agreements, "differences": s.diffs})),

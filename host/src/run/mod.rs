@@ -172,6 +172,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &client,
         &kube_config,
         cache_dir,
+        &metrics,
     )?;
     let guests = Guests::new(
         sources,
@@ -195,9 +196,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         readiness.clone(),
         ownership.status(),
     )?;
-    let from = dir.as_ref().map(|d| d.display().to_string());
-    tracing::info!(%addr, guests = from.as_deref().unwrap_or("-"), reconcilers = config.reconcilers.is_some(),
-        "reconciler-host serving /healthz /readyz /metrics /guests");
+    tracing::info!(%addr, guests = %dir.as_ref().map_or("-".into(), |d| d.display().to_string()),
+        reconcilers = config.reconcilers.is_some(), "reconciler-host serving /healthz /readyz /metrics /guests");
     // One replica writes the Reconcilers' status: the one that coordinates (see `Manager::set_owned`).
     let (status_writes, writes) = tokio::sync::watch::channel(false);
     let status_task = reconciler_status.map(|writer| {
@@ -315,6 +315,7 @@ fn guest_sources(
     client: &kube::Client,
     kube_config: &kube::Config,
     cache_dir: Option<PathBuf>,
+    metrics: &Metrics,
 ) -> anyhow::Result<(Sources, Option<crate::reconcilers::StatusWriter>)> {
     let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
     if let Some(dir) = dir {
@@ -328,8 +329,13 @@ fn guest_sources(
             .namespace
             .clone()
             .unwrap_or_else(|| kube_config.default_namespace.clone());
-        let (objects, writer) =
-            crate::reconcilers::Objects::start(client.clone(), config, &modules, namespace);
+        let (objects, writer) = crate::reconcilers::Objects::start(
+            client.clone(),
+            config,
+            &modules,
+            namespace,
+            metrics,
+        );
         sources.push(Box::new(objects));
         status = Some(writer);
     }

@@ -38,6 +38,7 @@ impl GuestSource for Objects {
             origin: origin.clone(),
             bytes: bytes.clone(),
             hash: reconciler_host::runtime::content_hash(bytes),
+            signed_by: None,
         })
     }
 

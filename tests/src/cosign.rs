@@ -1,0 +1,62 @@
+//! The real `cosign` CLI, built once from the Go module proxy by `tools/cosign/build.sh` (cached
+//! like the control plane), for the signed-guest tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, ensure};
+
+use crate::paths::repo_root;
+
+/// The `cosign` binary, built first if the cache lacks it.
+pub fn cosign() -> Result<PathBuf> {
+    let script = repo_root().join("tools/cosign/build.sh");
+    let built = Command::new(&script)
+        .status()
+        .context("tools/cosign/build.sh")?;
+    ensure!(built.success(), "tools/cosign/build.sh failed");
+    let out = Command::new(&script).arg("--print").output()?;
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+/// `cosign generate-key-pair` in `dir` with an empty password: `dir/PREFIX.key` and
+/// `dir/PREFIX.pub`; the public key's path.
+pub fn generate_key_pair(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    let out = Command::new(cosign()?)
+        .args(["generate-key-pair", "--output-key-prefix", prefix])
+        .current_dir(dir)
+        .env("COSIGN_PASSWORD", "")
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "cosign generate-key-pair: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(dir.join(format!("{prefix}.pub")))
+}
+
+/// `cosign sign` of `image` (`HOST:PORT/REPO@sha256:…`, a plain-HTTP registry) with the private
+/// key beside `public` (`PREFIX.key`), no transparency log; `docker_config` is a directory
+/// holding the registry's credentials as `config.json`.
+pub fn sign(image: &str, public: &Path, docker_config: &Path) -> Result<()> {
+    let key = public.with_extension("key");
+    let out = Command::new(cosign()?)
+        .args([
+            "sign",
+            "--yes",
+            "--tlog-upload=false",
+            "--allow-http-registry",
+        ])
+        .arg("--key")
+        .arg(&key)
+        .arg(image)
+        .env("COSIGN_PASSWORD", "")
+        .env("DOCKER_CONFIG", docker_config)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "cosign sign {image}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
