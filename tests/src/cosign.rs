@@ -7,6 +7,7 @@ use std::process::Command;
 use anyhow::{Context, Result, ensure};
 
 use crate::paths::repo_root;
+use crate::registry::PrivateRegistry;
 
 /// The `cosign` binary, built first if the cache lacks it.
 pub fn cosign() -> Result<PathBuf> {
@@ -17,6 +18,21 @@ pub fn cosign() -> Result<PathBuf> {
     ensure!(built.success(), "tools/cosign/build.sh failed");
     let out = Command::new(&script).arg("--print").output()?;
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+/// A directory holding `config.json` with `registry`'s credentials, as cosign (and every
+/// docker-config client) reads them from `DOCKER_CONFIG`.
+pub fn docker_config(registry: &PrivateRegistry) -> Result<tempfile::TempDir> {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir()?;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        registry.username(),
+        registry.password()
+    ));
+    let config = serde_json::json!({"auths": {registry.address(): {"auth": auth}}});
+    std::fs::write(dir.path().join("config.json"), config.to_string())?;
+    Ok(dir)
 }
 
 /// `cosign generate-key-pair` in `dir` with an empty password: `dir/PREFIX.key` and

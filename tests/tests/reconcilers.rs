@@ -1094,20 +1094,6 @@ async fn with_the_registry_down_a_restarted_host_loads_its_guests_from_the_cache
     Ok(())
 }
 
-/// A docker `config.json` directory with this test registry's credentials, for cosign.
-fn docker_config(world: &World) -> Result<tempfile::TempDir> {
-    use base64::Engine as _;
-    let dir = tempfile::tempdir()?;
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
-        "{}:{}",
-        world.registry.username(),
-        world.registry.password()
-    ));
-    let config = json!({"auths": {world.registry.address(): {"auth": auth}}});
-    std::fs::write(dir.path().join("config.json"), config.to_string())?;
-    Ok(dir)
-}
-
 /// Copies the cosign signature tag of digest `from` onto digest `to` (curl against the
 /// registry's API): a valid signature, by a trusted key, of another digest.
 fn copy_signature(world: &World, repo: &str, from: &str, to: &str) -> Result<()> {
@@ -1159,7 +1145,7 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
     let keys = tempfile::tempdir()?;
     let trusted = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "trusted")?;
     let other = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "other")?;
-    let config = docker_config(&world)?;
+    let config = reconciler_host_tests::cosign::docker_config(&world.registry)?;
     let c = world.push("greeter-c", "guests/greeter:v1")?;
     let js = world.push("greeter-js", "guests/greeter:js")?;
     let go = world.push("greeter-go", "guests/greeter:go")?;

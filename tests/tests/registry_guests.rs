@@ -77,6 +77,11 @@ impl<'a> Session<'a> {
 
     /// `reconcile` of the greeter fixture with `--guest module`.
     fn reconcile(&self, module: &str, password: &str) -> Result<Output> {
+        self.reconcile_with(module, password, &[])
+    }
+
+    /// As [`Self::reconcile`], with more arguments.
+    fn reconcile_with(&self, module: &str, password: &str, more: &[&str]) -> Result<Output> {
         let objects = repo_root().join(FIXTURE).join("objects.yaml");
         let objects = objects.display().to_string();
         let args = [
@@ -92,7 +97,9 @@ impl<'a> Session<'a> {
             "--now",
             NOW,
         ];
-        with_password(self.command(&args), password)
+        let mut command = self.command(&args);
+        command.args(more);
+        with_password(command, password)
     }
 
     fn blobs(&self) -> Result<usize> {
@@ -234,5 +241,58 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
         "an oversized module left {} blobs",
         s.blobs()?
     );
+    Ok(())
+}
+
+/// `reconcile --verify-key` with the real cosign (built from the Go module proxy): a module
+/// runs only when that key signed its digest, also from the cache with the registry down (the
+/// signatures kept beside it are verified again, not trusted).
+#[tokio::test]
+async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() -> Result<()> {
+    use reconciler_host_tests::cosign::{docker_config, generate_key_pair, sign};
+    let registry = PrivateRegistry::start("signed").await?;
+    let s = Session::new(&registry)?;
+    let keys = tempfile::tempdir()?;
+    let trusted = generate_key_pair(keys.path(), "trusted")?;
+    let other = generate_key_pair(keys.path(), "other")?;
+    let signed = s.push(&guest("greeter-c"), &s.module("guests/greeter-c:v1"))?;
+    let unsigned = s.push(&guest("greeter-js"), &s.module("guests/greeter-js:v1"))?;
+    let config = docker_config(&registry)?;
+    sign(
+        &format!("{}/guests/greeter-c@{signed}", registry.address()),
+        &trusted,
+        config.path(),
+    )?;
+    let (trusted, other) = (trusted.display().to_string(), other.display().to_string());
+    let signed = format!("{}@{signed}", s.module("guests/greeter-c"));
+    let unsigned = format!("{}@{unsigned}", s.module("guests/greeter-js"));
+    let password = registry.password();
+    assert_greets(
+        &s.reconcile_with(&signed, password, &["--verify-key", &trusted])?,
+        "signed by the trusted key",
+    )?;
+    refused(
+        &s.reconcile_with(&signed, password, &["--verify-key", &other])?,
+        "none made by a trusted key",
+    )?;
+    refused(
+        &s.reconcile_with(&unsigned, password, &["--verify-key", &trusted])?,
+        "no signature of",
+    )?;
+    assert_greets(&s.reconcile(&unsigned, password)?, "no key: not checked")?;
+
+    registry.stop().await?;
+    assert_greets(
+        &s.reconcile_with(&signed, password, &["--verify-key", &trusted])?,
+        "signed, registry down",
+    )?;
+    refused(
+        &s.reconcile_with(&signed, password, &["--verify-key", &other])?,
+        "none made by a trusted key",
+    )?;
+    refused(
+        &s.reconcile_with(&unsigned, password, &["--verify-key", &trusted])?,
+        "no signature of",
+    )?;
     Ok(())
 }
