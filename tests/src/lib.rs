@@ -34,9 +34,9 @@
 //! 10 minutes on 2 cores, cached under `.cache/control-plane/`); starting a control plane then
 //! takes a few seconds, and reusing the shared one costs one `/readyz` request.
 
+pub mod clients;
 pub mod cluster;
 pub mod control_plane;
-pub mod cosign;
 pub mod host;
 pub mod manifests;
 pub mod namespace;

@@ -1143,16 +1143,16 @@ fn copy_signature(world: &World, repo: &str, from: &str, to: &str) -> Result<()>
 async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
     let mut world = World::new("rec-signed").await?;
     let keys = tempfile::tempdir()?;
-    let trusted = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "trusted")?;
-    let other = reconciler_host_tests::cosign::generate_key_pair(keys.path(), "other")?;
-    let config = reconciler_host_tests::cosign::docker_config(&world.registry)?;
+    let trusted = reconciler_host_tests::clients::generate_key_pair(keys.path(), "trusted")?;
+    let other = reconciler_host_tests::clients::generate_key_pair(keys.path(), "other")?;
+    let config = reconciler_host_tests::clients::docker_config(&world.registry)?;
     let c = world.push("greeter-c", "guests/greeter:v1")?;
     let js = world.push("greeter-js", "guests/greeter:js")?;
     let go = world.push("greeter-go", "guests/greeter:go")?;
     let copied = world.push("greeter-go-preinit", "guests/greeter:preinit")?;
     let image = |digest: &str| format!("{}/guests/greeter@{digest}", world.registry.address());
-    reconciler_host_tests::cosign::sign(&image(&c), &trusted, config.path())?;
-    reconciler_host_tests::cosign::sign(&image(&go), &other, config.path())?;
+    reconciler_host_tests::clients::sign(&image(&c), &trusted, config.path())?;
+    reconciler_host_tests::clients::sign(&image(&go), &other, config.path())?;
     copy_signature(&world, "guests/greeter", &c, &copied)?;
     world.verify_keys.push(trusted.clone());
     world.start_host("").await?;

@@ -249,7 +249,7 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
 /// signatures kept beside it are verified again, not trusted).
 #[tokio::test]
 async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() -> Result<()> {
-    use reconciler_host_tests::cosign::{docker_config, generate_key_pair, sign};
+    use reconciler_host_tests::clients::{docker_config, generate_key_pair, sign};
     let registry = PrivateRegistry::start("signed").await?;
     let s = Session::new(&registry)?;
     let keys = tempfile::tempdir()?;
@@ -293,6 +293,77 @@ async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() ->
     refused(
         &s.reconcile_with(&unsigned, password, &["--verify-key", &trusted])?,
         "no signature of",
+    )?;
+    Ok(())
+}
+
+/// Interoperability with `oras` (v1.3.6, built from the Go module proxy): what `reconciler-host
+/// push` wrote comes out of a plain `oras pull` byte for byte (its layer carries the title
+/// annotation oras writes files by), and a guest `oras push` wrote in the CNCF layout is pulled
+/// and runs.
+#[tokio::test]
+async fn oras_pulls_what_the_host_pushed_and_the_host_runs_what_oras_pushed() -> Result<()> {
+    let oras = reconciler_host_tests::clients::oras()?;
+    let registry = PrivateRegistry::start("oras").await?;
+    let s = Session::new(&registry)?;
+    let login = [
+        "--plain-http".to_owned(),
+        "--username".into(),
+        registry.username().into(),
+        "--password".into(),
+        registry.password().into(),
+    ];
+    let file = guest("greeter-c");
+    s.push(&file, &s.module("guests/greeter-c:v1"))?;
+    let out = tempfile::tempdir()?;
+    let pulled = Command::new(&oras)
+        .arg("pull")
+        .args(&login)
+        .arg(format!("{}/guests/greeter-c:v1", registry.address()))
+        .arg("--output")
+        .arg(out.path())
+        .output()?;
+    ensure!(
+        pulled.status.success(),
+        "oras pull: {}",
+        String::from_utf8_lossy(&pulled.stderr)
+    );
+    ensure!(
+        std::fs::read(out.path().join("greeter-c.wasm"))? == std::fs::read(&file)?,
+        "oras pull did not write the component byte for byte"
+    );
+
+    // oras push in the CNCF layout: a Wasm config naming the layer, one application/wasm layer.
+    let work = tempfile::tempdir()?;
+    std::fs::copy(&file, work.path().join("greeter.wasm"))?;
+    let digest = format!(
+        "sha256:{:x}",
+        <sha2::Sha256 as sha2::Digest>::digest(std::fs::read(&file)?)
+    );
+    let config =
+        serde_json::json!({"architecture": "wasm", "os": "wasip2", "layerDigests": [digest]});
+    std::fs::write(work.path().join("config.json"), config.to_string())?;
+    let pushed = Command::new(&oras)
+        .current_dir(work.path())
+        .arg("push")
+        .args(&login)
+        .args([
+            "--artifact-type",
+            "application/vnd.wasm.config.v0+json",
+            "--config",
+            "config.json:application/vnd.wasm.config.v0+json",
+        ])
+        .arg(format!("{}/guests/oras-pushed:v1", registry.address()))
+        .arg("greeter.wasm:application/wasm")
+        .output()?;
+    ensure!(
+        pushed.status.success(),
+        "oras push: {}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    assert_greets(
+        &s.reconcile(&s.module("guests/oras-pushed:v1"), registry.password())?,
+        "pushed by oras",
     )?;
     Ok(())
 }

@@ -81,13 +81,16 @@ pub fn config(layer_digest: &str, interfaces: &ComponentInterfaces) -> Vec<u8> {
 }
 
 /// The image manifest: the config and exactly one `application/wasm` layer.
-pub fn manifest(config: (&str, usize), layer: (&str, usize)) -> Vec<u8> {
+/// The layer carries `org.opencontainers.image.title` (`title`, a file name): `oras pull` writes
+/// only titled layers, under that name.
+pub fn manifest(config: (&str, usize), layer: (&str, usize), title: &str) -> Vec<u8> {
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": OCI_IMAGE_MEDIA_TYPE,
         "artifactType": WASM_CONFIG,
         "config": {"mediaType": WASM_CONFIG, "digest": config.0, "size": config.1},
-        "layers": [{"mediaType": WASM_LAYER, "digest": layer.0, "size": layer.1}],
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer.0, "size": layer.1,
+            "annotations": {"org.opencontainers.image.title": title}}],
     });
     serde_json::to_vec(&manifest).unwrap_or_default()
 }
@@ -144,7 +147,7 @@ mod tests {
         let layer = sha256_digest(b"component");
         let config = config(&layer, &ComponentInterfaces::default());
         let config_digest = sha256_digest(&config);
-        let raw = manifest((&config_digest, config.len()), (&layer, 9));
+        let raw = manifest((&config_digest, config.len()), (&layer, 9), "module.wasm");
         let parts = parse_manifest(&raw).unwrap();
         assert_eq!(
             (parts.config.digest.as_str(), parts.layer.digest.as_str()),

@@ -370,6 +370,7 @@ mod tests {
         let raw = manifest(
             (&sha256_digest(&config), config.len()),
             (&layer_digest, layer.len()),
+            "module.wasm",
         );
         let digest = sha256_digest(&raw);
         assert_eq!(cache.load(&digest).unwrap(), None);
@@ -406,6 +407,7 @@ mod tests {
         let raw = manifest(
             (&sha256_digest(&config), config.len()),
             (&layer_digest, layer.len()),
+            "module.wasm",
         );
         vec![
             (sha256_digest(&raw), raw),

@@ -515,7 +515,17 @@ pub async fn push(
     let layer_digest = artifact::sha256_digest(bytes);
     let config = artifact::config(&layer_digest, interfaces);
     let config_digest = artifact::sha256_digest(&config);
-    let manifest = artifact::manifest((&config_digest, config.len()), (&layer_digest, bytes.len()));
+    // `oras pull` writes a layer under its title: the repository's last segment, as `.wasm`.
+    let repository = reference.repository();
+    let title = format!(
+        "{}.wasm",
+        repository.rsplit('/').next().unwrap_or(repository)
+    );
+    let manifest = artifact::manifest(
+        (&config_digest, config.len()),
+        (&layer_digest, bytes.len()),
+        &title,
+    );
     client
         .store_auth_if_needed(reference.resolve_registry(), &auth)
         .await;
@@ -677,6 +687,7 @@ mod tests {
         let manifest = artifact::manifest(
             (&artifact::sha256_digest(&config), config.len()),
             (&layer_digest, layer.len()),
+            "module.wasm",
         );
         (manifest, config, layer)
     }
@@ -905,6 +916,7 @@ mod tests {
         let mut manifest: serde_json::Value = serde_json::from_slice(&artifact::manifest(
             (&config_digest, config.len()),
             (&layer_digest, layer.len()),
+            "module.wasm",
         ))
         .unwrap();
         let url = format!("http://{elsewhere}/blob");

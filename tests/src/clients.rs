@@ -1,5 +1,6 @@
-//! The real `cosign` CLI, built once from the Go module proxy by `tools/cosign/build.sh` (cached
-//! like the control plane), for the signed-guest tests.
+//! The field's registry clients, built once from the Go module proxy by `tools/clients/build.sh`
+//! (cached like the control plane): the real `cosign` the signed-guest tests sign with, and
+//! `oras` for interoperability.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,12 +12,22 @@ use crate::registry::PrivateRegistry;
 
 /// The `cosign` binary, built first if the cache lacks it.
 pub fn cosign() -> Result<PathBuf> {
-    let script = repo_root().join("tools/cosign/build.sh");
+    client("cosign")
+}
+
+/// The `oras` binary, built first if the cache lacks it.
+pub fn oras() -> Result<PathBuf> {
+    client("oras")
+}
+
+fn client(name: &str) -> Result<PathBuf> {
+    let script = repo_root().join("tools/clients/build.sh");
     let built = Command::new(&script)
+        .arg(name)
         .status()
-        .context("tools/cosign/build.sh")?;
-    ensure!(built.success(), "tools/cosign/build.sh failed");
-    let out = Command::new(&script).arg("--print").output()?;
+        .context("tools/clients/build.sh")?;
+    ensure!(built.success(), "tools/clients/build.sh {name} failed");
+    let out = Command::new(&script).args([name, "--print"]).output()?;
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
 

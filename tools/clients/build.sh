@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the field's own registry clients, pinned, from the Go module proxy alone (no release
+# downloads): the real tools the signed-guest and interoperability tests run against the host.
+# Each binary lands in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
+# /reconciler-host/clients/<name>-<version>/), keyed by the version, so fresh checkouts and CI
+# runs on the same machine reuse it; a second call with it present returns at once. cosign
+# takes about 10 minutes on the 2-core dev machine, oras about 2, once.
+#
+#   tools/clients/build.sh cosign|oras          # build (or reuse) the pinned version
+#   tools/clients/build.sh cosign|oras --print  # print the binary's path and exit
+#   tools/clients/build.sh all                  # every client
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+case "${1:-}" in
+  cosign) VERSION=v2.6.5 PACKAGE=github.com/sigstore/cosign/v2/cmd/cosign ;;
+  oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras ;;
+  all) for client in cosign oras; do "$HERE/build.sh" "$client"; done; exit 0 ;;
+  *) echo "usage: $0 cosign|oras|all [--print]" >&2; exit 2 ;;
+esac
+NAME=$1
+OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/clients/$NAME-$VERSION
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+if [ "${2:-}" = "--print" ]; then
+  echo "$OUT/$NAME"
+  exit 0
+fi
+
+# Several callers at once (parallel test binaries) wait for one build.
+exec 8>"$OUT/.build.lock"
+flock 8
+if [ -x "$OUT/$NAME" ] && [ "$(cat "$OUT/.built" 2>/dev/null)" = "$VERSION" ]; then
+  echo "$NAME $VERSION already built in $OUT"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
+# The proxy serves modules but not sum.golang.org lookups here; `go install pkg@version` checks
+# every module against the tool's own go.sum.
+export GOSUMDB=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=
+started=$(date +%s)
+GOBIN="$OUT" go install "$PACKAGE@$VERSION"
+echo "$VERSION" > "$OUT/.built"
+echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
