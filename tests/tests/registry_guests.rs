@@ -245,11 +245,15 @@ async fn a_wrong_password_an_unknown_digest_and_an_oversized_module_are_refused_
 }
 
 /// `reconcile --verify-key` with the real cosign (built from the Go module proxy): a module
-/// runs only when that key signed its digest, also from the cache with the registry down (the
-/// signatures kept beside it are verified again, not trusted).
+/// runs only when that key signed its digest — with cosign 2 (a `.sig` tag) or cosign 3 (a
+/// Sigstore bundle in the referrers tag schema, distribution 2.8 having no referrers API) —
+/// also from the cache with the registry down (the signatures kept beside it are verified
+/// again, not trusted).
 #[tokio::test]
 async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() -> Result<()> {
-    use reconciler_host_tests::clients::{docker_config, generate_key_pair, sign};
+    use reconciler_host_tests::clients::{
+        docker_config, generate_key_pair, sign, sign_with_cosign3,
+    };
     let registry = PrivateRegistry::start("signed").await?;
     let s = Session::new(&registry)?;
     let keys = tempfile::tempdir()?;
@@ -257,12 +261,19 @@ async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() ->
     let other = generate_key_pair(keys.path(), "other")?;
     let signed = s.push(&guest("greeter-c"), &s.module("guests/greeter-c:v1"))?;
     let unsigned = s.push(&guest("greeter-js"), &s.module("guests/greeter-js:v1"))?;
+    let bundled = s.push(&guest("greeter-go"), &s.module("guests/greeter-go:v1"))?;
     let config = docker_config(&registry)?;
     sign(
         &format!("{}/guests/greeter-c@{signed}", registry.address()),
         &trusted,
         config.path(),
     )?;
+    sign_with_cosign3(
+        &format!("{}/guests/greeter-go@{bundled}", registry.address()),
+        &trusted,
+        config.path(),
+    )?;
+    let bundled = format!("{}@{bundled}", s.module("guests/greeter-go"));
     let (trusted, other) = (trusted.display().to_string(), other.display().to_string());
     let signed = format!("{}@{signed}", s.module("guests/greeter-c"));
     let unsigned = format!("{}@{unsigned}", s.module("guests/greeter-js"));
@@ -280,11 +291,23 @@ async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() ->
         "no signature of",
     )?;
     assert_greets(&s.reconcile(&unsigned, password)?, "no key: not checked")?;
+    assert_greets(
+        &s.reconcile_with(&bundled, password, &["--verify-key", &trusted])?,
+        "signed by cosign 3",
+    )?;
+    refused(
+        &s.reconcile_with(&bundled, password, &["--verify-key", &other])?,
+        "none made by a trusted key",
+    )?;
 
     registry.stop().await?;
     assert_greets(
         &s.reconcile_with(&signed, password, &["--verify-key", &trusted])?,
         "signed, registry down",
+    )?;
+    assert_greets(
+        &s.reconcile_with(&bundled, password, &["--verify-key", &trusted])?,
+        "signed by cosign 3, registry down",
     )?;
     refused(
         &s.reconcile_with(&signed, password, &["--verify-key", &other])?,

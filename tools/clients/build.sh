@@ -4,19 +4,22 @@
 # Each binary lands in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
 # /reconciler-host/clients/<name>-<version>/), keyed by the version, so fresh checkouts and CI
 # runs on the same machine reuse it; a second call with it present returns at once. cosign
-# takes about 10 minutes on the 2-core dev machine, oras about 2, once.
+# takes about 10 minutes on the 2-core dev machine (cosign3 4 more, sharing its modules), oras
+# under 1, once. cosign3 is cosign 3.x (a binary named `cosign`, in its own directory): it
+# writes Sigstore bundles where 2.x writes `.sig` tags, and the host reads both.
 #
-#   tools/clients/build.sh cosign|oras          # build (or reuse) the pinned version
-#   tools/clients/build.sh cosign|oras --print  # print the binary's path and exit
-#   tools/clients/build.sh all                  # every client
+#   tools/clients/build.sh cosign|cosign3|oras          # build (or reuse) the pinned version
+#   tools/clients/build.sh cosign|cosign3|oras --print  # print the binary's path and exit
+#   tools/clients/build.sh all                          # every client
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case "${1:-}" in
-  cosign) VERSION=v2.6.5 PACKAGE=github.com/sigstore/cosign/v2/cmd/cosign ;;
-  oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras ;;
-  all) for client in cosign oras; do "$HERE/build.sh" "$client"; done; exit 0 ;;
-  *) echo "usage: $0 cosign|oras|all [--print]" >&2; exit 2 ;;
+  cosign) VERSION=v2.6.5 PACKAGE=github.com/sigstore/cosign/v2/cmd/cosign BIN=cosign ;;
+  cosign3) VERSION=v3.1.3 PACKAGE=github.com/sigstore/cosign/v3/cmd/cosign BIN=cosign ;;
+  oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras BIN=oras ;;
+  all) for client in cosign cosign3 oras; do "$HERE/build.sh" "$client"; done; exit 0 ;;
+  *) echo "usage: $0 cosign|cosign3|oras|all [--print]" >&2; exit 2 ;;
 esac
 NAME=$1
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/clients/$NAME-$VERSION
@@ -24,14 +27,14 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 if [ "${2:-}" = "--print" ]; then
-  echo "$OUT/$NAME"
+  echo "$OUT/$BIN"
   exit 0
 fi
 
 # Several callers at once (parallel test binaries) wait for one build.
 exec 8>"$OUT/.build.lock"
 flock 8
-if [ -x "$OUT/$NAME" ] && [ "$(cat "$OUT/.built" 2>/dev/null)" = "$VERSION" ]; then
+if [ -x "$OUT/$BIN" ] && [ "$(cat "$OUT/.built" 2>/dev/null)" = "$VERSION" ]; then
   echo "$NAME $VERSION already built in $OUT"
   exit 0
 fi

@@ -29,6 +29,7 @@ const MAX_SMALL_BODY: u64 = 64 << 10;
 /// A registry's error message is cut to this many characters.
 const MAX_MESSAGE_CHARS: usize = 200;
 const MAX_REDIRECTS: usize = 5;
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
 /// The `host[:port]`s a redirect or a token realm may lead to.
@@ -166,6 +167,23 @@ impl Session {
         read_capped(&mut response, MAX_MANIFEST_BYTES)
             .await
             .map_err(|e| self.body_error(e, "the manifest", MAX_MANIFEST_BYTES))
+    }
+
+    /// The image index at `reference` (a tag or digest), read against [`MAX_MANIFEST_BYTES`].
+    pub async fn index(&mut self, reference: &str) -> Result<Vec<u8>, PullError> {
+        self.read_index(&format!("manifests/{reference}")).await
+    }
+
+    /// The OCI 1.1 referrers of manifest `digest` (an image index), from the referrers API.
+    pub async fn referrers(&mut self, digest: &str) -> Result<Vec<u8>, PullError> {
+        self.read_index(&format!("referrers/{digest}")).await
+    }
+
+    async fn read_index(&mut self, path: &str) -> Result<Vec<u8>, PullError> {
+        let mut response = self.send(Method::GET, path, INDEX_TYPE).await?;
+        read_capped(&mut response, MAX_MANIFEST_BYTES)
+            .await
+            .map_err(|e| self.body_error(e, "the index", MAX_MANIFEST_BYTES))
     }
 
     /// Whether the registry, asked with this session's credentials, holds manifest `digest`:

@@ -6,8 +6,18 @@
 //! (`application/vnd.dev.cosign.simplesigning.v1+json`: JSON naming the signed manifest digest
 //! under `critical.image.docker-manifest-digest`) with the signature, base64 ASN.1 DER ECDSA
 //! P-256 over the payload's SHA-256, in the layer's `dev.cosignproject.cosign/signature`
-//! annotation. A signature counts when one trusted key verifies it *and* its payload names the
-//! module's digest: a valid signature of another digest (copied onto this tag) proves nothing.
+//! annotation.
+//!
+//! cosign 3.x writes a Sigstore bundle instead (`application/vnd.dev.sigstore.bundle.v0.3+json`),
+//! an OCI artifact whose `subject` is the module's manifest: found through the referrers API,
+//! or on registries without it (distribution 2.8) through the referrers tag schema's index at
+//! the tag `sha256-HEX`. Its DSSE envelope carries an in-toto statement whose subject is the
+//! digest and whose predicate type is cosign's signature (`https://sigstore.dev/cosign/sign/v1`),
+//! signed over DSSE's pre-authentication encoding.
+//!
+//! A signature counts when one trusted key verifies it *and* its payload names the module's
+//! digest: a valid signature of another digest (copied onto this tag) proves nothing, nor does
+//! an attestation (another predicate type) that a trusted key made about it.
 //!
 //! Keys are what `cosign generate-key-pair` writes (`cosign.pub`: PKIX PEM, ECDSA P-256).
 //! The crypto is `RustCrypto`'s `p256`; the `sigstore` crate was not taken because it needs
@@ -29,6 +39,15 @@ use super::{PullError, artifact};
 
 /// The media type of a cosign simple-signing payload layer.
 const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The media types of a Sigstore bundle (the artifact and its layer), as cosign 3 writes them
+/// and as earlier bundle versions are named.
+const BUNDLE_TYPES: [&str; 3] = [
+    "application/vnd.dev.sigstore.bundle.v0.3+json",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+];
+/// The in-toto predicate type of cosign's image signature.
+const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The layer annotation holding the base64 signature.
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// At most this many signatures are read per digest; a payload is at most this many bytes.
@@ -86,11 +105,61 @@ impl TrustedKeys {
     }
 }
 
-/// One signature as cosign stores it: the payload and the signature, both base64.
+/// One signature as cosign stores it: the payload and the signature, base64.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Found {
-    payload: String,
-    signature: String,
+#[serde(tag = "format", rename_all = "camelCase")]
+pub(super) enum Found {
+    /// cosign 2.x: a simple-signing payload, signed as it is.
+    #[serde(rename_all = "camelCase")]
+    SimpleSigning { payload: String, signature: String },
+    /// cosign 3.x: a DSSE envelope's payload (an in-toto statement) and type, signed over
+    /// DSSE's pre-authentication encoding.
+    #[serde(rename_all = "camelCase")]
+    Dsse {
+        payload_type: String,
+        payload: String,
+        signature: String,
+    },
+}
+
+impl Found {
+    /// The bytes the signature covers, the signature, and the digest the payload vouches for
+    /// (none when it names none); `None` if it does not decode.
+    fn parts(&self) -> Option<(Vec<u8>, Signature, Option<String>)> {
+        let engine = base64::engine::general_purpose::STANDARD;
+        let (payload, signature) = match self {
+            Self::SimpleSigning { payload, signature }
+            | Self::Dsse {
+                payload, signature, ..
+            } => (
+                engine.decode(payload).ok()?,
+                engine.decode(signature.trim()).ok()?,
+            ),
+        };
+        let signature = Signature::from_der(&signature).ok()?;
+        Some(match self {
+            Self::SimpleSigning { .. } => {
+                let digest = simple_signing_digest(&payload);
+                (payload, signature, digest)
+            }
+            Self::Dsse { payload_type, .. } => {
+                let digest = statement_digest(&payload);
+                (pae(payload_type, &payload), signature, digest)
+            }
+        })
+    }
+}
+
+/// DSSE's pre-authentication encoding: `DSSEv1 LEN(type) type LEN(body) body`.
+fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {payload_type} {} ",
+        payload_type.len(),
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
 }
 
 /// Why no signature admits a digest.
@@ -107,26 +176,19 @@ pub(super) fn check(keys: &TrustedKeys, digest: &str, found: &[Found]) -> Result
     if found.is_empty() {
         return Err(Refusal::Missing);
     }
-    let engine = base64::engine::general_purpose::STANDARD;
     let mut other_digest = None;
     for candidate in found {
-        let (Ok(payload), Ok(signature)) = (
-            engine.decode(&candidate.payload),
-            engine.decode(candidate.signature.trim()),
-        ) else {
-            continue;
-        };
-        let Ok(signature) = Signature::from_der(&signature) else {
+        let Some((signed, signature, vouched)) = candidate.parts() else {
             continue;
         };
         let Some(key) = keys
             .0
             .iter()
-            .find(|k| k.key.verify(&payload, &signature).is_ok())
+            .find(|k| k.key.verify(&signed, &signature).is_ok())
         else {
             continue;
         };
-        match signed_digest(&payload) {
+        match vouched {
             Some(signed) if signed == digest => return Ok(key.name.clone()),
             signed => other_digest = Some(signed.unwrap_or_else(|| "no digest".into())),
         }
@@ -144,7 +206,7 @@ pub(super) fn check(keys: &TrustedKeys, digest: &str, found: &[Found]) -> Result
 }
 
 /// The manifest digest a simple-signing payload names.
-fn signed_digest(payload: &[u8]) -> Option<String> {
+fn simple_signing_digest(payload: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
     value
         .pointer("/critical/image/docker-manifest-digest")?
@@ -152,9 +214,121 @@ fn signed_digest(payload: &[u8]) -> Option<String> {
         .map(ToOwned::to_owned)
 }
 
-/// The signatures the registry holds for `digest` (cosign 2.x's `.sig` tag), each payload read
-/// against its cap and its digest checked; none when the tag does not exist.
+/// The manifest digest an in-toto statement of cosign's signature predicate names (its one
+/// subject); an attestation of another predicate vouches for nothing here.
+fn statement_digest(payload: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    if value["predicateType"] != COSIGN_SIGN_PREDICATE {
+        return Some("no image signature (another predicate type)".into());
+    }
+    let [subject] = value["subject"].as_array()?.as_slice() else {
+        return None;
+    };
+    subject["digest"]["sha256"]
+        .as_str()
+        .map(|hex| format!("sha256:{hex}"))
+}
+
+/// The signatures the registry holds for `digest`: cosign 2.x's and cosign 3.x's.
 pub(super) async fn fetch(session: &mut Session, digest: &str) -> Result<Vec<Found>, PullError> {
+    let mut found = simple_signing(session, digest).await?;
+    found.extend(bundles(session, digest).await?);
+    Ok(found)
+}
+
+/// cosign 3.x's bundles of `digest`: its referrers (the API, else the referrers tag schema's
+/// index) of a bundle artifact type, each manifest's subject checked, each bundle capped.
+async fn bundles(session: &mut Session, digest: &str) -> Result<Vec<Found>, PullError> {
+    let Some(hex) = digest.strip_prefix("sha256:") else {
+        return Ok(Vec::new());
+    };
+    let index = match session.referrers(digest).await {
+        Ok(index) => index,
+        // A registry without the referrers API: the referrers tag schema.
+        Err(PullError::NotFound { .. } | PullError::Registry { .. }) => {
+            match session.index(&format!("sha256-{hex}")).await {
+                Ok(index) => index,
+                Err(PullError::NotFound { .. }) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let index: serde_json::Value = serde_json::from_slice(&index).unwrap_or_default();
+    let referrers = index["manifests"].as_array().cloned().unwrap_or_default();
+    let mut found = Vec::new();
+    for referrer in referrers
+        .iter()
+        .filter(|r| {
+            r["artifactType"]
+                .as_str()
+                .is_some_and(|t| BUNDLE_TYPES.contains(&t))
+        })
+        .take(MAX_SIGNATURES)
+    {
+        let Some(reference) = referrer["digest"].as_str() else {
+            continue;
+        };
+        let manifest = session.manifest(reference).await?;
+        if artifact::sha256_digest(&manifest) != reference {
+            continue;
+        }
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap_or_default();
+        if manifest["subject"]["digest"] != digest {
+            continue;
+        }
+        let Some(layer) = manifest["layers"].as_array().and_then(|l| l.first()) else {
+            continue;
+        };
+        let (Some(media_type), Some(blob)) =
+            (layer["mediaType"].as_str(), layer["digest"].as_str())
+        else {
+            continue;
+        };
+        if !BUNDLE_TYPES.contains(&media_type) {
+            continue;
+        }
+        let mut response = session.blob(blob).await?;
+        let Ok(bundle) = registry::read_capped(&mut response, MAX_PAYLOAD_BYTES).await else {
+            continue;
+        };
+        if artifact::sha256_digest(&bundle) != blob {
+            continue;
+        }
+        found.extend(dsse(&bundle));
+    }
+    Ok(found)
+}
+
+/// The DSSE envelope of a Sigstore bundle, one candidate per signature.
+fn dsse(bundle: &[u8]) -> Vec<Found> {
+    let Ok(bundle) = serde_json::from_slice::<serde_json::Value>(bundle) else {
+        return Vec::new();
+    };
+    let envelope = &bundle["dsseEnvelope"];
+    let (Some(payload_type), Some(payload)) = (
+        envelope["payloadType"].as_str(),
+        envelope["payload"].as_str(),
+    ) else {
+        return Vec::new();
+    };
+    envelope["signatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(MAX_SIGNATURES)
+        .filter_map(|s| s["sig"].as_str())
+        .map(|signature| Found::Dsse {
+            payload_type: payload_type.to_owned(),
+            payload: payload.to_owned(),
+            signature: signature.to_owned(),
+        })
+        .collect()
+}
+
+/// cosign 2.x's signatures of `digest` (the `.sig` tag), each payload read against its cap and
+/// its digest checked; none when the tag does not exist.
+async fn simple_signing(session: &mut Session, digest: &str) -> Result<Vec<Found>, PullError> {
     let Some(hex) = digest.strip_prefix("sha256:") else {
         return Ok(Vec::new());
     };
@@ -185,7 +359,7 @@ pub(super) async fn fetch(session: &mut Session, digest: &str) -> Result<Vec<Fou
         if artifact::sha256_digest(&payload) != blob {
             continue;
         }
-        found.push(Found {
+        found.push(Found::SimpleSigning {
             payload: base64::engine::general_purpose::STANDARD.encode(&payload),
             signature: signature.to_owned(),
         });
@@ -210,10 +384,76 @@ mod tests {
         .unwrap();
         let signature: Signature = key.sign(&payload);
         let engine = base64::engine::general_purpose::STANDARD;
-        Found {
+        Found::SimpleSigning {
             payload: engine.encode(&payload),
             signature: engine.encode(signature.to_der().as_bytes()),
         }
+    }
+
+    /// A cosign 3 bundle's candidate: an in-toto statement of `predicate` about `digest`.
+    fn bundled(key: &SigningKey, digest: &str, predicate: &str) -> Found {
+        let payload = serde_json::to_vec(&serde_json::json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"digest": {"sha256": digest.trim_start_matches("sha256:")}}],
+            "predicateType": predicate, "predicate": {}}))
+        .unwrap();
+        let payload_type = "application/vnd.in-toto+json";
+        let signature: Signature = key.sign(&pae(payload_type, &payload));
+        let engine = base64::engine::general_purpose::STANDARD;
+        Found::Dsse {
+            payload_type: payload_type.into(),
+            payload: engine.encode(&payload),
+            signature: engine.encode(signature.to_der().as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_cosign_3_bundle_counts_only_as_a_signature_of_this_digest() {
+        let key = |n: u8| SigningKey::from_slice(&[n; 32]).unwrap();
+        let (ours, theirs) = (key(1), key(3));
+        let trusted = keys(&[("ours.pub", &ours)]);
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let other = format!("sha256:{}", "b".repeat(64));
+        assert_eq!(
+            check(
+                &trusted,
+                &digest,
+                &[bundled(&ours, &digest, COSIGN_SIGN_PREDICATE)]
+            ),
+            Ok("ours.pub".into())
+        );
+        for (found, why) in [
+            (
+                bundled(&theirs, &digest, COSIGN_SIGN_PREDICATE),
+                "none made by a trusted key",
+            ),
+            (
+                bundled(&ours, &other, COSIGN_SIGN_PREDICATE),
+                "not this digest",
+            ),
+            (
+                bundled(&ours, &digest, "https://slsa.dev/provenance/v1"),
+                "another predicate type",
+            ),
+        ] {
+            assert!(
+                matches!(check(&trusted, &digest, &[found]), Err(Refusal::Invalid(w)) if w.contains(why)),
+                "{why}"
+            );
+        }
+        // The envelope's type is signed too: the same signature under another type fails.
+        let Found::Dsse {
+            payload, signature, ..
+        } = bundled(&ours, &digest, COSIGN_SIGN_PREDICATE)
+        else {
+            unreachable!()
+        };
+        let retyped = Found::Dsse {
+            payload_type: "text/plain".into(),
+            payload,
+            signature,
+        };
+        assert!(check(&trusted, &digest, &[retyped]).is_err());
     }
 
     fn keys(named: &[(&str, &SigningKey)]) -> TrustedKeys {
@@ -258,8 +498,12 @@ mod tests {
             Err(Refusal::Invalid(why)) if why.contains("not this digest")
         ));
         // A payload altered after signing.
-        let mut altered = signed(&ours, &digest);
-        altered.payload = signed(&ours, &other).payload;
+        let (Found::SimpleSigning { signature, .. }, Found::SimpleSigning { payload, .. }) =
+            (signed(&ours, &digest), signed(&ours, &other))
+        else {
+            unreachable!()
+        };
+        let altered = Found::SimpleSigning { payload, signature };
         assert!(matches!(
             check(&trusted, &digest, &[altered]),
             Err(Refusal::Invalid(_))
