@@ -1,6 +1,6 @@
 //! The field's registry clients, built once from the Go module proxy by `tools/clients/build.sh`
-//! (cached like the control plane): the real `cosign` the signed-guest tests sign with, and
-//! `oras` for interoperability.
+//! (cached like the control plane): the real `cosign` (2.x and 3.x) the signed-guest tests sign
+//! with, and `oras` and `wkg` for interoperability.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +13,11 @@ use crate::registry::PrivateRegistry;
 /// The `cosign` binary, built first if the cache lacks it.
 pub fn cosign() -> Result<PathBuf> {
     client("cosign")
+}
+
+/// The `wkg` binary (the Bytecode Alliance's wasm-pkg-tools), built first if the cache lacks it.
+pub fn wkg() -> Result<PathBuf> {
+    client("wkg")
 }
 
 /// The `oras` binary, built first if the cache lacks it.

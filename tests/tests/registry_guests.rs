@@ -390,3 +390,31 @@ async fn oras_pulls_what_the_host_pushed_and_the_host_runs_what_oras_pushed() ->
     )?;
     Ok(())
 }
+
+/// Interoperability with `wkg` (wasm-pkg-tools 0.16.1, from crates.io): a guest `wkg oci push`
+/// wrote is pulled and runs.
+#[tokio::test]
+async fn the_host_runs_what_wkg_pushed() -> Result<()> {
+    let wkg = reconciler_host_tests::clients::wkg()?;
+    let registry = PrivateRegistry::start("wkg").await?;
+    let s = Session::new(&registry)?;
+    let home = tempfile::tempdir()?;
+    let pushed = Command::new(&wkg)
+        // wkg reads and writes its configuration under HOME: a fresh one per test.
+        .env("HOME", home.path())
+        .args(["oci", "push", "--insecure", registry.address()])
+        .args(["-u", registry.username(), "-p", registry.password()])
+        .arg(format!("{}/guests/wkg-pushed:v1", registry.address()))
+        .arg(guest("greeter-c"))
+        .output()?;
+    ensure!(
+        pushed.status.success(),
+        "wkg oci push: {}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    assert_greets(
+        &s.reconcile(&s.module("guests/wkg-pushed:v1"), registry.password())?,
+        "pushed by wkg",
+    )?;
+    Ok(())
+}

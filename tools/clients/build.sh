@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Builds the field's own registry clients, pinned, from the Go module proxy alone (no release
-# downloads): the real tools the signed-guest and interoperability tests run against the host.
+# Builds the field's own registry clients, pinned, from the Go module proxy (cosign, oras) or
+# crates.io (wkg) alone, no release downloads: the real tools the signed-guest and
+# interoperability tests run against the host.
 # Each binary lands in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
 # /reconciler-host/clients/<name>-<version>/), keyed by the version, so fresh checkouts and CI
-# runs on the same machine reuse it; a second call with it present returns at once. cosign
-# takes about 10 minutes on the 2-core dev machine (cosign3 4 more, sharing its modules), oras
-# under 1, once. cosign3 is cosign 3.x (a binary named `cosign`, in its own directory): it
+# runs on the same machine reuse it; a second call with it present returns at once. On the
+# 2-core dev machine, once: cosign 6-10 minutes, cosign3 4 more (sharing its modules), oras
+# under 1, wkg about 5. cosign3 is cosign 3.x (a binary named `cosign`, in its own directory): it
 # writes Sigstore bundles where 2.x writes `.sig` tags, and the host reads both.
 #
-#   tools/clients/build.sh cosign|cosign3|oras          # build (or reuse) the pinned version
-#   tools/clients/build.sh cosign|cosign3|oras --print  # print the binary's path and exit
+#   tools/clients/build.sh cosign|cosign3|oras|wkg          # build (or reuse) the pinned version
+#   tools/clients/build.sh cosign|cosign3|oras|wkg --print  # print the binary's path and exit
 #   tools/clients/build.sh all                          # every client
 set -euo pipefail
 
@@ -18,8 +19,9 @@ case "${1:-}" in
   cosign) VERSION=v2.6.5 PACKAGE=github.com/sigstore/cosign/v2/cmd/cosign BIN=cosign ;;
   cosign3) VERSION=v3.1.3 PACKAGE=github.com/sigstore/cosign/v3/cmd/cosign BIN=cosign ;;
   oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras BIN=oras ;;
-  all) for client in cosign cosign3 oras; do "$HERE/build.sh" "$client"; done; exit 0 ;;
-  *) echo "usage: $0 cosign|cosign3|oras|all [--print]" >&2; exit 2 ;;
+  wkg) VERSION=0.16.1 PACKAGE=wkg BIN=bin/wkg ;;
+  all) for client in cosign cosign3 oras wkg; do "$HERE/build.sh" "$client"; done; exit 0 ;;
+  *) echo "usage: $0 cosign|cosign3|oras|wkg|all [--print]" >&2; exit 2 ;;
 esac
 NAME=$1
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/clients/$NAME-$VERSION
@@ -39,11 +41,19 @@ if [ -x "$OUT/$BIN" ] && [ "$(cat "$OUT/.built" 2>/dev/null)" = "$VERSION" ]; th
   exit 0
 fi
 
+started=$(date +%s)
+if [ "$NAME" = wkg ]; then
+  # A Rust tool: crates.io, its own lock file, its own target directory (not the workspace's).
+  CARGO_TARGET_DIR="$OUT/target" cargo install --quiet --locked --root "$OUT" "$PACKAGE" --version "$VERSION"
+  rm -rf "$OUT/target"
+  echo "$VERSION" > "$OUT/.built"
+  echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
+  exit 0
+fi
 command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
 # The proxy serves modules but not sum.golang.org lookups here; `go install pkg@version` checks
 # every module against the tool's own go.sum.
 export GOSUMDB=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=
-started=$(date +%s)
 GOBIN="$OUT" go install "$PACKAGE@$VERSION"
 echo "$VERSION" > "$OUT/.built"
 echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
