@@ -339,8 +339,15 @@ impl Puller {
         })
     }
 
-    /// The component of the manifest `digest` if the cache holds it (verified on read).
-    pub fn cached(&self, digest: &str) -> Result<Option<Vec<u8>>, PullError> {
+    /// The component of the manifest `digest` that `module` pulled before, if the cache holds
+    /// it (verified on read) and, when signatures are required, the signatures kept beside it
+    /// still show a trusted key's: checked again at this load as at every other, so that no
+    /// path loads a module whose signature was not verified by this process.
+    pub fn cached(&self, module: &ModuleRef, digest: &str) -> Result<Option<Vec<u8>>, PullError> {
+        if let Some(keys) = &self.trusted {
+            let found = self.cache.signatures(digest)?;
+            Self::judge(module, keys, digest, &found)?;
+        }
         Ok(self.cache.load(digest)?)
     }
 
@@ -412,7 +419,7 @@ impl Puller {
         if !layer.starts_with(COMPONENT_PREAMBLE) {
             return Err(PullError::NotAWasmArtifact {
                 module: name,
-                reason: "the layer is not a Wasm component (its first bytes are not a component's preamble)".into(),
+                reason: "the layer is not a WebAssembly component (a core module, or other bytes: its first eight bytes are not a component's preamble)".into(),
             });
         }
         let blobs = [

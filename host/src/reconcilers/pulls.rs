@@ -308,7 +308,7 @@ impl Records {
         // Pulled before: the bytes are in the module cache (verified as they are read), not
         // kept in memory; a cache emptied since is pulled again.
         if let Some((digest, hash, signed_by)) = memo
-            && let Ok(Some(bytes)) = puller.cached(&digest)
+            && let Ok(Some(bytes)) = puller.cached(&key.0, &digest)
         {
             return Ok(Artefact {
                 origin: origin.clone(),
