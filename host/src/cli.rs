@@ -259,7 +259,7 @@ pub fn main() -> ExitCode {
                     now,
                 };
                 let output = run.reconcile().await?;
-                println!("{}", serde_json::to_string_pretty(&output)?);
+                out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
                 Ok(())
             }
             Command::New { lang, name, dir } => new_guest(lang, &name, dir),
@@ -284,11 +284,31 @@ pub fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): end quietly, with the status a tool killed by
+        // SIGPIPE has, as Unix tools do.
+        Err(e) if closed_pipe(&e) => ExitCode::from(141),
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is a write to a standard output whose reader has gone.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Writes `text` to standard output. Unlike `print!`, which panics when the reader has gone,
+/// a closed pipe is an error the caller returns (and `main` ends on quietly).
+fn out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
 }
 
 fn new_guest(
@@ -298,12 +318,12 @@ fn new_guest(
 ) -> anyhow::Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     let written = crate::scaffold::write(lang, name, &dir)?;
-    println!(
-        "wrote {} files into {}; next: {}/build.sh (see its README.md)",
+    out(&format!(
+        "wrote {} files into {}; next: {}/build.sh (see its README.md)\n",
         written.len(),
         dir.display(),
         dir.display()
-    );
+    ))?;
     Ok(())
 }
 
@@ -358,11 +378,11 @@ async fn rbac(
         Box::new(crate::rbac::Guess)
     };
     let objects = crate::rbac::objects(&config_file, only.as_ref(), resources.as_ref(), options);
-    println!(
-        "# The RBAC the grants in {} need, printed by `reconciler-host rbac`: regenerate, do not edit.",
-        config.display()
-    );
-    print!("{}", crate::rbac::to_yaml(&objects)?);
+    out(&format!(
+        "# The RBAC the grants in {} need, printed by `reconciler-host rbac`: regenerate, do not edit.\n{}",
+        config.display(),
+        crate::rbac::to_yaml(&objects)?
+    ))?;
     Ok(())
 }
 
@@ -458,7 +478,7 @@ async fn push(
         loaded.manifest.name,
         bytes.len()
     );
-    println!("{digest}");
+    out(&format!("{digest}\n"))?;
     Ok(())
 }
 
@@ -487,7 +507,7 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
     };
     let refused = grant.get("granted") == Some(&json!(false));
     let report = json!({ "file": loaded.file, "sha256": loaded.hash, "world": world, "manifest": manifest, "grant": grant });
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     if refused {
         bail!(
             "{} would be refused: {}",
@@ -501,7 +521,7 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
 /// `reconcile --replay`: prints the replay; an error (exit 1) when it diverged.
 async fn replay_record(replay: crate::offline_runner::OfflineReplay) -> anyhow::Result<()> {
     let output = replay.replay().await?;
-    println!("{}", serde_json::to_string_pretty(&output)?);
+    out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
     if output["replay"]["identical"] != true {
         anyhow::bail!(
             "the replay diverged from the record: {}",

@@ -431,3 +431,26 @@ fn offline_a_file_gets_the_grant_of_its_own_name_not_of_the_name_it_declares() {
         "guest `widget@evil` may not read v1/Secret: add it to guests.widget@evil.read in the host configuration"
     );
 }
+
+/// `reconciler-host check guest.wasm | head` with the reader gone before the output is written
+/// (its read end closed at once): the command ends quietly with a closed pipe's status, as
+/// Unix tools do, never a panic and a backtrace.
+#[test]
+fn a_reader_gone_away_ends_the_command_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .arg("check")
+        .arg(common::guest("widget"))
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("error"),
+        "{stderr}"
+    );
+}

@@ -577,6 +577,7 @@ async fn process_next(
     true
 }
 
+#[derive(Debug, PartialEq, Eq)]
 enum Next {
     Done {
         requeue_after: Option<Duration>,
@@ -753,6 +754,56 @@ mod tests {
     /// ticks does; `end` must wait for each. (The pattern it replaced, workers in a `JoinSet`
     /// inside the aborted starter task, let a worker run on after the stop in 19 of 20 tries of
     /// this same loop.)
+    /// What the queue does after each way a reconcile can end: a success requeues only when
+    /// the guest asked, a 409 on any write retries whatever the guest returned, a permanent
+    /// error waits for the object to change, and everything else retries with backoff.
+    #[test]
+    fn decide_maps_every_outcome_to_what_the_queue_does_next() {
+        let run = |outcome: Outcome, conflicted: bool| crate::runtime::Run {
+            outcome,
+            conflicted,
+            calls: None,
+            replay: None,
+            shadow_differences: Vec::new(),
+            reused: false,
+            store_time: Duration::ZERO,
+            instantiate_time: Duration::ZERO,
+            call_time: Duration::ZERO,
+            teardown_time: Duration::ZERO,
+        };
+        let ok = |ms: Option<u64>| Outcome::Ok {
+            requeue_after_ms: ms,
+        };
+        let why = || "why".to_owned();
+        let table = [
+            (
+                ok(None),
+                false,
+                Next::Done {
+                    requeue_after: None,
+                },
+            ),
+            (
+                ok(Some(1500)),
+                false,
+                Next::Done {
+                    requeue_after: Some(Duration::from_millis(1500)),
+                },
+            ),
+            (ok(Some(1500)), true, Next::Retry),
+            (Outcome::Transient(why()), false, Next::Retry),
+            (Outcome::Permanent(why()), false, Next::GiveUp),
+            (Outcome::Permanent(why()), true, Next::GiveUp),
+            (Outcome::Trap(why()), false, Next::Retry),
+            (Outcome::Deadline(why()), false, Next::Retry),
+            (Outcome::MemoryLimit(why()), false, Next::Retry),
+        ];
+        for (outcome, conflicted, expected) in table {
+            let described = format!("{outcome:?} conflicted={conflicted}");
+            assert_eq!(decide(&run(outcome, conflicted)), expected, "{described}");
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_worker_runs_once_the_workers_have_ended() {
         for _ in 0..20 {
