@@ -96,6 +96,8 @@ pub(super) struct Session {
     auth: Auth,
     /// A token the registry's realm gave for this repository.
     bearer: Option<String>,
+    /// The registry asked for basic credentials once: sent with every request after.
+    basic: bool,
     endpoints: Endpoints,
     module: String,
 }
@@ -154,6 +156,7 @@ impl Session {
             repository,
             auth: auth.clone(),
             bearer: None,
+            basic: false,
             endpoints,
             module: name,
         })
@@ -213,7 +216,6 @@ impl Session {
             .base
             .join(path)
             .map_err(|e| self.failed(e.to_string()))?;
-        let mut basic = false;
         for attempt in 0..2 {
             let mut request = self
                 .http
@@ -221,7 +223,7 @@ impl Session {
                 .header(header::ACCEPT, accept);
             request = match (&self.bearer, &self.auth) {
                 (Some(token), _) | (None, Auth::Bearer(token)) => request.bearer_auth(token),
-                (None, Auth::Basic { username, password }) if basic => {
+                (None, Auth::Basic { username, password }) if self.basic => {
                     request.basic_auth(username, Some(password))
                 }
                 _ => request,
@@ -243,7 +245,11 @@ impl Session {
                 }) => {
                     self.bearer = Some(self.token(&url, &realm, service, scope).await?);
                 }
-                Some(Challenge::Basic) if matches!(self.auth, Auth::Basic { .. }) => basic = true,
+                Some(Challenge::Basic)
+                    if matches!(self.auth, Auth::Basic { .. }) && !self.basic =>
+                {
+                    self.basic = true;
+                }
                 _ => return self.checked(response).await,
             }
         }
