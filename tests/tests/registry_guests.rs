@@ -286,10 +286,16 @@ async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() ->
         &s.reconcile_with(&signed, password, &["--verify-key", &other])?,
         "none made by a trusted key",
     )?;
+    let blobs = s.blobs()?;
     refused(
         &s.reconcile_with(&unsigned, password, &["--verify-key", &trusted])?,
         "no signature of",
     )?;
+    // Checked before any of it is downloaded: the refusal added nothing to the cache.
+    ensure!(
+        s.blobs()? == blobs,
+        "a refused module left blobs in the cache"
+    );
     assert_greets(&s.reconcile(&unsigned, password)?, "no key: not checked")?;
     assert_greets(
         &s.reconcile_with(&bundled, password, &["--verify-key", &trusted])?,
