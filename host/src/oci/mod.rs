@@ -838,6 +838,63 @@ mod tests {
         );
     }
 
+    /// A signature tag listing many signatures, each payload larger than its cap: at most 16
+    /// payloads are asked for, none is held past its cap, and with nothing valid the module is
+    /// refused as unsigned.
+    #[tokio::test]
+    async fn signature_payloads_are_counted_and_capped() {
+        use p256::pkcs8::{EncodePublicKey, LineEnding};
+        let (manifest, _, _) = artefact();
+        let digest = artifact::sha256_digest(&manifest);
+        let layers: Vec<serde_json::Value> = (0..40)
+            .map(|i| {
+                serde_json::json!({
+                    "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                    "digest": artifact::sha256_digest(format!("payload {i}").as_bytes()),
+                    "size": 100_000,
+                    "annotations": {"dev.cosignproject.cosign/signature": "MEUCIQ=="},
+                })
+            })
+            .collect();
+        let signatures = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": OCI_IMAGE_MEDIA_TYPE,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": artifact::sha256_digest(b"{}"), "size": 2},
+            "layers": layers,
+        }))
+        .unwrap();
+        let sig_tag = format!("{}.sig", digest.replace(':', "-"));
+        let blobs = Arc::new(AtomicUsize::new(0));
+        let counted = blobs.clone();
+        let (registry, _) = server(move |path| {
+            if path.ends_with(&sig_tag) {
+                ("200 OK", signatures.clone())
+            } else if path.contains("/manifests/sha256-") || path.contains("/referrers/") {
+                ("404 Not Found", Vec::new())
+            } else if path.contains("/manifests/") {
+                ("200 OK", manifest.clone())
+            } else {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ("200 OK", vec![b'x'; 100_000])
+            }
+        })
+        .await;
+        let key = p256::ecdsa::SigningKey::from_slice(&[7; 32]).unwrap();
+        let pem = key
+            .verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap();
+        let keys = TrustedKeys::from_pems(&[("k.pub", &pem)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let puller =
+            Puller::new(&RegistrySettings::default(), dir.path(), true).verifying_with(Some(keys));
+        let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
+        let err = puller.pull(&module, anonymous()).await.unwrap_err();
+        assert!(matches!(err, PullError::SignatureMissing { .. }), "{err}");
+        let asked = blobs.load(Ordering::SeqCst);
+        assert!((1..=16).contains(&asked), "{asked} payloads asked for");
+    }
+
     /// A digest in the cache is not a licence: the registry the reference names, asked with
     /// the reference's credentials, must say it holds it; and with the registry down only the
     /// reference that pulled it before is served.
