@@ -47,16 +47,45 @@ struct RegistryArgs {
     /// digest; repeat for several. Without it, signatures are not checked.
     #[arg(long = "verify-key", value_name = "FILE")]
     verify_keys: Vec<PathBuf>,
+    /// Also run a module signed keyless (cosign's flags): its certificate must chain to this
+    /// Sigstore `trusted_root.json` and name `--certificate-oidc-issuer` and
+    /// `--certificate-identity` (or `--certificate-identity-regexp`).
+    #[arg(long, value_name = "FILE", requires = "certificate_oidc_issuer")]
+    trusted_root: Option<PathBuf>,
+    #[arg(long, value_name = "SUBJECT", requires = "trusted_root")]
+    certificate_identity: Option<String>,
+    #[arg(
+        long,
+        value_name = "REGEX",
+        requires = "trusted_root",
+        conflicts_with = "certificate_identity"
+    )]
+    certificate_identity_regexp: Option<String>,
+    #[arg(long, value_name = "ISSUER", requires = "trusted_root")]
+    certificate_oidc_issuer: Option<String>,
 }
 
 impl RegistryArgs {
     fn pull_options(&self) -> anyhow::Result<crate::offline_runner::PullOptions> {
-        let trusted = if self.verify_keys.is_empty() {
+        let keyless = match (&self.trusted_root, &self.certificate_oidc_issuer) {
+            (Some(root), Some(issuer)) => {
+                let identity = crate::oci::CertificateIdentity {
+                    issuer: issuer.clone(),
+                    subject: self.certificate_identity.clone(),
+                    subject_reg_exp: self.certificate_identity_regexp.clone(),
+                };
+                let keyless = crate::oci::Keyless::load(root, &[identity])
+                    .map_err(|e| anyhow::anyhow!("--trusted-root: {e}"))?;
+                Some(keyless)
+            }
+            _ => None,
+        };
+        let trusted = if self.verify_keys.is_empty() && keyless.is_none() {
             None
         } else {
-            let keys = crate::oci::TrustedKeys::load(&self.verify_keys, Path::new("."))
+            let policy = crate::oci::TrustPolicy::load(&self.verify_keys, Path::new("."), keyless)
                 .map_err(|e| anyhow::anyhow!("--verify-key: {e}"))?;
-            Some(keys)
+            Some(policy)
         };
         Ok(crate::offline_runner::PullOptions {
             plain_http: self.plain_http,

@@ -67,7 +67,7 @@ pub struct PullOptions {
     /// `--plain-http`: every registry over plain HTTP.
     pub plain_http: bool,
     /// `--verify-key`: the module runs only if one of these keys signed its digest.
-    pub trusted: Option<crate::oci::TrustedKeys>,
+    pub trusted: Option<crate::oci::TrustPolicy>,
 }
 
 impl OfflineRun {

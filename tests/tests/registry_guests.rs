@@ -326,6 +326,148 @@ async fn with_a_verify_key_only_a_module_it_signed_runs_also_from_the_cache() ->
     Ok(())
 }
 
+/// `reconcile --guest oci://… --trusted-root … --certificate-identity … --certificate-oidc-issuer
+/// …` (cosign's own flags) runs a module signed keyless: its certificate, carried by the real
+/// cosign 2 (`.sig` tag annotations) and cosign 3 (bundle), chains to the authority of a trusted
+/// root `cosign trusted-root create` wrote and names the identity. Fulcio and Rekor are out of
+/// reach here, so an authority of our own issues the certificate as Fulcio would (with its
+/// OIDC issuer extension) and the signatures carry no log entry.
+#[tokio::test]
+async fn a_keyless_signature_counts_when_its_certificate_names_the_identity_and_chains_to_the_root()
+-> Result<()> {
+    use reconciler_host_tests::clients::{
+        Authority, docker_config, sign_with_certificate, trusted_root,
+    };
+    const ISSUER: &str = "https://issuer.example";
+    let registry = PrivateRegistry::start("keyless").await?;
+    let s = Session::new(&registry)?;
+    let dir = tempfile::tempdir()?;
+    let ours = Authority::new("our signing authority")?;
+    let theirs = Authority::new("another authority")?;
+    let builder = ours.issue(dir.path(), "builder", "builder@example.com", ISSUER)?;
+    let stranger = theirs.issue(dir.path(), "stranger", "builder@example.com", ISSUER)?;
+    let root = dir.path().join("trusted_root.json");
+    trusted_root(&dir.path().join("builder-ca.pem"), None, &root)?;
+    // The same authority, and a transparency log: then a signature must carry a log entry.
+    let log_key = dir.path().join("log.pub");
+    std::fs::write(
+        &log_key,
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?.public_key_pem(),
+    )?;
+    let root_with_log = dir.path().join("trusted_root_with_log.json");
+    trusted_root(
+        &dir.path().join("builder-ca.pem"),
+        Some(&log_key),
+        &root_with_log,
+    )?;
+
+    let config = docker_config(&registry)?;
+    let image = |repo: &str, digest: &str| format!("{}/guests/{repo}@{digest}", registry.address());
+    let by_cosign2 = s.push(&guest("greeter-c"), &s.module("guests/greeter-c:v1"))?;
+    let by_cosign3 = s.push(&guest("greeter-go"), &s.module("guests/greeter-go:v1"))?;
+    let by_stranger = s.push(&guest("greeter-js"), &s.module("guests/greeter-js:v1"))?;
+    sign_with_certificate(
+        false,
+        &image("greeter-c", &by_cosign2),
+        &builder,
+        config.path(),
+    )?;
+    sign_with_certificate(
+        true,
+        &image("greeter-go", &by_cosign3),
+        &builder,
+        config.path(),
+    )?;
+    sign_with_certificate(
+        false,
+        &image("greeter-js", &by_stranger),
+        &stranger,
+        config.path(),
+    )?;
+
+    let module =
+        |repo: &str, digest: &str| format!("{}@{digest}", s.module(&format!("guests/{repo}")));
+    let (by_cosign2, by_cosign3, by_stranger) = (
+        module("greeter-c", &by_cosign2),
+        module("greeter-go", &by_cosign3),
+        module("greeter-js", &by_stranger),
+    );
+    let root = root.display().to_string();
+    let keyless = |identity: &'static str, root: &str| -> Vec<String> {
+        [
+            "--trusted-root",
+            root,
+            identity,
+            if identity.ends_with("regexp") {
+                ".*@example\\.com"
+            } else {
+                "builder@example.com"
+            },
+            "--certificate-oidc-issuer",
+            ISSUER,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let run = |module: &str, flags: &[String]| {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        s.reconcile_with(module, registry.password(), &flags)
+    };
+    let exact = keyless("--certificate-identity", &root);
+    assert_greets(
+        &run(&by_cosign2, &exact)?,
+        "cosign 2, certificate of the identity",
+    )?;
+    assert_greets(
+        &run(&by_cosign3, &exact)?,
+        "cosign 3, certificate of the identity",
+    )?;
+    assert_greets(
+        &run(
+            &by_cosign3,
+            &keyless("--certificate-identity-regexp", &root),
+        )?,
+        "an identity pattern",
+    )?;
+    refused(
+        &run(&by_stranger, &exact)?,
+        "does not chain to a trusted authority",
+    )?;
+    let mut someone_else = exact.clone();
+    someone_else[3] = "someone@example.com".into();
+    refused(&run(&by_cosign2, &someone_else)?, "not an allowed identity")?;
+    let mut other_issuer = exact.clone();
+    other_issuer[5] = "https://accounts.example".into();
+    refused(&run(&by_cosign3, &other_issuer)?, "not an allowed identity")?;
+    refused(
+        &run(
+            &by_cosign2,
+            &keyless(
+                "--certificate-identity",
+                &root_with_log.display().to_string(),
+            ),
+        )?,
+        "has no transparency log entry",
+    )?;
+    // A trusted key's signature counts with a certificate attached, as `cosign verify --key`
+    // reads it; another key's certificate does not stand in for a keyless identity.
+    let key = |name: &str| {
+        [
+            "--verify-key".to_owned(),
+            dir.path().join(name).display().to_string(),
+        ]
+    };
+    assert_greets(
+        &run(&by_cosign2, &key("builder.pub"))?,
+        "the certificate's key trusted",
+    )?;
+    refused(
+        &run(&by_cosign2, &key("stranger.pub"))?,
+        "no keyless identity is trusted",
+    )?;
+    Ok(())
+}
+
 /// Interoperability with `oras` (v1.3.6, built from the Go module proxy): what `reconciler-host
 /// push` wrote comes out of a plain `oras pull` byte for byte (its layer carries the title
 /// annotation oras writes files by), and a guest `oras push` wrote in the CNCF layout is pulled

@@ -131,7 +131,10 @@ impl HostConfig {
             for key in &mut verify.keys {
                 *key = base.join(&*key);
             }
-            verify.trusted_keys().map_err(|e| ConfigError::Invalid {
+            if let Some(keyless) = &mut verify.keyless {
+                keyless.trusted_root = base.join(&keyless.trusted_root);
+            }
+            verify.trust_policy().map_err(|e| ConfigError::Invalid {
                 path: path.to_owned(),
                 message: format!("reconcilers.verify: {e}"),
             })?;
@@ -194,8 +197,9 @@ pub struct ReconcilerSettings {
     pub verify: Option<VerifySettings>,
 }
 
-/// `reconcilers.verify`: run a module only when a trusted key signed its manifest digest
-/// (cosign's `sha256-DIGEST.sig`), checked at every pull and every load from the cache.
+/// `reconcilers.verify`: run a module only when a trusted key or a trusted keyless identity
+/// signed its manifest digest (cosign 2's `sha256-DIGEST.sig`, cosign 3's bundles), checked at
+/// every pull and every load from the cache.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VerifySettings {
@@ -206,15 +210,35 @@ pub struct VerifySettings {
     /// from the configuration file's directory); several at once for key rotation.
     #[serde(default)]
     pub keys: Vec<PathBuf>,
+    /// Keyless signatures: certificates chaining to a trusted root, issued to these identities.
+    #[serde(default)]
+    pub keyless: Option<KeylessSettings>,
+}
+
+/// `reconcilers.verify.keyless`: signatures whose certificate (Fulcio's, or an organisation's
+/// own authority's) chains to `trustedRoot` and names one of `identities`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeylessSettings {
+    /// Sigstore's `trusted_root.json` (relative paths are taken from the configuration file's
+    /// directory): certificate authorities and transparency logs.
+    pub trusted_root: PathBuf,
+    /// Who may have signed: an OIDC issuer with a subject, or a pattern of subjects.
+    pub identities: Vec<crate::oci::CertificateIdentity>,
 }
 
 impl VerifySettings {
-    /// The trusted keys when signatures are required, or why they cannot be read.
-    pub fn trusted_keys(&self) -> Result<Option<crate::oci::TrustedKeys>, String> {
+    /// What signatures must be made by when they are required, or why it cannot be read.
+    pub fn trust_policy(&self) -> Result<Option<crate::oci::TrustPolicy>, String> {
         if !self.required {
             return Ok(None);
         }
-        crate::oci::TrustedKeys::load(&self.keys, Path::new("/")).map(Some)
+        let keyless = self
+            .keyless
+            .as_ref()
+            .map(|k| crate::oci::Keyless::load(&k.trusted_root, &k.identities))
+            .transpose()?;
+        crate::oci::TrustPolicy::load(&self.keys, Path::new("/"), keyless).map(Some)
     }
 }
 
@@ -848,6 +872,45 @@ guests:
     backends: [network]
     limits: {deadline: 250ms}
 ";
+
+    /// `reconcilers.verify.keyless`: the trusted root is found beside the configuration file,
+    /// and a root or identity that cannot be used stops the host at start, naming it.
+    #[test]
+    fn a_keyless_policy_reads_its_trusted_root_beside_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = r#"{"certificateAuthorities": [{"certChain": {"certificates": [{"rawBytes": "AA=="}]}}]}"#;
+        std::fs::write(dir.path().join("trusted_root.json"), root).unwrap();
+        let host_yaml = dir.path().join("host.yaml");
+        let config = |identity: &str| {
+            format!(
+                "reconcilers:\n  verify:\n    required: true\n    keyless:\n      trustedRoot: trusted_root.json\n      identities: [{identity}]\n"
+            )
+        };
+        let parsed = HostConfig::parse(
+            &config("{issuer: 'https://issuer.example', subject: builder@example.com}"),
+            &host_yaml,
+        )
+        .unwrap();
+        let verify = parsed.reconcilers.unwrap().verify.unwrap();
+        assert_eq!(
+            verify.keyless.as_ref().unwrap().trusted_root,
+            dir.path().join("trusted_root.json")
+        );
+        assert!(verify.trust_policy().unwrap().is_some());
+        for (identity, said) in [
+            (
+                "{issuer: 'https://issuer.example'}",
+                "exactly one of subject",
+            ),
+            ("{issuer: x, subjectRegExp: '('}", "subjectRegExp"),
+        ] {
+            let e = HostConfig::parse(&config(identity), &host_yaml).unwrap_err();
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        std::fs::remove_file(dir.path().join("trusted_root.json")).unwrap();
+        let e = HostConfig::parse(&config("{issuer: x, subject: y}"), &host_yaml).unwrap_err();
+        assert!(e.to_string().contains("trusted_root.json"), "{e}");
+    }
 
     #[test]
     fn parses_grants_and_fills_limits_from_defaults() {

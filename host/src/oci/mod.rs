@@ -41,6 +41,7 @@
 mod artifact;
 mod cache;
 mod credentials;
+mod keyless;
 mod reference;
 mod registry;
 mod signatures;
@@ -58,9 +59,10 @@ use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
 pub use artifact::{ComponentInterfaces, component_interfaces};
 pub use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
+pub use keyless::{CertificateIdentity, Keyless};
 pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
 pub use registry::Endpoints;
-pub use signatures::TrustedKeys;
+pub use signatures::TrustPolicy;
 
 /// The layer media type this host pushes.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -145,7 +147,9 @@ pub enum PullError {
         "{module}: no signature of {digest} was found (signatures are required: reconcilers.verify); sign it with `cosign sign --key KEY` and a key the host trusts"
     )]
     SignatureMissing { module: String, digest: String },
-    #[error("{module}: {reason} (reconcilers.verify.keys lists the keys trusted)")]
+    #[error(
+        "{module}: {reason} (reconcilers.verify lists the keys and keyless identities trusted)"
+    )]
     SignatureInvalid { module: String, reason: String },
     #[error("module cache: {0}")]
     Cache(#[from] std::io::Error),
@@ -184,7 +188,7 @@ pub struct Puller {
     /// Manifest digests guests use now: never evicted.
     in_use: parking_lot::Mutex<BTreeSet<String>>,
     /// When set, a module runs only if one of these keys signed its digest.
-    trusted: Option<TrustedKeys>,
+    trusted: Option<TrustPolicy>,
 }
 
 impl Puller {
@@ -204,7 +208,7 @@ impl Puller {
     /// Requires every module to be signed by one of `keys` (checked at every pull, cached or
     /// not, before anything of it is downloaded or stored).
     #[must_use]
-    pub fn verifying_with(mut self, keys: Option<TrustedKeys>) -> Self {
+    pub fn verifying_with(mut self, keys: Option<TrustPolicy>) -> Self {
         self.trusted = keys;
         self
     }
@@ -323,7 +327,7 @@ impl Puller {
 
     fn judge(
         module: &ModuleRef,
-        keys: &TrustedKeys,
+        keys: &TrustPolicy,
         digest: &str,
         found: &[signatures::Found],
     ) -> Result<String, PullError> {
@@ -884,7 +888,7 @@ mod tests {
             .verifying_key()
             .to_public_key_pem(LineEnding::LF)
             .unwrap();
-        let keys = TrustedKeys::from_pems(&[("k.pub", &pem)]).unwrap();
+        let keys = TrustPolicy::from_pems(&[("k.pub", &pem)]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let puller =
             Puller::new(&RegistrySettings::default(), dir.path(), true).verifying_with(Some(keys));

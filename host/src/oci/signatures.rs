@@ -19,7 +19,9 @@
 //! digest: a valid signature of another digest (copied onto this tag) proves nothing, nor does
 //! an attestation (another predicate type) that a trusted key made about it.
 //!
-//! Keys are what `cosign generate-key-pair` writes (`cosign.pub`: PKIX PEM, ECDSA P-256).
+//! Keys are what `cosign generate-key-pair` writes (`cosign.pub`: PKIX PEM, ECDSA P-256). A
+//! signature that carries a certificate (keyless, or `cosign sign --certificate`) is checked
+//! against the trusted root and identities instead when no trusted key made it ([`Keyless`]).
 //! The crypto is `RustCrypto`'s `p256`; the `sigstore` crate was not taken because it needs
 //! OpenSSL or aws-lc's C build for the same two calls and brings a second OCI client.
 //!
@@ -34,6 +36,7 @@ use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
+use super::keyless::{Keyless, Material, TlogEntry};
 use super::registry::{self, Session};
 use super::{PullError, artifact};
 
@@ -50,13 +53,22 @@ const BUNDLE_TYPES: [&str; 3] = [
 const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The layer annotation holding the base64 signature.
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// The layer annotations of a keyless signature: its certificate and chain (PEM) and its
+/// transparency log bundle (JSON).
+const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
+const CHAIN_ANNOTATION: &str = "dev.sigstore.cosign/chain";
+const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 /// At most this many signatures are read per digest; a payload is at most this many bytes.
 const MAX_SIGNATURES: usize = 16;
 const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
 
-/// The public keys a guest's signature may be made with.
+/// Whom a guest's signature may be made by: public keys, and keyless identities whose
+/// certificates chain to a trusted root ([`Keyless`]).
 #[derive(Debug, Clone)]
-pub struct TrustedKeys(Vec<TrustedKey>);
+pub struct TrustPolicy {
+    keys: Vec<TrustedKey>,
+    keyless: Option<Keyless>,
+}
 
 #[derive(Debug, Clone)]
 struct TrustedKey {
@@ -65,11 +77,15 @@ struct TrustedKey {
     key: VerifyingKey,
 }
 
-impl TrustedKeys {
-    /// The keys in `files` (relative paths taken from `base`), or which file is not one.
-    pub fn load(files: &[PathBuf], base: &Path) -> Result<Self, String> {
-        if files.is_empty() {
-            return Err("no key is listed: signatures required, and none could be verified".into());
+impl TrustPolicy {
+    /// The keys in `files` (relative paths taken from `base`) and the keyless policy, or why
+    /// they cannot be read; at least one of the two.
+    pub fn load(files: &[PathBuf], base: &Path, keyless: Option<Keyless>) -> Result<Self, String> {
+        if files.is_empty() && keyless.is_none() {
+            return Err(
+                "no key and no keyless identity is listed: signatures required, and none could be verified"
+                    .into(),
+            );
         }
         let mut keys = Vec::new();
         for file in files {
@@ -78,7 +94,7 @@ impl TrustedKeys {
                 .map_err(|e| format!("{}: cannot read the key: {e}", path.display()))?;
             keys.push(Self::key(&file.display().to_string(), &text)?);
         }
-        Ok(Self(keys))
+        Ok(Self { keys, keyless })
     }
 
     fn key(name: &str, pem: &str) -> Result<TrustedKey, String> {
@@ -93,15 +109,48 @@ impl TrustedKeys {
 
     /// No key: every signature check fails (a configuration whose keys cannot be read).
     pub fn none() -> Self {
-        Self(Vec::new())
+        Self {
+            keys: Vec::new(),
+            keyless: None,
+        }
     }
 
     /// The keys in PEM texts, named: for tests and the command line.
     pub fn from_pems(pems: &[(&str, &str)]) -> Result<Self, String> {
-        pems.iter()
+        let keys = pems
+            .iter()
             .map(|(name, pem)| Self::key(name, pem))
-            .collect::<Result<_, _>>()
-            .map(Self)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            keys,
+            keyless: None,
+        })
+    }
+
+    /// Who made `signature` over `signed`: a trusted key's name (whether or not a certificate
+    /// came with it, as `cosign verify --key` reads it), or else a keyless identity.
+    fn signer(
+        &self,
+        candidate: &Found,
+        signed: &[u8],
+        signature: &Signature,
+    ) -> Result<String, String> {
+        if let Some(key) = self
+            .keys
+            .iter()
+            .find(|k| k.key.verify(signed, signature).is_ok())
+        {
+            return Ok(key.name.clone());
+        }
+        match (candidate.material(), &self.keyless) {
+            (None, _) => Err("made by no trusted key".into()),
+            (Some(material), Some(keyless)) => {
+                keyless.verify(material, signed, signature, candidate.signature())
+            }
+            (Some(_), None) => {
+                Err("keyless (a certificate's key), and no keyless identity is trusted".into())
+            }
+        }
     }
 }
 
@@ -111,7 +160,12 @@ impl TrustedKeys {
 pub(super) enum Found {
     /// cosign 2.x: a simple-signing payload, signed as it is.
     #[serde(rename_all = "camelCase")]
-    SimpleSigning { payload: String, signature: String },
+    SimpleSigning {
+        payload: String,
+        signature: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        material: Option<Material>,
+    },
     /// cosign 3.x: a DSSE envelope's payload (an in-toto statement) and type, signed over
     /// DSSE's pre-authentication encoding.
     #[serde(rename_all = "camelCase")]
@@ -119,16 +173,34 @@ pub(super) enum Found {
         payload_type: String,
         payload: String,
         signature: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        material: Option<Material>,
     },
 }
 
 impl Found {
+    /// A keyless signature's certificate (and log entry); none for a key's signature.
+    fn material(&self) -> Option<&Material> {
+        match self {
+            Self::SimpleSigning { material, .. } | Self::Dsse { material, .. } => material.as_ref(),
+        }
+    }
+
+    /// The signature, base64 as found.
+    fn signature(&self) -> &str {
+        match self {
+            Self::SimpleSigning { signature, .. } | Self::Dsse { signature, .. } => signature,
+        }
+    }
+
     /// The bytes the signature covers, the signature, and the digest the payload vouches for
     /// (none when it names none); `None` if it does not decode.
     fn parts(&self) -> Option<(Vec<u8>, Signature, Option<String>)> {
         let engine = base64::engine::general_purpose::STANDARD;
         let (payload, signature) = match self {
-            Self::SimpleSigning { payload, signature }
+            Self::SimpleSigning {
+                payload, signature, ..
+            }
             | Self::Dsse {
                 payload, signature, ..
             } => (
@@ -171,38 +243,47 @@ pub(super) enum Refusal {
     Invalid(String),
 }
 
-/// The trusted key that signed `digest` among `found`, or why none did.
-pub(super) fn check(keys: &TrustedKeys, digest: &str, found: &[Found]) -> Result<String, Refusal> {
+/// Who signed `digest` among `found` (a trusted key or a keyless identity), or why none did.
+pub(super) fn check(
+    policy: &TrustPolicy,
+    digest: &str,
+    found: &[Found],
+) -> Result<String, Refusal> {
     if found.is_empty() {
         return Err(Refusal::Missing);
     }
     let mut other_digest = None;
+    let mut why_not = Vec::new();
     for candidate in found {
         let Some((signed, signature, vouched)) = candidate.parts() else {
+            why_not.push("does not decode".to_owned());
             continue;
         };
-        let Some(key) = keys
-            .0
-            .iter()
-            .find(|k| k.key.verify(&signed, &signature).is_ok())
-        else {
-            continue;
+        let by = match policy.signer(candidate, &signed, &signature) {
+            Ok(by) => by,
+            Err(why) => {
+                why_not.push(why);
+                continue;
+            }
         };
         match vouched {
-            Some(signed) if signed == digest => return Ok(key.name.clone()),
+            Some(signed) if signed == digest => return Ok(by),
             signed => other_digest = Some(signed.unwrap_or_else(|| "no digest".into())),
         }
     }
-    Err(Refusal::Invalid(match other_digest {
-        Some(other) => format!(
-            "a trusted key's signature found for {digest} covers {}, not this digest",
+    if let Some(other) = other_digest {
+        return Err(Refusal::Invalid(format!(
+            "a trusted signature found for {digest} covers {}, not this digest",
             crate::validation::message(&other)
-        ),
-        None => format!(
-            "{} signature(s) found for {digest}, none made by a trusted key",
-            found.len()
-        ),
-    }))
+        )));
+    }
+    why_not.sort();
+    why_not.dedup();
+    Err(Refusal::Invalid(format!(
+        "{} signature(s) found for {digest}, none made by a trusted key or identity: {}",
+        found.len(),
+        crate::validation::message(&why_not.join("; "))
+    )))
 }
 
 /// The manifest digest a simple-signing payload names.
@@ -322,8 +403,86 @@ fn dsse(bundle: &[u8]) -> Vec<Found> {
             payload_type: payload_type.to_owned(),
             payload: payload.to_owned(),
             signature: signature.to_owned(),
+            material: bundle_material(&bundle),
         })
         .collect()
+}
+
+/// A bundle's certificate (first of its chain, or alone) and first log entry, if it was signed
+/// keyless; none when a key signed it.
+fn bundle_material(bundle: &serde_json::Value) -> Option<Material> {
+    let material = &bundle["verificationMaterial"];
+    let mut chain: Vec<String> = match material["certificate"]["rawBytes"].as_str() {
+        Some(certificate) => vec![certificate.to_owned()],
+        None => material["x509CertificateChain"]["certificates"]
+            .as_array()?
+            .iter()
+            .filter_map(|c| c["rawBytes"].as_str().map(ToOwned::to_owned))
+            .collect(),
+    };
+    if chain.is_empty() {
+        return None;
+    }
+    let certificate = chain.remove(0);
+    let tlog = material["tlogEntries"].as_array().and_then(|entries| {
+        let entry = entries.first()?;
+        let number = |v: &serde_json::Value| v.as_str()?.parse().ok().or(v.as_i64());
+        let log_id = base64::engine::general_purpose::STANDARD
+            .decode(entry["logId"]["keyId"].as_str()?)
+            .ok()?;
+        Some(TlogEntry {
+            body: entry["canonicalizedBody"].as_str()?.to_owned(),
+            integrated_time: number(&entry["integratedTime"])?,
+            log_id: super::keyless::hex(&log_id),
+            log_index: number(&entry["logIndex"])?,
+            signed_entry_timestamp: entry["inclusionPromise"]["signedEntryTimestamp"]
+                .as_str()?
+                .to_owned(),
+        })
+    });
+    Some(Material {
+        certificate,
+        chain,
+        tlog,
+    })
+}
+
+/// A cosign 2 signature layer's certificate, chain and log bundle (its annotations), if it was
+/// signed keyless or with a certificate; none when a bare key signed it.
+fn annotated_material(annotations: &serde_json::Value) -> Option<Material> {
+    let der = |pem: &str| -> Vec<String> {
+        x509_cert::Certificate::load_pem_chain(pem.as_bytes())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| x509_cert::der::Encode::to_der(c).ok())
+            .map(|d| base64::engine::general_purpose::STANDARD.encode(d))
+            .collect()
+    };
+    let certificate = der(annotations[CERTIFICATE_ANNOTATION].as_str()?)
+        .into_iter()
+        .next()?;
+    let chain = annotations[CHAIN_ANNOTATION]
+        .as_str()
+        .map(der)
+        .unwrap_or_default();
+    let tlog = annotations[BUNDLE_ANNOTATION]
+        .as_str()
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+        .and_then(|bundle| {
+            let payload = &bundle["Payload"];
+            Some(TlogEntry {
+                body: payload["body"].as_str()?.to_owned(),
+                integrated_time: payload["integratedTime"].as_i64()?,
+                log_id: payload["logID"].as_str()?.to_owned(),
+                log_index: payload["logIndex"].as_i64()?,
+                signed_entry_timestamp: bundle["SignedEntryTimestamp"].as_str()?.to_owned(),
+            })
+        });
+    Some(Material {
+        certificate,
+        chain,
+        tlog,
+    })
 }
 
 /// cosign 2.x's signatures of `digest` (the `.sig` tag), each payload read against its cap and
@@ -362,6 +521,7 @@ async fn simple_signing(session: &mut Session, digest: &str) -> Result<Vec<Found
         found.push(Found::SimpleSigning {
             payload: base64::engine::general_purpose::STANDARD.encode(&payload),
             signature: signature.to_owned(),
+            material: annotated_material(&layer["annotations"]),
         });
     }
     Ok(found)
@@ -387,6 +547,7 @@ mod tests {
         Found::SimpleSigning {
             payload: engine.encode(&payload),
             signature: engine.encode(signature.to_der().as_bytes()),
+            material: None,
         }
     }
 
@@ -404,6 +565,7 @@ mod tests {
             payload_type: payload_type.into(),
             payload: engine.encode(&payload),
             signature: engine.encode(signature.to_der().as_bytes()),
+            material: None,
         }
     }
 
@@ -452,11 +614,12 @@ mod tests {
             payload_type: "text/plain".into(),
             payload,
             signature,
+            material: None,
         };
         assert!(check(&trusted, &digest, &[retyped]).is_err());
     }
 
-    fn keys(named: &[(&str, &SigningKey)]) -> TrustedKeys {
+    fn keys(named: &[(&str, &SigningKey)]) -> TrustPolicy {
         let pems: Vec<(String, String)> = named
             .iter()
             .map(|(name, k)| {
@@ -465,7 +628,7 @@ mod tests {
             })
             .collect();
         let refs: Vec<(&str, &str)> = pems.iter().map(|(n, p)| (n.as_str(), p.as_str())).collect();
-        TrustedKeys::from_pems(&refs).unwrap()
+        TrustPolicy::from_pems(&refs).unwrap()
     }
 
     #[test]
@@ -503,11 +666,15 @@ mod tests {
         else {
             unreachable!()
         };
-        let altered = Found::SimpleSigning { payload, signature };
+        let altered = Found::SimpleSigning {
+            payload,
+            signature,
+            material: None,
+        };
         assert!(matches!(
             check(&trusted, &digest, &[altered]),
             Err(Refusal::Invalid(_))
         ));
-        assert!(TrustedKeys::from_pems(&[("bad.pub", "not a key")]).is_err());
+        assert!(TrustPolicy::from_pems(&[("bad.pub", "not a key")]).is_err());
     }
 }

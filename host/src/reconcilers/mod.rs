@@ -93,7 +93,7 @@ impl Objects {
             records: Arc::new(Mutex::new(Records::new(
                 Puller::new(&config.registries, cache_dir, false)
                     .redirecting_to(endpoints)
-                    .verifying_with(trusted_keys(config)),
+                    .verifying_with(trust_policy(config)),
                 client.clone(),
                 namespace,
                 config
@@ -236,15 +236,15 @@ impl Changes for Watching {
     }
 }
 
-/// The keys Reconcilers' modules must be signed with, if signatures are required. The
-/// configuration's parse read them already; a key unreadable now refuses every module (fails
-/// closed) rather than running unsigned ones.
-fn trusted_keys(config: &HostConfig) -> Option<crate::oci::TrustedKeys> {
+/// Whom Reconcilers' modules must be signed by, if signatures are required. The
+/// configuration's parse read the keys and trusted root already; one unreadable now refuses
+/// every module (fails closed) rather than running unsigned ones.
+fn trust_policy(config: &HostConfig) -> Option<crate::oci::TrustPolicy> {
     let verify = config.reconcilers.as_ref()?.verify.as_ref()?;
-    verify.trusted_keys().unwrap_or_else(|e| {
+    verify.trust_policy().unwrap_or_else(|e| {
         tracing::error!(
             "reconcilers.verify: {e}; every Reconciler's module is refused until it is fixed"
         );
-        Some(crate::oci::TrustedKeys::none())
+        Some(crate::oci::TrustPolicy::none())
     })
 }
