@@ -54,6 +54,8 @@ struct World {
     more_registries: Vec<String>,
     /// Public keys Reconcilers' modules must be signed with (`reconcilers.verify`), if any.
     verify_keys: Vec<PathBuf>,
+    /// `reconcilers.verify.keyless`, as YAML flow, when keyless signatures are trusted.
+    verify_keyless: Option<String>,
 }
 
 impl World {
@@ -74,6 +76,7 @@ impl World {
             kubeconfig: cp.kubeconfig().to_path_buf(),
             more_registries: Vec::new(),
             verify_keys: Vec::new(),
+            verify_keyless: None,
         };
         world
             .pull_secret("registry", world.registry.password())
@@ -116,8 +119,13 @@ reconcilers:
                     .iter()
                     .map(|k| format!("\"{}\"", k.display()))
                     .collect();
+                let keyless = self
+                    .verify_keyless
+                    .as_ref()
+                    .map(|k| format!(", keyless: {k}"))
+                    .unwrap_or_default();
                 format!(
-                    "  verify: {{required: true, keys: [{}]}}\n",
+                    "  verify: {{required: true, keys: [{}]{keyless}}}\n",
                     keys.join(", ")
                 )
             },
@@ -1138,9 +1146,11 @@ fn copy_signature(world: &World, repo: &str, from: &str, to: &str) -> Result<()>
 
 /// Signed guests, with the real cosign CLI (built from the Go module proxy): with
 /// `reconcilers.verify` only a module whose digest a trusted key signed runs; every other is
-/// refused with its reason, read from the API server, while the last good version runs on.
+/// refused with its reason, read from the API server, while the last good version runs on. A
+/// keyless identity beside the key: a certificate of the trusted authority for it admits a module.
 #[tokio::test]
 async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
+    const ISSUER: &str = "https://issuer.example";
     let mut world = World::new("rec-signed").await?;
     let keys = tempfile::tempdir()?;
     let trusted = reconciler_host_tests::clients::generate_key_pair(keys.path(), "trusted")?;
@@ -1155,6 +1165,36 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
     reconciler_host_tests::clients::sign(&image(&go), &other, config.path())?;
     copy_signature(&world, "guests/greeter", &c, &copied)?;
     world.verify_keys.push(trusted.clone());
+    // Keyless beside the key: a certificate of the trusted authority for the identity admits a
+    // module; one of another authority does not.
+    let authority = reconciler_host_tests::clients::Authority::new("ours")?;
+    let builder = authority.issue(keys.path(), "builder", "builder@example.com", ISSUER)?;
+    let stranger = reconciler_host_tests::clients::Authority::new("theirs")?.issue(
+        keys.path(),
+        "stranger",
+        "builder@example.com",
+        ISSUER,
+    )?;
+    let root = keys.path().join("trusted_root.json");
+    reconciler_host_tests::clients::trusted_root(&keys.path().join("builder-ca.pem"), None, &root)?;
+    world.verify_keyless = Some(format!(
+        "{{trustedRoot: \"{}\", identities: [{{issuer: \"{ISSUER}\", subject: builder@example.com}}]}}",
+        root.display()
+    ));
+    let keyless = world.push("greeter-python", "guests/greeter:keyless")?;
+    let unknown_authority = world.push("naming", "guests/greeter:stranger")?;
+    reconciler_host_tests::clients::sign_with_certificate(
+        true,
+        &image(&keyless),
+        &builder,
+        config.path(),
+    )?;
+    reconciler_host_tests::clients::sign_with_certificate(
+        false,
+        &image(&unknown_authority),
+        &stranger,
+        config.path(),
+    )?;
     world.start_host("").await?;
     let pinned = |digest: &str| format!("guests/greeter@{digest}");
 
@@ -1166,6 +1206,16 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
     assert_eq!(st["signedBy"], trusted.display().to_string(), "{st}");
     assert_eq!(st["digest"], c.as_str(), "{st}");
     world.greeted("w", "signed").await?;
+    let by_identity = format!("keyless-{}", world.ns);
+    world
+        .declare(&by_identity, world.spec(&pinned(&keyless), greeter_grant()))
+        .await?;
+    let st = world.ready(&by_identity, "True", "Ready").await?;
+    assert_eq!(
+        st["signedBy"],
+        format!("builder@example.com ({ISSUER})"),
+        "{st}"
+    );
 
     // Each refusal with its reason: unsigned, signed by another key, a trusted signature of
     // another digest copied onto this one's tag.
@@ -1173,6 +1223,7 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
         ("unsigned", &js, "SignatureMissing"),
         ("other-key", &go, "SignatureInvalid"),
         ("copied", &copied, "SignatureInvalid"),
+        ("unknown-authority", &unknown_authority, "SignatureInvalid"),
     ];
     for (name, digest, reason) in refused {
         let name = format!("{name}-{}", world.ns);
@@ -1213,7 +1264,7 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
         refusals >= 3.0,
         "SignatureInvalid refusals counted: {refusals}"
     );
-    let names = [signed, tagged];
+    let names = [signed, tagged, by_identity];
     let mut all: Vec<String> = names.to_vec();
     all.extend(refused.iter().map(|(n, _, _)| format!("{n}-{}", world.ns)));
     let refs: Vec<&str> = all.iter().map(String::as_str).collect();
