@@ -1,112 +1,12 @@
 # shellcheck shell=bash
-# What `cp` and `cluster` share: messages, the lock, and the processes they start and stop.
-# Sourced after the script has set:
-#   PROG     the name messages start with (cp, cluster)
-#   HERE     this directory; SELF the script (its header comment is its --help)
-#   DIR      the state directory: pid files live there, and an owned process names it
-#   LOGS     where spawned processes log
-#   TIMEOUT  seconds wait_for waits
-# Nothing here runs on its own but reading version.env.
+# What `cp` and `cluster` share beyond tools/lib.sh (sourced here: messages, the lock, the
+# processes they start and stop): the pinned version and the binaries built for it.
+# Sourced after the script has set what tools/lib.sh reads (PROG, SELF, DIR, LOGS, TIMEOUT) and
+# HERE, this directory. Nothing here runs on its own but reading version.env.
 
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 # shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
 
-say() { echo "$PROG: $*" >&2; }
-die() {
-  echo "$PROG: error: $*" >&2
-  exit 1
-}
-
-# The header comment (line 2 up to `set -euo`) is the help.
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SELF"; }
-
 bin_dir() { "$HERE/build.sh" --print; }
-
-# take_lock FILE SCOPE: one command at a time per SCOPE (cp: per state directory; cluster: per
-# machine). Says so when it has to wait. The lock is held on descriptor 9 until the script
-# exits; whatever outlives the script (spawn) or runs beside it long (cluster's cp) gets 9>&-,
-# or the lock would stay held by a server.
-take_lock() {
-  local file=$1 scope=$2
-  mkdir -p "$(dirname "$file")"
-  exec 9>"$file"
-  if ! flock -n 9; then
-    say "waiting for another $PROG command $scope (lock $file)"
-    flock -w 900 9 || die "another $PROG command has held $file for 15 minutes; is it stuck?"
-  fi
-}
-
-# alive PID: the process exists and is not a zombie awaiting its reaper.
-alive() {
-  local st
-  [ -r "/proc/$1/stat" ] || return 1
-  st=$(sed 's/^.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ "$st" != Z ]
-}
-
-# owned_pid NAME: prints the pid recorded for NAME if that process is alive and is ours (its
-# command line names DIR), so a recycled pid is never signalled.
-owned_pid() {
-  local f="$DIR/$1.pid" pid
-  [ -f "$f" ] || return 1
-  pid=$(cat "$f")
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR" || return 1
-  echo "$pid"
-}
-
-# stop NAME [SIGNAL]: SIGTERM (or SIGNAL), then SIGKILL after 20 s.
-stop() {
-  local name=$1 sig=${2:-TERM} pid i
-  if pid=$(owned_pid "$name"); then
-    if [ "$pid" != "$$" ]; then
-      kill -s "$sig" "$pid" 2>/dev/null || true
-      for i in $(seq 200); do
-        alive "$pid" || break
-        [ "$i" = 200 ] && {
-          say "$name (pid $pid) ignored SIG$sig for 20 s; killing it"
-          kill -s KILL "$pid" 2>/dev/null || true
-        }
-        sleep 0.1
-      done
-      for _ in $(seq 50); do
-        alive "$pid" || break
-        sleep 0.1
-      done
-    fi
-  fi
-  rm -f "$DIR/$name.pid"
-}
-
-# spawn NAME CMD...: runs CMD in its own session (so a Ctrl-C aimed at the caller does not reach
-# it and it outlives the command that started it, e.g. a `cp up` called from a test), detached
-# from the caller's pipes and from the lock descriptor, logging to LOGS/NAME.log.
-spawn() {
-  local name=$1
-  shift
-  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
-  echo $! >"$DIR/$name.pid"
-}
-
-# wait_for WHAT PROCESS CHECK: polls CHECK every WAIT_POLL seconds until it passes, PROCESS dies,
-# or TIMEOUT passes. Returns 2 if the process died, 1 on timeout.
-WAIT_POLL=0.2
-wait_for() {
-  local what=$1 name=$2 check=$3 deadline=$((SECONDS + TIMEOUT)) pid
-  pid=$(cat "$DIR/$name.pid" 2>/dev/null) || pid=
-  while ! $check; do
-    # Liveness only: spawn recorded this pid a moment ago, so it is ours. owned_pid's command-line
-    # check can read an empty /proc/PID/cmdline while setsid, env and the server exec in turn, and
-    # once took a starting registry for dead (and then stopped it).
-    if [ -z "$pid" ] || ! alive "$pid"; then
-      say "$name exited while waiting for $what (log: $LOGS/$name.log)"
-      return 2
-    fi
-    [ "$SECONDS" -lt "$deadline" ] || {
-      say "timed out after ${TIMEOUT}s waiting for $what (logs in $LOGS)"
-      return 1
-    }
-    sleep "$WAIT_POLL"
-  done
-}
