@@ -22,20 +22,20 @@ repo="$(dirname "$guests")"
 out="$repo/target/guests"
 target=wasm32-wasip2
 
+PROG=build.sh
+
 cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/config.toml
-# shellcheck source=../tools/cargo-env.sh
-source "$repo/tools/cargo-env.sh"
 # shellcheck source=lib.sh
-source "$guests/lib.sh" # replace_if_changed, workspace_tool
+source "$guests/lib.sh" # replace_if_changed, workspace_tool; say, die from tools/lib.sh
+forget_cargo_run_env
 
 if ! rustup target list --installed | grep -qx "$target"; then
-    echo "build.sh: adding the $target target to the toolchain" >&2
+    say "adding the $target target to the toolchain"
     rustup target add "$target"
 fi
 
 if ! cargo build --release --target "$target"; then
-    echo "build.sh: error: cargo build of the guests (in $guests) failed; see the compiler output above" >&2
-    exit 1
+    die "cargo build of the guests (in $guests) failed; see the compiler output above"
 fi
 
 workspace_tool reconciler-slim
@@ -66,8 +66,7 @@ if not seen:
 '
 }
 if ! artefacts_text="$(discover)"; then
-    echo "build.sh: error: could not list the guests of the workspace in $guests (message above)" >&2
-    exit 1
+    die "could not list the guests of the workspace in $guests (message above)"
 fi
 mapfile -t artefacts <<<"$artefacts_text"
 
@@ -77,8 +76,7 @@ for pair in "${artefacts[@]}"; do
     src="$built/${pair%%:*}.wasm"
     name="${pair#*:}.wasm"
     if [[ ! -f "$src" ]]; then
-        echo "build.sh: error: cargo succeeded but $src is missing" >&2
-        exit 1
+        die "cargo succeeded but $src is missing"
     fi
     # Partial files of this run's own: tests start builds concurrently.
     partial="$(mktemp "$out/unslimmed/.$name.XXXXXX")"
@@ -87,8 +85,7 @@ for pair in "${artefacts[@]}"; do
     partial="$(mktemp "$out/.$name.XXXXXX")"
     if ! "$slim" "$out/unslimmed/$name" "$partial"; then
         rm -f "$partial"
-        echo "build.sh: error: reconciler-slim failed on $name (its message is above)" >&2
-        exit 1
+        die "reconciler-slim failed on $name (its message is above)"
     fi
     chmod 644 "$partial"
     replace_if_changed "$partial" "$out/$name"

@@ -30,44 +30,57 @@ guests_lib="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOU
 COMPONENTIZE_PY_VERSION=0.25.1
 
 # Set by the entry points, read by the recipes:
-#   prog       what messages start with (`c/build.sh`, `build.sh`)
+#   PROG       what messages start with (`c/build.sh`, `build.sh`)
 #   here       the directory of the calling build.sh (guests/<lang>, or the project): where a
 #              language's shared files are (go: gc.go; js: package.json, package-lock.json)
 #   repo       the repository, or empty in a project
 #   wit        the WIT directory
 #   work       where build directories and stamps go
 #   toolchain  what identifies the language's tools (set by LANG_toolchain, part of the stamp)
-prog=${prog:-guests/lib.sh}
+PROG=${PROG:-guests/lib.sh}
 
-note() { echo "$prog: $*" >&2; }
-fail() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
+# Messages and Debian packages: the repository's tools/lib.sh. A project that `reconciler-host
+# new` wrote holds this file alone, so it carries a copy of the three functions the recipes use
+# (tests/tests/scripts.rs keeps it the same as tools/lib.sh's).
+guests_dir="$(dirname "$guests_lib")"
+if [[ "$(basename "$guests_dir")" == guests && -f "$guests_dir/../tools/lib.sh" ]]; then
+    # shellcheck source=../tools/lib.sh
+    source "$guests_dir/../tools/lib.sh"
+else
+    say() { echo "$PROG: $*" >&2; }
+    die() {
+        echo "$PROG: error: $*" >&2
+        exit 1
+    }
+
+    # need_debian_packages [--no-recommends] WHO PACKAGE...: as tools/lib.sh's.
+    need_debian_packages() {
+        local recommends=() who missing=() package
+        if [[ "$1" == --no-recommends ]]; then
+            recommends=(--no-install-recommends)
+            shift
+        fi
+        who=$1
+        shift
+        command -v dpkg-query >/dev/null || return 0 # not Debian: the tools must be on PATH
+        for package in "$@"; do
+            dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+        done
+        ((${#missing[@]})) || return 0
+        if [[ "$(id -u)" != 0 ]]; then
+            die "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
+        fi
+        say "installing ${missing[*]} (Debian)"
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null; }; then
+            die "apt-get could not install ${missing[*]}"
+        fi
+    }
+fi
 
 # replace_if_changed NEW DST: moves NEW over DST (a rename: atomic) unless their bytes are
 # equal, then drops NEW, so DST keeps its time and a watcher sees no change.
 replace_if_changed() {
     if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
-}
-
-# need_debian_packages WHO PACKAGE...: installs the missing ones with apt-get when root, else
-# says how.
-need_debian_packages() {
-    local who=$1 missing=() package
-    shift
-    command -v dpkg-query >/dev/null || return 0 # not Debian: the tools must be on PATH
-    for package in "$@"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
-    done
-    ((${#missing[@]})) || return 0
-    if [[ "$(id -u)" != 0 ]]; then
-        fail "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
-    fi
-    note "installing ${missing[*]} (Debian)"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
-        fail "apt-get could not install ${missing[*]}"
-    fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +90,7 @@ need_debian_packages() {
 build_language_guests() {
     local lang=$1 dir out
     here=$2
-    prog="$lang/build.sh"
+    PROG="$lang/build.sh"
     repo="$(cd "$here/../.." && pwd)"
     wit="$repo/wit"
     work="$repo/target/guests-build/$lang"
@@ -94,11 +107,11 @@ build_language_guests() {
 build_project_guest() {
     local lang=$1 name=$3
     here=$2
-    prog=build.sh
+    PROG=build.sh
     repo=
     wit="$here/wit"
     work="$here/build"
-    "${lang}_is_guest" "$here" || fail "$here holds no $lang guest (see lib.sh: ${lang}_is_guest)"
+    "${lang}_is_guest" "$here" || die "$here holds no $lang guest (see lib.sh: ${lang}_is_guest)"
     "${lang}_toolchain"
     build_guest "$lang" "$here" "$here/$name.wasm"
     echo "built $here/$name.wasm"
@@ -131,7 +144,7 @@ build_guest() {
     partial="$(mktemp "$(dirname "$dst")/.$(basename "$dst").XXXXXX")"
     if ! "${lang}_build" "$src" "$world" "$build" "$partial" || [[ ! -s "$partial" ]]; then
         rm -f "$partial"
-        fail "building $src failed (the message is above; the build directory is $build)"
+        die "building $src failed (the message is above; the build directory is $build)"
     fi
     chmod 644 "$partial"
     replace_if_changed "$partial" "$dst"
@@ -152,11 +165,10 @@ build_guest() {
 workspace_tool() {
     local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
     if [[ "${RECONCILER_WORKSPACE_BUILT:-}" != "$target_dir" ]]; then
-        # shellcheck source=../tools/cargo-env.sh
-        source "$repo/tools/cargo-env.sh"
+        forget_cargo_run_env
         # Not --quiet: cold, this is most of a first build (wasmtime, kube), and its progress shows.
         if ! (cd "$repo" && cargo build --workspace --bins); then
-            fail "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
+            die "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
         fi
         export RECONCILER_WORKSPACE_BUILT="$target_dir"
     fi
@@ -172,7 +184,7 @@ componentize_tool() {
         workspace_tool reconciler-componentize
         componentize=$tool
     elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
-        fail "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
+        die "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
     fi
 }
 
@@ -270,11 +282,11 @@ go_copy() {
 
 go_toolchain() {
     local version minor
-    command -v go >/dev/null || fail "go is not installed (Go 1.25 or newer is needed for the Go guests)"
+    command -v go >/dev/null || die "go is not installed (Go 1.25 or newer is needed for the Go guests)"
     version="$(go env GOVERSION)"
     minor="${version#go1.}"
     if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
-        fail "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
+        die "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
     fi
     componentize_tool
     toolchain="$(
@@ -306,7 +318,7 @@ go_build() {
     [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
     if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
         "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .); then
-        note "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
+        say "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
         return 1
     fi
     if [[ "$core" != core.wasm ]]; then
@@ -343,18 +355,18 @@ js_sdk="guests/sdk-js/reconciler-guest" # in the repository
 
 js_toolchain() {
     local lock_hash installed partial
-    command -v npm >/dev/null || fail "npm is not installed (node 20+ and npm are needed for the JavaScript guests)"
+    command -v npm >/dev/null || die "npm is not installed (node 20+ and npm are needed for the JavaScript guests)"
     lock_hash="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)"
     installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/jco-$lock_hash"
     jco="$installed/node_modules/.bin/jco"
     if [[ ! -x "$jco" ]]; then
-        note "installing jco (package-lock.json) into $installed"
+        say "installing jco (package-lock.json) into $installed"
         mkdir -p "$(dirname "$installed")"
         partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two builds install at once
         cp "$here/package.json" "$here/package-lock.json" "$partial/"
         if ! (cd "$partial" && npm install --no-audit --no-fund --no-save --loglevel=error >/dev/null); then
             rm -rf "$partial"
-            fail "npm install could not install the toolchain of $here/package-lock.json"
+            die "npm install could not install the toolchain of $here/package-lock.json"
         fi
         rm -rf "$installed" # a broken one (no jco in it)
         mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another build's won
@@ -396,11 +408,11 @@ python_sources() { (cd "$1" && compgen -G '*.py' | LC_ALL=C sort); }
 pip_tool() {
     venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/$1-$2"
     if [[ ! -x "$venv/bin/$1" ]]; then
-        note "installing $1 $2 into $venv"
+        say "installing $1 $2 into $venv"
         rm -rf "$venv"
         if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$1==$2"; }; then
             rm -rf "$venv"
-            fail "pip could not install $1 $2"
+            die "pip could not install $1 $2"
         fi
     fi
 }

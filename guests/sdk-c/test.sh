@@ -10,7 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-prog="sdk-c/test.sh"
+PROG="sdk-c/test.sh"
 # shellcheck source=../lib.sh
 source "$repo/guests/lib.sh"
 
@@ -33,12 +33,12 @@ rm "$work/controller_component_type.o" # wasm, for the real build
     sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/controller.c"
 } >"$work/helpers.c"
 grep -q '^void controller_string_free' "$work/helpers.c" ||
-    fail "the generated controller.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
+    die "the generated controller.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
 
 sanitize=("-fsanitize=address,undefined" -fno-omit-frame-pointer -fno-sanitize-recover=all)
 echo 'int main(void) { return 0; }' >"$work/probe.c"
 if ! "$cc" "${sanitize[@]}" -o "$work/probe" "$work/probe.c" 2>/dev/null; then
-    note "$cc has no AddressSanitizer here: testing without the leak checker"
+    say "$cc has no AddressSanitizer here: testing without the leak checker"
     sanitize=()
 fi
 

@@ -7,20 +7,20 @@
 # wasip1 layer is compiled by guests/go/build.sh, which builds the guests on the SDK.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
-prog=guests/sdk-go/test.sh
+PROG=guests/sdk-go/test.sh
+# shellcheck source=../../tools/lib.sh
+source ../../tools/lib.sh
 export GOTOOLCHAIN=local
 
-command -v go >/dev/null || { echo "$prog: error: go is not installed (Go 1.25 or newer is needed)" >&2; exit 1; }
+command -v go >/dev/null || die "go is not installed (Go 1.25 or newer is needed)"
 version="$(go env GOVERSION)"
 minor="${version#go1.}"
 if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
-    echo "$prog: error: $version is too old: the Go SDK needs Go 1.25 or newer" >&2
-    exit 1
+    die "$version is too old: the Go SDK needs Go 1.25 or newer"
 fi
 unformatted="$(gofmt -l .)"
 if [[ -n "$unformatted" ]]; then
-    echo "$prog: error: not gofmt-formatted (run gofmt -w on them): $unformatted" >&2
-    exit 1
+    die "not gofmt-formatted (run gofmt -w on them): $unformatted"
 fi
 go vet ./...
 go test ./...

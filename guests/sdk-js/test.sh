@@ -8,36 +8,34 @@
 # ${XDG_CACHE_HOME:-~/.cache}/reconciler-host/sdk-js-<lock hash>/ when missing. Node 20+.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-prog=guests/sdk-js/test.sh
-fail() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
+PROG=guests/sdk-js/test.sh
+# shellcheck source=../../tools/lib.sh
+source "$here/../../tools/lib.sh"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    fail "node 20+ and npm are needed (the JavaScript guests need them too)"
+    die "node 20+ and npm are needed (the JavaScript guests need them too)"
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
-((major >= 20)) || fail "node $(node --version) is too old: node 20+ is needed (module.register)"
+((major >= 20)) || die "node $(node --version) is too old: node 20+ is needed (module.register)"
 
 cd "$here"
-echo "$prog: node --test (the SDK against a fake host)" >&2
+say "node --test (the SDK against a fake host)"
 node --import ./test/setup.js --test test/*.test.js
 
 lock_hash="$(cat package.json package-lock.json | sha256sum | cut -c1-16)"
 installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/sdk-js-$lock_hash"
 if [[ ! -x "$installed/node_modules/.bin/tsc" ]]; then
-    echo "$prog: installing typescript (package-lock.json) into $installed" >&2
+    say "installing typescript (package-lock.json) into $installed"
     mkdir -p "$(dirname "$installed")"
     partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two runs install at once
     cp package.json package-lock.json "$partial/"
     if ! (cd "$partial" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
         rm -rf "$partial"
-        fail "npm ci could not install the toolchain of $here/package-lock.json"
+        die "npm ci could not install the toolchain of $here/package-lock.json"
     fi
     rm -rf "$installed"
     mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another run's won
 fi
-echo "$prog: tsc (the types, and the greeter against them)" >&2
+say "tsc (the types, and the greeter against them)"
 "$installed/node_modules/.bin/tsc" -p .
-echo "$prog: ok" >&2
+say "ok"

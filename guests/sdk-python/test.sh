@@ -9,7 +9,7 @@ set -euo pipefail
 PYTEST_VERSION=9.2.0
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-prog="sdk-python/test.sh"
+PROG="sdk-python/test.sh"
 # shellcheck source=../lib.sh
 source "$repo/guests/lib.sh"
 python_toolchain # sets componentize_py

@@ -2,6 +2,9 @@
 //! plane's scripts, `./dev`, CI's entry point and the scaffold's templates (which are checked as
 //! written, placeholders and all). The settings are the repository's `.shellcheckrc`.
 //! `./dev setup` installs shellcheck (Debian's package).
+//!
+//! The scripts share one library, `tools/lib.sh`; the one copy of part of it, in the recipes a
+//! scaffolded project carries alone (`guests/lib.sh`), is held to the original here.
 
 use std::path::Path;
 use std::process::Command;
@@ -51,6 +54,7 @@ fn every_shell_script_passes_shellcheck() {
         "guests/lib.sh",
         "host/templates/build.sh",
         "tools/control-plane/cp",
+        "tools/lib.sh",
     ] {
         assert!(
             scripts.iter().any(|s| s == expected),
@@ -69,5 +73,47 @@ fn every_shell_script_passes_shellcheck() {
         "shellcheck found problems in the repository's scripts (settings: .shellcheckrc):\n{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The functions `name`s as bash defines them once `source` has run in `dir` (`declare -f`
+/// prints them normalised, so indentation and comments do not count).
+fn defined_by(dir: &Path, source: &str, names: &[&str]) -> String {
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {source} && declare -f {}", names.join(" ")))
+        .current_dir(dir)
+        .output()
+        .expect("run bash");
+    assert!(
+        output.status.success(),
+        "sourcing {source} in {} did not define {names:?}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A project `reconciler-host new` writes holds `guests/lib.sh` alone (as `lib.sh`), so that
+/// file carries a copy of the helpers of `tools/lib.sh` its recipes use; the copy must be the
+/// same, or a project's build would say and install things differently from the repository's.
+#[test]
+fn a_projects_recipes_carry_the_shared_helpers_unchanged() {
+    let repo = repo_root();
+    let project = tempfile::tempdir().expect("a temporary directory");
+    std::fs::copy(repo.join("guests/lib.sh"), project.path().join("lib.sh"))
+        .expect("copy guests/lib.sh into the project");
+    let helpers = ["say", "die", "need_debian_packages"];
+    let shared = defined_by(&repo, "tools/lib.sh", &helpers);
+    let copied = defined_by(project.path(), "./lib.sh", &helpers);
+    assert_eq!(
+        copied, shared,
+        "guests/lib.sh's copy of say, die and need_debian_packages (for projects) differs from \
+         tools/lib.sh's: make them the same"
+    );
+    let in_repository = defined_by(&repo, "guests/lib.sh", &["take_lock"]);
+    assert!(
+        in_repository.contains("flock"),
+        "guests/lib.sh in the repository no longer sources tools/lib.sh"
     );
 }
