@@ -12,19 +12,18 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IMAGE=${IMAGE:-localhost/reconciler-host:dev}
 OUT=$REPO/target/image
-source "$REPO/tools/cargo-env.sh"
+PROG=image.sh
+# shellcheck source=../tools/lib.sh
+source "$REPO/tools/lib.sh"
+forget_cargo_run_env
 
-command -v buildah >/dev/null || {
-  echo "image.sh: buildah is not installed (apt-get install buildah, or tools/control-plane/cluster up)" >&2
-  exit 1
-}
-echo "image.sh: building the static host binary (release)" >&2
+command -v buildah >/dev/null || die "buildah is not installed (apt-get install buildah, or tools/control-plane/cluster up)"
+say "building the static host binary (release)"
 (cd "$REPO" && CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --release --quiet --target x86_64-unknown-linux-gnu -p reconciler-host --bin reconciler-host)
 binary=$REPO/target/x86_64-unknown-linux-gnu/release/reconciler-host
 if readelf -d "$binary" | grep -q '(NEEDED)'; then
-  echo "image.sh: error: $binary is dynamically linked; the image has no libraries" >&2
-  exit 1
+  die "$binary is dynamically linked; the image has no libraries"
 fi
 
 mkdir -p "$OUT"
@@ -33,10 +32,7 @@ trap 'rm -rf "$context"' EXIT
 strip -o "$context/reconciler-host" "$binary"
 # Debian's bundle (package ca-certificates), the roots the host trusts for registries over HTTPS.
 cabundle=/etc/ssl/certs/ca-certificates.crt
-[ -s "$cabundle" ] || {
-  echo "image.sh: $cabundle is missing (apt-get install ca-certificates)" >&2
-  exit 1
-}
+[ -s "$cabundle" ] || die "$cabundle is missing (apt-get install ca-certificates)"
 cp "$cabundle" "$context/ca-certificates.crt"
 cp "$REPO/deploy/Containerfile" "$context/"
 storage=(--storage-driver vfs --root "$OUT/storage" --runroot "$context/run")
@@ -45,7 +41,7 @@ rm -f "$OUT/reconciler-host.oci.tar"
 buildah "${storage[@]}" push --quiet "$IMAGE" "oci-archive:$OUT/reconciler-host.oci.tar:$IMAGE"
 # The store is only a staging area: the archive is the artefact.
 buildah "${storage[@]}" rmi --all >/dev/null 2>&1 || true
-echo "image.sh: $IMAGE: binary $(du -h "$context/reconciler-host" | cut -f1), archive $(du -h "$OUT/reconciler-host.oci.tar" | cut -f1) ($OUT/reconciler-host.oci.tar)" >&2
+say "$IMAGE: binary $(du -h "$context/reconciler-host" | cut -f1), archive $(du -h "$OUT/reconciler-host.oci.tar" | cut -f1) ($OUT/reconciler-host.oci.tar)"
 if [ "${1:-}" = --import ]; then
   "$REPO/tools/control-plane/cluster" import "$OUT/reconciler-host.oci.tar"
 fi

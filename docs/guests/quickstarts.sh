@@ -14,11 +14,13 @@ set -euo pipefail
 pages="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$pages/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$repo/target}"
+PROG=quickstarts.sh
+# shellcheck source=../../tools/lib.sh
+source "$repo/tools/lib.sh"
 
 for tool in "$target/debug/reconciler-host" "$target/debug/reconciler-componentize"; do
     if [[ ! -x "$tool" ]]; then
-        echo "quickstarts.sh: error: $tool is missing; run ./dev build first" >&2
-        exit 1
+        die "$tool is missing; run ./dev build first"
     fi
 done
 export PATH="$target/debug:$PATH"
@@ -33,20 +35,20 @@ languages=("$@")
 ((${#languages[@]})) || languages=(rust python js c go)
 for lang in "${languages[@]}"; do
     page="$pages/$lang.md"
-    [[ -f "$page" ]] || { echo "quickstarts.sh: error: no quickstart $page" >&2; exit 1; }
+    [[ -f "$page" ]] || die "no quickstart $page"
     # The page's ```sh blocks, in order (other blocks are for reading only).
     steps="$(awk '/^```sh$/ {on = 1; next} /^```/ {on = 0} on' "$page")"
     dir="$(mktemp -d "${TMPDIR:-/tmp}/quickstart-$lang.XXXXXX")"
-    echo "quickstarts.sh: $lang: following $page in $dir" >&2
+    say "$lang: following $page in $dir"
     started=$SECONDS
     # A step that fails leaves no host behind: background jobs end with the steps' shell.
     if ! (cd "$dir" && bash -euo pipefail -c "trap 'kill \$(jobs -p) 2>/dev/null || true' EXIT
 $steps") >"$dir.log" 2>&1; then
-        echo "quickstarts.sh: error: the $lang quickstart failed; its output:" >&2
+        say "error: the $lang quickstart failed; its output:"
         cat "$dir.log" >&2
         [[ -f "$dir/hello/host.log" ]] && { echo "--- host.log:" >&2; tail -20 "$dir/hello/host.log" >&2; }
         exit 1
     fi
-    echo "quickstarts.sh: $lang: ok in $((SECONDS - started)) s" >&2
+    say "$lang: ok in $((SECONDS - started)) s"
     rm -rf "$dir" "$dir.log"
 done

@@ -7,12 +7,15 @@
 #   tools/bench-client-go/build.sh          # build, print the binary
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROG=bench-client-go/build.sh
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../control-plane/version.env
 source "$HERE/../control-plane/version.env"
 want="k8s.io/client-go v0.${K8S_VERSION#v1.}"
-grep -q "^	$want$" "$HERE/go.mod" \
-  || { echo "error: $HERE/go.mod does not pin $want (control plane $K8S_VERSION); update its require block" >&2; exit 1; }
-command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
+grep -q "^	$want$" "$HERE/go.mod" ||
+  die "$HERE/go.mod does not pin $want (control plane $K8S_VERSION); update its require block"
+command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # As tools/control-plane/build.sh: go.sum pins every hash, the proxy serves no checksum database.
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-client-go/$K8S_VERSION

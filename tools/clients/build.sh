@@ -15,6 +15,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROG=clients/build.sh
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 case "${1:-}" in
   cosign) VERSION=v2.6.5 PACKAGE=github.com/sigstore/cosign/v2/cmd/cosign BIN=cosign ;;
   cosign3) VERSION=v3.1.3 PACKAGE=github.com/sigstore/cosign/v3/cmd/cosign BIN=cosign ;;
@@ -50,7 +53,7 @@ if [ "$NAME" = wkg ]; then
   echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
   exit 0
 fi
-command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
+command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # The proxy serves modules but not sum.golang.org lookups here; `go install pkg@version` checks
 # every module against the tool's own go.sum.
 export GOSUMDB=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=

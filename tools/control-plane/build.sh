@@ -12,6 +12,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROG=control-plane/build.sh
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 # shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
 OUT=${CONTROL_PLANE_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/control-plane/$K8S_VERSION}
@@ -45,7 +48,7 @@ if have_control_plane && { [ "$CLUSTER" = 0 ] || have_cluster; }; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "error: go is not on PATH; install Go >= 1.26" >&2; exit 1; }
+command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 
 # The proxy serves modules but not sum.golang.org lookups here; go.sum (committed) pins every hash,
 # so the checksum database adds nothing for a build that only reads go.sum.
