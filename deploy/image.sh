@@ -32,7 +32,7 @@ trap 'rm -rf "$context"' EXIT
 strip -o "$context/reconciler-host" "$binary"
 # Debian's bundle (package ca-certificates), the roots the host trusts for registries over HTTPS.
 cabundle=/etc/ssl/certs/ca-certificates.crt
-[ -s "$cabundle" ] || die "$cabundle is missing (apt-get install ca-certificates)"
+[[ -s "$cabundle" ]] || die "$cabundle is missing (apt-get install ca-certificates)"
 cp "$cabundle" "$context/ca-certificates.crt"
 cp "$REPO/deploy/Containerfile" "$context/"
 storage=(--storage-driver vfs --root "$OUT/storage" --runroot "$context/run")
@@ -42,6 +42,6 @@ buildah "${storage[@]}" push --quiet "$IMAGE" "oci-archive:$OUT/reconciler-host.
 # The store is only a staging area: the archive is the artefact.
 buildah "${storage[@]}" rmi --all >/dev/null 2>&1 || true
 say "$IMAGE: binary $(du -h "$context/reconciler-host" | cut -f1), archive $(du -h "$OUT/reconciler-host.oci.tar" | cut -f1) ($OUT/reconciler-host.oci.tar)"
-if [ "${1:-}" = --import ]; then
+if [[ "${1:-}" == --import ]]; then
   "$REPO/tools/control-plane/cluster" import "$OUT/reconciler-host.oci.tar"
 fi

@@ -1,7 +1,9 @@
 //! Every shell script of the repository passes `shellcheck`: the build recipes, the control
 //! plane's scripts, `./dev`, CI's entry point and the scaffold's templates (which are checked as
-//! written, placeholders and all). The settings are the repository's `.shellcheckrc`.
-//! `./dev setup` installs shellcheck (Debian's package).
+//! written, placeholders and all). The settings are the repository's `.shellcheckrc`, plus the
+//! optional check `require-double-brackets`: `[[ ]]` is the one test syntax of the scripts
+//! (it alone does patterns and `=~`, and it does not split words). `./dev setup` installs
+//! shellcheck (Debian's package).
 //!
 //! The scripts share one library, `tools/lib.sh`; the one copy of part of it, in the recipes a
 //! scaffolded project carries alone (`guests/lib.sh`), is held to the original here.
@@ -62,6 +64,7 @@ fn every_shell_script_passes_shellcheck() {
         );
     }
     let output = Command::new("shellcheck")
+        .arg("--enable=require-double-brackets")
         .args(&scripts)
         .current_dir(&repo)
         .output()
@@ -70,7 +73,8 @@ fn every_shell_script_passes_shellcheck() {
         });
     assert!(
         output.status.success(),
-        "shellcheck found problems in the repository's scripts (settings: .shellcheckrc):\n{}{}",
+        "shellcheck found problems in the repository's scripts (settings: .shellcheckrc and \
+         --enable=require-double-brackets):\n{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

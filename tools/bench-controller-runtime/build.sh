@@ -14,7 +14,7 @@ command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # As tools/control-plane/build.sh: go.sum pins every hash, the proxy serves no checksum database.
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 version=$(sed -n 's/^[[:space:]]*sigs.k8s.io\/controller-runtime \(v[^ ]*\)$/\1/p' "$HERE/go.mod")
-[ -n "$version" ] || die "$HERE/go.mod names no controller-runtime version"
+[[ -n "$version" ]] || die "$HERE/go.mod names no controller-runtime version"
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-controller-runtime/$version
 mkdir -p "$OUT"
 cd "$HERE"

@@ -31,7 +31,7 @@ OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/clients/$NAME-$VERSION
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-if [ "${2:-}" = "--print" ]; then
+if [[ "${2:-}" == "--print" ]]; then
   echo "$OUT/$BIN"
   exit 0
 fi
@@ -39,13 +39,13 @@ fi
 # Several callers at once (parallel test binaries) wait for one build.
 exec 8>"$OUT/.build.lock"
 flock 8
-if [ -x "$OUT/$BIN" ] && [ "$(cat "$OUT/.built" 2>/dev/null)" = "$VERSION" ]; then
+if [[ -x "$OUT/$BIN" ]] && [[ "$(cat "$OUT/.built" 2>/dev/null)" == "$VERSION" ]]; then
   echo "$NAME $VERSION already built in $OUT"
   exit 0
 fi
 
 started=$(date +%s)
-if [ "$NAME" = wkg ]; then
+if [[ "$NAME" == wkg ]]; then
   # A Rust tool: crates.io, its own lock file, its own target directory (not the workspace's).
   CARGO_TARGET_DIR="$OUT/target" cargo install --quiet --locked --root "$OUT" "$PACKAGE" --version "$VERSION"
   rm -rf "$OUT/target"

@@ -21,12 +21,12 @@ OUT=${CONTROL_PLANE_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/control
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-if [ "${1:-}" = "--print" ]; then
+if [[ "${1:-}" == "--print" ]]; then
   echo "$OUT"
   exit 0
 fi
 CLUSTER=0
-[ "${1:-}" = "--cluster" ] && CLUSTER=1
+[[ "${1:-}" == "--cluster" ]] && CLUSTER=1
 
 # Several callers at once (test binaries, parallel `cp up`s) wait for one build instead of
 # racing to write the same binaries.
@@ -36,14 +36,14 @@ flock 8
 stamp="$OUT/.built"
 cluster_stamp="$OUT/.built-cluster"
 have_control_plane() {
-  [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] && [ -x "$OUT/kubectl" ] \
-    && [ "$(cat "$stamp" 2>/dev/null)" = "$K8S_VERSION" ]
+  [[ -x "$OUT/kube-apiserver" ]] && [[ -x "$OUT/etcd" ]] && [[ -x "$OUT/kubectl" ]] \
+    && [[ "$(cat "$stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
 }
 have_cluster() {
-  [ -x "$OUT/kubelet" ] && [ -x "$OUT/kube-scheduler" ] && [ -x "$OUT/kube-controller-manager" ] \
-    && [ "$(cat "$cluster_stamp" 2>/dev/null)" = "$K8S_VERSION" ]
+  [[ -x "$OUT/kubelet" ]] && [[ -x "$OUT/kube-scheduler" ]] && [[ -x "$OUT/kube-controller-manager" ]] \
+    && [[ "$(cat "$cluster_stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
 }
-if have_control_plane && { [ "$CLUSTER" = 0 ] || have_cluster; }; then
+if have_control_plane && { [[ "$CLUSTER" == 0 ]] || have_cluster; }; then
   echo "control plane $K8S_VERSION already built in $OUT"
   exit 0
 fi
@@ -70,7 +70,7 @@ if ! have_control_plane; then
   "$OUT/kube-apiserver" --version
   "$OUT/etcd" --version | head -1
 fi
-if [ "$CLUSTER" = 1 ] && ! have_cluster; then
+if [[ "$CLUSTER" == 1 ]] && ! have_cluster; then
   echo "building kubelet, kube-scheduler, kube-controller-manager $K8S_VERSION into $OUT (cold: about 5 minutes on 2 cores)"
   for cmd in kubelet kube-scheduler kube-controller-manager; do
     go build -trimpath -ldflags "-s -w ${VER}" -o "$OUT/$cmd" "k8s.io/kubernetes/cmd/$cmd"

@@ -16,7 +16,7 @@ sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMO
   go mod edit -replace="${m}=${m}@${STAGING}"
 done
 godebug=$(sed -n 's/^godebug[[:space:]]\+\(default=go[0-9.]*\).*/\1/p' "$GOMOD" | head -1)
-[ -z "$godebug" ] || go mod edit -godebug="$godebug"
+[[ -z "$godebug" ]] || go mod edit -godebug="$godebug"
 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}"
 go get -tool "k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}"
 # The local cluster's node and controllers (build.sh --cluster).
