@@ -30,12 +30,12 @@ source "$guests/lib.sh" # replace_if_changed, workspace_tool; say, die from tool
 forget_cargo_run_env
 
 if ! rustup target list --installed | grep -qx "$target"; then
-    say "adding the $target target to the toolchain"
-    rustup target add "$target"
+  say "adding the $target target to the toolchain"
+  rustup target add "$target"
 fi
 
 if ! cargo build --release --target "$target"; then
-    die "cargo build of the guests (in $guests) failed; see the compiler output above"
+  die "cargo build of the guests (in $guests) failed; see the compiler output above"
 fi
 
 workspace_tool reconciler-slim
@@ -44,7 +44,7 @@ slim=$tool
 # "<file cargo writes>:<artefact name>" for every workspace member with a cdylib target: cargo
 # writes <target name, '-' as '_'>.wasm, the artefact is named after the crate's directory.
 discover() {
-    cargo metadata --format-version 1 --no-deps | python3 -c '
+  cargo metadata --format-version 1 --no-deps | python3 -c '
 import json, os, sys
 meta = json.load(sys.stdin)
 members = set(meta["workspace_members"])
@@ -66,41 +66,41 @@ if not seen:
 '
 }
 if ! artefacts_text="$(discover)"; then
-    die "could not list the guests of the workspace in $guests (message above)"
+  die "could not list the guests of the workspace in $guests (message above)"
 fi
 mapfile -t artefacts <<<"$artefacts_text"
 
 built="${CARGO_TARGET_DIR:-$guests/target}/$target/release"
 mkdir -p "$out/unslimmed"
 for pair in "${artefacts[@]}"; do
-    src="$built/${pair%%:*}.wasm"
-    name="${pair#*:}.wasm"
-    if [[ ! -f "$src" ]]; then
-        die "cargo succeeded but $src is missing"
-    fi
-    # Partial files of this run's own: tests start builds concurrently.
-    partial="$(mktemp "$out/unslimmed/.$name.XXXXXX")"
-    cp "$src" "$partial" && chmod 644 "$partial"
-    replace_if_changed "$partial" "$out/unslimmed/$name"
-    partial="$(mktemp "$out/.$name.XXXXXX")"
-    if ! "$slim" "$out/unslimmed/$name" "$partial"; then
-        rm -f "$partial"
-        die "reconciler-slim failed on $name (its message is above)"
-    fi
-    chmod 644 "$partial"
-    replace_if_changed "$partial" "$out/$name"
+  src="$built/${pair%%:*}.wasm"
+  name="${pair#*:}.wasm"
+  if [[ ! -f "$src" ]]; then
+    die "cargo succeeded but $src is missing"
+  fi
+  # Partial files of this run's own: tests start builds concurrently.
+  partial="$(mktemp "$out/unslimmed/.$name.XXXXXX")"
+  cp "$src" "$partial" && chmod 644 "$partial"
+  replace_if_changed "$partial" "$out/unslimmed/$name"
+  partial="$(mktemp "$out/.$name.XXXXXX")"
+  if ! "$slim" "$out/unslimmed/$name" "$partial"; then
+    rm -f "$partial"
+    die "reconciler-slim failed on $name (its message is above)"
+  fi
+  chmod 644 "$partial"
+  replace_if_changed "$partial" "$out/$name"
 done
 
 # Guests in other languages, against the same WIT.
 for language in python js c go; do
-    "$guests/$language/build.sh"
+  "$guests/$language/build.sh"
 done
 
 echo "guests in $out:"
 for dst in "$out"/*.wasm; do
-    printf '  %-20s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
+  printf '  %-20s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
 done
 
 if [[ "${1:-}" == "--imports" ]]; then
-    python3 "$guests/tools/component-imports.py" "$out"/*.wasm
+  python3 "$guests/tools/component-imports.py" "$out"/*.wasm
 fi

@@ -44,43 +44,43 @@ PROG=${PROG:-guests/lib.sh}
 # (tests/tests/scripts.rs keeps it the same as tools/lib.sh's).
 guests_dir="$(dirname "$guests_lib")"
 if [[ "$(basename "$guests_dir")" == guests && -f "$guests_dir/../tools/lib.sh" ]]; then
-    # shellcheck source=../tools/lib.sh
-    source "$guests_dir/../tools/lib.sh"
+  # shellcheck source=../tools/lib.sh
+  source "$guests_dir/../tools/lib.sh"
 else
-    say() { echo "$PROG: $*" >&2; }
-    die() {
-        echo "$PROG: error: $*" >&2
-        exit 1
-    }
+  say() { echo "$PROG: $*" >&2; }
+  die() {
+    echo "$PROG: error: $*" >&2
+    exit 1
+  }
 
-    # need_debian_packages [--no-recommends] WHO PACKAGE...: as tools/lib.sh's.
-    need_debian_packages() {
-        local recommends=() who missing=() package
-        if [[ "$1" == --no-recommends ]]; then
-            recommends=(--no-install-recommends)
-            shift
-        fi
-        who=$1
-        shift
-        command -v dpkg-query >/dev/null || return 0 # not Debian: the tools must be on PATH
-        for package in "$@"; do
-            dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
-        done
-        ((${#missing[@]})) || return 0
-        if [[ "$(id -u)" != 0 ]]; then
-            die "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
-        fi
-        say "installing ${missing[*]} (Debian)"
-        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null; }; then
-            die "apt-get could not install ${missing[*]}"
-        fi
-    }
+  # need_debian_packages [--no-recommends] WHO PACKAGE...: as tools/lib.sh's.
+  need_debian_packages() {
+    local recommends=() who missing=() package
+    if [[ "$1" == --no-recommends ]]; then
+      recommends=(--no-install-recommends)
+      shift
+    fi
+    who=$1
+    shift
+    command -v dpkg-query >/dev/null || return 0 # not Debian: the tools must be on PATH
+    for package in "$@"; do
+      dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+    done
+    ((${#missing[@]})) || return 0
+    if [[ "$(id -u)" != 0 ]]; then
+      die "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
+    fi
+    say "installing ${missing[*]} (Debian)"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null; }; then
+      die "apt-get could not install ${missing[*]}"
+    fi
+  }
 fi
 
 # replace_if_changed NEW DST: moves NEW over DST (a rename: atomic) unless their bytes are
 # equal, then drops NEW, so DST keeps its time and a watcher sees no change.
 replace_if_changed() {
-    if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
+  if cmp -s "$1" "$2"; then rm -f "$1"; else mv -f "$1" "$2"; fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -88,71 +88,71 @@ replace_if_changed() {
 
 # build_language_guests LANG DIR: the repository's guests in DIR (guests/LANG).
 build_language_guests() {
-    local lang=$1 dir out
-    here=$2
-    PROG="$lang/build.sh"
-    repo="$(cd "$here/../.." && pwd)"
-    wit="$repo/wit"
-    work="$repo/target/guests-build/$lang"
-    out="$repo/target/guests"
-    "${lang}_toolchain"
-    mkdir -p "$out"
-    for dir in "$here"/*/; do
-        "${lang}_is_guest" "$dir" || continue
-        build_guest "$lang" "$dir" "$out/$(basename "$dir")-$lang.wasm"
-    done
+  local lang=$1 dir out
+  here=$2
+  PROG="$lang/build.sh"
+  repo="$(cd "$here/../.." && pwd)"
+  wit="$repo/wit"
+  work="$repo/target/guests-build/$lang"
+  out="$repo/target/guests"
+  "${lang}_toolchain"
+  mkdir -p "$out"
+  for dir in "$here"/*/; do
+    "${lang}_is_guest" "$dir" || continue
+    build_guest "$lang" "$dir" "$out/$(basename "$dir")-$lang.wasm"
+  done
 }
 
 # build_project_guest LANG DIR NAME: the project in DIR is one guest, built into DIR/NAME.wasm.
 build_project_guest() {
-    local lang=$1 name=$3
-    here=$2
-    PROG=build.sh
-    repo=
-    wit="$here/wit"
-    work="$here/build"
-    "${lang}_is_guest" "$here" || die "$here holds no $lang guest (see lib.sh: ${lang}_is_guest)"
-    "${lang}_toolchain"
-    build_guest "$lang" "$here" "$here/$name.wasm"
-    echo "built $here/$name.wasm"
+  local lang=$1 name=$3
+  here=$2
+  PROG=build.sh
+  repo=
+  wit="$here/wit"
+  work="$here/build"
+  "${lang}_is_guest" "$here" || die "$here holds no $lang guest (see lib.sh: ${lang}_is_guest)"
+  "${lang}_toolchain"
+  build_guest "$lang" "$here" "$here/$name.wasm"
+  echo "built $here/$name.wasm"
 }
 
 # build_guest LANG SRC DST: SRC's component at DST, unless its stamp says DST is up to date.
 build_guest() {
-    local lang=$1 src=${2%/} dst=$3 world=controller stamp stamp_file build partial file
-    if [[ -f "$src/wit-world" ]]; then
-        world="$(tr -d '[:space:]' <"$src/wit-world")"
-    fi
-    stamp="$(
-        {
-            echo "world $world"
-            "${lang}_sources" "$src" | while IFS= read -r file; do
-                echo "file $file"
-                cat "$src/$file"
-            done
-            cat "$wit"/*.wit
-            echo "$toolchain"
-            cat "$here/build.sh" "$guests_lib"
-        } | sha256sum | cut -d' ' -f1
-    )"
-    stamp_file="$work/$(basename "$dst").stamp"
-    if [[ -f "$dst" && "$(cat "$stamp_file" 2>/dev/null)" == "$stamp" ]]; then
-        return 0
-    fi
-    mkdir -p "$work"
-    build="$(mktemp -d "$work/$(basename "$dst" .wasm).XXXXXX")"
-    partial="$(mktemp "$(dirname "$dst")/.$(basename "$dst").XXXXXX")"
-    if ! "${lang}_build" "$src" "$world" "$build" "$partial" || [[ ! -s "$partial" ]]; then
-        rm -f "$partial"
-        die "building $src failed (the message is above; the build directory is $build)"
-    fi
-    chmod 644 "$partial"
-    replace_if_changed "$partial" "$dst"
-    partial="$(mktemp "$stamp_file.XXXXXX")"
-    echo "$stamp" >"$partial"
-    chmod 644 "$partial"
-    mv -f "$partial" "$stamp_file"
-    rm -rf "$build"
+  local lang=$1 src=${2%/} dst=$3 world=controller stamp stamp_file build partial file
+  if [[ -f "$src/wit-world" ]]; then
+    world="$(tr -d '[:space:]' <"$src/wit-world")"
+  fi
+  stamp="$(
+    {
+      echo "world $world"
+      "${lang}_sources" "$src" | while IFS= read -r file; do
+        echo "file $file"
+        cat "$src/$file"
+      done
+      cat "$wit"/*.wit
+      echo "$toolchain"
+      cat "$here/build.sh" "$guests_lib"
+    } | sha256sum | cut -d' ' -f1
+  )"
+  stamp_file="$work/$(basename "$dst").stamp"
+  if [[ -f "$dst" && "$(cat "$stamp_file" 2>/dev/null)" == "$stamp" ]]; then
+    return 0
+  fi
+  mkdir -p "$work"
+  build="$(mktemp -d "$work/$(basename "$dst" .wasm).XXXXXX")"
+  partial="$(mktemp "$(dirname "$dst")/.$(basename "$dst").XXXXXX")"
+  if ! "${lang}_build" "$src" "$world" "$build" "$partial" || [[ ! -s "$partial" ]]; then
+    rm -f "$partial"
+    die "building $src failed (the message is above; the build directory is $build)"
+  fi
+  chmod 644 "$partial"
+  replace_if_changed "$partial" "$dst"
+  partial="$(mktemp "$stamp_file.XXXXXX")"
+  echo "$stamp" >"$partial"
+  chmod 644 "$partial"
+  mv -f "$partial" "$stamp_file"
+  rm -rf "$build"
 }
 
 # workspace_tool NAME: sets `tool` to the repository's binary NAME (reconciler-slim,
@@ -163,16 +163,16 @@ build_guest() {
 # Built once per guests/build.sh: the language builds it runs (each guest's toolchain step)
 # inherit RECONCILER_WORKSPACE_BUILT instead of asking cargo again (~0.4 s a time).
 workspace_tool() {
-    local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-    if [[ "${RECONCILER_WORKSPACE_BUILT:-}" != "$target_dir" ]]; then
-        forget_cargo_run_env
-        # Not --quiet: cold, this is most of a first build (wasmtime, kube), and its progress shows.
-        if ! (cd "$repo" && cargo build --workspace --bins); then
-            die "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
-        fi
-        export RECONCILER_WORKSPACE_BUILT="$target_dir"
+  local target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+  if [[ "${RECONCILER_WORKSPACE_BUILT:-}" != "$target_dir" ]]; then
+    forget_cargo_run_env
+    # Not --quiet: cold, this is most of a first build (wasmtime, kube), and its progress shows.
+    if ! (cd "$repo" && cargo build --workspace --bins); then
+      die "cargo build of the workspace's binaries (for $1) failed; see the compiler output above"
     fi
-    tool="$target_dir/debug/$1"
+    export RECONCILER_WORKSPACE_BUILT="$target_dir"
+  fi
+  tool="$target_dir/debug/$1"
 }
 
 # componentize_tool: sets `componentize` to reconciler-componentize (C and Go bindings from the
@@ -180,12 +180,12 @@ workspace_tool() {
 # the host's wasmtime release). The repository builds it from tools/componentize; a project
 # takes $RECONCILER_COMPONENTIZE or the one on PATH.
 componentize_tool() {
-    if [[ -n "$repo" ]]; then
-        workspace_tool reconciler-componentize
-        componentize=$tool
-    elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
-        die "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
-    fi
+  if [[ -n "$repo" ]]; then
+    workspace_tool reconciler-componentize
+    componentize=$tool
+  elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
+    die "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -203,35 +203,35 @@ c_sources() { (cd "$1" && compgen -G '*.[ch]' | LC_ALL=C sort); }
 c_sdk_files() { [[ ! -f "$c_sdk/reconciler.h" ]] || (cd "$c_sdk" && compgen -G '*.[ch]' | LC_ALL=C sort); }
 
 c_toolchain() {
-    local file
-    need_debian_packages "the C guests" clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
-    componentize_tool
-    c_sdk="${repo:+$repo/guests/sdk-c}"
-    c_sdk="${c_sdk:-$here/sdk}"
-    toolchain="$(
-        clang-19 --version | head -1
-        sha256sum <"$componentize"
-        c_sdk_files | while IFS= read -r file; do
-            echo "sdk $file"
-            cat "$c_sdk/$file"
-        done
-    )"
+  local file
+  need_debian_packages "the C guests" clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
+  componentize_tool
+  c_sdk="${repo:+$repo/guests/sdk-c}"
+  c_sdk="${c_sdk:-$here/sdk}"
+  toolchain="$(
+    clang-19 --version | head -1
+    sha256sum <"$componentize"
+    c_sdk_files | while IFS= read -r file; do
+      echo "sdk $file"
+      cat "$c_sdk/$file"
+    done
+  )"
 }
 
 c_build() {
-    local src=$1 world=$2 build=$3 out=$4 sdk=()
-    local stem=${world//-/_} # the generator's file names
-    mkdir "$build/bindings"
-    "$componentize" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
-    if [[ -f "$c_sdk/reconciler.h" ]]; then
-        sdk=(-I "$c_sdk" "-DRG_WORLD_H=\"$stem.h\"" "$c_sdk"/*.c)
-    fi
-    # -flto: the SDK's small functions inline across files (the greeter: ~5 % smaller, ~1 µs
-    # less per reconcile).
-    clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -flto -Wall -Werror \
-        -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" "${sdk[@]}" \
-        "$src"/*.c "$build/bindings/$stem.c" "$build/bindings/${stem}_component_type.o" || return
-    "$componentize" component "$build/core.wasm" --out "$out"
+  local src=$1 world=$2 build=$3 out=$4 sdk=()
+  local stem=${world//-/_} # the generator's file names
+  mkdir "$build/bindings"
+  "$componentize" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
+  if [[ -f "$c_sdk/reconciler.h" ]]; then
+    sdk=(-I "$c_sdk" "-DRG_WORLD_H=\"$stem.h\"" "$c_sdk"/*.c)
+  fi
+  # -flto: the SDK's small functions inline across files (the greeter: ~5 % smaller, ~1 µs
+  # less per reconcile).
+  clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -flto -Wall -Werror \
+    -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" "${sdk[@]}" \
+    "$src"/*.c "$build/bindings/$stem.c" "$build/bindings/${stem}_component_type.o" || return
+  "$componentize" component "$build/core.wasm" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -251,15 +251,15 @@ c_build() {
 
 go_is_guest() { [[ -f "$1/go.mod" ]]; }
 go_sources() {
-    (
-        cd "$1" &&
-            {
-                echo go.mod
-                [[ ! -f go.sum ]] || echo go.sum
-                [[ ! -f preinit ]] || echo preinit
-                find . -path ./build -prune -o -type f -name '*.go' -print | sed 's#^\./##'
-            } | LC_ALL=C sort
-    )
+  (
+    cd "$1" &&
+      {
+        echo go.mod
+        [[ ! -f go.sum ]] || echo go.sum
+        [[ ! -f preinit ]] || echo preinit
+        find . -path ./build -prune -o -type f -name '*.go' -print | sed 's#^\./##'
+      } | LC_ALL=C sort
+  )
 }
 
 # go_sdk_files: the repository's Go SDK (guests/sdk-go) as paths inside a guest's module, where
@@ -267,64 +267,64 @@ go_sources() {
 # export_reconciler_api_reconciler that hands the component's exports to the guest registered
 # with reconciler.Register. Part of every Go guest's stamp.
 go_sdk_files() {
-    (cd "$repo/guests/sdk-go" &&
-        find reconciler export_reconciler_api_reconciler -type f -name '*.go' ! -name '*_test.go' | LC_ALL=C sort)
+  (cd "$repo/guests/sdk-go" &&
+    find reconciler export_reconciler_api_reconciler -type f -name '*.go' ! -name '*_test.go' | LC_ALL=C sort)
 }
 
 # go_copy FROM TO: copies the files named on stdin (paths inside FROM) to the same paths in TO.
 go_copy() {
-    local from=$1 to=$2 file
-    while IFS= read -r file; do
-        mkdir -p "$to/$(dirname "$file")"
-        cp "$from/$file" "$to/$file" || return
-    done
+  local from=$1 to=$2 file
+  while IFS= read -r file; do
+    mkdir -p "$to/$(dirname "$file")"
+    cp "$from/$file" "$to/$file" || return
+  done
 }
 
 go_toolchain() {
-    local version minor
-    command -v go >/dev/null || die "go is not installed (Go 1.25 or newer is needed for the Go guests)"
-    version="$(go env GOVERSION)"
-    minor="${version#go1.}"
-    if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
-        die "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
-    fi
-    componentize_tool
-    toolchain="$(
-        echo "$version"
-        cat "$here/gc.go"
-        sha256sum <"$componentize"
-        [[ -z "$repo" ]] || go_sdk_files | while IFS= read -r file; do
-            echo "sdk $file"
-            cat "$repo/guests/sdk-go/$file"
-        done
-    )"
+  local version minor
+  command -v go >/dev/null || die "go is not installed (Go 1.25 or newer is needed for the Go guests)"
+  version="$(go env GOVERSION)"
+  minor="${version#go1.}"
+  if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
+    die "$version is too old: the Go guests need Go 1.25 or newer (//go:wasmexport with -buildmode=c-shared)"
+  fi
+  componentize_tool
+  toolchain="$(
+    echo "$version"
+    cat "$here/gc.go"
+    sha256sum <"$componentize"
+    [[ -z "$repo" ]] || go_sdk_files | while IFS= read -r file; do
+      echo "sdk $file"
+      cat "$repo/guests/sdk-go/$file"
+    done
+  )"
 }
 
 go_build() {
-    local src=$1 world=$2 build=$3 out=$4 core=core.wasm tags=()
-    if [[ -f "$src/preinit" || -n "${go_preinit:-}" ]]; then
-        core="core-init.wasm"
-        tags=(-tags reconciler_preinit)
-    fi
-    mkdir "$build/module"
-    go_sources "$src" | go_copy "$src" "$build/module" || return
-    if [[ -n "$repo" ]]; then
-        go_sdk_files | go_copy "$repo/guests/sdk-go" "$build/module" || return
-    fi
-    "$componentize" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
-    rm "$build/bindings/go.mod"
-    cp -r "$build/bindings/." "$build/module/" || return
-    # A project is itself the module that holds gc.go.
-    [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
-    if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
-        "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .); then
-        say "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
-        return 1
-    fi
-    if [[ "$core" != core.wasm ]]; then
-        "$componentize" preinit "$build/$core" --out "$build/core.wasm" || return
-    fi
-    "$componentize" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
+  local src=$1 world=$2 build=$3 out=$4 core=core.wasm tags=()
+  if [[ -f "$src/preinit" || -n "${go_preinit:-}" ]]; then
+    core="core-init.wasm"
+    tags=(-tags reconciler_preinit)
+  fi
+  mkdir "$build/module"
+  go_sources "$src" | go_copy "$src" "$build/module" || return
+  if [[ -n "$repo" ]]; then
+    go_sdk_files | go_copy "$repo/guests/sdk-go" "$build/module" || return
+  fi
+  "$componentize" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
+  rm "$build/bindings/go.mod"
+  cp -r "$build/bindings/." "$build/module/" || return
+  # A project is itself the module that holds gc.go.
+  [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
+  if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
+    "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .); then
+    say "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
+    return 1
+  fi
+  if [[ "$core" != core.wasm ]]; then
+    "$componentize" preinit "$build/$core" --out "$build/core.wasm" || return
+  fi
+  "$componentize" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -348,48 +348,48 @@ go_build() {
 
 js_is_guest() { [[ -f "$1/app.js" ]]; }
 js_sources() {
-    (cd "$1" && find . \( -path ./build -o -path ./node_modules \) -prune -o -type f -name '*.js' -print |
-        sed 's#^\./##' | LC_ALL=C sort)
+  (cd "$1" && find . \( -path ./build -o -path ./node_modules \) -prune -o -type f -name '*.js' -print |
+    sed 's#^\./##' | LC_ALL=C sort)
 }
 js_sdk="guests/sdk-js/reconciler-guest" # in the repository
 
 js_toolchain() {
-    local lock_hash installed partial
-    command -v npm >/dev/null || die "npm is not installed (node 20+ and npm are needed for the JavaScript guests)"
-    lock_hash="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)"
-    installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/jco-$lock_hash"
-    jco="$installed/node_modules/.bin/jco"
-    if [[ ! -x "$jco" ]]; then
-        say "installing jco (package-lock.json) into $installed"
-        mkdir -p "$(dirname "$installed")"
-        partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two builds install at once
-        cp "$here/package.json" "$here/package-lock.json" "$partial/"
-        if ! (cd "$partial" && npm install --no-audit --no-fund --no-save --loglevel=error >/dev/null); then
-            rm -rf "$partial"
-            die "npm install could not install the toolchain of $here/package-lock.json"
-        fi
-        rm -rf "$installed" # a broken one (no jco in it)
-        mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another build's won
+  local lock_hash installed partial
+  command -v npm >/dev/null || die "npm is not installed (node 20+ and npm are needed for the JavaScript guests)"
+  lock_hash="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)"
+  installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/jco-$lock_hash"
+  jco="$installed/node_modules/.bin/jco"
+  if [[ ! -x "$jco" ]]; then
+    say "installing jco (package-lock.json) into $installed"
+    mkdir -p "$(dirname "$installed")"
+    partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two builds install at once
+    cp "$here/package.json" "$here/package-lock.json" "$partial/"
+    if ! (cd "$partial" && npm install --no-audit --no-fund --no-save --loglevel=error >/dev/null); then
+      rm -rf "$partial"
+      die "npm install could not install the toolchain of $here/package-lock.json"
     fi
-    toolchain="jco $lock_hash"
-    if [[ -n "$repo" ]]; then
-        toolchain+=$'\n'"$(cd "$repo/$js_sdk" && sha256sum -- *.js)"
-    fi
+    rm -rf "$installed"                                            # a broken one (no jco in it)
+    mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another build's won
+  fi
+  toolchain="jco $lock_hash"
+  if [[ -n "$repo" ]]; then
+    toolchain+=$'\n'"$(cd "$repo/$js_sdk" && sha256sum -- *.js)"
+  fi
 }
 
 js_build() {
-    local src=$1 world=$2 build=$3 out=$4 file
-    while IFS= read -r file; do
-        mkdir -p "$build/src/$(dirname "$file")"
-        cp "$src/$file" "$build/src/$file" || return
-    done < <(js_sources "$src")
-    if [[ -n "$repo" ]]; then
-        mkdir -p "$build/src/reconciler-guest"
-        cp "$repo/$js_sdk"/*.js "$build/src/reconciler-guest/" || return
-    fi
-    # From the entry's own directory: jco 1.35 resolves an entry path with a directory in it twice.
-    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
-        --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
+  local src=$1 world=$2 build=$3 out=$4 file
+  while IFS= read -r file; do
+    mkdir -p "$build/src/$(dirname "$file")"
+    cp "$src/$file" "$build/src/$file" || return
+  done < <(js_sources "$src")
+  if [[ -n "$repo" ]]; then
+    mkdir -p "$build/src/reconciler-guest"
+    cp "$repo/$js_sdk"/*.js "$build/src/reconciler-guest/" || return
+  fi
+  # From the entry's own directory: jco 1.35 resolves an entry path with a directory in it twice.
+  (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+    --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -406,31 +406,31 @@ python_sources() { (cd "$1" && compgen -G '*.py' | LC_ALL=C sort); }
 # pip_tool PACKAGE VERSION: a virtualenv in the user's cache holding PACKAGE==VERSION, made
 # once; sets `venv` to it.
 pip_tool() {
-    venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/$1-$2"
-    if [[ ! -x "$venv/bin/$1" ]]; then
-        say "installing $1 $2 into $venv"
-        rm -rf "$venv"
-        if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$1==$2"; }; then
-            rm -rf "$venv"
-            die "pip could not install $1 $2"
-        fi
+  venv="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/$1-$2"
+  if [[ ! -x "$venv/bin/$1" ]]; then
+    say "installing $1 $2 into $venv"
+    rm -rf "$venv"
+    if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$1==$2"; }; then
+      rm -rf "$venv"
+      die "pip could not install $1 $2"
     fi
+  fi
 }
 
 python_toolchain() {
-    local venv
-    pip_tool componentize-py "$COMPONENTIZE_PY_VERSION"
-    componentize_py="$venv/bin/componentize-py"
-    python_sdk="${repo:+$repo/guests/sdk-python/src}"
-    python_sdk="${python_sdk:-$here}"
-    toolchain="componentize-py $COMPONENTIZE_PY_VERSION"
-    if [[ -d "$python_sdk/reconciler_guest" ]]; then
-        toolchain+=$'\n'"reconciler_guest $(cd "$python_sdk" && sha256sum reconciler_guest/*.py | sha256sum)"
-    fi
+  local venv
+  pip_tool componentize-py "$COMPONENTIZE_PY_VERSION"
+  componentize_py="$venv/bin/componentize-py"
+  python_sdk="${repo:+$repo/guests/sdk-python/src}"
+  python_sdk="${python_sdk:-$here}"
+  toolchain="componentize-py $COMPONENTIZE_PY_VERSION"
+  if [[ -d "$python_sdk/reconciler_guest" ]]; then
+    toolchain+=$'\n'"reconciler_guest $(cd "$python_sdk" && sha256sum reconciler_guest/*.py | sha256sum)"
+  fi
 }
 
 python_build() {
-    local src=$1 world=$2 out=$4 path=(-p .)
-    [[ "$python_sdk" -ef "$src" ]] || path+=(-p "$python_sdk")
-    (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app "${path[@]}" -o "$out" >/dev/null)
+  local src=$1 world=$2 out=$4 path=(-p .)
+  [[ "$python_sdk" -ef "$src" ]] || path+=(-p "$python_sdk")
+  (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app "${path[@]}" -o "$out" >/dev/null)
 }

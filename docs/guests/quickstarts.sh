@@ -19,36 +19,39 @@ PROG=quickstarts.sh
 source "$repo/tools/lib.sh"
 
 for tool in "$target/debug/reconciler-host" "$target/debug/reconciler-componentize"; do
-    if [[ ! -x "$tool" ]]; then
-        die "$tool is missing; run ./dev build first"
-    fi
+  if [[ ! -x "$tool" ]]; then
+    die "$tool is missing; run ./dev build first"
+  fi
 done
 export PATH="$target/debug:$PATH"
 if ! command -v kubectl >/dev/null; then
-    PATH="$("$repo/tools/control-plane/build.sh" --print):$PATH"
+  PATH="$("$repo/tools/control-plane/build.sh" --print):$PATH"
 fi
 if [[ -z "${KUBECONFIG:-}" ]]; then
-    eval "$("$repo/tools/control-plane/cp" env)"
+  eval "$("$repo/tools/control-plane/cp" env)"
 fi
 
 languages=("$@")
 ((${#languages[@]})) || languages=(rust python js c go)
 for lang in "${languages[@]}"; do
-    page="$pages/$lang.md"
-    [[ -f "$page" ]] || die "no quickstart $page"
-    # The page's ```sh blocks, in order (other blocks are for reading only).
-    steps="$(awk '/^```sh$/ {on = 1; next} /^```/ {on = 0} on' "$page")"
-    dir="$(mktemp -d "${TMPDIR:-/tmp}/quickstart-$lang.XXXXXX")"
-    say "$lang: following $page in $dir"
-    started=$SECONDS
-    # A step that fails leaves no host behind: background jobs end with the steps' shell.
-    if ! (cd "$dir" && bash -euo pipefail -c "trap 'kill \$(jobs -p) 2>/dev/null || true' EXIT
+  page="$pages/$lang.md"
+  [[ -f "$page" ]] || die "no quickstart $page"
+  # The page's ```sh blocks, in order (other blocks are for reading only).
+  steps="$(awk '/^```sh$/ {on = 1; next} /^```/ {on = 0} on' "$page")"
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/quickstart-$lang.XXXXXX")"
+  say "$lang: following $page in $dir"
+  started=$SECONDS
+  # A step that fails leaves no host behind: background jobs end with the steps' shell.
+  if ! (cd "$dir" && bash -euo pipefail -c "trap 'kill \$(jobs -p) 2>/dev/null || true' EXIT
 $steps") >"$dir.log" 2>&1; then
-        say "error: the $lang quickstart failed; its output:"
-        cat "$dir.log" >&2
-        [[ -f "$dir/hello/host.log" ]] && { echo "--- host.log:" >&2; tail -20 "$dir/hello/host.log" >&2; }
-        exit 1
-    fi
-    say "$lang: ok in $((SECONDS - started)) s"
-    rm -rf "$dir" "$dir.log"
+    say "error: the $lang quickstart failed; its output:"
+    cat "$dir.log" >&2
+    [[ -f "$dir/hello/host.log" ]] && {
+      echo "--- host.log:" >&2
+      tail -20 "$dir/hello/host.log" >&2
+    }
+    exit 1
+  fi
+  say "$lang: ok in $((SECONDS - started)) s"
+  rm -rf "$dir" "$dir.log"
 done

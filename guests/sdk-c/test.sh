@@ -16,8 +16,8 @@ source "$repo/guests/lib.sh"
 
 cc="${CC:-cc}"
 if ! command -v "$cc" >/dev/null; then
-    need_debian_packages "the C SDK's tests" gcc libc6-dev
-    cc=gcc
+  need_debian_packages "the C SDK's tests" gcc libc6-dev
+  cc=gcc
 fi
 componentize_tool
 
@@ -26,28 +26,28 @@ trap 'rm -rf "$work"' EXIT
 "$componentize" bindings --lang c --wit "$repo/wit" --world controller --out "$work" >/dev/null
 rm "$work/controller_component_type.o" # wasm, for the real build
 {
-    echo '#include <stdlib.h>'
-    echo '#include <string.h>'
-    echo '#include "controller.h"'
-    echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
-    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/controller.c"
+  echo '#include <stdlib.h>'
+  echo '#include <string.h>'
+  echo '#include "controller.h"'
+  echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
+  sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/controller.c"
 } >"$work/helpers.c"
 grep -q '^void controller_string_free' "$work/helpers.c" ||
-    die "the generated controller.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
+  die "the generated controller.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
 
 sanitize=("-fsanitize=address,undefined" -fno-omit-frame-pointer -fno-sanitize-recover=all)
 echo 'int main(void) { return 0; }' >"$work/probe.c"
 if ! "$cc" "${sanitize[@]}" -o "$work/probe" "$work/probe.c" 2>/dev/null; then
-    say "$cc has no AddressSanitizer here: testing without the leak checker"
-    sanitize=()
+  say "$cc has no AddressSanitizer here: testing without the leak checker"
+  sanitize=()
 fi
 
 # The SDK and the tests strictly; the generated helpers as they come. (Objects go to $work.)
 (
-    cd "$work"
-    "$cc" -std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I "$work" -I "$here" \
-        -I "$here/tests" -c "$here"/*.c "$here"/tests/*.c
-    "$cc" -std=c11 -g -O1 "${sanitize[@]}" -c helpers.c
-    "$cc" "${sanitize[@]}" -o test ./*.o
+  cd "$work"
+  "$cc" -std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I "$work" -I "$here" \
+    -I "$here/tests" -c "$here"/*.c "$here"/tests/*.c
+  "$cc" -std=c11 -g -O1 "${sanitize[@]}" -c helpers.c
+  "$cc" "${sanitize[@]}" -o test ./*.o
 )
 "$work/test"

@@ -16,11 +16,11 @@ command -v go >/dev/null || die "go is not installed (Go 1.25 or newer is needed
 version="$(go env GOVERSION)"
 minor="${version#go1.}"
 if [[ "$version" != go1.* || "${minor%%.*}" -lt 25 ]]; then
-    die "$version is too old: the Go SDK needs Go 1.25 or newer"
+  die "$version is too old: the Go SDK needs Go 1.25 or newer"
 fi
 unformatted="$(gofmt -l .)"
 if [[ -n "$unformatted" ]]; then
-    die "not gofmt-formatted (run gofmt -w on them): $unformatted"
+  die "not gofmt-formatted (run gofmt -w on them): $unformatted"
 fi
 go vet ./...
 go test ./...

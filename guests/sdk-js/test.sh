@@ -13,7 +13,7 @@ PROG=guests/sdk-js/test.sh
 source "$here/../../tools/lib.sh"
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    die "node 20+ and npm are needed (the JavaScript guests need them too)"
+  die "node 20+ and npm are needed (the JavaScript guests need them too)"
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
 ((major >= 20)) || die "node $(node --version) is too old: node 20+ is needed (module.register)"
@@ -25,16 +25,16 @@ node --import ./test/setup.js --test test/*.test.js
 lock_hash="$(cat package.json package-lock.json | sha256sum | cut -c1-16)"
 installed="${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/sdk-js-$lock_hash"
 if [[ ! -x "$installed/node_modules/.bin/tsc" ]]; then
-    say "installing typescript (package-lock.json) into $installed"
-    mkdir -p "$(dirname "$installed")"
-    partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two runs install at once
-    cp package.json package-lock.json "$partial/"
-    if ! (cd "$partial" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
-        rm -rf "$partial"
-        die "npm ci could not install the toolchain of $here/package-lock.json"
-    fi
-    rm -rf "$installed"
-    mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another run's won
+  say "installing typescript (package-lock.json) into $installed"
+  mkdir -p "$(dirname "$installed")"
+  partial="$(mktemp -d "$installed.XXXXXX")" # its own, should two runs install at once
+  cp package.json package-lock.json "$partial/"
+  if ! (cd "$partial" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+    rm -rf "$partial"
+    die "npm ci could not install the toolchain of $here/package-lock.json"
+  fi
+  rm -rf "$installed"
+  mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another run's won
 fi
 say "tsc (the types, and the greeter against them)"
 "$installed/node_modules/.bin/tsc" -p .

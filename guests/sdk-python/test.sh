@@ -23,4 +23,4 @@ trap 'rm -rf "$bindings"' EXIT
 
 cd "$here"
 PYTHONPATH="$bindings:$here/src:$here/tests" PYTHONDONTWRITEBYTECODE=1 \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -2,8 +2,9 @@
 //! plane's scripts, `./dev`, CI's entry point and the scaffold's templates (which are checked as
 //! written, placeholders and all). The settings are the repository's `.shellcheckrc`, plus the
 //! optional check `require-double-brackets`: `[[ ]]` is the one test syntax of the scripts
-//! (it alone does patterns and `=~`, and it does not split words). `./dev setup` installs
-//! shellcheck (Debian's package).
+//! (it alone does patterns and `=~`, and it does not split words). They are also laid out as
+//! `shfmt` lays them out (flags: [`SHFMT_FLAGS`]). `./dev setup` installs both (Debian's
+//! packages).
 //!
 //! The scripts share one library, `tools/lib.sh`; the one copy of part of it, in the recipes a
 //! scaffolded project carries alone (`guests/lib.sh`), is held to the original here.
@@ -75,6 +76,33 @@ fn every_shell_script_passes_shellcheck() {
         output.status.success(),
         "shellcheck found problems in the repository's scripts (settings: .shellcheckrc and \
          --enable=require-double-brackets):\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// How the scripts are laid out: bash (every script is, `.sh` or not), two-space indents (what
+/// most of them used before shfmt), and `case` arms indented under their `case`.
+/// `shfmt -w` with the same flags reformats a script.
+const SHFMT_FLAGS: [&str; 3] = ["-ln=bash", "-i=2", "-ci"];
+
+#[test]
+fn every_shell_script_is_shfmt_formatted() {
+    let repo = repo_root();
+    let scripts = shell_scripts(&repo);
+    let output = Command::new("shfmt")
+        .args(SHFMT_FLAGS)
+        .arg("--diff")
+        .args(&scripts)
+        .current_dir(&repo)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run shfmt ({e}): `./dev setup` installs it (apt-get install shfmt)")
+        });
+    assert!(
+        output.status.success(),
+        "shfmt would lay out these scripts differently; `shfmt {} -w FILE` rewrites them:\n{}{}",
+        SHFMT_FLAGS.join(" "),
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

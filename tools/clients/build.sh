@@ -23,8 +23,14 @@ case "${1:-}" in
   cosign3) VERSION=v3.1.3 PACKAGE=github.com/sigstore/cosign/v3/cmd/cosign BIN=cosign ;;
   oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras BIN=oras ;;
   wkg) VERSION=0.16.1 PACKAGE=wkg BIN=bin/wkg ;;
-  all) for client in cosign cosign3 oras wkg; do "$HERE/build.sh" "$client"; done; exit 0 ;;
-  *) echo "usage: $0 cosign|cosign3|oras|wkg|all [--print]" >&2; exit 2 ;;
+  all)
+    for client in cosign cosign3 oras wkg; do "$HERE/build.sh" "$client"; done
+    exit 0
+    ;;
+  *)
+    echo "usage: $0 cosign|cosign3|oras|wkg|all [--print]" >&2
+    exit 2
+    ;;
 esac
 NAME=$1
 OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/clients/$NAME-$VERSION
@@ -49,8 +55,8 @@ if [[ "$NAME" == wkg ]]; then
   # A Rust tool: crates.io, its own lock file, its own target directory (not the workspace's).
   CARGO_TARGET_DIR="$OUT/target" cargo install --quiet --locked --root "$OUT" "$PACKAGE" --version "$VERSION"
   rm -rf "$OUT/target"
-  echo "$VERSION" > "$OUT/.built"
-  echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
+  echo "$VERSION" >"$OUT/.built"
+  echo "$NAME $VERSION built in $OUT in $(($(date +%s) - started)) s"
   exit 0
 fi
 command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
@@ -58,5 +64,5 @@ command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # every module against the tool's own go.sum.
 export GOSUMDB=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=
 GOBIN="$OUT" go install "$PACKAGE@$VERSION"
-echo "$VERSION" > "$OUT/.built"
-echo "$NAME $VERSION built in $OUT in $(( $(date +%s) - started )) s"
+echo "$VERSION" >"$OUT/.built"
+echo "$NAME $VERSION built in $OUT in $(($(date +%s) - started)) s"

@@ -36,12 +36,12 @@ flock 8
 stamp="$OUT/.built"
 cluster_stamp="$OUT/.built-cluster"
 have_control_plane() {
-  [[ -x "$OUT/kube-apiserver" ]] && [[ -x "$OUT/etcd" ]] && [[ -x "$OUT/kubectl" ]] \
-    && [[ "$(cat "$stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
+  [[ -x "$OUT/kube-apiserver" ]] && [[ -x "$OUT/etcd" ]] && [[ -x "$OUT/kubectl" ]] &&
+    [[ "$(cat "$stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
 }
 have_cluster() {
-  [[ -x "$OUT/kubelet" ]] && [[ -x "$OUT/kube-scheduler" ]] && [[ -x "$OUT/kube-controller-manager" ]] \
-    && [[ "$(cat "$cluster_stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
+  [[ -x "$OUT/kubelet" ]] && [[ -x "$OUT/kube-scheduler" ]] && [[ -x "$OUT/kube-controller-manager" ]] &&
+    [[ "$(cat "$cluster_stamp" 2>/dev/null)" == "$K8S_VERSION" ]]
 }
 if have_control_plane && { [[ "$CLUSTER" == 0 ]] || have_cluster; }; then
   echo "control plane $K8S_VERSION already built in $OUT"
