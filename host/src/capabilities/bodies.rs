@@ -29,7 +29,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::{CallContext, HostError};
+use super::context::CallContext;
+use super::error::HostError;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 

@@ -5,7 +5,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json, embed, replay};
+use super::capability::{Capability, LoadCheck};
+use super::context::{CallContext, as_json, embed};
+use super::error::HostError;
+use super::replay;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
@@ -298,41 +301,42 @@ impl wit::Host for CallContext {
         patch: String,
     ) -> Result<String, types::Error> {
         let object: ObjectRef = r.into();
-        let args = || json!({ "ref": object, "patch": embed(&patch) });
-        let result = match self.replayed("cluster", "patch-status", args) {
-            Some(answer) => answer,
-            None => self.cluster_patch_status(&object, &patch).await,
-        };
-        self.finish("cluster", "patch-status", args, &result, Value::clone);
-        result.map(|v| v.to_string()).map_err(Into::into)
+        self.recorded(
+            ("cluster", "patch-status"),
+            || json!({ "ref": object, "patch": embed(&patch) }),
+            Ok,
+            async |this| this.cluster_patch_status(&object, &patch).await,
+            Value::clone,
+        )
+        .await
+        .map(|v| v.to_string())
+        .map_err(Into::into)
     }
 
     async fn apply(&mut self, object: String) -> Result<String, types::Error> {
-        let args = || json!({ "object": embed(&object) });
-        let result = match self.replayed("cluster", "apply", args) {
-            Some(answer) => answer,
-            None => self.cluster_apply(&object).await,
-        };
-        self.finish("cluster", "apply", args, &result, Value::clone);
-        result.map(|v| v.to_string()).map_err(Into::into)
+        self.recorded(
+            ("cluster", "apply"),
+            || json!({ "object": embed(&object) }),
+            Ok,
+            async |this| this.cluster_apply(&object).await,
+            Value::clone,
+        )
+        .await
+        .map(|v| v.to_string())
+        .map_err(Into::into)
     }
 
     async fn delete(&mut self, r: types::ObjectRef) -> Result<bool, types::Error> {
         let object: ObjectRef = r.into();
-        let result = match self.replayed("cluster", "delete", || json!({ "ref": object })) {
-            Some(answer) => {
-                answer.and_then(|v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")))
-            }
-            None => self.cluster_delete(&object).await,
-        };
-        self.finish(
-            "cluster",
-            "delete",
+        self.recorded(
+            ("cluster", "delete"),
             || json!({ "ref": object }),
-            &result,
+            |v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")),
+            async |this| this.cluster_delete(&object).await,
             as_json,
-        );
-        result.map_err(Into::into)
+        )
+        .await
+        .map_err(Into::into)
     }
 
     async fn record_event(&mut self, event: wit::Event) -> Result<(), types::Error> {
@@ -345,26 +349,23 @@ impl wit::Host for CallContext {
             reason: event.reason,
             message: validation::message(&event.message),
         };
-        let result = match self.replayed("cluster", "record-event", || as_json(&record)) {
-            Some(answer) => answer.map(drop),
-            None => self.cluster_record_event(&record).await,
-        };
-        self.finish(
-            "cluster",
-            "record-event",
+        self.recorded(
+            ("cluster", "record-event"),
             || as_json(&record),
-            &result,
+            |_| Ok(()),
+            async |this| this.cluster_record_event(&record).await,
             as_json,
-        );
-        result.map_err(Into::into)
+        )
+        .await
+        .map_err(Into::into)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
-    use super::super::testing::Harness;
     use super::*;
+    use crate::capabilities::context::Scope;
+    use crate::capabilities::testing::Harness;
     use crate::objects::Gvk;
     use wit::Host as _;
 

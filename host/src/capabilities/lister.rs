@@ -17,7 +17,10 @@ use std::sync::Arc;
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, embed, replay};
+use super::capability::{Capability, LoadCheck};
+use super::context::{CallContext, embed};
+use super::error::HostError;
+use super::replay;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::lister as wit;
@@ -156,18 +159,15 @@ impl CallContext {
 impl wit::Host for CallContext {
     async fn get(&mut self, r: types::ObjectRef) -> Result<Option<String>, types::Error> {
         let object: ObjectRef = r.into();
-        let result = match self.replayed("lister", "get", || json!({ "ref": object })) {
-            Some(answer) => answer.map(|v| (!v.is_null()).then(|| replay::text(&v))),
-            None => self.lister_get(&object),
-        };
-        self.finish(
-            "lister",
-            "get",
+        self.recorded(
+            ("lister", "get"),
             || json!({ "ref": object }),
-            &result,
+            |v| Ok((!v.is_null()).then(|| replay::text(&v))),
+            async |this| this.lister_get(&object),
             |o| json!(o.as_deref().map(embed)),
-        );
-        result.map_err(Into::into)
+        )
+        .await
+        .map_err(Into::into)
     }
 
     async fn list(
@@ -177,31 +177,31 @@ impl wit::Host for CallContext {
         label_selector: Option<String>,
     ) -> Result<Vec<String>, types::Error> {
         let kind: Gvk = kind.into();
-        let args =
-            || json!({ "kind": kind, "namespace": namespace, "labelSelector": label_selector });
-        let result = match self.replayed("lister", "list", args) {
-            Some(answer) => answer.and_then(|v| {
+        self.recorded(
+            ("lister", "list"),
+            || json!({ "kind": kind, "namespace": namespace, "labelSelector": label_selector }),
+            |v| {
                 v.as_array()
                     .map(|items| items.iter().map(replay::text).collect())
                     .ok_or_else(|| replay::malformed("a list"))
-            }),
-            None => {
-                self.lister_list(&kind, namespace.as_deref(), label_selector.as_deref())
+            },
+            async |this| {
+                this.lister_list(&kind, namespace.as_deref(), label_selector.as_deref())
                     .await
-            }
-        };
-        self.finish("lister", "list", args, &result, |items| {
-            json!(items.iter().map(|i| embed(i)).collect::<Vec<_>>())
-        });
-        result.map_err(Into::into)
+            },
+            |items| json!(items.iter().map(|i| embed(i)).collect::<Vec<_>>()),
+        )
+        .await
+        .map_err(Into::into)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::Harness;
-    use super::super::{HostBytes, Scope};
     use super::*;
+    use crate::capabilities::budget::HostBytes;
+    use crate::capabilities::context::Scope;
+    use crate::capabilities::testing::Harness;
     use wit::Host as _;
 
     const GRANT: &str = "read: [v1/ConfigMap]";
@@ -353,7 +353,7 @@ mod tests {
             .lister
             .visits(&Gvk::new("", "v1", "ConfigMap"), None);
         assert!(
-            units * 301 > super::super::INLINE_WORK,
+            units * 301 > crate::capabilities::context::INLINE_WORK,
             "moved off the worker"
         );
         let listed = call

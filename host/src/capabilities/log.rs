@@ -5,7 +5,9 @@
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json};
+use super::capability::{Capability, LoadCheck};
+use super::context::{CallContext, as_json};
+use super::error::HostError;
 use crate::validation;
 use crate::wit::reconciler::api::log::{self as wit, Level};
 
@@ -64,8 +66,8 @@ impl wit::Host for CallContext {
     async fn log(&mut self, level: Level, message: String) {
         let args =
             || json!({ "level": level_name(level), "message": validation::message(&message) });
-        // A replay matches the line with the record, and still logs it (the last error-level
-        // line goes into a trap's message).
+        // Not `recorded`: a replay matches the line with the record and still logs it (the
+        // last error-level line goes into a trap's message).
         let _ = self.replayed("log", "log", args);
         let result = self.log_line(level, &message);
         self.finish("log", "log", args, &result, as_json);
@@ -74,9 +76,9 @@ impl wit::Host for CallContext {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
-    use super::super::testing::Harness;
     use super::*;
+    use crate::capabilities::context::Scope;
+    use crate::capabilities::testing::Harness;
     use wit::Host as _;
 
     #[tokio::test]

@@ -16,7 +16,10 @@ use std::sync::Arc;
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json, replay};
+use super::capability::{Capability, LoadCheck};
+use super::context::{CallContext, as_json};
+use super::error::HostError;
+use super::replay;
 use crate::backends::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus};
 use crate::validation;
 use crate::wit::reconciler::api::network_backend as wit;
@@ -248,20 +251,18 @@ impl CallContext {
 
 impl wit::Host for CallContext {
     async fn get(&mut self, id: String) -> Result<Option<wit::NetworkStatus>, types::Error> {
-        let result = match self.replayed("network-backend", "get", || json!({ "id": id })) {
-            Some(answer) => answer.and_then(|v| {
-                serde_json::from_value(v).map_err(|_| replay::malformed("a network status or null"))
-            }),
-            None => self.network_get(&id).await,
-        };
-        self.finish(
-            "network-backend",
-            "get",
+        self.recorded(
+            ("network-backend", "get"),
             || json!({ "id": id }),
-            &result,
+            |v| {
+                serde_json::from_value(v).map_err(|_| replay::malformed("a network status or null"))
+            },
+            async |this| this.network_get(&id).await,
             as_json,
-        );
-        result.map(|s| s.map(to_wit)).map_err(Into::into)
+        )
+        .await
+        .map(|s| s.map(to_wit))
+        .map_err(Into::into)
     }
 
     async fn ensure(&mut self, spec: wit::NetworkSpec) -> Result<wit::NetworkStatus, types::Error> {
@@ -270,45 +271,36 @@ impl wit::Host for CallContext {
             cidr: spec.cidr,
             gateway: spec.gateway,
         };
-        let result = match self.replayed("network-backend", "ensure", || json!({ "spec": spec })) {
-            Some(answer) => answer.and_then(|v| {
-                serde_json::from_value(v).map_err(|_| replay::malformed("a network status"))
-            }),
-            None => self.network_ensure(&spec).await,
-        };
-        self.finish(
-            "network-backend",
-            "ensure",
+        self.recorded(
+            ("network-backend", "ensure"),
             || json!({ "spec": spec }),
-            &result,
+            |v| serde_json::from_value(v).map_err(|_| replay::malformed("a network status")),
+            async |this| this.network_ensure(&spec).await,
             as_json,
-        );
-        result.map(to_wit).map_err(Into::into)
+        )
+        .await
+        .map(to_wit)
+        .map_err(Into::into)
     }
 
     async fn delete(&mut self, id: String) -> Result<bool, types::Error> {
-        let result = match self.replayed("network-backend", "delete", || json!({ "id": id })) {
-            Some(answer) => {
-                answer.and_then(|v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")))
-            }
-            None => self.network_delete(&id).await,
-        };
-        self.finish(
-            "network-backend",
-            "delete",
+        self.recorded(
+            ("network-backend", "delete"),
             || json!({ "id": id }),
-            &result,
+            |v| v.as_bool().ok_or_else(|| replay::malformed("a boolean")),
+            async |this| this.network_delete(&id).await,
             as_json,
-        );
-        result.map_err(Into::into)
+        )
+        .await
+        .map_err(Into::into)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::Harness;
-    use super::super::{CallContext, GuestContext, Scope};
     use super::*;
+    use crate::capabilities::context::{CallContext, GuestContext, Scope};
+    use crate::capabilities::testing::Harness;
     use wit::Host as _;
 
     fn spec(id: &str, cidr: &str, gateway: &str) -> wit::NetworkSpec {

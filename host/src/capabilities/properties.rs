@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::Scope;
+use super::context::Scope;
 use super::testing::Harness;
 use crate::wit::reconciler::api::{cluster, lister, log, network_backend, queue};
 use crate::wit::types;

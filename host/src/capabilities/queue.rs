@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallContext, Capability, HostError, LoadCheck, as_json};
+use super::capability::{Capability, LoadCheck};
+use super::context::{CallContext, as_json};
+use super::error::HostError;
 use crate::objects::ObjectKey;
 use crate::validation;
 use crate::wit::reconciler::api::queue as wit;
@@ -78,21 +80,23 @@ impl wit::Host for CallContext {
             namespace: key.namespace,
             name: key.name,
         };
-        let args = || json!({ "key": { "namespace": key.namespace, "name": key.name }, "afterMs": after_ms });
-        let result = match self.replayed("queue", "enqueue", args) {
-            Some(answer) => answer.map(drop),
-            None => self.queue_enqueue(&key, after_ms),
-        };
-        self.finish("queue", "enqueue", args, &result, as_json);
-        result.map_err(Into::into)
+        self.recorded(
+            ("queue", "enqueue"),
+            || json!({ "key": { "namespace": key.namespace, "name": key.name }, "afterMs": after_ms }),
+            |_| Ok(()),
+            async |this| this.queue_enqueue(&key, after_ms),
+            as_json,
+        )
+        .await
+        .map_err(Into::into)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::Scope;
-    use super::super::testing::Harness;
     use super::*;
+    use crate::capabilities::context::Scope;
+    use crate::capabilities::testing::Harness;
     use wit::Host as _;
 
     fn key(namespace: Option<&str>, name: &str) -> types::ObjectKey {

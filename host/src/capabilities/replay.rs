@@ -9,7 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Call, HostError};
+use super::context::Call;
+use super::error::HostError;
 
 /// One recorded call, as the offline runner and records write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,39 @@
+//! A call context over offline providers, for the capabilities' unit tests.
+
+use std::sync::Arc;
+
+use super::context::{CallContext, GuestContext, Providers, Scope};
+use crate::config::Grant;
+use crate::providers::offline::{MemoryCache, RecordingCluster, RecordingQueue};
+
+pub struct Harness {
+    pub cache: Arc<MemoryCache>,
+    pub queue: Arc<RecordingQueue>,
+    pub network: Arc<crate::backends::MemoryBackend>,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Self {
+            cache: Arc::new(MemoryCache::default()),
+            queue: Arc::new(RecordingQueue::default()),
+            network: Arc::new(crate::backends::MemoryBackend::new()),
+        }
+    }
+
+    pub fn providers(&self) -> Providers {
+        Providers {
+            lister: self.cache.clone(),
+            cluster: Arc::new(RecordingCluster::new(self.cache.clone())),
+            queue: self.queue.clone(),
+            network: Some(self.network.clone()),
+        }
+    }
+
+    /// A call context for guest `g` with `grant` (YAML of one grant entry) and `scope`.
+    pub fn call(&self, grant: &str, scope: Scope) -> CallContext {
+        let grant: Grant = serde_yaml::from_str(grant).expect("test grant");
+        let context = GuestContext::new("g", grant, self.providers()).with_scope(scope);
+        CallContext::new(Arc::new(context), "ns/k".into(), None).recording()
+    }
+}
