@@ -20,21 +20,11 @@
 //!                                                                 └─▶ backends (networks)
 //! ```
 //!
-//! Above them: [`run`] (`reconciler-host run`: wiring, ownership, the controller set),
-//! [`reconcilers`] (guests declared as `Reconciler` objects, a second source of guests),
-//! [`offline_runner`] (`reconciler-host reconcile`, and `--replay` of a [`records`] file: a live
-//! reconcile written down for replay) and [`cli`]. Around them: [`manifest`]
-//! (what a guest asks for), [`validation`] (what a guest may name), [`finalizer`], [`objects`]
-//! (kinds, references, keys), [`config`] (grants and limits), [`identity`] (each guest's own
-//! ServiceAccount: impersonated writes, reviewed reads), [`rbac`], [`compile_cache`] (compiled
-//! guests on disk, trusted only if the host wrote them), [`dir_watch`] (following the guest
-//! directory and the configuration file), [`discovery`] (kinds, one cache), [`fence`] (the
-//! write fence), [`oci`] (guests as OCI artifacts: push, pull, a cache by digest), [`metrics`],
-//! [`server`], [`shards`] and [`leader`].
+//! Every other module, the room it belongs to and which rooms may import which are listed once,
+//! in `docs/architecture.md`.
 //!
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
-//! provider traits, and no capability imports the runtime or a provider. The rooms and which
-//! may import which: `docs/architecture.md`.
+//! provider traits, and no capability imports the runtime or a provider.
 
 pub mod backends;
 pub mod capabilities;
