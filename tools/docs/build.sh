@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 MDBOOK=$OUT/bin/mdbook
 
-if [ "${1:-}" = "--print" ]; then
+if [[ "${1:-}" == "--print" ]]; then
   echo "$MDBOOK"
   exit 0
 fi
@@ -37,7 +37,7 @@ fi
 # Several callers at once (parallel test binaries) wait for one install.
 exec 8>"$OUT/.build.lock"
 flock 8
-if [ ! -x "$MDBOOK" ] || [ "$(cat "$OUT/.built" 2>/dev/null)" != "$VERSION" ]; then
+if [[ ! -x "$MDBOOK" ]] || [[ "$(cat "$OUT/.built" 2>/dev/null)" != "$VERSION" ]]; then
   command -v cargo >/dev/null || die "cargo is not on PATH; install Rust with rustup"
   started=$(date +%s)
   # Run from a test, this script inherits cargo's variables for a running target.
