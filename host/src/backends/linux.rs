@@ -61,11 +61,11 @@ use rtnetlink::packet_route::route::{
 use rtnetlink::{Handle, LinkBridge, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
 use tokio::sync::{mpsc, oneshot};
 
+use super::bridge_names::{bridge_name, is_bridge_name, validate_bridge_prefix};
+use super::contract::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Result};
+use super::policy::Policy;
 use super::policy::{MAX_BREADTH_V4, MAX_BREADTH_V6, Reserved, check_reserved};
-use super::{
-    BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Policy, Result, ValidSpec,
-    bridge_name, check_overlap, is_bridge_name, validate_bridge_prefix,
-};
+use super::spec::{ValidSpec, check_overlap};
 
 /// Where `ip netns add <name>` puts its namespace handles.
 pub const NETNS_DIR: &str = "/var/run/netns";

@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    BackendError, DEFAULT_BRIDGE_PREFIX, NetworkBackend, NetworkSpec, NetworkStatus, Policy,
-    Result, bridge_name, check_overlap,
-};
+use super::bridge_names::{DEFAULT_BRIDGE_PREFIX, bridge_name};
+use super::contract::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Result};
+use super::policy::Policy;
+use super::spec::check_overlap;
 
 /// Networks held in memory, keyed by id.
 ///

@@ -14,6 +14,10 @@
 //! accepts is a spec the Linux provider accepts, and both refuse the same specs with the same
 //! words.
 //!
+//! Files: `contract` (spec, status, errors, the trait), `spec` (validation and overlap),
+//! `bridge_names`, [`policy`] (which ranges), the two providers; this one chooses a provider
+//! from the configuration ([`from_config`]).
+//!
 //! # Which ranges a network may take
 //!
 //! Guests choose their networks' cidrs, and a bridge's address is a route where it is
@@ -43,200 +47,28 @@
 //! names only the guest's own networks: another guest's id, range, gateway or bridge never
 //! reaches it (the contract says other guests' networks are invisible).
 
+mod bridge_names;
+mod contract;
 pub mod linux;
 pub mod memory;
 pub mod policy;
+mod spec;
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+pub use bridge_names::{
+    DEFAULT_BRIDGE_PREFIX, bridge_name, is_bridge_name, validate_bridge_prefix,
+};
+pub use contract::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Result};
 pub use linux::LinuxBackend;
 pub use memory::MemoryBackend;
 pub use policy::{Policy, Reserved, api_server_addresses};
-
-/// What a guest wants: the WIT `network-spec` record.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetworkSpec {
-    /// Stable for the object's lifetime, e.g. `namespace/name`.
-    pub id: String,
-    /// IPv4 or IPv6 prefix in canonical network form, e.g. `10.10.0.0/24`.
-    pub cidr: String,
-    /// An address inside `cidr`, assigned to the network's interface.
-    pub gateway: String,
-}
-
-/// What a provider reports, read back from the real system: the WIT `network-status` record.
-///
-/// `cidr` and `gateway` are in canonical text form (`fd00:10::/64`, not `FD00:10:0::/64`);
-/// compare parsed values, not strings, when the spec might be written differently. The Linux
-/// provider reports both as empty strings for a bridge that exists but carries no address.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetworkStatus {
-    pub id: String,
-    pub cidr: String,
-    pub gateway: String,
-    /// The provider's name for it (a bridge interface name).
-    pub interface_name: String,
-    /// Whether the interface is administratively up.
-    pub up: bool,
-}
-
-/// Why a provider call failed. The capability layer maps each kind onto the WIT `error`
-/// variant of the same name (through [`BackendError::seen_by`]), so the guest can tell "fix
-/// the object" from "try again".
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// The spec can never succeed as written: a bad CIDR, a gateway outside it, a range the
-    /// policy refuses. Not worth retrying until the object changes.
-    #[error("invalid network: {0}")]
-    Invalid(String),
-    /// The cidr overlaps network `other`: invalid, like [`BackendError::Invalid`]. Kept apart
-    /// so that only a caller who may see `other` is told its id and range.
-    #[error("invalid network: {}", overlap(.id, .cidr, Some((.other, .other_cidr))))]
-    Overlap {
-        id: String,
-        cidr: IpNet,
-        other: String,
-        other_cidr: IpNet,
-    },
-    /// (Linux) the bridge name `id` hashes to is held by network `owner` (its alias): the two
-    /// ids collide in the name hash. Kept apart for the same reason as `Overlap`.
-    #[error("network backend: {}", name_taken(.id, .bridge, .place, Some(.owner)))]
-    NameTaken {
-        id: String,
-        bridge: String,
-        /// The namespace, as messages name it.
-        place: String,
-        owner: String,
-    },
-    /// The system refused or failed for now (a netlink error, a missing namespace, a file
-    /// that cannot be written). Worth retrying with backoff.
-    #[error("network backend unavailable: {0}")]
-    Unavailable(String),
-    /// Anything else, e.g. an interface name taken by something that is not ours.
-    #[error("network backend: {0}")]
-    Other(String),
-}
-
-impl BackendError {
-    /// The error as a caller sees it who owns only the ids starting with `prefix` and knows
-    /// them without it: a guest, whose ids the capability layer stores as `<guest>/<id>`.
-    /// Another owner's network is never named: an overlap with it reads as an overlap with a
-    /// network held by another guest, a bridge it holds as taken. What remains is `Invalid`,
-    /// `Unavailable` or `Other`, with the caller's own ids written as it wrote them.
-    #[must_use]
-    pub fn seen_by(self, prefix: &str) -> BackendError {
-        let own = |id: &str| id.strip_prefix(prefix).map(str::to_owned);
-        let shown = |id: String| own(&id).unwrap_or(id);
-        // Every message names ids in backticks.
-        let unprefixed = |m: String| m.replace(&format!("`{prefix}"), "`");
-        match self {
-            BackendError::Overlap {
-                id,
-                cidr,
-                other,
-                other_cidr,
-            } => {
-                let other = own(&other);
-                BackendError::Invalid(overlap(
-                    &shown(id),
-                    &cidr,
-                    other.as_ref().map(|other| (other, &other_cidr)),
-                ))
-            }
-            BackendError::NameTaken {
-                id,
-                bridge,
-                place,
-                owner,
-            } => BackendError::Other(name_taken(
-                &shown(id),
-                &bridge,
-                &place,
-                own(&owner).as_ref(),
-            )),
-            BackendError::Invalid(m) => BackendError::Invalid(unprefixed(m)),
-            BackendError::Unavailable(m) => BackendError::Unavailable(unprefixed(m)),
-            BackendError::Other(m) => BackendError::Other(unprefixed(m)),
-        }
-    }
-}
-
-/// The words of [`BackendError::Overlap`]; `other` is `None` when the caller may not see it.
-fn overlap(id: &str, cidr: &IpNet, other: Option<(&String, &IpNet)>) -> String {
-    match other {
-        Some((other, other_cidr)) => format!(
-            "network `{id}`: cidr `{cidr}` overlaps network `{other}` (cidr `{other_cidr}`); \
-             pick a disjoint range or delete `{other}` first"
-        ),
-        None => format!(
-            "network `{id}`: cidr `{cidr}` overlaps a network held by another guest; pick a \
-             disjoint range"
-        ),
-    }
-}
-
-/// The words of [`BackendError::NameTaken`]; `owner` is `None` when the caller may not see it.
-fn name_taken(id: &str, bridge: &str, place: &str, owner: Option<&String>) -> String {
-    let owner = owner.map_or_else(
-        || "another network".to_owned(),
-        |owner| format!("network `{owner}` (its alias)"),
-    );
-    format!(
-        "network `{id}`: bridge `{bridge}` in {place} belongs to {owner}; the two ids collide \
-         in the name hash, so rename one object or use a shorter bridge-prefix"
-    )
-}
-
-/// `Result` with [`BackendError`] as the error.
-pub type Result<T, E = BackendError> = std::result::Result<T, E>;
-
-/// A provider of networks. Object-safe so the host holds an `Arc<dyn NetworkBackend>` chosen
-/// at start-up; `Send + Sync` because every worker shares it.
-///
-/// Providers serialise `ensure` calls internally, so the overlap check and the change it
-/// guards are one step: of two overlapping specs ensured concurrently, exactly one wins.
-#[async_trait]
-pub trait NetworkBackend: Send + Sync {
-    /// Short provider name (`memory`, `linux`) for logs and metrics labels.
-    fn provider(&self) -> &'static str;
-
-    /// The network as it exists now, or `None`.
-    async fn get(&self, id: &str) -> Result<Option<NetworkStatus>>;
-
-    /// Creates the network or corrects it to match `spec`; returns the resulting state.
-    /// Idempotent. Fails with [`BackendError::Invalid`] (and changes nothing) when the spec is
-    /// malformed or overlaps another id's network.
-    async fn ensure(&self, spec: &NetworkSpec) -> Result<NetworkStatus>;
-
-    /// Removes the network. `Ok(false)` when it did not exist.
-    async fn delete(&self, id: &str) -> Result<bool>;
-
-    /// Every network this provider holds, ordered by id.
-    async fn list(&self) -> Result<Vec<NetworkStatus>>;
-}
-
-/// The bridge-name prefix used when the configuration names none.
-pub const DEFAULT_BRIDGE_PREFIX: &str = "rh";
-
-/// Interface names are at most 15 bytes (`IFNAMSIZ` 16 with the NUL).
-const IFNAME_MAX: usize = 15;
-
-/// Fewer hash bits than this makes collisions likely at a few thousand networks (see
-/// [`bridge_name`]); it caps the prefix at 6 characters.
-const MIN_HASH_HEX: usize = 8;
-
-/// The kernel stores at most 255 bytes of interface alias (`IFALIASZ` 256 with the NUL), and
-/// the Linux provider keeps the id there. The limit is shared so offline runs refuse the same
-/// ids production would.
-pub const MAX_ID_LEN: usize = 255;
+pub use spec::{MAX_ID_LEN, ValidSpec, check_overlap, validate};
 
 /// Which provider the host uses, from the host configuration (YAML):
 ///
@@ -341,217 +173,6 @@ pub fn from_config(
             ..
         } => Arc::new(LinuxBackend::new(netns.as_deref(), bridge_prefix)?.with_policy(policy)),
     })
-}
-
-/// A spec that passed [`validate`]: parsed, canonical, safe to apply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ValidSpec {
-    pub id: String,
-    pub cidr: IpNet,
-    pub gateway: IpAddr,
-}
-
-impl ValidSpec {
-    /// The status a provider that applied this spec exactly would report.
-    pub fn status(&self, interface_name: String, up: bool) -> NetworkStatus {
-        NetworkStatus {
-            id: self.id.clone(),
-            cidr: self.cidr.to_string(),
-            gateway: self.gateway.to_string(),
-            interface_name,
-            up,
-        }
-    }
-}
-
-/// Checks a spec on its own, with the fixed rules only (the configured ones:
-/// [`Policy::validate`]; overlap needs the other networks: [`check_overlap`]).
-///
-/// Rules, each with its own message naming the network and the fix:
-/// - the id is 1..=255 bytes without control characters, line breaks or bidirectional
-///   formatting characters (it reaches log lines and, Linux, `ip link` output);
-/// - `cidr` parses and is the network address itself (`10.1.0.0/24`, not `10.1.0.5/24`):
-///   a host address there is almost always a gateway typed into the wrong field, and
-///   silently truncating would hide that;
-/// - `cidr` is no broader than /8 (IPv4) or /16 (IPv6) and overlaps nothing in
-///   [`policy::DENIED`] (the IANA special-purpose blocks other than private ones, multicast);
-/// - `gateway` parses, has the cidr's family, lies inside it, and is not the network address
-///   (IPv4 prefixes shorter than /31, IPv6 shorter than /127: RFC 3021 and RFC 6164 make
-///   every address of those point-to-point prefixes usable) nor, IPv4, the broadcast address.
-pub fn validate(spec: &NetworkSpec) -> Result<ValidSpec> {
-    let id = &spec.id;
-    if id.is_empty() {
-        return Err(BackendError::Invalid(
-            "network id is empty; use the object's `namespace/name`".into(),
-        ));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(BackendError::Invalid(format!(
-            "network id `{}…` is {} bytes; at most {MAX_ID_LEN} fit (the Linux provider keeps \
-             it in the interface alias); use a shorter id, e.g. the object's UID",
-            truncate(id, 40),
-            id.len()
-        )));
-    }
-    if id.chars().any(crate::validation::escaped_in_messages) {
-        return Err(BackendError::Invalid(format!(
-            "network id {id:?} contains control characters, line breaks or bidirectional \
-             formatting characters; use the object's `namespace/name`"
-        )));
-    }
-
-    let cidr: IpNet = spec.cidr.parse().map_err(|_| {
-        BackendError::Invalid(format!(
-            "network `{id}`: cidr `{}` is not an IP prefix; write e.g. `10.10.0.0/24` or \
-             `fd00:10::/64`",
-            spec.cidr
-        ))
-    })?;
-    if cidr.addr() != cidr.network() {
-        return Err(BackendError::Invalid(format!(
-            "network `{id}`: cidr `{}` has host bits set; write `{}` (the gateway goes in \
-             `gateway`)",
-            spec.cidr,
-            cidr.trunc()
-        )));
-    }
-    policy::check_fixed(id, &cidr)?;
-
-    let gateway: IpAddr = spec.gateway.parse().map_err(|_| {
-        BackendError::Invalid(format!(
-            "network `{id}`: gateway `{}` is not an IP address; write one address inside \
-             `{cidr}`, e.g. `{}`",
-            spec.gateway,
-            first_host(cidr)
-        ))
-    })?;
-    if !cidr.contains(&gateway) {
-        return Err(BackendError::Invalid(format!(
-            "network `{id}`: gateway `{gateway}` is outside cidr `{cidr}`; pick an address \
-             inside it, e.g. `{}`",
-            first_host(cidr)
-        )));
-    }
-    let point_to_point = match cidr {
-        IpNet::V4(v4) => v4.prefix_len() >= 31,
-        IpNet::V6(v6) => v6.prefix_len() >= 127,
-    };
-    if !point_to_point {
-        let reserved = if cidr.network() == gateway {
-            Some("network")
-        } else if matches!(cidr, IpNet::V4(_)) && cidr.broadcast() == gateway {
-            Some("broadcast")
-        } else {
-            None
-        };
-        if let Some(what) = reserved {
-            return Err(BackendError::Invalid(format!(
-                "network `{id}`: gateway `{gateway}` is the {what} address of `{cidr}`; pick a \
-                 host address, e.g. `{}`",
-                first_host(cidr)
-            )));
-        }
-    }
-
-    Ok(ValidSpec {
-        id: id.clone(),
-        cidr,
-        gateway,
-    })
-}
-
-/// Refuses `spec` with [`BackendError::Overlap`] when its cidr overlaps the cidr of any *other*
-/// id in `existing`.
-///
-/// The later network (the one being ensured) is the one refused; the existing one is left
-/// alone. Different address families never overlap. Entries whose cidr is empty or
-/// unparsable (a Linux bridge stripped of its address by hand) claim no range.
-pub fn check_overlap<'a>(
-    spec: &ValidSpec,
-    existing: impl IntoIterator<Item = &'a NetworkStatus>,
-) -> Result<()> {
-    for other in existing {
-        if other.id == spec.id {
-            continue;
-        }
-        let Ok(other_cidr) = other.cidr.parse::<IpNet>() else {
-            continue;
-        };
-        if policy::overlaps(&other_cidr, &spec.cidr) {
-            return Err(BackendError::Overlap {
-                id: spec.id.clone(),
-                cidr: spec.cidr,
-                other: other.id.clone(),
-                other_cidr,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The interface name for `id`: `<prefix>-` and as many hex digits of SHA-256(id) as fit in
-/// 15 bytes (12 digits = 48 bits with the default prefix `rh`; never fewer than 8 = 32 bits).
-///
-/// Collision odds follow the birthday bound, about n² / 2^(bits+1) for n networks: with 48
-/// bits, 10 000 networks collide with probability ~2·10⁻⁷; with a 6-character prefix
-/// (32 bits), ~1 %. A collision is never silent: the Linux provider stores the owning id in
-/// the interface alias and refuses to adopt a bridge whose alias names another id.
-pub fn bridge_name(prefix: &str, id: &str) -> String {
-    let digest = Sha256::digest(id.as_bytes());
-    let hex_len = IFNAME_MAX.saturating_sub(prefix.len() + 1);
-    let mut name = String::with_capacity(IFNAME_MAX);
-    name.push_str(prefix);
-    name.push('-');
-    for byte in &digest {
-        let _ = write!(name, "{byte:02x}");
-    }
-    name.truncate(prefix.len() + 1 + hex_len);
-    name
-}
-
-/// Whether `name` is one [`bridge_name`] could have produced with `prefix`.
-pub fn is_bridge_name(prefix: &str, name: &str) -> bool {
-    let Some(hex) = name
-        .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix('-'))
-    else {
-        return false;
-    };
-    hex.len() == IFNAME_MAX - prefix.len() - 1
-        && hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// Checks a configured bridge prefix: 1 to 6 of `[A-Za-z0-9_]`. No `-`, so the separator in
-/// `<prefix>-<hex>` is unambiguous and one prefix never matches another's bridges.
-pub fn validate_bridge_prefix(prefix: &str) -> Result<()> {
-    let max = IFNAME_MAX - 1 - MIN_HASH_HEX;
-    if prefix.is_empty()
-        || prefix.len() > max
-        || !prefix
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    {
-        return Err(BackendError::Other(format!(
-            "bridge-prefix `{prefix}` is invalid: use 1 to {max} characters of [A-Za-z0-9_] \
-             (interface names hold 15 bytes and at least {MIN_HASH_HEX} are needed for the \
-             id's hash), e.g. `{DEFAULT_BRIDGE_PREFIX}`"
-        )));
-    }
-    Ok(())
-}
-
-fn first_host(cidr: IpNet) -> IpAddr {
-    match cidr {
-        IpNet::V4(v4) if v4.prefix_len() < 31 => IpAddr::V4((u32::from(v4.network()) + 1).into()),
-        IpNet::V6(v6) if v6.prefix_len() < 128 => IpAddr::V6((u128::from(v6.network()) + 1).into()),
-        other => other.network(),
-    }
-}
-
-fn truncate(s: &str, max_chars: usize) -> &str {
-    s.char_indices().nth(max_chars).map_or(s, |(i, _)| &s[..i])
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 
 use ipnet::IpNet;
 
-use super::{BackendError, NetworkSpec, Result, ValidSpec, validate};
+use super::contract::{BackendError, NetworkSpec, Result};
+use super::spec::{ValidSpec, validate};
 
 /// The broadest IPv4 prefix a network may have. Anything broader is a default route
 /// (`0.0.0.0/0`), one of its halves (`0.0.0.0/1`, `128.0.0.0/1`, what VPN clients install to
@@ -439,7 +440,7 @@ mod tests {
             IpNet::V6(_) => MAX_BREADTH_V6,
         };
         let cidr = IpNet::new(block.network(), block.prefix_len().max(breadth)).unwrap();
-        (cidr, super::super::first_host(cidr))
+        (cidr, crate::backends::spec::first_host(cidr))
     }
 
     #[test]
