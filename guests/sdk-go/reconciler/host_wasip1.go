@@ -81,15 +81,15 @@ func (bindings) log(level Level, message string) {
 // packages that wrap other imports (networkbackend); guests do not need it.
 func FromWITError(e reconciler_api_types.Error) error {
 	switch e.Tag() {
-	case reconciler_api_types.Error_Denied:
+	case reconciler_api_types.ErrorDenied:
 		return &HostError{Denied, e.Denied()}
-	case reconciler_api_types.Error_NotFound:
+	case reconciler_api_types.ErrorNotFound:
 		return &HostError{NotFound, e.NotFound()}
-	case reconciler_api_types.Error_Conflict:
+	case reconciler_api_types.ErrorConflict:
 		return &HostError{Conflict, e.Conflict()}
-	case reconciler_api_types.Error_Invalid:
+	case reconciler_api_types.ErrorInvalid:
 		return &HostError{Invalid, e.Invalid()}
-	case reconciler_api_types.Error_Unavailable:
+	case reconciler_api_types.ErrorUnavailable:
 		return &HostError{Unavailable, e.Unavailable()}
 	default:
 		return &HostError{Other, e.Other()}

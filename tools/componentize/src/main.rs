@@ -140,7 +140,6 @@ fn bindings(
         Lang::C => wit_bindgen_c::Opts::default().build(),
         Lang::Go => wit_bindgen_go::Opts {
             pkg_name: go_package,
-            quiet: true,
             ..Default::default()
         }
         .build(),
@@ -174,7 +173,6 @@ fn component(core: &Path, out: &Path, embed: Option<(&Path, &str)>) -> Result<()
             &resolve,
             id,
             StringEncoding::UTF8,
-            false,
         )
         .context("embedding the world")?;
     }
