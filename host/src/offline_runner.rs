@@ -14,10 +14,11 @@ use serde_json::json;
 use crate::backends::{MemoryBackend, NetworkBackend};
 use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
+use crate::controller::sync::{Step, sync};
 use crate::guests::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::oci::{Auth, ModuleRef, Puller};
-use crate::providers::offline::MemoryCache;
+use crate::providers::offline::{MemoryCache, RecordingCluster};
 use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
 
 /// A guest as the command line names it: a file, or `oci://…` (pulled into the host's cache).
@@ -71,7 +72,12 @@ pub struct PullOptions {
 }
 
 impl OfflineRun {
-    /// Runs the reconcile; returns `{"result": ..., "calls": [...]}`.
+    /// Runs the reconcile step `run` runs (the finalizer writes included, on the loaded
+    /// objects); returns `{"result": ..., "calls": [...]}`.
+    ///
+    /// # Panics
+    ///
+    /// When the task running the guest panics: a host bug (a guest's trap is an outcome).
     pub async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
             guest,
@@ -124,8 +130,10 @@ impl OfflineRun {
             }
             .with_policy(policy),
         );
-        let providers = crate::providers::offline::providers(
+        let cluster = Arc::new(RecordingCluster::new(cache.clone()));
+        let providers = crate::providers::offline::providers_writing_to(
             cache.clone(),
+            cluster.clone(),
             Some(network as Arc<dyn NetworkBackend>),
         );
         let context = Arc::new(
@@ -134,29 +142,24 @@ impl OfflineRun {
                 .with_clock(now),
         );
 
-        let object_ref = ObjectRef {
-            kind,
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+        // The reconcile step `run` takes, finalizer writes included, on the loaded objects.
+        let step = Step {
+            kind: &kind,
+            finalizer: manifest.finalizer.as_deref(),
+            shadow: context.grant.mode == crate::shadow::Mode::Shadow,
         };
-        let object = cache.get(&object_ref);
-        let request = Request {
-            deleting: object.as_ref().is_some_and(|o| {
-                o.pointer("/metadata/deletionTimestamp")
-                    .is_some_and(|t| !t.is_null())
-            }),
-            object: object.map(|o| o.to_string()),
-            object_ref,
-            attempt,
-        };
-        let call = CallContext::new(
-            context,
-            key.to_string(),
-            Some(tokio::runtime::Handle::current()),
-        )
-        .recording();
-        let run =
-            tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request)).await?;
+        let handle = tokio::runtime::Handle::current();
+        let synced = sync(step, cluster.as_ref(), &key, attempt, async |request| {
+            let call = CallContext::new(context.clone(), key.to_string(), Some(handle)).recording();
+            let loaded = loaded.clone();
+            tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request))
+                .await
+                .expect("the reconcile task panicked")
+        })
+        .await;
+        let run = synced
+            .run
+            .context("the reconcile step ended before the guest ran")?;
         Ok(json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() }))
     }
 }

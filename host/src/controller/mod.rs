@@ -23,7 +23,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod host_writes;
+pub mod sync;
 mod triggers;
 
 use tokio::sync::watch;
@@ -41,8 +41,8 @@ use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
-use crate::runtime::{Outcome, Request, Run, Runtime};
-use host_writes::HostWrites;
+use crate::runtime::{Request, Run, Runtime};
+use sync::{Next, Primary, Step};
 use triggers::{Route, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
@@ -577,17 +577,8 @@ async fn process_next(
     true
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Next {
-    Done {
-        requeue_after: Option<Duration>,
-    },
-    Retry,
-    /// A permanent error: wait for the object to change.
-    GiveUp,
-}
-
-/// One key: read it from the cache, run the guest on it, decide what the queue does next.
+/// One key through the reconcile step ([`sync::sync`]) against the informer caches and the
+/// API server; a shadow verdict is recorded.
 async fn sync(
     shared: &Services,
     caches: &Caches,
@@ -596,49 +587,70 @@ async fn sync(
     attempt: u32,
     warm: &mut Option<crate::runtime::Warm>,
 ) -> Next {
-    // Read.
     let guest = &version.guest;
-    let object_ref = ObjectRef {
-        kind: guest.loaded.manifest.primary.clone(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
+    let step = Step {
+        kind: &guest.loaded.manifest.primary,
+        finalizer: guest.loaded.manifest.finalizer.as_deref(),
+        shadow: guest.grant.mode == crate::shadow::Mode::Shadow,
     };
-    let stored = caches
-        .primary
-        .get_cached(key.namespace.as_deref(), &key.name);
-    if stored.is_none() && caches.foreign(key, &shared.metrics, guest.name()) {
-        return Next::GiveUp;
+    let primary = Cached {
+        caches,
+        cluster: &version.cluster,
+        metrics: &shared.metrics,
+        guest: guest.name(),
+    };
+    let synced = sync::sync(step, &primary, key, attempt, async |request| {
+        run(shared, version, key, request, warm).await
+    })
+    .await;
+    if let Some(differences) = synced.verdict {
+        shared
+            .shadows
+            .record(guest.name(), &key.to_string(), differences);
     }
-    let deleting = stored.as_ref().is_some_and(|o| o.deletion_requested());
-    // The guest gets the cache's JSON text as it is: no parse, no re-serialisation.
-    let mut object = stored.as_ref().map(|o| o.json().to_owned());
-    let mut writes = HostWrites::new(version, &object_ref, stored.as_deref(), deleting);
-    if !writes.before(&version.cluster, &mut object).await {
-        return Next::Retry;
+    synced.next
+}
+
+/// The primary object as a controller sees it: its informer's cache, the API server for the
+/// host's writes.
+struct Cached<'a> {
+    caches: &'a Caches,
+    cluster: &'a KubeCluster,
+    metrics: &'a Metrics,
+    guest: &'a str,
+}
+
+#[async_trait::async_trait]
+impl Primary for Cached<'_> {
+    fn cached(&self, object: &ObjectRef) -> Option<Arc<crate::informers::CachedObject>> {
+        self.caches
+            .primary
+            .get_cached(object.namespace.as_deref(), &object.name)
     }
 
-    // Run.
-    let request = Request {
-        object_ref: object_ref.clone(),
-        object,
-        deleting,
-        attempt,
-    };
-    let mut run = run(shared, version, key, request, warm).await;
-    writes.record(
-        shared,
-        version,
-        key,
-        &run.outcome,
-        &mut run.shadow_differences,
-    );
-
-    // Decide.
-    let next = decide(&run);
-    if matches!(next, Next::Done { .. }) && !writes.after_success(caches, &version.cluster).await {
-        return Next::Retry;
+    fn foreign(&self, key: &ObjectKey) -> bool {
+        self.caches.foreign(key, self.metrics, self.guest)
     }
-    next
+
+    async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &kube::api::DynamicObject,
+        finalizer: &str,
+    ) -> Result<Option<serde_json::Value>, crate::capabilities::HostError> {
+        self.cluster.add_finalizer(object, current, finalizer).await
+    }
+
+    async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &kube::api::DynamicObject,
+        finalizer: &str,
+    ) -> Result<bool, crate::capabilities::HostError> {
+        self.cluster
+            .remove_finalizer(object, current, finalizer)
+            .await
+    }
 }
 
 /// Calls the guest on this task: it yields every epoch tick and at every import that waits,
@@ -684,37 +696,6 @@ async fn run(
     run
 }
 
-/// What the queue does with the key after the guest's answer. A 409 during the reconcile
-/// means the guest acted on a stale object: retried whatever it returned.
-fn decide(run: &Run) -> Next {
-    match &run.outcome {
-        Outcome::Ok { requeue_after_ms } if !run.conflicted => {
-            tracing::debug!(took = ?run.total_time(), "reconciled");
-            Next::Done {
-                requeue_after: requeue_after_ms.map(Duration::from_millis),
-            }
-        }
-        Outcome::Ok { .. } => {
-            tracing::info!("a write conflicted with a newer version of the object; retrying");
-            Next::Retry
-        }
-        Outcome::Permanent(message) => {
-            tracing::warn!(
-                "reconcile failed permanently (no retry until the object changes): {message}"
-            );
-            Next::GiveUp
-        }
-        Outcome::Transient(message) => {
-            tracing::warn!("reconcile failed, will retry with backoff: {message}");
-            Next::Retry
-        }
-        Outcome::Trap(message) | Outcome::Deadline(message) | Outcome::MemoryLimit(message) => {
-            tracing::error!("reconcile failed, will retry with backoff: {message}");
-            Next::Retry
-        }
-    }
-}
-
 impl Caches {
     /// Sharded: a key whose object this replica neither caches nor saw deleted is another
     /// replica's (a secondary object's owner, a guest's enqueue); its owner reconciles it.
@@ -754,56 +735,6 @@ mod tests {
     /// ticks does; `end` must wait for each. (The pattern it replaced, workers in a `JoinSet`
     /// inside the aborted starter task, let a worker run on after the stop in 19 of 20 tries of
     /// this same loop.)
-    /// What the queue does after each way a reconcile can end: a success requeues only when
-    /// the guest asked, a 409 on any write retries whatever the guest returned, a permanent
-    /// error waits for the object to change, and everything else retries with backoff.
-    #[test]
-    fn decide_maps_every_outcome_to_what_the_queue_does_next() {
-        let run = |outcome: Outcome, conflicted: bool| crate::runtime::Run {
-            outcome,
-            conflicted,
-            calls: None,
-            replay: None,
-            shadow_differences: Vec::new(),
-            reused: false,
-            store_time: Duration::ZERO,
-            instantiate_time: Duration::ZERO,
-            call_time: Duration::ZERO,
-            teardown_time: Duration::ZERO,
-        };
-        let ok = |ms: Option<u64>| Outcome::Ok {
-            requeue_after_ms: ms,
-        };
-        let why = || "why".to_owned();
-        let table = [
-            (
-                ok(None),
-                false,
-                Next::Done {
-                    requeue_after: None,
-                },
-            ),
-            (
-                ok(Some(1500)),
-                false,
-                Next::Done {
-                    requeue_after: Some(Duration::from_millis(1500)),
-                },
-            ),
-            (ok(Some(1500)), true, Next::Retry),
-            (Outcome::Transient(why()), false, Next::Retry),
-            (Outcome::Permanent(why()), false, Next::GiveUp),
-            (Outcome::Permanent(why()), true, Next::GiveUp),
-            (Outcome::Trap(why()), false, Next::Retry),
-            (Outcome::Deadline(why()), false, Next::Retry),
-            (Outcome::MemoryLimit(why()), false, Next::Retry),
-        ];
-        for (outcome, conflicted, expected) in table {
-            let described = format!("{outcome:?} conflicted={conflicted}");
-            assert_eq!(decide(&run(outcome, conflicted)), expected, "{described}");
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_worker_runs_once_the_workers_have_ended() {
         for _ in 0..20 {

@@ -85,7 +85,7 @@ impl CachedObject {
     /// # Errors
     ///
     /// When `obj` does not serialise (a `DynamicObject` read from JSON always does).
-    pub(super) fn new(obj: &DynamicObject) -> Result<Self, serde_json::Error> {
+    pub fn new(obj: &DynamicObject) -> Result<Self, serde_json::Error> {
         // Printed into a buffer kept per thread, then copied into an allocation of the exact
         // size: growing a fresh `String` would leave every intermediate size behind as a hole in
         // the heap, and a cache of many objects would keep those holes.

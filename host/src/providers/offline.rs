@@ -20,9 +20,20 @@ pub fn providers(
     cache: std::sync::Arc<MemoryCache>,
     network: Option<std::sync::Arc<dyn crate::backends::NetworkBackend>>,
 ) -> Providers {
+    let cluster = std::sync::Arc::new(RecordingCluster::new(cache.clone()));
+    providers_writing_to(cache, cluster, network)
+}
+
+/// [`providers`] whose cluster writes go through `cluster`, which the reconcile step's own
+/// writes share (one resourceVersion sequence).
+pub fn providers_writing_to(
+    cache: std::sync::Arc<MemoryCache>,
+    cluster: std::sync::Arc<RecordingCluster>,
+    network: Option<std::sync::Arc<dyn crate::backends::NetworkBackend>>,
+) -> Providers {
     Providers {
-        lister: cache.clone(),
-        cluster: std::sync::Arc::new(RecordingCluster::new(cache)),
+        lister: cache,
+        cluster,
         queue: std::sync::Arc::new(RecordingQueue::default()),
         network,
     }
@@ -284,6 +295,62 @@ impl Cluster for RecordingCluster {
 
     async fn record_event(&self, _manager: &str, _event: &EventRecord) -> Result<(), HostError> {
         Ok(())
+    }
+}
+
+/// The reconcile step's view of the loaded objects: the finalizer writes are JSON patches
+/// applied to the cache, as the API server would apply them.
+#[async_trait]
+impl crate::controller::sync::Primary for RecordingCluster {
+    fn cached(&self, object: &ObjectRef) -> Option<std::sync::Arc<crate::informers::CachedObject>> {
+        let value = self.cache.get(object)?;
+        let object: kube::api::DynamicObject = serde_json::from_value(value).ok()?;
+        crate::informers::CachedObject::new(&object)
+            .ok()
+            .map(std::sync::Arc::new)
+    }
+
+    fn foreign(&self, _: &ObjectKey) -> bool {
+        false
+    }
+
+    async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &kube::api::DynamicObject,
+        finalizer: &str,
+    ) -> Result<Option<Value>, HostError> {
+        match crate::finalizer::add_ops(current, finalizer) {
+            Some(ops) => self.json_patch(object, ops).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &kube::api::DynamicObject,
+        finalizer: &str,
+    ) -> Result<bool, HostError> {
+        match crate::finalizer::remove_ops(current, finalizer) {
+            Some(ops) => self.json_patch(object, ops).map(|_| true),
+            None => Ok(false),
+        }
+    }
+}
+
+impl RecordingCluster {
+    /// Applies a JSON patch of the host's own to the cached object.
+    fn json_patch(&self, object: &ObjectRef, ops: Vec<Value>) -> Result<Value, HostError> {
+        let mut current = self.cache.get(object).ok_or_else(|| {
+            HostError::NotFound(format!("{object} is not among the loaded objects"))
+        })?;
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+            .map_err(|e| HostError::Other(format!("building the patch: {e}")))?;
+        json_patch::patch(&mut current, &patch).map_err(|e| HostError::Conflict(e.to_string()))?;
+        self.bump(&mut current);
+        self.cache.put(current.clone());
+        Ok(current)
     }
 }
 
