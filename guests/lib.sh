@@ -156,7 +156,7 @@ build_guest() {
 }
 
 # workspace_tool NAME: sets `tool` to the repository's binary NAME (reconciler-slim,
-# reconciler-componentize), built with every binary of the cargo workspace in the dev profile
+# reconciler-host), built with every binary of the cargo workspace in the dev profile
 # (dependencies optimised). One feature set for the host, its tests and these tools means
 # wasmtime and the rest are compiled once; a `--release -p` build of a tool alone compiled them a
 # second time (several minutes of a cold `./dev test`).
@@ -175,24 +175,37 @@ workspace_tool() {
   tool="$target_dir/debug/$1"
 }
 
-# componentize_tool: sets `componentize` to reconciler-componentize (C and Go bindings from the
-# WIT; a wasip1 core module wrapped into a component with the WASI preview1 reactor adapter of
-# the host's wasmtime release). The repository builds it from tools/componentize; a project
-# takes $RECONCILER_COMPONENTIZE or the one on PATH.
+# componentize_tool: sets `componentize` to the command of the C and Go recipes' component
+# steps, `reconciler-host componentize` (C and Go bindings from the WIT; a wasip1 core module
+# wrapped into a component with the WASI preview1 reactor adapter of the host's wasmtime release;
+# a Go module pre-initialised), and `componentize_id` to what identifies those steps in a stamp.
+# The repository builds reconciler-host and identifies the steps by their crate
+# (tools/componentize) and Cargo.lock, so that an edit elsewhere in the host rebuilds no guest. A
+# project takes $RECONCILER_HOST or the reconciler-host on PATH, identified by its bytes.
 componentize_tool() {
+  local host
   if [[ -n "$repo" ]]; then
-    workspace_tool reconciler-componentize
-    componentize=$tool
-  elif ! componentize="$(command -v "${RECONCILER_COMPONENTIZE:-reconciler-componentize}")"; then
-    die "reconciler-componentize is not on PATH: \`cargo install --path tools/componentize\` in a reconciler-host checkout, or name it with RECONCILER_COMPONENTIZE"
+    workspace_tool reconciler-host
+    componentize=("$tool" componentize)
+    componentize_id="$(cat "$repo/tools/componentize/Cargo.toml" "$repo"/tools/componentize/src/*.rs \
+      "$repo/Cargo.lock" | sha256sum)"
+    return
   fi
+  if ! host="$(command -v "${RECONCILER_HOST:-reconciler-host}")"; then
+    die "reconciler-host is not on PATH (its \`componentize\` builds C and Go guests): put it there (\`cargo build --release -p reconciler-host\` in a reconciler-host checkout builds target/release/reconciler-host), or name it with RECONCILER_HOST"
+  fi
+  if ! "$host" componentize --help >/dev/null 2>&1; then
+    die "$host has no \`componentize\` command, which this lib.sh needs: use a newer reconciler-host, or name one with RECONCILER_HOST"
+  fi
+  componentize=("$host" componentize)
+  componentize_id="$(sha256sum <"$host")"
 }
 
 # ---------------------------------------------------------------------------------------------
 # C: every *.c of the guest and of the C SDK (c_sdk: guests/sdk-c in the repository, sdk/ in a
 # project; a project without one builds without it), compiled by clang-19 for wasm32-wasi as a
 # reactor (a library the host calls, no `_start`) against Debian's wasi-libc (wasip1; Debian has
-# no wasip2 sysroot), with the bindings of reconciler-componentize (the generator crate of
+# no wasip2 sysroot), with the bindings of `reconciler-host componentize` (the generator crate of
 # `wit-bindgen c`; the SDK includes the world's header, named by RG_WORLD_H), then wrapped into
 # a component. The compiler comes from Debian, installed when missing. The SDK's files are part
 # of the toolchain, so of every C guest's stamp.
@@ -210,7 +223,7 @@ c_toolchain() {
   c_sdk="${c_sdk:-$here/sdk}"
   toolchain="$(
     clang-19 --version | head -1
-    sha256sum <"$componentize"
+    echo "$componentize_id"
     c_sdk_files | while IFS= read -r file; do
       echo "sdk $file"
       cat "$c_sdk/$file"
@@ -222,7 +235,7 @@ c_build() {
   local src=$1 world=$2 build=$3 out=$4 sdk=()
   local stem=${world//-/_} # the generator's file names
   mkdir "$build/bindings"
-  "$componentize" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
+  "${componentize[@]}" bindings --lang c --wit "$wit" --world "$world" --out "$build/bindings" || return
   if [[ -f "$c_sdk/reconciler.h" ]]; then
     sdk=(-I "$c_sdk" "-DRG_WORLD_H=\"$stem.h\"" "$c_sdk"/*.c)
   fi
@@ -231,22 +244,22 @@ c_build() {
   clang-19 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -Os -flto -Wall -Werror \
     -Wl,--strip-all -I "$build/bindings" -o "$build/core.wasm" "${sdk[@]}" \
     "$src"/*.c "$build/bindings/$stem.c" "$build/bindings/${stem}_component_type.o" || return
-  "$componentize" component "$build/core.wasm" --out "$out"
+  "${componentize[@]}" component "$build/core.wasm" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Go: the guest's module (go.mod, go.sum, its *.go) copied into the build directory with the
 # Go SDK (go_sdk_files; a project holds it among its own sources), the bindings of its world
-# from reconciler-componentize (the generator crate of `wit-bindgen go`; its go.mod is dropped,
-# the guest's own pins go.bytecodealliance.org/pkg) and gc.go (why: see that file);
+# from `reconciler-host componentize` (the generator crate of `wit-bindgen go`; its go.mod is
+# dropped, the guest's own pins go.bytecodealliance.org/pkg) and gc.go (why: see that file);
 # `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` makes a core module (the
 # exports are `//go:wasmexport` functions; -checklinkname=0 lets the bindings reach the
-# runtime), which reconciler-componentize wraps into a component with the world embedded.
+# runtime), which `reconciler-host componentize` wraps into a component with the world embedded.
 # Go (>= 1.25) is the machine's; modules come through the Go module proxy into Go's own cache,
 # checked against the guest's go.sum.
 # Pre-initialisation, opt-in (a `preinit` file in the guest, or go_preinit=1 around
-# build_guest): built with -tags reconciler_preinit (the SDK's preinit_wasip1.go), the
-# core module is snapshotted after Go's init by `reconciler-componentize preinit` before it is
+# build_guest): built with -tags reconciler_preinit (the SDK's preinit_wasip1.go), the core
+# module is snapshotted after Go's init by `reconciler-host componentize preinit` before it is
 # made a component; what that freezes (environment, clock base, seeds): docs/guests/go.md.
 
 go_is_guest() { [[ -f "$1/go.mod" ]]; }
@@ -292,7 +305,7 @@ go_toolchain() {
   toolchain="$(
     echo "$version"
     cat "$here/gc.go"
-    sha256sum <"$componentize"
+    echo "$componentize_id"
     [[ -z "$repo" ]] || go_sdk_files | while IFS= read -r file; do
       echo "sdk $file"
       cat "$repo/guests/sdk-go/$file"
@@ -311,7 +324,7 @@ go_build() {
   if [[ -n "$repo" ]]; then
     go_sdk_files | go_copy "$repo/guests/sdk-go" "$build/module" || return
   fi
-  "$componentize" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
+  "${componentize[@]}" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
   rm "$build/bindings/go.mod"
   cp -r "$build/bindings/." "$build/module/" || return
   # A project is itself the module that holds gc.go.
@@ -322,9 +335,9 @@ go_build() {
     return 1
   fi
   if [[ "$core" != core.wasm ]]; then
-    "$componentize" preinit "$build/$core" --out "$build/core.wasm" || return
+    "${componentize[@]}" preinit "$build/$core" --out "$build/core.wasm" || return
   fi
-  "$componentize" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
+  "${componentize[@]}" component "$build/core.wasm" --wit "$wit" --world "$world" --out "$out"
 }
 
 # ---------------------------------------------------------------------------------------------

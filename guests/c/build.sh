@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every C guest (guests/c/<name>/*.c) into target/guests/<name>-c.wasm with Debian's
-# clang-19 and wasi-libc (installed when missing) and reconciler-componentize (tools/componentize).
+# clang-19 and wasi-libc (installed when missing) and `reconciler-host componentize`
+# (tools/componentize).
 # The recipe, shared with every other language and with the projects `reconciler-host new
 # --lang c` writes, is in ../lib.sh; so is what a build reads and when it is skipped.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every Go guest (guests/go/<name>/, a Go module) into target/guests/<name>-go.wasm with
-# stock Go (>= 1.25, GOOS=wasip1, -buildmode=c-shared) and reconciler-componentize
+# stock Go (>= 1.25, GOOS=wasip1, -buildmode=c-shared) and `reconciler-host componentize`
 # (tools/componentize); the Go SDK (../sdk-go: package reconciler) and gc.go go into each. The
 # greeter is also built pre-initialised, into target/guests/greeter-go-preinit.wasm.
 # The recipe, shared with every other language and with the projects `reconciler-host new

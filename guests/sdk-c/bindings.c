@@ -1,5 +1,5 @@
-// The SDK's only contact with the generated bindings (`reconciler-componentize bindings --lang
-// c`, i.e. wit-bindgen's C generator): the exports that call the guest's `manifest` and
+// The SDK's only contact with the generated bindings (`reconciler-host componentize bindings
+// --lang c`, i.e. wit-bindgen's C generator): the exports that call the guest's `manifest` and
 // `reconcile`, and one thin wrapper per import. Everything else in the SDK is plain C that the
 // SDK's tests run natively.
 //

@@ -5,8 +5,9 @@
 # UndefinedBehaviorSanitizer when the compiler has them, so that a leak or double free of a
 # binding string fails the run. Exits non-zero on any failure.
 #
-# Needs a native C compiler ($CC, else cc; gcc from Debian when there is none) and
-# reconciler-componentize (built from tools/componentize, as guests/lib.sh does for the C guests).
+# Needs a native C compiler ($CC, else cc; gcc from Debian when there is none) and the bindings
+# of `reconciler-host componentize` (the host built from this checkout, as guests/lib.sh does for
+# the C guests).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -23,7 +24,7 @@ componentize_tool
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/sdk-c-test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-"$componentize" bindings --lang c --wit "$repo/wit" --world controller --out "$work" >/dev/null
+"${componentize[@]}" bindings --lang c --wit "$repo/wit" --world controller --out "$work" >/dev/null
 rm "$work/controller_component_type.o" # wasm, for the real build
 {
   echo '#include <stdlib.h>'

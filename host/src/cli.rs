@@ -2,7 +2,8 @@
 //! `push` (a guest to a registry as a Wasm OCI artifact, [`crate::oci`]),
 //! `reconcile` (one offline reconcile against objects from files, [`crate::offline_runner`];
 //! prints every host call), `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in
-//! one of the supported languages).
+//! one of the supported languages), `componentize` (the steps of a C or Go guest's build,
+//! [`reconciler_componentize`]).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
 
 use std::path::{Path, PathBuf};
@@ -222,11 +223,20 @@ enum Command {
         /// Where to write it (must not exist or be empty); default ./NAME.
         dir: Option<PathBuf>,
     },
+    /// The component steps of a C or Go guest's build, which its `lib.sh` runs: bindings from
+    /// the WIT, a wasip1 core module made a component, a Go guest's init run at build time.
+    #[command(subcommand)]
+    Componentize(reconciler_componentize::Command),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    let command = match cli.command {
+        // Off the async runtime: `preinit` runs Wizer on a runtime of its own.
+        Command::Componentize(step) => return exit_code(reconciler_componentize::run(step)),
+        command => command,
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -235,7 +245,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Run(args) => crate::run::run(args).await,
             Command::Check { file, config } => check(file, config).await,
             Command::Push {
@@ -309,8 +319,13 @@ pub fn main() -> ExitCode {
                 };
                 rbac(&config, guests, &options, discover).await
             }
+            Command::Componentize(_) => unreachable!("run before the async runtime starts"),
         }
     });
+    exit_code(result)
+}
+
+fn exit_code(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`| head`): end quietly, with the status a tool killed by

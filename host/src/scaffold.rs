@@ -207,7 +207,7 @@ fn language_files(
         ),
         Language::C => (
             "`app.c` (on the C SDK in `sdk/`)",
-            " (clang-19 + wasi-libc, reconciler-componentize)",
+            " (clang-19 + wasi-libc, `reconciler-host componentize`)",
             std::iter::once(plain(
                 "app.c",
                 renamed(include_str!("../../guests/c/greeter/app.c")),
@@ -217,7 +217,7 @@ fn language_files(
         ),
         Language::Go => (
             "`export_reconciler_api_reconciler/greeter.go` (on the Go SDK in `reconciler/`)",
-            " (Go >= 1.25, reconciler-componentize)",
+            " (Go >= 1.25, `reconciler-host componentize`)",
             vec![
                 plain(
                     "export_reconciler_api_reconciler/greeter.go",

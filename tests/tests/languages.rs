@@ -134,7 +134,8 @@ async fn a_go_guest_greets_through_the_same_contract() -> Result<()> {
 #[tokio::test]
 async fn every_quickstart_works_as_written() -> Result<()> {
     let cp = ControlPlane::shared().await?;
-    // Builds the host binary and reconciler-componentize (guests/build.sh), which the pages use.
+    // Builds the host binary (guests/build.sh), which the pages use; it also builds C and Go
+    // guests (`reconciler-host componentize`).
     guest_component("greeter-c")?;
     let kubectl_dir = kubectl()?
         .parent()

@@ -5,7 +5,7 @@ package reconciler
 // Compiled in only for a pre-initialised build (a guest with a `preinit` file: guests/lib.sh
 // adds -tags reconciler_preinit), so every other build is unchanged.
 //
-// `reconciler-componentize preinit` snapshots the core module after Go's init and exports
+// `reconciler-host componentize preinit` snapshots the core module after Go's init and exports
 // prime as the snapshot's `_initialize`, which the component runs first in every instance. The
 // component's WASI adapter allocates its state through cabi_realloc at its first call; in a
 // snapshot, Go's init has already switched cabi_realloc to Go's allocator, which calls the

@@ -1,37 +1,33 @@
-//! `reconciler-componentize`: the three component-model steps a non-Rust guest build needs,
-//! from the same crates `wit-bindgen-cli` and `wasm-tools` are made of.
+//! The three component-model steps a C or Go guest's build needs, from the same crates
+//! `wit-bindgen-cli` and `wasm-tools` are made of, run as `reconciler-host componentize`
+//! (guests/lib.sh's C and Go recipes call it, in the repository and in a scaffolded project):
 //!
 //! ```text
-//! reconciler-componentize bindings --lang c|go --wit DIR --world NAME --out DIR
+//! reconciler-host componentize bindings --lang c|go --wit DIR --world NAME --out DIR
 //!     # = wit-bindgen c|go: the guest's bindings (C: also the component-type object file)
-//! reconciler-componentize component CORE.wasm --out OUT.wasm [--wit DIR --world NAME]
+//! reconciler-host componentize component CORE.wasm --out OUT.wasm [--wit DIR --world NAME]
 //!     # = wasm-tools component embed (with --wit) + component new --adapt <reactor adapter>
-//! reconciler-componentize preinit CORE.wasm --out OUT.wasm
+//! reconciler-host componentize preinit CORE.wasm --out OUT.wasm
 //!     # a Go guest's core module with its init already run (Wizer), data segments compacted
 //! ```
 //!
-//! The adapter is the WASI preview1 *reactor* adapter of the host's wasmtime release (a guest is
-//! a library the host calls, not a command with `_start`).
+//! A library the host's command line takes [`Command`] from, not a binary of its own, so that a
+//! guest author needs `reconciler-host` alone. The adapter is the WASI preview1 *reactor* adapter
+//! of the host's wasmtime release (a guest is a library the host calls, not a command with
+//! `_start`).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Subcommand, ValueEnum};
 use wit_component::{ComponentEncoder, StringEncoding};
 use wit_parser::Resolve;
 
 mod preinit;
 
-#[derive(Parser)]
-#[command(about = "Bindings and components for reconciler guests in C and Go")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
+/// A step, with its arguments as the command line gives them.
 #[derive(Subcommand)]
-enum Command {
+pub enum Command {
     /// Writes the bindings of one world for a language into a directory.
     Bindings {
         #[arg(long, value_enum)]
@@ -69,23 +65,15 @@ enum Command {
     },
 }
 
+/// The language of the bindings.
 #[derive(Clone, Copy, ValueEnum)]
-enum Lang {
+pub enum Lang {
     C,
     Go,
 }
 
-fn main() -> ExitCode {
-    match run(Cli::parse().command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("reconciler-componentize: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(command: Command) -> Result<()> {
+/// Runs one step. Not on an async runtime: `preinit` starts one of its own for Wizer.
+pub fn run(command: Command) -> Result<()> {
     match command {
         Command::Bindings {
             lang,
@@ -168,13 +156,8 @@ fn component(core: &Path, out: &Path, embed: Option<(&Path, &str)>) -> Result<()
     }
     if let Some((wit, world)) = embed {
         let (resolve, id) = load_world(wit, world)?;
-        wit_component::embed_component_metadata(
-            &mut module,
-            &resolve,
-            id,
-            StringEncoding::UTF8,
-        )
-        .context("embedding the world")?;
+        wit_component::embed_component_metadata(&mut module, &resolve, id, StringEncoding::UTF8)
+            .context("embedding the world")?;
     }
     let component = ComponentEncoder::default()
         .validate(true)
