@@ -21,8 +21,8 @@ use kube::{
     core::{Selector, SelectorExt},
 };
 
-use super::InformerEvent;
 use super::cached::CachedObject;
+use super::event::InformerEvent;
 
 /// `(namespace, name)`; the namespace is `""` for cluster-scoped objects.
 type Key = (String, String);

@@ -20,7 +20,9 @@ use tokio::{
     time::{Instant, Interval, MissedTickBehavior},
 };
 
-use super::{CachedObject, Informer, InformerEvent};
+use super::cached::CachedObject;
+use super::event::InformerEvent;
+use super::informer::Informer;
 
 /// Events of one informer, for one subscriber.
 ///

@@ -28,7 +28,8 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, watch};
 
 use super::{
-    InformerEvent, client,
+    client,
+    event::InformerEvent,
     shard::{self, FilterMode, ShardFilter},
     store::Store,
 };

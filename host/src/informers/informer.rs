@@ -1,0 +1,406 @@
+//! One shared informer: its state, and the handles ([`Informer`]) that keep it running.
+
+use std::{
+    fmt,
+    sync::{Arc, Weak, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use kube::{
+    ResourceExt,
+    api::DynamicObject,
+    core::{GroupVersionKind, Selector, SelectorExt},
+    discovery::ApiResource,
+    runtime::watcher,
+};
+
+use super::{
+    cached::CachedObject,
+    error::describe,
+    registry::{Key, Registry},
+    scope::WatchScope,
+    shard::{self, FilterMode, ShardFilter},
+    store,
+    subscription::Subscription,
+    watch,
+};
+use crate::metrics::InformerMetrics;
+
+/// One informer's state; every [`Informer`] handle holds it, the registry only weakly.
+pub(super) struct InformerState {
+    pub(super) key: Key,
+    pub(super) resource: ApiResource,
+    pub(super) namespaced: bool,
+    pub(super) selector: Option<Selector>,
+    pub(super) cache: Arc<watch::Cache>,
+    /// None for an empty slot set: nothing to watch.
+    pub(super) task: Option<tokio::task::AbortHandle>,
+    pub(super) registry: Weak<Registry>,
+}
+
+impl InformerState {
+    pub(super) fn start(
+        registry: &Arc<Registry>,
+        key: Key,
+        resolved: crate::discovery::Resolved,
+        selector: Option<Selector>,
+    ) -> Self {
+        let options = &registry.options;
+        let gvk = &key.gvk;
+        let metrics = options
+            .metrics
+            .as_ref()
+            .map_or_else(InformerMetrics::unregistered, |m| {
+                m.informer(&gvk.group, &gvk.version, &gvk.kind)
+            });
+        let cache = Arc::new(watch::Cache::new(
+            &resolved.resource,
+            store::Store::new(options.write_ttl),
+            options.event_buffer,
+            options.keep_managed_fields,
+            key.scope.shard,
+            metrics.clone(),
+        ));
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &key.scope.label_selector {
+            config = config.labels(selector);
+        }
+        let label = match (
+            &key.scope.namespace,
+            &key.scope.label_selector,
+            &key.scope.shard,
+        ) {
+            (None, None, None) => describe(gvk),
+            (ns, sel, shard) => format!(
+                "{} [namespace={} selector={} slots={}]",
+                describe(gvk),
+                ns.as_deref().unwrap_or("*"),
+                sel.as_deref().unwrap_or("*"),
+                shard.map_or_else(|| "*".to_owned(), |slots| slots.to_text()),
+            ),
+        };
+        let task = if key.scope.shard.is_some_and(|slots| slots.is_empty()) {
+            tracing::info!(informer = %label, "sharded informer owns no slots; not watching");
+            cache.synced.send_replace(true);
+            None
+        } else {
+            tracing::info!(informer = %label, "starting informer");
+            if options.shard_filter == ShardFilter::Client && key.scope.shard.is_some() {
+                // Known without asking the server: visible from the first moment.
+                let _ = cache.filter.set(FilterMode::Client);
+            }
+            let source = watch::Source {
+                client: registry.client.clone(),
+                resource: resolved.resource.clone(),
+                namespace: key.scope.namespace.clone().filter(|_| resolved.namespaced),
+                config,
+                filter: options.shard_filter,
+                metrics,
+            };
+            let guard = watch::TaskGuard::new(registry.watch_tasks.clone());
+            Some(tokio::spawn(watch::run(source, cache.clone(), label, guard)).abort_handle())
+        };
+        Self {
+            key,
+            resource: resolved.resource,
+            namespaced: resolved.namespaced,
+            selector,
+            cache,
+            task,
+            registry: Arc::downgrade(registry),
+        }
+    }
+}
+
+impl Drop for InformerState {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+        tracing::info!(informer = %describe(&self.key.gvk), scope = ?self.key.scope, "informer released");
+        if let Some(registry) = self.registry.upgrade() {
+            let mut informers = registry.informers.lock();
+            // Another acquire may have replaced the dead entry already; leave that one alone.
+            if informers
+                .get(&self.key)
+                .is_some_and(|w| w.strong_count() == 0)
+            {
+                informers.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl crate::shards::Share for Informer {
+    fn keys(&self) -> usize {
+        self.len()
+    }
+
+    fn filter(&self) -> Option<&'static str> {
+        self.filter_mode().map(FilterMode::as_str)
+    }
+}
+
+/// A handle on one shared informer. Cheap to clone; the informer runs while any handle (or
+/// [`Subscription`]) is alive and stops, releasing its cache, when the last one is dropped.
+#[derive(Clone)]
+pub struct Informer {
+    pub(super) shared: Arc<InformerState>,
+}
+
+impl fmt::Debug for Informer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Informer")
+            .field("gvk", &self.shared.key.gvk)
+            .field("scope", &self.shared.key.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Informer {
+    pub fn gvk(&self) -> &GroupVersionKind {
+        &self.shared.key.gvk
+    }
+
+    /// The scope in canonical form (normalised selector).
+    pub fn scope(&self) -> &WatchScope {
+        &self.shared.key.scope
+    }
+
+    pub fn api_resource(&self) -> &ApiResource {
+        &self.shared.resource
+    }
+
+    pub fn namespaced(&self) -> bool {
+        self.shared.namespaced
+    }
+
+    pub(super) fn describe(&self) -> String {
+        describe(self.gvk())
+    }
+
+    /// The initial list has been loaded. Stays true across later relists.
+    pub fn has_synced(&self) -> bool {
+        *self.shared.cache.synced.borrow()
+    }
+
+    /// Waits for the initial list. Does not time out: while the API server refuses (RBAC, a
+    /// removed CRD) the watch retries with backoff; see [`Informer::last_error`].
+    pub async fn wait_synced(&self) {
+        let mut synced = self.shared.cache.synced.subscribe();
+        // The sender lives in the cache this handle keeps alive, so this cannot fail.
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
+    /// How many times the watch has listed: 1 after the initial list, more after relists (the
+    /// API server answered 410 Gone because our resourceVersion fell out of its window).
+    pub fn lists(&self) -> u64 {
+        self.shared.cache.lists.load(Ordering::Relaxed)
+    }
+
+    /// Where this sharded informer filters: decided before its first list (see
+    /// [`ShardFilter`]). None for an unsharded informer, for an empty slot set (nothing is
+    /// watched) and while the API server has not answered the probe.
+    pub fn filter_mode(&self) -> Option<FilterMode> {
+        self.shared.cache.filter.get().copied()
+    }
+
+    /// The watch's latest error, until the watch next succeeds.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.cache.last_error.lock().clone()
+    }
+
+    /// The cached object, as stored: its JSON text and a few fields. `namespace` is required
+    /// for namespaced kinds and none for cluster-scoped ones. O(log n), no API call, no parse.
+    pub fn get_cached(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.shared
+            .cache
+            .store
+            .read()
+            .get(namespace, name, Instant::now())
+    }
+
+    /// The cached object as a tree: [`Informer::get_cached`] plus one parse (tens of µs for a
+    /// typical custom resource). Prefer `get_cached` where JSON text will do.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+        self.get_cached(namespace, name)?.to_object().map(Arc::new)
+    }
+
+    /// Cached objects as stored, sorted by namespace then name. With a namespace, only that
+    /// namespace is visited (namespace index); without, every object. No API call, no parse.
+    pub fn list_cached(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<CachedObject>> {
+        self.shared
+            .cache
+            .store
+            .read()
+            .list(namespace, selector, Instant::now())
+    }
+
+    /// [`Informer::list_cached`] as trees: one parse per object.
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<DynamicObject>> {
+        self.list_cached(namespace, selector)
+            .iter()
+            .filter_map(|o| o.to_object().map(Arc::new))
+            .collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.shared.cache.store.read().len(Instant::now())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Events from now on, preceded by an `Applied` for every object cached at this moment (as
+    /// its head, see [`InformerEvent`]). Cost: one snapshot of the cache (O(n) pointer copies);
+    /// each head is read when its event is taken.
+    pub fn subscribe(&self) -> Subscription {
+        self.subscribe_inner(None)
+    }
+
+    /// As [`Informer::subscribe`], plus a `Resync` of every cached object every `period`.
+    pub fn subscribe_with_resync(&self, period: Duration) -> Subscription {
+        self.subscribe_inner(Some(period))
+    }
+
+    pub(super) fn subscribe_inner(&self, resync: Option<Duration>) -> Subscription {
+        let cache = &self.shared.cache;
+        let (snapshot, events) = {
+            let store = cache.store.read();
+            (
+                store.list(None, None, Instant::now()),
+                cache.events.subscribe(),
+            )
+        };
+        Subscription::new(self.clone(), snapshot, events, resync)
+    }
+
+    /// Read-your-writes: `obj` is the API server's response to a write the host made (patch,
+    /// apply, create, update). `get`/`list` return it at once, and watch events older than it
+    /// do not replace it. Ignored (returns false) when the cache already has this version or a
+    /// newer one, when versions cannot be compared (non-integer resourceVersions: the watch
+    /// wins), when the object was deleted at or after this version, or when it is outside this
+    /// informer's scope (namespace, labels, or for a sharded informer the uid's slot: a write to
+    /// another replica's object must not enter this one's cache). Subscribers are not notified:
+    /// they hear of the change from the watch. If the watch never confirms the write, it stops
+    /// showing after `Options::write_ttl`.
+    pub fn record_write(&self, obj: DynamicObject) -> bool {
+        if obj.metadata.name.is_none() || !self.in_scope(&obj) {
+            return false;
+        }
+        let obj = self.shared.cache.complete(obj);
+        self.shared
+            .cache
+            .store
+            .write()
+            .record_write(&obj, Instant::now())
+    }
+
+    /// Read-your-writes for deletion: call after the API server answered a delete with the
+    /// object gone (not merely marked with a deletionTimestamp: then `record_write` the
+    /// returned object). Hides it from `get`/`list` at once; subscribers still get `Deleted`
+    /// from the watch. Returns whether a cached object was hidden.
+    pub fn record_delete(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.shared
+            .cache
+            .store
+            .write()
+            .record_delete(namespace, name, Instant::now())
+    }
+
+    pub(super) fn in_scope(&self, obj: &DynamicObject) -> bool {
+        in_scope(
+            &self.shared.key.scope,
+            self.shared.namespaced,
+            self.shared.selector.as_ref(),
+            obj,
+        )
+    }
+}
+
+/// Whether `obj` belongs in an informer of `scope` (`selector` is the scope's, parsed).
+pub(super) fn in_scope(
+    scope: &WatchScope,
+    namespaced: bool,
+    selector: Option<&Selector>,
+    obj: &DynamicObject,
+) -> bool {
+    let namespace_ok = match (&scope.namespace, namespaced) {
+        (Some(ns), _) => obj.namespace().as_ref() == Some(ns),
+        (None, true) => obj.namespace().is_some(),
+        (None, false) => obj.namespace().is_none(),
+    };
+    let no_labels = std::collections::BTreeMap::new();
+    namespace_ok
+        && selector.is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&no_labels)))
+        && shard::owns(scope.shard.as_ref(), obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informers::parse_selector;
+    use crate::shards::{SlotSet, slot_of};
+
+    fn cm(namespace: &str, uid: &str, labels: &[(&str, &str)]) -> DynamicObject {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "namespace": namespace, "name": "x", "uid": uid, "resourceVersion": "1" },
+        }))
+        .unwrap();
+        obj.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        obj
+    }
+
+    #[test]
+    fn writes_outside_the_shard_are_out_of_scope() {
+        let uid = "0b1e4c3a-5f00-4d2b-8a51-7d3cbb6f9a10";
+        let slot = slot_of(uid);
+        let mine = SlotSet::range(slot, slot + 1);
+        let scope = |shard: Option<SlotSet>| WatchScope {
+            namespace: Some("a".into()),
+            label_selector: Some("app=web".into()),
+            shard,
+        };
+        let web = parse_selector("app=web").unwrap();
+        let obj = cm("a", uid, &[("app", "web")]);
+        assert!(in_scope(&scope(None), true, Some(&web), &obj));
+        assert!(in_scope(&scope(Some(mine)), true, Some(&web), &obj));
+        let others = SlotSet::all().difference(&mine);
+        assert!(!in_scope(&scope(Some(others)), true, Some(&web), &obj));
+        assert!(!in_scope(
+            &scope(Some(SlotSet::empty())),
+            true,
+            Some(&web),
+            &obj
+        ));
+        // The other conditions still hold with a shard.
+        assert!(!in_scope(
+            &scope(Some(mine)),
+            true,
+            Some(&web),
+            &cm("b", uid, &[("app", "web")])
+        ));
+        assert!(!in_scope(
+            &scope(Some(mine)),
+            true,
+            Some(&web),
+            &cm("a", uid, &[("app", "db")])
+        ));
+    }
+}
