@@ -7,8 +7,10 @@ use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{WASM_CONFIG, WASM_LAYER};
-
+/// The layer media type this host pushes.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The config media type this host pushes.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// What Kubewarden and Spin push: accepted on pulls, never written.
 const OLD_WASM_CONFIG: &str = oci_client::manifest::WASM_CONFIG_MEDIA_TYPE;
 const OLD_WASM_LAYER: &str = oci_client::manifest::WASM_LAYER_MEDIA_TYPE;

@@ -14,8 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::ModuleRef;
 use super::artifact::{parse_manifest, sha256_digest};
+use super::reference::ModuleRef;
 
 #[derive(Debug, Clone)]
 pub struct ModuleCache {

@@ -41,9 +41,11 @@
 mod artifact;
 mod cache;
 mod credentials;
+mod error;
 mod keyless;
 mod reference;
 mod registry;
+mod settings;
 mod signatures;
 
 use std::path::Path;
@@ -56,104 +58,20 @@ use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
 
-pub use artifact::{ComponentInterfaces, component_interfaces};
+pub use artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, component_interfaces};
 pub use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
+pub use error::PullError;
 pub use keyless::{CertificateIdentity, Keyless};
 pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
 pub use registry::Endpoints;
+pub use settings::{DEFAULT_CACHE_MAX_BYTES, DEFAULT_MAX_MODULE_BYTES, RegistrySettings};
 pub use signatures::TrustPolicy;
 
-/// The layer media type this host pushes.
-pub const WASM_LAYER: &str = "application/wasm";
-/// The config media type this host pushes.
-pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
-/// The largest module pulled when the configuration sets no cap: the Python guest (18.4 MB)
-/// fits three times over.
-pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
 /// What a refusal of a module over its cap suggests.
 const RAISE_MODULE_CAP: &str = "; raise registries.maxModuleBytes if it is meant to be";
 /// Configs are a few hundred bytes; a larger one is not a Wasm config.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// Registry settings of the host configuration (`registries:`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegistrySettings {
-    /// Registries (`host[:port]`) spoken to over plain HTTP; every other one over HTTPS.
-    #[serde(default)]
-    pub insecure: Vec<String>,
-    /// The largest module layer pulled, in bytes (default [`DEFAULT_MAX_MODULE_BYTES`]).
-    #[serde(default)]
-    pub max_module_bytes: Option<u64>,
-    /// The most the module cache holds, in bytes (default [`DEFAULT_CACHE_MAX_BYTES`]):
-    /// modules no guest uses are evicted, least recently used first, to make room.
-    #[serde(default)]
-    pub cache_max_bytes: Option<u64>,
-}
-
-/// The module cache's bound when the configuration sets none: sixteen modules at the default
-/// module cap.
-pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
-
-impl RegistrySettings {
-    pub fn max_module_bytes(&self) -> u64 {
-        self.max_module_bytes.unwrap_or(DEFAULT_MAX_MODULE_BYTES)
-    }
-
-    pub fn cache_max_bytes(&self) -> u64 {
-        self.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES)
-    }
-}
-
-/// Why a pull failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    #[error("{module}: cannot reach the registry: {error}")]
-    Unreachable { module: String, error: String },
-    #[error("{module}: the registry refused the credentials: {error}")]
-    Denied { module: String, error: String },
-    #[error("{module}: not found in the registry: {error}")]
-    NotFound { module: String, error: String },
-    #[error("{module}: {what} has digest {got}, expected {expected}")]
-    DigestMismatch {
-        module: String,
-        what: String,
-        expected: String,
-        got: String,
-    },
-    #[error("{module}: {size} exceeds the cap of {max} bytes{hint}")]
-    TooLarge {
-        module: String,
-        size: String,
-        max: u64,
-        /// How to raise the cap, when the configuration sets it (`""` for fixed caps).
-        hint: &'static str,
-    },
-    #[error("{module}: not a Wasm component artifact: {reason}")]
-    NotAWasmArtifact { module: String, reason: String },
-    #[error("{module}: the registry failed: {error}")]
-    Registry { module: String, error: String },
-    #[error(
-        "{module}: the module cache would exceed registries.cacheMaxBytes ({max} bytes): {in_use} bytes hold modules in use and this one needs {needed}; raise the bound"
-    )]
-    CacheFull {
-        module: String,
-        max: u64,
-        in_use: u64,
-        needed: u64,
-    },
-    #[error(
-        "{module}: no signature of {digest} was found (signatures are required: reconcilers.verify); sign it with `cosign sign --key KEY` and a key the host trusts"
-    )]
-    SignatureMissing { module: String, digest: String },
-    #[error(
-        "{module}: {reason} (reconcilers.verify lists the keys and keyless identities trusted)"
-    )]
-    SignatureInvalid { module: String, reason: String },
-    #[error("module cache: {0}")]
-    Cache(#[from] std::io::Error),
-}
 
 /// A module as pulled: its manifest digest (what runs) and the component's bytes.
 #[derive(Debug, Clone)]

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use reqwest::{Method, Response, StatusCode, Url, header};
 
-use super::{Auth, ModuleRef, PullError};
+use super::credentials::Auth;
+use super::error::PullError;
+use super::reference::ModuleRef;
 
 /// The largest manifest read: a Wasm artifact's is under a kilobyte; a few MiB leaves room
 /// for annotations without letting a registry fill the host's memory.

@@ -36,9 +36,10 @@ use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
+use super::artifact;
+use super::error::PullError;
 use super::keyless::{Keyless, Material, TlogEntry};
 use super::registry::{self, Session};
-use super::{PullError, artifact};
 
 /// The media type of a cosign simple-signing payload layer.
 const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
