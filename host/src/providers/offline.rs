@@ -298,50 +298,14 @@ impl Cluster for RecordingCluster {
     }
 }
 
-/// The reconcile step's view of the loaded objects: the finalizer writes are JSON patches
-/// applied to the cache, as the API server would apply them.
-#[async_trait]
-impl crate::controller::sync::Primary for RecordingCluster {
-    fn cached(&self, object: &ObjectRef) -> Option<std::sync::Arc<crate::informers::CachedObject>> {
-        let value = self.cache.get(object)?;
-        let object: kube::api::DynamicObject = serde_json::from_value(value).ok()?;
-        crate::informers::CachedObject::new(&object)
-            .ok()
-            .map(std::sync::Arc::new)
-    }
-
-    fn foreign(&self, _: &ObjectKey) -> bool {
-        false
-    }
-
-    async fn add_finalizer(
-        &self,
-        object: &ObjectRef,
-        current: &kube::api::DynamicObject,
-        finalizer: &str,
-    ) -> Result<Option<Value>, HostError> {
-        match crate::finalizer::add_ops(current, finalizer) {
-            Some(ops) => self.json_patch(object, ops).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    async fn remove_finalizer(
-        &self,
-        object: &ObjectRef,
-        current: &kube::api::DynamicObject,
-        finalizer: &str,
-    ) -> Result<bool, HostError> {
-        match crate::finalizer::remove_ops(current, finalizer) {
-            Some(ops) => self.json_patch(object, ops).map(|_| true),
-            None => Ok(false),
-        }
-    }
-}
-
 impl RecordingCluster {
-    /// Applies a JSON patch of the host's own to the cached object.
-    fn json_patch(&self, object: &ObjectRef, ops: Vec<Value>) -> Result<Value, HostError> {
+    /// The loaded object `object`, as the writes left it.
+    pub fn object(&self, object: &ObjectRef) -> Option<Value> {
+        self.cache.get(object)
+    }
+
+    /// Applies a JSON patch of the host's own (a finalizer's) to the cached object.
+    pub fn json_patch(&self, object: &ObjectRef, ops: Vec<Value>) -> Result<Value, HostError> {
         let mut current = self.cache.get(object).ok_or_else(|| {
             HostError::NotFound(format!("{object} is not among the loaded objects"))
         })?;
