@@ -4,8 +4,8 @@
 #
 #   docs/guests/quickstarts.sh [rust|python|js|c|go ...]     # default: every language
 #
-# Needs what the pages need: `reconciler-host` and `reconciler-componentize` (taken from this
-# checkout's target/, built by `./dev build`), each language's toolchain (the project's
+# Needs what the pages need: `reconciler-host` (taken from this checkout's target/, built by
+# `./dev build`), each language's toolchain (the project's
 # guests/<lang>/build.sh installs them), and a cluster: KUBECONFIG, or else this repository's
 # local control plane (`tools/control-plane/cp env`); kubectl from the local control plane's
 # build when it is not on PATH. CI runs it through tests/tests/languages.rs.
@@ -18,11 +18,9 @@ PROG=quickstarts.sh
 # shellcheck source=../../tools/lib.sh
 source "$repo/tools/lib.sh"
 
-for tool in "$target/debug/reconciler-host" "$target/debug/reconciler-componentize"; do
-  if [[ ! -x "$tool" ]]; then
-    die "$tool is missing; run ./dev build first"
-  fi
-done
+if [[ ! -x "$target/debug/reconciler-host" ]]; then
+  die "$target/debug/reconciler-host is missing; run ./dev build first"
+fi
 export PATH="$target/debug:$PATH"
 if ! command -v kubectl >/dev/null; then
   PATH="$("$repo/tools/control-plane/build.sh" --print):$PATH"
