@@ -49,6 +49,7 @@
 
 mod bridge_names;
 mod contract;
+mod deny_list;
 pub mod linux;
 pub mod memory;
 pub mod policy;

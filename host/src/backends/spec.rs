@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::contract::{BackendError, NetworkSpec, NetworkStatus, Result};
-use super::policy;
+use super::deny_list as policy;
 
 /// The kernel stores at most 255 bytes of interface alias (`IFALIASZ` 256 with the NUL), and
 /// the Linux provider keeps the id there. The limit is shared so offline runs refuse the same
