@@ -1,7 +1,5 @@
 //! `cluster`: writes to the API server as the guest (field manager = guest name), and events.
 
-use async_trait::async_trait;
-use serde::Serialize;
 use serde_json::{Value, json};
 use wasmtime::component::{HasSelf, Linker};
 
@@ -9,46 +7,11 @@ use super::capability::{Capability, LoadCheck};
 use super::context::{CallContext, as_json, embed};
 use super::error::HostError;
 use super::replay;
+pub use super::seams::{Cluster, EventRecord, EventType};
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
 use crate::wit::types;
-
-/// The two kinds of Kubernetes event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An event as a guest asks for it, validated; the provider aggregates repeats.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventRecord {
-    pub regarding: ObjectRef,
-    #[serde(rename = "type")]
-    pub event_type: EventType,
-    pub reason: String,
-    pub message: String,
-}
-
-/// Writes to the API server. `manager` is the guest's name (field manager, event reporter).
-/// Arguments arrive validated and within the guest's grant and scope.
-#[async_trait]
-pub trait Cluster: Send + Sync {
-    async fn patch_status(
-        &self,
-        manager: &str,
-        object: &ObjectRef,
-        patch: &Value,
-    ) -> Result<Value, HostError>;
-    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
-    async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
-    async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
-    /// The object as the API server has it now (not the cache), or none: what shadow mode
-    /// compares an intended write with.
-    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, HostError>;
-}
 
 pub(super) const CAPABILITY: Capability = Capability {
     interface: "cluster",

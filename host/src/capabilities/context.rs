@@ -9,11 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::budget::{Budget, HostBytes};
-use super::cluster::Cluster;
 use super::error::HostError;
-use super::lister::Lister;
-use super::queue::Enqueuer;
-use super::replay;
+use super::replay::{self, Call};
+use super::seams::{Cluster, Enqueuer, Lister};
 use crate::config::{Grant, Rates};
 use crate::manifest::Manifest;
 use crate::metrics::{HostCallOutcome, Metrics};
@@ -133,15 +131,6 @@ impl GuestContext {
     pub fn loading(file: &str) -> Self {
         Self::new(file, Grant::default(), Providers::deny_all())
     }
-}
-
-/// One import call, as the offline runner prints it: JSON payloads embedded as JSON.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Call {
-    pub interface: &'static str,
-    pub function: &'static str,
-    pub args: Value,
-    pub returned: Value,
 }
 
 /// Per-reconcile state of the capabilities: who is calling, about which key, until when. The

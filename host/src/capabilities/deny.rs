@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cluster::{Cluster, EventRecord};
 use super::context::Providers;
 use super::error::HostError;
-use super::lister::{self, Lister};
-use super::queue::Enqueuer;
+use super::seams::Enqueuer;
+use super::seams::{Cluster, EventRecord};
+use super::seams::{Listed, Lister};
 
 impl Providers {
     /// Providers that refuse everything: a guest may not call the host while loading.
@@ -38,7 +38,7 @@ impl Lister for DenyAll {
         _: &crate::objects::Gvk,
         _: Option<&str>,
         _: Option<&kube::core::Selector>,
-    ) -> Result<Vec<Arc<dyn lister::Listed>>, HostError> {
+    ) -> Result<Vec<Arc<dyn Listed>>, HostError> {
         Err(HostError::Denied(LOADING.into()))
     }
     fn visits(&self, _: &crate::objects::Gvk, _: Option<&str>) -> usize {

@@ -12,8 +12,6 @@
 //! copy of the result into the guest's memory, once the import returns (about the copy's cost
 //! again, bounded per call by the guest's memory cap).
 
-use std::sync::Arc;
-
 use serde_json::json;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -21,44 +19,11 @@ use super::capability::{Capability, LoadCheck};
 use super::context::{CallContext, embed};
 use super::error::HostError;
 use super::replay;
+pub use super::seams::{Listed, Lister};
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::lister as wit;
 use crate::wit::types;
-
-/// Reads of cached objects, as JSON text. Arguments arrive validated.
-pub trait Lister: Send + Sync {
-    fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError>;
-    /// The matching objects as the provider keeps them, shared (no copy): the capability sizes
-    /// the result before it copies anything for the guest.
-    fn list(
-        &self,
-        kind: &Gvk,
-        namespace: Option<&str>,
-        selector: Option<&kube::core::Selector>,
-    ) -> Result<Vec<Arc<dyn Listed>>, HostError>;
-    /// At most how many objects a list of `kind` in `namespace` visits, known without visiting
-    /// them: it decides whether the list runs on the async worker.
-    fn visits(&self, kind: &Gvk, namespace: Option<&str>) -> usize;
-}
-
-/// One listed object, as its provider keeps it.
-pub trait Listed: Send + Sync {
-    /// The object's JSON text, exactly what the guest receives.
-    fn json(&self) -> &str;
-}
-
-impl Listed for crate::informers::CachedObject {
-    fn json(&self) -> &str {
-        crate::informers::CachedObject::json(self)
-    }
-}
-
-impl Listed for String {
-    fn json(&self) -> &str {
-        self
-    }
-}
 
 pub(super) const CAPABILITY: Capability = Capability {
     interface: "lister",

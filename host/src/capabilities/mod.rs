@@ -60,6 +60,7 @@ pub mod network;
 mod properties;
 pub mod queue;
 pub mod replay;
+mod seams;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -69,11 +70,12 @@ pub use bodies::reserved_key;
 pub use budget::{Budget, HostBytes};
 pub use capability::{Capability, LoadCheck};
 pub use cluster::{Cluster, EventRecord, EventType, SKIP_WRITE_GRANT_ENV, skip_write_grant};
-pub use context::{Call, CallContext, GuestContext, Pinned, Providers, Scope};
+pub use context::{CallContext, GuestContext, Pinned, Providers, Scope};
 pub use error::HostError;
 pub use lister::Lister;
 pub use network::NETWORK_BACKEND;
 pub use queue::Enqueuer;
+pub use replay::Call;
 
 /// Every capability, in WIT order. The guest directory runs each one's requirement at load.
 pub const CAPABILITIES: &[Capability] = &[

@@ -8,6 +8,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::capability::{Capability, LoadCheck};
 use super::context::{CallContext, as_json};
 use super::error::HostError;
+pub use super::seams::Enqueuer;
 use crate::objects::ObjectKey;
 use crate::validation;
 use crate::wit::reconciler::api::queue as wit;
@@ -21,13 +22,6 @@ pub const MAX_DELAY: Duration = Duration::from_hours(24);
 /// [`MAX_DELAY`] in milliseconds, the unit of `after-ms` and of a reconcile's requeue-after.
 #[allow(clippy::cast_possible_truncation)] // 86,400,000 fits a u64 many times over.
 pub const MAX_DELAY_MS: u64 = MAX_DELAY.as_millis() as u64;
-
-/// The calling guest's own work queue. Keys arrive validated and in scope.
-pub trait Enqueuer: Send + Sync {
-    fn enqueue(&self, key: ObjectKey, after: Option<Duration>) -> Result<(), HostError>;
-    /// Keys waiting now, ready or delayed.
-    fn pending(&self) -> usize;
-}
 
 pub(super) const CAPABILITY: Capability = Capability {
     interface: "queue",

@@ -9,8 +9,16 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::context::Call;
 use super::error::HostError;
+
+/// One import call, as the offline runner prints it: JSON payloads embedded as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Call {
+    pub interface: &'static str,
+    pub function: &'static str,
+    pub args: Value,
+    pub returned: Value,
+}
 
 /// One recorded call, as the offline runner and records write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,13 +1,19 @@
-//! One shared informer: its state, and the handles ([`Informer`]) that keep it running.
+//! One shared informer: its state, the handles ([`Informer`]) that keep it running, and the
+//! registry that holds every informer weakly by (kind, scope) and counts their objects at
+//! scrape time.
 
 use std::{
+    collections::{HashMap, HashSet},
     fmt,
-    sync::{Arc, Weak, atomic::Ordering},
-    time::{Duration, Instant},
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
 };
 
 use kube::{
-    ResourceExt,
+    Client, ResourceExt,
     api::DynamicObject,
     core::{GroupVersionKind, Selector, SelectorExt},
     discovery::ApiResource,
@@ -17,14 +23,14 @@ use kube::{
 use super::{
     cached::CachedObject,
     error::describe,
-    registry::{Key, Registry},
     scope::WatchScope,
     shard::{self, FilterMode, ShardFilter},
-    store,
-    subscription::Subscription,
-    watch,
+    store, watch,
 };
-use crate::metrics::InformerMetrics;
+use parking_lot::Mutex;
+
+use super::options::Options;
+use crate::metrics::{InformerMetrics, ScrapeHook};
 
 /// One informer's state; every [`Informer`] handle holds it, the registry only weakly.
 pub(super) struct InformerState {
@@ -261,30 +267,6 @@ impl Informer {
         self.len() == 0
     }
 
-    /// Events from now on, preceded by an `Applied` for every object cached at this moment (as
-    /// its head, see [`InformerEvent`]). Cost: one snapshot of the cache (O(n) pointer copies);
-    /// each head is read when its event is taken.
-    pub fn subscribe(&self) -> Subscription {
-        self.subscribe_inner(None)
-    }
-
-    /// As [`Informer::subscribe`], plus a `Resync` of every cached object every `period`.
-    pub fn subscribe_with_resync(&self, period: Duration) -> Subscription {
-        self.subscribe_inner(Some(period))
-    }
-
-    pub(super) fn subscribe_inner(&self, resync: Option<Duration>) -> Subscription {
-        let cache = &self.shared.cache;
-        let (snapshot, events) = {
-            let store = cache.store.read();
-            (
-                store.list(None, None, Instant::now()),
-                cache.events.subscribe(),
-            )
-        };
-        Subscription::new(self.clone(), snapshot, events, resync)
-    }
-
     /// Read-your-writes: `obj` is the API server's response to a write the host made (patch,
     /// apply, create, update). `get`/`list` return it at once, and watch events older than it
     /// do not replace it. Ignored (returns false) when the cache already has this version or a
@@ -344,6 +326,78 @@ pub(super) fn in_scope(
     namespace_ok
         && selector.is_none_or(|s| s.matches(obj.metadata.labels.as_ref().unwrap_or(&no_labels)))
         && shard::owns(scope.shard.as_ref(), obj)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Key {
+    pub(super) gvk: GroupVersionKind,
+    pub(super) scope: WatchScope,
+}
+
+pub(super) struct Registry {
+    pub(super) client: Client,
+    pub(super) options: Options,
+    pub(super) discovery: crate::discovery::Resolver,
+    pub(super) informers: Mutex<HashMap<Key, Weak<InformerState>>>,
+    pub(super) watch_tasks: Arc<AtomicUsize>,
+    /// GVKs whose object gauge was set at the last scrape.
+    pub(super) reported: Mutex<HashSet<GroupVersionKind>>,
+    /// Filter modes whose gauge was set at the last scrape.
+    pub(super) reported_filters: Mutex<HashSet<(GroupVersionKind, FilterMode)>>,
+}
+
+impl Registry {
+    /// Upgraded under the lock, returned outside it: dropping a last handle takes the lock.
+    pub(super) fn live(&self) -> Vec<Arc<InformerState>> {
+        self.informers
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
+/// Object counts are read at scrape time rather than pushed on every watch event: cheaper, and
+/// several scopes of one GVK add up to one series.
+impl ScrapeHook for Registry {
+    fn before_scrape(&self) {
+        let Some(metrics) = &self.options.metrics else {
+            return;
+        };
+        let now = Instant::now();
+        let mut counts: HashMap<GroupVersionKind, usize> = HashMap::new();
+        let mut filters: HashSet<(GroupVersionKind, FilterMode)> = HashSet::new();
+        for shared in self.live() {
+            *counts.entry(shared.key.gvk.clone()).or_default() +=
+                shared.cache.store.read().len(now);
+            if let Some(mode) = shared.cache.filter.get() {
+                filters.insert((shared.key.gvk.clone(), *mode));
+            }
+        }
+        let mut reported = self.reported.lock();
+        for gone in reported.iter().filter(|gvk| !counts.contains_key(*gvk)) {
+            metrics.informer_removed(&gone.group, &gone.version, &gone.kind);
+        }
+        for (gvk, objects) in &counts {
+            metrics.informer_objects(&gvk.group, &gvk.version, &gvk.kind, *objects);
+        }
+        *reported = counts.into_keys().collect();
+        drop(reported);
+        let mut reported = self.reported_filters.lock();
+        for (gvk, mode) in reported.difference(&filters) {
+            metrics.informer_shard_filter(
+                &gvk.group,
+                &gvk.version,
+                &gvk.kind,
+                mode.as_str(),
+                false,
+            );
+        }
+        for (gvk, mode) in &filters {
+            metrics.informer_shard_filter(&gvk.group, &gvk.version, &gvk.kind, mode.as_str(), true);
+        }
+        *reported = filters;
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@
 //! label selector parser (`selector.rs`: kube-core has none), and each informer's own client
 //! (`client.rs`: counts the bytes it receives, adds `shardSelector`).
 //!
-//! The registry ([`Informers`], here and `registry.rs`) is apart from what it registers:
-//! `informer.rs` (one informer and its handles), `event.rs`, `scope.rs`, `options.rs`,
-//! `error.rs`.
+//! The public registry ([`Informers`]) is here; `informer.rs` holds one informer, its handles
+//! and the weak map behind the registry; `subscription.rs` subscribes to one; `event.rs`,
+//! `scope.rs`, `options.rs`, `error.rs` the types they share.
 //!
 //! Sharded scopes ([`WatchScope::shard`], sharded mode) hold only the objects whose uid hashes into
 //! a set of slots, filtered on the API server when it honours `shardSelector` and on the client
@@ -29,7 +29,6 @@ mod error;
 mod event;
 mod informer;
 mod options;
-mod registry;
 mod scope;
 mod selector;
 mod shard;
@@ -51,8 +50,7 @@ use kube::{Client, core::GroupVersionKind};
 use parking_lot::Mutex;
 
 use error::describe;
-use informer::InformerState;
-use registry::{Key, Registry};
+use informer::{InformerState, Key, Registry};
 
 pub use cached::CachedObject;
 pub use error::InformerError;

@@ -148,3 +148,30 @@ impl Stream for Subscription {
         self.inner.poll_next_unpin(cx)
     }
 }
+
+/// Subscribing is the subscription's business; the informer only hands out its cache.
+impl Informer {
+    /// Events from now on, preceded by an `Applied` for every object cached at this moment (as
+    /// its head, see [`InformerEvent`]). Cost: one snapshot of the cache (O(n) pointer copies);
+    /// each head is read when its event is taken.
+    pub fn subscribe(&self) -> Subscription {
+        self.subscribe_inner(None)
+    }
+
+    /// As [`Informer::subscribe`], plus a `Resync` of every cached object every `period`.
+    pub fn subscribe_with_resync(&self, period: Duration) -> Subscription {
+        self.subscribe_inner(Some(period))
+    }
+
+    pub(super) fn subscribe_inner(&self, resync: Option<Duration>) -> Subscription {
+        let cache = &self.shared.cache;
+        let (snapshot, events) = {
+            let store = cache.store.read();
+            (
+                store.list(None, None, std::time::Instant::now()),
+                cache.events.subscribe(),
+            )
+        };
+        Subscription::new(self.clone(), snapshot, events, resync)
+    }
+}
