@@ -1,6 +1,6 @@
 //! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
 //! `push` (a guest to a registry as a Wasm OCI artifact, [`crate::oci`]),
-//! `reconcile` (one offline reconcile against objects from files, [`crate::offline_runner`];
+//! `reconcile` (one offline reconcile against objects from files, [`crate::offline`];
 //! prints every host call), `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in
 //! one of the supported languages), `componentize` (the steps of a C or Go guest's build,
 //! [`reconciler_componentize`]).
@@ -14,9 +14,9 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use crate::config::HostConfig;
-use crate::guests::{ActiveGuest, GrantError, Origin};
+use crate::guest_set::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey};
-use crate::offline_runner::{OfflineRun, load_bytes, load_guest, local_runtime};
+use crate::offline::{OfflineRun, load_bytes, load_guest, local_runtime};
 
 #[derive(Parser)]
 #[command(
@@ -67,7 +67,7 @@ struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    fn pull_options(&self) -> anyhow::Result<crate::offline_runner::PullOptions> {
+    fn pull_options(&self) -> anyhow::Result<crate::offline::PullOptions> {
         let keyless = match (&self.trusted_root, &self.certificate_oidc_issuer) {
             (Some(root), Some(issuer)) => {
                 let identity = crate::oci::CertificateIdentity {
@@ -88,7 +88,7 @@ impl RegistryArgs {
                 .map_err(|e| anyhow::anyhow!("--verify-key: {e}"))?;
             Some(policy)
         };
-        Ok(crate::offline_runner::PullOptions {
+        Ok(crate::offline::PullOptions {
             plain_http: self.plain_http,
             trusted,
         })
@@ -125,7 +125,7 @@ impl RegistryArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller host: load every guest in the directory and reconcile.
-    Run(crate::run::RunArgs),
+    Run(crate::manager::RunArgs),
     /// Validate a guest against the WIT world (and a host configuration) and print its manifest.
     Check {
         /// The guest component.
@@ -144,7 +144,7 @@ enum Command {
         /// the host's cache, verified, loaded by digest from there when pinned).
         /// With --replay: another build to replay the record with.
         #[arg(long, required_unless_present = "replay")]
-        guest: Option<crate::offline_runner::GuestRef>,
+        guest: Option<crate::offline::GuestRef>,
         #[command(flatten)]
         registry: RegistryArgs,
         /// Files or directories of objects (multi-document YAML or JSON).
@@ -246,7 +246,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match command {
-            Command::Run(args) => crate::run::run(args).await,
+            Command::Run(args) => crate::manager::run(args).await,
             Command::Check { file, config } => check(file, config).await,
             Command::Push {
                 file,
@@ -267,13 +267,11 @@ pub fn main() -> ExitCode {
             } => {
                 let config = load_config(config.as_ref())?;
                 let auth = match &guest {
-                    Some(crate::offline_runner::GuestRef::Module(m)) => {
-                        registry.auth(m.registry())?
-                    }
+                    Some(crate::offline::GuestRef::Module(m)) => registry.auth(m.registry())?,
                     _ => crate::oci::Auth::Anonymous,
                 };
                 if let Some(record) = replay {
-                    return replay_record(crate::offline_runner::OfflineReplay {
+                    return replay_record(crate::offline::OfflineReplay {
                         record,
                         guest,
                         auth,
@@ -563,7 +561,7 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// `reconcile --replay`: prints the replay; an error (exit 1) when it diverged.
-async fn replay_record(replay: crate::offline_runner::OfflineReplay) -> anyhow::Result<()> {
+async fn replay_record(replay: crate::offline::OfflineReplay) -> anyhow::Result<()> {
     let output = replay.replay().await?;
     out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
     if output["replay"]["identical"] != true {

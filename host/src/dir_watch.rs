@@ -1,4 +1,4 @@
-//! Following the files of one directory: the guest directory ([`crate::guests`])
+//! Following the files of one directory: the guest directory ([`crate::guest_set`])
 //! and the host configuration file both change under a running host and are followed this way.
 //!
 //! Watching is by rescan: an event in the directory (inotify via `notify`) schedules a rescan

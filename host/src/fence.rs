@@ -1,7 +1,7 @@
 //! The write fence: whether this replica may still write. Closed when the host loses its lease,
 //! is fenced out of the shard ring or shuts down, before its controllers are stopped, so a
 //! reconcile still running cannot write after that. Opened by `run`'s ownership
-//! (`crate::run`), checked by the cluster provider immediately before every write.
+//! (`crate::manager`), checked by the cluster provider immediately before every write.
 //!
 //! A replica that holds a lease also gives the fence a **deadline**: the moment its last
 //! successful renewal was sent plus the lease duration minus a margin (the earliest another
@@ -82,7 +82,7 @@ impl WriteFence {
 }
 
 /// The test-only switch (debug builds only): `RECONCILER_HOST_TEST_BREAK_FENCE=1` makes the fence
-/// always open and the host ignore a lost lease or a ring fence (`crate::run`): a deliberately
+/// always open and the host ignore a lost lease or a ring fence (`crate::manager`): a deliberately
 /// broken build, with no fencing at all, that the robustness checker must catch. Release builds
 /// do not read it.
 pub const BREAK_FENCE_ENV: &str = "RECONCILER_HOST_TEST_BREAK_FENCE";

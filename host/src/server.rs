@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::guests::Guests;
+use crate::guest_set::Guests;
 use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::shards::ShardStatus;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_host::config::HostConfig;
-use reconciler_host::guests::{Directory, FileState, GuestEvent, Guests};
+use reconciler_host::guest_set::{Directory, FileState, GuestEvent, Guests};
 use reconciler_host::runtime::{Runtime, RuntimeOptions, content_hash};
 use reconciler_host::shadow::{Mode, Shadows};
 use tokio::sync::broadcast::Receiver;
@@ -186,7 +186,7 @@ fn a_half_written_guest_is_neither_loaded_nor_refused_and_loads_once_whole() {
 
     // Cut short and left so for longer than a write takes: judged, and refused.
     std::fs::write(&file, &v2[..v2.len() / 2]).unwrap();
-    let old = std::time::SystemTime::now() - reconciler_host::guests::WRITING * 2;
+    let old = std::time::SystemTime::now() - reconciler_host::guest_set::WRITING * 2;
     std::fs::File::options()
         .write(true)
         .open(&file)
@@ -683,7 +683,7 @@ fn a_grant_for_one_file_runs_a_second_version_beside_the_first() {
 #[test]
 fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_last_good() {
     use reconciler_host::config::Grant;
-    use reconciler_host::guests::Verdict;
+    use reconciler_host::guest_set::Verdict;
 
     const ALLOW: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
     let source = common::objects::Objects::default();

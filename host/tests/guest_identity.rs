@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use reconciler_host::config::{HostConfig, ServiceAccountRef};
-use reconciler_host::guests::{Directory, FileState, FileStatus, GuestEvent, Guests};
+use reconciler_host::guest_set::{Directory, FileState, FileStatus, GuestEvent, Guests};
 use reconciler_host::identity::{AccessReview, ReviewOutcome};
 use reconciler_host::objects::Gvk;
 use reconciler_host::runtime::{Runtime, RuntimeOptions};
@@ -187,7 +187,7 @@ fn a_host_that_requires_identities_refuses_a_guest_without_one() {
 #[test]
 fn a_reconcilers_new_reads_refused_by_its_account_load_once_granted_while_the_old_ones_run() {
     use reconciler_host::config::Grant;
-    use reconciler_host::guests::Verdict;
+    use reconciler_host::guest_set::Verdict;
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let _entered = runtime.enter();

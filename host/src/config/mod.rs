@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::objects::Gvk;
 
-mod identity;
 mod record;
+mod service_account;
 
-pub use identity::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
+pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
 
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);

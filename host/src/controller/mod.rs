@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::backends::NetworkBackend;
 use crate::capabilities::{CallContext, GuestContext, NETWORK_BACKEND, Scope};
 use crate::fence::WriteFence;
-use crate::guests::ActiveGuest;
+use crate::guest_set::ActiveGuest;
 use crate::informers::{Informer, Informers, WatchScope};
 use crate::manifest::Mapping;
 use crate::metrics::Metrics;
@@ -50,7 +50,7 @@ pub const DEFAULT_CONCURRENCY: u32 = 2;
 
 /// Everything a controller needs from the host.
 #[derive(Clone)]
-pub struct Services {
+pub struct Shared {
     pub client: kube::Client,
     pub informers: Informers,
     pub runtime: Arc<Runtime>,
@@ -74,7 +74,7 @@ pub struct Services {
 pub struct Controller {
     name: String,
     queue: WorkQueue<ObjectKey>,
-    version: watch::Sender<Arc<Version>>,
+    version: watch::Sender<Arc<GuestVersion>>,
     tasks: JoinSet<()>,
     /// The workers, started once the caches synced. Held here, not inside the task that
     /// starts them, so that stopping the controller waits until each has really ended: an
@@ -113,7 +113,7 @@ impl Workers {
 }
 
 /// One guest version with the capability context built for it.
-struct Version {
+struct GuestVersion {
     guest: Arc<ActiveGuest>,
     context: Arc<GuestContext>,
     /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
@@ -139,7 +139,7 @@ pub const QUEUE_ENV: &str = "RECONCILER_HOST_QUEUE";
 impl Controller {
     /// Acquires the guest's informers and starts its mapping and worker tasks. Workers wait
     /// for every cache to sync first.
-    pub async fn start(shared: &Services, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
+    pub async fn start(shared: &Shared, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let name = manifest.name.clone();
         let caches = Arc::new(Caches::acquire(shared, &guest).await?);
@@ -155,7 +155,8 @@ impl Controller {
         // The benches' switch: one FIFO, to measure what the priorities buy.
         config.priorities = std::env::var_os(QUEUE_ENV).is_none_or(|v| v != "fifo");
         let queue = WorkQueue::with_metrics(config, shared.metrics.workqueue(&name));
-        let (version, _) = watch::channel(Arc::new(Version::new(shared, &guest, &caches, &queue)));
+        let (version, _) =
+            watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &queue)));
 
         let mut tasks = JoinSet::new();
         // Event → key mapping for the primary kind: every change enqueues the object's own key.
@@ -274,13 +275,13 @@ impl Controller {
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
-    pub fn swap(&self, shared: &Services, guest: Arc<ActiveGuest>) {
+    pub fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let (context, cluster) = {
             let current = self.version.borrow();
             (current.context.clone(), current.cluster.clone())
         };
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
-        let version = Version {
+        let version = GuestVersion {
             context: Arc::new(
                 GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
                     .with_scope(scope)
@@ -333,7 +334,7 @@ fn concurrency(guest: &ActiveGuest) -> usize {
 }
 
 impl Caches {
-    async fn acquire(shared: &Services, guest: &ActiveGuest) -> anyhow::Result<Self> {
+    async fn acquire(shared: &Shared, guest: &ActiveGuest) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let namespace = match (&manifest.namespace, &shared.namespace) {
             (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
@@ -400,9 +401,9 @@ impl Caches {
     }
 }
 
-impl Version {
+impl GuestVersion {
     fn new(
-        shared: &Services,
+        shared: &Shared,
         guest: &Arc<ActiveGuest>,
         caches: &Arc<Caches>,
         queue: &WorkQueue<ObjectKey>,
@@ -439,7 +440,7 @@ impl Version {
     }
 }
 
-fn recorder(shared: &Services, guest: &ActiveGuest) -> Option<Recorder> {
+fn recorder(shared: &Shared, guest: &ActiveGuest) -> Option<Recorder> {
     Recorder::new(
         guest.grant.record.as_ref(),
         shared.record_directory.as_deref(),
@@ -449,7 +450,7 @@ fn recorder(shared: &Services, guest: &ActiveGuest) -> Option<Recorder> {
 
 /// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit.
 async fn acquire_scoped(
-    shared: &Services,
+    shared: &Shared,
     kind: &Gvk,
     namespace: Option<String>,
     label_selector: Option<String>,
@@ -480,10 +481,10 @@ async fn acquire_scoped(
 }
 
 async fn run_worker(
-    shared: Services,
+    shared: Shared,
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
-    version: watch::Receiver<Arc<Version>>,
+    version: watch::Receiver<Arc<GuestVersion>>,
 ) {
     let mut kept = Kept::default();
     while process_next(&shared, &caches, &queue, &version, &mut kept).await {}
@@ -493,13 +494,13 @@ async fn run_worker(
 /// it belongs to: a new version or grant never runs in it.
 #[derive(Default)]
 struct Kept {
-    version: std::sync::Weak<Version>,
+    version: std::sync::Weak<GuestVersion>,
     warm: Option<crate::runtime::Warm>,
 }
 
 impl Kept {
     /// The instance for a reconcile of `version`, if it is the one this was kept for.
-    fn for_version(&mut self, version: &Arc<Version>) -> &mut Option<crate::runtime::Warm> {
+    fn for_version(&mut self, version: &Arc<GuestVersion>) -> &mut Option<crate::runtime::Warm> {
         if !std::ptr::eq(self.version.as_ptr(), Arc::as_ptr(version)) {
             self.warm = None;
             self.version = Arc::downgrade(version);
@@ -508,7 +509,7 @@ impl Kept {
     }
 
     /// When the kept instance must go if no key comes: its idle time from now.
-    fn idle_until(&self, version: &Version) -> Option<tokio::time::Instant> {
+    fn idle_until(&self, version: &GuestVersion) -> Option<tokio::time::Instant> {
         self.warm.as_ref()?;
         let reuse = version.guest.grant.limits.reuse()?;
         Some(tokio::time::Instant::now() + reuse.idle)
@@ -520,10 +521,10 @@ const FENCED_RETRY: Duration = Duration::from_millis(200);
 
 /// Takes one key, syncs it, and tells the queue how it went. Returns false on shutdown.
 async fn process_next(
-    shared: &Services,
+    shared: &Shared,
     caches: &Caches,
     queue: &WorkQueue<ObjectKey>,
-    version: &watch::Receiver<Arc<Version>>,
+    version: &watch::Receiver<Arc<GuestVersion>>,
     kept: &mut Kept,
 ) -> bool {
     let idle_until = kept.idle_until(&version.borrow());
@@ -580,9 +581,9 @@ async fn process_next(
 /// One key through the reconcile step ([`sync::sync`]) against the informer caches and the
 /// API server; a shadow verdict is recorded.
 async fn sync(
-    shared: &Services,
+    shared: &Shared,
     caches: &Caches,
-    version: &Arc<Version>,
+    version: &Arc<GuestVersion>,
     key: &ObjectKey,
     attempt: u32,
     warm: &mut Option<crate::runtime::Warm>,
@@ -656,8 +657,8 @@ impl Primary for Cached<'_> {
 /// Calls the guest on this task: it yields every epoch tick and at every import that waits,
 /// and aborting the task (lease lost, shutdown) cancels it wherever it is.
 async fn run(
-    shared: &Services,
-    version: &Version,
+    shared: &Shared,
+    version: &GuestVersion,
     key: &ObjectKey,
     request: Request,
     warm: &mut Option<crate::runtime::Warm>,

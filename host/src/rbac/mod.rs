@@ -28,9 +28,9 @@ use serde::Serialize;
 use crate::config::{HostConfig, WriteTarget};
 use crate::objects::Gvk;
 
-mod identity;
+mod impersonation;
 
-pub use identity::Impersonation;
+pub use impersonation::Impersonation;
 
 /// Who the rules are for and where the host's lease lives.
 #[derive(Debug, Clone)]
@@ -192,8 +192,8 @@ pub fn objects(
         verbs: vec!["create".into(), "patch".into()],
         ..PolicyRule::default()
     }];
-    if identity::any(config) {
-        own.push(identity::access_reviews());
+    if impersonation::any(config) {
+        own.push(impersonation::access_reviews());
     }
     out.extend(bound_cluster_role(prefix, own, &host));
     out.extend(bound_role(
@@ -218,7 +218,7 @@ pub fn objects(
             continue;
         }
         if let Some(account) = &grant.service_account {
-            out.extend(identity::guest_objects(
+            out.extend(impersonation::guest_objects(
                 guest, grant, account, resources, options,
             ));
             continue;
@@ -254,7 +254,7 @@ pub fn objects(
             &allow.write
         };
         let mut role_rules = rules(&allow.read, writes, resources, own);
-        role_rules.extend(identity::reconciler_impersonation(
+        role_rules.extend(impersonation::reconciler_impersonation(
             allow, resources, options,
         ));
         out.extend(bound_cluster_role(
@@ -262,7 +262,7 @@ pub fn objects(
             role_rules,
             &host,
         ));
-        out.extend(identity::reconciler_accounts(allow, options));
+        out.extend(impersonation::reconciler_accounts(allow, options));
         // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
         if !reconcilers.pull_secrets.is_empty() {
             out.extend(bound_role(

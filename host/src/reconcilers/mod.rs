@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::config::HostConfig;
-use crate::guests::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict};
+use crate::guest_set::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict};
 use crate::oci::{Endpoints, Puller};
 use pulls::Records;
 use spec::Spec;

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::spec::Spec;
-use crate::guests::{Artefact, Origin, SourceError, Verdict};
+use crate::guest_set::{Artefact, Origin, SourceError, Verdict};
 use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
 use crate::validation;
 

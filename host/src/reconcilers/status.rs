@@ -14,7 +14,7 @@
 //! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts.
 //! An event is recorded on the object whenever `Ready` changes status or reason.
 //!
-//! One replica writes (see `crate::run`); the others compute the same and stay quiet. A status
+//! One replica writes (see `crate::manager`); the others compute the same and stay quiet. A status
 //! equal to the object's (transition times aside) is not written again.
 
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use super::Shared;
 use super::pulls::{Pull, Record};
 use super::spec;
-use crate::guests::{FileStatus, Guests, RECONCILER_PREFIX, Verdict};
+use crate::guest_set::{FileStatus, Guests, RECONCILER_PREFIX, Verdict};
 
 /// Shadow counts change without an event of the source: look this often anyway.
 const REFRESH: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@
 //! - [`ring`]: membership and slot ownership on Leases, with handover and fencing.
 //! - [`status`]: `/shards`, readiness and the `reconciler_shard_*` gauges.
 //!
-//! The host (`crate::run`) restarts its controllers whenever the slots it may reconcile change;
+//! The host (`crate::manager`) restarts its controllers whenever the slots it may reconcile change;
 //! the controllers pass the slots to their primary informer's scope (see `informers`), which
 //! sends them to the API server as a `shardSelector` or filters on the client.
 pub mod ranges;

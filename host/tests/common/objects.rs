@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use reconciler_host::config::Grant;
-use reconciler_host::guests::{
+use reconciler_host::guest_set::{
     Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict,
 };
 

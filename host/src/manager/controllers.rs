@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controller::{Controller, Services};
-use crate::guests::ActiveGuest;
+use crate::controller::{Controller, Shared};
+use crate::guest_set::ActiveGuest;
 use crate::informers::Informer;
 use crate::server::Readiness;
 use crate::shards::ShardStatus;
@@ -35,7 +35,7 @@ impl ControllerSet {
     }
 
     /// Starts, swaps or restarts the controller of `guest`.
-    pub async fn apply(&mut self, shared: &Services, guest: Arc<ActiveGuest>) {
+    pub async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         if let Some(controller) = self.controllers.get(&name)
             && controller.can_swap_to(&guest)
@@ -49,14 +49,14 @@ impl ControllerSet {
     }
 
     /// Applies every guest, then tells `/shards` which caches hold their shares.
-    pub async fn apply_all(&mut self, shared: &Services, guests: Vec<Arc<ActiveGuest>>) {
+    pub async fn apply_all(&mut self, shared: &Shared, guests: Vec<Arc<ActiveGuest>>) {
         for guest in guests {
             self.apply(shared, guest).await;
         }
         self.report_primaries();
     }
 
-    async fn start(&mut self, shared: &Services, guest: Arc<ActiveGuest>) {
+    async fn start(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         match Controller::start(shared, guest.clone()).await {
             Ok(controller) => {
@@ -74,7 +74,7 @@ impl ControllerSet {
         }
     }
 
-    pub async fn retry_pending(&mut self, shared: &Services) {
+    pub async fn retry_pending(&mut self, shared: &Shared) {
         let pending: Vec<_> = self.pending.values().cloned().collect();
         for guest in pending {
             self.start(shared, guest).await;
@@ -96,7 +96,7 @@ impl ControllerSet {
     }
 
     /// Brings the set in line with `active` after missed guest events.
-    pub async fn resync(&mut self, shared: &Services, active: Vec<Arc<ActiveGuest>>) {
+    pub async fn resync(&mut self, shared: &Shared, active: Vec<Arc<ActiveGuest>>) {
         let names: Vec<String> = self.controllers.keys().cloned().collect();
         for name in names {
             if !active.iter().any(|g| g.name() == name) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::config::HostConfig;
 use crate::dir_watch::{DirWatch, Followed};
-use crate::guests::Guests;
+use crate::guest_set::Guests;
 
 /// How often the configuration file is read again even without a change notification.
 const CONFIG_RESCAN: Duration = Duration::from_secs(30);

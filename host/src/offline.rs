@@ -2,7 +2,7 @@
 //! the way Kubewarden's `kwctl run` tests a policy. Objects are loaded into an in-memory cache;
 //! cluster writes are recorded (and applied to that cache, as the API server would), never
 //! sent; the network backend lives in memory. With a host configuration the guest is admitted
-//! and granted exactly as `run` does it ([`crate::guests::ActiveGuest::admit`]), so a fixture
+//! and granted exactly as `run` does it ([`crate::guest_set::ActiveGuest::admit`]), so a fixture
 //! that passes here passes there. Every host call is recorded and returned with the result.
 
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use crate::backends::{MemoryBackend, NetworkBackend};
 use crate::capabilities::{CallContext, GuestContext, Scope};
 use crate::config::{Grant, HostConfig};
 use crate::controller::sync::{Step, sync};
-use crate::guests::{ActiveGuest, GrantError, Origin};
+use crate::guest_set::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::oci::{Auth, ModuleRef, Puller};
 use crate::providers::offline::{MemoryCache, RecordingCluster};
@@ -168,7 +168,7 @@ impl OfflineRun {
 /// `rbac --guests`): compiled guests are cached where `run` caches them.
 pub fn local_runtime() -> anyhow::Result<Arc<Runtime>> {
     Ok(Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: crate::run::default_cache_dir(),
+        cache_dir: crate::manager::default_cache_dir(),
         ..RuntimeOptions::default()
     })?))
 }
@@ -208,7 +208,7 @@ async fn load(
                 .as_ref()
                 .map(|c| c.registries.clone())
                 .unwrap_or_default();
-            let cache_dir = crate::run::default_cache_dir()
+            let cache_dir = crate::manager::default_cache_dir()
                 .context("no cache directory for pulled modules (set HOME or XDG_CACHE_HOME)")?;
             let pulled = Puller::new(&settings, &cache_dir, pull.plain_http)
                 .verifying_with(pull.trusted.clone())

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::discovery::Resolver;
-use crate::guests::{Guests, OrphanedFinalizer};
+use crate::guest_set::{Guests, OrphanedFinalizer};
 use crate::metrics::Metrics;
 
 pub struct Orphans {

@@ -48,10 +48,10 @@ use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::shadow::Shadows;
 
+mod access_reviews;
 mod directory;
 mod events;
 mod grants;
-mod identity;
 mod orphans;
 mod source;
 mod status;
@@ -66,8 +66,8 @@ pub use source::{
 };
 pub use status::{FileState, FileStatus};
 
+use access_reviews::Reviews;
 use events::Notices;
-use identity::Reviews;
 use status::{Entry, Ledger};
 
 /// Look again this soon when a load failed for a reason that may pass (no free instance slot).

@@ -38,8 +38,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
-use crate::controller::Services;
-use crate::guests::{Directory, GuestEvent, GuestSource, Guests, Sources};
+use crate::controller::Shared;
+use crate::guest_set::{Directory, GuestEvent, GuestSource, Guests, Sources};
 use crate::informers::{Informers, Options};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeOptions};
@@ -208,7 +208,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(writer.run(guests.clone(), identity, writes))
     });
 
-    let shared = Services {
+    let shared = Shared {
         client,
         informers,
         runtime,
@@ -381,7 +381,7 @@ async fn shutdown_signal() {
 
 /// Keeps the controllers in line with the active guests and with what this replica owns.
 struct Manager {
-    shared: Services,
+    shared: Shared,
     guests: Arc<Guests>,
     ownership: Ownership,
     /// What the controllers run with now.
