@@ -65,7 +65,8 @@ fn rolled_out() -> Result<()> {
 }
 
 /// The guests ConfigMap with these files (name in the directory → built guest), applied
-/// server-side as the README says (a client-side apply cannot hold a guest in an annotation).
+/// server-side as docs/deploying.md says (a client-side apply cannot hold a guest in an
+/// annotation).
 fn put_guests(files: &[(&str, &Path)]) -> Result<()> {
     let mut args = vec![
         "-n".to_owned(),

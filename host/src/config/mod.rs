@@ -313,7 +313,7 @@ pub struct Limits {
     pub body_bytes_per_second: Option<u32>,
     /// Opt-in instance reuse: one instance serves up to this many reconciles of the guest on
     /// one worker (1, the default: a fresh instance per reconcile). State can then survive
-    /// from one key to the next of the same guest; guests stay apart (see the README).
+    /// from one key to the next of the same guest; guests stay apart (see docs/security.md).
     pub instance_reuse: Option<u32>,
     /// A kept instance unused this long is dropped (default 30 s).
     #[serde(default, with = "humantime_serde")]
