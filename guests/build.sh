@@ -13,6 +13,9 @@
 # imports are answered inside the component, which makes every instantiation cheaper); the
 # linker's original stays in <repo>/target/guests/unslimmed/ for comparison and tests.
 #
+# `--only rust` builds the Rust guests alone (what `./dev demo` runs: no Python, JS, C or Go
+# toolchain is installed for it); `--imports` prints every artefact's imports at the end.
+#
 # Idempotent: cargo rebuilds only what changed, and an artefact is replaced (atomically, by
 # rename) only when its bytes differ, so a host watching the directory sees no spurious reloads.
 set -euo pipefail
@@ -28,6 +31,22 @@ cd "$guests" # so rustup and cargo see rust-toolchain.toml and guests/.cargo/con
 # shellcheck source=lib.sh
 source "$guests/lib.sh" # replace_if_changed, workspace_tool; say, die from tools/lib.sh
 forget_cargo_run_env
+
+only=""
+imports=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only)
+      only="${2:?--only needs a language: rust}"
+      shift 2
+      ;;
+    --imports)
+      imports=1
+      shift
+      ;;
+    *) die "unknown argument $1 (usage: guests/build.sh [--only rust] [--imports])" ;;
+  esac
+done
 
 if ! rustup target list --installed | grep -qx "$target"; then
   say "adding the $target target to the toolchain"
@@ -92,15 +111,19 @@ for pair in "${artefacts[@]}"; do
 done
 
 # Guests in other languages, against the same WIT.
-for language in python js c go; do
-  "$guests/$language/build.sh"
-done
+if [[ -z "$only" ]]; then
+  for language in python js c go; do
+    "$guests/$language/build.sh"
+  done
+elif [[ "$only" != rust ]]; then
+  die "--only $only: only \`rust\` can be built alone"
+fi
 
 echo "guests in $out:"
 for dst in "$out"/*.wasm; do
   printf '  %-20s %9d bytes\n' "$(basename "$dst")" "$(stat -c %s "$dst")"
 done
 
-if [[ "${1:-}" == "--imports" ]]; then
+if [[ "$imports" == 1 ]]; then
   python3 "$guests/tools/component-imports.py" "$out"/*.wasm
 fi
