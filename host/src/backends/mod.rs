@@ -15,8 +15,8 @@
 //! words.
 //!
 //! Files: `contract` (spec, status, errors, the trait), `spec` (validation and overlap),
-//! `bridge_names`, [`policy`] (which ranges), the two providers; this one chooses a provider
-//! from the configuration ([`from_config`]).
+//! `bridge_names`, [`policy`] (which ranges), the two providers, `conformance` (the tests both
+//! providers run); this one chooses a provider from the configuration ([`from_config`]).
 //!
 //! # Which ranges a network may take
 //!
@@ -48,6 +48,9 @@
 //! reaches it (the contract says other guests' networks are invisible).
 
 mod bridge_names;
+// Test support: the shared suite both providers run; `pub` so host/tests/ can reach it.
+#[doc(hidden)]
+pub mod conformance;
 mod contract;
 mod deny_list;
 pub mod linux;
