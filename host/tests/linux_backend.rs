@@ -1,5 +1,9 @@
 //! The Linux provider against the real kernel.
 //!
+//! Two parts: the suite every provider runs (`backends::conformance`, in `mod conformance`
+//! below), and what only this provider has: bridges, addresses and aliases as the kernel
+//! shows them, drift, the namespace's own addresses and routes.
+//!
 //! Each test makes its own network namespace with `ip netns add` (removed by a drop guard,
 //! which also removes every bridge in it) and checks what the provider did with `ip -j`,
 //! independently of the provider's own reads.
@@ -11,9 +15,9 @@
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use reconciler_host::backends::conformance::spec;
 use reconciler_host::backends::{
-    BackendConfig, BackendError, LinuxBackend, NetworkBackend, NetworkSpec, bridge_name,
-    from_config,
+    BackendConfig, BackendError, LinuxBackend, NetworkBackend, bridge_name, from_config,
 };
 use serde_json::Value;
 
@@ -150,14 +154,6 @@ fn netns_or_skip(test: &str) -> Option<Netns> {
     Some(Netns::create(&test[..test.len().min(6)]))
 }
 
-fn spec(id: &str, cidr: &str, gateway: &str) -> NetworkSpec {
-    NetworkSpec {
-        id: id.into(),
-        cidr: cidr.into(),
-        gateway: gateway.into(),
-    }
-}
-
 #[tokio::test]
 async fn ensure_creates_an_up_bridge_with_the_gateway_inside_the_namespace_only() {
     let Some(ns) = netns_or_skip("create") else {
@@ -174,16 +170,12 @@ async fn ensure_creates_an_up_bridge_with_the_gateway_inside_the_namespace_only(
     .unwrap();
     assert_eq!(backend.provider(), "linux");
 
-    let status = backend
+    // What the status reports is the suite's to check; here, what the kernel shows.
+    backend
         .ensure(&spec("default/net-a", "10.1.0.0/24", "10.1.0.1"))
         .await
         .unwrap();
     let ifname = bridge_name("rh", "default/net-a");
-    assert_eq!(status.interface_name, ifname);
-    assert_eq!(status.cidr, "10.1.0.0/24");
-    assert_eq!(status.gateway, "10.1.0.1");
-    assert!(status.up);
-
     let link = ns.link(&ifname).expect("bridge exists in the namespace");
     assert_eq!(link["linkinfo"]["info_kind"], "bridge");
     assert_eq!(link["ifalias"], "default/net-a");
@@ -197,16 +189,11 @@ async fn ensure_creates_an_up_bridge_with_the_gateway_inside_the_namespace_only(
     let host = run("ip", &["link", "show", "dev", &ifname]);
     assert!(!host.status.success(), "bridge leaked into the host netns");
 
-    assert_eq!(
-        backend.get("default/net-a").await.unwrap(),
-        Some(status.clone())
-    );
-    assert_eq!(backend.list().await.unwrap(), vec![status.clone()]);
-    let again = backend
+    // Ensuring it again leaves the kernel as it was.
+    backend
         .ensure(&spec("default/net-a", "10.1.0.0/24", "10.1.0.1"))
         .await
         .unwrap();
-    assert_eq!(again, status, "ensure is idempotent");
     assert_eq!(ns.addrs(&ifname), ["10.1.0.1/24"]);
 }
 
@@ -222,18 +209,16 @@ async fn changing_gateway_or_prefix_replaces_the_address() {
         .await
         .unwrap();
 
-    let moved = backend
+    backend
         .ensure(&spec("ns/a", "10.1.0.0/24", "10.1.0.254"))
         .await
         .unwrap();
-    assert_eq!(moved.gateway, "10.1.0.254");
     assert_eq!(ns.addrs(&ifname), ["10.1.0.254/24"]);
 
-    let widened = backend
+    backend
         .ensure(&spec("ns/a", "10.1.0.0/16", "10.1.0.1"))
         .await
         .unwrap();
-    assert_eq!(widened.cidr, "10.1.0.0/16");
     assert_eq!(ns.addrs(&ifname), ["10.1.0.1/16"]);
 
     // A stray address added by hand is removed.
@@ -288,146 +273,6 @@ async fn drift_made_by_hand_is_visible_and_repaired() {
     assert_eq!(backend.ensure(&want).await.unwrap(), good);
     assert_eq!(ns.addrs(&ifname), ["10.1.0.1/24"]);
     assert_eq!(backend.get("ns/a").await.unwrap(), Some(good));
-}
-
-#[tokio::test]
-async fn overlap_is_refused_on_the_later_network_and_nothing_is_created() {
-    let Some(ns) = netns_or_skip("overlap") else {
-        return;
-    };
-    let backend = ns.backend();
-    let a = backend
-        .ensure(&spec("ns/a", "10.1.0.0/24", "10.1.0.1"))
-        .await
-        .unwrap();
-    let err = backend
-        .ensure(&spec("ns/b", "10.0.0.0/8", "10.0.0.1"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, BackendError::Overlap { .. }),
-        "expected Overlap, got {err:?}"
-    );
-    assert!(
-        err.to_string().contains("`ns/a` (cidr `10.1.0.0/24`)"),
-        "{err}"
-    );
-    assert!(ns.link(&bridge_name("rh", "ns/b")).is_none(), "not applied");
-    assert_eq!(backend.list().await.unwrap(), vec![a]);
-
-    // An invalid spec is refused before the kernel is touched.
-    let err = backend
-        .ensure(&spec("ns/c", "10.2.0.5/24", "10.2.0.1"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, BackendError::Invalid(m) if m.contains("write `10.2.0.0/24`")),
-        "{err:?}"
-    );
-    assert!(ns.link(&bridge_name("rh", "ns/c")).is_none());
-}
-
-/// What the capability layer does for two guests (`a/…` and `b/…` ids on one provider): the
-/// refusal guest b sees names nothing of guest a's network, read from the kernel.
-#[tokio::test]
-async fn another_guests_bridge_appears_in_no_refusal_a_guest_sees() {
-    let Some(ns) = netns_or_skip("guests") else {
-        return;
-    };
-    let backend = ns.backend();
-    let held = backend
-        .ensure(&spec("a/ns/net", "10.1.0.0/24", "10.1.0.77"))
-        .await
-        .unwrap();
-    let secrets = [
-        "a/ns/net",
-        "ns/net",
-        "10.1.0.0/24",
-        "10.1.0.77",
-        held.interface_name.as_str(),
-    ];
-    for (cidr, gateway) in [("10.0.0.0/8", "10.0.0.1"), ("10.1.0.64/26", "10.1.0.65")] {
-        let err = backend
-            .ensure(&spec("b/ns/mine", cidr, gateway))
-            .await
-            .unwrap_err();
-        assert!(
-            err.to_string().contains("a/ns/net"),
-            "the operator's view names it: {err}"
-        );
-        let seen = err.seen_by("b/");
-        assert_eq!(
-            seen,
-            BackendError::Invalid(format!(
-                "network `ns/mine`: cidr `{cidr}` overlaps a network held by another guest; \
-                 pick a disjoint range"
-            ))
-        );
-        for secret in secrets {
-            assert!(!seen.to_string().contains(secret), "{secret} in {seen}");
-        }
-    }
-    assert!(backend.get("b/ns/net").await.unwrap().is_none());
-    assert!(!backend.delete("b/ns/net").await.unwrap());
-    assert_eq!(backend.get("a/ns/net").await.unwrap(), Some(held));
-
-    // A bridge under b's name that a's id claims (what a hash collision looks like) is
-    // refused without naming a's id.
-    let x = bridge_name("rh", "b/ns/x");
-    ns.ip(&["link", "add", &x, "type", "bridge"]);
-    ns.ip(&["link", "set", "dev", &x, "alias", "a/ns/y"]);
-    let err = backend
-        .ensure(&spec("b/ns/x", "10.5.0.0/24", "10.5.0.1"))
-        .await
-        .unwrap_err();
-    let seen = err.seen_by("b/").to_string();
-    assert!(!seen.contains("ns/y"), "{seen}");
-    assert!(seen.contains("belongs to another network"), "{seen}");
-}
-
-#[tokio::test]
-async fn delete_removes_the_bridge_and_reports_absence() {
-    let Some(ns) = netns_or_skip("delete") else {
-        return;
-    };
-    let backend = ns.backend();
-    let ifname = bridge_name("rh", "ns/a");
-    assert!(!backend.delete("ns/a").await.unwrap());
-    backend
-        .ensure(&spec("ns/a", "10.1.0.0/24", "10.1.0.1"))
-        .await
-        .unwrap();
-    assert!(ns.link(&ifname).is_some());
-    assert!(backend.delete("ns/a").await.unwrap());
-    assert!(ns.link(&ifname).is_none());
-    assert!(!backend.delete("ns/a").await.unwrap());
-    assert_eq!(backend.get("ns/a").await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn state_lives_in_the_kernel_and_survives_a_restart() {
-    let Some(ns) = netns_or_skip("restart") else {
-        return;
-    };
-    let first = ns.backend();
-    let a = first
-        .ensure(&spec("ns/a", "10.1.0.0/24", "10.1.0.1"))
-        .await
-        .unwrap();
-    let b = first
-        .ensure(&spec("ns/b", "fd00:10::/64", "fd00:10::1"))
-        .await
-        .unwrap();
-    drop(first);
-
-    let second = ns.backend();
-    assert_eq!(second.list().await.unwrap(), vec![a.clone(), b]);
-    assert_eq!(second.get("ns/a").await.unwrap(), Some(a));
-    let err = second
-        .ensure(&spec("ns/c", "10.1.0.0/16", "10.1.0.1"))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BackendError::Overlap { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -625,62 +470,121 @@ async fn addresses_and_routes_of_the_namespace_are_never_covered() {
     assert_eq!(ns.addrs(&bridge_name("rh", "ns/b")), ["10.40.1.254/23"]);
 }
 
-#[tokio::test]
-async fn the_policy_refuses_what_the_memory_provider_refuses_in_the_same_words() {
-    let Some(ns) = netns_or_skip("policy") else {
-        return;
-    };
-    let allowed = Some(vec!["10.0.0.0/8".parse().unwrap()]);
-    let api_server = ["10.96.0.1".parse().unwrap()];
-    let linux = from_config(
-        &BackendConfig::Linux {
-            netns: Some(ns.name.clone()),
-            bridge_prefix: "rh".into(),
-            allowed_cidrs: allowed.clone(),
-        },
-        &api_server,
-    )
-    .unwrap();
-    let memory = from_config(
-        &BackendConfig::Memory {
-            state_file: None,
-            allowed_cidrs: allowed,
-        },
-        &api_server,
-    )
-    .unwrap();
-    for (cidr, gateway) in [
-        ("0.0.0.0/0", "10.0.0.1"),
-        ("128.0.0.0/1", "128.0.0.1"),
-        ("127.0.0.0/8", "127.0.0.1"),
-        ("169.254.169.254/32", "169.254.169.254"),
-        ("fe80::/64", "fe80::1"),
-        ("224.0.0.0/24", "224.0.0.1"),
-        ("64:ff9b::/96", "64:ff9b::1"),
-        ("198.18.0.0/24", "198.18.0.1"),
-        ("10.1.0.0/24", "10.1.0.255"),
-        ("192.168.1.0/24", "192.168.1.1"),
-        ("10.96.0.0/12", "10.96.0.2"),
-    ] {
-        let want = spec("ns/a", cidr, gateway);
-        let from_linux = linux.ensure(&want).await.unwrap_err();
+/// The suite every provider runs (`backends::conformance`), each test in a namespace of its
+/// own, followed by what the kernel shows of it where the scenario cannot see that.
+mod conformance {
+    use super::*;
+    use reconciler_host::backends::conformance as scenario;
+
+    #[tokio::test]
+    async fn ensure_reports_the_network_and_get_and_list_agree() {
+        let Some(ns) = netns_or_skip("report") else {
+            return;
+        };
+        scenario::ensure_reports_the_network_and_get_and_list_agree(&ns.backend()).await;
+    }
+
+    #[tokio::test]
+    async fn ensure_again_changes_nothing() {
+        let Some(ns) = netns_or_skip("again") else {
+            return;
+        };
+        scenario::ensure_again_changes_nothing(&ns.backend()).await;
+    }
+
+    #[tokio::test]
+    async fn a_changed_gateway_or_prefix_is_applied_in_place() {
+        let Some(ns) = netns_or_skip("change") else {
+            return;
+        };
+        scenario::a_changed_gateway_or_prefix_is_applied_in_place(&ns.backend()).await;
+    }
+
+    #[tokio::test]
+    async fn delete_reports_whether_something_was_removed() {
+        let Some(ns) = netns_or_skip("delete") else {
+            return;
+        };
+        let backend = ns.backend();
+        scenario::delete_reports_whether_something_was_removed(&backend).await;
+
+        // What the kernel shows: the bridge comes and goes with the network.
+        let ifname = bridge_name("rh", "ns/a");
+        backend
+            .ensure(&spec("ns/a", "10.1.0.0/24", "10.1.0.1"))
+            .await
+            .unwrap();
+        assert!(ns.link(&ifname).is_some());
+        assert!(backend.delete("ns/a").await.unwrap());
+        assert!(ns.link(&ifname).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_overlap_is_refused_naming_the_other_network() {
+        let Some(ns) = netns_or_skip("overlap") else {
+            return;
+        };
+        scenario::an_overlap_is_refused_naming_the_other_network(&ns.backend()).await;
+        assert!(ns.link(&bridge_name("rh", "ns/b")).is_none(), "not applied");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_spec_is_refused_and_changes_nothing() {
+        let Some(ns) = netns_or_skip("invalid") else {
+            return;
+        };
+        scenario::an_invalid_spec_is_refused_and_changes_nothing(&ns.backend()).await;
+        assert!(ns.link(&bridge_name("rh", "ns/c")).is_none(), "not applied");
+    }
+
+    #[tokio::test]
+    async fn another_guests_network_appears_in_no_refusal_a_guest_sees() {
+        let Some(ns) = netns_or_skip("guests") else {
+            return;
+        };
+        let backend = ns.backend();
+        scenario::another_guests_network_appears_in_no_refusal_a_guest_sees(&backend).await;
+
+        // A bridge under b's name that a's id claims (what a hash collision looks like) is
+        // refused without naming a's id.
+        let x = bridge_name("rh", "b/ns/x");
+        ns.ip(&["link", "add", &x, "type", "bridge"]);
+        ns.ip(&["link", "set", "dev", &x, "alias", "a/ns/y"]);
+        let err = backend
+            .ensure(&spec("b/ns/x", "10.5.0.0/24", "10.5.0.1"))
+            .await
+            .unwrap_err();
+        let seen = err.seen_by("b/").to_string();
+        assert!(!seen.contains("ns/y"), "{seen}");
+        assert!(seen.contains("belongs to another network"), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn each_policy_rule_refuses_with_its_own_words() {
+        let Some(ns) = netns_or_skip("policy") else {
+            return;
+        };
+        scenario::each_policy_rule_refuses_with_its_own_words(|allowed, api_server| {
+            let config = BackendConfig::Linux {
+                netns: Some(ns.name.clone()),
+                bridge_prefix: "rh".into(),
+                allowed_cidrs: Some(allowed),
+            };
+            from_config(&config, api_server).unwrap()
+        })
+        .await;
         assert!(
-            matches!(from_linux, BackendError::Invalid(_)),
-            "{cidr}: {from_linux:?}"
-        );
-        assert_eq!(
-            from_linux,
-            memory.ensure(&want).await.unwrap_err(),
-            "{cidr}"
+            ns.link(&bridge_name("rh", "ns/a")).is_none(),
+            "nothing created"
         );
     }
-    assert!(
-        ns.link(&bridge_name("rh", "ns/a")).is_none(),
-        "nothing created"
-    );
-    let want = spec("ns/a", "10.100.0.0/24", "10.100.0.1");
-    assert_eq!(
-        linux.ensure(&want).await.unwrap().cidr,
-        memory.ensure(&want).await.unwrap().cidr
-    );
+
+    /// State lives in the kernel: a new provider over the namespace finds it.
+    #[tokio::test]
+    async fn a_new_instance_finds_the_networks_of_the_last() {
+        let Some(ns) = netns_or_skip("restart") else {
+            return;
+        };
+        scenario::a_new_instance_finds_the_networks_of_the_last(|| ns.backend()).await;
+    }
 }
