@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The key file's name in the cache directory.
-pub const KEY_FILE: &str = ".key";
+pub(crate) const KEY_FILE: &str = ".key";
 const KEY_LEN: usize = 32;
 /// Starts every entry; the format's version is its last byte.
 const MAGIC: &[u8; 8] = b"rhcache1";
@@ -44,7 +44,7 @@ const ELSEWHERE: &str =
 /// A cache directory that cannot be trusted or used. The host then compiles in memory.
 #[derive(Debug, thiserror::Error)]
 #[error("compile cache {}: {problem}; {fix}", .dir.display())]
-pub struct OpenError {
+pub(crate) struct OpenError {
     pub dir: PathBuf,
     pub problem: String,
     pub fix: String,
@@ -53,13 +53,13 @@ pub struct OpenError {
 /// An entry that is present but was not loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("compile cache entry {}: {problem}", .path.display())]
-pub struct EntryError {
+pub(crate) struct EntryError {
     pub path: PathBuf,
     pub problem: String,
 }
 
 /// A trusted compile cache directory and its key.
-pub struct CompileCache {
+pub(crate) struct CompileCache {
     dir: PathBuf,
     key: [u8; KEY_LEN],
     uid: u32,
@@ -74,10 +74,10 @@ impl std::fmt::Debug for CompileCache {
 }
 
 /// An entry's artefact, read into memory and authenticated.
-pub struct Verified(Vec<u8>);
+pub(crate) struct Verified(Vec<u8>);
 
 impl Verified {
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.0[HEADER_LEN..]
     }
 }
@@ -85,7 +85,7 @@ impl Verified {
 impl CompileCache {
     /// Opens (creating when missing) the cache in `dir` and its key, under the trust rules of
     /// the module docs.
-    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, OpenError> {
         let refuse = |problem: String, fix: &str| OpenError {
             dir: dir.to_owned(),
             problem,
@@ -126,14 +126,14 @@ impl CompileCache {
         })
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The artefact stored under `name` (a plain file name), if there is one this cache wrote.
     /// `Ok(None)`: no such entry. `Err`: an entry is there but fails a trust rule or cannot be
     /// read; compile again and [`CompileCache::put`] the result, which replaces it.
-    pub fn get(&self, name: &str) -> Result<Option<Verified>, EntryError> {
+    pub(crate) fn get(&self, name: &str) -> Result<Option<Verified>, EntryError> {
         debug_assert!(is_entry_name(name), "{name:?} is not a cache entry name");
         let path = self.dir.join(name);
         let problem = |problem: String| EntryError {
@@ -184,7 +184,7 @@ impl CompileCache {
     }
 
     /// Stores `artefact` under `name` (a plain file name), atomically replacing any entry there.
-    pub fn put(&self, name: &str, artefact: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn put(&self, name: &str, artefact: &[u8]) -> std::io::Result<()> {
         debug_assert!(is_entry_name(name), "{name:?} is not a cache entry name");
         let mut header = [0u8; HEADER_LEN];
         header[..MAGIC.len()].copy_from_slice(MAGIC);

@@ -30,7 +30,7 @@ use crate::runtime::content_hash;
 
 /// Quiet time after the last event before a rescan, unless an event completes the change
 /// first.
-pub const DEBOUNCE: Duration = Duration::from_millis(150);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(150);
 
 /// Whether an event completes a change: after it the files read whole (closed after writing,
 /// renamed in, removed). Creating, writing and making directories do not.
@@ -51,7 +51,7 @@ fn completes(kind: notify::EventKind) -> bool {
 /// completing event loads the whole one. Hand-written: wasmparser reports a cut only as an
 /// error text.
 #[must_use]
-pub fn cut_short(bytes: &[u8]) -> bool {
+pub(crate) fn cut_short(bytes: &[u8]) -> bool {
     const MAGIC: &[u8] = b"\0asm";
     if bytes.len() < 8 {
         return MAGIC.starts_with(&bytes[..bytes.len().min(MAGIC.len())]);
@@ -88,7 +88,7 @@ pub fn cut_short(bytes: &[u8]) -> bool {
 }
 
 /// When to rescan a directory: after a change in it, or every `every` in any case.
-pub struct DirWatch {
+pub(crate) struct DirWatch {
     dir: PathBuf,
     /// Each event: whether it completes a change ([`completes`]).
     events: mpsc::UnboundedReceiver<notify::Result<bool>>,
@@ -103,11 +103,11 @@ pub struct DirWatch {
 /// The watcher's notification thread ended: only polling could see changes now.
 #[derive(Debug, thiserror::Error)]
 #[error("the watcher of {0} stopped")]
-pub struct Stopped(String);
+pub(crate) struct Stopped(String);
 
 impl DirWatch {
     /// Watches the entries of `dir` (not below it), with a rescan at least every `every`.
-    pub fn new(dir: &Path, every: Duration) -> notify::Result<Self> {
+    pub(crate) fn new(dir: &Path, every: Duration) -> notify::Result<Self> {
         let (tx, events) = mpsc::unbounded_channel();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -125,7 +125,7 @@ impl DirWatch {
     }
 
     /// Without notifications (where [`DirWatch::new`] failed): a rescan every `every` only.
-    pub fn polling(dir: &Path, every: Duration) -> Self {
+    pub(crate) fn polling(dir: &Path, every: Duration) -> Self {
         let (tx, events) = mpsc::unbounded_channel::<notify::Result<bool>>();
         Self {
             dir: dir.to_owned(),
@@ -139,14 +139,14 @@ impl DirWatch {
 
     /// The next wait ends after `after` at most, not `every`: something failed for a reason
     /// that may pass, and waiting for the next change or the periodic rescan is too long.
-    pub fn retry_in(&mut self, after: Duration) {
+    pub(crate) fn retry_in(&mut self, after: Duration) {
         self.retry = Some(after);
     }
 
     /// Returns when the directory is due for a rescan: at once after an event that completes
     /// a change; after [`DEBOUNCE`] of quiet (or a completing event) after any other; after
     /// the periodic (or retry) interval without one.
-    pub async fn changed(&mut self) -> Result<(), Stopped> {
+    pub(crate) async fn changed(&mut self) -> Result<(), Stopped> {
         let wait = self.retry.take().unwrap_or(self.every);
         match tokio::time::timeout(wait, self.events.recv()).await {
             Ok(None) => return Err(Stopped(self.dir.display().to_string())),
@@ -177,14 +177,14 @@ impl DirWatch {
 }
 
 /// A file read whole, with its content hash (SHA-256, as [`content_hash`]).
-pub struct Content {
+pub(crate) struct Content {
     pub bytes: Vec<u8>,
     pub hash: String,
 }
 
 impl Content {
     /// Reads `path`, following symlinks (as ConfigMap volumes need).
-    pub fn read(path: &Path) -> io::Result<Self> {
+    pub(crate) fn read(path: &Path) -> io::Result<Self> {
         let bytes = std::fs::read(path)?;
         let hash = content_hash(&bytes);
         Ok(Self { bytes, hash })
@@ -192,24 +192,24 @@ impl Content {
 }
 
 /// One file followed by content: [`Followed::changed`] hands its content out once per change.
-pub struct Followed {
+pub(crate) struct Followed {
     path: PathBuf,
     seen: String,
 }
 
 impl Followed {
     /// Starts from the file's content now, which counts as seen (none if it is unreadable).
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         let seen = Content::read(&path).map(|c| c.hash).unwrap_or_default();
         Self { path, seen }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The directory to watch for it ([`DirWatch::new`]); `.` for a bare file name.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -218,7 +218,7 @@ impl Followed {
 
     /// The file's content if it differs from the last seen (and is now seen); `None` when it
     /// is unchanged or unreadable (e.g. mid-rename: the next event looks again).
-    pub fn changed(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn changed(&mut self) -> Option<Vec<u8>> {
         let content = Content::read(&self.path).ok()?;
         if content.hash == self.seen {
             return None;

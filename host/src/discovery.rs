@@ -53,7 +53,7 @@ impl Resolver {
 
 /// 404 (the group/version is not served at all) or `MissingKind` (it is, without this kind):
 /// the kind does not exist, as opposed to discovery failing.
-pub fn is_unknown_kind(e: &kube::Error) -> bool {
+pub(crate) fn is_unknown_kind(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(status) => status.code == 404,
         kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(_)) => true,

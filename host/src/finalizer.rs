@@ -16,7 +16,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// Whether `object` carries `finalizer`.
-pub fn carries(object: &DynamicObject, finalizer: &str) -> bool {
+pub(crate) fn carries(object: &DynamicObject, finalizer: &str) -> bool {
     object
         .metadata
         .finalizers
@@ -27,7 +27,7 @@ pub fn carries(object: &DynamicObject, finalizer: &str) -> bool {
 
 /// The JSON patch adding `finalizer`, guarded by the resourceVersion (so it never races a
 /// concurrent change); none when the object has it already.
-pub fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+pub(crate) fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
     let finalizers = current.metadata.finalizers.as_ref();
     if finalizers.is_some_and(|list| list.iter().any(|f| f == finalizer)) {
         return None;
@@ -43,7 +43,7 @@ pub fn add_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
 }
 
 /// The JSON patch removing `finalizer`, a `test` op guarding its index; none when absent.
-pub fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
+pub(crate) fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>> {
     let index = current
         .metadata
         .finalizers
@@ -58,7 +58,7 @@ pub fn remove_ops(current: &DynamicObject, finalizer: &str) -> Option<Vec<Value>
 }
 
 /// Objects of `api`'s kind that carry `finalizer`.
-pub async fn carrying(
+pub(crate) async fn carrying(
     api: &Api<DynamicObject>,
     finalizer: &str,
 ) -> Result<Vec<DynamicObject>, kube::Error> {
@@ -72,7 +72,10 @@ pub async fn carrying(
 
 /// Removes `finalizer` from every object of `api`'s kind that carries it (the `release`
 /// policy). Returns how many objects were released.
-pub async fn release_all(api: &Api<DynamicObject>, finalizer: &str) -> Result<usize, kube::Error> {
+pub(crate) async fn release_all(
+    api: &Api<DynamicObject>,
+    finalizer: &str,
+) -> Result<usize, kube::Error> {
     let mut released = 0;
     for object in carrying(api, finalizer).await? {
         let Some(ops) = remove_ops(&object, finalizer) else {

@@ -26,35 +26,38 @@
 //! Dependencies point one way: the runtime links the capabilities, the capabilities call
 //! provider traits, and no capability imports the runtime or a provider.
 
+// `pub` only for what the binary, the tests and the benches use; `pub(crate)` otherwise.
+#![warn(unreachable_pub)]
+
 pub mod backends;
 pub mod capabilities;
 pub mod cli;
-pub mod compile_cache;
+pub(crate) mod compile_cache;
 pub mod config;
 pub mod controller;
-pub mod dir_watch;
-pub mod discovery;
+pub(crate) mod dir_watch;
+pub(crate) mod discovery;
 pub mod fence;
-pub mod finalizer;
+pub(crate) mod finalizer;
 pub mod guest_set;
 pub mod identity;
 pub mod informers;
 pub mod leader;
-pub mod manager;
-pub mod manifest;
+pub(crate) mod manager;
+pub(crate) mod manifest;
 pub mod metrics;
 pub mod objects;
 pub mod oci;
-pub mod offline;
+pub(crate) mod offline;
 pub mod providers;
-pub mod queue;
-pub mod rbac;
-pub mod reconcilers;
-pub mod records;
+pub(crate) mod queue;
+pub(crate) mod rbac;
+pub(crate) mod reconcilers;
+pub(crate) mod records;
 pub mod runtime;
 pub mod scaffold;
-pub mod server;
+pub(crate) mod server;
 pub mod shadow;
 pub mod shards;
-pub mod validation;
-pub mod wit;
+pub(crate) mod validation;
+pub(crate) mod wit;

@@ -13,7 +13,7 @@ use crate::validation::{self, Invalid};
 use crate::wit::guest;
 
 /// Secondary watches one guest may ask for.
-pub const MAX_SECONDARY_WATCHES: usize = 16;
+pub(crate) const MAX_SECONDARY_WATCHES: usize = 16;
 
 /// How secondary objects map to primary keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

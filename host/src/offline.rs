@@ -23,7 +23,7 @@ use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
 
 /// A guest as the command line names it: a file, or `oci://…` (pulled into the host's cache).
 #[derive(Debug, Clone)]
-pub enum GuestRef {
+pub(crate) enum GuestRef {
     File(PathBuf),
     Module(ModuleRef),
 }
@@ -41,7 +41,7 @@ impl std::str::FromStr for GuestRef {
 }
 
 /// One offline reconcile, as `reconciler-host reconcile` is asked for it.
-pub struct OfflineRun {
+pub(crate) struct OfflineRun {
     /// The guest component: a file, or a module in a registry.
     pub guest: GuestRef,
     /// Registry credentials for a module, `--plain-http` and `--verify-key`.
@@ -64,7 +64,7 @@ pub struct OfflineRun {
 
 /// How a module is pulled from the command line.
 #[derive(Default)]
-pub struct PullOptions {
+pub(crate) struct PullOptions {
     /// `--plain-http`: every registry over plain HTTP.
     pub plain_http: bool,
     /// `--verify-key`: the module runs only if one of these keys signed its digest.
@@ -78,7 +78,7 @@ impl OfflineRun {
     /// # Panics
     ///
     /// When the task running the guest panics: a host bug (a guest's trap is an outcome).
-    pub async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
+    pub(crate) async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
             guest,
             auth,
@@ -166,7 +166,7 @@ impl OfflineRun {
 
 /// A runtime for a command that loads guests on this machine (`reconcile`, `check`, `push`,
 /// `rbac --guests`): compiled guests are cached where `run` caches them.
-pub fn local_runtime() -> anyhow::Result<Arc<Runtime>> {
+pub(crate) fn local_runtime() -> anyhow::Result<Arc<Runtime>> {
     Ok(Arc::new(Runtime::new(&RuntimeOptions {
         cache_dir: crate::manager::default_cache_dir(),
         ..RuntimeOptions::default()
@@ -175,7 +175,7 @@ pub fn local_runtime() -> anyhow::Result<Arc<Runtime>> {
 
 /// Loads a guest from `bytes` (compiled through the cache) off the async workers; `name` is
 /// the file or reference its messages name.
-pub async fn load_bytes(
+pub(crate) async fn load_bytes(
     runtime: Arc<Runtime>,
     bytes: Vec<u8>,
     name: PathBuf,
@@ -184,7 +184,10 @@ pub async fn load_bytes(
 }
 
 /// Reads and loads a guest (compiled through the cache) off the async workers.
-pub async fn load_guest(runtime: Arc<Runtime>, file: PathBuf) -> anyhow::Result<LoadedGuest> {
+pub(crate) async fn load_guest(
+    runtime: Arc<Runtime>,
+    file: PathBuf,
+) -> anyhow::Result<LoadedGuest> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
     load_bytes(runtime, bytes, file).await
 }
@@ -227,7 +230,7 @@ async fn load(
 
 /// `reconcile --replay`: a recorded reconcile run again offline, every host call answered
 /// from the record (see `crate::records` and [`crate::capabilities::replay`]).
-pub struct OfflineReplay {
+pub(crate) struct OfflineReplay {
     pub record: PathBuf,
     /// Another build to replay the record with; default: the recorded guest's own file,
     /// checked against the recorded digest.
@@ -241,7 +244,7 @@ pub struct OfflineReplay {
 impl OfflineReplay {
     /// Runs the replay; returns `{"result", "calls", "replay": {identical, sameResult,
     /// firstDivergence, ...}}`.
-    pub async fn replay(self) -> anyhow::Result<serde_json::Value> {
+    pub(crate) async fn replay(self) -> anyhow::Result<serde_json::Value> {
         use crate::capabilities::replay::Replayer;
         use crate::records::Record;
 

@@ -24,12 +24,12 @@ use crate::objects::Gvk;
 use crate::runtime::{LoadedGuest, Outcome, Request, Run};
 
 /// What replaces each redacted value.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// One recorded reconcile, as written to its file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Record {
+pub(crate) struct Record {
     pub guest: RecordedGuest,
     /// The primary kind (`group/version/Kind`) and the key (`namespace/name`).
     pub kind: String,
@@ -49,7 +49,7 @@ pub struct Record {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RecordedGuest {
+pub(crate) struct RecordedGuest {
     /// Its manifest name.
     pub name: String,
     /// `sha256:` of the component's bytes.
@@ -59,7 +59,7 @@ pub struct RecordedGuest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RecordedRequest {
+pub(crate) struct RecordedRequest {
     /// The object as the guest was given it, or null when it was gone.
     pub object: Value,
     pub deleting: bool,
@@ -67,7 +67,7 @@ pub struct RecordedRequest {
 }
 
 impl Record {
-    pub fn read(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read record {}", path.display()))?;
@@ -76,7 +76,7 @@ impl Record {
     }
 
     /// The clock and seed to give the guest again.
-    pub fn pinned(&self) -> Pinned {
+    pub(crate) fn pinned(&self) -> Pinned {
         Pinned {
             clock: self.clock,
             seed: self.seed,
@@ -85,21 +85,25 @@ impl Record {
 }
 
 /// One guest version's recorder: decides which reconciles to record and writes what it keeps.
-pub struct Recorder {
+pub(crate) struct Recorder {
     policy: RecordPolicy,
     directory: PathBuf,
 }
 
 /// A reconcile being recorded: what the guest is given, and whether it is kept whatever its
 /// outcome.
-pub struct Plan {
+pub(crate) struct Plan {
     pub pinned: Pinned,
     sampled: bool,
 }
 
 impl Recorder {
     /// A recorder writing into `<root>/<guest name>/`, when the grant sets `record`.
-    pub fn new(policy: Option<&RecordPolicy>, root: Option<&Path>, guest: &str) -> Option<Self> {
+    pub(crate) fn new(
+        policy: Option<&RecordPolicy>,
+        root: Option<&Path>,
+        guest: &str,
+    ) -> Option<Self> {
         let policy = policy?.clone();
         let Some(root) = root else {
             tracing::warn!(
@@ -116,7 +120,7 @@ impl Recorder {
 
     /// Whether to record the next reconcile: always when failures are kept (which it is cannot
     /// be known before), else for the sampled fraction.
-    pub fn plan(&self) -> Option<Plan> {
+    pub(crate) fn plan(&self) -> Option<Plan> {
         let draw = u32::try_from(random_u64() >> 32).unwrap_or(u32::MAX);
         let sampled =
             self.policy.sample > 0.0 && f64::from(draw) / f64::from(u32::MAX) <= self.policy.sample;
@@ -131,7 +135,7 @@ impl Recorder {
 
     /// Writes the record of a finished reconcile if the policy keeps it, off the async
     /// workers; a failure to write is logged, never the reconcile's.
-    pub fn keep(&self, plan: &Plan, guest: &LoadedGuest, request: &Request, run: &Run) {
+    pub(crate) fn keep(&self, plan: &Plan, guest: &LoadedGuest, request: &Request, run: &Run) {
         let failed = !matches!(run.outcome, Outcome::Ok { .. }) || run.conflicted;
         if !(plan.sampled || (failed && self.policy.failures)) {
             return;
@@ -189,7 +193,7 @@ fn random_u64() -> u64 {
 
 /// Replaces the `data` and `stringData` values of every object of a `sensitive` kind in the
 /// record (the request, arguments, answers) with [`REDACTED`], keeping the keys.
-pub fn redact(record: &mut Record, sensitive: &BTreeSet<Gvk>) {
+pub(crate) fn redact(record: &mut Record, sensitive: &BTreeSet<Gvk>) {
     let mut redacted = BTreeSet::new();
     let mut walk = |value: &mut Value| redact_value(value, sensitive, &mut redacted);
     walk(&mut record.request.object);
@@ -344,7 +348,7 @@ pub struct RecordsSummary {
 }
 
 /// The summary of `<root>/<guest>/` (empty when nothing was recorded yet).
-pub fn summary(root: &Path, guest: &str) -> RecordsSummary {
+pub(crate) fn summary(root: &Path, guest: &str) -> RecordsSummary {
     let directory = root.join(guest);
     let mut files = listing(&directory).unwrap_or_default();
     files.sort();

@@ -42,7 +42,7 @@ use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::shards::ShardStatus;
 
 /// What `/readyz` looks at: each running controller's synced flag, by guest.
-pub type Readiness = Arc<Mutex<BTreeMap<String, watch::Receiver<bool>>>>;
+pub(crate) type Readiness = Arc<Mutex<BTreeMap<String, watch::Receiver<bool>>>>;
 
 #[derive(Clone)]
 struct AppState {
@@ -54,7 +54,7 @@ struct AppState {
 
 /// Limits on what a client may hold (see the module docs).
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub(crate) struct ServerOptions {
     /// From accepting a connection to the end of the request's headers.
     pub header_read_timeout: Duration,
     /// From accepting a connection to the last byte of the response.
@@ -74,7 +74,7 @@ impl Default for ServerOptions {
 }
 
 /// The running server (see [`serve`]): stops when dropped.
-pub struct Server {
+pub(crate) struct Server {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -88,7 +88,7 @@ impl Drop for Server {
 
 /// Binds `addr` and serves on a thread of its own until the returned [`Server`] is dropped.
 /// Returns the bound address (port 0 picks one).
-pub fn serve(
+pub(crate) fn serve(
     addr: SocketAddr,
     metrics: Metrics,
     directory: Arc<Guests>,
@@ -106,7 +106,7 @@ pub fn serve(
 }
 
 /// [`serve`] with other limits.
-pub fn serve_with(
+pub(crate) fn serve_with(
     addr: SocketAddr,
     metrics: Metrics,
     directory: Arc<Guests>,

@@ -14,9 +14,9 @@ use crate::objects::{Gvk, ObjectRef};
 
 /// Largest JSON body (object, patch) a guest may hand over: the API server's own request limit
 /// is 3 MiB, and etcd refuses objects above 1.5 MiB.
-pub const MAX_BODY_BYTES: usize = 3 << 20;
+pub(crate) const MAX_BODY_BYTES: usize = 3 << 20;
 /// Deepest nesting of a JSON body (`serde_json` refuses beyond 128 anyway; this names the cap).
-pub const MAX_JSON_DEPTH: usize = 100;
+pub(crate) const MAX_JSON_DEPTH: usize = 100;
 /// Most values (scalars, arrays and objects, the root among them) in one JSON body: what bounds
 /// the tree a body parses into, which a 3 MiB text alone does not (3 MiB of `[0,0,…]` is 1.5
 /// million values, a 100 MiB tree). The largest legitimate bodies are CRDs with their schemas;
@@ -24,15 +24,15 @@ pub const MAX_JSON_DEPTH: usize = 100;
 /// document (what a CRD embedding whole pod specs approaches) 27,782 in 1.6 MB, and the
 /// whole Kubernetes API's `swagger.json` 73,653 in 3.0 MB, larger than any object etcd stores
 /// (1.5 MiB). The cap is 3.5 times that.
-pub const MAX_JSON_VALUES: usize = 1 << 18;
+pub(crate) const MAX_JSON_VALUES: usize = 1 << 18;
 /// Longest log line, event message or error text kept from a guest; the rest is cut off.
-pub const MAX_MESSAGE_BYTES: usize = 4096;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4096;
 /// Longest label selector.
-pub const MAX_SELECTOR_BYTES: usize = 4096;
+pub(crate) const MAX_SELECTOR_BYTES: usize = 4096;
 /// Longest object name (the API server's `metadata.name` limit for most kinds).
-pub const MAX_NAME_BYTES: usize = 253;
+pub(crate) const MAX_NAME_BYTES: usize = 253;
 /// Longest event reason (the API server's limit on `reason`).
-pub const MAX_REASON_BYTES: usize = 128;
+pub(crate) const MAX_REASON_BYTES: usize = 128;
 
 /// A value a guest named was refused: which field, and which rule it broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,7 +53,7 @@ impl Invalid {
 
 /// Quotes a guest-supplied value for an error message: escaped, and cut to 80 characters, so
 /// a refusal can neither forge lines nor grow without bound.
-pub fn shown(value: &str) -> String {
+pub(crate) fn shown(value: &str) -> String {
     let mut out = String::new();
     for (i, c) in value.chars().enumerate() {
         if i == 80 {
@@ -67,7 +67,7 @@ pub fn shown(value: &str) -> String {
 
 /// A DNS-1123 label: 1-63 of `[a-z0-9-]`, starting and ending with an alphanumeric. The rule
 /// for namespaces.
-pub fn dns1123_label(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn dns1123_label(field: &str, value: &str) -> Result<(), Invalid> {
     if value.len() <= 63 && is_label(value) {
         return Ok(());
     }
@@ -92,7 +92,7 @@ fn is_label(label: &str) -> bool {
 
 /// A DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels. The rule for
 /// API groups and most object names.
-pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn dns1123_subdomain(field: &str, value: &str) -> Result<(), Invalid> {
     if value.len() <= MAX_NAME_BYTES && value.split('.').all(is_label) {
         return Ok(());
     }
@@ -109,7 +109,7 @@ pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), Invalid> {
 /// bytes, not `.` or `..`, no `/` or `%` (apimachinery's path-segment rule), and, stricter than
 /// the server, no whitespace or control characters (no kind needs them; logs and URLs do not
 /// want them).
-pub fn object_name(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn object_name(field: &str, value: &str) -> Result<(), Invalid> {
     // Line breaks and bidi controls too: names end up in the host's log lines.
     let forbidden = |c: &char| {
         matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || escaped_in_messages(*c)
@@ -131,7 +131,7 @@ pub fn object_name(field: &str, value: &str) -> Result<(), Invalid> {
 /// A kind: the group a DNS-1123 subdomain (or empty for the core group), the version a
 /// DNS-1123 label (`v1`, `v1beta1`), the kind 1-63 ASCII letters and digits starting with an
 /// upper-case letter.
-pub fn gvk(field: &str, kind: &Gvk) -> Result<(), Invalid> {
+pub(crate) fn gvk(field: &str, kind: &Gvk) -> Result<(), Invalid> {
     if !kind.group.is_empty() {
         dns1123_subdomain(&format!("{field}.group"), &kind.group)?;
     }
@@ -151,13 +151,13 @@ pub fn gvk(field: &str, kind: &Gvk) -> Result<(), Invalid> {
 }
 
 /// A namespace as a guest names one: none, or a DNS-1123 label.
-pub fn namespace(field: &str, value: Option<&str>) -> Result<(), Invalid> {
+pub(crate) fn namespace(field: &str, value: Option<&str>) -> Result<(), Invalid> {
     value.map_or(Ok(()), |ns| dns1123_label(field, ns))
 }
 
 /// A whole reference: kind, namespace and name. Scope (namespaced or not) is checked where the
 /// kind's scope is known.
-pub fn object_ref(field: &str, r: &ObjectRef) -> Result<(), Invalid> {
+pub(crate) fn object_ref(field: &str, r: &ObjectRef) -> Result<(), Invalid> {
     gvk(&format!("{field}.kind"), &r.kind)?;
     namespace(&format!("{field}.namespace"), r.namespace.as_deref())?;
     object_name(&format!("{field}.name"), &r.name)
@@ -166,7 +166,7 @@ pub fn object_ref(field: &str, r: &ObjectRef) -> Result<(), Invalid> {
 /// A qualified name (`prefix/name` or `name`), the rule for label keys and finalizers: the
 /// optional prefix a DNS-1123 subdomain, the name 1-63 of `[A-Za-z0-9-_.]` starting and ending
 /// with an alphanumeric.
-pub fn qualified_name(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn qualified_name(field: &str, value: &str) -> Result<(), Invalid> {
     let (prefix, name) = match value.rsplit_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, value),
@@ -201,7 +201,7 @@ const RESERVED_FINALIZERS: &[&str] = &["orphan", "foregroundDeletion", "kubernet
 /// A finalizer a guest may declare: a qualified name with a domain prefix (the API server
 /// warns on unprefixed ones), outside Kubernetes' own domains, and not one of the reserved
 /// names.
-pub fn finalizer(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn finalizer(field: &str, value: &str) -> Result<(), Invalid> {
     qualified_name(field, value)?;
     let Some((prefix, _)) = value.rsplit_once('/') else {
         return Err(Invalid::new(
@@ -236,7 +236,7 @@ fn is_upper_camel(value: &str, max: usize) -> bool {
 }
 
 /// An event reason: `UpperCamelCase`, 1-128 ASCII letters and digits.
-pub fn event_reason(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn event_reason(field: &str, value: &str) -> Result<(), Invalid> {
     if is_upper_camel(value, MAX_REASON_BYTES) {
         Ok(())
     } else {
@@ -252,7 +252,7 @@ pub fn event_reason(field: &str, value: &str) -> Result<(), Invalid> {
 
 /// A label selector: bounded size and no control characters; the grammar is checked by the
 /// parser that uses it.
-pub fn selector_text(field: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn selector_text(field: &str, value: &str) -> Result<(), Invalid> {
     if value.len() > MAX_SELECTOR_BYTES {
         return Err(Invalid::new(
             field,
@@ -270,7 +270,7 @@ pub fn selector_text(field: &str, value: &str) -> Result<(), Invalid> {
 
 /// What [`json_shape`] found in a body, without building it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct JsonShape {
+pub(crate) struct JsonShape {
     /// Values of every kind, the root included.
     pub values: usize,
     /// Objects among them.
@@ -287,7 +287,7 @@ impl JsonShape {
     /// 24 B key and 32 B value in a B-tree node that may be half empty); per object up to 640 B
     /// more (its first node, 11 slots allocated at once: a `{"a":0}` costs ~670 B); strings
     /// and keys at most the text's own bytes.
-    pub fn tree_bytes(&self, text_bytes: usize) -> usize {
+    pub(crate) fn tree_bytes(&self, text_bytes: usize) -> usize {
         text_bytes
             .saturating_add(self.values.saturating_mul(112))
             .saturating_add(self.objects.saturating_mul(640))
@@ -295,7 +295,7 @@ impl JsonShape {
 }
 
 /// A body of at most [`MAX_BODY_BYTES`]. Free: the first check of every body.
-pub fn body_size(field: &str, text: &str) -> Result<(), Invalid> {
+pub(crate) fn body_size(field: &str, text: &str) -> Result<(), Invalid> {
     if text.len() > MAX_BODY_BYTES {
         return Err(Invalid::new(
             field,
@@ -313,7 +313,7 @@ pub fn body_size(field: &str, text: &str) -> Result<(), Invalid> {
 /// parser over the text, stopping at the first value past a cap, and no allocation (strings are
 /// skipped in place; one with escapes is unescaped into the parser's scratch buffer, at most
 /// its own size).
-pub fn json_shape(field: &str, text: &str) -> Result<JsonShape, Invalid> {
+pub(crate) fn json_shape(field: &str, text: &str) -> Result<JsonShape, Invalid> {
     use serde::de::DeserializeSeed as _;
     body_size(field, text)?;
     let mut tally = Tally::default();
@@ -447,7 +447,7 @@ impl<'de> serde::de::Visitor<'de> for Counter<'_> {
 /// except tab written as a Rust escape (`\n`, `\u{2028}`), so one guest line is one host line
 /// for any reader, whichever line breaks it honours, displays as what it contains, and cannot
 /// pose as another guest's or the host's.
-pub fn message(text: &str) -> String {
+pub(crate) fn message(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_MESSAGE_BYTES));
     for (at, c) in text.char_indices() {
         if out.len() >= MAX_MESSAGE_BYTES {
@@ -467,7 +467,7 @@ pub fn message(text: &str) -> String {
 /// Whether `c` can split a line or make it display other than it reads: a control character
 /// (`char::is_control`, which includes tab), a mandatory break of UAX #14, or a bidirectional
 /// formatting control. [`message`] escapes these; names that reach log lines refuse them.
-pub fn escaped_in_messages(c: char) -> bool {
+pub(crate) fn escaped_in_messages(c: char) -> bool {
     c.is_control() || MANDATORY_BREAKS.contains(&c) || BIDI_CONTROLS.contains(&c)
 }
 
@@ -490,7 +490,7 @@ const BIDI_CONTROLS: [char; 12] = [
 
 /// Percent-encodes a validated name for a URL path segment anyway: defence in depth, should a
 /// rule above ever be loosened.
-pub fn path_segment(value: &str) -> String {
+pub(crate) fn path_segment(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':' | b'@') {

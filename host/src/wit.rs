@@ -14,8 +14,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::reconciler::api::reconciler as guest;
-pub use reconciler::api::types;
+pub(crate) use exports::reconciler::api::reconciler as guest;
+pub(crate) use reconciler::api::types;
 
 use crate::objects::{Gvk, ObjectRef};
 

@@ -6,14 +6,14 @@ use super::context::{CallContext, GuestContext, Providers, Scope};
 use crate::config::Grant;
 use crate::providers::offline::{MemoryCache, RecordingCluster, RecordingQueue};
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub cache: Arc<MemoryCache>,
     pub queue: Arc<RecordingQueue>,
     pub network: Arc<crate::backends::MemoryBackend>,
 }
 
 impl Harness {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             cache: Arc::new(MemoryCache::default()),
             queue: Arc::new(RecordingQueue::default()),
@@ -21,7 +21,7 @@ impl Harness {
         }
     }
 
-    pub fn providers(&self) -> Providers {
+    pub(crate) fn providers(&self) -> Providers {
         Providers {
             lister: self.cache.clone(),
             cluster: Arc::new(RecordingCluster::new(self.cache.clone())),
@@ -31,7 +31,7 @@ impl Harness {
     }
 
     /// A call context for guest `g` with `grant` (YAML of one grant entry) and `scope`.
-    pub fn call(&self, grant: &str, scope: Scope) -> CallContext {
+    pub(crate) fn call(&self, grant: &str, scope: Scope) -> CallContext {
         let grant: Grant = serde_yaml::from_str(grant).expect("test grant");
         let context = GuestContext::new("g", grant, self.providers()).with_scope(scope);
         CallContext::new(Arc::new(context), "ns/k".into(), None).recording()

@@ -25,13 +25,13 @@ pub(super) struct Reviews {
 }
 
 impl Reviews {
-    pub fn set_reviewer(&self, review: Arc<dyn AccessReview>, namespace: Option<String>) {
+    pub(super) fn set_reviewer(&self, review: Arc<dyn AccessReview>, namespace: Option<String>) {
         *self.reviewer.write() = Some(Reviewer { review, namespace });
     }
 
     /// Reviews the reads of `active` (from item `item`) against its ServiceAccount, if it names
     /// one and a reviewer is set; the review is kept either way. Call from a blocking context.
-    pub fn check(&self, item: &str, active: &ActiveGuest) -> Result<(), IdentityError> {
+    pub(super) fn check(&self, item: &str, active: &ActiveGuest) -> Result<(), IdentityError> {
         let Some(account) = &active.grant.service_account else {
             self.last.lock().remove(item);
             return Ok(());
@@ -67,12 +67,12 @@ impl Reviews {
         }
     }
 
-    pub fn last(&self, item: &str) -> Option<Review> {
+    pub(super) fn last(&self, item: &str) -> Option<Review> {
         self.last.lock().get(item).cloned()
     }
 
     /// The items whose last review did not allow them.
-    pub fn not_allowed(&self) -> BTreeSet<String> {
+    pub(super) fn not_allowed(&self) -> BTreeSet<String> {
         self.last
             .lock()
             .iter()
@@ -81,7 +81,7 @@ impl Reviews {
             .collect()
     }
 
-    pub fn forget(&self, item: &str) {
+    pub(super) fn forget(&self, item: &str) {
         self.last.lock().remove(item);
     }
 }

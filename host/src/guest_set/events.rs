@@ -26,29 +26,29 @@ pub(super) struct Notices {
 }
 
 impl Notices {
-    pub fn new(metrics: Option<Metrics>) -> Self {
+    pub(super) fn new(metrics: Option<Metrics>) -> Self {
         // Subscribers that fall this far behind resynchronise from `Guests::active`.
         let (events, _) = broadcast::channel(256);
         Self { events, metrics }
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<GuestEvent> {
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<GuestEvent> {
         self.events.subscribe()
     }
 
     /// Counts `guest` (this version) as loaded or not.
-    pub fn count(&self, guest: &ActiveGuest, loaded: bool) {
+    pub(super) fn count(&self, guest: &ActiveGuest, loaded: bool) {
         if let Some(metrics) = &self.metrics {
             metrics.guest_loaded(guest.name(), &guest.loaded.hash, loaded);
         }
     }
 
-    pub fn loaded(&self, guest: Arc<ActiveGuest>) {
+    pub(super) fn loaded(&self, guest: Arc<ActiveGuest>) {
         let _ = self.events.send(GuestEvent::Loaded(guest));
     }
 
     /// `guest` no longer runs: uncounted and announced.
-    pub fn unloaded(&self, guest: &ActiveGuest) {
+    pub(super) fn unloaded(&self, guest: &ActiveGuest) {
         self.count(guest, false);
         let _ = self
             .events
@@ -56,7 +56,7 @@ impl Notices {
     }
 
     /// The item `file` was refused; `kept`, its last good version, stays active.
-    pub fn refused(&self, file: &str, kept: Option<&ActiveGuest>, err: &RefusalError) {
+    pub(super) fn refused(&self, file: &str, kept: Option<&ActiveGuest>, err: &RefusalError) {
         if let Some(old) = kept {
             tracing::error!(file, keeping = %old.loaded.hash,
                 "guest refused, keeping the last good version: {err}");

@@ -32,7 +32,7 @@ pub(super) struct Orphans(BTreeMap<String, (String, OrphanedFinalizer)>);
 
 impl Orphans {
     /// Records what `guest`, unloaded from `origin` now, leaves behind, if anything.
-    pub fn record(
+    pub(super) fn record(
         &mut self,
         origin: &Origin,
         guest: &ActiveGuest,
@@ -60,20 +60,20 @@ impl Orphans {
     }
 
     /// A guest of that name is back: it handles its objects (and its finalizer) again.
-    pub fn forget(&mut self, guest: &str) {
+    pub(super) fn forget(&mut self, guest: &str) {
         self.0.remove(guest);
     }
 
-    pub fn get(&self, guest: &str) -> Option<&OrphanedFinalizer> {
+    pub(super) fn get(&self, guest: &str) -> Option<&OrphanedFinalizer> {
         self.0.get(guest).map(|(_, o)| o)
     }
 
-    pub fn get_mut(&mut self, guest: &str) -> Option<&mut OrphanedFinalizer> {
+    pub(super) fn get_mut(&mut self, guest: &str) -> Option<&mut OrphanedFinalizer> {
         self.0.get_mut(guest).map(|(_, o)| o)
     }
 
     /// Each orphan as (guest name, origin name, finalizer), by guest name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &OrphanedFinalizer)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, &str, &OrphanedFinalizer)> {
         self.0
             .iter()
             .map(|(guest, (origin, orphan))| (guest.as_str(), origin.as_str(), orphan))

@@ -73,7 +73,7 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    pub fn loaded(origin: Origin, hash: String, active: Arc<ActiveGuest>) -> Self {
+    pub(super) fn loaded(origin: Origin, hash: String, active: Arc<ActiveGuest>) -> Self {
         Self {
             origin,
             hash,
@@ -83,7 +83,7 @@ impl Entry {
     }
 
     /// Refused for `err`; `previous`, its last good version, stays active.
-    pub fn refused(
+    pub(super) fn refused(
         origin: Origin,
         hash: String,
         err: &RefusalError,
@@ -108,7 +108,7 @@ pub(super) struct Ledger {
 impl Ledger {
     /// Every item with the version of it running now, and whether its last verdict was a
     /// refusal.
-    pub fn snapshot(&self) -> Vec<(Origin, Option<Arc<ActiveGuest>>, bool)> {
+    pub(super) fn snapshot(&self) -> Vec<(Origin, Option<Arc<ActiveGuest>>, bool)> {
         self.entries
             .values()
             .map(|e| {
@@ -119,7 +119,7 @@ impl Ledger {
     }
 
     /// The items not in `present`: gone from the source.
-    pub fn gone(&self, present: &[Origin]) -> Vec<String> {
+    pub(super) fn gone(&self, present: &[Origin]) -> Vec<String> {
         self.entries
             .keys()
             .filter(|name| !present.iter().any(|o| o.name() == *name))
@@ -128,16 +128,16 @@ impl Ledger {
     }
 
     /// The content hash of the last verdict on item `name`.
-    pub fn judged(&self, name: &str) -> Option<&str> {
+    pub(super) fn judged(&self, name: &str) -> Option<&str> {
         self.entries.get(name).map(|e| e.hash.as_str())
     }
 
     /// The version of item `name` running now.
-    pub fn active_of(&self, name: &str) -> Option<Arc<ActiveGuest>> {
+    pub(super) fn active_of(&self, name: &str) -> Option<Arc<ActiveGuest>> {
         self.entries.get(name).and_then(|e| e.active.clone())
     }
 
-    pub fn active(&self) -> Vec<Arc<ActiveGuest>> {
+    pub(super) fn active(&self) -> Vec<Arc<ActiveGuest>> {
         self.entries
             .values()
             .filter_map(|e| e.active.clone())
@@ -145,7 +145,7 @@ impl Ledger {
     }
 
     /// Another item than `name` whose running guest is called `guest`.
-    pub fn running_elsewhere(&self, name: &str, guest: &str) -> Option<&str> {
+    pub(super) fn running_elsewhere(&self, name: &str, guest: &str) -> Option<&str> {
         self.entries
             .iter()
             .find(|(other, e)| {
@@ -157,7 +157,7 @@ impl Ledger {
     /// The item (and guest) other than `name` whose active guest holds the finalizer `guest`
     /// declares on the same primary kind. Only guests in active mode hold one: a guest in
     /// shadow mode never adds or removes its finalizer.
-    pub fn finalizer_holder(&self, name: &str, guest: &ActiveGuest) -> Option<(&str, &str)> {
+    pub(super) fn finalizer_holder(&self, name: &str, guest: &ActiveGuest) -> Option<(&str, &str)> {
         let manifest = &guest.loaded.manifest;
         let finalizer = manifest.finalizer.as_ref()?;
         if guest.grant.mode != crate::shadow::Mode::Active {
@@ -174,12 +174,12 @@ impl Ledger {
         })
     }
 
-    pub fn insert(&mut self, entry: Entry) {
+    pub(super) fn insert(&mut self, entry: Entry) {
         self.entries.insert(entry.origin.name().to_owned(), entry);
     }
 
     /// The `/guests` view: every item by name, then every orphaned finalizer by guest name.
-    pub fn statuses(&self, shadows: &Shadows) -> Vec<FileStatus> {
+    pub(super) fn statuses(&self, shadows: &Shadows) -> Vec<FileStatus> {
         let files = self.entries.values().map(|entry| FileStatus {
             file: PathBuf::from(entry.origin.name()),
             hash: entry.hash.clone(),

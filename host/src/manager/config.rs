@@ -15,7 +15,7 @@ use crate::guest_set::Guests;
 /// How often the configuration file is read again even without a change notification.
 const CONFIG_RESCAN: Duration = Duration::from_secs(30);
 
-pub async fn follow_config(path: PathBuf, guests: Arc<Guests>) {
+pub(super) async fn follow_config(path: PathBuf, guests: Arc<Guests>) {
     let mut file = Followed::new(path);
     let mut watch = DirWatch::new(file.dir(), CONFIG_RESCAN).unwrap_or_else(|e| {
         tracing::warn!(config = %file.path().display(), "cannot watch the configuration file, re-reading it every {CONFIG_RESCAN:?}: {e}");

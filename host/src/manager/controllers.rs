@@ -13,9 +13,9 @@ use crate::server::Readiness;
 use crate::shards::ShardStatus;
 
 /// How often a guest whose controller could not start is retried.
-pub const START_RETRY: Duration = Duration::from_secs(5);
+pub(super) const START_RETRY: Duration = Duration::from_secs(5);
 
-pub struct ControllerSet {
+pub(super) struct ControllerSet {
     controllers: BTreeMap<String, Controller>,
     /// Guests whose controller failed to start, retried every [`START_RETRY`].
     pending: BTreeMap<String, Arc<ActiveGuest>>,
@@ -25,7 +25,7 @@ pub struct ControllerSet {
 }
 
 impl ControllerSet {
-    pub fn new(readiness: Readiness, shards: Option<Arc<ShardStatus>>) -> Self {
+    pub(super) fn new(readiness: Readiness, shards: Option<Arc<ShardStatus>>) -> Self {
         Self {
             controllers: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -35,7 +35,7 @@ impl ControllerSet {
     }
 
     /// Starts, swaps or restarts the controller of `guest`.
-    pub async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
+    pub(super) async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         if let Some(controller) = self.controllers.get(&name)
             && controller.can_swap_to(&guest)
@@ -49,7 +49,7 @@ impl ControllerSet {
     }
 
     /// Applies every guest, then tells `/shards` which caches hold their shares.
-    pub async fn apply_all(&mut self, shared: &Shared, guests: Vec<Arc<ActiveGuest>>) {
+    pub(super) async fn apply_all(&mut self, shared: &Shared, guests: Vec<Arc<ActiveGuest>>) {
         for guest in guests {
             self.apply(shared, guest).await;
         }
@@ -74,7 +74,7 @@ impl ControllerSet {
         }
     }
 
-    pub async fn retry_pending(&mut self, shared: &Shared) {
+    pub(super) async fn retry_pending(&mut self, shared: &Shared) {
         let pending: Vec<_> = self.pending.values().cloned().collect();
         for guest in pending {
             self.start(shared, guest).await;
@@ -82,7 +82,7 @@ impl ControllerSet {
     }
 
     /// Stops the controller of an unloaded guest and forgets its retry.
-    pub async fn remove(&mut self, name: &str) {
+    pub(super) async fn remove(&mut self, name: &str) {
         self.pending.remove(name);
         self.stop(name).await;
     }
@@ -96,7 +96,7 @@ impl ControllerSet {
     }
 
     /// Brings the set in line with `active` after missed guest events.
-    pub async fn resync(&mut self, shared: &Shared, active: Vec<Arc<ActiveGuest>>) {
+    pub(super) async fn resync(&mut self, shared: &Shared, active: Vec<Arc<ActiveGuest>>) {
         let names: Vec<String> = self.controllers.keys().cloned().collect();
         for name in names {
             if !active.iter().any(|g| g.name() == name) {
@@ -109,16 +109,16 @@ impl ControllerSet {
     }
 
     /// Objects in `guest`'s primary cache that carry `finalizer`, if it runs here.
-    pub fn carrying(&self, guest: &str, finalizer: &str) -> Option<usize> {
+    pub(super) fn carrying(&self, guest: &str, finalizer: &str) -> Option<usize> {
         self.controllers.get(guest).map(|c| c.carrying(finalizer))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.controllers.is_empty()
     }
 
     /// The informers other than the primary ones, to keep warm across a restart.
-    pub fn other_informers(&self) -> Vec<Informer> {
+    pub(super) fn other_informers(&self) -> Vec<Informer> {
         self.controllers
             .values()
             .flat_map(Controller::other_informers)
@@ -126,7 +126,7 @@ impl ControllerSet {
     }
 
     /// Aborts every controller now: running reconciles are cancelled where they are.
-    pub async fn abort_all(&mut self) {
+    pub(super) async fn abort_all(&mut self) {
         self.readiness.lock().clear();
         for (_, controller) in std::mem::take(&mut self.controllers) {
             controller.abort().await;
@@ -137,7 +137,11 @@ impl ControllerSet {
     /// Stops every controller: running reconciles get `grace` to finish, then the fence
     /// closes and they are cancelled (a guest waiting in a WASI sleep included), so nothing
     /// more is written.
-    pub async fn stop_all_within(&mut self, grace: Duration, fence: &crate::fence::WriteFence) {
+    pub(super) async fn stop_all_within(
+        &mut self,
+        grace: Duration,
+        fence: &crate::fence::WriteFence,
+    ) {
         self.readiness.lock().clear();
         let controllers = std::mem::take(&mut self.controllers);
         let drain = futures::future::join_all(controllers.values().map(Controller::drain));

@@ -52,7 +52,7 @@ use ownership::{Change, Owned, Ownership};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Host configuration (grants, limits, backends).
     #[arg(long, env = "RECONCILER_CONFIG")]
     pub config: PathBuf,
@@ -98,7 +98,7 @@ pub struct RunArgs {
 
 /// `run --shards`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ShardMode {
+pub(crate) enum ShardMode {
     Off,
     Auto,
 }
@@ -112,7 +112,7 @@ fn record_directory(config: &HostConfig, cache_dir: Option<&Path>) -> Option<Pat
 }
 
 /// The default compile cache directory.
-pub fn default_cache_dir() -> Option<PathBuf> {
+pub(crate) fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
@@ -139,7 +139,7 @@ async fn kube_config(args: &RunArgs) -> anyhow::Result<kube::Config> {
     Ok(config)
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
     let dir = guest_directory(&args, &config)?;
 

@@ -12,7 +12,7 @@ use crate::discovery::Resolver;
 use crate::guest_set::{Guests, OrphanedFinalizer};
 use crate::metrics::Metrics;
 
-pub struct Orphans {
+pub(super) struct Orphans {
     guests: Arc<Guests>,
     metrics: Metrics,
     /// Unloaded guests whose finalizer the `release` policy removes at the given time.
@@ -20,7 +20,7 @@ pub struct Orphans {
 }
 
 impl Orphans {
-    pub fn new(guests: Arc<Guests>, metrics: Metrics) -> Self {
+    pub(super) fn new(guests: Arc<Guests>, metrics: Metrics) -> Self {
         Self {
             guests,
             metrics,
@@ -29,7 +29,7 @@ impl Orphans {
     }
 
     /// A guest is back: its finalizer is no longer orphaned.
-    pub fn loaded(&mut self, guest: &str) {
+    pub(super) fn loaded(&mut self, guest: &str) {
         if self.releases.remove(guest).is_some() {
             self.metrics.finalizer_orphaned(guest, 0);
         }
@@ -38,7 +38,7 @@ impl Orphans {
     /// Notes what an unloaded guest's finalizer leaves behind (`carrying`: the objects its
     /// cache held with it, if its controller ran here), and schedules its release when the
     /// policy says so.
-    pub fn unloaded(&mut self, guest: &str, carrying: impl FnOnce(&str) -> Option<usize>) {
+    pub(super) fn unloaded(&mut self, guest: &str, carrying: impl FnOnce(&str) -> Option<usize>) {
         let Some(orphan) = self.guests.orphan(guest) else {
             return;
         };
@@ -59,7 +59,7 @@ impl Orphans {
     }
 
     /// Releases the finalizers of guests unloaded longer than the grace period ago.
-    pub async fn release_due(
+    pub(super) async fn release_due(
         &mut self,
         client: &kube::Client,
         discovery: &Resolver,

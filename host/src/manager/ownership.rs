@@ -26,7 +26,7 @@ use crate::shards::{FenceProbe, Ring, RingOptions, ShardState, ShardStatus, Slot
 
 /// What this replica's controllers may reconcile now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Owned {
+pub(super) enum Owned {
     Nothing,
     Everything,
     /// Sharded: the keys whose uid hashes into these slots (never empty: that is `Nothing`).
@@ -34,12 +34,12 @@ pub enum Owned {
 }
 
 impl Owned {
-    pub fn anything(self) -> bool {
+    pub(super) fn anything(self) -> bool {
         self != Self::Nothing
     }
 
     /// Sharded mode's slots; empty for a replica that owns nothing.
-    pub fn slots(self) -> SlotSet {
+    pub(super) fn slots(self) -> SlotSet {
         match self {
             Self::Slots(slots) => slots,
             Self::Nothing | Self::Everything => SlotSet::empty(),
@@ -57,7 +57,7 @@ impl Owned {
 
 /// A change the manager acts on.
 #[derive(Debug)]
-pub enum Change {
+pub(super) enum Change {
     /// Leader election: the lease was won (`true`) or lost.
     Lease(bool),
     /// Sharded: the member lease was not renewed in time (or was taken). The fence is closed
@@ -68,7 +68,7 @@ pub enum Change {
 }
 
 /// This replica's part in the work, in one of the three modes.
-pub struct Ownership {
+pub(super) struct Ownership {
     fence: WriteFence,
     mode: Mode,
 }
@@ -95,7 +95,7 @@ struct Sharding {
 impl Ownership {
     /// Joins the leader election or the shard ring, as `args` say. The ring starts fenced:
     /// nothing is written until it says which slots are ours.
-    pub fn join(
+    pub(super) fn join(
         args: &RunArgs,
         kube_config: &kube::Config,
         metrics: &Metrics,
@@ -123,23 +123,23 @@ impl Ownership {
     }
 
     /// What the replica owns before the first [`Change`].
-    pub fn initially(&self) -> Owned {
+    pub(super) fn initially(&self) -> Owned {
         match self.mode {
             Mode::Alone => Owned::Everything,
             Mode::Elected(_) | Mode::Sharded(_) => Owned::Nothing,
         }
     }
 
-    pub fn fence(&self) -> &WriteFence {
+    pub(super) fn fence(&self) -> &WriteFence {
         &self.fence
     }
 
-    pub fn is_sharded(&self) -> bool {
+    pub(super) fn is_sharded(&self) -> bool {
         matches!(self.mode, Mode::Sharded(_))
     }
 
     /// `/shards`, when sharded.
-    pub fn status(&self) -> Option<Arc<ShardStatus>> {
+    pub(super) fn status(&self) -> Option<Arc<ShardStatus>> {
         match &self.mode {
             Mode::Sharded(s) => Some(s.status.clone()),
             Mode::Alone | Mode::Elected(_) => None,
@@ -148,7 +148,7 @@ impl Ownership {
 
     /// The next change; never returns alone. Errs when the election or the ring stopped,
     /// which leaves the host unable to tell whether it may write.
-    pub async fn changed(&mut self) -> anyhow::Result<Change> {
+    pub(super) async fn changed(&mut self) -> anyhow::Result<Change> {
         match &mut self.mode {
             Mode::Alone => std::future::pending().await,
             Mode::Elected(election) => {
@@ -173,7 +173,7 @@ impl Ownership {
 
     /// What a [`Change`] leaves this replica owning. Opens or closes the fence to match (a
     /// fence the ring raised meanwhile wins: what it closed is never reopened).
-    pub fn settle(&self, change: &Change) -> Owned {
+    pub(super) fn settle(&self, change: &Change) -> Owned {
         let owned = match change {
             Change::Lease(true) => Owned::Everything,
             Change::Lease(false) | Change::Fenced => Owned::Nothing,
@@ -195,7 +195,7 @@ impl Ownership {
 
     /// Whether this replica releases orphaned finalizers: one replica does it, the leader or,
     /// sharded, the owner of slot 0.
-    pub fn coordinates(&self, owned: Owned) -> bool {
+    pub(super) fn coordinates(&self, owned: Owned) -> bool {
         match &self.mode {
             Mode::Sharded(s) => owned.anything() && s.state.borrow().active.contains(0),
             Mode::Alone | Mode::Elected(_) => owned.anything(),
@@ -204,21 +204,21 @@ impl Ownership {
 
     /// Sharded: the slots the controllers run with now (the ring releases a slot only once it
     /// is out of them).
-    pub fn running(&self) -> SlotSet {
+    pub(super) fn running(&self) -> SlotSet {
         match &self.mode {
             Mode::Sharded(s) => *s.running.borrow(),
             Mode::Alone | Mode::Elected(_) => SlotSet::empty(),
         }
     }
 
-    pub fn set_running(&self, slots: SlotSet) {
+    pub(super) fn set_running(&self, slots: SlotSet) {
         if let Mode::Sharded(s) = &self.mode {
             s.running.send_replace(slots);
         }
     }
 
     /// How long a handover lets running reconciles finish.
-    pub fn handover_grace(&self) -> Option<Duration> {
+    pub(super) fn handover_grace(&self) -> Option<Duration> {
         match &self.mode {
             Mode::Sharded(s) => Some(s.grace),
             Mode::Alone | Mode::Elected(_) => None,
@@ -227,7 +227,7 @@ impl Ownership {
 
     /// After the controllers stopped: releases the lease or leaves the ring, so that another
     /// replica takes over at once.
-    pub async fn leave(self) {
+    pub(super) async fn leave(self) {
         self.fence.close();
         match self.mode {
             Mode::Alone => {}

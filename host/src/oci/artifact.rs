@@ -15,7 +15,7 @@ pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 const OLD_WASM_CONFIG: &str = oci_client::manifest::WASM_CONFIG_MEDIA_TYPE;
 const OLD_WASM_LAYER: &str = oci_client::manifest::WASM_LAYER_MEDIA_TYPE;
 
-pub fn sha256_digest(bytes: &[u8]) -> String {
+pub(super) fn sha256_digest(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
     let mut out = String::with_capacity(71);
     out.push_str("sha256:");
@@ -67,7 +67,7 @@ pub fn component_interfaces(bytes: &[u8]) -> Result<ComponentInterfaces, String>
 }
 
 /// The config blob: what the layout asks for, and the component's interfaces.
-pub fn config(layer_digest: &str, interfaces: &ComponentInterfaces) -> Vec<u8> {
+pub(super) fn config(layer_digest: &str, interfaces: &ComponentInterfaces) -> Vec<u8> {
     let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let config = json!({
         "created": created,
@@ -85,7 +85,7 @@ pub fn config(layer_digest: &str, interfaces: &ComponentInterfaces) -> Vec<u8> {
 /// The image manifest: the config and exactly one `application/wasm` layer.
 /// The layer carries `org.opencontainers.image.title` (`title`, a file name): `oras pull` writes
 /// only titled layers, under that name.
-pub fn manifest(config: (&str, usize), layer: (&str, usize), title: &str) -> Vec<u8> {
+pub(super) fn manifest(config: (&str, usize), layer: (&str, usize), title: &str) -> Vec<u8> {
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": OCI_IMAGE_MEDIA_TYPE,
@@ -98,13 +98,13 @@ pub fn manifest(config: (&str, usize), layer: (&str, usize), title: &str) -> Vec
 }
 
 /// The descriptors a pull follows.
-pub struct Parts {
+pub(super) struct Parts {
     pub config: OciDescriptor,
     pub layer: OciDescriptor,
 }
 
 /// A manifest is a Wasm artifact: a Wasm config and exactly one Wasm layer.
-pub fn parse_manifest(raw: &[u8]) -> Result<Parts, String> {
+pub(super) fn parse_manifest(raw: &[u8]) -> Result<Parts, String> {
     let manifest: OciImageManifest =
         serde_json::from_slice(raw).map_err(|e| format!("the manifest does not parse: {e}"))?;
     let config = manifest.config;
@@ -127,7 +127,7 @@ pub fn parse_manifest(raw: &[u8]) -> Result<Parts, String> {
 }
 
 /// A v0 config lists the layer it describes; an older config need not.
-pub fn check_config(raw: &[u8], layer_digest: &str) -> Result<(), String> {
+pub(super) fn check_config(raw: &[u8], layer_digest: &str) -> Result<(), String> {
     let config: serde_json::Value =
         serde_json::from_slice(raw).map_err(|e| format!("the config does not parse: {e}"))?;
     if let Some(digests) = config.get("layerDigests").and_then(|d| d.as_array())

@@ -108,7 +108,7 @@ impl Session {
     /// `https`: speak HTTPS (else plain HTTP, for registries the configuration lists as
     /// insecure). `endpoints`: where redirects and token realms may lead besides the module's
     /// own registry.
-    pub fn new(
+    pub(super) fn new(
         module: &ModuleRef,
         auth: &Auth,
         https: bool,
@@ -166,7 +166,7 @@ impl Session {
 
     /// The manifest `reference` (a tag or a digest) names, read against
     /// [`MAX_MANIFEST_BYTES`].
-    pub async fn manifest(&mut self, reference: &str) -> Result<Vec<u8>, PullError> {
+    pub(super) async fn manifest(&mut self, reference: &str) -> Result<Vec<u8>, PullError> {
         let path = format!("manifests/{reference}");
         let mut response = self.send(Method::GET, &path, MANIFEST_TYPES).await?;
         read_capped(&mut response, MAX_MANIFEST_BYTES)
@@ -175,12 +175,12 @@ impl Session {
     }
 
     /// The image index at `reference` (a tag or digest), read against [`MAX_MANIFEST_BYTES`].
-    pub async fn index(&mut self, reference: &str) -> Result<Vec<u8>, PullError> {
+    pub(super) async fn index(&mut self, reference: &str) -> Result<Vec<u8>, PullError> {
         self.read_index(&format!("manifests/{reference}")).await
     }
 
     /// The OCI 1.1 referrers of manifest `digest` (an image index), from the referrers API.
-    pub async fn referrers(&mut self, digest: &str) -> Result<Vec<u8>, PullError> {
+    pub(super) async fn referrers(&mut self, digest: &str) -> Result<Vec<u8>, PullError> {
         self.read_index(&format!("referrers/{digest}")).await
     }
 
@@ -193,7 +193,7 @@ impl Session {
 
     /// Whether the registry, asked with this session's credentials, holds manifest `digest`:
     /// `Ok` if it does, `NotFound` or `Denied` if not.
-    pub async fn holds(&mut self, digest: &str) -> Result<(), PullError> {
+    pub(super) async fn holds(&mut self, digest: &str) -> Result<(), PullError> {
         let path = format!("manifests/{digest}");
         self.send(Method::HEAD, &path, MANIFEST_TYPES)
             .await
@@ -201,7 +201,7 @@ impl Session {
     }
 
     /// The blob `digest`, as an answer whose body the caller streams against its cap.
-    pub async fn blob(&mut self, digest: &str) -> Result<Response, PullError> {
+    pub(super) async fn blob(&mut self, digest: &str) -> Result<Response, PullError> {
         self.send(Method::GET, &format!("blobs/{digest}"), "*/*")
             .await
     }

@@ -67,7 +67,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{ScrapeHook, WorkqueueMetrics};
-pub use crate::objects::ObjectKey;
 use rate_limit::Limiter;
 
 mod rate_limit;
@@ -629,6 +628,7 @@ fn far_future(now: Instant) -> Instant {
 mod tests {
     use super::*;
     use crate::metrics::{Metrics, sample};
+    use crate::objects::ObjectKey;
     use tokio::time::{advance, sleep, timeout};
 
     fn key(name: &str) -> ObjectKey {

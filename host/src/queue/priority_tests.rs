@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 
-use super::{ObjectKey, Priority, QueueConfig, WorkQueue};
+use super::{Priority, QueueConfig, WorkQueue};
+use crate::objects::ObjectKey;
 
 fn key(name: &str) -> ObjectKey {
     ObjectKey::namespaced("default", name)

@@ -33,7 +33,7 @@ use crate::config::{Allow, Grant, HostConfig, ServiceAccountRef};
 
 /// How the host may impersonate guests' ServiceAccounts (`rbac --impersonation`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Impersonation {
+pub(crate) enum Impersonation {
     /// KEP-5284: only the accounts named, only for the verbs the grants need.
     #[default]
     Constrained,

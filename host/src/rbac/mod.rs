@@ -30,11 +30,11 @@ use crate::objects::Gvk;
 
 mod impersonation;
 
-pub use impersonation::Impersonation;
+pub(crate) use impersonation::Impersonation;
 
 /// Who the rules are for and where the host's lease lives.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub service_account: String,
     /// The service account's namespace, which is also where the lease is.
     pub namespace: String,
@@ -72,12 +72,12 @@ impl Default for Options {
 }
 
 /// How a kind's resource (plural) name is found.
-pub trait Resources {
+pub(crate) trait Resources {
     fn plural(&self, kind: &Gvk) -> String;
 }
 
 /// The API machinery's guess (`meta.UnsafeGuessKindToResource`).
-pub struct Guess;
+pub(crate) struct Guess;
 
 impl Resources for Guess {
     fn plural(&self, kind: &Gvk) -> String {
@@ -93,7 +93,7 @@ impl Resources for Guess {
 }
 
 /// Resource names learnt from the API server, falling back to the guess.
-pub struct Discovered(pub BTreeMap<Gvk, String>);
+pub(crate) struct Discovered(pub BTreeMap<Gvk, String>);
 
 impl Resources for Discovered {
     fn plural(&self, kind: &Gvk) -> String {
@@ -107,7 +107,7 @@ impl Resources for Discovered {
 /// One generated object, in the order printed.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub enum Object {
+pub(crate) enum Object {
     ClusterRole(ClusterRole),
     ClusterRoleBinding(ClusterRoleBinding),
     Role(Role),
@@ -116,7 +116,11 @@ pub enum Object {
 }
 
 /// The rules of one guest's grant, merged per API group and resource and sorted.
-pub fn guest_rules(config: &HostConfig, guest: &str, resources: &dyn Resources) -> Vec<PolicyRule> {
+pub(crate) fn guest_rules(
+    config: &HostConfig,
+    guest: &str,
+    resources: &dyn Resources,
+) -> Vec<PolicyRule> {
     let Some(grant) = config.guests.get(guest) else {
         return Vec::new();
     };
@@ -174,7 +178,7 @@ fn rules(
 }
 
 /// Every object for `guests` (all of the configuration's when none), in print order.
-pub fn objects(
+pub(crate) fn objects(
     config: &HostConfig,
     guests: Option<&BTreeSet<String>>,
     resources: &dyn Resources,
@@ -346,7 +350,7 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
 }
 
 /// The objects as one YAML stream, each with its apiVersion and kind.
-pub fn to_yaml(objects: &[Object]) -> anyhow::Result<String> {
+pub(crate) fn to_yaml(objects: &[Object]) -> anyhow::Result<String> {
     let mut text = String::new();
     for object in objects {
         let (api_version, kind) = match object {

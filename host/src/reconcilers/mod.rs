@@ -25,7 +25,7 @@
 //! memory beyond the compiled guest.
 
 mod pulls;
-pub mod spec;
+pub(crate) mod spec;
 mod status;
 
 use std::collections::BTreeSet;
@@ -46,10 +46,10 @@ use crate::oci::{Endpoints, Puller};
 use pulls::Records;
 use spec::Spec;
 
-pub use status::StatusWriter;
+pub(crate) use status::StatusWriter;
 
 /// The `Reconciler` objects of a cluster, as a source of guests.
-pub struct Objects {
+pub(crate) struct Objects {
     store: Store<DynamicObject>,
     shared: Arc<Shared>,
 }
@@ -68,7 +68,7 @@ impl Objects {
     /// `cache_dir` with the configuration's registry settings, reading pull Secrets from
     /// `namespace` (the host's); pulls refused are counted in `metrics`. Returns the source
     /// and its status writer.
-    pub fn start(
+    pub(crate) fn start(
         client: kube::Client,
         config: &HostConfig,
         cache_dir: &Path,

@@ -19,7 +19,7 @@ use crate::validation;
 /// The longest one pull (credentials, manifest, config and layer) may take before it is
 /// abandoned and retried with the backoff: a registry that answers a byte at a time holds up
 /// its own Reconciler for this long, and nothing else.
-pub const PULL_DEADLINE: Duration = Duration::from_mins(2);
+pub(super) const PULL_DEADLINE: Duration = Duration::from_mins(2);
 /// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(5);
 const MAX_RETRY: Duration = Duration::from_mins(5);
@@ -64,7 +64,7 @@ impl Spec {
 
 impl Record {
     /// The pull of its current spec: none while the spec cannot run or is not pulled yet.
-    pub fn current_pull(&self) -> Option<&Pull> {
+    pub(super) fn current_pull(&self) -> Option<&Pull> {
         let spec = self.spec.as_ref().ok()?;
         let key = match &self.pull {
             Pull::Pending => return None,
@@ -110,7 +110,7 @@ pub(super) enum Pull {
 }
 
 impl Records {
-    pub fn new(
+    pub(super) fn new(
         puller: Puller,
         client: kube::Client,
         namespace: String,
@@ -145,7 +145,7 @@ impl Records {
     }
 
     /// Notes object `name` at `generation` with a spec that can run, listed as `origin`.
-    pub fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
+    pub(super) fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
         let record = self.record(name, generation);
         record.spec = Ok(spec);
         record.last_origin = Some(origin.clone());
@@ -153,7 +153,12 @@ impl Records {
 
     /// Notes object `name` at `generation` with a spec the host cannot run; the item as it
     /// last ran, which stays.
-    pub fn observe_invalid(&mut self, name: &str, generation: i64, why: String) -> Option<Origin> {
+    pub(super) fn observe_invalid(
+        &mut self,
+        name: &str,
+        generation: i64,
+        why: String,
+    ) -> Option<Origin> {
         let record = self.record(name, generation);
         record.spec = Err(why);
         record.last_origin.clone()
@@ -173,11 +178,11 @@ impl Records {
     }
 
     /// Forgets the objects not in `names` (deleted).
-    pub fn retain(&mut self, names: &BTreeSet<String>) {
+    pub(super) fn retain(&mut self, names: &BTreeSet<String>) {
         self.objects.retain(|name, _| names.contains(name));
     }
 
-    pub fn judged(&mut self, name: &str, generation: i64, verdict: &Verdict) {
+    pub(super) fn judged(&mut self, name: &str, generation: i64, verdict: &Verdict) {
         if let Some(record) = self.objects.get_mut(name) {
             // A verdict on an older generation (a reconfiguration judging the version kept
             // running) never hides the newer one's.
@@ -209,19 +214,19 @@ impl Records {
 
     /// The manifest digest of object `name`'s version with content `hash`, if it was loaded
     /// from a pull of this host.
-    pub fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
+    pub(super) fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
         let loaded = self.objects.get(name)?.loaded.as_ref()?;
         (loaded.hash == hash).then_some(loaded.digest.as_str())
     }
 
     /// The trusted key that signed object `name`'s version with content `hash`, if one did.
-    pub fn signer_of(&self, name: &str, hash: &str) -> Option<&str> {
+    pub(super) fn signer_of(&self, name: &str, hash: &str) -> Option<&str> {
         let loaded = self.objects.get(name)?.loaded.as_ref()?;
         (loaded.hash == hash).then_some(loaded.signed_by.as_deref()?)
     }
 
     /// The content hash of object `name`'s module, if pulled for its current spec.
-    pub fn known_hash(&self, name: &str) -> Option<String> {
+    pub(super) fn known_hash(&self, name: &str) -> Option<String> {
         match self.objects.get(name)?.current_pull()? {
             Pull::Pulled { hash, .. } => Some(hash.clone()),
             _ => None,
@@ -229,7 +234,7 @@ impl Records {
     }
 
     /// When the earliest failed pull of a current spec is due again.
-    pub fn next_retry(&self) -> Option<Instant> {
+    pub(super) fn next_retry(&self) -> Option<Instant> {
         self.objects
             .values()
             .filter_map(|r| match r.current_pull()? {
@@ -245,7 +250,7 @@ impl Records {
     /// then rescans). The caller (the guest set, under the lock that revocation, identity
     /// rechecks and the guest directory also need) never waits for a registry: a registry
     /// that trickles holds up only its own Reconciler, for at most [`PULL_DEADLINE`].
-    pub fn read(
+    pub(super) fn read(
         records: &Arc<Mutex<Self>>,
         name: &str,
         origin: &Origin,

@@ -10,16 +10,16 @@ use serde::Deserialize;
 use crate::config::Grant;
 use crate::oci::ModuleRef;
 
-pub use crate::objects::reconciler_kind::{GROUP, KIND, PLURAL, VERSION};
+pub(crate) use crate::objects::reconciler_kind::{GROUP, KIND, PLURAL, VERSION};
 
 /// The API resource of `Reconciler` objects.
-pub fn api_resource() -> ApiResource {
+pub(crate) fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
 }
 
 /// A `Reconciler`'s spec, as the host runs it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
+pub(crate) struct Spec {
     pub module: ModuleRef,
     pub grant: Grant,
     /// The dockerconfigjson Secret (in the host's namespace) to pull with.
@@ -44,7 +44,7 @@ struct SecretRef {
 
 impl Spec {
     /// The spec of `object`, or why it cannot run (the field and the rule).
-    pub fn of(object: &DynamicObject) -> Result<Self, String> {
+    pub(crate) fn of(object: &DynamicObject) -> Result<Self, String> {
         let spec = object
             .data
             .get("spec")

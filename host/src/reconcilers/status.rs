@@ -37,7 +37,7 @@ use crate::guest_set::{FileStatus, Guests, RECONCILER_PREFIX, Verdict};
 const REFRESH: Duration = Duration::from_secs(10);
 
 /// Writes the status of every `Reconciler` object.
-pub struct StatusWriter {
+pub(crate) struct StatusWriter {
     client: kube::Client,
     store: Store<DynamicObject>,
     shared: Arc<Shared>,
@@ -58,7 +58,7 @@ impl StatusWriter {
 
     /// Keeps every object's status in line with the source and `guests`, while `writes` is
     /// true (this replica is the one that writes). Runs until aborted.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         guests: Arc<Guests>,
         identity: String,
