@@ -69,6 +69,34 @@ impl ControlPlane {
             .map_err(|e| anyhow!("no control plane for the tests: {e}"))
     }
 
+    /// The control plane `cp` keeps in `dir`, started if none is running there
+    /// (`cp up --reuse`), and left running. [`Self::shared`] is this in the tests' directory;
+    /// the live benches call it with a directory of their own, so a bench's tens of thousands
+    /// of objects never land in the tests' API server. Costs as the module docs say.
+    pub async fn reuse_or_start(dir: &Path) -> Result<ControlPlane> {
+        eprintln!(
+            "starting (or reusing) the control plane in {} \
+             (the first run on a machine builds kube-apiserver: about 10 minutes)",
+            dir.display()
+        );
+        run_cp([
+            "up".as_ref(),
+            "--reuse".as_ref(),
+            "--dir".as_ref(),
+            dir.as_os_str(),
+        ])
+        .await?;
+        let plane = ControlPlane {
+            kubeconfig: dir.join("kubeconfig"),
+            dir: Some(dir.to_owned()),
+        };
+        plane
+            .check_ready()
+            .await
+            .context("cp up succeeded but the Rust client cannot reach the API server")?;
+        Ok(plane)
+    }
+
     /// A control plane reached through an existing kubeconfig (not managed by these helpers).
     pub fn from_kubeconfig(path: impl Into<PathBuf>) -> Self {
         Self {
@@ -131,27 +159,7 @@ async fn find_or_start_shared() -> Result<ControlPlane> {
     }
     let dir = std::env::var_os(DIR_ENV)
         .map_or_else(|| target_dir().join("control-plane/shared"), PathBuf::from);
-    eprintln!(
-        "starting (or reusing) the shared test control plane in {} \
-         (the first run on a machine builds kube-apiserver: about 10 minutes)",
-        dir.display()
-    );
-    run_cp([
-        "up".as_ref(),
-        "--reuse".as_ref(),
-        "--dir".as_ref(),
-        dir.as_os_str(),
-    ])
-    .await?;
-    let plane = ControlPlane {
-        kubeconfig: dir.join("kubeconfig"),
-        dir: Some(dir),
-    };
-    plane
-        .check_ready()
-        .await
-        .context("cp up succeeded but the Rust client cannot reach the API server")?;
-    Ok(plane)
+    ControlPlane::reuse_or_start(&dir).await
 }
 
 /// `KUBECONFIG`, if it names a single file whose current context points at a loopback server

@@ -12,30 +12,80 @@ use reconciler_host::runtime::{Runtime, RuntimeOptions};
 use crate::paths::{repo_root, target_dir};
 use crate::wait::wait_until;
 
-/// Builds the host binary and the guests once per test process (both are incremental).
+/// Which build of the host a process runs: the tests run the debug build (`./dev build` shares
+/// its artefacts with `cargo test`); the benches the release build, whose figures are the ones
+/// users get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    Debug,
+    Release,
+}
+
+impl Profile {
+    /// The `reconciler-host` binary of this build.
+    pub fn host_binary(self) -> PathBuf {
+        let dir = match self {
+            Profile::Debug => "debug",
+            Profile::Release => "release",
+        };
+        target_dir().join(dir).join("reconciler-host")
+    }
+}
+
+/// Builds the debug host binary and the guests once per test process (both are incremental).
 pub fn build_host_and_guests() -> Result<()> {
-    static BUILT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    BUILT
+    build_host_and_guests_as(Profile::Debug)
+}
+
+/// Builds the `profile` host binary and the guests once per process (`./dev build`, with
+/// `--release` for [`Profile::Release`]).
+pub fn build_host_and_guests_as(profile: Profile) -> Result<()> {
+    static DEBUG: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    static RELEASE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let (built, args): (_, &[&str]) = match profile {
+        Profile::Debug => (&DEBUG, &["build"]),
+        Profile::Release => (&RELEASE, &["build", "--release"]),
+    };
+    built
         .get_or_init(|| {
-            let run = |cmd: &mut Command, what: &str| -> std::result::Result<(), String> {
-                let status = cmd.status().map_err(|e| format!("{what}: {e}"))?;
-                if status.success() {
-                    Ok(())
-                } else {
-                    Err(format!("{what} failed: {status}"))
-                }
-            };
-            // `dev build` runs cargo without the variables cargo set for this test process,
-            // so the nested build reuses the outer build's artefacts.
-            run(
-                Command::new(repo_root().join("dev"))
-                    .arg("build")
-                    .stdout(Stdio::null()),
-                "./dev build (guests and host binary)",
-            )
+            // `dev build` runs cargo without the variables cargo set for this process, so the
+            // nested build reuses the outer build's artefacts.
+            let what = format!("./dev {} (guests and host binary)", args.join(" "));
+            let status = Command::new(repo_root().join("dev"))
+                .args(args)
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|e| format!("{what}: {e}"))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("{what} failed: {status}"))
+            }
         })
         .clone()
         .map_err(anyhow::Error::msg)
+}
+
+/// `reconciler-host run` from the `profile` build with the host configuration `config` and the
+/// guest directory `guests`, serving on `127.0.0.1:port`, against `kubeconfig`. The caller adds
+/// its own flags, environment and output, then spawns it.
+pub fn run_command(
+    profile: Profile,
+    config: &Path,
+    guests: &Path,
+    port: u16,
+    kubeconfig: &Path,
+) -> Command {
+    let mut command = Command::new(profile.host_binary());
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--guests")
+        .arg(guests)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", kubeconfig);
+    command
 }
 
 /// A built guest component.
@@ -118,16 +168,9 @@ impl HostProcess {
         std::fs::write(&config, &options.config)?;
         let port = free_port()?;
         let log = std::fs::File::create(dir.path().join("host.log"))?;
-        let mut command = Command::new(target_dir().join("debug/reconciler-host"));
+        let mut command = run_command(Profile::Debug, &config, &guests, port, options.kubeconfig);
         command
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--guests")
-            .arg(&guests)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(&options.extra_args)
-            .env("KUBECONFIG", options.kubeconfig)
             .env("RUST_LOG", "info,reconciler_host=debug")
             .envs(env.iter().copied())
             .stdout(log.try_clone()?)
@@ -279,7 +322,8 @@ impl Drop for HostProcess {
     }
 }
 
-fn free_port() -> Result<u16> {
+/// A loopback port free at the time of the call, for a host's `--listen`.
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -20,6 +20,10 @@
 //! [`PrivateControlPlane`] instead: only that type can restart anything, so a fault test can
 //! never disturb tests in other binaries that share the common one.
 //!
+//! The host's live benches (`host/benches/live/`) use the same pieces, with a control plane in
+//! a directory of their own ([`ControlPlane::reuse_or_start`]) and the release build of the host
+//! ([`Profile::Release`]).
+//!
 //! The pieces, one per file:
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
@@ -48,9 +52,10 @@ pub mod watch;
 
 pub use cluster::LocalCluster;
 pub use control_plane::{ControlPlane, PrivateControlPlane, Restart, client_for_kubeconfig};
-pub use host::{HostOptions, HostProcess, guest_component};
+pub use host::{HostOptions, HostProcess, Profile, guest_component};
 pub use manifests::{
-    apply_crd_file, apply_file, create_widget, wait_crd_established, widgets, widgets_converged,
+    apply_crd_file, apply_file, create_widget, wait_crd_established, widget_resource, widgets,
+    widgets_converged,
 };
 pub use namespace::test_namespace;
 pub use paths::{cp_script, kubectl, repo_root};

@@ -214,14 +214,19 @@ pub async fn apply_file(
     Ok(applied)
 }
 
-/// The widget test guest's objects (`guests/testing/widget/crd.yaml`) in namespace `ns`.
-pub fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let resource = kube::core::ApiResource::from_gvk(&GroupVersionKind::gvk(
+/// The widget test guest's kind, `test.reconciler.dev/v1` `Widget`
+/// (`guests/testing/widget/crd.yaml`).
+pub fn widget_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk(&GroupVersionKind::gvk(
         "test.reconciler.dev",
         "v1",
         "Widget",
-    ));
-    Api::namespaced_with(client.clone(), ns, &resource)
+    ))
+}
+
+/// The widget test guest's objects in namespace `ns`.
+pub fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &widget_resource())
 }
 
 /// Creates Widget `name` asking the widget guest to echo its name (`spec.message`) and to own
