@@ -63,9 +63,10 @@ use kube::api::{
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use live::{
-    cpu_seconds, create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo,
-    resource, retrying, sh,
+    cpu_seconds, create_widgets, env_list, env_usize, http_get, proc_status_kib, retrying, sh,
 };
+use reconciler_host_tests::host::free_port;
+use reconciler_host_tests::{repo_root, widget_resource};
 use serde_json::json;
 
 const CONCURRENCY: u16 = 4;
@@ -111,7 +112,7 @@ async fn setup() -> anyhow::Result<Bench> {
     let built = |tool: &str| -> anyhow::Result<PathBuf> {
         Ok(PathBuf::from(
             sh(&mut Command::new(
-                repo().join(format!("tools/{tool}/build.sh")),
+                repo_root().join(format!("tools/{tool}/build.sh")),
             ))?
             .trim(),
         ))
@@ -256,7 +257,7 @@ impl Bench {
     }
 
     fn widgets(&self, ns: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), ns, &resource())
+        Api::namespaced_with(self.client.clone(), ns, &widget_resource())
     }
 
     /// A namespace with `n` status-less Widgets.
@@ -821,7 +822,7 @@ async fn hot_reload(bench: &Bench) -> anyhow::Result<Vec<(String, Vec<Duration>)
     }))?;
     api.create(&PostParams::default(), &widget).await?;
     let build = |v: u8| {
-        repo().join(if v == 1 {
+        repo_root().join(if v == 1 {
             "target/guests/widget.wasm"
         } else {
             "target/guests/widget-v2.wasm"
@@ -831,7 +832,7 @@ async fn hot_reload(bench: &Bench) -> anyhow::Result<Vec<(String, Vec<Duration>)
     let mut cold = Vec::new();
     let mut warm = Vec::new();
     for trial in 0..cold_trials.max(1) {
-        let dir = repo().join("target/bench-host-reload");
+        let dir = repo_root().join("target/bench-host-reload");
         let _ = std::fs::remove_dir_all(&dir);
         let guests = dir.join("guests");
         std::fs::create_dir_all(&guests)?;
@@ -980,9 +981,9 @@ fn spawn_host(
     which: &HostGuests,
     fifo: bool,
 ) -> anyhow::Result<Child> {
-    let built = |name: &str| repo().join("target/guests").join(name);
+    let built = |name: &str| repo_root().join("target/guests").join(name);
     // The reload bench prepares its own directory; the others start from an empty one.
-    let dir = repo().join(if matches!(which, HostGuests::Widget) {
+    let dir = repo_root().join(if matches!(which, HostGuests::Widget) {
         "target/bench-host-reload"
     } else {
         "target/bench-host"
@@ -1042,9 +1043,9 @@ fn native_controller_process() -> anyhow::Result<()> {
     rt.block_on(async {
         let client = kube::Client::try_default().await?;
         let ns = std::env::var("BENCH_NAMESPACE")?;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource());
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &widget_resource());
         let context = Arc::new(api.clone());
-        let controller = Controller::new_with(api, watcher::Config::default(), resource())
+        let controller = Controller::new_with(api, watcher::Config::default(), widget_resource())
             .with_config(Config::default().concurrency(CONCURRENCY));
         let store = controller.store();
         // Polled, not awaited once: the store's readiness is a oneshot that keeps one waker, and

@@ -37,9 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use live::{cpu_seconds, env_usize, free_port, proc_status_kib, repo};
+use live::{cpu_seconds, env_usize, proc_status_kib};
+use reconciler_host_tests::host::free_port;
+use reconciler_host_tests::{repo_root, test_namespace, wait_until};
 use serde_json::{Value, json};
 
 const ATTACK_LABEL: &str = "hostile.reconciler.dev/attack";
@@ -99,25 +101,17 @@ async fn orchestrate() -> anyhow::Result<()> {
     let small = env_usize("BENCH_SMALL", 20_000);
     let phase_time = Duration::from_secs(env_usize("BENCH_ATTACK_SECS", 20) as u64);
 
-    let ns = format!("bench-costs-{}", std::process::id());
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await?;
+    let ns = test_namespace(&client, "bench-costs").await?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     eprintln!("filling {ns}: {large} ConfigMaps of ~0.9 MiB, {small} small ones");
     fill(&config_maps, large, small).await?;
 
     let port = free_port()?;
     let mut host = spawn_host(&plane.kubeconfig, &ns, port)?;
-    let ready = Instant::now();
-    while live::http_get(port, "/readyz").is_none() {
-        anyhow::ensure!(
-            ready.elapsed() < Duration::from_mins(5),
-            "the host did not get ready"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until("the host to be ready", Duration::from_mins(5), || async {
+        live::http_get(port, "/readyz").ok_or_else(|| anyhow::anyhow!("/readyz is not ok"))
+    })
+    .await?;
     // Let the initial list's garbage go.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pid = host.id();
@@ -313,12 +307,12 @@ async fn clear_attacks(api: &Api<ConfigMap>) -> anyhow::Result<()> {
 }
 
 fn spawn_host(kubeconfig: &std::path::Path, ns: &str, port: u16) -> anyhow::Result<Child> {
-    let dir = repo().join("target/bench-host-costs");
+    let dir = repo_root().join("target/bench-host-costs");
     let guests = dir.join("guests");
     let _ = std::fs::remove_dir_all(&guests);
     std::fs::create_dir_all(&guests)?;
     std::fs::copy(
-        repo().join("target/guests/hostile.wasm"),
+        repo_root().join("target/guests/hostile.wasm"),
         guests.join("hostile.wasm"),
     )?;
     let config = dir.join("host.yaml");

@@ -25,7 +25,8 @@ use reconciler_host::scaffold::{self, Language};
 use serde_json::json;
 
 mod common;
-use common::{NullCluster, repo};
+use common::NullCluster;
+use reconciler_host_tests::repo_root;
 
 fn run(command: &mut std::process::Command, what: &str) {
     let status = command
@@ -38,13 +39,13 @@ fn run(command: &mut std::process::Command, what: &str) {
 /// Builds the Rust scaffold's greeter (its cargo target directory is kept, so this is quick
 /// after the first time).
 fn rust_greeter() -> PathBuf {
-    let dir = repo().join("target/bench-greeters/rust");
+    let dir = repo_root().join("target/bench-greeters/rust");
     let _ = std::fs::remove_dir_all(&dir);
     scaffold::write(Language::Rust, "greeter", &dir).unwrap();
     run(
         std::process::Command::new(dir.join("build.sh")).env(
             "CARGO_TARGET_DIR",
-            repo().join("target/bench-greeters/rust-target"),
+            repo_root().join("target/bench-greeters/rust-target"),
         ),
         "building the Rust scaffold",
     );
@@ -81,7 +82,7 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 #[allow(clippy::too_many_lines, clippy::cast_precision_loss)]
 fn main() {
     run(
-        &mut std::process::Command::new(repo().join("guests/build.sh")),
+        &mut std::process::Command::new(repo_root().join("guests/build.sh")),
         "guests/build.sh",
     );
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
@@ -90,17 +91,20 @@ fn main() {
         .unwrap_or(2000);
     let guests = [
         ("Rust", rust_greeter()),
-        ("C", repo().join("target/guests/greeter-c.wasm")),
+        ("C", repo_root().join("target/guests/greeter-c.wasm")),
         (
             "JavaScript (QuickJS)",
-            repo().join("target/guests/greeter-js.wasm"),
+            repo_root().join("target/guests/greeter-js.wasm"),
         ),
-        ("Go", repo().join("target/guests/greeter-go.wasm")),
+        ("Go", repo_root().join("target/guests/greeter-go.wasm")),
         (
             "Go, pre-initialised",
-            repo().join("target/guests/greeter-go-preinit.wasm"),
+            repo_root().join("target/guests/greeter-go-preinit.wasm"),
         ),
-        ("Python", repo().join("target/guests/greeter-python.wasm")),
+        (
+            "Python",
+            repo_root().join("target/guests/greeter-python.wasm"),
+        ),
     ];
 
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -24,7 +24,8 @@ use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOp
 use serde_json::{Value, json};
 
 mod common;
-use common::{NullCluster, repo};
+use common::NullCluster;
+use reconciler_host_tests::repo_root;
 
 /// A Widget of about 1 KB, as the API server would send it.
 fn object() -> String {
@@ -85,7 +86,7 @@ const BLOCK: usize = 100;
 // interleaved, report; its steps share the closures and fixtures that splitting would thread.
 #[allow(clippy::too_many_lines)]
 fn main() {
-    let status = std::process::Command::new(repo().join("guests/build.sh"))
+    let status = std::process::Command::new(repo_root().join("guests/build.sh"))
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run guests/build.sh");
@@ -100,7 +101,7 @@ fn main() {
         .build()
         .unwrap();
     let runtime = Runtime::new(&RuntimeOptions {
-        cache_dir: Some(repo().join("target/bench-compile-cache")),
+        cache_dir: Some(repo_root().join("target/bench-compile-cache")),
         ..RuntimeOptions::default()
     })
     .unwrap();
@@ -109,11 +110,11 @@ fn main() {
     // BENCH_GUEST (paths separated by `:`, relative to the repository root) names others.
     let paths: Vec<PathBuf> = match std::env::var_os("BENCH_GUEST") {
         Some(list) => std::env::split_paths(&list)
-            .map(|p| repo().join(p))
+            .map(|p| repo_root().join(p))
             .collect(),
         None => vec![
-            repo().join("target/guests/bench.wasm"),
-            repo().join("target/guests/unslimmed/bench.wasm"),
+            repo_root().join("target/guests/bench.wasm"),
+            repo_root().join("target/guests/unslimmed/bench.wasm"),
         ],
     };
     let guests: Vec<_> = paths
@@ -232,7 +233,7 @@ fn main() {
         if paths.len() > 1 {
             println!(
                 "guest {}",
-                path.strip_prefix(repo()).unwrap_or(path).display()
+                path.strip_prefix(repo_root()).unwrap_or(path).display()
             );
         }
         report(&wasm, empty, &n);

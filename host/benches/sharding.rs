@@ -31,13 +31,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use live::{
-    create_widgets, env_list, env_usize, free_port, http_get, proc_status_kib, repo, resource,
-};
+use live::{create_widgets, env_list, env_usize, http_get, proc_status_kib};
 use reconciler_host::shards::{SlotSet, slot_of};
-use serde_json::{Value, json};
+use reconciler_host_tests::host::free_port;
+use reconciler_host_tests::{repo_root, test_namespace, widget_resource};
+use serde_json::Value;
 
 /// The bench guest's workers per replica, as in the controller bench.
 const CONCURRENCY: u16 = 4;
@@ -69,12 +69,12 @@ impl Replica {
         identity: &str,
         filter: &str,
     ) -> anyhow::Result<Self> {
-        let dir = repo().join("target/bench-shards").join(identity);
+        let dir = repo_root().join("target/bench-shards").join(identity);
         let guests = dir.join("guests");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&guests)?;
         std::fs::copy(
-            repo().join("target/guests/bench.wasm"),
+            repo_root().join("target/guests/bench.wasm"),
             guests.join("bench.wasm"),
         )?;
         let config = dir.join("host.yaml");
@@ -86,7 +86,7 @@ impl Replica {
         )?;
         let log = dir.join("host.log");
         let port = free_port()?;
-        let cache = repo().join("target/bench-shards/compiled");
+        let cache = repo_root().join("target/bench-shards/compiled");
         let child = live::host_run(&config, &guests, port, ns, &cache, kubeconfig)
             .args(["--shards", "auto", "--shard-filter", filter])
             .args(["--lease-name", ring, "--lease-namespace", ns])
@@ -257,15 +257,9 @@ async fn run(
     filter: &'static str,
     settle: Duration,
 ) -> anyhow::Result<Run> {
-    let ns = format!("bench-shards-{count}-{filter}-{}", std::process::id());
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(plane.client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
-        .await?;
-    let widgets: Api<DynamicObject> = Api::namespaced_with(plane.client.clone(), &ns, &resource());
+    let ns = test_namespace(&plane.client, &format!("bench-shards-{count}-{filter}")).await?;
+    let widgets: Api<DynamicObject> =
+        Api::namespaced_with(plane.client.clone(), &ns, &widget_resource());
     let replicas = (1..=count)
         .map(|i| Replica::spawn(&plane.kubeconfig, &ns, "bench", &format!("r{i}"), filter))
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -1,7 +1,5 @@
 //! What the in-process benches share (`mod common;` in `reconcile.rs` and `languages.rs`).
 
-use std::path::{Path, PathBuf};
-
 use async_trait::async_trait;
 use reconciler_host::capabilities::{Cluster, EventRecord, HostError};
 use reconciler_host::objects::ObjectRef;
@@ -27,12 +25,4 @@ impl Cluster for NullCluster {
     async fn get(&self, _: &ObjectRef) -> Result<Option<Value>, HostError> {
         Ok(Some(self.0.clone()))
     }
-}
-
-/// The repository root.
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
 }

@@ -1,6 +1,9 @@
-//! What the benches on the local control plane share (`mod live;` in `controller.rs` and
-//! `sharding.rs`): the control plane and its Widgets, the processes' memory, their HTTP
-//! endpoints. The in-process benches share `common/` instead.
+//! What the benches on the local control plane share (`mod live;` in `controller.rs`,
+//! `sharding.rs` and `host_costs.rs`): their control plane and its Widgets, the processes'
+//! memory, their HTTP endpoints. Bringing up the control plane, building and starting the host
+//! are the tests' support library's (`reconciler-host-tests`), with the benches' own directory
+//! and release build as arguments; what is here is what only a bench needs. The in-process
+//! benches share `common/` instead.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,24 +13,9 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::host::{Profile, build_host_and_guests_as, run_command};
+use reconciler_host_tests::{ControlPlane, apply_crd_file, repo_root};
 use serde_json::json;
-
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// `test.reconciler.dev/v1` `Widget` (`guests/testing/widget/crd.yaml`).
-pub fn resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "test.reconciler.dev",
-        "v1",
-        "Widget",
-    ))
-}
 
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -61,40 +49,18 @@ pub struct Plane {
     pub client: kube::Client,
 }
 
-/// Brings up (or reuses) the control plane in `target/bench-control-plane`, builds the guests
-/// and the release host (`./dev build --release`) and establishes the Widget CRD.
+/// Brings up (or reuses) the control plane in `target/bench-control-plane`, not the tests'
+/// shared one, builds the guests and the release host (`./dev build --release`) and
+/// establishes the Widget CRD.
 pub async fn plane() -> anyhow::Result<Plane> {
-    let cp_dir = repo().join("target/bench-control-plane");
-    let cp = repo().join("tools/control-plane/cp");
-    sh(Command::new(&cp)
-        .arg("up")
-        .arg("--dir")
-        .arg(&cp_dir)
-        .arg("--reuse"))?;
-    // Guests and the release host binary, without the variables cargo set for this bench.
-    sh(Command::new(repo().join("dev"))
-        .args(["build", "--release"])
-        .stdout(Stdio::null()))?;
-    let kubeconfig = cp_dir.join("kubeconfig");
-    sh(Command::new(&cp)
-        .arg("--dir")
-        .arg(&cp_dir)
-        .args(["kubectl", "apply", "--server-side", "-f"])
-        .arg(repo().join("guests/testing/widget/crd.yaml")))?;
-    sh(Command::new(&cp).arg("--dir").arg(&cp_dir).args([
-        "kubectl",
-        "wait",
-        "--for=condition=Established",
-        "crd/widgets.test.reconciler.dev",
-    ]))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
+    let plane =
+        ControlPlane::reuse_or_start(&repo_root().join("target/bench-control-plane")).await?;
+    build_host_and_guests_as(Profile::Release)?;
+    let client = plane.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
     Ok(Plane {
-        kubeconfig,
-        client: kube::Client::try_from(config)?,
+        kubeconfig: plane.kubeconfig().to_owned(),
+        client,
     })
 }
 
@@ -171,12 +137,6 @@ pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// GET over plain HTTP on loopback; the body, if the answer is 200.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -203,18 +163,11 @@ pub fn host_run(
     cache_dir: &Path,
     kubeconfig: &Path,
 ) -> Command {
-    let mut command = Command::new(repo().join("target/release/reconciler-host"));
+    let mut command = run_command(Profile::Release, config, guests, port, kubeconfig);
     command
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .arg("--guests")
-        .arg(guests)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--watch-namespace", ns])
         .arg("--cache-dir")
         .arg(cache_dir)
-        .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "warn");
     command
 }
