@@ -236,7 +236,9 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
 -> Result<()> {
     let cluster = LocalCluster::up()?;
     let client = cluster.client().await?;
-    run(Command::new(repo_root().join("deploy/image.sh")).arg("--import"))?;
+    // The debug build the other tests use, with its libraries: no second build of the host in
+    // release for this test (`./dev deploy` and releases build the static one).
+    run(Command::new(repo_root().join("deploy/image.sh")).args(["--debug", "--import"]))?;
     apply_crd_file(&client, "examples/crds/network.yaml").await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
     apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
