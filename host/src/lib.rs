@@ -50,7 +50,7 @@ pub mod objects;
 pub mod oci;
 pub(crate) mod offline;
 pub mod providers;
-pub(crate) mod queue;
+pub mod queue;
 pub(crate) mod rbac;
 pub(crate) mod reconcilers;
 pub(crate) mod records;

@@ -29,7 +29,8 @@
 //! A worker therefore reads as in the sample-controller:
 //!
 //! ```no_run
-//! # use reconciler_host::queue::{ObjectKey, QueueConfig, WorkQueue};
+//! # use reconciler_host::objects::ObjectKey;
+//! # use reconciler_host::queue::{QueueConfig, WorkQueue};
 //! # async fn reconcile(_: &ObjectKey) -> Result<(), ()> { Ok(()) }
 //! # async fn worker(queue: WorkQueue<ObjectKey>) {
 //! while let Some(key) = queue.get().await {
