@@ -120,6 +120,7 @@ fn main() {
         )),
         queue: Arc::new(RecordingQueue::default()) as Arc<dyn Enqueuer>,
         network: None,
+        http: None,
     };
     let context = Arc::new(GuestContext::new(
         "greeter",

@@ -76,6 +76,29 @@ pub struct File {
 }
 
 const CONTRACT: &str = include_str!("../../wit/reconciler.wit");
+/// The WASI packages the contract's `http-controller` world names: a WIT directory without
+/// them does not parse, whatever world a guest targets.
+const CONTRACT_DEPS: [(&str, &str); 7] = [
+    ("wit/deps/cli.wit", include_str!("../../wit/deps/cli.wit")),
+    (
+        "wit/deps/clocks.wit",
+        include_str!("../../wit/deps/clocks.wit"),
+    ),
+    (
+        "wit/deps/filesystem.wit",
+        include_str!("../../wit/deps/filesystem.wit"),
+    ),
+    ("wit/deps/http.wit", include_str!("../../wit/deps/http.wit")),
+    ("wit/deps/io.wit", include_str!("../../wit/deps/io.wit")),
+    (
+        "wit/deps/random.wit",
+        include_str!("../../wit/deps/random.wit"),
+    ),
+    (
+        "wit/deps/sockets.wit",
+        include_str!("../../wit/deps/sockets.wit"),
+    ),
+];
 const HOST_YAML: &str = include_str!("../templates/common/host.yaml");
 const README: &str = include_str!("../templates/common/README.md");
 const WIDGET: &str = include_str!("../templates/common/widget.yaml");
@@ -124,14 +147,15 @@ pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError>
         plain("widget.yaml", WIDGET),
         plain("fixtures/hello/objects.yaml", fixture_objects()),
         plain("fixtures/hello/expected.json", FIXTURE_EXPECTED),
-        plain(
-            "README.md",
-            fill(README)
-                .replace("{{source}}", source)
-                .replace("{{recipe}}", recipe)
-                .replace("{{toolchain}}", toolchain),
-        ),
     ]);
+    files.extend(CONTRACT_DEPS.map(|(path, text)| plain(path, text)));
+    files.extend([plain(
+        "README.md",
+        fill(README)
+            .replace("{{source}}", source)
+            .replace("{{recipe}}", recipe)
+            .replace("{{toolchain}}", toolchain),
+    )]);
     Ok(files)
 }
 

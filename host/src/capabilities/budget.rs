@@ -33,6 +33,8 @@ pub struct Budget {
     pub(super) events: DefaultDirectRateLimiter,
     /// Log lines: dropped (and counted) when the bucket is empty.
     pub(super) logs: DefaultDirectRateLimiter,
+    /// Outbound HTTP requests: a request waits for a token, within the reconcile's deadline.
+    pub(super) http: DefaultDirectRateLimiter,
     /// CPU, in epoch ticks of guest execution: an instance over the guest's share is paused
     /// at its next tick until the bucket refills (see [`Budget::cpu_pause`]).
     cpu: Option<DefaultDirectRateLimiter>,
@@ -94,6 +96,7 @@ impl Budget {
             writes: quota(rates.writes_per_second, rates.write_burst),
             events: quota(rates.events_per_second, rates.event_burst),
             logs: quota(rates.log_lines_per_second, rates.log_burst),
+            http: quota(rates.http_per_second, rates.http_burst),
             cpu,
             cpu_burst,
             cpu_owed_ns: AtomicU64::new(0),

@@ -26,6 +26,17 @@ pub struct Providers {
     pub queue: Arc<dyn Enqueuer>,
     /// The `network` backend, when the host configures one.
     pub network: Option<Arc<dyn crate::backends::NetworkBackend>>,
+    /// Outbound HTTP (`wasi:http`), when the host sends any for this guest.
+    pub http: Option<Arc<dyn super::http::Outbound>>,
+}
+
+impl Providers {
+    /// These providers with outbound HTTP served by `http`.
+    #[must_use]
+    pub fn with_http(mut self, http: Arc<dyn super::http::Outbound>) -> Self {
+        self.http = Some(http);
+        self
+    }
 }
 
 /// Where a guest may act, beyond its grant's kinds.
@@ -161,6 +172,9 @@ pub struct CallContext {
     pub pinned: Option<Pinned>,
     /// Replaying a record: every call is answered from it, no provider is called.
     pub replay: Option<Box<replay::Replayer>>,
+    /// What this reconcile's outbound HTTP exchanges left (they run in tasks of their own);
+    /// folded into the fields above by [`CallContext::absorb_http`] when the call ends.
+    pub http: Arc<std::sync::Mutex<super::http::Session>>,
 }
 
 /// What a recorded reconcile's guest sees of time and chance, so a replay can give it the same.
@@ -199,6 +213,7 @@ impl CallContext {
             held: None,
             pinned: None,
             replay: None,
+            http: Arc::default(),
         }
     }
 
@@ -225,8 +240,25 @@ impl CallContext {
     /// Answers every call from `replay` (see [`replay::Replayer`]).
     #[must_use]
     pub fn replaying(mut self, replay: replay::Replayer) -> Self {
-        self.replay = Some(Box::new(replay));
+        // HTTP exchanges are answered by the request hook, in their own order.
+        let (http, rest) = replay.split(super::http::INTERFACE);
+        self.http.lock().expect("session lock").replay = Some(http.into());
+        self.replay = Some(Box::new(rest));
         self
+    }
+
+    /// Folds what the outbound HTTP exchanges recorded into this context: their calls (after
+    /// the others), shadow mode's requests not sent, and a replay's divergence.
+    pub fn absorb_http(&mut self) {
+        let session = std::mem::take(&mut *self.http.lock().expect("session lock"));
+        if let Some(calls) = &mut self.calls {
+            calls.extend(session.calls);
+        }
+        self.shadow_differences.extend(session.differences);
+        if let Some(replay) = &mut self.replay {
+            let unanswered = session.replay.as_ref().and_then(|q| q.front().cloned());
+            replay.http_diverged(session.divergence, unanswered);
+        }
     }
 
     /// In a replay, the recorded answer to this call (its `ok` value or error); otherwise

@@ -20,6 +20,7 @@ impl Providers {
             cluster: deny.clone(),
             queue: deny,
             network: None,
+            http: None,
         }
     }
 }

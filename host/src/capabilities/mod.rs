@@ -1,5 +1,7 @@
 //! The host side of every imported WIT interface, one module each: [`lister`], [`cluster`],
-//! [`queue`], [`log`], [`network`] ([`bodies`]: what a write may carry and hand back). A
+//! [`queue`], [`log`], [`network`] ([`bodies`]: what a write may carry and hand back), and
+//! [`http`], which serves the standard `wasi:http/outgoing-handler` through
+//! wasmtime-wasi-http with the host's policy in its request hook. A
 //! capability is one self-contained unit (Spin's factor shape): its provider trait, its input
 //! validation, its grant check, its load-time requirement and its `Host` implementation, with
 //! unit tests that call the `Host` functions with no wasm at all.
@@ -53,6 +55,7 @@ pub mod cluster;
 mod context;
 mod deny;
 mod error;
+pub mod http;
 pub mod lister;
 pub mod log;
 pub mod network;

@@ -128,6 +128,38 @@ impl Replayer {
     }
 
     /// The first divergence, counting recorded calls the replayed guest never made.
+    /// The recorded calls of `interface` apart from the rest (each keeps its order).
+    pub fn split(self, interface: &str) -> (Vec<RecordedCall>, Replayer) {
+        let (theirs, rest) = self
+            .recorded
+            .into_iter()
+            .partition(|c| c.interface == interface);
+        (theirs, Replayer::new(rest))
+    }
+
+    /// Outbound HTTP answered apart (see `super::http`): the first exchange that differed from
+    /// its record, or one recorded and never asked for, unless an earlier divergence stands.
+    pub fn http_diverged(&mut self, differed: Option<String>, unanswered: Option<RecordedCall>) {
+        if self.divergence.is_some() {
+            return;
+        }
+        self.divergence = match (differed, unanswered) {
+            (Some(text), _) => Some(Divergence {
+                call: self.made,
+                reason: "a different HTTP request",
+                recorded: None,
+                replayed: Some(Value::String(text)),
+            }),
+            (None, Some(missed)) => Some(Divergence {
+                call: self.made,
+                reason: "a recorded HTTP request the guest did not make",
+                recorded: Some(missed),
+                replayed: None,
+            }),
+            (None, None) => None,
+        };
+    }
+
     pub fn finish(mut self) -> Option<Divergence> {
         if self.divergence.is_none()
             && let Some(missed) = self.used.iter().position(|used| !used)

@@ -27,6 +27,7 @@ impl Harness {
             cluster: Arc::new(RecordingCluster::new(self.cache.clone())),
             queue: self.queue.clone(),
             network: Some(self.network.clone()),
+            http: None,
         }
     }
 

@@ -11,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::objects::Gvk;
 
+mod http;
 mod record;
 mod service_account;
 
+pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom, normalise_path};
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
 
@@ -275,6 +277,10 @@ pub struct Allow {
     /// repository prefix (`HOST[:PORT]/PATH`). None listed: no registry.
     #[serde(default)]
     pub registries: Vec<crate::oci::AllowedRegistry>,
+    /// The HTTP rules a Reconciler's `spec.grant.http` may use: each of its rules must lie
+    /// within one of these (prefix, methods) and name only the credentials that one names.
+    #[serde(default)]
+    pub http: Vec<HttpRule>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -311,6 +317,10 @@ pub struct Limits {
     /// beyond the rate a body waits, within the reconcile's deadline. Default: 8 MiB/s (see
     /// [`Rates::default`]).
     pub body_bytes_per_second: Option<u32>,
+    /// Outbound HTTP requests per second (`http:` in the grant); a request beyond the rate
+    /// waits, within the reconcile's deadline.
+    pub http_per_second: Option<u32>,
+    pub http_burst: Option<u32>,
     /// Opt-in instance reuse: one instance serves up to this many reconciles of the guest on
     /// one worker (1, the default: a fresh instance per reconcile). State can then survive
     /// from one key to the next of the same guest; guests stay apart (see docs/security.md).
@@ -340,6 +350,8 @@ impl Limits {
             body_bytes_per_second: self
                 .body_bytes_per_second
                 .or(fallback.body_bytes_per_second),
+            http_per_second: self.http_per_second.or(fallback.http_per_second),
+            http_burst: self.http_burst.or(fallback.http_burst),
             instance_reuse: self.instance_reuse.or(fallback.instance_reuse),
             instance_idle: self.instance_idle.or(fallback.instance_idle),
         }
@@ -384,7 +396,19 @@ impl Limits {
             self.concurrency.map(u64::from),
             u64::from(concurrency),
         );
-        let u32s: [(&str, Option<u32>, Option<u32>, u32); 10] = [
+        let u32s: [(&str, Option<u32>, Option<u32>, u32); 12] = [
+            (
+                "httpPerSecond",
+                self.http_per_second,
+                ceiling.http_per_second,
+                rates.http_per_second,
+            ),
+            (
+                "httpBurst",
+                self.http_burst,
+                ceiling.http_burst,
+                rates.http_burst,
+            ),
             ("qps", self.qps, ceiling.qps, queue.qps.get()),
             ("burst", self.burst, ceiling.burst, queue.burst.get()),
             (
@@ -507,6 +531,12 @@ impl Limits {
                 ceiling.body_bytes_per_second,
                 rates.body_bytes_per_second,
             ),
+            http_per_second: cap(
+                self.http_per_second,
+                ceiling.http_per_second,
+                rates.http_per_second,
+            ),
+            http_burst: cap(self.http_burst, ceiling.http_burst, rates.http_burst),
             // No reuse unless the ceiling allows it: it lets state pass between keys.
             instance_reuse: cap(self.instance_reuse, ceiling.instance_reuse, 1),
             instance_idle: self.instance_idle,
@@ -527,6 +557,8 @@ impl Limits {
             body_bytes_per_second: self
                 .body_bytes_per_second
                 .unwrap_or(d.body_bytes_per_second),
+            http_per_second: self.http_per_second.unwrap_or(d.http_per_second),
+            http_burst: self.http_burst.unwrap_or(d.http_burst),
             host_memory_bytes: self.memory_bytes(),
         }
     }
@@ -562,6 +594,9 @@ pub struct Rates {
     pub cpu_millicores: Option<u32>,
     /// See [`Limits::body_bytes_per_second`].
     pub body_bytes_per_second: u32,
+    /// See [`Limits::http_per_second`].
+    pub http_per_second: u32,
+    pub http_burst: u32,
     /// Host memory held on the guest's behalf at once (bodies being parsed and sent, list
     /// results being copied), over all its reconciles: its instance memory cap
     /// (`memoryMiB`), so the host never holds more for a guest than the guest could hold.
@@ -589,6 +624,8 @@ impl Default for Rates {
             log_burst: 500,
             cpu_millicores: Some(1000),
             body_bytes_per_second: 8 << 20,
+            http_per_second: 20,
+            http_burst: 50,
             host_memory_bytes: DEFAULT_MEMORY_MIB << 20,
         }
     }
@@ -606,6 +643,8 @@ impl Rates {
             log_burst: u32::MAX,
             cpu_millicores: None,
             body_bytes_per_second: u32::MAX,
+            http_per_second: u32::MAX,
+            http_burst: u32::MAX,
             host_memory_bytes: usize::MAX,
         }
     }
@@ -703,6 +742,10 @@ pub struct Grant {
     /// Environment variables the guest sees through WASI; none by default.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// URL prefixes the guest may call through `wasi:http/outgoing-handler`, with the methods
+    /// and the credentials the host adds (docs/http.md); none by default.
+    #[serde(default)]
+    pub http: Vec<HttpRule>,
     #[serde(default)]
     pub limits: Limits,
     /// The ServiceAccount (`NAMESPACE/NAME`) every API write of the guest is sent as, so the

@@ -68,6 +68,8 @@ pub struct Shared {
     pub shard: Option<crate::shards::SlotSet>,
     /// Where guests whose grant sets `record` write their records (`crate::records`).
     pub record_directory: Option<std::path::PathBuf>,
+    /// Sends the outbound HTTP of guests whose grant has `http:` rules.
+    pub outbound: Arc<dyn crate::capabilities::http::Outbound>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -421,12 +423,15 @@ impl GuestVersion {
             .get(NETWORK_BACKEND)
             .filter(|_| guest.grant.backends.contains(NETWORK_BACKEND))
             .cloned();
-        let providers = crate::providers::kube::providers(
+        let mut providers = crate::providers::kube::providers(
             caches.readable.clone(),
             queue.clone(),
             cluster.clone(),
             network,
         );
+        if !guest.grant.http.is_empty() {
+            providers = providers.with_http(shared.outbound.clone());
+        }
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
         let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
             .with_scope(scope)

@@ -150,6 +150,13 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
             .difference(&allow.backends)
             .map(|backend| format!("backend {backend}")),
     );
+    beyond.extend(
+        grant
+            .http
+            .iter()
+            .filter(|rule| !allow.http.iter().any(|allowed| allowed.covers(rule)))
+            .map(|rule| format!("http {} (methods {:?} and its credentials must lie within one rule of reconcilers.allow.http)", rule.prefix, rule.methods())),
+    );
     if let Some(account) = &grant.service_account
         && !allow.service_accounts.iter().any(|a| a.covers(account))
     {

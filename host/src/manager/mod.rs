@@ -147,6 +147,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let kube_config = kube_config(&args).await?;
     let networks = network_backends(&config, &kube_config.cluster_url)?;
 
+    // Where Reconcilers' pull Secrets and guests' HTTP credentials are read.
+    let host_namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| kube_config.default_namespace.clone());
     let client = kube::Client::try_from(kube_config.clone())
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let metrics = Metrics::new();
@@ -166,11 +171,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..RuntimeOptions::default()
     })?);
     let (sources, reconciler_status) = guest_sources(
-        &args,
         &config,
         dir.as_ref(),
         &client,
-        &kube_config,
+        &host_namespace,
         cache_dir,
         &metrics,
     )?;
@@ -208,6 +212,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(writer.run(guests.clone(), identity, writes))
     });
 
+    let outbound = Arc::new(crate::providers::http::LiveOutbound::new(
+        Some(client.clone()),
+        host_namespace,
+    ));
     let shared = Shared {
         client,
         informers,
@@ -219,6 +227,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shadows: guests.shadows(),
         shard: None,
         record_directory: record_directory.clone(),
+        outbound,
     };
     let mut manager = Manager {
         shared,
@@ -309,11 +318,10 @@ fn guest_directory(args: &RunArgs, config: &HostConfig) -> anyhow::Result<Option
 /// Where guests come from: the directory, if any, and the `Reconciler` objects when the
 /// configuration has a `reconcilers:` section (with the writer of their status).
 fn guest_sources(
-    args: &RunArgs,
     config: &HostConfig,
     dir: Option<&PathBuf>,
     client: &kube::Client,
-    kube_config: &kube::Config,
+    host_namespace: &str,
     cache_dir: Option<PathBuf>,
     metrics: &Metrics,
 ) -> anyhow::Result<(Sources, Option<crate::reconcilers::StatusWriter>)> {
@@ -325,10 +333,7 @@ fn guest_sources(
     if config.reconcilers.is_some() {
         let modules =
             cache_dir.context("no cache directory for pulled modules: pass --cache-dir")?;
-        let namespace = args
-            .namespace
-            .clone()
-            .unwrap_or_else(|| kube_config.default_namespace.clone());
+        let namespace = host_namespace.to_owned();
         let (objects, writer) = crate::reconcilers::Objects::start(
             client.clone(),
             config,

@@ -20,6 +20,8 @@
 //! | | `reconciler_host_calls_total` | `guest`, `interface`, `function`, `outcome` |
 //! | `informers.rs` | `reconciler_informer_objects`, `reconciler_informer_received_bytes_total`, `reconciler_informer_events_total` | `group`, `version`, `kind` |
 //! | | `reconciler_informer_shard_filter` | `group`, `version`, `kind`, `mode` |
+//! | `outbound.rs` | `reconciler_http_requests_total` | `guest`, `host`, `outcome` |
+//! | | `reconciler_http_sent_bytes_total`, `reconciler_http_received_bytes_total`, `reconciler_http_request_duration_seconds` | `guest`, `host` |
 //! | `shards.rs` | `reconciler_leader`, `reconciler_shard_members`, `reconciler_shard_owned_slots`, `reconciler_shard_owned_ratio` | none |
 //! | | `reconciler_shard_keys`, `reconciler_shard_foreign_keys_total` | `guest` |
 //! | | `reconciler_shard_handovers_total` | `direction` |
@@ -67,6 +69,7 @@
 mod family;
 mod guests;
 mod informers;
+mod outbound;
 mod scrape;
 mod shards;
 mod workqueue;
@@ -83,6 +86,7 @@ use guests::GuestFamilies;
 pub use guests::{HostCallOutcome, ReconcileResult};
 use informers::InformerFamilies;
 pub use informers::InformerMetrics;
+use outbound::OutboundFamilies;
 pub use scrape::ScrapeHook;
 use scrape::ScrapeHooks;
 use shards::ShardFamilies;
@@ -100,6 +104,7 @@ struct Inner {
     guests: GuestFamilies,
     informers: InformerFamilies,
     shards: ShardFamilies,
+    outbound: OutboundFamilies,
     scrape_hooks: ScrapeHooks,
 }
 
@@ -133,6 +138,7 @@ impl Metrics {
         let guests = GuestFamilies::register(&mut r);
         let informers = InformerFamilies::register(&mut r);
         let shards = ShardFamilies::register(&mut r);
+        let outbound = OutboundFamilies::register(&mut r);
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -140,6 +146,7 @@ impl Metrics {
                 guests,
                 informers,
                 shards,
+                outbound,
                 scrape_hooks: ScrapeHooks::default(),
             }),
         }
@@ -151,6 +158,26 @@ impl Metrics {
     pub fn workqueue(&self, name: &str) -> WorkqueueMetrics {
         let hooks = Arc::clone(&self.inner.scrape_hooks);
         self.inner.workqueue.queue(name, hooks)
+    }
+
+    /// An outbound HTTP request of `guest` to `host` ended with `outcome` (`2xx`..`5xx`,
+    /// `denied`, `error`, `shadow`, `replayed`).
+    pub fn http_request(&self, guest: &str, host: &str, outcome: &'static str) {
+        self.inner.outbound.request(guest, host, outcome);
+    }
+
+    /// An outbound HTTP exchange of `guest` with `host` sent and received these body bytes.
+    pub fn http_exchanged(
+        &self,
+        guest: &str,
+        host: &str,
+        sent: usize,
+        received: usize,
+        took: Duration,
+    ) {
+        self.inner
+            .outbound
+            .exchanged(guest, host, sent, received, took);
     }
 
     /// One reconcile of `guest` ended with `result` after `duration`. Make exactly one call

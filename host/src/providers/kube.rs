@@ -53,6 +53,7 @@ pub fn providers(
         cluster,
         queue: Arc::new(QueueHandle(queue)),
         network,
+        http: None,
     }
 }
 

@@ -4,10 +4,13 @@
 //! [`crate::capabilities`] before a provider is called.
 //!
 //! - [`kube`]: `run` — informer caches, the guest's work queue, the API server.
+//! - [`http`]: outbound HTTP of guests in `run` (the network, credentials from the host's
+//!   namespace).
 //! - [`offline`]: the offline runner — objects from files, writes recorded and applied in
 //!   memory, nothing sent.
 //!
 //! Network providers are the [`crate::backends`] (Linux bridges, in memory).
 
+pub mod http;
 pub mod kube;
 pub mod offline;

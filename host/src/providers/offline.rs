@@ -36,6 +36,7 @@ pub fn providers_writing_to(
         cluster,
         queue: std::sync::Arc::new(RecordingQueue::default()),
         network,
+        http: None,
     }
 }
 

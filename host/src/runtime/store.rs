@@ -12,6 +12,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::capabilities::CallContext;
+use crate::capabilities::http::{GuestHttp, HttpHooks};
+use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 /// Bytes of guest stderr kept per instance (a panic message fits; a flood does not grow memory).
 pub(super) const STDERR_CAPTURE: usize = 16 * 1024;
@@ -23,6 +25,8 @@ pub struct HostState {
     /// random sources, clocks, pipes) is a measurable share of a fresh instance's cost.
     wasi: Option<GuestWasi>,
     table: ResourceTable,
+    /// Built on the guest's first `wasi:http` call, for the reconcile it serves.
+    http: Option<GuestHttp>,
     limiter: MemoryCap,
 }
 
@@ -32,14 +36,19 @@ impl HostState {
     }
 
     /// What the store's capabilities recorded, once the instance is gone.
-    pub(super) fn into_call(self) -> CallContext {
+    pub(super) fn into_call(mut self) -> CallContext {
+        self.call.absorb_http();
         self.call
     }
 
     /// A reused instance's next reconcile: its context replaces the last one's, which is
     /// returned with what it recorded.
     pub(super) fn next_call(&mut self, call: CallContext) -> CallContext {
-        std::mem::replace(&mut self.call, call)
+        // The next reconcile's requests get hooks with its own deadline and session.
+        self.http = None;
+        let mut last = std::mem::replace(&mut self.call, call);
+        last.absorb_http();
+        last
     }
 
     /// Bytes the guest wrote to stderr so far (bounded by the capture).
@@ -58,6 +67,9 @@ impl HostState {
 pub(super) fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
     let mut linker = Linker::<HostState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    // `wasi:http/outgoing-handler` (the contract's `http-controller` world), and the types it
+    // shares with toolchains that import them incidentally (StarlingMonkey's `fetch`).
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     crate::capabilities::add_to_linker(&mut linker, |state: &mut HostState| &mut state.call)?;
     Ok(linker)
 }
@@ -73,6 +85,7 @@ pub(super) fn new_store(
         call,
         wasi: None,
         table: ResourceTable::new(),
+        http: None,
         limiter: MemoryCap {
             max_bytes: memory_bytes,
             total: 0,
@@ -113,6 +126,25 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut wasi.ctx,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        let call = &self.call;
+        let http = self.http.get_or_insert_with(|| {
+            GuestHttp::new(HttpHooks::new(
+                call.guest.clone(),
+                call.deadline,
+                call.calls.is_some(),
+                call.http.clone(),
+            ))
+        });
+        WasiHttpCtxView {
+            ctx: &mut http.ctx,
+            table: &mut self.table,
+            hooks: &mut http.hooks,
         }
     }
 }

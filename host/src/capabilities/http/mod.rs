@@ -1,0 +1,638 @@
+//! Outbound HTTP: the standard `wasi:http/outgoing-handler`, served by wasmtime-wasi-http, with
+//! the host's policy in its request hook ([`HttpHooks`]'s `send_request`). A guest reaches the
+//! world outside Kubernetes (a DNS provider's API, a cloud, a ticket system) only as far as the
+//! `http:` of its grant reaches:
+//!
+//! ```text
+//! guest ── wasi:http handle(request) ──▶ HttpHooks::send_request (per instance)
+//!            1. grant      a rule whose prefix holds the URL and allows the method → `denied`
+//!            2. caps       request body ≤ 1 MiB and ≤ 64 headers, read while it streams
+//!            3. shadow     only GET and HEAD leave in shadow mode; others are "would send"
+//!            4. replay     a replayed reconcile is answered from its record
+//!            5. budget     `limits.httpPerSecond`, body bytes, host memory for the response
+//!            6. credentials the rule's headers, read from Secrets, added here (never in the guest)
+//!            7. provider   resolve, check every address, connect to the checked one, TLS,
+//!                          response headers and body capped while they stream, all within
+//!                          the reconcile's deadline ([`Outbound`])
+//!            8. mask       injected values reflected in the response are overwritten
+//!            9. finish     metrics per guest and host, the exchange recorded
+//! ```
+//!
+//! A refusal reaches the guest as `internal-error(some("denied: ..."))`: `wasi:http`'s
+//! `HTTP-request-denied` carries no text, and the text says which URL and what the grant allows.
+//! The SDKs turn it into their `denied` error.
+
+mod address;
+mod mask;
+mod policy;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use wasmtime_wasi_http::{Error, ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttpHooks};
+
+pub use address::{AddressPolicy, special};
+
+use super::context::GuestContext;
+use super::replay::{Call, RecordedCall};
+use crate::config::{HttpRule, ValueFrom};
+use crate::shadow::Difference;
+
+/// How the interface and function of an exchange are named in records and the offline runner.
+pub const INTERFACE: &str = "wasi:http/outgoing-handler";
+pub const FUNCTION: &str = "handle";
+
+/// A request body larger than this is refused while it streams.
+pub const MAX_REQUEST_BODY: usize = 1 << 20;
+/// A response body larger than this (or than the guest's host-memory budget) is cut off with
+/// `HTTP-response-body-size`.
+pub const MAX_RESPONSE_BODY: usize = 4 << 20;
+/// Headers a request may carry, and a response.
+pub const MAX_HEADERS: usize = 64;
+/// Bytes of all the header names and values of a response.
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 64 << 10;
+
+/// One checked request, credentials added, as a provider sends it.
+#[derive(Debug)]
+pub struct OutboundRequest {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Which addresses the provider may connect to, after it resolved the host.
+    pub addresses: AddressPolicy,
+    /// PEM certificates trusted besides the system roots.
+    pub ca_bundle: Option<Vec<u8>>,
+    /// Everything (resolution, connection, TLS, the whole response) ends by then.
+    pub deadline: Instant,
+    /// The guest's own timeouts (`request-options`), each within the deadline.
+    pub connect_timeout: Option<Duration>,
+    pub first_byte_timeout: Option<Duration>,
+    pub between_bytes_timeout: Option<Duration>,
+    /// Caps on the response, checked while it streams.
+    pub max_body: usize,
+}
+
+/// A whole response, its body read within the caps.
+#[derive(Debug, Clone)]
+pub struct OutboundResponse {
+    pub status: http::StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Sends checked requests and reads the values a grant's credentials name: the live network
+/// and the host's namespace in `run`, fixtures in the offline runner.
+#[async_trait]
+pub trait Outbound: Send + Sync {
+    async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, Error>;
+    /// The bytes of a Secret's or ConfigMap's key, or why they cannot be read (the text names
+    /// the object and key, never a value).
+    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String>;
+}
+
+/// What one instance's exchanges left behind, read when its reconcile ends.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Every exchange, for the offline runner and records (only when the call records).
+    pub calls: Vec<Call>,
+    /// Shadow mode: the requests that were not sent.
+    pub differences: Vec<Difference>,
+    /// Replaying a record: the recorded exchanges not yet answered, in order.
+    pub replay: Option<VecDeque<RecordedCall>>,
+    /// Replaying: the first exchange that differed from its record.
+    pub divergence: Option<String>,
+}
+
+/// The `wasi:http` state of one instance: the context wasmtime-wasi-http keeps and the hooks.
+pub struct GuestHttp {
+    pub ctx: wasmtime_wasi_http::WasiHttpCtx,
+    pub hooks: HttpHooks,
+}
+
+impl GuestHttp {
+    pub fn new(hooks: HttpHooks) -> Self {
+        let mut ctx = wasmtime_wasi_http::WasiHttpCtx::new();
+        ctx.set_field_size_limit(MAX_RESPONSE_HEADER_BYTES);
+        Self { ctx, hooks }
+    }
+}
+
+/// The host's policy for one reconcile's requests.
+pub struct HttpHooks {
+    exchange: Arc<Exchanger>,
+}
+
+struct Exchanger {
+    guest: Arc<GuestContext>,
+    deadline: Instant,
+    recording: bool,
+    session: Arc<Mutex<Session>>,
+}
+
+impl HttpHooks {
+    /// Hooks for a reconcile of `guest` ending at `deadline`; what they see goes to `session`.
+    pub fn new(
+        guest: Arc<GuestContext>,
+        deadline: Instant,
+        recording: bool,
+        session: Arc<Mutex<Session>>,
+    ) -> Self {
+        Self {
+            exchange: Arc::new(Exchanger {
+                guest,
+                deadline,
+                recording,
+                session,
+            }),
+        }
+    }
+}
+
+impl WasiHttpHooks for HttpHooks {
+    /// The headers the host sets (any rule's) are the host's: a guest may not set them.
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        let injected: Vec<HeaderName> = self
+            .exchange
+            .guest
+            .grant
+            .http
+            .iter()
+            .flat_map(HttpRule::injected_headers)
+            .filter_map(|name| HeaderName::try_from(name).ok())
+            .collect();
+        Arc::new(move |name| {
+            wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name) || injected.contains(name)
+        })
+    }
+
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = wasmtime_wasi_http::Result<(
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                )>,
+            > + Send,
+    > {
+        drop(fut);
+        let exchange = self.exchange.clone();
+        Box::new(async move {
+            let response = exchange.run(request, options).await?;
+            let done: Box<dyn Future<Output = Result<(), Error>> + Send> =
+                Box::new(async { Ok(()) });
+            Ok((response, done))
+        })
+    }
+}
+
+/// A denial as the guest receives it.
+fn denied(text: String) -> Error {
+    Error::InternalError(Some(format!("denied: {text}")))
+}
+
+impl Exchanger {
+    fn name(&self) -> &str {
+        &self.guest.name
+    }
+
+    fn count(&self, host: &str, outcome: &'static str) {
+        if let Some(metrics) = &self.guest.metrics {
+            metrics.http_request(self.name(), host, outcome);
+        }
+    }
+
+    async fn run(
+        &self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<http::Response<WasiBody>, Error> {
+        let started = Instant::now();
+        let (parts, body) = request.into_parts();
+        let host = parts.uri.host().unwrap_or("-").to_ascii_lowercase();
+        let rule =
+            match policy::authorize(self.name(), &self.guest.grant, &parts.method, &parts.uri) {
+                Ok(rule) => rule.clone(),
+                Err(text) => {
+                    self.count(&host, "denied");
+                    tracing::warn!(guest = %self.name(), "{text}");
+                    return Err(denied(text));
+                }
+            };
+        if parts.headers.len() > MAX_HEADERS {
+            self.count(&host, "error");
+            return Err(Error::HttpRequestHeaderSectionSize(
+                u32::try_from(parts.headers.len()).ok(),
+            ));
+        }
+        let body = self
+            .read_body(body)
+            .await
+            .inspect_err(|_| self.count(&host, "error"))?;
+        let sent = body.len();
+        let args = exchange_args(&parts, &body);
+        let result = self.answer(&host, &rule, parts, body, options).await;
+        if let Err(e) = &result
+            && !is_denial(e)
+        {
+            self.count(&host, "error");
+        }
+        if self.recording {
+            let returned = match &result {
+                Ok(response) => response_json(response),
+                Err(e) => json!({ "error": error_text(e) }),
+            };
+            self.session.lock().expect("session lock").calls.push(Call {
+                interface: INTERFACE,
+                function: FUNCTION,
+                args,
+                returned,
+            });
+        }
+        let response = result?;
+        if let Some(metrics) = &self.guest.metrics {
+            metrics.http_exchanged(
+                self.name(),
+                &host,
+                sent,
+                response.body.len(),
+                started.elapsed(),
+            );
+        }
+        Ok(into_wasi(response))
+    }
+
+    /// The request body, read while it streams, at most [`MAX_REQUEST_BODY`] and within the
+    /// deadline.
+    async fn read_body(&self, mut body: WasiBody) -> Result<Bytes, Error> {
+        let read = async {
+            let mut collected = Vec::new();
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame?.into_data() {
+                    if collected.len() + data.len() > MAX_REQUEST_BODY {
+                        return Err(Error::HttpRequestBodySize(Some(
+                            (collected.len() + data.len()) as u64,
+                        )));
+                    }
+                    collected.extend_from_slice(&data);
+                }
+            }
+            Ok(Bytes::from(collected))
+        };
+        tokio::time::timeout_at(self.deadline.into(), read)
+            .await
+            .unwrap_or(Err(Error::ConnectionWriteTimeout))
+    }
+
+    /// The response to a request within the grant: not sent (shadow), from the record (replay),
+    /// or from the provider, credentials added and masked again in what comes back.
+    async fn answer(
+        &self,
+        host: &str,
+        rule: &HttpRule,
+        parts: http::request::Parts,
+        body: Bytes,
+        options: Option<RequestOptions>,
+    ) -> Result<OutboundResponse, Error> {
+        let url = parts.uri.to_string();
+        if self.guest.grant.mode == crate::shadow::Mode::Shadow
+            && !matches!(parts.method, http::Method::GET | http::Method::HEAD)
+        {
+            self.count(host, "shadow");
+            let intended = format!("{} {url}", parts.method);
+            self.session
+                .lock()
+                .expect("session lock")
+                .differences
+                .extend(crate::shadow::single(
+                    intended,
+                    true,
+                    format!(
+                        "would send {} bytes (shadow mode sends only GET and HEAD)",
+                        body.len()
+                    ),
+                ));
+            let mut headers = HeaderMap::new();
+            headers.insert("x-reconciler-shadow", HeaderValue::from_static("not-sent"));
+            return Ok(OutboundResponse {
+                status: http::StatusCode::ACCEPTED,
+                headers,
+                body: Bytes::new(),
+            });
+        }
+        if let Some(answer) = self.replayed(&parts, &body) {
+            self.count(host, "replayed");
+            return answer;
+        }
+        let Some(provider) = self.guest.providers.http.clone() else {
+            return Err(denied(format!(
+                "guest `{}` may not {} {url}: this host sends no HTTP for its guests",
+                self.name(),
+                parts.method
+            )));
+        };
+        let budget = &self.guest.budget;
+        let within = |what: &'static str| {
+            move |_| {
+                Error::InternalError(Some(format!(
+                    "unavailable: the reconcile's deadline passed while waiting for {what}"
+                )))
+            }
+        };
+        tokio::time::timeout_at(self.deadline.into(), budget.http.until_ready())
+            .await
+            .map_err(within("the guest's HTTP rate (limits.httpPerSecond)"))?;
+        let (mut headers, secrets) = self
+            .credentials(provider.as_ref(), rule, parts.headers)
+            .await?;
+        headers.insert(
+            http::header::HOST,
+            HeaderValue::from_str(parts.uri.authority().map_or("", |a| a.as_str()))
+                .map_err(|_| Error::HttpRequestUriInvalid)?,
+        );
+        let ca_bundle = match &rule.ca_bundle {
+            Some(from) => Some(provider.value(from).await.map_err(|why| {
+                Error::InternalError(Some(format!(
+                    "unavailable: the CA bundle of {}: {why}",
+                    rule.prefix
+                )))
+            })?),
+            None => None,
+        };
+        let max_body = MAX_RESPONSE_BODY.min(budget.host_memory_bytes());
+        let held = budget.hold(max_body).await;
+        let option =
+            |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick);
+        let request = OutboundRequest {
+            method: parts.method,
+            uri: parts.uri,
+            headers,
+            body,
+            addresses: AddressPolicy {
+                literal: rule.prefix.literal_ip(),
+            },
+            ca_bundle,
+            deadline: self.deadline,
+            connect_timeout: option(|o| o.connect_timeout),
+            first_byte_timeout: option(|o| o.first_byte_timeout),
+            between_bytes_timeout: option(|o| o.between_bytes_timeout),
+            max_body,
+        };
+        let mut response = tokio::time::timeout_at(self.deadline.into(), provider.send(request))
+            .await
+            .unwrap_or(Err(Error::HttpResponseTimeout))
+            .inspect_err(|e| {
+                if is_denial(e) {
+                    self.count(host, "denied");
+                    tracing::warn!(guest = %self.name(), "{}", error_text(e));
+                }
+            })?;
+        drop(held);
+        let _ = budget.body_bytes(response.body.len()).await;
+        if !secrets.is_empty() {
+            mask_response(&secrets, &mut response);
+        }
+        self.count(host, status_class(response.status));
+        Ok(response)
+    }
+
+    /// The guest's headers with the rule's credentials set (any value the guest gave for those
+    /// names replaced), and the values to mask in the response.
+    async fn credentials(
+        &self,
+        provider: &dyn Outbound,
+        rule: &HttpRule,
+        mut headers: HeaderMap,
+    ) -> Result<(HeaderMap, mask::Secrets), Error> {
+        let mut secrets = mask::Secrets::default();
+        let bearer = rule
+            .bearer_token
+            .as_ref()
+            .map(|from| ("authorization".to_owned(), from, "Bearer "));
+        let named = rule
+            .headers
+            .iter()
+            .map(|(name, from)| (name.clone(), from, ""));
+        for (name, from, prefix) in named.chain(bearer) {
+            let value = provider.value(from).await.map_err(|why| {
+                Error::InternalError(Some(format!(
+                    "unavailable: the value of header {name} for {}: {why}",
+                    rule.prefix
+                )))
+            })?;
+            let value = trim_newline(&value);
+            secrets.add(value);
+            let mut full = prefix.as_bytes().to_vec();
+            full.extend_from_slice(value);
+            let name =
+                HeaderName::try_from(name.as_str()).map_err(|_| Error::ConfigurationError)?;
+            let mut value = HeaderValue::from_bytes(&full).map_err(|_| {
+                Error::InternalError(Some(format!(
+                    "unavailable: the value of header {name} from {from} is not a valid header value"
+                )))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        if !secrets.is_empty() {
+            headers.insert(
+                http::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
+        Ok((headers, secrets))
+    }
+
+    /// The recorded answer to this request when a record is being replayed.
+    fn replayed(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+    ) -> Option<Result<OutboundResponse, Error>> {
+        let mut session = self.session.lock().expect("session lock");
+        let queue = session.replay.as_mut()?;
+        let asked = exchange_args(parts, body);
+        let Some(recorded) = queue.pop_front() else {
+            session.divergence.get_or_insert_with(|| {
+                format!("an HTTP request the record does not have: {asked}")
+            });
+            return Some(Err(Error::InternalError(Some(
+                "unavailable: replay: the record has no answer for this HTTP request".to_owned(),
+            ))));
+        };
+        if recorded.args != asked {
+            session.divergence.get_or_insert_with(|| {
+                format!(
+                    "a different HTTP request: recorded {}, replayed {asked}",
+                    recorded.args
+                )
+            });
+        }
+        Some(response_from_json(&recorded.returned))
+    }
+}
+
+/// Whether `e` is the host's refusal (outside the grant, or an address it may not reach).
+fn is_denial(e: &Error) -> bool {
+    matches!(e, Error::InternalError(Some(t)) if t.starts_with("denied: "))
+}
+
+/// A Secret's value as written with `kubectl create secret --from-file`, without its newline.
+fn trim_newline(value: &[u8]) -> &[u8] {
+    value
+        .strip_suffix(b"\r\n")
+        .or_else(|| value.strip_suffix(b"\n"))
+        .unwrap_or(value)
+}
+
+fn mask_response(secrets: &mask::Secrets, response: &mut OutboundResponse) {
+    let mut body = response.body.to_vec();
+    if secrets.mask(&mut body) {
+        response.body = Bytes::from(body);
+    }
+    for value in response.headers.values_mut() {
+        let mut bytes = value.as_bytes().to_vec();
+        if secrets.mask(&mut bytes)
+            && let Ok(masked) = HeaderValue::from_bytes(&bytes)
+        {
+            *value = masked;
+        }
+    }
+}
+
+fn status_class(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// The guest-facing text of an error.
+pub fn error_text(e: &Error) -> String {
+    match e {
+        Error::InternalError(Some(text)) => text.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A request as records and the offline runner show it: the guest's own headers (never the
+/// credentials the host adds), the body as text when it is UTF-8.
+fn exchange_args(parts: &http::request::Parts, body: &Bytes) -> Value {
+    json!({
+        "method": parts.method.as_str(),
+        "url": parts.uri.to_string(),
+        "headers": headers_json(&parts.headers),
+        "body": body_json(body),
+    })
+}
+
+fn response_json(response: &OutboundResponse) -> Value {
+    json!({
+        "status": response.status.as_u16(),
+        "headers": headers_json(&response.headers),
+        "body": body_json(&response.body),
+    })
+}
+
+fn headers_json(headers: &HeaderMap) -> Value {
+    let mut map = serde_json::Map::new();
+    for (name, value) in headers {
+        if value.is_sensitive() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        match map.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push_str(", ");
+                existing.push_str(&text);
+            }
+            _ => {
+                map.insert(name.as_str().to_owned(), Value::String(text));
+            }
+        }
+    }
+    Value::Object(map)
+}
+
+/// A body as text, or `{"base64": ...}` when it is not UTF-8.
+fn body_json(body: &Bytes) -> Value {
+    use base64::Engine as _;
+    match std::str::from_utf8(body) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(body) }),
+    }
+}
+
+fn body_from_json(value: &Value) -> Option<Bytes> {
+    use base64::Engine as _;
+    match value {
+        Value::Null => Some(Bytes::new()),
+        Value::String(text) => Some(Bytes::from(text.clone())),
+        Value::Object(o) => o
+            .get("base64")
+            .and_then(Value::as_str)
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .map(Bytes::from),
+        _ => None,
+    }
+}
+
+/// A response as records and fixtures write it (`{status, headers, body}` or `{error}`).
+pub fn response_from_json(value: &Value) -> Result<OutboundResponse, Error> {
+    if let Some(error) = value.get("error").and_then(Value::as_str) {
+        return Err(Error::InternalError(Some(error.to_owned())));
+    }
+    let malformed = || {
+        Error::InternalError(Some(
+            "unavailable: a recorded HTTP response is malformed".to_owned(),
+        ))
+    };
+    let status = value
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .and_then(|s| http::StatusCode::from_u16(s).ok())
+        .ok_or_else(malformed)?;
+    let mut headers = HeaderMap::new();
+    if let Some(map) = value.get("headers").and_then(Value::as_object) {
+        for (name, v) in map {
+            let (Ok(name), Some(Ok(v))) = (
+                HeaderName::try_from(name.as_str()),
+                v.as_str().map(HeaderValue::from_str),
+            ) else {
+                return Err(malformed());
+            };
+            headers.append(name, v);
+        }
+    }
+    let body = body_from_json(value.get("body").unwrap_or(&Value::Null)).ok_or_else(malformed)?;
+    Ok(OutboundResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The response as wasmtime-wasi-http hands it to the guest.
+fn into_wasi(response: OutboundResponse) -> http::Response<WasiBody> {
+    let body = http_body_util::Full::new(response.body)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut out = http::Response::new(body);
+    *out.status_mut() = response.status;
+    *out.headers_mut() = response.headers;
+    out
+}

@@ -1,0 +1,182 @@
+//! Whether a guest's request is within the `http:` of its grant: the rule whose prefix holds
+//! its URL and whose methods hold its method. A refusal names the URL and what the grant
+//! allows, and where to add it.
+
+use crate::config::{Grant, HttpRule, normalise_path};
+
+/// The rule of `grant` covering `method` on `uri`, or why there is none.
+pub(super) fn authorize<'g>(
+    guest: &str,
+    grant: &'g Grant,
+    method: &http::Method,
+    uri: &http::Uri,
+) -> Result<&'g HttpRule, String> {
+    let url = uri.to_string();
+    let refuse = |why: String| {
+        format!(
+            "guest `{guest}` may not {method} {url}: {why}; add it to {}",
+            grant.place_in_full(guest, "http")
+        )
+    };
+    let scheme = uri
+        .scheme_str()
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| refuse("the URL has no scheme".to_owned()))?;
+    let authority = uri
+        .authority()
+        .ok_or_else(|| refuse("the URL has no host".to_owned()))?;
+    if authority.as_str().contains('@') {
+        return Err(refuse("the URL carries user information".to_owned()));
+    }
+    let port = authority.port_u16().unwrap_or(match scheme.as_str() {
+        "https" => 443,
+        _ => 80,
+    });
+    let path = normalise_path(uri.path()).map_err(refuse)?;
+    let host = authority.host();
+    let under: Vec<&HttpRule> = grant
+        .http
+        .iter()
+        .filter(|rule| rule.prefix.matches(&scheme, host, port, &path))
+        .collect();
+    if let Some(rule) = under
+        .iter()
+        .find(|rule| rule.methods().contains(method.as_str()))
+    {
+        return Ok(rule);
+    }
+    let allowed = if grant.http.is_empty() {
+        "the grant allows no HTTP at all".to_owned()
+    } else {
+        let rules: Vec<String> = grant
+            .http
+            .iter()
+            .map(|rule| {
+                let methods: Vec<String> = rule.methods().into_iter().collect();
+                format!("{} {}", methods.join(","), rule.prefix)
+            })
+            .collect();
+        let which = if under.is_empty() {
+            "no prefix of the grant holds the URL"
+        } else {
+            "the prefixes that hold the URL do not allow the method"
+        };
+        format!("{which} (allowed: {})", rules.join("; "))
+    };
+    Err(refuse(allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(yaml: &str) -> Grant {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn check(grant: &Grant, method: &str, url: &str) -> Result<String, String> {
+        authorize(
+            "dns",
+            grant,
+            &method.parse().unwrap(),
+            &url.parse().unwrap(),
+        )
+        .map(|rule| rule.prefix.to_string())
+    }
+
+    #[test]
+    fn a_request_passes_only_under_a_prefix_that_allows_its_method() {
+        let g = grant(
+            "http:\n- prefix: http://127.0.0.1:8081/api/v1/servers/localhost\n  methods: [GET, PATCH]\n- prefix: https://api.example.com/v2\n",
+        );
+        assert!(
+            check(
+                &g,
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/zones"
+            )
+            .is_ok()
+        );
+        assert!(
+            check(
+                &g,
+                "PATCH",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/zones/a."
+            )
+            .is_ok()
+        );
+        assert!(check(&g, "GET", "https://API.example.com:443/v2?q=1").is_ok());
+        for (method, url, why) in [
+            (
+                "DELETE",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/zones/a.",
+                "do not allow the method",
+            ),
+            (
+                "POST",
+                "https://api.example.com/v2/x",
+                "do not allow the method",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/other",
+                "no prefix",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8082/api/v1/servers/localhost",
+                "no prefix",
+            ),
+            (
+                "GET",
+                "https://127.0.0.1:8081/api/v1/servers/localhost",
+                "no prefix",
+            ),
+            (
+                "GET",
+                "http://localhost:8081/api/v1/servers/localhost",
+                "no prefix",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/../../../config",
+                ".. segment",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/%2e%2e/x",
+                "encoded .",
+            ),
+            (
+                "GET",
+                "http://user@127.0.0.1:8081/api/v1/servers/localhost",
+                "user information",
+            ),
+            (
+                "GET",
+                "http://169.254.169.254/latest/meta-data",
+                "no prefix",
+            ),
+        ] {
+            let err = check(&g, method, url).unwrap_err();
+            assert!(err.contains(why), "{method} {url}: {err}");
+            assert!(err.contains(url) || err.contains("user"), "{err}");
+            assert!(err.contains("guests.dns.http"), "{err}");
+        }
+        let err = check(&g, "DELETE", "https://api.example.com/v2").unwrap_err();
+        assert!(
+            err.contains("GET,PATCH http://127.0.0.1:8081/api/v1/servers/localhost"),
+            "{err}"
+        );
+        assert!(
+            err.contains("GET,HEAD https://api.example.com:443/v2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_grant_without_http_refuses_every_request() {
+        let err = check(&Grant::default(), "GET", "https://example.com/").unwrap_err();
+        assert!(err.contains("allows no HTTP"), "{err}");
+    }
+}
