@@ -45,6 +45,7 @@ pub mod host;
 pub mod manifests;
 pub mod namespace;
 pub mod paths;
+pub mod pdns;
 pub mod registry;
 pub mod robustness;
 pub mod wait;
