@@ -4,6 +4,13 @@
 # ../lib.sh, installed by it) generates from ../../wit, whose host functions the tests replace
 # (tests/conftest.py). Exits non-zero when a test fails.
 #
+# Two runs, one per world, since componentize-py names the modules after the world's imports:
+#   tests/        against `network-controller`: every interface of the contract, so
+#                 network_backend is tested too
+#   tests/http/   against `http-controller`: the module `http` over wasi:http's resources
+#                 (tests/http/conftest.py), where the contract's `types` is
+#                 `reconciler_api_types`
+#
 #   guests/sdk-python/test.sh [pytest arguments]
 set -euo pipefail
 PYTEST_VERSION=9.2.0
@@ -18,9 +25,19 @@ pip_tool pytest "$PYTEST_VERSION" # sets venv
 
 bindings="$(mktemp -d "${TMPDIR:-/tmp}/sdk-python-bindings.XXXXXX")"
 trap 'rm -rf "$bindings"' EXIT
-# network-controller: every interface of the contract, so network_backend is tested too.
-"$componentize_py" -d "$repo/wit" -w network-controller bindings "$bindings" >/dev/null
+for world in network-controller http-controller; do
+  "$componentize_py" -d "$repo/wit" -w "$world" bindings "$bindings/$world" >/dev/null
+done
+
+# run_pytest WORLD TESTS [pytest arguments]: TESTS against WORLD's bindings, with TESTS' own
+# conftest.py only (--confcutdir), so each run's fakes import only its world's modules.
+run_pytest() {
+  local world=$1 tests=$2
+  shift 2
+  PYTHONPATH="$bindings/$world:$here/src:$here/$tests" PYTHONDONTWRITEBYTECODE=1 \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --confcutdir "$tests" "$tests" "$@"
+}
 
 cd "$here"
-PYTHONPATH="$bindings:$here/src:$here/tests" PYTHONDONTWRITEBYTECODE=1 \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+run_pytest network-controller tests --ignore tests/http "$@"
+run_pytest http-controller tests/http "$@"

@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 
 from componentize_py_types import Err
 from wit_world.exports import reconciler as wit_reconciler
-from wit_world.imports import types as wit
+
+try:
+    from wit_world.imports import types as wit
+except ImportError:
+    # A world that also imports wasi:http (`http-controller`) has two interfaces named `types`;
+    # componentize-py then names each module after its package.
+    from wit_world.imports import reconciler_api_types as wit  # type: ignore[no-redef]
 
 from .errors import (
     ConflictError,
