@@ -131,6 +131,7 @@ fn main() {
         cluster: cluster.clone(),
         queue: Arc::new(RecordingQueue::default()) as Arc<dyn Enqueuer>,
         network: None,
+        http: None,
     };
     let context = Arc::new(GuestContext::new("bench", Grant::unrestricted(), providers));
     let request = Request {

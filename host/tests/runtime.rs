@@ -735,3 +735,35 @@ fn no_reuse_across_versions_or_after_the_idle_time() {
     let (_, reused, calls) = reconcile_reusing(&runtime, &v2, &h, &object, &mut warm, policy);
     assert_eq!((reused, calls), (false, Some(1)));
 }
+
+/// A guest built from the contract as `reconciler:api@0.1.0` was before the `http-controller`
+/// world was added (a frozen copy of the WIT) loads and reconciles on today's host, slimmed or
+/// as rustc linked it.
+#[test]
+fn a_guest_built_for_the_first_contract_still_loads_and_reconciles() {
+    let runtime = runtime();
+    for name in ["contract-0-1-0", "unslimmed/contract-0-1-0"] {
+        let guest = load(&runtime, name);
+        assert_eq!(guest.world(), "controller", "{name}");
+        assert_eq!(guest.manifest.name, "contract-0-1-0");
+        let h = harness(Grant::unrestricted());
+        let object = widget("old", &json!({}));
+        let (outcome, calls) = reconcile(&runtime, &guest, &h, &object);
+        assert_eq!(
+            outcome,
+            Outcome::Ok {
+                requeue_after_ms: None
+            },
+            "{name}"
+        );
+        assert!(
+            calls.iter().any(|c| c.function == "patch-status"),
+            "{calls:?}"
+        );
+        let written = h
+            .cache
+            .get(&ObjectRef::of_object(&object).unwrap())
+            .unwrap();
+        assert_eq!(written["status"]["contract"], "0.1.0", "{name}: {written}");
+    }
+}

@@ -37,6 +37,7 @@
 //! | [`queue`] | enqueueing other keys of the guest's own kind |
 //! | [`log`] | logging into the host's stream ([`info!`] and friends) |
 //! | [`network_backend`] | the Network sample's backend (only for `network-controller` guests) |
+//! | [`http`] | outbound HTTP through `wasi:http`, within the grant's `http:` (`http-controller` guests) |
 //! | [`conditions`] | `metav1.Condition` bookkeeping with stable `lastTransitionTime` |
 //!
 //! Host calls fail with [`HostError`]; `?` turns one into a [`ReconcileError`] (see
@@ -63,23 +64,36 @@ pub mod cluster;
 pub mod conditions;
 pub mod error;
 pub mod event;
+pub mod http;
 pub mod lister;
 pub mod log;
 mod manifest;
 mod object;
 pub mod queue;
 
-/// Bindings generated from `wit/` for the `network-controller` world, the superset of every
-/// world in the contract. Prefer the re-exports at the crate root.
+/// Bindings generated from `wit/` for every world of the contract at once (`network-controller`
+/// and `http-controller`, whose `wasi:http` imports [`http`] wraps). A component imports only
+/// what its code calls, so a guest that never sends a request imports no `wasi:http`. Prefer
+/// the re-exports at the crate root.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "network-controller",
+        inline: "
+            package reconciler:sdk;
+            world guest {
+                include reconciler:api/network-controller@0.1.0;
+                include reconciler:api/http-controller@0.1.0;
+            }
+        ",
+        world: "reconciler:sdk/guest",
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "::reconciler_guest::bindings",
         additional_derives: [PartialEq, Eq],
+        // WASI types that hold resources (an I/O error, a stream error) cannot derive them.
+        additional_derives_ignore: ["stream-error", "error-code", "header-error", "field-size-payload", "DNS-error-payload", "TLS-alert-received-payload"],
     });
 }
 

@@ -242,7 +242,7 @@ impl CallContext {
     pub fn replaying(mut self, replay: replay::Replayer) -> Self {
         // HTTP exchanges are answered by the request hook, in their own order.
         let (http, rest) = replay.split(super::http::INTERFACE);
-        self.http.lock().expect("session lock").replay = Some(http.into());
+        super::http::lock(&self.http).replay = Some(http.into());
         self.replay = Some(Box::new(rest));
         self
     }
@@ -250,7 +250,7 @@ impl CallContext {
     /// Folds what the outbound HTTP exchanges recorded into this context: their calls (after
     /// the others), shadow mode's requests not sent, and a replay's divergence.
     pub fn absorb_http(&mut self) {
-        let session = std::mem::take(&mut *self.http.lock().expect("session lock"));
+        let session = std::mem::take(&mut *super::http::lock(&self.http));
         if let Some(calls) = &mut self.calls {
             calls.extend(session.calls);
         }

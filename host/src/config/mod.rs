@@ -370,7 +370,6 @@ impl Limits {
     /// concurrency above `max_concurrency`: one entry per limit, naming both values. A limit
     /// left unset here takes the host's default, which is not above the ceiling's own source.
     pub fn above(&self, ceiling: &Limits, max_concurrency: u32) -> Vec<String> {
-        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
         let mut above = Vec::new();
         let mut check = |name: &str, mine: Option<u64>, cap: u64| {
             if let Some(mine) = mine.filter(|m| *m > cap) {
@@ -396,7 +395,27 @@ impl Limits {
             self.concurrency.map(u64::from),
             u64::from(concurrency),
         );
-        let u32s: [(&str, Option<u32>, Option<u32>, u32); 12] = [
+        let u32s = self.rate_limits(ceiling);
+        // No reuse unless the ceiling allows it: it lets state pass between keys.
+        check(
+            "instanceReuse",
+            self.instance_reuse.map(u64::from),
+            u64::from(ceiling.instance_reuse.unwrap_or(1)),
+        );
+        for (name, mine, cap, built_in) in u32s {
+            check(
+                name,
+                mine.map(u64::from),
+                u64::from(cap.unwrap_or(built_in)),
+            );
+        }
+        above
+    }
+
+    /// The rates and bursts, each as (name, this value, the ceiling's, the built-in value).
+    fn rate_limits(&self, ceiling: &Limits) -> [(&'static str, Option<u32>, Option<u32>, u32); 12] {
+        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
+        [
             (
                 "httpPerSecond",
                 self.http_per_second,
@@ -459,21 +478,7 @@ impl Limits {
                 ceiling.body_bytes_per_second,
                 rates.body_bytes_per_second,
             ),
-        ];
-        // No reuse unless the ceiling allows it: it lets state pass between keys.
-        check(
-            "instanceReuse",
-            self.instance_reuse.map(u64::from),
-            u64::from(ceiling.instance_reuse.unwrap_or(1)),
-        );
-        for (name, mine, cap, built_in) in u32s {
-            check(
-                name,
-                mine.map(u64::from),
-                u64::from(cap.unwrap_or(built_in)),
-            );
-        }
-        above
+        ]
     }
 
     /// These limits with none above `ceiling`, set or not: a limit left unset would take a

@@ -42,6 +42,7 @@ use crate::controller::Shared;
 use crate::guest_set::{Directory, GuestEvent, GuestSource, Guests, Sources};
 use crate::informers::{Informers, Options};
 use crate::metrics::Metrics;
+use crate::providers::http::LiveOutbound;
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::server::Readiness;
 use controllers::{ControllerSet, START_RETRY};
@@ -119,6 +120,35 @@ pub(crate) fn default_cache_dir() -> Option<PathBuf> {
         .map(|base| base.join("reconciler-host"))
 }
 
+/// The task writing the Reconcilers' status, if there are Reconcilers, and its switch: one
+/// replica writes them, the one that coordinates (see `Manager::set_owned`).
+fn write_statuses(
+    status: Option<crate::reconcilers::StatusWriter>,
+    args: &RunArgs,
+    guests: &Arc<Guests>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let (switch, on) = tokio::sync::watch::channel(false);
+    let task = status.map(|writer| {
+        let identity = args
+            .identity
+            .clone()
+            .unwrap_or_else(|| "reconciler-host".into());
+        tokio::spawn(writer.run(guests.clone(), identity, on))
+    });
+    (switch, task)
+}
+
+/// The host's own namespace, where Reconcilers' pull Secrets and guests' HTTP credentials are
+/// read: `--namespace`, else the client configuration's.
+fn host_namespace(args: &RunArgs, kube_config: &kube::Config) -> String {
+    args.namespace
+        .clone()
+        .unwrap_or_else(|| kube_config.default_namespace.clone())
+}
+
 /// The client configuration (KUBECONFIG or in-cluster), every request carrying the user agent
 /// `reconciler-host/VERSION (IDENTITY)`: the API server's audit log then tells replicas apart
 /// (the robustness checker attributes every write with it).
@@ -147,11 +177,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let kube_config = kube_config(&args).await?;
     let networks = network_backends(&config, &kube_config.cluster_url)?;
 
-    // Where Reconcilers' pull Secrets and guests' HTTP credentials are read.
-    let host_namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| kube_config.default_namespace.clone());
     let client = kube::Client::try_from(kube_config.clone())
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let metrics = Metrics::new();
@@ -174,7 +199,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         &config,
         dir.as_ref(),
         &client,
-        &host_namespace,
+        &host_namespace(&args, &kube_config),
         cache_dir,
         &metrics,
     )?;
@@ -202,21 +227,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     )?;
     tracing::info!(%addr, guests = %dir.as_ref().map_or("-".into(), |d| d.display().to_string()),
         reconcilers = config.reconcilers.is_some(), "reconciler-host serving /healthz /readyz /metrics /guests");
-    // One replica writes the Reconcilers' status: the one that coordinates (see `Manager::set_owned`).
-    let (status_writes, writes) = tokio::sync::watch::channel(false);
-    let status_task = reconciler_status.map(|writer| {
-        let identity = args
-            .identity
-            .clone()
-            .unwrap_or_else(|| "reconciler-host".into());
-        tokio::spawn(writer.run(guests.clone(), identity, writes))
-    });
+    let (status_writes, status_task) = write_statuses(reconciler_status, &args, &guests);
 
-    let outbound = Arc::new(crate::providers::http::LiveOutbound::new(
-        Some(client.clone()),
-        host_namespace,
-    ));
     let shared = Shared {
+        outbound: Arc::new(LiveOutbound::new(
+            Some(client.clone()),
+            host_namespace(&args, &kube_config),
+        )),
         client,
         informers,
         runtime,
@@ -227,7 +244,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shadows: guests.shadows(),
         shard: None,
         record_directory: record_directory.clone(),
-        outbound,
     };
     let mut manager = Manager {
         shared,

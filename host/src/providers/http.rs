@@ -31,12 +31,17 @@ use crate::config::ValueFrom;
 /// rotated key takes effect within it and a busy guest does not read the Secret per request.
 const VALUE_TTL: Duration = Duration::from_secs(30);
 
+/// A value read, and when.
+type Cached = (Instant, Arc<Vec<u8>>);
+
 /// Sends guests' requests to the network and reads credentials from the host's namespace.
 pub struct LiveOutbound {
     /// None: no API server (a host run without one reads no credentials).
     client: Option<kube::Client>,
     namespace: String,
-    values: Mutex<BTreeMap<ValueFrom, (Instant, Arc<Vec<u8>>)>>,
+    values: Mutex<BTreeMap<ValueFrom, Cached>>,
+    /// Values given up front, never read again (tests, the offline runner's fixtures).
+    fixed: BTreeMap<ValueFrom, Vec<u8>>,
 }
 
 impl LiveOutbound {
@@ -45,6 +50,15 @@ impl LiveOutbound {
             client,
             namespace,
             values: Mutex::default(),
+            fixed: BTreeMap::new(),
+        }
+    }
+
+    /// Sends to the network with these values for the credentials, and no API server.
+    pub fn with_values(values: BTreeMap<ValueFrom, Vec<u8>>) -> Self {
+        Self {
+            fixed: values,
+            ..Self::new(None, String::new())
         }
     }
 }
@@ -56,6 +70,9 @@ impl Outbound for LiveOutbound {
     }
 
     async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String> {
+        if let Some(value) = self.fixed.get(from) {
+            return Ok(value.clone());
+        }
         if let Some((at, value)) = self.values.lock().expect("values lock").get(from)
             && at.elapsed() < VALUE_TTL
         {
@@ -115,7 +132,7 @@ fn system_roots() -> &'static rustls::RootCertStore {
 }
 
 /// A denial of an address, as the guest receives it.
-fn denied(text: String) -> Error {
+fn denied(text: &str) -> Error {
     Error::InternalError(Some(format!("denied: {text}")))
 }
 
@@ -178,19 +195,18 @@ async fn send(request: OutboundRequest) -> Result<OutboundResponse, Error> {
 /// reached, the refusal names them and why.
 async fn resolve(request: &OutboundRequest, host: &str, port: u16) -> Result<SocketAddr, Error> {
     let literal = host.trim_start_matches('[').trim_end_matches(']');
-    let addresses: Vec<SocketAddr> = match literal.parse::<std::net::IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => {
-            let lookup = tokio::net::lookup_host((literal, port));
-            tokio::time::timeout_at(request.deadline.into(), lookup)
-                .await
-                .map_err(|_| Error::DnsTimeout)?
-                .map_err(|e| Error::DnsError {
-                    rcode: Some(e.to_string()),
-                    info_code: None,
-                })?
-                .collect()
-        }
+    let addresses: Vec<SocketAddr> = if let Ok(ip) = literal.parse::<std::net::IpAddr>() {
+        vec![SocketAddr::new(ip, port)]
+    } else {
+        let lookup = tokio::net::lookup_host((literal, port));
+        tokio::time::timeout_at(request.deadline.into(), lookup)
+            .await
+            .map_err(|_| Error::DnsTimeout)?
+            .map_err(|e| Error::DnsError {
+                rcode: Some(e.to_string()),
+                info_code: None,
+            })?
+            .collect()
     };
     let mut refused = Vec::new();
     for address in &addresses {
@@ -202,8 +218,8 @@ async fn resolve(request: &OutboundRequest, host: &str, port: u16) -> Result<Soc
     if refused.is_empty() {
         return Err(Error::DestinationNotFound);
     }
-    Err(denied(format!(
-        "{} {}: {host} resolves only to addresses the host does not connect to ({}); only a grant prefix naming such an address literally may reach it",
+    Err(denied(&format!(
+        "{} {}: {host} resolves only to addresses the host does not connect to ({}): only a grant prefix naming such an address literally reaches it",
         request.method,
         request.uri,
         refused.join(", ")

@@ -23,6 +23,8 @@ use crate::wit::{NetworkControllerPre, guest};
 const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
 /// Interfaces of the contract, as a component's imports name them.
 const API_PACKAGE: &str = "reconciler:api/";
+/// The import of the `http-controller` world, as [`LoadedGuest::imports`] lists it.
+const HTTP_IMPORT: &str = "wasi:http/outgoing-handler";
 /// How long `manifest()` may take at load.
 pub const MANIFEST_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -68,7 +70,8 @@ pub struct LoadedGuest {
     /// SHA-256 of the component bytes, hex.
     pub hash: String,
     pub manifest: Manifest,
-    /// The contract's interfaces the component imports (`lister`, `network-backend`, ...).
+    /// The contract's interfaces the component imports (`lister`, `network-backend`, ...), and
+    /// `wasi:http/outgoing-handler` when it imports that.
     pub imports: BTreeSet<String>,
     pub file: PathBuf,
 }
@@ -90,10 +93,14 @@ pub(super) type ReconcileFunc<'a> =
 impl LoadedGuest {
     /// The world the guest was built for, from what it imports.
     pub fn world(&self) -> &'static str {
-        if self.imports.contains("network-backend") {
-            "network-controller"
-        } else {
-            "controller"
+        match (
+            self.imports.contains("network-backend"),
+            self.imports.contains(HTTP_IMPORT),
+        ) {
+            (true, true) => "network-controller+http-controller",
+            (true, false) => "network-controller",
+            (false, true) => "http-controller",
+            (false, false) => "controller",
         }
     }
 
@@ -221,6 +228,9 @@ pub(super) fn check_world(
         .component_type()
         .imports(engine)
         .filter_map(|(import, _)| {
+            if import.starts_with(HTTP_IMPORT) {
+                return Some(HTTP_IMPORT.to_owned());
+            }
             let interface = import.strip_prefix(API_PACKAGE)?;
             Some(interface.split('@').next().unwrap_or(interface).to_owned())
         })

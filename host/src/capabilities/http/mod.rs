@@ -110,6 +110,13 @@ pub struct Session {
     pub divergence: Option<String>,
 }
 
+/// The session, even after a panic elsewhere left its lock poisoned (it holds plain data).
+pub fn lock(session: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
+    session
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The `wasi:http` state of one instance: the context wasmtime-wasi-http keeps and the hooks.
 pub struct GuestHttp {
     pub ctx: wasmtime_wasi_http::WasiHttpCtx,
@@ -197,7 +204,7 @@ impl WasiHttpHooks for HttpHooks {
 }
 
 /// A denial as the guest receives it.
-fn denied(text: String) -> Error {
+fn denied(text: &str) -> Error {
     Error::InternalError(Some(format!("denied: {text}")))
 }
 
@@ -226,7 +233,7 @@ impl Exchanger {
                 Err(text) => {
                     self.count(&host, "denied");
                     tracing::warn!(guest = %self.name(), "{text}");
-                    return Err(denied(text));
+                    return Err(denied(&text));
                 }
             };
         if parts.headers.len() > MAX_HEADERS {
@@ -252,7 +259,7 @@ impl Exchanger {
                 Ok(response) => response_json(response),
                 Err(e) => json!({ "error": error_text(e) }),
             };
-            self.session.lock().expect("session lock").calls.push(Call {
+            lock(&self.session).calls.push(Call {
                 interface: INTERFACE,
                 function: FUNCTION,
                 args,
@@ -308,34 +315,14 @@ impl Exchanger {
         if self.guest.grant.mode == crate::shadow::Mode::Shadow
             && !matches!(parts.method, http::Method::GET | http::Method::HEAD)
         {
-            self.count(host, "shadow");
-            let intended = format!("{} {url}", parts.method);
-            self.session
-                .lock()
-                .expect("session lock")
-                .differences
-                .extend(crate::shadow::single(
-                    intended,
-                    true,
-                    format!(
-                        "would send {} bytes (shadow mode sends only GET and HEAD)",
-                        body.len()
-                    ),
-                ));
-            let mut headers = HeaderMap::new();
-            headers.insert("x-reconciler-shadow", HeaderValue::from_static("not-sent"));
-            return Ok(OutboundResponse {
-                status: http::StatusCode::ACCEPTED,
-                headers,
-                body: Bytes::new(),
-            });
+            return Ok(self.not_sent(host, &parts.method, &url, body.len()));
         }
         if let Some(answer) = self.replayed(&parts, &body) {
             self.count(host, "replayed");
             return answer;
         }
         let Some(provider) = self.guest.providers.http.clone() else {
-            return Err(denied(format!(
+            return Err(denied(&format!(
                 "guest `{}` may not {} {url}: this host sends no HTTP for its guests",
                 self.name(),
                 parts.method
@@ -391,11 +378,20 @@ impl Exchanger {
         let mut response = tokio::time::timeout_at(self.deadline.into(), provider.send(request))
             .await
             .unwrap_or(Err(Error::HttpResponseTimeout))
-            .inspect_err(|e| {
-                if is_denial(e) {
-                    self.count(host, "denied");
-                    tracing::warn!(guest = %self.name(), "{}", error_text(e));
+            .map_err(|e| {
+                if !is_denial(&e) {
+                    return e;
                 }
+                // The provider refused an address: say whose request and where a grant goes.
+                self.count(host, "denied");
+                let text = format!(
+                    "guest `{}` may not {}; add a prefix naming the address to {}",
+                    self.name(),
+                    error_text(&e).trim_start_matches("denied: "),
+                    self.guest.grant.place_in_full(self.name(), "http")
+                );
+                tracing::warn!(guest = %self.name(), "{text}");
+                denied(&text)
             })?;
         drop(held);
         let _ = budget.body_bytes(response.body.len()).await;
@@ -404,6 +400,32 @@ impl Exchanger {
         }
         self.count(host, status_class(response.status));
         Ok(response)
+    }
+
+    /// Shadow mode's answer to a request that would change something: not sent, reported as
+    /// "would send", and answered `202 Accepted` with `x-reconciler-shadow: not-sent`.
+    fn not_sent(
+        &self,
+        host: &str,
+        method: &http::Method,
+        url: &str,
+        bytes: usize,
+    ) -> OutboundResponse {
+        self.count(host, "shadow");
+        lock(&self.session)
+            .differences
+            .extend(crate::shadow::single(
+                format!("{method} {url}"),
+                true,
+                format!("would send {bytes} bytes (shadow mode sends only GET and HEAD)"),
+            ));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-reconciler-shadow", HeaderValue::from_static("not-sent"));
+        OutboundResponse {
+            status: http::StatusCode::ACCEPTED,
+            headers,
+            body: Bytes::new(),
+        }
     }
 
     /// The guest's headers with the rule's credentials set (any value the guest gave for those
@@ -459,7 +481,7 @@ impl Exchanger {
         parts: &http::request::Parts,
         body: &Bytes,
     ) -> Option<Result<OutboundResponse, Error>> {
-        let mut session = self.session.lock().expect("session lock");
+        let mut session = lock(&self.session);
         let queue = session.replay.as_mut()?;
         let asked = exchange_args(parts, body);
         let Some(recorded) = queue.pop_front() else {

@@ -1,0 +1,405 @@
+//! Outbound HTTP of a guest against the host's policy, with the real wasi:http path: the
+//! fetcher test guest (a Widget's `spec.http`) in the runtime, the live provider, and a real HTTP server on
+//! loopback that counts what reaches it. Every hostile case is read from the server's side (what
+//! arrived) and from the guest's side (what it was given), not from the host's logs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::config::{Grant, KeyRef, ValueFrom};
+use reconciler_host::objects::ObjectRef;
+use reconciler_host::providers::http::LiveOutbound;
+use reconciler_host::providers::offline::{self, MemoryCache};
+use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use serde_json::{Value, json};
+
+const KEY: &str = "s3cr3t-api-key-0123456789";
+
+/// What reached the server.
+#[derive(Default)]
+struct Seen {
+    requests: AtomicU64,
+    /// `METHOD path x-api-key` of each request.
+    lines: Mutex<Vec<String>>,
+    /// Bytes of the endless body written before the host hung up.
+    streamed: AtomicU64,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(text: impl Into<Bytes>) -> Body {
+    Full::new(text.into()).boxed()
+}
+
+/// A server on 127.0.0.1 with the routes the cases need, on a runtime of its own.
+fn server() -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = seen.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let seen = served.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let seen = seen.clone();
+                        async move { Ok::<_, Infallible>(route(&req, seen, addr)) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    });
+    (addr, seen)
+}
+
+fn route(
+    req: &hyper::Request<hyper::body::Incoming>,
+    seen: Arc<Seen>,
+    addr: SocketAddr,
+) -> hyper::Response<Body> {
+    seen.requests.fetch_add(1, Ordering::SeqCst);
+    let key = req
+        .headers()
+        .get("x-api-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let path = req.uri().path().to_owned();
+    seen.lines
+        .lock()
+        .unwrap()
+        .push(format!("{} {path} {key}", req.method()));
+    match path.as_str() {
+        // Reflects the request's headers, the key among them, in the body and a header.
+        "/api/echo" => hyper::Response::builder()
+            .header("x-echo-key", key.as_str())
+            .body(full(format!(
+                "{{\"key\":\"{key}\",\"b64\":\"{}\"}}",
+                base64_of(&key)
+            )))
+            .unwrap(),
+        "/api/ok" => hyper::Response::new(full("ok")),
+        "/api/redirect" => hyper::Response::builder()
+            .status(302)
+            .header("location", format!("http://{addr}/outside"))
+            .body(full(""))
+            .unwrap(),
+        // Endless: 64 KiB chunks for as long as the client reads.
+        "/api/big" => {
+            let chunk = Bytes::from(vec![b'x'; 64 << 10]);
+            let stream = futures::stream::unfold(seen, move |seen| {
+                let chunk = chunk.clone();
+                async move {
+                    seen.streamed
+                        .fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                    Some((Ok::<_, Infallible>(Frame::data(chunk)), seen))
+                }
+            });
+            hyper::Response::new(StreamBody::new(stream).boxed())
+        }
+        // One byte every 200 ms, for ever.
+        "/api/trickle" => {
+            let stream = futures::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Some((
+                    Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"."))),
+                    (),
+                ))
+            });
+            hyper::Response::new(StreamBody::new(stream).boxed())
+        }
+        _ => hyper::Response::builder()
+            .status(404)
+            .body(full("not here"))
+            .unwrap(),
+    }
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn key_ref() -> ValueFrom {
+    ValueFrom::SecretKeyRef(KeyRef {
+        name: "api".into(),
+        key: "key".into(),
+    })
+}
+
+/// The grant of every case: GET and POST under `/api` of the server, the key added by the host.
+fn grant(addr: SocketAddr, extra: &str) -> Grant {
+    serde_yaml::from_str(&format!(
+        "read: [test.reconciler.dev/v1/Widget]\nwrite: [test.reconciler.dev/v1/Widget/status]\nhttp:\n- prefix: http://{addr}/api\n  methods: [GET, POST]\n  headers:\n    X-API-Key: {{secretKeyRef: {{name: api, key: key}}}}\n{extra}"
+    ))
+    .unwrap()
+}
+
+struct Case {
+    runtime: Runtime,
+    guest: LoadedGuest,
+    cache: Arc<MemoryCache>,
+    context: Arc<GuestContext>,
+}
+
+fn case(grant: Grant) -> Case {
+    let runtime = Runtime::new(&RuntimeOptions {
+        cache_dir: Some(common::cache_dir()),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let path = common::guest("fetcher");
+    let guest = runtime.load(&std::fs::read(&path).unwrap(), &path).unwrap();
+    let cache = Arc::new(MemoryCache::default());
+    let outbound =
+        LiveOutbound::with_values(BTreeMap::from([(key_ref(), KEY.as_bytes().to_vec())]));
+    let providers = offline::providers(cache.clone(), None).with_http(Arc::new(outbound));
+    let context = Arc::new(GuestContext::new("fetcher", grant, providers));
+    Case {
+        runtime,
+        guest,
+        cache,
+        context,
+    }
+}
+
+/// Reconciles a Widget whose spec is `spec`; the outcome, the status written, every call.
+fn reconcile(case: &Case, spec: &Value) -> (Outcome, Value, String) {
+    let object = json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "ns", "generation": 1, "uid": "uid-1", "resourceVersion": "10"},
+        "spec": spec,
+    });
+    case.cache.put(object.clone());
+    let object_ref = ObjectRef::of_object(&object).unwrap();
+    let request = Request {
+        object_ref: object_ref.clone(),
+        object: Some(object.to_string()),
+        deleting: false,
+        attempt: 0,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let call = CallContext::new(
+        case.context.clone(),
+        "ns/w".into(),
+        Some(rt.handle().clone()),
+    )
+    .recording();
+    let run = case.runtime.reconcile(&case.guest, call, request);
+    let status = case
+        .cache
+        .get(&object_ref)
+        .and_then(|o| o.get("status").cloned())
+        .unwrap_or(Value::Null);
+    let calls = serde_json::to_string(&run.calls.unwrap_or_default()).unwrap();
+    let differences = format!("{:?}", run.shadow_differences);
+    (run.outcome, status, calls + &differences)
+}
+
+fn ok() -> Outcome {
+    Outcome::Ok {
+        requeue_after_ms: None,
+    }
+}
+
+#[test]
+fn a_granted_request_carries_the_key_the_guest_never_sees() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, ""));
+    let (outcome, status, calls) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/echo")}, {"method": "POST", "url": format!("http://{addr}/api/ok"), "body": "hello"}]}),
+    );
+    assert_eq!(outcome, ok());
+    // The server got the key, from the host.
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(
+        lines,
+        [
+            format!("GET /api/echo {KEY}"),
+            format!("POST /api/ok {KEY}")
+        ]
+    );
+    // The guest got the echo with the key overwritten, as sent and base64-encoded.
+    assert_eq!(status["http"][0]["status"], 200, "{status}");
+    assert_eq!(status["http"][1]["body"], "ok", "{status}");
+    let text = status.to_string();
+    assert!(
+        !text.contains(KEY) && !text.contains(&base64_of(KEY)[..20]),
+        "{text}"
+    );
+    assert!(text.contains(&"*".repeat(KEY.len())), "{text}");
+    // The record has the exchange, without the key.
+    assert!(calls.contains("wasi:http/outgoing-handler"), "{calls}");
+    assert!(calls.contains("/api/echo"), "{calls}");
+    assert!(!calls.contains(KEY), "{calls}");
+}
+
+#[test]
+fn requests_outside_the_grant_are_refused_before_anything_is_sent() {
+    let (addr, seen) = server();
+    let port = addr.port();
+    // `localhost` is granted by name: it resolves to loopback, which only a prefix naming the
+    // address literally may reach.
+    let case = case(grant(
+        addr,
+        &format!("- prefix: http://localhost:{port}/api\n- prefix: http://{addr}/public\n"),
+    ));
+    let urls = [
+        format!("http://{addr}/other"),
+        format!("http://127.0.0.2:{port}/api/ok"),
+        format!("http://localhost:{port}/api/ok"),
+        format!("http://{addr}/api/../admin"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        format!("http://{addr}/api/redirect"),
+    ];
+    let requests: Vec<Value> = urls
+        .iter()
+        .map(|u| json!({"url": u}))
+        .chain([json!({"method": "DELETE", "url": format!("http://{addr}/api/ok")})])
+        .chain([json!({"url": format!("http://{addr}/api/ok"), "headers": {"X-API-Key": "mine"}})])
+        .collect();
+    let (outcome, status, _) = reconcile(&case, &json!({ "http": requests }));
+    assert_eq!(outcome, ok());
+    let outcomes = status["http"].as_array().unwrap().clone();
+    let error = |i: usize| outcomes[i]["error"].as_str().unwrap_or_default().to_owned();
+    for (i, why) in [
+        (0, "no prefix of the grant holds the URL"),
+        (1, "no prefix of the grant holds the URL"),
+        (
+            2,
+            "resolves only to addresses the host does not connect to (127.0.0.1 is a loopback address",
+        ),
+        (3, ".. segment"),
+        (4, "no prefix of the grant holds the URL"),
+    ] {
+        assert!(error(i).starts_with("denied: "), "{i}: {}", outcomes[i]);
+        assert!(error(i).contains(why), "{i}: {}", outcomes[i]);
+        assert!(
+            error(i).contains("guests.fetcher.http"),
+            "{i}: {}",
+            outcomes[i]
+        );
+    }
+    // A redirect is handed to the guest, not followed: its target is checked when the guest
+    // asks for it.
+    assert_eq!(outcomes[5]["status"], 302, "{}", outcomes[5]);
+    assert!(
+        error(6).contains("do not allow the method"),
+        "{}",
+        outcomes[6]
+    );
+    assert!(
+        error(7).contains("orbidden"),
+        "a header the host sets may not be set by the guest: {}",
+        outcomes[7]
+    );
+    // Only the redirect reached the server; nothing went to /outside.
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(lines, [format!("GET /api/redirect {KEY}")]);
+}
+
+/// The resident set of this process, from /proc.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn an_endless_response_is_cut_at_the_cap_and_a_trickle_at_the_deadline() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, "limits: {deadline: 1500ms}\n"));
+    let before = rss_kib();
+    let (outcome, status, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/big")}]}),
+    );
+    assert_eq!(outcome, ok());
+    let error = status["http"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("ResponseBodySize"), "{status}");
+    // The server wrote little more than the cap (4 MiB) plus the socket's buffers before the
+    // host hung up; the process did not grow by the gigabytes on offer.
+    let streamed = seen.streamed.load(Ordering::SeqCst);
+    assert!(streamed < 32 << 20, "the server streamed {streamed} bytes");
+    let grown = rss_kib().saturating_sub(before);
+    assert!(grown < 64 << 10, "the host grew by {grown} KiB");
+
+    let started = Instant::now();
+    let (outcome, _, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/trickle")}]}),
+    );
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Outcome::Deadline(_)),
+        "a trickle holds the reconcile until its deadline, no longer: {outcome:?}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn a_flood_of_requests_is_held_to_the_guests_rate() {
+    let (addr, seen) = server();
+    let case = case(grant(
+        addr,
+        "limits: {deadline: 2s, httpPerSecond: 20, httpBurst: 10}\n",
+    ));
+    let started = Instant::now();
+    let (outcome, _, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/ok")}], "httpRepeat": 10000}),
+    );
+    let took = started.elapsed();
+    assert!(matches!(outcome, Outcome::Deadline(_)), "{outcome:?}");
+    // A burst of 10 and 20 a second for the 2 s deadline: about 50, never the 10,000 asked.
+    let reached = seen.requests.load(Ordering::SeqCst);
+    assert!(
+        (30..=60).contains(&reached),
+        "{reached} requests reached the server in {took:?}"
+    );
+}
+
+#[test]
+fn shadow_mode_sends_reads_and_reports_the_rest_as_would_send() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, "mode: shadow\n"));
+    let (outcome, _, differences) = reconcile(
+        &case,
+        &json!({"http": [
+            {"url": format!("http://{addr}/api/ok")},
+            {"method": "POST", "url": format!("http://{addr}/api/ok"), "body": "create"},
+        ]}),
+    );
+    assert_eq!(outcome, ok());
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(lines, [format!("GET /api/ok {KEY}")], "only the GET left");
+    assert!(
+        differences.contains(&format!("POST http://{addr}/api/ok"))
+            && differences.contains("would send 6 bytes"),
+        "{differences}"
+    );
+}
