@@ -27,9 +27,10 @@ const GUEST: &str = "dnsrecord-python";
 /// The Secret in the host's namespace that holds the API key.
 const SECRET: &str = "pdns-api";
 
-/// The host configuration: read and finalize DNSRecords, write their status, GET and PATCH under
-/// PowerDNS's server URL with the key from the Secret, and that URL in the guest's environment.
-fn grants(server_url: &str) -> String {
+/// The host configuration: read and finalize DNSRecords, write their status, `methods` (`GET,
+/// PATCH`) under PowerDNS's server URL with the key from the Secret, and that URL in the guest's
+/// environment.
+fn grants(server_url: &str, methods: &str) -> String {
     format!(
         r#"
 guests:
@@ -40,7 +41,7 @@ guests:
       PDNS_API: {server_url}
     http:
       - prefix: {server_url}
-        methods: [GET, PATCH]
+        methods: [{methods}]
         headers:
           X-API-Key: {{secretKeyRef: {{name: {SECRET}, key: api-key}}}}
 "#
@@ -53,7 +54,7 @@ struct Setup {
     host: HostProcess,
 }
 
-async fn setup(prefix: &str) -> Result<Setup> {
+async fn setup(prefix: &str, methods: &str) -> Result<Setup> {
     let cp = ControlPlane::shared().await?;
     let client = cp.client().await?;
     apply_crd_file(&client, "examples/crds/dnsrecord.yaml").await?;
@@ -77,7 +78,7 @@ async fn setup(prefix: &str) -> Result<Setup> {
     let server_url = format!("{}/api/v1/servers/localhost", pdns.api_url());
     let host = HostProcess::start(HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config: grants(&server_url),
+        config: grants(&server_url, methods),
         guests: vec![GUEST],
         namespace: Some(&ns),
         // The host's own namespace: where the grant's Secret is read.
@@ -196,7 +197,7 @@ fn ready(object: &DynamicObject) -> Option<(String, String, String)> {
 
 #[tokio::test]
 async fn a_record_is_served_updated_repaired_survives_an_outage_and_is_deleted() -> Result<()> {
-    let s = setup("dnsrecord-lifecycle").await?;
+    let s = setup("dnsrecord-lifecycle", "GET, PATCH").await?;
     let www = "www.example.test.";
     s.create(
         "www",
@@ -285,7 +286,7 @@ async fn a_record_is_served_updated_repaired_survives_an_outage_and_is_deleted()
 #[tokio::test]
 async fn content_powerdns_rejects_is_not_ready_and_not_retried_until_the_spec_changes() -> Result<()>
 {
-    let s = setup("dnsrecord-rejected").await?;
+    let s = setup("dnsrecord-rejected", "GET, PATCH").await?;
     let mx = "mx.example.test.";
     // The CRD's rules accept an absolute target; PowerDNS wants a priority before it (422).
     s.create(
@@ -321,5 +322,45 @@ async fn content_powerdns_rejects_is_not_ready_and_not_retried_until_the_spec_ch
         s.host.log_tail()
     );
     s.assert_key_not_shown(&[rejected, fixed]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_outside_the_grant_is_refused_by_the_host_and_reported_as_denied() -> Result<()> {
+    // The grant lets the guest read the zone but not change it.
+    let s = setup("dnsrecord-denied", "GET").await?;
+    let www = "www.example.test.";
+    s.create(
+        "www",
+        json!({"zone": ZONE, "name": www, "type": "A", "contents": ["192.0.2.10"]}),
+    )
+    .await?;
+    let denied = s.wait_ready("www", "False", "Denied").await?;
+    let (_, _, message) = ready(&denied).unwrap_or_default();
+    assert!(
+        message.contains("may not PATCH") && message.contains("allowed: GET"),
+        "the host's refusal, naming the method and what the grant allows: {message}"
+    );
+    wait_until(
+        "the permanent error counted",
+        Duration::from_secs(30),
+        || async {
+            let failed = s.metric("permanent_error").await?;
+            ensure!(failed >= 1.0, "{failed}");
+            Ok(())
+        },
+    )
+    .await?;
+    assert_eq!(
+        s.pdns.rrset(ZONE, www, "A").await?,
+        None,
+        "nothing was sent"
+    );
+    let refused = s
+        .host
+        .metric(r#"reconciler_http_requests_total{guest="dnsrecord",host="127.0.0.1",outcome="denied"}"#)
+        .await?;
+    assert!(refused >= 1.0, "{refused} refusals counted");
+    s.assert_key_not_shown(&[denied]);
     Ok(())
 }
