@@ -358,6 +358,14 @@ go_build() {
 # QuickJS, not StarlingMonkey: 1.6 MB and ~5 s to build instead of 12 MB and ~55 s, and a first
 # compile in the host of ~3 s instead of ~17 s. `--backend-qjs-disable-async`: the default build
 # uses the component model's async intrinsics (`task.cancel`), which the host does not enable.
+#
+# Except for the world `http-controller` (outbound HTTP): QuickJS cannot build a component that
+# imports wasi:http (jco 1.35's componentize-qjs 0.4.5 snapshots the guest in a linker that
+# stubs unknown imports with resource types of its own, and wasi:http/types' streams must be
+# wasi:io's: "mismatched resource types"), and it has neither `fetch` nor an event loop. Such a
+# guest is built with jco's StarlingMonkey backend (the same pinned jco): `fetch` through
+# wasi:http, an `async reconcile` awaited by its event loop, ~15 MB and ~15 s to build. Its
+# bundler (`--bundle`) resolves the relative imports, the contract's modules left to the bindings.
 
 js_is_guest() { [[ -f "$1/app.js" ]]; }
 js_sources() {
@@ -401,8 +409,14 @@ js_build() {
     cp "$repo/$js_sdk"/*.js "$build/src/reconciler-guest/" || return
   fi
   # From the entry's own directory: jco 1.35 resolves an entry path with a directory in it twice.
-  (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
-    --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
+  if [[ "$world" == http-controller ]]; then
+    echo 'export default { external: [/^(reconciler|wasi):/] };' >"$build/bundle.config.mjs"
+    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+      --disable fetch-event --bundle --bundle-config ../bundle.config.mjs -o "$out" >/dev/null)
+  else
+    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+      --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 #   1. node's test runner over test/*.test.js, the component imports (`reconciler:api/...`)
 #      answered by a fake host (test/fake-host.js, wired in by test/setup.js);
 #   2. `tsc` over the types (reconciler-guest/index.d.ts), a file using every export
-#      (test/types.ts) and the repository's JavaScript greeter (tsconfig.json).
+#      (test/types.ts) and the repository's JavaScript guests (tsconfig.json).
 # TypeScript is pinned by package-lock.json here and installed from npm into
 # ${XDG_CACHE_HOME:-~/.cache}/reconciler-host/sdk-js-<lock hash>/ when missing. Node 20+.
 set -euo pipefail
@@ -36,6 +36,6 @@ if [[ ! -x "$installed/node_modules/.bin/tsc" ]]; then
   rm -rf "$installed"
   mv -T "$partial" "$installed" 2>/dev/null || rm -rf "$partial" # or another run's won
 fi
-say "tsc (the types, and the greeter against them)"
+say "tsc (the types, and the guests against them)"
 "$installed/node_modules/.bin/tsc" -p .
 say "ok"

@@ -136,7 +136,8 @@ export function asHostError(thrown) {
 /**
  * The contract's `reconcile-error` variant for what `reconcile` threw: a ReconcileError as it
  * is, a HostError by the mapping above, a variant `{tag: "transient" | "permanent", val}` as it
- * is; undefined for anything else (a bug: the SDK logs it and lets the instance trap).
+ * is, a failed fetch (below) as transient; undefined for anything else (a bug: the SDK logs it
+ * and lets the instance trap).
  * @param {unknown} thrown
  * @returns {{tag: "transient" | "permanent", val: string} | undefined}
  */
@@ -151,5 +152,59 @@ export function reconcileErrorVariant(thrown) {
   ) {
     return { tag: thrown.tag, val: thrown.val };
   }
+  const request = failedRequest(thrown);
+  if (request !== undefined) {
+    const why = thrown instanceof Error ? thrown.message : String(thrown);
+    return {
+      tag: "transient",
+      val: `${request}: ${why} (the reason is in the host's log; a URL outside the grant's http: rules fails so too)`,
+    };
+  }
   return undefined;
+}
+
+// Outbound HTTP is the standard `fetch`, in a guest whose world is `http-controller` (a
+// `wit-world` file holding that name): its build uses StarlingMonkey, whose `fetch` goes out
+// through the contract's `wasi:http/outgoing-handler` and whose event loop settles an `async
+// reconcile` (guests/lib.sh says why QuickJS cannot). The host sends a request only within the
+// `http:` rules of the guest's grant, and adds their credentials itself.
+//
+// StarlingMonkey's fetch rejects every failure alike, a refusal by the grant included:
+// TypeError("NetworkError when attempting to fetch resource"). Why it failed (which rule, which
+// address) is in the host's log, not in the guest. So the SDK (index.js) puts `marking(fetch)`
+// in place of the global, which marks each rejection with its request: one that escapes
+// `reconcile` is then a transient error naming the request, not a bug that traps the instance.
+
+const REQUEST = Symbol("reconciler-guest: the request of a failed fetch");
+const MARKING = Symbol("reconciler-guest: marks failed requests");
+
+/**
+ * `engineFetch` (the engine's `fetch`) marking each rejection with its request (`METHOD url`);
+ * the same arguments, results and rejections otherwise.
+ * @template {Function} F
+ * @param {F} engineFetch
+ * @returns {F}
+ */
+export function marking(engineFetch) {
+  if (engineFetch[MARKING]) return engineFetch;
+  const marked = (input, init) =>
+    engineFetch(input, init).catch((error) => {
+      if (error !== null && typeof error === "object" && Object.isExtensible(error)) {
+        const url = typeof input === "string" ? input : (input?.url ?? String(input));
+        error[REQUEST] = `${init?.method ?? input?.method ?? "GET"} ${url}`;
+      }
+      throw error;
+    });
+  marked[MARKING] = true;
+  return marked;
+}
+
+/**
+ * The request (`METHOD url`) whose fetch rejected with `thrown`, or undefined when `thrown` is
+ * not such a rejection.
+ * @param {unknown} thrown
+ * @returns {string | undefined}
+ */
+export function failedRequest(thrown) {
+  return thrown !== null && typeof thrown === "object" ? thrown[REQUEST] : undefined;
 }

@@ -150,15 +150,21 @@ export interface Guest {
   /**
    * Drives the object named by `request.ref` towards its spec. Returns nothing (or an Action);
    * throws a ReconcileError (`transient()`/`permanent()`) or lets a HostError through.
-   * Synchronous: no async, no await.
+   * May be `async` (to `await fetch(...)`) in a guest whose world is `http-controller`, whose
+   * StarlingMonkey build settles the Promise; the QuickJS build of any other world refuses one.
    */
-  reconcile(request: Request): Action | void;
+  reconcile(request: Request): Action | void | Promise<Action | void>;
 }
 
 /** The component's `reconciler` export: `export const reconciler = defineReconciler({...})`. */
 export function defineReconciler(guest: Guest): {
   manifest(): ControllerManifest;
-  reconcile(request: { ref: ObjectRef; object?: string | null; deleting: boolean; attempt: number }): Action;
+  reconcile(request: {
+    ref: ObjectRef;
+    object?: string | null;
+    deleting: boolean;
+    attempt: number;
+  }): Action | Promise<Action>;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -21,16 +21,19 @@
 //   log         logging into the host's stream, printf-style
 //   conditions  `metav1.Condition` bookkeeping with a stable `lastTransitionTime`
 //
+// Outbound HTTP is the standard `fetch` in an `async reconcile`, for a guest whose world is
+// `http-controller` (error.js says how its failures are reported).
+//
 // Host calls throw a HostError (its `kind` is the contract's error case); thrown out of
 // `reconcile` it becomes a transient or permanent failure (the mapping is in error.js).
 // `transient()` and `permanent()` make the reconcile errors a guest throws itself. Any other
 // exception is a bug: the SDK logs it at error level and the instance traps.
 //
-// The build (jco's QuickJS backend) loads these modules once, when it snapshots the guest, so
-// splitting the SDK into files costs nothing per reconcile. Each reconcile runs in a fresh
-// instance: keep no state between calls.
+// The build (jco's QuickJS backend; StarlingMonkey for `http-controller`) loads these modules
+// once, when it snapshots the guest, so splitting the SDK into files costs nothing per
+// reconcile. Each reconcile runs in a fresh instance: keep no state between calls.
 
-import { reconcileErrorVariant } from "./error.js";
+import { marking, reconcileErrorVariant } from "./error.js";
 import { error as logError } from "./log.js";
 import { manifest } from "./manifest.js";
 import { Request } from "./object.js";
@@ -45,6 +48,8 @@ export * as log from "./log.js";
 export { Mapping, manifest } from "./manifest.js";
 export { Request, apiVersionOf, describe, gvk, gvkFromApiVersion, keyOf, objectRef, refOf, selector } from "./object.js";
 export * as queue from "./queue.js";
+
+if (typeof globalThis.fetch === "function") globalThis.fetch = marking(globalThis.fetch);
 
 /** What to do after a successful reconcile (the contract's `action`). */
 export const Action = Object.freeze({
@@ -67,8 +72,9 @@ export const Action = Object.freeze({
  * returns nothing or an `Action`, or throws a ReconcileError (or a HostError).
  *
  * The host calls `manifest` once when it loads the component and `reconcile` for every key,
- * each call in a fresh instance. `reconcile` must be synchronous: the QuickJS build has no
- * event loop to settle a Promise.
+ * each call in a fresh instance. `reconcile` may be `async` (return a Promise) where the engine
+ * runs an event loop to settle it: the StarlingMonkey build of an `http-controller` guest. The
+ * QuickJS build has none, and there a Promise is refused as a bug.
  */
 export function defineReconciler(guest) {
   if (typeof guest?.reconcile !== "function") {
@@ -84,18 +90,37 @@ export function defineReconciler(guest) {
       try {
         action = guest.reconcile(new Request(request));
       } catch (thrown) {
-        const variant = reconcileErrorVariant(thrown);
-        if (variant) throw variant; // the bindings turn a thrown variant into the `err` result
-        throw bug(thrown);
+        throw failure(thrown);
       }
-      if (action == null) return Action.awaitChange();
-      if (typeof action.then === "function") {
-        throw bug(new TypeError("reconcile returned a Promise: it must be synchronous (no async, no await)"));
+      if (typeof action?.then !== "function") return finish(action);
+      // Timers need an event loop: StarlingMonkey (and node, in the SDK's tests) run one, the
+      // QuickJS build has neither.
+      if (typeof globalThis.setTimeout !== "function") {
+        throw bug(
+          new TypeError(
+            "reconcile returned a Promise, but this build (QuickJS) has no event loop to settle it: " +
+              "make reconcile synchronous, or build the guest for the world `http-controller` " +
+              "(a `wit-world` file), whose StarlingMonkey build awaits it",
+          ),
+        );
       }
-      if (action.requeueAfterMs == null) return Action.awaitChange();
-      return Action.requeueAfter(action.requeueAfterMs);
+      return action.then(finish, (thrown) => {
+        throw failure(thrown);
+      });
     },
   };
+}
+
+function finish(action) {
+  if (action?.requeueAfterMs == null) return Action.awaitChange();
+  return Action.requeueAfter(action.requeueAfterMs);
+}
+
+// What `reconcile` threw (or its Promise rejected with), as the bindings take it: a reconcile
+// error (a failed fetch among them) as the contract's variant, which they turn into the `err`
+// result; anything else as it was, a bug.
+function failure(thrown) {
+  return reconcileErrorVariant(thrown) ?? bug(thrown);
 }
 
 // An exception that is not a reconcile error is a bug, like a panic in Rust: logged at error

@@ -76,9 +76,48 @@ test("any other exception is logged at error level and thrown on, so the instanc
   assert.match(line, /^guest threw TypeError: cannot read properties of undefined\n/);
 });
 
-test("an async reconcile is refused: nothing would settle its Promise", () => {
-  assert.throws(() => guest(async () => {}).reconcile(witRequest), /must be synchronous/);
-  assert.match(callsOf("log")[0][1], /reconcile returned a Promise/);
+test("an async reconcile is awaited and its Action handed back", async () => {
+  const result = guest(async (request) => {
+    await new Promise((resolve) => setTimeout(resolve, 1));
+    return request.name === "w1" ? Action.requeueAfter(1500.4) : undefined;
+  }).reconcile(witRequest);
+  assert.ok(result instanceof Promise);
+  assert.deepEqual(await result, { requeueAfterMs: 1500 });
+  assert.deepEqual(await guest(async () => {}).reconcile(witRequest), { requeueAfterMs: undefined });
+});
+
+test("an async reconcile rejects with the contract's variant, or with a bug as it was", async () => {
+  await assert.rejects(
+    guest(async () => {
+      throw permanent("bad spec");
+    }).reconcile(witRequest),
+    { tag: "permanent", val: "bad spec" },
+  );
+  await assert.rejects(
+    guest(async () => {
+      throw new HostError("conflict", "resourceVersion changed");
+    }).reconcile(witRequest),
+    { tag: "transient", val: "conflict: resourceVersion changed" },
+  );
+  const bug = new RangeError("too deep");
+  await assert.rejects(
+    guest(async () => {
+      throw bug;
+    }).reconcile(witRequest),
+    (e) => e === bug,
+  );
+  assert.match(callsOf("log")[0][1], /^guest threw RangeError: too deep\n/);
+});
+
+test("without an event loop (the QuickJS build) a Promise is refused as a bug", () => {
+  const setTimeout = globalThis.setTimeout;
+  delete globalThis.setTimeout; // an engine without timers
+  try {
+    assert.throws(() => guest(async () => {}).reconcile(witRequest), /no event loop to settle it/);
+  } finally {
+    globalThis.setTimeout = setTimeout;
+  }
+  assert.match(callsOf("log")[0][1], /reconcile returned a Promise, but this build \(QuickJS\)/);
 });
 
 test("defineReconciler wants a reconcile function", () => {

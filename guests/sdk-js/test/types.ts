@@ -82,6 +82,16 @@ export const reconciler = defineReconciler({
   },
 });
 
+// An http-controller guest: async, with the standard fetch.
+export const fetching = defineReconciler({
+  manifest: { name: "fetching", primary: widget },
+  async reconcile(request: Request) {
+    const response = await fetch(`https://api.test/${request.name}`, { method: "PUT", body: "{}" });
+    if (!response.ok) throw transient(`answered ${response.status}`);
+    return Action.requeueAfter((await response.json()).retryAfterMs);
+  },
+});
+
 const m: ControllerManifest = manifest({ name: "n", primary: widget });
 const kinds: readonly HostErrorKind[] = HOST_ERROR_KINDS;
 const failure: ReconcileError = new HostError(kinds[0], "x").toReconcileError();
@@ -95,7 +105,7 @@ manifest({ name: "n", primary: widget, generationChangeOnly: true });
 new HostError("gone", "x");
 // @ts-expect-error a mapping is Mapping.owner or Mapping.label(name)
 manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: "owner" }] });
-// @ts-expect-error reconcile is synchronous
-defineReconciler({ manifest: { name: "n", primary: widget }, reconcile: async () => Action.awaitChange() });
+// @ts-expect-error reconcile returns an Action or nothing, or a Promise of one (async)
+defineReconciler({ manifest: { name: "n", primary: widget }, reconcile: async () => 5 });
 // @ts-expect-error the event type is "normal" or "warning"
 events.record(objectRef(widget, null, "a"), "Normal", "R", "m");
