@@ -28,8 +28,9 @@
 //	conditions.go  SetCondition and friends: status.conditions with a stable lastTransitionTime
 //	errors.go      HostError, Transient, Permanent: how failures are retried
 //
-// and subpackage networkbackend for the Network sample's backend (only for guests of the
-// `network-controller` world).
+// and two subpackages for the other worlds: networkbackend for the Network sample's backend
+// (`network-controller`), and wasihttp, outbound HTTP through the standard http.Client
+// (`http-controller`).
 //
 // Objects cross the boundary as JSON text; an [Object] is decoded only when the guest asks
 // ([Object.Decode] into its own struct, or [Object.Fields]), so a guest that never reads the
