@@ -137,7 +137,8 @@ enum Command {
     /// Run one reconcile offline and print `{"result": ..., "calls": [...]}` as JSON.
     ///
     /// Objects are loaded into an in-memory cache; cluster writes are recorded (and applied to
-    /// that cache, as the API server would), never sent; the network backend is in memory.
+    /// that cache, as the API server would), never sent; the network backend is in memory;
+    /// outbound HTTP is answered from the --http exchanges, never sent.
     /// Without --config every call is allowed; with it, the guest's grant applies as in `run`.
     Reconcile {
         /// The guest: a file, or `oci://HOST[:PORT]/REPO[:TAG][@sha256:DIGEST]` (pulled into
@@ -150,6 +151,11 @@ enum Command {
         /// Files or directories of objects (multi-document YAML or JSON).
         #[arg(long, num_args = 1.., required_unless_present = "replay")]
         objects: Vec<PathBuf>,
+        /// A YAML or JSON list of HTTP exchanges (`{method, url, status, headers?, body?}` or
+        /// `{method, url, error}`) answering the guest's outbound requests; nothing is sent.
+        /// Credentials the grant names are read from the loaded Secret and ConfigMap objects.
+        #[arg(long)]
+        http: Option<PathBuf>,
         /// Kind of the key: group/version/Kind (version/Kind for the core group).
         #[arg(long, required_unless_present = "replay")]
         kind: Option<Gvk>,
@@ -160,7 +166,7 @@ enum Command {
         /// from the record, with the recorded clock and random seed. Prints the result, the
         /// calls and `replay` (identical or where the build diverged); exits 1 when it
         /// diverged. Takes the recorded build unless --guest names another.
-        #[arg(long, conflicts_with_all = ["objects", "kind", "key", "backend_state", "attempt", "now"])]
+        #[arg(long, conflicts_with_all = ["objects", "http", "kind", "key", "backend_state", "attempt", "now"])]
         replay: Option<PathBuf>,
         #[arg(long)]
         config: Option<PathBuf>,
@@ -257,6 +263,7 @@ pub fn main() -> ExitCode {
                 guest,
                 registry,
                 objects,
+                http,
                 kind,
                 key,
                 config,
@@ -288,6 +295,7 @@ pub fn main() -> ExitCode {
                     auth,
                     pull: registry.pull_options()?,
                     objects,
+                    http,
                     kind,
                     key,
                     config,
@@ -579,13 +587,20 @@ fn divergence(output: &serde_json::Value) -> String {
     let mut parts = Vec::new();
     if let Some(first) = replay["firstDivergence"].as_object() {
         let recorded = &first["recorded"];
-        parts.push(format!(
-            "call {} ({}; recorded {}.{})",
-            first["call"],
-            first["reason"].as_str().unwrap_or_default(),
-            recorded["interface"].as_str().unwrap_or("-"),
-            recorded["function"].as_str().unwrap_or("-"),
-        ));
+        let reason = first["reason"].as_str().unwrap_or_default();
+        // An HTTP exchange that differed is told as text: both requests, no recorded call.
+        let what = match (recorded.as_object(), first["replayed"].as_str()) {
+            (None, Some(text)) => text
+                .strip_prefix(&format!("{reason}: "))
+                .unwrap_or(text)
+                .to_owned(),
+            _ => format!(
+                "recorded {}.{}",
+                recorded["interface"].as_str().unwrap_or("-"),
+                recorded["function"].as_str().unwrap_or("-"),
+            ),
+        };
+        parts.push(format!("call {} ({reason}; {what})", first["call"]));
     }
     if replay["sameResult"] != true {
         parts.push(format!(

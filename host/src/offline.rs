@@ -3,7 +3,8 @@
 //! cluster writes are recorded (and applied to that cache, as the API server would), never
 //! sent; the network backend lives in memory. With a host configuration the guest is admitted
 //! and granted exactly as `run` does it ([`crate::guest_set::ActiveGuest::admit`]), so a fixture
-//! that passes here passes there. Every host call is recorded and returned with the result.
+//! that passes here passes there. Outbound HTTP is answered from a file of exchanges, never
+//! sent. Every host call is recorded and returned with the result.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use crate::controller::sync::{Step, sync};
 use crate::guest_set::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::oci::{Auth, ModuleRef, Puller};
-use crate::providers::offline::{MemoryCache, RecordingCluster};
+use crate::providers::offline::{FixtureOutbound, MemoryCache, RecordingCluster};
 use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
 
 /// A guest as the command line names it: a file, or `oci://…` (pulled into the host's cache).
@@ -49,6 +50,8 @@ pub(crate) struct OfflineRun {
     pub pull: PullOptions,
     /// Files or directories of objects (multi-document YAML or JSON) for the cache.
     pub objects: Vec<PathBuf>,
+    /// The HTTP exchanges that answer the guest's outbound requests (`--http`).
+    pub http: Option<PathBuf>,
     /// The key's kind (the guest's primary kind, usually) and the key.
     pub kind: Gvk,
     pub key: ObjectKey,
@@ -84,6 +87,7 @@ impl OfflineRun {
             auth,
             pull,
             objects,
+            http,
             kind,
             key,
             config,
@@ -92,6 +96,7 @@ impl OfflineRun {
             now,
         } = self;
         let cache = Arc::new(MemoryCache::load(&objects)?);
+        let outbound = FixtureOutbound::load(http.as_deref(), cache.clone())?;
         let runtime = local_runtime()?;
         let (loaded, origin) = load(runtime.clone(), guest, config.as_ref(), &auth, &pull).await?;
 
@@ -131,11 +136,13 @@ impl OfflineRun {
             .with_policy(policy),
         );
         let cluster = Arc::new(RecordingCluster::new(cache.clone()));
+        // The grant's check comes first: a guest without `http:` rules never reaches it.
         let providers = crate::providers::offline::providers_writing_to(
             cache.clone(),
             cluster.clone(),
             Some(network as Arc<dyn NetworkBackend>),
-        );
+        )
+        .with_http(Arc::new(outbound));
         let context = Arc::new(
             GuestContext::new(manifest.name.clone(), grant, providers)
                 .with_scope(Scope::of(manifest, None))

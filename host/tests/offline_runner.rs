@@ -4,8 +4,8 @@
 //! `greeter-go-preinit`; `network` in Rust and `network-go`): one fixture set, the same expected output for all of them. A case is
 //! a folder
 //! under `tests/fixtures/` with `case.yaml` (guest, kind, key, attempt), `objects.yaml`,
-//! optionally `host.yaml` (grants) and `backend-state.json` (the in-memory network backend
-//! before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
+//! optionally `host.yaml` (grants), `http.yaml` (the exchanges answering outbound HTTP) and
+//! `backend-state.json` (the in-memory network backend before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
 //! `expected-backend-state.json` (the backend after the run).
 //!
 //! After an intended change of behaviour, regenerate with `BLESS=1 cargo test --test
@@ -120,6 +120,10 @@ fn run_build(name: &str, case: &Case, guest: &str, bless: bool) {
         .env("XDG_CACHE_HOME", common::cache_dir());
     if dir.join("host.yaml").exists() {
         command.arg("--config").arg(dir.join("host.yaml"));
+    }
+    // Named relative to the case, as answers to requests it lacks name it in the output.
+    if dir.join("http.yaml").exists() {
+        command.current_dir(&dir).args(["--http", "http.yaml"]);
     }
     let output = command.output().unwrap();
     assert!(
@@ -253,6 +257,58 @@ fn a_go_guest_reconciles_objects_of_several_megabytes() {
             "{mib} MiB"
         );
     }
+}
+
+/// The `fetcher-http` case's credential, as its Secret holds it (base64) and as sent.
+const FIXTURE_KEY: &str = "fixture-key-0123456789";
+const FIXTURE_KEY_BASE64: &str = "Zml4dHVyZS1rZXktMDEyMzQ1Njc4OQ==";
+
+/// Offline, a grant's credential is read from the loaded Secret and added to the request (the
+/// fixture's answer reflects it, and the host masks it there), but it never reaches the
+/// output; without the Secret, the request fails naming it.
+#[test]
+fn offline_http_adds_the_secrets_credential_and_never_prints_it() {
+    let dir = fixture("fetcher-http");
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("fetcher.wasm");
+    std::fs::copy(common::guest("fetcher"), &file).unwrap();
+    let reconcile = |objects: &Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+            .args(["reconcile", "--guest"])
+            .arg(&file)
+            .arg("--objects")
+            .arg(objects)
+            .args(["--kind", WIDGET, "--key", "demo/w1", "--now", NOW])
+            .arg("--config")
+            .arg(dir.join("host.yaml"))
+            .arg("--http")
+            .arg(dir.join("http.yaml"))
+            .env("XDG_CACHE_HOME", common::cache_dir())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+
+    let out = reconcile(&dir.join("objects.yaml"));
+    assert!(
+        !out.contains(FIXTURE_KEY) && !out.contains(FIXTURE_KEY_BASE64),
+        "{out}"
+    );
+    let masked = format!(r#"\"seenKey\": \"{}\""#, "*".repeat(FIXTURE_KEY.len()));
+    assert!(out.contains(&masked), "the key was not added: {out}");
+
+    let widget_only = work.path().join("widget.yaml");
+    let objects = std::fs::read_to_string(dir.join("objects.yaml")).unwrap();
+    std::fs::write(&widget_only, objects.split("\n---\n").next().unwrap()).unwrap();
+    let report: Value = serde_json::from_str(&reconcile(&widget_only)).unwrap();
+    let error = &report["calls"][0]["args"]["patch"]["status"]["http"][0]["error"];
+    assert!(
+        error.as_str().is_some_and(|e| e.contains(
+            "the value of header X-API-Key for https://api.example.com:443/v1: Secret example-api is not among the loaded objects: add it, with key in its data, to them"
+        )),
+        "{report:#}"
+    );
 }
 
 #[test]

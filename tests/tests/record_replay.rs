@@ -2,7 +2,8 @@
 //! records failing reconciles of guests whose grant sets `record`, and `reconciler-host
 //! reconcile --replay` runs each again offline, every host call answered from the record:
 //! with the same build it reproduces the calls and the result exactly; with another build it
-//! names the first call where that build differs.
+//! names the first call where that build differs. Outbound HTTP exchanges are recorded and
+//! replayed the same way, without the credentials the host added.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -234,5 +235,191 @@ async fn failed_live_reconciles_are_recorded_and_replay_offline_exactly_or_name_
             .is_some_and(|b| b <= 1 << 20),
         "{guests:#}"
     );
+    Ok(())
+}
+
+/// The API key the host adds to the fetcher's requests, from a Secret in its namespace.
+const API_KEY: &str = "recorded-api-key-0123456789";
+
+/// The fetcher may GET under the local server's `/api`, with the key added by the host; every
+/// reconcile is recorded.
+fn http_grants(records: &Path, server: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+recordDirectory: {}
+guests:
+  fetcher:
+    read: [test.reconciler.dev/v1/Widget]
+    write: [test.reconciler.dev/v1/Widget/status]
+    http:
+    - prefix: http://{server}/api
+      headers:
+        X-API-Key: {{secretKeyRef: {{name: api, key: key}}}}
+    record: {{failures: false, sample: 1}}
+"#,
+        records.display()
+    )
+}
+
+/// An HTTP server on loopback answering every request with the `x-api-key` it was sent,
+/// reflected in its body (as a careless API does); each request's `METHOD path key` is kept.
+/// Gone, listener and all, when the task is aborted.
+async fn key_echo_server() -> Result<(
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    tokio::task::JoinHandle<()>,
+)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let request_line = head.lines().next().unwrap_or_default();
+            let mut words = request_line.split(' ');
+            let (method, path) = (words.next().unwrap_or("-"), words.next().unwrap_or("-"));
+            let key = head
+                .lines()
+                .find_map(|l| {
+                    l.split_once(':')
+                        .filter(|(name, _)| name.eq_ignore_ascii_case("x-api-key"))
+                        .map(|(_, value)| value.trim().to_owned())
+                })
+                .unwrap_or_default();
+            kept.lock().unwrap().push(format!("{method} {path} {key}"));
+            let body = format!(r#"{{"path":"{path}","seenKey":"{key}"}}"#);
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    Ok((addr, seen, task))
+}
+
+#[tokio::test]
+async fn an_http_exchange_is_recorded_without_its_key_and_replays_with_the_server_gone()
+-> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let client = cp.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "record-http").await?;
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "api"},
+                "stringData": {"key": API_KEY},
+            }))?,
+        )
+        .await?;
+    let (server, seen, serving) = key_echo_server().await?;
+    let records = tempfile::tempdir()?;
+    let host = HostProcess::start(HostOptions {
+        kubeconfig: cp.kubeconfig(),
+        config: http_grants(records.path(), server),
+        guests: vec!["fetcher"],
+        namespace: Some(&ns),
+        // The host's own namespace: where the grant's Secret is read.
+        extra_args: vec!["--namespace".into(), ns.clone()],
+    })
+    .await?;
+    let url = format!("http://{server}/api/zones/example.org");
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "w1"},
+        "spec": {"http": [{"url": url}]},
+    }))?;
+    api(&client, &ns, "test.reconciler.dev", "Widget")
+        .create(&PostParams::default(), &widget)
+        .await?;
+
+    let record = record_of(&records.path().join("fetcher"), "_w1-")
+        .await
+        .map_err(|e| e.context(host.log_tail()))?;
+    // The server was sent the key, by the host.
+    let lines = seen.lock().unwrap().clone();
+    let sent = format!("GET /api/zones/example.org {API_KEY}");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| *l == sent),
+        "{lines:?}"
+    );
+    // Not on disk: neither as sent nor as the server reflected it, nor base64-encoded.
+    let bytes = std::fs::read(&record)?;
+    let text = String::from_utf8_lossy(&bytes);
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(API_KEY);
+    assert!(
+        !text.contains(API_KEY) && !text.contains(&encoded),
+        "{text}"
+    );
+    let recorded: Value = serde_json::from_slice(&bytes)?;
+    let calls = recorded["calls"].as_array().context("calls")?;
+    let functions: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| c["function"].as_str())
+        .collect();
+    assert_eq!(functions, ["patch-status", "handle"], "{recorded:#}");
+    let exchange = &calls[1];
+    assert_eq!(exchange["interface"], "wasi:http/outgoing-handler");
+    assert_eq!(exchange["args"]["url"], url.as_str());
+    assert_eq!(exchange["returned"]["status"], 200, "{recorded:#}");
+    let masked = "*".repeat(API_KEY.len());
+    let status = &calls[0]["args"]["patch"]["status"];
+    assert_eq!(
+        status["http"][0]["body"],
+        format!(r#"{{"path":"/api/zones/example.org","seenKey":"{masked}"}}"#),
+        "the guest was given the answer with the key masked: {recorded:#}"
+    );
+
+    // The server gone, the replay answers the exchange from the record: the same status
+    // patch, the same calls and result, no divergence.
+    serving.abort();
+    let _ = serving.await;
+    assert!(
+        std::net::TcpStream::connect(server).is_err(),
+        "the server still listens"
+    );
+    let (same, exited_ok, stderr) = replay(&record, None)?;
+    assert!(exited_ok, "{stderr}\n{same:#}");
+    assert_eq!(same["replay"]["identical"], true, "{same:#}");
+    assert_eq!(same["replay"]["firstDivergence"], Value::Null);
+    assert_eq!(same["result"], recorded["result"]);
+    assert_eq!(same["calls"], recorded["calls"]);
+
+    // A guest that asks another URL (here: the same build given an object that names one)
+    // is answered from the record all the same, and the replay names the HTTP divergence.
+    let mut other: Value = recorded.clone();
+    let other_url = format!("http://{server}/api/zones/other.org");
+    other["request"]["object"]["spec"]["http"][0]["url"] = json!(other_url);
+    let other_record = records.path().join("other-url.json");
+    std::fs::write(&other_record, serde_json::to_vec_pretty(&other)?)?;
+    let (diverged, exited_ok, stderr) = replay(&other_record, None)?;
+    assert!(!exited_ok, "a divergence exits non-zero: {diverged:#}");
+    let divergence = &diverged["replay"]["firstDivergence"];
+    assert_eq!(
+        divergence["reason"], "a different HTTP request",
+        "{diverged:#}"
+    );
+    let told = divergence["replayed"].as_str().context("replayed")?;
+    assert!(told.contains(&url) && told.contains(&other_url), "{told}");
+    assert!(
+        stderr.contains("a different HTTP request") && stderr.contains(&other_url),
+        "{stderr}"
+    );
+    assert_eq!(diverged["replay"]["sameResult"], true, "{diverged:#}");
+    drop(host);
     Ok(())
 }

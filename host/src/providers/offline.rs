@@ -9,9 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
+use wasmtime_wasi_http::Error as HttpError;
 
+use crate::capabilities::http::{Outbound, OutboundRequest, OutboundResponse};
 use crate::capabilities::lister::Listed;
 use crate::capabilities::{Cluster, Enqueuer, EventRecord, HostError, Lister, Providers};
+use crate::config::ValueFrom;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 
 /// The providers of the offline runner: `cache` serves reads and takes the recorded writes,
@@ -57,6 +60,26 @@ pub enum FixtureError {
         "{path}: document {index} is not a Kubernetes object: it needs apiVersion, kind and metadata.name"
     )]
     NotAnObject { path: PathBuf, index: usize },
+    #[error("cannot read HTTP exchanges from {path}: {source}")]
+    ReadExchanges {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: not a list of HTTP exchanges ({{method, url, status, headers?, body?}} or {{method, url, error}}): {source}"
+    )]
+    ParseExchanges {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    #[error("{path}: exchange {index} ({method} {url}): {why}")]
+    BadExchange {
+        path: PathBuf,
+        index: usize,
+        method: String,
+        url: String,
+        why: String,
+    },
 }
 
 /// An in-memory object cache keyed by reference.
@@ -139,6 +162,16 @@ impl MemoryCache {
 
     fn remove(&self, r: &ObjectRef) -> Option<Value> {
         self.objects.lock().remove(&cache_key(r))
+    }
+
+    /// The loaded objects of `kind` named `name`, in any namespace.
+    fn named(&self, kind: &Gvk, name: &str) -> Vec<Value> {
+        self.objects
+            .lock()
+            .values()
+            .filter(|o| ObjectRef::of_object(o).is_some_and(|r| r.kind == *kind && r.name == name))
+            .cloned()
+            .collect()
     }
 }
 
@@ -319,6 +352,217 @@ impl RecordingCluster {
     }
 }
 
+/// One exchange of a fixture file, as written.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExchangeEntry {
+    method: String,
+    url: String,
+    status: Option<u16>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    body: Option<Value>,
+    error: Option<String>,
+}
+
+/// One exchange, checked: the request it answers and the answer.
+struct Exchange {
+    method: String,
+    /// As `http::Uri` writes it, which is how the capability writes the request's.
+    url: String,
+    /// The response, or the error text the guest is given.
+    answer: Result<OutboundResponse, String>,
+}
+
+/// Outbound HTTP of the offline runner: every request the capability let through is answered
+/// by the first unused exchange of the fixture file with its method and URL, and one that has
+/// none gets `unavailable` naming the request and the file. Nothing is resolved or sent, so
+/// the live provider's address check does not apply here; the grant's checks do (they are the
+/// capability's). The credentials a grant names are read from the loaded Secrets (`data`,
+/// base64, or `stringData`) and `ConfigMap`s (`data`) of that name, as `run` reads them from the
+/// host's namespace.
+pub struct FixtureOutbound {
+    /// The fixture file, named in answers to requests it has no exchange for.
+    file: Option<PathBuf>,
+    exchanges: Vec<Exchange>,
+    used: Mutex<Vec<bool>>,
+    cache: std::sync::Arc<MemoryCache>,
+}
+
+impl FixtureOutbound {
+    /// The exchanges of `file` (a YAML or JSON list); none without one.
+    pub fn load(
+        file: Option<&Path>,
+        cache: std::sync::Arc<MemoryCache>,
+    ) -> Result<Self, FixtureError> {
+        let exchanges = match file {
+            Some(path) => read_exchanges(path)?,
+            None => Vec::new(),
+        };
+        Ok(Self {
+            file: file.map(Path::to_owned),
+            used: Mutex::new(vec![false; exchanges.len()]),
+            exchanges,
+            cache,
+        })
+    }
+
+    /// Why no exchange answers `method url`, as the guest is told.
+    fn missing(&self, method: &str, url: &str) -> String {
+        let Some(file) = &self.file else {
+            return format!(
+                "unavailable: offline: no fixture for {method} {url}: no HTTP exchanges were given (name a file of them with reconcile --http FILE)"
+            );
+        };
+        let answered = self
+            .exchanges
+            .iter()
+            .filter(|e| e.method == method && e.url == url)
+            .count();
+        let more = if answered == 0 {
+            String::new()
+        } else {
+            format!(" (its {answered} for this request answered earlier ones; each answers one)")
+        };
+        format!(
+            "unavailable: offline: no fixture for {method} {url} in {}{more}; add {{method: {method}, url: {url}, status: 200}} to it",
+            file.display()
+        )
+    }
+}
+
+fn read_exchanges(path: &Path) -> Result<Vec<Exchange>, FixtureError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FixtureError::ReadExchanges {
+        path: path.to_owned(),
+        source,
+    })?;
+    let entries: Vec<ExchangeEntry> =
+        serde_yaml::from_str(&text).map_err(|source| FixtureError::ParseExchanges {
+            path: path.to_owned(),
+            source,
+        })?;
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let bad = |why: &str| FixtureError::BadExchange {
+                path: path.to_owned(),
+                index: i + 1,
+                method: entry.method.clone(),
+                url: entry.url.clone(),
+                why: why.to_owned(),
+            };
+            let url = entry
+                .url
+                .parse::<http::Uri>()
+                .map_err(|e| bad(&format!("the url is not a URL: {e}")))?
+                .to_string();
+            let answer = match (&entry.status, &entry.error) {
+                (Some(status), None) => {
+                    let shape = serde_json::json!({"status": status, "headers": entry.headers, "body": entry.body});
+                    Ok(crate::capabilities::http::response_from_json(&shape).map_err(|_| {
+                        bad("status is 100 to 999, headers are names and values HTTP allows, body is text or {base64: ...}")
+                    })?)
+                }
+                (None, Some(error)) if entry.headers.is_empty() && entry.body.is_none() => {
+                    Err(error.clone())
+                }
+                _ => return Err(bad("give either status (with headers and body) or error")),
+            };
+            Ok(Exchange {
+                method: entry.method.to_ascii_uppercase(),
+                url,
+                answer,
+            })
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Outbound for FixtureOutbound {
+    async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, HttpError> {
+        let method = request.method.as_str();
+        let url = request.uri.to_string();
+        let found = {
+            let mut used = self.used.lock();
+            let found = (0..self.exchanges.len()).find(|&i| {
+                !used[i] && self.exchanges[i].method == method && self.exchanges[i].url == url
+            });
+            if let Some(i) = found {
+                used[i] = true;
+            }
+            found
+        };
+        let Some(i) = found else {
+            return Err(HttpError::InternalError(Some(self.missing(method, &url))));
+        };
+        let response = self.exchanges[i]
+            .answer
+            .clone()
+            .map_err(|text| HttpError::InternalError(Some(text)))?;
+        // The live provider's cap on what it reads, so a fixture cannot pass what `run` cuts.
+        if response.body.len() > request.max_body {
+            return Err(HttpError::HttpResponseBodySize(Some(
+                response.body.len() as u64
+            )));
+        }
+        Ok(response)
+    }
+
+    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String> {
+        let (kind, r) = match from {
+            ValueFrom::SecretKeyRef(r) => ("Secret", r),
+            ValueFrom::ConfigMapKeyRef(r) => ("ConfigMap", r),
+        };
+        let mut found = self.cache.named(&Gvk::new("", "v1", kind), &r.name);
+        let object = match found.len() {
+            0 => {
+                return Err(format!(
+                    "{kind} {} is not among the loaded objects: add it, with {} in its data, to them",
+                    r.name, r.key
+                ));
+            }
+            1 => found.remove(0),
+            _ => {
+                let namespaces: Vec<String> = found
+                    .iter()
+                    .filter_map(|o| ObjectRef::of_object(o).and_then(|r| r.namespace))
+                    .collect();
+                return Err(format!(
+                    "the loaded objects hold a {kind} {} in several namespaces ({}): `run` reads the host's namespace only; keep one",
+                    r.name,
+                    namespaces.join(", ")
+                ));
+            }
+        };
+        let text = |field: &str| {
+            object
+                .get(field)
+                .and_then(|d| d.get(&r.key))
+                .and_then(Value::as_str)
+        };
+        if kind == "Secret" {
+            if let Some(plain) = text("stringData") {
+                return Ok(plain.as_bytes().to_vec());
+            }
+            if let Some(encoded) = text("data") {
+                use base64::Engine as _;
+                return base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|_| {
+                        format!(
+                            "Secret {} key {} is not base64 (a Secret's data is; write plain text under stringData)",
+                            r.name, r.key
+                        )
+                    });
+            }
+        } else if let Some(plain) = text("data") {
+            return Ok(plain.as_bytes().to_vec());
+        }
+        Err(format!("{kind} {} has no key {}", r.name, r.key))
+    }
+}
+
 /// Accepts every enqueue (the recorded call is the observable effect) and remembers the
 /// distinct keys, as a queue would hold them.
 #[derive(Default)]
@@ -339,6 +583,8 @@ impl Enqueuer for RecordingQueue {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -385,5 +631,149 @@ mod tests {
             err.contains("b.yaml: document 1 is not a Kubernetes object"),
             "{err}"
         );
+    }
+
+    fn get(url: &str) -> OutboundRequest {
+        OutboundRequest {
+            method: http::Method::GET,
+            uri: url.parse().unwrap(),
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::new(),
+            addresses: crate::capabilities::http::AddressPolicy { literal: None },
+            ca_bundle: None,
+            deadline: std::time::Instant::now() + Duration::from_secs(5),
+            connect_timeout: None,
+            first_byte_timeout: None,
+            between_bytes_timeout: None,
+            max_body: 1 << 20,
+        }
+    }
+
+    fn error_text(result: Result<OutboundResponse, HttpError>) -> String {
+        match result {
+            Err(e) => crate::capabilities::http::error_text(&e),
+            Ok(r) => panic!("answered {}", r.status),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_request_takes_the_first_unused_exchange_and_one_without_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("http.yaml");
+        std::fs::write(
+            &file,
+            "- {method: get, url: 'http://api.test', status: 200, body: first}\n\
+             - {method: GET, url: 'http://api.test/', status: 503, headers: {retry-after: '1'}}\n\
+             - {method: GET, url: 'http://api.test/down', error: ConnectionRefused}\n",
+        )
+        .unwrap();
+        let outbound = FixtureOutbound::load(Some(&file), Arc::default()).unwrap();
+        let first = outbound.send(get("http://api.test/")).await.unwrap();
+        assert_eq!(
+            (first.status.as_u16(), &first.body[..]),
+            (200, &b"first"[..])
+        );
+        let second = outbound.send(get("http://api.test/")).await.unwrap();
+        assert_eq!(second.status.as_u16(), 503);
+        assert_eq!(second.headers["retry-after"], "1");
+        let third = error_text(outbound.send(get("http://api.test/")).await);
+        assert_eq!(
+            third,
+            format!(
+                "unavailable: offline: no fixture for GET http://api.test/ in {} (its 2 for this request answered earlier ones; each answers one); add {{method: GET, url: http://api.test/, status: 200}} to it",
+                file.display()
+            )
+        );
+        assert_eq!(
+            error_text(outbound.send(get("http://api.test/down")).await),
+            "ConnectionRefused"
+        );
+
+        let none = FixtureOutbound::load(None, Arc::default()).unwrap();
+        assert!(
+            error_text(none.send(get("http://api.test/")).await).contains(
+                "no HTTP exchanges were given (name a file of them with reconcile --http FILE)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_bad_exchange_is_refused_naming_the_file_and_the_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("http.yaml");
+        let refused = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            match FixtureOutbound::load(Some(&file), Arc::default()) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{text} was accepted"),
+            }
+        };
+        let err = refused("- {method: GET, url: 'http://a.test/', status: 200, error: boom}\n");
+        assert_eq!(
+            err,
+            format!(
+                "{}: exchange 1 (GET http://a.test/): give either status (with headers and body) or error",
+                file.display()
+            )
+        );
+        let err = refused("- {method: GET, url: 'http://a.test/', status: 200, body: [1]}\n");
+        assert!(err.contains("body is text or {base64: ...}"), "{err}");
+        let err = refused("- {method: GET, url: 'http://a.test/', stauts: 200}\n");
+        assert!(err.contains("not a list of HTTP exchanges"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn credentials_are_read_from_the_loaded_secrets_and_config_maps() {
+        use crate::config::KeyRef;
+        let cache = Arc::new(MemoryCache::default());
+        let secret = |ns: &str, name: &str, data: Value| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns}, "data": data})
+        };
+        cache.put(secret(
+            "host",
+            "api",
+            serde_json::json!({"key": "czNjcjN0"}),
+        ));
+        cache.put(secret(
+            "host",
+            "bad",
+            serde_json::json!({"key": "not base64!"}),
+        ));
+        cache.put(secret("a", "twice", serde_json::json!({})));
+        cache.put(secret("b", "twice", serde_json::json!({})));
+        let mut plain = secret("host", "plain", serde_json::json!({"key": "aWdub3JlZA=="}));
+        plain["stringData"] = serde_json::json!({"key": "as written"});
+        cache.put(plain);
+        cache.put(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "ca", "namespace": "host"}, "data": {"pem": "-----BEGIN"}}));
+        let outbound = FixtureOutbound::load(None, cache).unwrap();
+        let of = |name: &str, key: &str| {
+            ValueFrom::SecretKeyRef(KeyRef {
+                name: name.into(),
+                key: key.into(),
+            })
+        };
+        assert_eq!(outbound.value(&of("api", "key")).await.unwrap(), b"s3cr3t");
+        assert_eq!(
+            outbound.value(&of("plain", "key")).await.unwrap(),
+            b"as written",
+            "stringData wins, as on the API server"
+        );
+        let map = ValueFrom::ConfigMapKeyRef(KeyRef {
+            name: "ca".into(),
+            key: "pem".into(),
+        });
+        assert_eq!(outbound.value(&map).await.unwrap(), b"-----BEGIN");
+        for (name, key, why) in [
+            ("api", "other", "Secret api has no key other"),
+            ("bad", "key", "Secret bad key key is not base64"),
+            ("gone", "key", "Secret gone is not among the loaded objects"),
+            ("twice", "key", "in several namespaces (a, b)"),
+        ] {
+            let err = outbound.value(&of(name, key)).await.unwrap_err();
+            assert!(err.contains(why), "{name}: {err}");
+            assert!(!err.contains("s3cr3t"), "{err}");
+        }
     }
 }

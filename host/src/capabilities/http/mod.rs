@@ -230,6 +230,9 @@ impl Exchanger {
         let rule =
             match policy::authorize(self.name(), &self.guest.grant, &parts.method, &parts.uri) {
                 Ok(rule) => rule.clone(),
+                // The offline runner and a replay without a configuration allow every call, as
+                // they do every read and write; with no rule, no credentials are added.
+                Err(_) if self.guest.grant.unrestricted => open_rule(&parts.uri)?,
                 Err(text) => {
                     self.count(&host, "denied");
                     tracing::warn!(guest = %self.name(), "{text}");
@@ -502,6 +505,22 @@ impl Exchanger {
         }
         Some(response_from_json(&recorded.returned))
     }
+}
+
+/// What an unrestricted grant allows under `uri`'s origin: every method, no credentials.
+fn open_rule(uri: &http::Uri) -> Result<HttpRule, Error> {
+    let origin = format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or_default(),
+        uri.authority().map_or("", |a| a.as_str())
+    );
+    Ok(HttpRule {
+        prefix: origin.parse().map_err(|_| Error::HttpRequestUriInvalid)?,
+        methods: None,
+        headers: std::collections::BTreeMap::new(),
+        bearer_token: None,
+        ca_bundle: None,
+    })
 }
 
 /// Whether `e` is the host's refusal (outside the grant, or an address it may not reach).
