@@ -130,7 +130,7 @@ build_guest() {
         echo "file $file"
         cat "$src/$file"
       done
-      cat "$wit"/*.wit
+      cat "$wit"/*.wit "$wit"/deps/*.wit 2>/dev/null
       echo "$toolchain"
       cat "$here/build.sh" "$guests_lib"
     } | sha256sum | cut -d' ' -f1

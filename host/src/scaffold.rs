@@ -334,6 +334,7 @@ fn python_sdk() -> Vec<File> {
         "errors.py",
         "event.py",
         "guest.py",
+        "http.py",
         "lister.py",
         "log.py",
         "manifest.py",

@@ -315,11 +315,6 @@ fn a_url_outside_the_grant_is_a_permanent_denial_in_go() {
 /// `StarlingMonkey`'s `fetch` rejects with a `TypeError` that carries no reason; the SDK makes
 /// it a transient error naming the request.
 #[test]
-#[ignore = "races the host: capabilities/http refuses a request before reading its body and \
-            drops it; when that happens before StarlingMonkey has written the body, its fetch \
-            aborts (\"event loop error, but no exception is pending\") and the guest traps. \
-            Passes whenever the body was written first; always, once the host reads a refused \
-            request's body (within its cap) before it answers"]
 fn a_url_outside_the_grant_is_a_transient_failure_naming_the_request_in_javascript() {
     let message = a_url_outside_the_grant_is_refused("courier-js");
     assert!(

@@ -276,7 +276,7 @@ fn requests_outside_the_grant_are_refused_before_anything_is_sent() {
     let requests: Vec<Value> = urls
         .iter()
         .map(|u| json!({"url": u}))
-        .chain([json!({"method": "DELETE", "url": format!("http://{addr}/api/ok")})])
+        .chain([json!({"method": "DELETE", "url": format!("http://{addr}/api/ok"), "body": "a body the host reads before it refuses"})])
         .chain([json!({"url": format!("http://{addr}/api/ok"), "headers": {"X-API-Key": "mine"}})])
         .collect();
     let (outcome, status, _) = reconcile(&case, &json!({ "http": requests }));

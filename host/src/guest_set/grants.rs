@@ -434,6 +434,39 @@ reconcilers:
     }
 
     #[test]
+    fn a_reconcilers_http_rules_must_lie_within_one_of_the_ceiling_with_its_credentials() {
+        let config = config(&format!(
+            "{HOST}    http:\n    - prefix: http://127.0.0.1:8081/api/v1\n      methods: [GET, PATCH]\n      headers:\n        X-API-Key: {{secretKeyRef: {{name: pdns, key: api-key}}}}\n    limits: {{httpPerSecond: 10}}\n"
+        ));
+        let allow = &config.reconcilers.as_ref().unwrap().allow;
+        let within = grant(
+            "{http: [{prefix: 'http://127.0.0.1:8081/api/v1/servers/localhost', methods: [PATCH], headers: {X-API-Key: {secretKeyRef: {name: pdns, key: api-key}}}}], limits: {httpPerSecond: 5}}",
+        );
+        assert_eq!(
+            beyond_allowed(&within, allow, &config),
+            Vec::<String>::new()
+        );
+        let beyond = grant(
+            "{http: [{prefix: 'http://127.0.0.1:8081/api/v1', methods: [DELETE]}, {prefix: 'http://127.0.0.1:8081/api/v1', methods: [GET], headers: {X-API-Key: {secretKeyRef: {name: other-team, key: api-key}}}}, {prefix: 'https://evil.example/', methods: [GET]}], limits: {httpPerSecond: 50}}",
+        );
+        let refused = beyond_allowed(&beyond, allow, &config);
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert!(
+            refused[0].starts_with("http http://127.0.0.1:8081/api/v1 (methods {\"DELETE\"}"),
+            "{refused:?}"
+        );
+        assert!(
+            refused[1].starts_with("http http://127.0.0.1:8081/api/v1 (methods {\"GET\"}"),
+            "a Secret the ceiling does not name: {refused:?}"
+        );
+        assert!(
+            refused[2].starts_with("http https://evil.example:443/"),
+            "{refused:?}"
+        );
+        assert_eq!(refused[3], "limits.httpPerSecond 50 (at most 10)");
+    }
+
+    #[test]
     fn a_reconcilers_account_must_be_one_the_ceiling_lists() {
         let listing = config(&format!(
             "{HOST}    serviceAccounts: [team-a/*, team-b/reconciler]\n"

@@ -25,7 +25,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
-use crate::config::{HostConfig, WriteTarget};
+use crate::config::{HostConfig, ValueFrom, WriteTarget};
 use crate::objects::Gvk;
 
 mod impersonation;
@@ -283,7 +283,61 @@ pub(crate) fn objects(
             ));
         }
     }
+    out.extend(http_credentials(config, guests, options));
     out
+}
+
+/// A Role in the host's namespace to `get`, by name, exactly the Secrets and `ConfigMaps` that
+/// the `http:` rules of the grants (and of the Reconcilers' ceiling) take credentials and CA
+/// bundles from: the host lists none, and reads no other.
+fn http_credentials(
+    config: &HostConfig,
+    guests: Option<&BTreeSet<String>>,
+    options: &Options,
+) -> Vec<Object> {
+    let granted = config
+        .guests
+        .iter()
+        .filter(|(guest, _)| guests.is_none_or(|only| only.contains(*guest)))
+        .flat_map(|(_, grant)| &grant.http);
+    let allowed = config.reconcilers.iter().flat_map(|r| &r.allow.http);
+    let (mut secrets, mut config_maps) = (BTreeSet::new(), BTreeSet::new());
+    for rule in granted.chain(allowed) {
+        let named = rule
+            .headers
+            .values()
+            .chain(&rule.bearer_token)
+            .chain(&rule.ca_bundle);
+        for from in named {
+            match from {
+                ValueFrom::SecretKeyRef(r) => secrets.insert(r.name.clone()),
+                ValueFrom::ConfigMapKeyRef(r) => config_maps.insert(r.name.clone()),
+            };
+        }
+    }
+    let get = |resource: &str, names: BTreeSet<String>| {
+        (!names.is_empty()).then(|| PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec![resource.into()]),
+            resource_names: Some(names.into_iter().collect()),
+            verbs: vec!["get".into()],
+            ..PolicyRule::default()
+        })
+    };
+    let rules: Vec<PolicyRule> = [get("secrets", secrets), get("configmaps", config_maps)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    bound_role(
+        &format!("{}-http-credentials", options.prefix),
+        &options.namespace,
+        rules,
+        &options.subject(),
+    )
+    .to_vec()
 }
 
 /// The ClusterRole of one guest's grant: `name@file` trial grants become `name-at-file` (RBAC
@@ -507,6 +561,53 @@ guests:
             !yaml.contains("networks"),
             "only the guests asked for: {yaml}"
         );
+    }
+
+    #[test]
+    fn the_host_gets_exactly_the_secrets_and_config_maps_http_rules_name() {
+        let config: HostConfig = serde_yaml::from_str(
+            "guests:\n  dns:\n    http:\n    - prefix: http://127.0.0.1:8081/api\n      headers:\n        X-API-Key: {secretKeyRef: {name: pdns, key: api-key}}\n      caBundle: {configMapKeyRef: {name: pdns-ca, key: ca.crt}}\n  other:\n    http:\n    - prefix: https://api.example.com/\n      bearerToken: {secretKeyRef: {name: example-token, key: token}}\n",
+        )
+        .unwrap();
+        let role = objects_of(&config)
+            .into_iter()
+            .find_map(|o| match o {
+                Object::Role(r)
+                    if r.metadata.name.as_deref() == Some("reconciler-host-http-credentials") =>
+                {
+                    Some(r)
+                }
+                _ => None,
+            })
+            .expect("a Role for the HTTP credentials");
+        let rules = role.rules.unwrap();
+        assert_eq!(
+            rules,
+            [
+                PolicyRule {
+                    resource_names: Some(vec!["example-token".into(), "pdns".into()]),
+                    ..rule("", &["secrets"], &["get"])
+                },
+                PolicyRule {
+                    resource_names: Some(vec!["pdns-ca".into()]),
+                    ..rule("", &["configmaps"], &["get"])
+                },
+            ]
+        );
+        let only_dns = BTreeSet::from(["dns".to_owned()]);
+        let objects = objects(&config, Some(&only_dns), &Guess, &Options::default());
+        let text = to_yaml(&objects).unwrap();
+        assert!(
+            text.contains("pdns") && !text.contains("example-token"),
+            "{text}"
+        );
+        let none: HostConfig = serde_yaml::from_str("guests: {}\n").unwrap();
+        let text = to_yaml(&objects_of(&none)).unwrap();
+        assert!(!text.contains("http-credentials"), "{text}");
+    }
+
+    fn objects_of(config: &HostConfig) -> Vec<Object> {
+        objects(config, None, &Guess, &Options::default())
     }
 
     #[test]

@@ -227,6 +227,10 @@ impl Exchanger {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
         let host = parts.uri.host().unwrap_or("-").to_ascii_lowercase();
+        // Read (within the caps) before answering, a refusal included: a guest writes the body
+        // after `handle`, and a refusal that closed it first would reach the guest as a failed
+        // write instead of the refusal.
+        let body = self.read_body(body).await;
         let rule =
             match policy::authorize(self.name(), &self.guest.grant, &parts.method, &parts.uri) {
                 Ok(rule) => rule.clone(),
@@ -245,10 +249,7 @@ impl Exchanger {
                 u32::try_from(parts.headers.len()).ok(),
             ));
         }
-        let body = self
-            .read_body(body)
-            .await
-            .inspect_err(|_| self.count(&host, "error"))?;
+        let body = body.inspect_err(|_| self.count(&host, "error"))?;
         let sent = body.len();
         let args = exchange_args(&parts, &body);
         let result = self.answer(&host, &rule, parts, body, options).await;
