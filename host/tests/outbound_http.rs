@@ -403,3 +403,94 @@ fn shadow_mode_sends_reads_and_reports_the_rest_as_would_send() {
         "{differences}"
     );
 }
+
+/// An HTTPS server on 127.0.0.1 whose certificate a CA of the test's own issued; the CA's PEM.
+fn tls_server() -> (SocketAddr, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
+    let cert = params
+        .signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(|_req| async {
+                        Ok::<_, Infallible>(hyper::Response::new(full("secure")))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    });
+    (addr, ca.pem())
+}
+
+#[test]
+fn https_trusts_the_ca_bundle_a_rule_names_and_nothing_unknown() {
+    let (addr, ca_pem) = tls_server();
+    let ca_ref = ValueFrom::ConfigMapKeyRef(KeyRef {
+        name: "test-ca".into(),
+        key: "ca.crt".into(),
+    });
+    let grant = |ca: bool| -> Grant {
+        serde_yaml::from_str(&format!(
+            "read: [test.reconciler.dev/v1/Widget]\nwrite: [test.reconciler.dev/v1/Widget/status]\nhttp:\n- prefix: https://{addr}/api\n{}",
+            if ca { "  caBundle: {configMapKeyRef: {name: test-ca, key: ca.crt}}\n" } else { "" }
+        ))
+        .unwrap()
+    };
+    let spec = json!({"http": [{"url": format!("https://{addr}/api/ok")}]});
+    for (with_ca, expect_ok) in [(true, true), (false, false)] {
+        let mut case = case(grant(with_ca));
+        let outbound = LiveOutbound::with_values(BTreeMap::from([(
+            ca_ref.clone(),
+            ca_pem.as_bytes().to_vec(),
+        )]));
+        let providers = offline::providers(case.cache.clone(), None).with_http(Arc::new(outbound));
+        case.context = Arc::new(GuestContext::new("fetcher", grant(with_ca), providers));
+        let (outcome, status, _) = reconcile(&case, &spec);
+        assert_eq!(outcome, ok());
+        let first = &status["http"][0];
+        if expect_ok {
+            assert_eq!(first["status"], 200, "{status}");
+            assert_eq!(first["body"], "secure", "{status}");
+        } else {
+            let error = first["error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("TLS") && error.contains("UnknownIssuer"),
+                "a certificate no root or bundle vouches for is refused: {status}"
+            );
+        }
+    }
+}
