@@ -284,6 +284,7 @@ fn rust_sdk() -> Vec<File> {
         "conditions.rs",
         "error.rs",
         "event.rs",
+        "http.rs",
         "lib.rs",
         "lister.rs",
         "log.rs",
