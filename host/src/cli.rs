@@ -235,7 +235,7 @@ enum Command {
     Componentize(reconciler_componentize::Command),
 }
 
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
     let command = match cli.command {
@@ -401,8 +401,10 @@ fn init_tracing() {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,netlink_packet_route=error"));
     let json = std::env::var("RECONCILER_LOG_FORMAT").is_ok_and(|f| f == "json");
+    // Colours only for a person at a terminal: a redirected log stays plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
