@@ -235,7 +235,7 @@ enum Command {
     Componentize(reconciler_componentize::Command),
 }
 
-pub(crate) fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
     let command = match cli.command {

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 /// What discovery says of a kind.
 #[derive(Clone, Debug)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub resource: ApiResource,
     pub namespaced: bool,
     /// Served with `list` and `watch`, so an informer can cache it.
@@ -25,13 +25,13 @@ pub struct Resolved {
 
 /// Cheap to clone: clones share the cache.
 #[derive(Clone, Default)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     cache: Arc<Mutex<HashMap<GroupVersionKind, Resolved>>>,
 }
 
 impl Resolver {
     /// Cached: free. Otherwise one discovery request to the API server.
-    pub async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         client: &Client,
         gvk: &GroupVersionKind,

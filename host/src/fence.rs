@@ -59,7 +59,7 @@ impl WriteFence {
 
     /// Writes may be sent until `deadline` at most, whatever [`Self::open`] says; a lease
     /// holder moves it on with every renewal.
-    pub fn hold_until(&self, deadline: Instant) {
+    pub(crate) fn hold_until(&self, deadline: Instant) {
         self.0
             .deadline
             .store(nanos_since_epoch(deadline), Ordering::SeqCst);
@@ -88,7 +88,7 @@ impl WriteFence {
 pub const BREAK_FENCE_ENV: &str = "RECONCILER_HOST_TEST_BREAK_FENCE";
 
 /// Whether the test-only switch is on; read once.
-pub fn disabled_for_tests() -> bool {
+pub(crate) fn disabled_for_tests() -> bool {
     #[cfg(debug_assertions)]
     {
         static BROKEN: OnceLock<bool> = OnceLock::new();

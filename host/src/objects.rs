@@ -6,19 +6,19 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// The `Reconciler` kind: guests declared as cluster-scoped objects (`crate::reconcilers`).
-pub mod reconciler_kind {
-    pub const GROUP: &str = "reconciler.dev";
-    pub const VERSION: &str = "v1alpha1";
-    pub const KIND: &str = "Reconciler";
-    pub const PLURAL: &str = "reconcilers";
+pub(crate) mod reconciler_kind {
+    pub(crate) const GROUP: &str = "reconciler.dev";
+    pub(crate) const VERSION: &str = "v1alpha1";
+    pub(crate) const KIND: &str = "Reconciler";
+    pub(crate) const PLURAL: &str = "reconcilers";
 }
 
 /// Group, version and kind; the core group is the empty string.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Gvk {
-    pub group: String,
-    pub version: String,
-    pub kind: String,
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) kind: String,
 }
 
 impl Gvk {
@@ -31,7 +31,7 @@ impl Gvk {
     }
 
     /// `apiVersion` as written in objects: `v1` for the core group, else `group/version`.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -40,7 +40,7 @@ impl Gvk {
     }
 
     /// The kind of a JSON object from its `apiVersion` and `kind` fields.
-    pub fn of_object(object: &serde_json::Value) -> Option<Self> {
+    pub(crate) fn of_object(object: &serde_json::Value) -> Option<Self> {
         let api_version = object.get("apiVersion")?.as_str()?;
         let kind = object.get("kind")?.as_str()?;
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -90,7 +90,7 @@ impl FromStr for Gvk {
 }
 
 /// Deserializes a set of kinds written as strings (`samplecrd.k8s.io/v1/Network`).
-pub fn deserialize_kinds<'de, D>(
+pub(crate) fn deserialize_kinds<'de, D>(
     deserializer: D,
 ) -> Result<std::collections::BTreeSet<Gvk>, D::Error>
 where
@@ -106,9 +106,9 @@ where
 /// One object: kind, namespace (none for cluster-scoped kinds) and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ObjectRef {
-    pub kind: Gvk,
-    pub namespace: Option<String>,
-    pub name: String,
+    pub(crate) kind: Gvk,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: String,
 }
 
 impl ObjectRef {
@@ -128,7 +128,7 @@ impl ObjectRef {
 
 impl ObjectRef {
     /// The object's identity as JSON: `apiVersion`, `kind`, `metadata.name` and `.namespace`.
-    pub fn identity(&self) -> serde_json::Value {
+    pub(crate) fn identity(&self) -> serde_json::Value {
         let mut metadata = serde_json::json!({"name": self.name});
         if let Some(namespace) = &self.namespace {
             metadata["namespace"] = namespace.clone().into();
@@ -155,15 +155,15 @@ impl fmt::Display for ObjectRef {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl ObjectKey {
     /// The key of a namespaced object.
     #[must_use]
-    pub fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub(crate) fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             namespace: Some(namespace.into()),
             name: name.into(),
@@ -172,7 +172,7 @@ impl ObjectKey {
 
     /// The key of a cluster-scoped object.
     #[must_use]
-    pub fn cluster_scoped(name: impl Into<String>) -> Self {
+    pub(crate) fn cluster_scoped(name: impl Into<String>) -> Self {
         Self {
             namespace: None,
             name: name.into(),

@@ -339,7 +339,7 @@ fn listing(directory: &Path) -> std::io::Result<Vec<(String, u64)>> {
 /// A guest's records as `/guests` shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RecordsSummary {
+pub(crate) struct RecordsSummary {
     pub directory: PathBuf,
     pub count: usize,
     pub bytes: u64,

@@ -69,10 +69,10 @@ pub enum ScaffoldError {
 
 /// One file of a scaffold: its path inside the guest's directory and its text.
 #[derive(Debug)]
-pub struct File {
-    pub path: &'static str,
-    pub text: String,
-    pub executable: bool,
+pub(crate) struct File {
+    pub(crate) path: &'static str,
+    pub(crate) text: String,
+    pub(crate) executable: bool,
 }
 
 const CONTRACT: &str = include_str!("../../wit/reconciler.wit");
@@ -111,7 +111,7 @@ const RECIPES: &str = include_str!("../../guests/lib.sh");
 const RUST_BUILD: &str = include_str!("../templates/rust/build.sh");
 
 /// The files of a guest `name` in `language`.
-pub fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError> {
+pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError> {
     if crate::validation::dns1123_label("name", name).is_err()
         || !name.starts_with(|c: char| c.is_ascii_lowercase())
     {

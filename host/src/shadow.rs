@@ -60,9 +60,9 @@ const RECENT: usize = 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Difference {
     /// What was intended, e.g. `status patch of apiextensions.k8s.io/v1/CustomResourceDefinition a.b.c`.
-    pub intended: String,
+    pub(crate) intended: String,
     /// `path: live → intended`, one line per field.
-    pub changes: Vec<String>,
+    pub(crate) changes: Vec<String>,
 }
 
 impl std::fmt::Display for Difference {
@@ -75,7 +75,11 @@ impl std::fmt::Display for Difference {
 /// (every field the patch would change, not only `status`: the verdict must see all of a
 /// write), except `metadata.resourceVersion`, which a patch carries as a precondition. Returns
 /// the object as it would be, for the guest to read back.
-pub fn status_patch(intended: String, live: &Value, patch: &Value) -> (Value, Option<Difference>) {
+pub(crate) fn status_patch(
+    intended: String,
+    live: &Value,
+    patch: &Value,
+) -> (Value, Option<Difference>) {
     let mut patched = live.clone();
     json_patch::merge(&mut patched, patch);
     if let Some(version) = live.pointer("/metadata/resourceVersion")
@@ -103,7 +107,7 @@ pub fn status_patch(intended: String, live: &Value, patch: &Value) -> (Value, Op
 
 /// The differences of a server-side apply: every field `applied` sets, compared with `live`
 /// (none: the object would be created).
-pub fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<Difference> {
+pub(crate) fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<Difference> {
     let Some(live) = live else {
         return Some(Difference {
             intended,
@@ -151,7 +155,7 @@ pub fn apply(intended: String, live: Option<&Value>, applied: &Value) -> Option<
 
 /// An intended write of a kind the guest may not read, never compared: the paths `set` sets
 /// (leaves; lists whole), without a value, after a line saying why.
-pub fn blind(intended: String, set: &Value, why: &str) -> Option<Difference> {
+pub(crate) fn blind(intended: String, set: &Value, why: &str) -> Option<Difference> {
     let mut lines = Lines::default();
     lines
         .changes
@@ -180,7 +184,11 @@ fn paths(path: &str, set: &Value, out: &mut Lines) {
 }
 
 /// A difference made of one line, when `changed`.
-pub fn single(intended: String, changed: bool, line: impl Into<String>) -> Option<Difference> {
+pub(crate) fn single(
+    intended: String,
+    changed: bool,
+    line: impl Into<String>,
+) -> Option<Difference> {
     changed.then(|| Difference {
         intended,
         changes: vec![line.into()],
@@ -366,26 +374,26 @@ fn shown(value: &Value) -> String {
 /// How one reconcile in shadow mode ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Verdict {
-    pub key: String,
+pub(crate) struct Verdict {
+    pub(crate) key: String,
     /// RFC 3339.
-    pub at: String,
-    pub agreed: bool,
+    pub(crate) at: String,
+    pub(crate) agreed: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub differences: Vec<Difference>,
+    pub(crate) differences: Vec<Difference>,
 }
 
 /// What `/guests` shows of a guest's shadow runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ShadowReport {
-    pub agreements: u64,
-    pub diffs: u64,
+pub(crate) struct ShadowReport {
+    pub(crate) agreements: u64,
+    pub(crate) diffs: u64,
     /// The latest verdicts, newest first.
-    pub recent: VecDeque<Verdict>,
+    pub(crate) recent: VecDeque<Verdict>,
     /// The latest verdicts that differed, newest first (kept apart so agreements do not push
     /// them out).
-    pub recent_diffs: VecDeque<Verdict>,
+    pub(crate) recent_diffs: VecDeque<Verdict>,
 }
 
 /// Every guest's shadow verdicts: counted in metrics, logged, and kept for `/guests`.
@@ -405,7 +413,7 @@ impl Shadows {
 
     /// Records the verdict of one reconcile of `key` by `guest`: it agreed when `differences`
     /// is empty.
-    pub fn record(&self, guest: &str, key: &str, differences: Vec<Difference>) {
+    pub(crate) fn record(&self, guest: &str, key: &str, differences: Vec<Difference>) {
         let agreed = differences.is_empty();
         if agreed {
             tracing::debug!(guest, key, "shadow: agrees with the live state");
@@ -439,7 +447,7 @@ impl Shadows {
     }
 
     /// What `/guests` shows for `guest`, if it ever ran in shadow mode.
-    pub fn report(&self, guest: &str) -> Option<ShadowReport> {
+    pub(crate) fn report(&self, guest: &str) -> Option<ShadowReport> {
         self.guests.lock().get(guest).cloned()
     }
 }

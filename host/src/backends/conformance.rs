@@ -201,9 +201,9 @@ pub async fn another_guests_network_appears_in_no_refusal_a_guest_sees(
 }
 
 /// The allowed ranges [`each_policy_rule_refuses_with_its_own_words`] configures.
-pub const ALLOWED_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/16"];
+pub(crate) const ALLOWED_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/16"];
 /// The API server's address it configures.
-pub const API_SERVER: &str = "10.96.0.1";
+pub(crate) const API_SERVER: &str = "10.96.0.1";
 
 /// One case per rule of the policy: cidr, gateway, and the exact words of the refusal.
 const POLICY_REFUSALS: &[(&str, &str, &str)] = &[

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkSpec {
     /// Stable for the object's lifetime, e.g. `namespace/name`.
-    pub id: String,
+    pub(crate) id: String,
     /// IPv4 or IPv6 prefix in canonical network form, e.g. `10.10.0.0/24`.
-    pub cidr: String,
+    pub(crate) cidr: String,
     /// An address inside `cidr`, assigned to the network's interface.
-    pub gateway: String,
+    pub(crate) gateway: String,
 }
 
 /// What a provider reports, read back from the real system: the WIT `network-status` record.
@@ -140,7 +140,7 @@ fn name_taken(id: &str, bridge: &str, place: &str, owner: Option<&String>) -> St
 }
 
 /// `Result` with [`BackendError`] as the error.
-pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = BackendError> = std::result::Result<T, E>;
 
 /// A provider of networks. Object-safe so the host holds an `Arc<dyn NetworkBackend>` chosen
 /// at start-up; `Send + Sync` because every worker shares it.

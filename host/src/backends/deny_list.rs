@@ -18,15 +18,15 @@ pub const MAX_BREADTH_V6: u8 = 16;
 /// One block of an IANA address registry, with what a refusal says about it.
 #[derive(Debug)]
 pub struct Block {
-    pub range: IpNet,
+    pub(crate) range: IpNet,
     /// The block's name in its registry, as the registry spells it.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// The RFC the registry cites for the block.
-    pub rfc: &'static str,
+    pub(crate) rfc: &'static str,
     /// The registry the block comes from.
-    pub registry: &'static str,
+    pub(crate) registry: &'static str,
     /// What the block is for: why no network may use it, or why networks belong there.
-    pub why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 const IPV4_SPECIAL: &str = "IANA IPv4 Special-Purpose Address Registry";

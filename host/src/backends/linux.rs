@@ -68,7 +68,7 @@ use super::policy::{MAX_BREADTH_V4, MAX_BREADTH_V6, Reserved, check_reserved};
 use super::spec::{ValidSpec, check_overlap};
 
 /// Where `ip netns add <name>` puts its namespace handles.
-pub const NETNS_DIR: &str = "/var/run/netns";
+pub(crate) const NETNS_DIR: &str = "/var/run/netns";
 
 /// Networks as Linux bridges in one network namespace.
 pub struct LinuxBackend {
@@ -138,7 +138,7 @@ impl LinuxBackend {
     /// The same provider with `policy` (`allowed-cidrs`, reserved ranges) on top of the fixed
     /// rules and the namespace's own addresses and routes.
     #[must_use]
-    pub fn with_policy(mut self, policy: Policy) -> Self {
+    pub(crate) fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
     }

@@ -47,7 +47,7 @@ impl MemoryBackend {
 
     /// A provider mirrored to `path`: loads it if it exists (a missing file is an empty
     /// state), and rewrites it after every successful `ensure` or `delete`.
-    pub fn with_state_file(path: impl Into<PathBuf>) -> Result<Self> {
+    pub(crate) fn with_state_file(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
         let networks = match std::fs::read(&path) {
             Ok(bytes) => parse_state(&path, &bytes)?,
@@ -70,7 +70,7 @@ impl MemoryBackend {
     /// rules. Networks already held (from a state file) are kept; the policy applies to
     /// every `ensure` from now on.
     #[must_use]
-    pub fn with_policy(mut self, policy: Policy) -> Self {
+    pub(crate) fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
     }

@@ -53,8 +53,8 @@ mod bridge_names;
 pub mod conformance;
 mod contract;
 mod deny_list;
-pub mod linux;
-pub mod memory;
+pub(crate) mod linux;
+pub(crate) mod memory;
 pub mod policy;
 mod spec;
 
@@ -68,10 +68,11 @@ use serde::{Deserialize, Serialize};
 pub use bridge_names::{
     DEFAULT_BRIDGE_PREFIX, bridge_name, is_bridge_name, validate_bridge_prefix,
 };
-pub use contract::{BackendError, NetworkBackend, NetworkSpec, NetworkStatus, Result};
+pub use contract::{BackendError, NetworkBackend};
+pub(crate) use contract::{NetworkSpec, NetworkStatus, Result};
 pub use linux::LinuxBackend;
 pub use memory::MemoryBackend;
-pub use policy::{Policy, Reserved, api_server_addresses};
+pub(crate) use policy::{Policy, Reserved, api_server_addresses};
 pub use spec::{MAX_ID_LEN, ValidSpec, check_overlap, validate};
 
 /// Which provider the host uses, from the host configuration (YAML):
@@ -129,7 +130,7 @@ pub enum BackendConfig {
 
 impl BackendConfig {
     /// The configured `allowed-cidrs`, whichever the provider.
-    pub fn allowed_cidrs(&self) -> Option<&[IpNet]> {
+    pub(crate) fn allowed_cidrs(&self) -> Option<&[IpNet]> {
         match self {
             BackendConfig::Memory { allowed_cidrs, .. }
             | BackendConfig::Linux { allowed_cidrs, .. } => allowed_cidrs.as_deref(),

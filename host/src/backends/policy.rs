@@ -50,15 +50,15 @@ use super::spec::{ValidSpec, validate};
 /// An address range that no network may overlap, with what it is for the refusal message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reserved {
-    pub range: IpNet,
+    pub(crate) range: IpNet,
     /// Completes "overlaps …", e.g. "the API server's address 10.96.0.1".
-    pub what: String,
+    pub(crate) what: String,
 }
 
 impl Reserved {
     /// The API server's address: a network covering it would take the host's (or, in a
     /// namespace pods share, their) traffic to the API server.
-    pub fn api_server(addr: IpAddr) -> Self {
+    pub(crate) fn api_server(addr: IpAddr) -> Self {
         Reserved {
             range: IpNet::from(addr),
             what: format!("the API server's address {addr}"),
@@ -67,7 +67,7 @@ impl Reserved {
 }
 
 /// Refuses `spec` when its cidr overlaps any of `reserved`.
-pub fn check_reserved<'a>(
+pub(crate) fn check_reserved<'a>(
     spec: &ValidSpec,
     reserved: impl IntoIterator<Item = &'a Reserved>,
 ) -> Result<()> {
@@ -89,7 +89,7 @@ pub fn check_reserved<'a>(
 /// Cost: a name is resolved with the system resolver (`getaddrinfo`), which blocks; call it
 /// once at start-up. The addresses are not followed afterwards: an API server whose name
 /// later resolves elsewhere is not protected at its new address.
-pub fn api_server_addresses(host: &str, port: Option<u16>) -> Result<Vec<IpAddr>> {
+pub(crate) fn api_server_addresses(host: &str, port: Option<u16>) -> Result<Vec<IpAddr>> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(vec![ip]);
@@ -131,7 +131,7 @@ impl Policy {
     /// fixed rules accept). Refuses a list that is empty or has an entry with host bits set:
     /// both are mistakes in the configuration, better reported at start-up than as every
     /// network being refused.
-    pub fn new(allowed: Option<Vec<IpNet>>) -> Result<Self> {
+    pub(crate) fn new(allowed: Option<Vec<IpNet>>) -> Result<Self> {
         if let Some(allowed) = &allowed {
             if allowed.is_empty() {
                 return Err(BackendError::Other(
@@ -155,7 +155,7 @@ impl Policy {
 
     /// Adds ranges no network may overlap.
     #[must_use]
-    pub fn reserving(mut self, reserved: impl IntoIterator<Item = Reserved>) -> Self {
+    pub(crate) fn reserving(mut self, reserved: impl IntoIterator<Item = Reserved>) -> Self {
         self.reserved.extend(reserved);
         self
     }
@@ -172,7 +172,7 @@ impl Policy {
 
     /// [`super::validate`], then `allowed-cidrs`, then the reserved ranges. What the providers
     /// call first in every `ensure`.
-    pub fn validate(&self, spec: &NetworkSpec) -> Result<ValidSpec> {
+    pub(crate) fn validate(&self, spec: &NetworkSpec) -> Result<ValidSpec> {
         let spec = validate(spec)?;
         if let Some(allowed) = &self.allowed
             && !allowed.iter().any(|range| range.contains(&spec.cidr))

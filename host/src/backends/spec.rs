@@ -16,14 +16,14 @@ pub const MAX_ID_LEN: usize = 255;
 /// A spec that passed [`validate`]: parsed, canonical, safe to apply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidSpec {
-    pub id: String,
-    pub cidr: IpNet,
-    pub gateway: IpAddr,
+    pub(crate) id: String,
+    pub(crate) cidr: IpNet,
+    pub(crate) gateway: IpAddr,
 }
 
 impl ValidSpec {
     /// The status a provider that applied this spec exactly would report.
-    pub fn status(&self, interface_name: String, up: bool) -> NetworkStatus {
+    pub(crate) fn status(&self, interface_name: String, up: bool) -> NetworkStatus {
         NetworkStatus {
             id: self.id.clone(),
             cidr: self.cidr.to_string(),

@@ -119,7 +119,7 @@ pub(super) fn status_patch(patch: &Value) -> Result<(), HostError> {
 
 /// Whether a label or annotation key belongs to Kubernetes itself (`kubernetes.io`, `k8s.io`
 /// and their subdomains), where keys act cluster-wide.
-pub fn reserved_key(key: &str) -> bool {
+pub(crate) fn reserved_key(key: &str) -> bool {
     let Some((prefix, _)) = key.rsplit_once('/') else {
         return false;
     };

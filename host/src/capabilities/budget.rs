@@ -72,7 +72,7 @@ pub(super) fn tick_ns() -> u64 {
 }
 
 impl Budget {
-    pub fn new(rates: Rates) -> Self {
+    pub(crate) fn new(rates: Rates) -> Self {
         // A rate of 0 would refuse everything for ever; the least is one per second.
         let quota = |per_second: u32, burst: u32| {
             let at_least_one = |n| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
@@ -109,7 +109,7 @@ impl Budget {
     /// How long a running instance of the guest should pause before it runs on: none while
     /// the guest is within its CPU share, host work done for it included. Called by the
     /// runtime at every epoch tick.
-    pub fn cpu_pause(&self) -> Option<Duration> {
+    pub(crate) fn cpu_pause(&self) -> Option<Duration> {
         let cpu = self.cpu.as_ref()?;
         let wait = |not_until: governor::NotUntil<_>| {
             not_until.wait_time_from(governor::clock::Clock::now(
@@ -133,7 +133,7 @@ impl Budget {
 
     /// Counts host work done for the guest against its CPU share (paid later, see
     /// [`Budget::settle_cpu`]). Free without a share.
-    pub fn charge_cpu(&self, spent: Duration) {
+    pub(crate) fn charge_cpu(&self, spent: Duration) {
         if self.cpu.is_some() {
             let ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
             self.cpu_owed_ns.fetch_add(ns, Ordering::Relaxed);
@@ -151,7 +151,7 @@ impl Budget {
     /// Waits until the host work owed by the guest has been taken from its CPU share: called
     /// before the host works for it again. A wait cut short (the reconcile's deadline) leaves
     /// the rest owed.
-    pub async fn settle_cpu(&self) {
+    pub(crate) async fn settle_cpu(&self) {
         let Some(cpu) = &self.cpu else { return };
         loop {
             let claimed = self.claim_owed();
@@ -205,7 +205,7 @@ impl Budget {
     /// Holds `bytes` of the guest's host-memory budget until the guard is dropped, waiting while
     /// its other reconciles hold the rest. `None` when `bytes` is more than the whole budget:
     /// it could never be held.
-    pub async fn hold(&self, bytes: usize) -> Option<HostBytes> {
+    pub(crate) async fn hold(&self, bytes: usize) -> Option<HostBytes> {
         let kib = bytes.div_ceil(1024);
         if kib > self.host_memory_kib {
             return None;
@@ -223,7 +223,7 @@ impl Budget {
     }
 
     /// The host-memory budget, in bytes: the guest's memory cap.
-    pub fn host_memory_bytes(&self) -> usize {
+    pub(crate) fn host_memory_bytes(&self) -> usize {
         self.host_memory_kib * 1024
     }
 }

@@ -7,7 +7,8 @@ use super::capability::{Capability, LoadCheck};
 use super::context::{CallContext, as_json, embed};
 use super::error::HostError;
 use super::replay;
-pub use super::seams::{Cluster, EventRecord, EventType};
+pub(crate) use super::seams::EventType;
+pub use super::seams::{Cluster, EventRecord};
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
@@ -106,10 +107,10 @@ fn applied_ref(body: &Value, declared_finalizer: Option<&str>) -> Result<ObjectR
 /// The test-only switch (debug builds only): `RECONCILER_HOST_TEST_SKIP_WRITE_GRANT=1` lets the
 /// writes of a guest with its own ServiceAccount past the host's grant check, so that a test can
 /// show the API server refusing them as that account. Release builds do not read it.
-pub const SKIP_WRITE_GRANT_ENV: &str = "RECONCILER_HOST_TEST_SKIP_WRITE_GRANT";
+pub(crate) const SKIP_WRITE_GRANT_ENV: &str = "RECONCILER_HOST_TEST_SKIP_WRITE_GRANT";
 
 /// Whether the test-only switch is on; read once.
-pub fn skip_write_grant() -> bool {
+pub(crate) fn skip_write_grant() -> bool {
     #[cfg(debug_assertions)]
     {
         static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

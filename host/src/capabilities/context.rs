@@ -41,19 +41,19 @@ impl Providers {
 
 /// Where a guest may act, beyond its grant's kinds.
 #[derive(Debug, Clone, Default)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// `run --watch-namespace`: namespaced writes and events stay inside it.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The namespace of the guest's primary watch (its manifest's, else the host's): the
     /// namespace of every key it may enqueue.
-    pub primary_namespace: Option<String>,
+    pub(crate) primary_namespace: Option<String>,
     /// The finalizer the guest's manifest declares: the only one its applied objects may carry.
-    pub finalizer: Option<String>,
+    pub(crate) finalizer: Option<String>,
 }
 
 impl Scope {
     /// The scope a manifest asks for inside the host's `--watch-namespace`.
-    pub fn of(manifest: &Manifest, watch_namespace: Option<&str>) -> Self {
+    pub(crate) fn of(manifest: &Manifest, watch_namespace: Option<&str>) -> Self {
         Self {
             namespace: watch_namespace.map(str::to_owned),
             primary_namespace: manifest
@@ -83,14 +83,14 @@ impl Scope {
 /// Everything a guest's imports need that lives as long as the guest version is loaded.
 pub struct GuestContext {
     /// The guest's manifest name: grant key, field manager, metric label.
-    pub name: String,
-    pub grant: Grant,
-    pub scope: Scope,
-    pub providers: Providers,
-    pub budget: Arc<Budget>,
-    pub metrics: Option<Metrics>,
+    pub(crate) name: String,
+    pub(crate) grant: Grant,
+    pub(crate) scope: Scope,
+    pub(crate) providers: Providers,
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) metrics: Option<Metrics>,
     /// A fixed wall-clock time for the guest (offline runs that must be reproducible).
-    pub fixed_clock: Option<std::time::SystemTime>,
+    pub(crate) fixed_clock: Option<std::time::SystemTime>,
 }
 
 impl GuestContext {
@@ -114,32 +114,32 @@ impl GuestContext {
     }
 
     #[must_use]
-    pub fn with_scope(mut self, scope: Scope) -> Self {
+    pub(crate) fn with_scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
         self
     }
 
     #[must_use]
-    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }
 
     #[must_use]
-    pub fn with_clock(mut self, at: Option<std::time::SystemTime>) -> Self {
+    pub(crate) fn with_clock(mut self, at: Option<std::time::SystemTime>) -> Self {
         self.fixed_clock = at;
         self
     }
 
     /// Shares another version's budget (a hot swap keeps the guest's rates).
     #[must_use]
-    pub fn with_budget(mut self, budget: Arc<Budget>) -> Self {
+    pub(crate) fn with_budget(mut self, budget: Arc<Budget>) -> Self {
         self.budget = budget;
         self
     }
 
     /// A context whose every call is denied: used while a guest describes itself.
-    pub fn loading(file: &str) -> Self {
+    pub(crate) fn loading(file: &str) -> Self {
         Self::new(file, Grant::default(), Providers::deny_all())
     }
 }
@@ -147,43 +147,43 @@ impl GuestContext {
 /// Per-reconcile state of the capabilities: who is calling, about which key, until when. The
 /// `Host` traits of every interface are implemented on it.
 pub struct CallContext {
-    pub guest: Arc<GuestContext>,
+    pub(crate) guest: Arc<GuestContext>,
     /// Display form of the key being reconciled, for log lines.
-    pub key: String,
-    pub deadline: Instant,
+    pub(crate) key: String,
+    pub(crate) deadline: Instant,
     /// The runtime whose reactor serves the providers and WASI; the guest call runs on it.
-    pub runtime: Option<tokio::runtime::Handle>,
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
     /// Set when any write hit a 409: the host retries the reconcile whatever the guest returns.
-    pub conflicted: bool,
+    pub(crate) conflicted: bool,
     /// When set, every call is appended here (offline runner, conformance tests).
-    pub calls: Option<Vec<Call>>,
+    pub(crate) calls: Option<Vec<Call>>,
     /// The last line the guest logged at error level (the Rust SDK logs its panics there).
-    pub last_error: Option<String>,
+    pub(crate) last_error: Option<String>,
     /// Log lines dropped by the guest's log rate in this reconcile.
-    pub logs_dropped: u64,
+    pub(crate) logs_dropped: u64,
     /// Shadow mode: the changes this reconcile intended that would have changed something.
-    pub shadow_differences: Vec<crate::shadow::Difference>,
+    pub(crate) shadow_differences: Vec<crate::shadow::Difference>,
     /// Host memory held for the last list's result until the guest's next list or body, or the
     /// reconcile's end: the copy lives on in wasmtime until it is lowered into the guest's
     /// memory, after the import returns.
     pub(super) held: Option<HostBytes>,
     /// The wall clock and random seed this reconcile's guest is given, instead of live ones
     /// (a recorded or replayed reconcile).
-    pub pinned: Option<Pinned>,
+    pub(crate) pinned: Option<Pinned>,
     /// Replaying a record: every call is answered from it, no provider is called.
-    pub replay: Option<Box<replay::Replayer>>,
+    pub(crate) replay: Option<Box<replay::Replayer>>,
     /// What this reconcile's outbound HTTP exchanges left (they run in tasks of their own);
     /// folded into the fields above by [`CallContext::absorb_http`] when the call ends.
-    pub http: Arc<std::sync::Mutex<super::http::Session>>,
+    pub(crate) http: Arc<std::sync::Mutex<super::http::Session>>,
 }
 
 /// What a recorded reconcile's guest sees of time and chance, so a replay can give it the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pinned {
+pub(crate) struct Pinned {
     /// The wall clock, stopped at this instant for the whole reconcile.
-    pub clock: std::time::SystemTime,
+    pub(crate) clock: std::time::SystemTime,
     /// Seeds every WASI random source.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// Host work units (objects visited times selector terms) done on the calling async worker:
@@ -219,7 +219,7 @@ impl CallContext {
 
     /// The context an instance kept between reconciles holds while idle: its guest, no key.
     #[must_use]
-    pub fn idle(&self) -> Self {
+    pub(crate) fn idle(&self) -> Self {
         Self::new(self.guest.clone(), String::new(), self.runtime.clone())
     }
 
@@ -232,14 +232,14 @@ impl CallContext {
 
     /// Gives the guest this clock and random seed (see [`Pinned`]).
     #[must_use]
-    pub fn pinned(mut self, pinned: Pinned) -> Self {
+    pub(crate) fn pinned(mut self, pinned: Pinned) -> Self {
         self.pinned = Some(pinned);
         self
     }
 
     /// Answers every call from `replay` (see [`replay::Replayer`]).
     #[must_use]
-    pub fn replaying(mut self, replay: replay::Replayer) -> Self {
+    pub(crate) fn replaying(mut self, replay: replay::Replayer) -> Self {
         // HTTP exchanges are answered by the request hook, in their own order.
         let (http, rest) = replay.split(super::http::INTERFACE);
         super::http::lock(&self.http).replay = Some(http.into());
@@ -249,7 +249,7 @@ impl CallContext {
 
     /// Folds what the outbound HTTP exchanges recorded into this context: their calls (after
     /// the others), shadow mode's requests not sent, and a replay's divergence.
-    pub fn absorb_http(&mut self) {
+    pub(crate) fn absorb_http(&mut self) {
         let session = std::mem::take(&mut *super::http::lock(&self.http));
         if let Some(calls) = &mut self.calls {
             calls.extend(session.calls);
@@ -294,7 +294,7 @@ impl CallContext {
 
     /// The context of `manifest()`: a guest that calls the host while describing itself is
     /// refused (no grant is known yet).
-    pub fn loading(file: &str, deadline: Duration) -> Self {
+    pub(crate) fn loading(file: &str, deadline: Duration) -> Self {
         let mut call = Self::new(Arc::new(GuestContext::loading(file)), String::new(), None);
         call.deadline = Instant::now() + deadline;
         call

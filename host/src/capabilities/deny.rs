@@ -13,7 +13,7 @@ use super::seams::{Listed, Lister};
 
 impl Providers {
     /// Providers that refuse everything: a guest may not call the host while loading.
-    pub fn deny_all() -> Self {
+    pub(crate) fn deny_all() -> Self {
         let deny = Arc::new(DenyAll);
         Self {
             lister: deny.clone(),

@@ -19,7 +19,7 @@ use super::capability::{Capability, LoadCheck};
 use super::context::{CallContext, embed};
 use super::error::HostError;
 use super::replay;
-pub use super::seams::{Listed, Lister};
+pub(crate) use super::seams::{Listed, Lister};
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::lister as wit;
@@ -57,7 +57,7 @@ pub(super) fn add_to_linker<T: Send + 'static>(
 }
 
 /// Parses a label selector a guest handed over; a bad one is its `invalid` error.
-pub fn parse_selector(
+pub(crate) fn parse_selector(
     field: &str,
     selector: Option<&str>,
 ) -> Result<Option<kube::core::Selector>, HostError> {

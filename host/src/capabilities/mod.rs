@@ -51,37 +51,39 @@
 mod bodies;
 mod budget;
 mod capability;
-pub mod cluster;
+pub(crate) mod cluster;
 mod context;
 mod deny;
 mod error;
 pub mod http;
-pub mod lister;
-pub mod log;
-pub mod network;
+pub(crate) mod lister;
+pub(crate) mod log;
+pub(crate) mod network;
 #[cfg(test)]
 mod properties;
-pub mod queue;
-pub mod replay;
+pub(crate) mod queue;
+pub(crate) mod replay;
 mod seams;
 #[cfg(test)]
 pub(crate) mod testing;
 
 use wasmtime::component::{HasSelf, Linker};
 
-pub use bodies::reserved_key;
+pub(crate) use bodies::reserved_key;
 pub use budget::{Budget, HostBytes};
 pub use capability::{Capability, LoadCheck};
-pub use cluster::{Cluster, EventRecord, EventType, SKIP_WRITE_GRANT_ENV, skip_write_grant};
-pub use context::{CallContext, GuestContext, Pinned, Providers, Scope};
+pub use cluster::{Cluster, EventRecord};
+pub(crate) use cluster::{EventType, SKIP_WRITE_GRANT_ENV, skip_write_grant};
+pub use context::{CallContext, GuestContext, Providers};
+pub(crate) use context::{Pinned, Scope};
 pub use error::HostError;
-pub use lister::Lister;
-pub use network::NETWORK_BACKEND;
+pub(crate) use lister::Lister;
+pub(crate) use network::NETWORK_BACKEND;
 pub use queue::Enqueuer;
 pub use replay::Call;
 
 /// Every capability, in WIT order. The guest directory runs each one's requirement at load.
-pub const CAPABILITIES: &[Capability] = &[
+pub(crate) const CAPABILITIES: &[Capability] = &[
     lister::CAPABILITY,
     cluster::CAPABILITY,
     queue::CAPABILITY,
@@ -91,7 +93,7 @@ pub const CAPABILITIES: &[Capability] = &[
 
 /// Checks a guest against its grant at load: everything every capability finds missing, at
 /// once.
-pub fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
+pub(crate) fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
     let missing: Vec<String> = CAPABILITIES
         .iter()
         .flat_map(|c| (c.requirement)(check))
@@ -104,7 +106,7 @@ pub fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
 }
 
 /// Links every capability into `linker`; `get` finds the call context in the store's data.
-pub fn add_to_linker<T: Send + 'static>(
+pub(crate) fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     get: fn(&mut T) -> &mut CallContext,
 ) -> wasmtime::Result<()> {

@@ -26,13 +26,13 @@ use crate::wit::reconciler::api::network_backend as wit;
 use crate::wit::types;
 
 /// The name under `backends:` in the host configuration that serves this interface.
-pub const NETWORK_BACKEND: &str = "network";
+pub(crate) const NETWORK_BACKEND: &str = "network";
 /// The WIT interface name, as a component's imports name it (without the version).
 const INTERFACE: &str = "network-backend";
 /// Networks one guest may hold at once.
-pub const MAX_NETWORKS_PER_GUEST: usize = 256;
+pub(crate) const MAX_NETWORKS_PER_GUEST: usize = 256;
 /// Longest id a guest may name (the owner prefix and the kernel's alias limit leave this).
-pub const MAX_GUEST_ID_BYTES: usize = 190;
+pub(crate) const MAX_GUEST_ID_BYTES: usize = 190;
 
 pub(super) const CAPABILITY: Capability = Capability {
     interface: INTERFACE,

@@ -16,12 +16,12 @@ use crate::wit::types;
 
 /// Keys a guest may have waiting (ready or delayed) before its enqueues are refused. The
 /// host's own adds (watch events, retries) are not capped: they are bounded by the cache.
-pub const MAX_PENDING_KEYS: usize = 10_000;
+pub(crate) const MAX_PENDING_KEYS: usize = 10_000;
 /// The longest delay a guest may ask for (and the cap on a reconcile's requeue-after).
-pub const MAX_DELAY: Duration = Duration::from_hours(24);
+pub(crate) const MAX_DELAY: Duration = Duration::from_hours(24);
 /// [`MAX_DELAY`] in milliseconds, the unit of `after-ms` and of a reconcile's requeue-after.
 #[allow(clippy::cast_possible_truncation)] // 86,400,000 fits a u64 many times over.
-pub const MAX_DELAY_MS: u64 = MAX_DELAY.as_millis() as u64;
+pub(crate) const MAX_DELAY_MS: u64 = MAX_DELAY.as_millis() as u64;
 
 pub(super) const CAPABILITY: Capability = Capability {
     interface: "queue",

@@ -22,11 +22,11 @@ pub struct Call {
 
 /// One recorded call, as the offline runner and records write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordedCall {
-    pub interface: String,
-    pub function: String,
-    pub args: Value,
-    pub returned: Value,
+pub(crate) struct RecordedCall {
+    pub(crate) interface: String,
+    pub(crate) function: String,
+    pub(crate) args: Value,
+    pub(crate) returned: Value,
 }
 
 impl From<&Call> for RecordedCall {
@@ -43,19 +43,19 @@ impl From<&Call> for RecordedCall {
 /// Where a replayed guest first did something other than the recorded one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Divergence {
+pub(crate) struct Divergence {
     /// Index of the call in the replay (0 = the guest's first host call).
-    pub call: usize,
-    pub reason: &'static str,
+    pub(crate) call: usize,
+    pub(crate) reason: &'static str,
     /// The recorded call expected there, if any.
-    pub recorded: Option<RecordedCall>,
+    pub(crate) recorded: Option<RecordedCall>,
     /// The call the replayed guest made there, if any (arguments only).
-    pub replayed: Option<Value>,
+    pub(crate) replayed: Option<Value>,
 }
 
 /// The recorded calls of one reconcile and how far the replay has come.
 #[derive(Debug)]
-pub struct Replayer {
+pub(crate) struct Replayer {
     recorded: Vec<RecordedCall>,
     used: Vec<bool>,
     /// The first recorded call not yet matched in order.
@@ -66,7 +66,7 @@ pub struct Replayer {
 }
 
 impl Replayer {
-    pub fn new(recorded: Vec<RecordedCall>) -> Self {
+    pub(crate) fn new(recorded: Vec<RecordedCall>) -> Self {
         Self {
             used: vec![false; recorded.len()],
             recorded,
@@ -77,7 +77,7 @@ impl Replayer {
     }
 
     /// The recorded answer to this call: the `ok` value, or the error the host gave.
-    pub fn answer(
+    pub(crate) fn answer(
         &mut self,
         interface: &'static str,
         function: &'static str,
@@ -129,7 +129,7 @@ impl Replayer {
 
     /// The first divergence, counting recorded calls the replayed guest never made.
     /// The recorded calls of `interface` apart from the rest (each keeps its order).
-    pub fn split(self, interface: &str) -> (Vec<RecordedCall>, Replayer) {
+    pub(crate) fn split(self, interface: &str) -> (Vec<RecordedCall>, Replayer) {
         let (theirs, rest) = self
             .recorded
             .into_iter()
@@ -139,7 +139,11 @@ impl Replayer {
 
     /// Outbound HTTP answered apart (see `super::http`): the first exchange that differed from
     /// its record, or one recorded and never asked for, unless an earlier divergence stands.
-    pub fn http_diverged(&mut self, differed: Option<String>, unanswered: Option<RecordedCall>) {
+    pub(crate) fn http_diverged(
+        &mut self,
+        differed: Option<String>,
+        unanswered: Option<RecordedCall>,
+    ) {
         if self.divergence.is_some() {
             return;
         }
@@ -160,7 +164,7 @@ impl Replayer {
         };
     }
 
-    pub fn finish(mut self) -> Option<Divergence> {
+    pub(crate) fn finish(mut self) -> Option<Divergence> {
         if self.divergence.is_none()
             && let Some(missed) = self.used.iter().position(|used| !used)
         {
@@ -201,7 +205,7 @@ fn recorded_answer(returned: &Value) -> Result<Value, HostError> {
 }
 
 /// A JSON text handed to the guest, from its recorded (embedded) form.
-pub fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     match value {
         // `embed` keeps what did not parse as JSON as a string.
         Value::String(s) => s.clone(),
@@ -210,7 +214,7 @@ pub fn text(value: &Value) -> String {
 }
 
 /// A recorded answer of the wrong shape (a hand-edited record).
-pub fn malformed(what: &str) -> HostError {
+pub(crate) fn malformed(what: &str) -> HostError {
     HostError::Other(format!("replay: the recorded answer is not {what}"))
 }
 

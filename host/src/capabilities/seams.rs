@@ -16,7 +16,7 @@ use crate::objects::{Gvk, ObjectKey, ObjectRef};
 
 /// The two kinds of Kubernetes event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum EventType {
+pub(crate) enum EventType {
     Normal,
     Warning,
 }
@@ -25,11 +25,11 @@ pub enum EventType {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventRecord {
-    pub regarding: ObjectRef,
+    pub(crate) regarding: ObjectRef,
     #[serde(rename = "type")]
-    pub event_type: EventType,
-    pub reason: String,
-    pub message: String,
+    pub(crate) event_type: EventType,
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 /// Writes to the API server. `manager` is the guest's name (field manager, event reporter).

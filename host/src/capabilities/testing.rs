@@ -7,9 +7,9 @@ use crate::config::Grant;
 use crate::providers::offline::{MemoryCache, RecordingCluster, RecordingQueue};
 
 pub(crate) struct Harness {
-    pub cache: Arc<MemoryCache>,
-    pub queue: Arc<RecordingQueue>,
-    pub network: Arc<crate::backends::MemoryBackend>,
+    pub(crate) cache: Arc<MemoryCache>,
+    pub(crate) queue: Arc<RecordingQueue>,
+    pub(crate) network: Arc<crate::backends::MemoryBackend>,
 }
 
 impl Harness {

@@ -14,32 +14,32 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub struct HttpRule {
     /// `scheme://host[:port]/path-prefix`: a request matches when its scheme, host and port
     /// are these and its path is the prefix or continues it after a `/`.
-    pub prefix: UrlPrefix,
+    pub(crate) prefix: UrlPrefix,
     /// Methods allowed under the prefix (upper case); unset: `GET` and `HEAD`.
     #[serde(default)]
-    pub methods: Option<BTreeSet<String>>,
+    pub(crate) methods: Option<BTreeSet<String>>,
     /// Headers the host sets on every matching request, from a Secret or ConfigMap key in the
     /// host's namespace; the guest may not set them itself.
     #[serde(default)]
-    pub headers: BTreeMap<String, ValueFrom>,
+    pub(crate) headers: BTreeMap<String, ValueFrom>,
     /// `Authorization: Bearer <value>` on every matching request.
     #[serde(default)]
-    pub bearer_token: Option<ValueFrom>,
+    pub(crate) bearer_token: Option<ValueFrom>,
     /// PEM certificates trusted for this prefix besides the system roots.
     #[serde(default)]
-    pub ca_bundle: Option<ValueFrom>,
+    pub(crate) ca_bundle: Option<ValueFrom>,
 }
 
 impl HttpRule {
     /// The methods allowed under this prefix.
-    pub fn methods(&self) -> BTreeSet<String> {
+    pub(crate) fn methods(&self) -> BTreeSet<String> {
         self.methods
             .clone()
             .unwrap_or_else(|| ["GET", "HEAD"].map(str::to_owned).into())
     }
 
     /// The header names the host sets for this rule, lower case.
-    pub fn injected_headers(&self) -> impl Iterator<Item = String> + '_ {
+    pub(crate) fn injected_headers(&self) -> impl Iterator<Item = String> + '_ {
         let bearer = self
             .bearer_token
             .as_ref()
@@ -53,7 +53,7 @@ impl HttpRule {
     /// Whether every request `other` allows, this rule allows with the same credentials: its
     /// prefix within this one, its methods among these, and every value it names named here
     /// for the same header (a ceiling decides which Secret may go where).
-    pub fn covers(&self, other: &HttpRule) -> bool {
+    pub(crate) fn covers(&self, other: &HttpRule) -> bool {
         self.prefix.covers(&other.prefix)
             && other.methods().is_subset(&self.methods())
             && other
@@ -121,16 +121,16 @@ pub struct KeyRef {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(into = "String")]
 pub struct UrlPrefix {
-    pub scheme: String,
-    pub host: String,
-    pub port: u16,
-    pub path: String,
+    pub(crate) scheme: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) path: String,
 }
 
 impl UrlPrefix {
     /// Whether a request to `scheme://host:port` with `path` (already normalised: no `.` or
     /// `..` segments) falls under this prefix.
-    pub fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
+    pub(crate) fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
         self.scheme == scheme
             && self.host.eq_ignore_ascii_case(host)
             && self.port == port
@@ -138,13 +138,13 @@ impl UrlPrefix {
     }
 
     /// Whether every URL under `other` is under this prefix.
-    pub fn covers(&self, other: &UrlPrefix) -> bool {
+    pub(crate) fn covers(&self, other: &UrlPrefix) -> bool {
         self.matches(&other.scheme, &other.host, other.port, &other.path)
     }
 
     /// The host as an IP address, when the prefix names one literally: only such a prefix may
     /// reach a loopback, private or other special-purpose address.
-    pub fn literal_ip(&self) -> Option<std::net::IpAddr> {
+    pub(crate) fn literal_ip(&self) -> Option<std::net::IpAddr> {
         self.host
             .trim_start_matches('[')
             .trim_end_matches(']')

@@ -22,13 +22,13 @@ pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, Ser
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Default deadline of one reconcile (guest CPU time plus host calls).
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 /// Default cap on a guest instance's linear memory (all of its memories together).
-pub const DEFAULT_MEMORY_MIB: usize = 64;
+pub(crate) const DEFAULT_MEMORY_MIB: usize = 64;
 /// How long an instance kept by `instanceReuse` may sit unused before it is dropped.
-pub const DEFAULT_INSTANCE_IDLE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_INSTANCE_IDLE: Duration = Duration::from_secs(30);
 /// Default host-wide cap on one guest's concurrency (`maxConcurrency`).
-pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
+pub(crate) const DEFAULT_MAX_CONCURRENCY: u32 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -52,41 +52,41 @@ pub enum ConfigError {
 pub struct HostConfig {
     /// Directory of `*.wasm` guests for `run` (the CLI flag overrides it).
     #[serde(default)]
-    pub guest_directory: Option<PathBuf>,
+    pub(crate) guest_directory: Option<PathBuf>,
     /// Limits for guests whose grant does not set their own.
     #[serde(default)]
-    pub defaults: Limits,
+    pub(crate) defaults: Limits,
     /// Providers of actual state, by name (`network`).
     #[serde(default)]
-    pub backends: BTreeMap<String, crate::backends::BackendConfig>,
+    pub(crate) backends: BTreeMap<String, crate::backends::BackendConfig>,
     /// What each guest (by manifest name) may do.
     #[serde(default)]
-    pub guests: BTreeMap<String, Grant>,
+    pub(crate) guests: BTreeMap<String, Grant>,
     /// The most keys any one guest may reconcile at once. A manifest asking for more is
     /// refused at load, so no guest can take a lion's share of the instance slots.
     #[serde(default)]
-    pub max_concurrency: Option<u32>,
+    pub(crate) max_concurrency: Option<u32>,
     /// What happens to objects still carrying a guest's finalizer once the guest is unloaded.
     #[serde(default)]
-    pub finalizer_policy: FinalizerPolicy,
+    pub(crate) finalizer_policy: FinalizerPolicy,
     /// Registries guests are pulled from: which speak plain HTTP, the module size cap.
     #[serde(default)]
-    pub registries: crate::oci::RegistrySettings,
+    pub(crate) registries: crate::oci::RegistrySettings,
     /// Present: the host also runs the guests `Reconciler` objects declare, within `allow`.
     #[serde(default)]
-    pub reconcilers: Option<ReconcilerSettings>,
+    pub(crate) reconcilers: Option<ReconcilerSettings>,
     /// Guests' own ServiceAccounts: whether every guest must name one, how often their reads
     /// are reviewed again.
     #[serde(default)]
-    pub identity: IdentitySettings,
+    pub(crate) identity: IdentitySettings,
     /// Where `run` writes the records of guests whose grant sets `record` (one directory per
     /// guest). Default: `records/` in the host's cache directory (`run --cache-dir`).
     #[serde(default)]
-    pub record_directory: Option<PathBuf>,
+    pub(crate) record_directory: Option<PathBuf>,
 }
 
 impl HostConfig {
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -157,7 +157,7 @@ impl HostConfig {
     }
 
     /// The host-wide cap on one guest's concurrency.
-    pub fn max_concurrency(&self) -> u32 {
+    pub(crate) fn max_concurrency(&self) -> u32 {
         self.max_concurrency
             .unwrap_or(DEFAULT_MAX_CONCURRENCY)
             .max(1)
@@ -169,7 +169,7 @@ impl HostConfig {
     }
 
     /// `grant` with the host defaults filled in for unset limits.
-    pub fn with_defaults(&self, grant: &Grant) -> Grant {
+    pub(crate) fn with_defaults(&self, grant: &Grant) -> Grant {
         let mut grant = grant.clone();
         grant.limits = grant.limits.or(&self.defaults);
         grant
@@ -181,22 +181,22 @@ impl HostConfig {
 /// operator bounds every such grant here; RBAC on `Reconciler` objects is an administrator's.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReconcilerSettings {
+pub(crate) struct ReconcilerSettings {
     /// The most any Reconciler's `spec.grant` may ask for.
     #[serde(default)]
-    pub allow: Allow,
+    pub(crate) allow: Allow,
     /// The `kubernetes.io/dockerconfigjson` Secrets, in the host's namespace, that a
     /// Reconciler may name as `spec.pullSecretRef`; the host reads no other Secret, and
     /// `reconciler-host rbac` grants `get` on exactly these.
     #[serde(default)]
-    pub pull_secrets: BTreeSet<String>,
+    pub(crate) pull_secrets: BTreeSet<String>,
     /// A label selector (`team=payments`, `tier in (a,b)`): this host runs only the
     /// Reconcilers it selects, so several hosts can share a cluster. Default: every one.
     #[serde(default)]
-    pub selector: Option<String>,
+    pub(crate) selector: Option<String>,
     /// Signatures every Reconciler's module must carry.
     #[serde(default)]
-    pub verify: Option<VerifySettings>,
+    pub(crate) verify: Option<VerifySettings>,
 }
 
 /// `reconcilers.verify`: run a module only when a trusted key or a trusted keyless identity
@@ -204,34 +204,34 @@ pub struct ReconcilerSettings {
 /// every pull and every load from the cache.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct VerifySettings {
+pub(crate) struct VerifySettings {
     /// Whether signatures are required (a module without one is refused).
     #[serde(default)]
-    pub required: bool,
+    pub(crate) required: bool,
     /// PEM public keys as `cosign generate-key-pair` writes them (relative paths are taken
     /// from the configuration file's directory); several at once for key rotation.
     #[serde(default)]
-    pub keys: Vec<PathBuf>,
+    pub(crate) keys: Vec<PathBuf>,
     /// Keyless signatures: certificates chaining to a trusted root, issued to these identities.
     #[serde(default)]
-    pub keyless: Option<KeylessSettings>,
+    pub(crate) keyless: Option<KeylessSettings>,
 }
 
 /// `reconcilers.verify.keyless`: signatures whose certificate (Fulcio's, or an organisation's
 /// own authority's) chains to `trustedRoot` and names one of `identities`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct KeylessSettings {
+pub(crate) struct KeylessSettings {
     /// Sigstore's `trusted_root.json` (relative paths are taken from the configuration file's
     /// directory): certificate authorities and transparency logs.
-    pub trusted_root: PathBuf,
+    pub(crate) trusted_root: PathBuf,
     /// Who may have signed: an OIDC issuer with a subject, or a pattern of subjects.
-    pub identities: Vec<crate::oci::CertificateIdentity>,
+    pub(crate) identities: Vec<crate::oci::CertificateIdentity>,
 }
 
 impl VerifySettings {
     /// What signatures must be made by when they are required, or why it cannot be read.
-    pub fn trust_policy(&self) -> Result<Option<crate::oci::TrustPolicy>, String> {
+    pub(crate) fn trust_policy(&self) -> Result<Option<crate::oci::TrustPolicy>, String> {
         if !self.required {
             return Ok(None);
         }
@@ -251,36 +251,36 @@ impl VerifySettings {
 /// built-in values), and concurrency never above `maxConcurrency`.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Allow {
+pub(crate) struct Allow {
     #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
-    pub read: BTreeSet<Gvk>,
+    pub(crate) read: BTreeSet<Gvk>,
     #[serde(default)]
-    pub write: BTreeSet<WriteTarget>,
+    pub(crate) write: BTreeSet<WriteTarget>,
     #[serde(default)]
-    pub backends: BTreeSet<String>,
+    pub(crate) backends: BTreeSet<String>,
     #[serde(default)]
-    pub labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
     #[serde(default)]
-    pub annotations: Vec<String>,
+    pub(crate) annotations: Vec<String>,
     #[serde(default)]
-    pub limits: Option<Limits>,
+    pub(crate) limits: Option<Limits>,
     /// The ServiceAccounts a Reconciler may name as `spec.grant.serviceAccount`
     /// (`NAMESPACE/NAME` or `NAMESPACE/*`); `reconciler-host rbac` lets the host impersonate
     /// exactly these.
     #[serde(default)]
-    pub service_accounts: Vec<AllowedAccount>,
+    pub(crate) service_accounts: Vec<AllowedAccount>,
     /// The modes a Reconciler may run in (`[shadow]`: its guests only ever compare); unset,
     /// both.
     #[serde(default)]
-    pub modes: Option<BTreeSet<crate::shadow::Mode>>,
+    pub(crate) modes: Option<BTreeSet<crate::shadow::Mode>>,
     /// The registries a Reconciler's `spec.module` may name: `HOST[:PORT]`, optionally with a
     /// repository prefix (`HOST[:PORT]/PATH`). None listed: no registry.
     #[serde(default)]
-    pub registries: Vec<crate::oci::AllowedRegistry>,
+    pub(crate) registries: Vec<crate::oci::AllowedRegistry>,
     /// The HTTP rules a Reconciler's `spec.grant.http` may use: each of its rules must lie
     /// within one of these (prefix, methods) and name only the credentials that one names.
     #[serde(default)]
-    pub http: Vec<HttpRule>,
+    pub(crate) http: Vec<HttpRule>,
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -333,7 +333,7 @@ pub struct Limits {
 impl Limits {
     /// Unset fields taken from `fallback`.
     #[must_use]
-    pub fn or(&self, fallback: &Limits) -> Limits {
+    pub(crate) fn or(&self, fallback: &Limits) -> Limits {
         Limits {
             deadline: self.deadline.or(fallback.deadline),
             memory_mib: self.memory_mib.or(fallback.memory_mib),
@@ -358,7 +358,7 @@ impl Limits {
     }
 
     /// The reuse policy, if the guest opted in (`instanceReuse` above 1).
-    pub fn reuse(&self) -> Option<Reuse> {
+    pub(crate) fn reuse(&self) -> Option<Reuse> {
         let uses = self.instance_reuse.filter(|n| *n > 1)?;
         Some(Reuse {
             uses,
@@ -369,7 +369,7 @@ impl Limits {
     /// The limits this one sets above `ceiling` (unset there: the built-in value), and a
     /// concurrency above `max_concurrency`: one entry per limit, naming both values. A limit
     /// left unset here takes the host's default, which is not above the ceiling's own source.
-    pub fn above(&self, ceiling: &Limits, max_concurrency: u32) -> Vec<String> {
+    pub(crate) fn above(&self, ceiling: &Limits, max_concurrency: u32) -> Vec<String> {
         let mut above = Vec::new();
         let mut check = |name: &str, mine: Option<u64>, cap: u64| {
             if let Some(mine) = mine.filter(|m| *m > cap) {
@@ -487,7 +487,7 @@ impl Limits {
     /// ceiling's (or `max_concurrency`), so that the manifest's own concurrency cannot exceed
     /// it either. [`Self::above`] refuses what is set above; this bounds what is not.
     #[must_use]
-    pub fn capped_by(&self, ceiling: &Limits, max_concurrency: u32) -> Limits {
+    pub(crate) fn capped_by(&self, ceiling: &Limits, max_concurrency: u32) -> Limits {
         fn cap<T: Ord + Copy>(mine: Option<T>, ceiling: Option<T>, built_in: T) -> Option<T> {
             match (mine, ceiling) {
                 (None, None) => None,
@@ -549,7 +549,7 @@ impl Limits {
     }
 
     /// The guest's per-guest rates, defaults filled in.
-    pub fn rates(&self) -> Rates {
+    pub(crate) fn rates(&self) -> Rates {
         let d = Rates::default();
         Rates {
             writes_per_second: self.writes_per_second.unwrap_or(d.writes_per_second),
@@ -568,11 +568,11 @@ impl Limits {
         }
     }
 
-    pub fn deadline(&self) -> Duration {
+    pub(crate) fn deadline(&self) -> Duration {
         self.deadline.unwrap_or(DEFAULT_DEADLINE)
     }
 
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         let mib = self.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64);
         usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
     }
@@ -588,24 +588,24 @@ pub struct Reuse {
 
 /// A guest's per-guest rates (`capabilities::Budget`), from its limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rates {
-    pub writes_per_second: u32,
-    pub write_burst: u32,
-    pub events_per_second: u32,
-    pub event_burst: u32,
-    pub log_lines_per_second: u32,
-    pub log_burst: u32,
+pub(crate) struct Rates {
+    pub(crate) writes_per_second: u32,
+    pub(crate) write_burst: u32,
+    pub(crate) events_per_second: u32,
+    pub(crate) event_burst: u32,
+    pub(crate) log_lines_per_second: u32,
+    pub(crate) log_burst: u32,
     /// None: no CPU quota.
-    pub cpu_millicores: Option<u32>,
+    pub(crate) cpu_millicores: Option<u32>,
     /// See [`Limits::body_bytes_per_second`].
-    pub body_bytes_per_second: u32,
+    pub(crate) body_bytes_per_second: u32,
     /// See [`Limits::http_per_second`].
-    pub http_per_second: u32,
-    pub http_burst: u32,
+    pub(crate) http_per_second: u32,
+    pub(crate) http_burst: u32,
     /// Host memory held on the guest's behalf at once (bodies being parsed and sent, list
     /// results being copied), over all its reconciles: its instance memory cap
     /// (`memoryMiB`), so the host never holds more for a guest than the guest could hold.
-    pub host_memory_bytes: usize,
+    pub(crate) host_memory_bytes: usize,
 }
 
 impl Default for Rates {
@@ -638,7 +638,7 @@ impl Default for Rates {
 
 impl Rates {
     /// No practical limit: the offline runner without a configuration, benches.
-    pub fn unlimited() -> Self {
+    pub(crate) fn unlimited() -> Self {
         Self {
             writes_per_second: u32::MAX,
             write_burst: u32::MAX,
@@ -659,8 +659,8 @@ impl Rates {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "String")]
 pub struct WriteTarget {
-    pub kind: Gvk,
-    pub subresource: Option<String>,
+    pub(crate) kind: Gvk,
+    pub(crate) subresource: Option<String>,
 }
 
 impl fmt::Display for WriteTarget {
@@ -784,18 +784,18 @@ pub enum WrittenIn {
 /// A call outside the grant. The message names the guest, the missing right and where to add it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("guest `{guest}` may not {what}: add it to {place}")]
-pub struct Denied {
-    pub guest: String,
-    pub what: String,
-    pub field: &'static str,
+pub(crate) struct Denied {
+    pub(crate) guest: String,
+    pub(crate) what: String,
+    pub(crate) field: &'static str,
     /// Where to add it ([`Grant::place_in_full`]).
-    pub place: String,
+    pub(crate) place: String,
 }
 
 impl Grant {
     /// Where `field` of this grant of `guest` is written, in short: `guests.NAME.FIELD`, or
     /// `spec.grant.FIELD of Reconciler NAME`.
-    pub fn place(&self, guest: &str, field: &str) -> String {
+    pub(crate) fn place(&self, guest: &str, field: &str) -> String {
         match &self.written_in {
             WrittenIn::HostConfig => format!("guests.{guest}.{field}"),
             WrittenIn::Reconciler(name) => format!("spec.grant.{field} of Reconciler {name}"),
@@ -803,7 +803,7 @@ impl Grant {
     }
 
     /// [`Self::place`] with the document it is in.
-    pub fn place_in_full(&self, guest: &str, field: &str) -> String {
+    pub(crate) fn place_in_full(&self, guest: &str, field: &str) -> String {
         let place = self.place(guest, field);
         match &self.written_in {
             WrittenIn::HostConfig => format!("{place} in the host configuration"),
@@ -820,7 +820,7 @@ impl Grant {
         }
     }
 
-    pub fn may_read(&self, guest: &str, kind: &Gvk) -> Result<(), Denied> {
+    pub(crate) fn may_read(&self, guest: &str, kind: &Gvk) -> Result<(), Denied> {
         if self.unrestricted || self.read.contains(kind) {
             return Ok(());
         }
@@ -832,7 +832,7 @@ impl Grant {
         })
     }
 
-    pub fn may_write(
+    pub(crate) fn may_write(
         &self,
         guest: &str,
         kind: &Gvk,
@@ -856,7 +856,7 @@ impl Grant {
         })
     }
 
-    pub fn may_call_backend(&self, guest: &str, backend: &str) -> Result<(), Denied> {
+    pub(crate) fn may_call_backend(&self, guest: &str, backend: &str) -> Result<(), Denied> {
         if self.unrestricted || self.backends.contains(backend) {
             return Ok(());
         }
@@ -872,9 +872,9 @@ impl Grant {
 /// What happens to a finalizer whose guest is gone (`finalizerPolicy:` in the configuration).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FinalizerPolicy {
+pub(crate) struct FinalizerPolicy {
     #[serde(default)]
-    pub on_unload: OnUnload,
+    pub(crate) on_unload: OnUnload,
     /// How long an unloaded guest has to come back before `release` removes its finalizer
     /// (default 10m).
     #[serde(
@@ -882,12 +882,12 @@ pub struct FinalizerPolicy {
         with = "humantime_serde",
         skip_serializing_if = "Option::is_none"
     )]
-    pub grace: Option<Duration>,
+    pub(crate) grace: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum OnUnload {
+pub(crate) enum OnUnload {
     /// Leave the finalizer on the objects.
     #[default]
     Keep,
@@ -896,9 +896,9 @@ pub enum OnUnload {
 }
 
 impl FinalizerPolicy {
-    pub const DEFAULT_GRACE: Duration = Duration::from_mins(10);
+    pub(crate) const DEFAULT_GRACE: Duration = Duration::from_mins(10);
 
-    pub fn grace(&self) -> Duration {
+    pub(crate) fn grace(&self) -> Duration {
         self.grace.unwrap_or(Self::DEFAULT_GRACE)
     }
 }

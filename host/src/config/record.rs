@@ -18,29 +18,29 @@ pub struct RecordPolicy {
     /// Keep every reconcile that failed (an error, a trap, a deadline or memory-cap hit, a
     /// write conflict). Default: true.
     #[serde(default = "yes")]
-    pub failures: bool,
+    pub(crate) failures: bool,
     /// Also keep this fraction of all reconciles, chosen at random (0 to 1). Default: 0.
     #[serde(default)]
-    pub sample: f64,
+    pub(crate) sample: f64,
     /// The guest's record directory is kept at most this large, oldest records dropped first:
     /// bytes, or a Kubernetes quantity (`64Mi`, `1Gi`). Default: 64Mi.
     #[serde(default = "default_bytes", deserialize_with = "quantity")]
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Kinds whose objects' `data` and `stringData` values are stored redacted wherever they
     /// appear in a record (the request, reads, writes). Default: `[v1/Secret]`.
     #[serde(
         default = "default_sensitive",
         deserialize_with = "crate::objects::deserialize_kinds"
     )]
-    pub sensitive: BTreeSet<Gvk>,
+    pub(crate) sensitive: BTreeSet<Gvk>,
     /// Store sensitive kinds' data as read. Default: false.
     #[serde(default)]
-    pub include_sensitive: bool,
+    pub(crate) include_sensitive: bool,
 }
 
 impl RecordPolicy {
     /// `sample` outside 0..=1 is refused where the configuration is read.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.sample) {
             return Err(format!(
                 "record.sample is {}, not between 0 and 1",

@@ -17,19 +17,19 @@ pub const DEFAULT_RECHECK: Duration = Duration::from_mins(5);
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ServiceAccountRef {
-    pub namespace: String,
-    pub name: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 impl ServiceAccountRef {
     /// The user name the API server gives the account's tokens, which impersonation names.
-    pub fn username(&self) -> String {
+    pub(crate) fn username(&self) -> String {
         format!("system:serviceaccount:{}:{}", self.namespace, self.name)
     }
 
     /// The groups the API server gives every ServiceAccount of the namespace (and every
     /// authenticated user), which access reviews must name to see what impersonation sees.
-    pub fn groups(&self) -> Vec<String> {
+    pub(crate) fn groups(&self) -> Vec<String> {
         vec![
             "system:serviceaccounts".to_owned(),
             format!("system:serviceaccounts:{}", self.namespace),
@@ -81,13 +81,13 @@ impl From<ServiceAccountRef> for String {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "String")]
 pub struct AllowedAccount {
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// None: every account in the namespace.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 impl AllowedAccount {
-    pub fn covers(&self, account: &ServiceAccountRef) -> bool {
+    pub(crate) fn covers(&self, account: &ServiceAccountRef) -> bool {
         self.namespace == account.namespace && self.name.as_ref().is_none_or(|n| *n == account.name)
     }
 }
@@ -129,15 +129,15 @@ impl fmt::Display for AllowedAccount {
 pub struct IdentitySettings {
     /// Every guest must name a `serviceAccount`; one that does not is refused at load.
     #[serde(default)]
-    pub required: bool,
+    pub(crate) required: bool,
     /// How often each identity's reads are reviewed again (`SubjectAccessReview`), so an RBAC
     /// change takes effect: a revoked read unloads the guest. Default: 5m.
     #[serde(default, with = "humantime_serde")]
-    pub recheck: Option<Duration>,
+    pub(crate) recheck: Option<Duration>,
 }
 
 impl IdentitySettings {
-    pub fn recheck(&self) -> Duration {
+    pub(crate) fn recheck(&self) -> Duration {
         self.recheck
             .unwrap_or(DEFAULT_RECHECK)
             .max(Duration::from_secs(1))

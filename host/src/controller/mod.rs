@@ -23,7 +23,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub mod sync;
+pub(crate) mod sync;
 mod triggers;
 
 use tokio::sync::watch;
@@ -46,30 +46,30 @@ use sync::{Next, Primary, Step};
 use triggers::{Route, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
-pub const DEFAULT_CONCURRENCY: u32 = 2;
+pub(crate) const DEFAULT_CONCURRENCY: u32 = 2;
 
 /// Everything a controller needs from the host.
 #[derive(Clone)]
-pub struct Shared {
-    pub client: kube::Client,
-    pub informers: Informers,
-    pub runtime: Arc<Runtime>,
-    pub metrics: Metrics,
-    pub networks: BTreeMap<String, Arc<dyn NetworkBackend>>,
+pub(crate) struct Shared {
+    pub(crate) client: kube::Client,
+    pub(crate) informers: Informers,
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) metrics: Metrics,
+    pub(crate) networks: BTreeMap<String, Arc<dyn NetworkBackend>>,
     /// Restrict every watch of namespaced kinds to this namespace (`run --watch-namespace`);
     /// writes and events outside it are denied too.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Closed when the host loses its lease: no write is sent after that.
-    pub fence: WriteFence,
+    pub(crate) fence: WriteFence,
     /// Where guests in shadow mode record their verdicts (`/guests`, metrics).
-    pub shadows: Arc<crate::shadow::Shadows>,
+    pub(crate) shadows: Arc<crate::shadow::Shadows>,
     /// Sharded mode (`run --shards auto`): the slots this replica's controllers own. Primary
     /// informers watch only objects whose uid hashes into them; keys outside are dropped.
-    pub shard: Option<crate::shards::SlotSet>,
+    pub(crate) shard: Option<crate::shards::SlotSet>,
     /// Where guests whose grant sets `record` write their records (`crate::records`).
-    pub record_directory: Option<std::path::PathBuf>,
+    pub(crate) record_directory: Option<std::path::PathBuf>,
     /// Sends the outbound HTTP of guests whose grant has `http:` rules.
-    pub outbound: Arc<dyn crate::capabilities::http::Outbound>,
+    pub(crate) outbound: Arc<dyn crate::capabilities::http::Outbound>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -141,7 +141,7 @@ pub const QUEUE_ENV: &str = "RECONCILER_HOST_QUEUE";
 impl Controller {
     /// Acquires the guest's informers and starts its mapping and worker tasks. Workers wait
     /// for every cache to sync first.
-    pub async fn start(shared: &Shared, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
+    pub(crate) async fn start(shared: &Shared, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let name = manifest.name.clone();
         let caches = Arc::new(Caches::acquire(shared, &guest).await?);
@@ -229,13 +229,13 @@ impl Controller {
     }
 
     /// The primary informer (in sharded mode: this replica's share).
-    pub fn primary(&self) -> &Informer {
+    pub(crate) fn primary(&self) -> &Informer {
         &self.primary
     }
 
     /// Handles on the informers this controller holds besides its primary one: kept across a
     /// restart, they keep those caches warm.
-    pub fn other_informers(&self) -> Vec<Informer> {
+    pub(crate) fn other_informers(&self) -> Vec<Informer> {
         self.caches
             .secondaries
             .iter()
@@ -245,7 +245,7 @@ impl Controller {
     }
 
     /// Cached primary objects that carry `finalizer`.
-    pub fn carrying(&self, finalizer: &str) -> usize {
+    pub(crate) fn carrying(&self, finalizer: &str) -> usize {
         self.primary
             .list(None, None)
             .iter()
@@ -254,7 +254,7 @@ impl Controller {
     }
 
     /// A receiver of the synced flag, for `/readyz`.
-    pub fn synced(&self) -> watch::Receiver<bool> {
+    pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
     }
 
@@ -262,7 +262,7 @@ impl Controller {
     /// grant). A new grant restarts the controller: its caches, rates and mode follow the
     /// grant, and every key is reconciled again under it (a guest switched from shadow to
     /// active writes what it held back).
-    pub fn can_swap_to(&self, new: &ActiveGuest) -> bool {
+    pub(crate) fn can_swap_to(&self, new: &ActiveGuest) -> bool {
         let current = self.version.borrow();
         let (a, b) = (&current.guest.loaded.manifest, &new.loaded.manifest);
         current.guest.grant == new.grant
@@ -277,7 +277,7 @@ impl Controller {
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
-    pub fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
+    pub(crate) fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let (context, cluster) = {
             let current = self.version.borrow();
             (current.context.clone(), current.cluster.clone())
@@ -298,7 +298,7 @@ impl Controller {
     }
 
     /// Stops taking keys, lets running reconciles finish, then stops every task.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.queue.shutdown_with_drain().await;
         self.end_tasks().await;
         tracing::info!(guest = %self.name, "controller stopped");
@@ -313,12 +313,12 @@ impl Controller {
     }
 
     /// Stops taking keys and waits for running reconciles to finish (bounded by the caller).
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         self.queue.shutdown_with_drain().await;
     }
 
     /// Stops at once: running reconciles are cancelled (leadership lost, shutdown timed out).
-    pub async fn abort(mut self) {
+    pub(crate) async fn abort(mut self) {
         self.queue.shutdown();
         self.end_tasks().await;
         // After this line no reconcile of the guest runs here (the robustness journal reads it).

@@ -26,7 +26,7 @@ use crate::shadow::Difference;
 
 /// Where a reconcile step reads its primary object and makes the host's own writes.
 #[async_trait::async_trait]
-pub trait Primary: Send + Sync {
+pub(crate) trait Primary: Send + Sync {
     /// The object as cached, or none when it is gone.
     fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>>;
     /// Sharded: whether a key whose object is not cached belongs to another replica (counted
@@ -89,18 +89,18 @@ impl Primary for crate::providers::offline::RecordingCluster {
 
 /// What the step needs to know of the guest.
 #[derive(Debug, Clone, Copy)]
-pub struct Step<'a> {
+pub(crate) struct Step<'a> {
     /// The guest's primary kind.
-    pub kind: &'a Gvk,
+    pub(crate) kind: &'a Gvk,
     /// The finalizer its manifest declares.
-    pub finalizer: Option<&'a str>,
+    pub(crate) finalizer: Option<&'a str>,
     /// Shadow mode: the host's writes are compared, not made.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
 }
 
 /// What the queue does with the key next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     Done {
         requeue_after: Option<Duration>,
     },
@@ -110,14 +110,14 @@ pub enum Next {
 }
 
 /// How one step went.
-pub struct Synced {
-    pub next: Next,
+pub(crate) struct Synced {
+    pub(crate) next: Next,
     /// The guest's run; none when the step ended before it (another replica's key, a
     /// finalizer write that failed).
-    pub run: Option<Run>,
+    pub(crate) run: Option<Run>,
     /// Shadow mode: the verdict to record, the host's compared writes with the guest's. A
     /// finished reconcile has one; a failed one only if it intended a change.
-    pub verdict: Option<Vec<Difference>>,
+    pub(crate) verdict: Option<Vec<Difference>>,
 }
 
 impl Synced {
@@ -132,7 +132,7 @@ impl Synced {
 
 /// One key: read it from `primary`, run the guest on it with `run`, decide what the queue
 /// does next, with the host's finalizer writes around the run.
-pub async fn sync(
+pub(crate) async fn sync(
     step: Step<'_>,
     primary: &dyn Primary,
     key: &ObjectKey,
@@ -181,7 +181,7 @@ pub async fn sync(
 
 /// What the queue does with the key after the guest's answer. A 409 during the reconcile
 /// means the guest acted on a stale object: retried whatever it returned.
-pub fn decide(run: &Run) -> Next {
+pub(crate) fn decide(run: &Run) -> Next {
     match &run.outcome {
         Outcome::Ok { requeue_after_ms } if !run.conflicted => {
             tracing::debug!(took = ?run.total_time(), "reconciled");

@@ -17,13 +17,13 @@ pub struct ActiveGuest {
     pub loaded: LoadedGuest,
     pub grant: Grant,
     /// The name it declared and the source item it came from, which keyed its grant.
-    pub key: GrantKey,
+    pub(crate) key: GrantKey,
     /// The item as it was when this version was admitted (a `Reconciler` at the generation
     /// whose grant this is).
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// The trusted key whose signature admitted it, for a pulled module when signatures are
     /// required.
-    pub signed_by: Option<String>,
+    pub(crate) signed_by: Option<String>,
 }
 
 impl ActiveGuest {
@@ -32,7 +32,7 @@ impl ActiveGuest {
     }
 
     /// Judges a guest freshly loaded from `origin` (its manifest name is the one it declares).
-    pub fn admit(
+    pub(crate) fn admit(
         origin: &Origin,
         loaded: LoadedGuest,
         config: &HostConfig,
@@ -43,7 +43,7 @@ impl ActiveGuest {
 
     /// The same version judged again against `config` as `origin` now is, from the name it
     /// declared, not the key it ran under: its grant (or key) may have changed, or be gone.
-    pub fn regrant(&self, origin: &Origin, config: &HostConfig) -> Result<Self, GrantError> {
+    pub(crate) fn regrant(&self, origin: &Origin, config: &HostConfig) -> Result<Self, GrantError> {
         judge(origin, self.key.declared(), self.loaded.clone(), config)
     }
 }
@@ -250,7 +250,7 @@ fn check_within_grant(
 
 /// Why the configuration does not admit a guest.
 #[derive(Debug, thiserror::Error)]
-pub enum GrantError {
+pub(crate) enum GrantError {
     #[error(transparent)]
     NotItsGrant(#[from] NotItsGrant),
     #[error(
@@ -291,7 +291,7 @@ pub enum GrantError {
 
 /// Why a guest's own ServiceAccount does not admit it (the API server's access review).
 #[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     #[error(
         "{file}: guest `{guest}` is granted reads its ServiceAccount {account} may not make: {missing}; bind the account to a role with them (reconciler-host rbac prints it) or narrow the grant's read"
     )]
@@ -311,7 +311,7 @@ pub enum IdentityError {
 
 /// Why a guest set refused a guest.
 #[derive(Debug, thiserror::Error)]
-pub enum RefusalError {
+pub(crate) enum RefusalError {
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
@@ -340,7 +340,7 @@ pub enum RefusalError {
 
 impl RefusalError {
     /// The refusal's cause in one word, as a `Reconciler`'s `Ready` condition gives it.
-    pub fn cause(&self) -> &'static str {
+    pub(crate) fn cause(&self) -> &'static str {
         match self {
             RefusalError::Load(LoadError::Compile { .. }) => "NotAComponent",
             RefusalError::Load(LoadError::WrongWorld { .. }) => "WrongWorld",
@@ -368,7 +368,7 @@ impl RefusalError {
 
     /// A refusal that may pass by itself (no free instance slot, the API server unreachable
     /// for an access review): not this content's verdict; the item is looked at again soon.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             RefusalError::Load(e) => e.is_transient(),
             RefusalError::Identity(IdentityError::ReviewFailed { .. }) => true,

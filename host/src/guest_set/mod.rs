@@ -58,8 +58,8 @@ mod status;
 
 pub use directory::{Directory, WRITING};
 pub use events::GuestEvent;
-pub use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
-pub use orphans::OrphanedFinalizer;
+pub(crate) use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
+pub(crate) use orphans::OrphanedFinalizer;
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
     SourceError, Sources, Verdict,
@@ -126,17 +126,17 @@ impl Guests {
     }
 
     /// Where recorded reconciles are kept (see `crate::records`), for `/guests`.
-    pub fn set_record_directory(&self, directory: Option<PathBuf>) {
+    pub(crate) fn set_record_directory(&self, directory: Option<PathBuf>) {
         *self.record_directory.write() = directory;
     }
 
     /// The host configuration guests are checked against (the latest one applied).
-    pub fn config(&self) -> Arc<HostConfig> {
+    pub(crate) fn config(&self) -> Arc<HostConfig> {
         self.config.read().clone()
     }
 
     /// Where controllers record their shadow-mode verdicts, and `/guests` reads them.
-    pub fn shadows(&self) -> Arc<Shadows> {
+    pub(crate) fn shadows(&self) -> Arc<Shadows> {
         self.shadows.clone()
     }
 
@@ -170,7 +170,7 @@ impl Guests {
     }
 
     /// Updates what is known of an unloaded guest's finalizer.
-    pub fn update_orphan(&self, guest: &str, update: impl FnOnce(&mut OrphanedFinalizer)) {
+    pub(crate) fn update_orphan(&self, guest: &str, update: impl FnOnce(&mut OrphanedFinalizer)) {
         if let Some(orphan) = self.ledger.lock().orphans.get_mut(guest) {
             update(orphan);
         }

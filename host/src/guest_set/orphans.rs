@@ -16,14 +16,14 @@ use super::source::Origin;
 pub struct OrphanedFinalizer {
     pub finalizer: String,
     /// The guest's primary kind, which carries the finalizer.
-    pub kind: crate::objects::Gvk,
-    pub policy: crate::config::OnUnload,
+    pub(crate) kind: crate::objects::Gvk,
+    pub(crate) policy: crate::config::OnUnload,
     /// When the guest was unloaded (RFC 3339).
-    pub unloaded_at: String,
+    pub(crate) unloaded_at: String,
     /// Objects carrying it, as cached when the guest was unloaded.
-    pub objects: Option<usize>,
+    pub(crate) objects: Option<usize>,
     /// Objects the host released it from (policy `release`, after the grace period).
-    pub released: Option<usize>,
+    pub(crate) released: Option<usize>,
 }
 
 /// Unloaded guests that declared a finalizer, by guest name, with the name of their origin.

@@ -76,7 +76,7 @@ pub enum Verdict {
 pub struct Sources(Vec<Box<dyn GuestSource>>);
 
 impl Sources {
-    pub fn new(sources: Vec<Box<dyn GuestSource>>) -> Self {
+    pub(crate) fn new(sources: Vec<Box<dyn GuestSource>>) -> Self {
         Self(sources)
     }
 
@@ -205,7 +205,7 @@ impl GrantKey {
     }
 
     /// The name the guest declares in its manifest.
-    pub fn declared(&self) -> &str {
+    pub(crate) fn declared(&self) -> &str {
         &self.declared
     }
 
@@ -230,9 +230,9 @@ impl fmt::Display for GrantKey {
     "{file}: declares guest `{declared}`, but a grant goes with the file a guest is loaded from, not with the name it declares: guests.{declared} is the grant of {declared}.wasm; rename the file to {declared}.wasm, or grant it as guests.{declared}@{stem}"
 )]
 pub struct NotItsGrant {
-    pub file: String,
-    pub declared: String,
-    pub stem: String,
+    pub(crate) file: String,
+    pub(crate) declared: String,
+    pub(crate) stem: String,
 }
 
 /// Where a guest was loaded from: its name in messages and on `/guests` (a file's path), and
@@ -257,7 +257,7 @@ pub enum OriginKind {
 }
 
 impl Origin {
-    pub fn file(path: &Path) -> Self {
+    pub(crate) fn file(path: &Path) -> Self {
         // A stem that is not UTF-8 never equals a declared name (DNS labels), so it can only be
         // granted as `name@stem`; lossy keeps it printable in the message that says so.
         let stem = path
@@ -274,7 +274,7 @@ impl Origin {
     /// A module pulled from a registry: named by its reference, its grant keyed by the last
     /// segment of its repository (`greeter` of `oci://r.example.com/guests/greeter:v1`), as a
     /// file's is by its stem.
-    pub fn module(module: &crate::oci::ModuleRef) -> Self {
+    pub(crate) fn module(module: &crate::oci::ModuleRef) -> Self {
         let repository = module.reference().repository();
         Self {
             name: module.to_string(),
@@ -306,14 +306,14 @@ impl Origin {
     }
 
     /// The grant the item carries itself (a `Reconciler`'s `spec.grant`), if any.
-    pub fn own_grant(&self) -> Option<&Grant> {
+    pub(crate) fn own_grant(&self) -> Option<&Grant> {
         match &self.kind {
             OriginKind::Reconciler { grant, .. } => Some(grant),
             OriginKind::File | OriginKind::Module => None,
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -323,7 +323,7 @@ impl Origin {
 
     /// The key of this source's grant for a guest declaring `declared`: the name alone from the
     /// file of that name, `declared@stem` from any other.
-    pub fn grant_key(&self, declared: &str) -> GrantKey {
+    pub(crate) fn grant_key(&self, declared: &str) -> GrantKey {
         GrantKey {
             declared: declared.to_owned(),
             stem: (declared != self.stem).then(|| self.stem.clone()),
@@ -335,7 +335,11 @@ impl Origin {
     /// missing from `config` for a guest in its own file: that is an ungranted guest, not an
     /// impostor, and the caller says what it needs.
     /// An item that carries its own grant (a `Reconciler`) names its guest whatever it declares.
-    pub fn resolve(&self, declared: &str, config: &HostConfig) -> Result<GrantKey, NotItsGrant> {
+    pub(crate) fn resolve(
+        &self,
+        declared: &str,
+        config: &HostConfig,
+    ) -> Result<GrantKey, NotItsGrant> {
         let key = self.grant_key(declared);
         if self.own_grant().is_none()
             && key.stem.is_some()

@@ -20,7 +20,7 @@ use crate::shadow::Shadows;
 pub struct FileStatus {
     pub file: PathBuf,
     /// SHA-256 of the file's current content.
-    pub hash: String,
+    pub(crate) hash: String,
     pub state: FileState,
     /// The guest name of the active version from this file, if any.
     pub guest: Option<String>,
@@ -34,11 +34,11 @@ pub struct FileStatus {
     pub mode: Option<crate::shadow::Mode>,
     /// The guest's verdicts in shadow mode, if it ever ran in it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shadow: Option<crate::shadow::ShadowReport>,
+    pub(crate) shadow: Option<crate::shadow::ShadowReport>,
     /// The trusted key whose signature admitted the active version (a pulled module, when
     /// signatures are required).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub signed_by: Option<String>,
+    pub(crate) signed_by: Option<String>,
     /// The ServiceAccount the active version writes as (`NAMESPACE/NAME`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
@@ -47,10 +47,10 @@ pub struct FileStatus {
     pub access_review: Option<crate::identity::Review>,
     /// Whether the active version's grant sets `record`.
     #[serde(skip)]
-    pub recording: bool,
+    pub(crate) recording: bool,
     /// The records kept of its reconciles, when its grant sets `record`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub records: Option<crate::records::RecordsSummary>,
+    pub(crate) records: Option<crate::records::RecordsSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,12 +64,12 @@ pub enum FileState {
 
 /// One source item as the guest set last judged it.
 pub(super) struct Entry {
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// The content of the last verdict: the same content is not judged again.
-    pub hash: String,
-    pub state: FileState,
+    pub(crate) hash: String,
+    pub(crate) state: FileState,
     /// The version running now: this content's, or an earlier one kept after a refusal.
-    pub active: Option<Arc<ActiveGuest>>,
+    pub(crate) active: Option<Arc<ActiveGuest>>,
 }
 
 impl Entry {
@@ -101,8 +101,8 @@ impl Entry {
 /// What the set knows: every item by origin name, and the finalizers unloaded guests left.
 #[derive(Default)]
 pub(super) struct Ledger {
-    pub entries: BTreeMap<String, Entry>,
-    pub orphans: Orphans,
+    pub(crate) entries: BTreeMap<String, Entry>,
+    pub(crate) orphans: Orphans,
 }
 
 impl Ledger {

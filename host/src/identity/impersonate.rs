@@ -18,7 +18,7 @@ use crate::config::ServiceAccountRef;
 const IMPERSONATE_USER: HeaderName = HeaderName::from_static("impersonate-user");
 
 /// `client`, sending every request as `account`.
-pub fn client_as(client: &kube::Client, account: &ServiceAccountRef) -> kube::Client {
+pub(crate) fn client_as(client: &kube::Client, account: &ServiceAccountRef) -> kube::Client {
     let service = Impersonating {
         inner: client.clone(),
         // A validated account name is a DNS label and subdomain: always a valid header value.

@@ -15,5 +15,5 @@
 mod impersonate;
 mod review;
 
-pub use impersonate::client_as;
+pub(crate) use impersonate::client_as;
 pub use review::{AccessReview, ApiServerReview, READ_VERBS, Review, ReviewOutcome, review_reads};

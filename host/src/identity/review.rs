@@ -41,7 +41,7 @@ pub struct Review {
     /// The account reviewed (`NAMESPACE/NAME`).
     pub account: String,
     /// When it was made (RFC 3339, UTC).
-    pub at: String,
+    pub(crate) at: String,
     #[serde(flatten)]
     pub outcome: ReviewOutcome,
 }
@@ -117,7 +117,7 @@ pub struct ApiServerReview {
 }
 
 impl ApiServerReview {
-    pub fn new(client: kube::Client, discovery: crate::discovery::Resolver) -> Self {
+    pub(crate) fn new(client: kube::Client, discovery: crate::discovery::Resolver) -> Self {
         Self { client, discovery }
     }
 }

@@ -85,7 +85,7 @@ impl CachedObject {
     /// # Errors
     ///
     /// When `obj` does not serialise (a `DynamicObject` read from JSON always does).
-    pub fn new(obj: &DynamicObject) -> Result<Self, serde_json::Error> {
+    pub(crate) fn new(obj: &DynamicObject) -> Result<Self, serde_json::Error> {
         // Printed into a buffer kept per thread, then copied into an allocation of the exact
         // size: growing a fresh `String` would leave every intermediate size behind as a hole in
         // the heap, and a cache of many objects would keep those holes.
@@ -117,27 +117,27 @@ impl CachedObject {
     }
 
     /// The object as JSON text, exactly what a guest receives. Free.
-    pub fn json(&self) -> &str {
+    pub(crate) fn json(&self) -> &str {
         &self.json
     }
 
-    pub fn resource_version(&self) -> Option<&str> {
+    pub(crate) fn resource_version(&self) -> Option<&str> {
         self.resource_version.as_ref().map(Version::as_str)
     }
 
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn labels(&self) -> &BTreeMap<String, String> {
         self.labels.as_deref().unwrap_or(&NO_LABELS)
     }
 
     /// `metadata.deletionTimestamp` is set.
-    pub fn deletion_requested(&self) -> bool {
+    pub(crate) fn deletion_requested(&self) -> bool {
         self.deletion_requested
     }
 
     /// The object as a tree. Cost: one parse of [`CachedObject::json`] (tens of µs for a typical
     /// custom resource). `None` only if the text does not parse back, which text written by
     /// [`CachedObject::new`] always does.
-    pub fn to_object(&self) -> Option<DynamicObject> {
+    pub(crate) fn to_object(&self) -> Option<DynamicObject> {
         serde_json::from_str(&self.json)
             .inspect_err(|e| tracing::error!(error = %e, "a cached object does not parse back"))
             .ok()

@@ -164,7 +164,7 @@ impl fmt::Debug for Informer {
 }
 
 impl Informer {
-    pub fn gvk(&self) -> &GroupVersionKind {
+    pub(crate) fn gvk(&self) -> &GroupVersionKind {
         &self.shared.key.gvk
     }
 

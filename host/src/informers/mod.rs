@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 use error::describe;
 use informer::{InformerState, Key, Registry};
 
-pub use cached::CachedObject;
+pub(crate) use cached::CachedObject;
 pub use error::InformerError;
 pub use event::InformerEvent;
 pub use informer::Informer;
@@ -79,8 +79,8 @@ impl fmt::Debug for Informers {
 /// One running informer, as listed by [`Informers::active`].
 #[derive(Clone, Debug)]
 pub struct InformerInfo {
-    pub gvk: GroupVersionKind,
-    pub scope: WatchScope,
+    pub(crate) gvk: GroupVersionKind,
+    pub(crate) scope: WatchScope,
     /// Live [`Informer`] handles, subscriptions included.
     pub handles: usize,
     pub objects: usize,
@@ -93,7 +93,7 @@ pub struct InformerInfo {
 
 impl Informers {
     /// The discovery cache these informers resolve kinds with, for others to share.
-    pub fn resolver(&self) -> &crate::discovery::Resolver {
+    pub(crate) fn resolver(&self) -> &crate::discovery::Resolver {
         &self.registry.discovery
     }
 

@@ -13,9 +13,9 @@ use kube::core::{Expression, Selector};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid label selector {selector:?} at byte {position}: {reason}")]
 pub struct SelectorError {
-    pub selector: String,
-    pub position: usize,
-    pub reason: String,
+    pub(crate) selector: String,
+    pub(crate) position: usize,
+    pub(crate) reason: String,
 }
 
 /// Parses a label selector. The empty (or all-blank) string selects everything.

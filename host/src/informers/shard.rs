@@ -41,7 +41,7 @@ pub enum ShardFilter {
 }
 
 impl ShardFilter {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Auto => "auto",
             Self::Server => "server",
@@ -82,7 +82,7 @@ pub enum FilterMode {
 
 impl FilterMode {
     /// The label value in metrics and `/shards`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Server => "server",
             Self::Client => "client",

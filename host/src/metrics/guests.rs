@@ -15,7 +15,7 @@ use super::family::{GuestLabels, HistogramFamily, Registrar, gauge_value, histog
 
 /// How one reconcile ended; the `result` label of `reconciler_reconcile_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReconcileResult {
+pub(crate) enum ReconcileResult {
     /// `Ok(action)` without a requeue.
     Success,
     /// `Ok(action)` asking to be requeued after a delay.
@@ -34,7 +34,7 @@ pub enum ReconcileResult {
 
 impl ReconcileResult {
     /// Every value, in exposition order.
-    pub const ALL: [Self; 7] = [
+    pub(crate) const ALL: [Self; 7] = [
         Self::Success,
         Self::Requeue,
         Self::Error,
@@ -46,7 +46,7 @@ impl ReconcileResult {
 
     /// The label value.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Success => "success",
             Self::Requeue => "requeue",
@@ -74,7 +74,7 @@ impl EncodeLabelValue for ReconcileResult {
 /// How one call from a guest into a host import ended; the `outcome` label of
 /// `reconciler_host_calls_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostCallOutcome {
+pub(crate) enum HostCallOutcome {
     /// The grant allowed the call and the provider succeeded.
     Ok,
     /// The guest's grant does not cover the call: the host refused it.
@@ -94,7 +94,7 @@ pub enum HostCallOutcome {
 impl HostCallOutcome {
     /// The label value.
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Denied => "denied",

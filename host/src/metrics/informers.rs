@@ -105,7 +105,7 @@ impl InformerFamilies {
 /// `reconciler_informer_received_bytes_total` and `reconciler_informer_events_total` of one
 /// GVK, resolved once: every update is one atomic add, no label lookup.
 #[derive(Clone, Debug)]
-pub struct InformerMetrics {
+pub(crate) struct InformerMetrics {
     received_bytes: Counter,
     events: Counter,
 }
@@ -113,7 +113,7 @@ pub struct InformerMetrics {
 impl InformerMetrics {
     /// Series that belong to no registry (informers nobody scrapes).
     #[must_use]
-    pub fn unregistered() -> Self {
+    pub(crate) fn unregistered() -> Self {
         Self {
             received_bytes: Counter::default(),
             events: Counter::default(),
@@ -121,12 +121,12 @@ impl InformerMetrics {
     }
 
     /// `bytes` of a list or watch response body arrived.
-    pub fn received_bytes(&self, bytes: usize) {
+    pub(crate) fn received_bytes(&self, bytes: usize) {
         self.received_bytes.inc_by(bytes as u64);
     }
 
     /// One object arrived: a list item or a watch event.
-    pub fn received_event(&self) {
+    pub(crate) fn received_event(&self) {
         self.events.inc();
     }
 }

@@ -83,11 +83,11 @@ use prometheus_client::registry::Registry;
 
 use family::Registrar;
 use guests::GuestFamilies;
-pub use guests::{HostCallOutcome, ReconcileResult};
+pub(crate) use guests::{HostCallOutcome, ReconcileResult};
 use informers::InformerFamilies;
-pub use informers::InformerMetrics;
+pub(crate) use informers::InformerMetrics;
 use outbound::OutboundFamilies;
-pub use scrape::ScrapeHook;
+pub(crate) use scrape::ScrapeHook;
 use scrape::ScrapeHooks;
 use shards::ShardFamilies;
 use workqueue::WorkqueueFamilies;
@@ -96,7 +96,7 @@ pub use workqueue::WorkqueueMetrics;
 /// The content type to serve [`Metrics::render`]'s output with: it is OpenMetrics text
 /// (ends in `# EOF`, counters are declared without their `_total` suffix), which
 /// Prometheus negotiates and parses natively.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 struct Inner {
     registry: Registry,
@@ -155,19 +155,19 @@ impl Metrics {
     /// The `workqueue_*` series of the queue called `name` (the guest name). Resolve once
     /// per queue: the handle's updates are plain atomics.
     #[must_use]
-    pub fn workqueue(&self, name: &str) -> WorkqueueMetrics {
+    pub(crate) fn workqueue(&self, name: &str) -> WorkqueueMetrics {
         let hooks = Arc::clone(&self.inner.scrape_hooks);
         self.inner.workqueue.queue(name, hooks)
     }
 
     /// An outbound HTTP request of `guest` to `host` ended with `outcome` (`2xx`..`5xx`,
     /// `denied`, `error`, `shadow`, `replayed`).
-    pub fn http_request(&self, guest: &str, host: &str, outcome: &'static str) {
+    pub(crate) fn http_request(&self, guest: &str, host: &str, outcome: &'static str) {
         self.inner.outbound.request(guest, host, outcome);
     }
 
     /// An outbound HTTP exchange of `guest` with `host` sent and received these body bytes.
-    pub fn http_exchanged(
+    pub(crate) fn http_exchanged(
         &self,
         guest: &str,
         host: &str,
@@ -184,7 +184,12 @@ impl Metrics {
     /// per reconcile: `Deadline` and `MemoryLimit` also count in
     /// `reconciler_deadline_hits_total` / `reconciler_memory_limit_hits_total`, so alerts on
     /// those need no label matching.
-    pub fn reconcile_finished(&self, guest: &str, result: ReconcileResult, duration: Duration) {
+    pub(crate) fn reconcile_finished(
+        &self,
+        guest: &str,
+        result: ReconcileResult,
+        duration: Duration,
+    ) {
         self.inner
             .guests
             .reconcile_finished(guest, result, duration);
@@ -193,12 +198,12 @@ impl Metrics {
     /// A deadline hit outside a reconcile: `manifest()` at load time, labelled by the file
     /// (the guest's name is not known yet). Do not call it for a reconcile reported through
     /// [`Self::reconcile_finished`].
-    pub fn deadline_hit(&self, guest: &str) {
+    pub(crate) fn deadline_hit(&self, guest: &str) {
         self.inner.guests.deadline_hit(guest);
     }
 
     /// A fresh instance of `guest` took `duration` to create.
-    pub fn instantiated(&self, guest: &str, duration: Duration) {
+    pub(crate) fn instantiated(&self, guest: &str, duration: Duration) {
         self.inner.guests.instantiated(guest, duration);
     }
 
@@ -206,7 +211,7 @@ impl Metrics {
     /// swap report the old hash `false` and the new one `true`. Loading also creates the
     /// guest's closed-label series at zero (the zeroing rule in the module doc), so `rate()`
     /// sees the first reconcile; stopping removes nothing.
-    pub fn guest_loaded(&self, guest: &str, hash: &str, loaded: bool) {
+    pub(crate) fn guest_loaded(&self, guest: &str, hash: &str, loaded: bool) {
         self.inner.guests.loaded(guest, hash, loaded);
         if loaded {
             self.inner.shards.zero_guest(guest);
@@ -215,34 +220,34 @@ impl Metrics {
 
     /// `objects` objects still carry the finalizer of unloaded guest `guest` (0 once it is
     /// back or its finalizer was released).
-    pub fn finalizer_orphaned(&self, guest: &str, objects: usize) {
+    pub(crate) fn finalizer_orphaned(&self, guest: &str, objects: usize) {
         self.inner.guests.finalizer_orphaned(guest, objects);
     }
 
     /// The host removed an unloaded guest's finalizer from `objects` objects.
-    pub fn finalizer_released(&self, guest: &str, objects: usize) {
+    pub(crate) fn finalizer_released(&self, guest: &str, objects: usize) {
         self.inner.guests.finalizer_released(guest, objects);
     }
 
     /// A reconcile in shadow mode agreed with the live state, or differed from it.
-    pub fn shadow_verdict(&self, guest: &str, agreed: bool) {
+    pub(crate) fn shadow_verdict(&self, guest: &str, agreed: bool) {
         self.inner.guests.shadow_verdict(guest, agreed);
     }
 
     /// A pulled module was refused (a Reconciler's): `reason` is its status reason
     /// (`SignatureMissing`, `TooLarge`, `RegistryNotAllowed`, ...).
-    pub fn module_refused(&self, reason: &str) {
+    pub(crate) fn module_refused(&self, reason: &str) {
         self.inner.guests.module_refused(reason);
     }
 
     /// The guest file `file` could not be loaded (compile, validation or grant failure).
-    pub fn guest_load_failed(&self, file: &str) {
+    pub(crate) fn guest_load_failed(&self, file: &str) {
         self.inner.guests.load_failed(file);
     }
 
     /// A guest called `interface.function` on the host. Costs a few small allocations for
     /// the label set: fine per host call, which already crosses the component boundary.
-    pub fn host_call(
+    pub(crate) fn host_call(
         &self,
         guest: &str,
         interface: &str,
@@ -256,26 +261,26 @@ impl Metrics {
 
     /// The informer for `group/version/kind` now caches `objects` objects. The core group
     /// is the empty string, as in the API.
-    pub fn informer_objects(&self, group: &str, version: &str, kind: &str, objects: usize) {
+    pub(crate) fn informer_objects(&self, group: &str, version: &str, kind: &str, objects: usize) {
         self.inner.informers.objects(group, version, kind, objects);
     }
 
     /// The informer for `group/version/kind` was released (its last guest went away):
     /// drop its series instead of reporting a stale count.
-    pub fn informer_removed(&self, group: &str, version: &str, kind: &str) {
+    pub(crate) fn informer_removed(&self, group: &str, version: &str, kind: &str) {
         self.inner.informers.removed(group, version, kind);
     }
 
     /// The traffic series of the informers for `group/version/kind`, resolved once per informer
     /// (every scope of a GVK adds to the same series).
     #[must_use]
-    pub fn informer(&self, group: &str, version: &str, kind: &str) -> InformerMetrics {
+    pub(crate) fn informer(&self, group: &str, version: &str, kind: &str) -> InformerMetrics {
         self.inner.informers.traffic(group, version, kind)
     }
 
     /// A sharded informer for `group/version/kind` filters in `mode` (`server` or `client`):
     /// `active` sets the series to 1, otherwise it is removed.
-    pub fn informer_shard_filter(
+    pub(crate) fn informer_shard_filter(
         &self,
         group: &str,
         version: &str,
@@ -289,32 +294,32 @@ impl Metrics {
     }
 
     /// This replica gained (`true`) or lost (`false`) the leader lease.
-    pub fn set_leader(&self, leader: bool) {
+    pub(crate) fn set_leader(&self, leader: bool) {
         self.inner.shards.set_leader(leader);
     }
 
     /// Sharded mode: the ring as this replica sees it.
-    pub fn shard_ring(&self, members: usize, owned_slots: usize, owned_ratio: f64) {
+    pub(crate) fn shard_ring(&self, members: usize, owned_slots: usize, owned_ratio: f64) {
         self.inner.shards.ring(members, owned_slots, owned_ratio);
     }
 
     /// Sharded mode: `keys` primary objects of `guest` are in this replica's share.
-    pub fn shard_keys(&self, guest: &str, keys: usize) {
+    pub(crate) fn shard_keys(&self, guest: &str, keys: usize) {
         self.inner.shards.keys(guest, keys);
     }
 
     /// Sharded mode: `slots` were gained (`true`) or handed over (`false`).
-    pub fn shard_handover(&self, gained: bool, slots: usize) {
+    pub(crate) fn shard_handover(&self, gained: bool, slots: usize) {
         self.inner.shards.handover(gained, slots);
     }
 
     /// Sharded mode: a key of `guest` was dropped because another replica owns its object.
-    pub fn shard_foreign_key(&self, guest: &str) {
+    pub(crate) fn shard_foreign_key(&self, guest: &str) {
         self.inner.shards.foreign_key(guest);
     }
 
     /// Run `hook` before every render for as long as it is alive; dead hooks are pruned.
-    pub fn register_scrape_hook(&self, hook: Weak<dyn ScrapeHook>) {
+    pub(crate) fn register_scrape_hook(&self, hook: Weak<dyn ScrapeHook>) {
         self.inner.scrape_hooks.lock().push(hook);
     }
 

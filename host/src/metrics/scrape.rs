@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 /// Something whose gauges are cheaper to compute when scraped than to keep current, such
 /// as a work queue's in-flight durations. [`super::Metrics::render`] calls every live hook first.
-pub trait ScrapeHook: Send + Sync {
+pub(crate) trait ScrapeHook: Send + Sync {
     /// Bring this source's gauges up to date. Runs on the scraping task: keep it short.
     fn before_scrape(&self);
 }

@@ -162,7 +162,7 @@ impl WorkqueueMetrics {
 
     /// Keys waiting to be handed out (`workqueue_depth`), `low` of them at low priority
     /// (`reconciler_workqueue_depth{priority}`).
-    pub fn set_depth(&self, depth: usize, low: usize) {
+    pub(crate) fn set_depth(&self, depth: usize, low: usize) {
         self.depth.set(gauge_value(depth));
         self.depth_low.set(gauge_value(low));
         self.depth_normal
@@ -170,36 +170,36 @@ impl WorkqueueMetrics {
     }
 
     /// A key was accepted into the queue (`workqueue_adds_total`).
-    pub fn added(&self) {
+    pub(crate) fn added(&self) {
         self.adds.inc();
     }
 
     /// A key waited `waited` between add and get (`workqueue_queue_duration_seconds`).
-    pub fn queued_for(&self, waited: Duration) {
+    pub(crate) fn queued_for(&self, waited: Duration) {
         self.queue_duration.observe(waited.as_secs_f64());
     }
 
     /// A worker held a key for `worked` between get and done (`workqueue_work_duration_seconds`).
-    pub fn worked_for(&self, worked: Duration) {
+    pub(crate) fn worked_for(&self, worked: Duration) {
         self.work_duration.observe(worked.as_secs_f64());
     }
 
     /// A delayed or rate-limited add was requested (`workqueue_retries_total`).
-    pub fn retried(&self) {
+    pub(crate) fn retried(&self) {
         self.retries.inc();
     }
 
     /// In-flight work right now: the sum of every in-flight key's age
     /// (`workqueue_unfinished_work_seconds`) and the oldest one
     /// (`workqueue_longest_running_processor_seconds`).
-    pub fn set_in_flight(&self, unfinished: Duration, longest: Duration) {
+    pub(crate) fn set_in_flight(&self, unfinished: Duration, longest: Duration) {
         self.unfinished_work.set(unfinished.as_secs_f64());
         self.longest_running.set(longest.as_secs_f64());
     }
 
     /// Have `hook` run before every scrape of the registry these series belong to; a no-op
     /// for [`Self::unregistered`] series.
-    pub fn register_scrape_hook(&self, hook: Weak<dyn ScrapeHook>) {
+    pub(crate) fn register_scrape_hook(&self, hook: Weak<dyn ScrapeHook>) {
         if let Some(hooks) = &self.hooks {
             hooks.lock().push(hook);
         }

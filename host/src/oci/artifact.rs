@@ -28,8 +28,8 @@ pub(super) fn sha256_digest(bytes: &[u8]) -> String {
 /// A component's top-level imports and exports, as the config lists them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ComponentInterfaces {
-    pub imports: Vec<String>,
-    pub exports: Vec<String>,
+    pub(crate) imports: Vec<String>,
+    pub(crate) exports: Vec<String>,
 }
 
 /// The top-level imports and exports of a component, read from its sections (no compile).
@@ -99,8 +99,8 @@ pub(super) fn manifest(config: (&str, usize), layer: (&str, usize), title: &str)
 
 /// The descriptors a pull follows.
 pub(super) struct Parts {
-    pub config: OciDescriptor,
-    pub layer: OciDescriptor,
+    pub(crate) config: OciDescriptor,
+    pub(crate) layer: OciDescriptor,
 }
 
 /// A manifest is a Wasm artifact: a Wasm config and exactly one Wasm layer.

@@ -18,13 +18,13 @@ use super::artifact::{parse_manifest, sha256_digest};
 use super::reference::ModuleRef;
 
 #[derive(Debug, Clone)]
-pub struct ModuleCache {
+pub(crate) struct ModuleCache {
     root: PathBuf,
 }
 
 /// Why a pull was not stored.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("the cache holds {in_use} bytes in use and needs {needed} more, over its {max}")]
     Full { in_use: u64, needed: u64, max: u64 },
     #[error(transparent)]
@@ -32,7 +32,7 @@ pub enum StoreError {
 }
 
 impl ModuleCache {
-    pub fn new(cache_dir: &Path) -> Self {
+    pub(crate) fn new(cache_dir: &Path) -> Self {
         Self {
             root: cache_dir.join("oci"),
         }
@@ -45,7 +45,7 @@ impl ModuleCache {
     }
 
     /// A blob whose content still hashes to `digest`; `None` if absent or altered.
-    pub fn blob(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
+    pub(crate) fn blob(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
         let Some(path) = self.blob_path(digest) else {
             return Ok(None);
         };
@@ -62,7 +62,7 @@ impl ModuleCache {
 
     /// The component of the module whose manifest has `digest`, if the manifest and its layer
     /// are both cached intact.
-    pub fn load(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
+    pub(crate) fn load(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
         let Some(manifest) = self.blob(digest)? else {
             return Ok(None);
         };
@@ -85,7 +85,7 @@ impl ModuleCache {
     /// Stores a verified pull (as [`Self::store`]) so that the cache stays within `max` bytes:
     /// modules whose manifest digest is not in `in_use` are evicted, least recently loaded
     /// first, until the new blobs fit; if they cannot, nothing is stored.
-    pub fn store_bounded(
+    pub(crate) fn store_bounded(
         &self,
         blobs: &[(&str, &[u8])],
         in_use: &BTreeSet<String>,
@@ -220,7 +220,7 @@ impl ModuleCache {
 
     /// Notes that `module` (its registry and repository), asked with pull Secret `secret`,
     /// was served manifest `digest`.
-    pub fn note_pull(
+    pub(crate) fn note_pull(
         &self,
         digest: &str,
         module: &ModuleRef,
@@ -241,7 +241,7 @@ impl ModuleCache {
     }
 
     /// Whether `module` with pull Secret `secret` was served manifest `digest` before.
-    pub fn pulled_by(
+    pub(crate) fn pulled_by(
         &self,
         digest: &str,
         module: &ModuleRef,
@@ -291,7 +291,7 @@ impl ModuleCache {
     }
 
     /// Stores a verified pull: each blob under the digest it was verified against.
-    pub fn store(&self, blobs: &[(&str, &[u8])]) -> std::io::Result<()> {
+    pub(crate) fn store(&self, blobs: &[(&str, &[u8])]) -> std::io::Result<()> {
         for &(digest, bytes) in blobs {
             let Some(path) = self.blob_path(digest) else {
                 continue;
@@ -306,12 +306,12 @@ impl ModuleCache {
     }
 
     /// Remembers the digest a tag resolved to.
-    pub fn remember(&self, module: &ModuleRef, digest: &str) -> std::io::Result<()> {
+    pub(crate) fn remember(&self, module: &ModuleRef, digest: &str) -> std::io::Result<()> {
         write_atomically(&self.tag_path(module), digest.as_bytes())
     }
 
     /// The digest `module`'s tag last resolved to.
-    pub fn resolved(&self, module: &ModuleRef) -> std::io::Result<Option<String>> {
+    pub(crate) fn resolved(&self, module: &ModuleRef) -> std::io::Result<Option<String>> {
         match std::fs::read_to_string(self.tag_path(module)) {
             Ok(digest) => Ok(Some(digest.trim().to_owned())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

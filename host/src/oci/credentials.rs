@@ -65,13 +65,13 @@ struct Entry {
 }
 
 impl DockerConfig {
-    pub fn parse(bytes: &[u8]) -> Result<Self, CredentialsError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, CredentialsError> {
         Ok(serde_json::from_slice(bytes)?)
     }
 
     /// The credentials for `registry` (`host[:port]`; an entry may also be written as a URL),
     /// anonymous when the document has none.
-    pub fn auth_for(&self, registry: &str) -> Result<Auth, CredentialsError> {
+    pub(crate) fn auth_for(&self, registry: &str) -> Result<Auth, CredentialsError> {
         let entry = self.auths.iter().find(|(key, _)| {
             let host = key
                 .trim_start_matches("https://")

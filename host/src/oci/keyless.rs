@@ -43,15 +43,15 @@ const ISSUER_V1: &str = "1.3.6.1.4.1.57264.1.1";
 /// subject exactly or a pattern that must match the whole subject.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CertificateIdentity {
+pub(crate) struct CertificateIdentity {
     /// `https://accounts.google.com`, `https://token.actions.githubusercontent.com`, …
-    pub issuer: String,
+    pub(crate) issuer: String,
     /// An e-mail address or URI, as the certificate's subject alternative name holds it.
     #[serde(default)]
-    pub subject: Option<String>,
+    pub(crate) subject: Option<String>,
     /// A regular expression the whole subject must match, for a set of workflows or users.
     #[serde(default)]
-    pub subject_reg_exp: Option<String>,
+    pub(crate) subject_reg_exp: Option<String>,
 }
 
 /// A keyless signature's certificate, and its log entry when it has one: what cosign 2 puts in
@@ -60,12 +60,12 @@ pub struct CertificateIdentity {
 #[serde(rename_all = "camelCase")]
 pub(super) struct Material {
     /// The signing certificate, base64 DER.
-    pub certificate: String,
+    pub(crate) certificate: String,
     /// Intermediates the signature carries, base64 DER (the trusted root's are used too).
     #[serde(default)]
-    pub chain: Vec<String>,
+    pub(crate) chain: Vec<String>,
     #[serde(default)]
-    pub tlog: Option<TlogEntry>,
+    pub(crate) tlog: Option<TlogEntry>,
 }
 
 /// A transparency log entry with its signed entry timestamp, in Rekor's terms.
@@ -73,18 +73,18 @@ pub(super) struct Material {
 #[serde(rename_all = "camelCase")]
 pub(super) struct TlogEntry {
     /// The entry as the log canonicalised it, base64.
-    pub body: String,
-    pub integrated_time: i64,
+    pub(crate) body: String,
+    pub(crate) integrated_time: i64,
     /// The log's id (SHA-256 of its public key), hex.
-    pub log_id: String,
-    pub log_index: i64,
+    pub(crate) log_id: String,
+    pub(crate) log_index: i64,
     /// The log's signature over the entry's canonical JSON, base64 DER.
-    pub signed_entry_timestamp: String,
+    pub(crate) signed_entry_timestamp: String,
 }
 
 /// What keyless signatures must chain to and be made by.
 #[derive(Debug, Clone)]
-pub struct Keyless {
+pub(crate) struct Keyless {
     authorities: Vec<Authority>,
     logs: Vec<Log>,
     identities: Vec<Identity>,
@@ -140,7 +140,7 @@ impl Identity {
 
 impl Keyless {
     /// The trusted root at `path` (Sigstore's `trusted_root.json`) and the identities allowed.
-    pub fn load(path: &Path, identities: &[CertificateIdentity]) -> Result<Self, String> {
+    pub(crate) fn load(path: &Path, identities: &[CertificateIdentity]) -> Result<Self, String> {
         let text = std::fs::read(path)
             .map_err(|e| format!("{}: cannot read the trusted root: {e}", path.display()))?;
         Self::parse(&text, identities).map_err(|e| format!("{}: {e}", path.display()))

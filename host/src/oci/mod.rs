@@ -59,12 +59,13 @@ use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
 
 pub use artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, component_interfaces};
-pub use cache::ModuleCache;
+pub(crate) use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
-pub use error::PullError;
-pub use keyless::{CertificateIdentity, Keyless};
-pub use reference::{AllowedRegistry, ModuleRef, ModuleRefError};
-pub use registry::Endpoints;
+pub(crate) use error::PullError;
+pub(crate) use keyless::{CertificateIdentity, Keyless};
+pub use reference::ModuleRef;
+pub(crate) use reference::{AllowedRegistry, ModuleRefError};
+pub(crate) use registry::Endpoints;
 pub use settings::{DEFAULT_CACHE_MAX_BYTES, DEFAULT_MAX_MODULE_BYTES, RegistrySettings};
 pub use signatures::TrustPolicy;
 
@@ -75,28 +76,28 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A module as pulled: its manifest digest (what runs) and the component's bytes.
 #[derive(Debug, Clone)]
-pub struct Pulled {
-    pub digest: String,
-    pub bytes: Vec<u8>,
+pub(crate) struct Pulled {
+    pub(crate) digest: String,
+    pub(crate) bytes: Vec<u8>,
     /// Loaded from the cache: the registry said it holds the digest (pinned), or could not be
     /// reached and this same reference pulled it before.
-    pub from_cache: bool,
+    pub(crate) from_cache: bool,
     /// The trusted key that signed the digest, when signatures are required.
-    pub signed_by: Option<String>,
+    pub(crate) signed_by: Option<String>,
 }
 
 /// Who asks for a module: the pull Secret whose credentials go with the request, if any. With
 /// the reference's registry and repository it decides what the cache may serve without the
 /// registry (only what this same requester pulled before).
 #[derive(Debug, Clone, Copy)]
-pub struct Requester<'a> {
-    pub auth: &'a Auth,
+pub(crate) struct Requester<'a> {
+    pub(crate) auth: &'a Auth,
     /// The pull Secret's `namespace/name`, or none (anonymous, or the command line's).
-    pub secret: Option<&'a str>,
+    pub(crate) secret: Option<&'a str>,
 }
 
 /// Pulls modules into a [`ModuleCache`].
-pub struct Puller {
+pub(crate) struct Puller {
     settings: RegistrySettings,
     plain_http: bool,
     cache: ModuleCache,
@@ -111,7 +112,7 @@ pub struct Puller {
 
 impl Puller {
     /// `plain_http`: every registry over plain HTTP (the command line's `--plain-http`).
-    pub fn new(settings: &RegistrySettings, cache_dir: &Path, plain_http: bool) -> Self {
+    pub(crate) fn new(settings: &RegistrySettings, cache_dir: &Path, plain_http: bool) -> Self {
         Self {
             settings: settings.clone(),
             plain_http,
@@ -126,7 +127,7 @@ impl Puller {
     /// Requires every module to be signed by one of `keys` (checked at every pull, cached or
     /// not, before anything of it is downloaded or stored).
     #[must_use]
-    pub fn verifying_with(mut self, keys: Option<TrustPolicy>) -> Self {
+    pub(crate) fn verifying_with(mut self, keys: Option<TrustPolicy>) -> Self {
         self.trusted = keys;
         self
     }
@@ -134,13 +135,13 @@ impl Puller {
     /// Lets redirects and token realms lead to `endpoints` too (`host[:port]`s: the
     /// registries `reconcilers.allow.registries` lists).
     #[must_use]
-    pub fn redirecting_to(mut self, endpoints: Endpoints) -> Self {
+    pub(crate) fn redirecting_to(mut self, endpoints: Endpoints) -> Self {
         self.endpoints = endpoints;
         self
     }
 
     /// The manifest digests guests use now, which the cache never evicts.
-    pub fn set_in_use(&self, digests: BTreeSet<String>) {
+    pub(crate) fn set_in_use(&self, digests: BTreeSet<String>) {
         *self.in_use.lock() = digests;
     }
 
@@ -148,7 +149,11 @@ impl Puller {
     /// asked with the requester's credentials, says it holds it; a tag is resolved by the
     /// registry. With the registry unreachable, the cache serves only what this same
     /// reference and requester pulled before (for a tag, what it last resolved to).
-    pub async fn pull(&self, module: &ModuleRef, who: Requester<'_>) -> Result<Pulled, PullError> {
+    pub(crate) async fn pull(
+        &self,
+        module: &ModuleRef,
+        who: Requester<'_>,
+    ) -> Result<Pulled, PullError> {
         let mut session = self.session(module, who.auth)?;
         let cached = match module.digest() {
             Some(digest) => self.cache.load(digest)?.map(|bytes| Pulled {
@@ -265,7 +270,11 @@ impl Puller {
     /// it (verified on read) and, when signatures are required, the signatures kept beside it
     /// still show a trusted key's: checked again at this load as at every other, so that no
     /// path loads a module whose signature was not verified by this process.
-    pub fn cached(&self, module: &ModuleRef, digest: &str) -> Result<Option<Vec<u8>>, PullError> {
+    pub(crate) fn cached(
+        &self,
+        module: &ModuleRef,
+        digest: &str,
+    ) -> Result<Option<Vec<u8>>, PullError> {
         if let Some(keys) = &self.trusted {
             let found = self.cache.signatures(digest)?;
             Self::judge(module, keys, digest, &found)?;

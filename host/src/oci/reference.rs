@@ -23,22 +23,22 @@ pub struct ModuleRefError {
 }
 
 impl ModuleRef {
-    pub fn reference(&self) -> &Reference {
+    pub(crate) fn reference(&self) -> &Reference {
         &self.reference
     }
 
     /// The pinned manifest digest (`sha256:…`), if the reference has one.
-    pub fn digest(&self) -> Option<&str> {
+    pub(crate) fn digest(&self) -> Option<&str> {
         self.reference.digest()
     }
 
     /// `host[:port]`, as `registries.insecure` lists it.
-    pub fn registry(&self) -> &str {
+    pub(crate) fn registry(&self) -> &str {
         self.reference.registry()
     }
 
     /// `registry/repository[:tag]`: what a tag's last resolution is remembered under.
-    pub fn tagged_name(&self) -> String {
+    pub(crate) fn tagged_name(&self) -> String {
         let base = format!(
             "{}/{}",
             self.reference.registry(),
@@ -51,7 +51,7 @@ impl ModuleRef {
     }
 
     /// The same module pinned to `digest`.
-    pub fn pinned(&self, digest: &str) -> Result<Self, ModuleRefError> {
+    pub(crate) fn pinned(&self, digest: &str) -> Result<Self, ModuleRefError> {
         let base = format!(
             "oci://{}/{}",
             self.reference.registry(),
@@ -190,19 +190,19 @@ mod tests {
 /// An entry of `reconcilers.allow.registries`: a registry (`HOST[:PORT]`, as a module
 /// reference names it) and, optionally, a repository prefix that ends at a `/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedRegistry {
+pub(crate) struct AllowedRegistry {
     registry: String,
     prefix: Option<String>,
 }
 
 impl AllowedRegistry {
     /// `host[:port]`, lowercase.
-    pub fn registry(&self) -> &str {
+    pub(crate) fn registry(&self) -> &str {
         &self.registry
     }
 
     /// Whether `module` names this registry, and a repository under the prefix if any.
-    pub fn covers(&self, module: &ModuleRef) -> bool {
+    pub(crate) fn covers(&self, module: &ModuleRef) -> bool {
         if !module.registry().eq_ignore_ascii_case(&self.registry) {
             return false;
         }

@@ -36,10 +36,10 @@ const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, applic
 
 /// The `host[:port]`s a redirect or a token realm may lead to.
 #[derive(Clone, Debug, Default)]
-pub struct Endpoints(Arc<Vec<String>>);
+pub(crate) struct Endpoints(Arc<Vec<String>>);
 
 impl Endpoints {
-    pub fn new(hosts: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) fn new(hosts: impl IntoIterator<Item = String>) -> Self {
         Self(Arc::new(
             hosts.into_iter().map(|h| h.to_ascii_lowercase()).collect(),
         ))

@@ -10,14 +10,14 @@ pub const DEFAULT_MAX_MODULE_BYTES: u64 = 64 << 20;
 pub struct RegistrySettings {
     /// Registries (`host[:port]`) spoken to over plain HTTP; every other one over HTTPS.
     #[serde(default)]
-    pub insecure: Vec<String>,
+    pub(crate) insecure: Vec<String>,
     /// The largest module layer pulled, in bytes (default [`DEFAULT_MAX_MODULE_BYTES`]).
     #[serde(default)]
-    pub max_module_bytes: Option<u64>,
+    pub(crate) max_module_bytes: Option<u64>,
     /// The most the module cache holds, in bytes (default [`DEFAULT_CACHE_MAX_BYTES`]):
     /// modules no guest uses are evicted, least recently used first, to make room.
     #[serde(default)]
-    pub cache_max_bytes: Option<u64>,
+    pub(crate) cache_max_bytes: Option<u64>,
 }
 
 /// The module cache's bound when the configuration sets none: sixteen modules at the default
@@ -25,11 +25,11 @@ pub struct RegistrySettings {
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
 
 impl RegistrySettings {
-    pub fn max_module_bytes(&self) -> u64 {
+    pub(crate) fn max_module_bytes(&self) -> u64 {
         self.max_module_bytes.unwrap_or(DEFAULT_MAX_MODULE_BYTES)
     }
 
-    pub fn cache_max_bytes(&self) -> u64 {
+    pub(crate) fn cache_max_bytes(&self) -> u64 {
         self.cache_max_bytes.unwrap_or(DEFAULT_CACHE_MAX_BYTES)
     }
 }

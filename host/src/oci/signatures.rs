@@ -81,7 +81,11 @@ struct TrustedKey {
 impl TrustPolicy {
     /// The keys in `files` (relative paths taken from `base`) and the keyless policy, or why
     /// they cannot be read; at least one of the two.
-    pub fn load(files: &[PathBuf], base: &Path, keyless: Option<Keyless>) -> Result<Self, String> {
+    pub(crate) fn load(
+        files: &[PathBuf],
+        base: &Path,
+        keyless: Option<Keyless>,
+    ) -> Result<Self, String> {
         if files.is_empty() && keyless.is_none() {
             return Err(
                 "no key and no keyless identity is listed: signatures required, and none could be verified"
@@ -109,7 +113,7 @@ impl TrustPolicy {
     }
 
     /// No key: every signature check fails (a configuration whose keys cannot be read).
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Self {
             keys: Vec::new(),
             keyless: None,

@@ -42,7 +42,7 @@ use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::validation::path_segment;
 
 /// The providers of one guest in `run`.
-pub fn providers(
+pub(crate) fn providers(
     readable: BTreeMap<Gvk, Informer>,
     queue: crate::queue::WorkQueue<ObjectKey>,
     cluster: Arc<KubeCluster>,
@@ -70,7 +70,7 @@ fn fence_check(fence: &WriteFence) -> Result<(), HostError> {
 }
 
 /// Maps an API error to the WIT error the guest sees; 409 marks the reconcile for a retry.
-pub fn map_kube_error(e: kube::Error, what: &str) -> HostError {
+pub(crate) fn map_kube_error(e: kube::Error, what: &str) -> HostError {
     match e {
         kube::Error::Api(status) => {
             let message = format!("{what}: {} ({})", status.message, status.code);
@@ -90,7 +90,7 @@ pub fn map_kube_error(e: kube::Error, what: &str) -> HostError {
 }
 
 /// Writes for one guest. Holds that guest's informers to record its writes into.
-pub struct KubeCluster {
+pub(crate) struct KubeCluster {
     /// The host's client: discovery and shadow mode's live reads.
     client: kube::Client,
     /// What writes are sent with: the host's client, or the guest's ServiceAccount on it.
@@ -106,7 +106,7 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         informers: BTreeMap<Gvk, Informer>,
         discovery: crate::discovery::Resolver,
@@ -229,7 +229,7 @@ impl KubeCluster {
 
     /// Adds `finalizer` to the cached object unless present; returns the object as written,
     /// or none when it already had it.
-    pub async fn add_finalizer(
+    pub(crate) async fn add_finalizer(
         &self,
         object: &ObjectRef,
         current: &DynamicObject,
@@ -244,7 +244,7 @@ impl KubeCluster {
     }
 
     /// Removes `finalizer` if the cached object has it. Returns whether it was there.
-    pub async fn remove_finalizer(
+    pub(crate) async fn remove_finalizer(
         &self,
         object: &ObjectRef,
         current: &DynamicObject,

@@ -12,5 +12,5 @@
 //! Network providers are the [`crate::backends`] (Linux bridges, in memory).
 
 pub mod http;
-pub mod kube;
+pub(crate) mod kube;
 pub mod offline;

@@ -29,7 +29,7 @@ pub fn providers(
 
 /// [`providers`] whose cluster writes go through `cluster`, which the reconcile step's own
 /// writes share (one resourceVersion sequence).
-pub fn providers_writing_to(
+pub(crate) fn providers_writing_to(
     cache: std::sync::Arc<MemoryCache>,
     cluster: std::sync::Arc<RecordingCluster>,
     network: Option<std::sync::Arc<dyn crate::backends::NetworkBackend>>,
@@ -44,7 +44,7 @@ pub fn providers_writing_to(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum FixtureError {
+pub(crate) enum FixtureError {
     #[error("cannot read objects from {path}: {source}")]
     Read {
         path: PathBuf,
@@ -100,7 +100,7 @@ fn cache_key(r: &ObjectRef) -> String {
 impl MemoryCache {
     /// Loads every object from the given files and directories (sorted, `.yaml`/`.yml`/`.json`);
     /// multi-document YAML and `kind: List` documents are expanded.
-    pub fn load(paths: &[PathBuf]) -> Result<Self, FixtureError> {
+    pub(crate) fn load(paths: &[PathBuf]) -> Result<Self, FixtureError> {
         let cache = Self::default();
         for path in paths {
             for file in files_under(path)? {
@@ -244,13 +244,13 @@ impl Lister for MemoryCache {
 
 /// Answers writes from the in-memory cache as a successful API server would, bumping
 /// `resourceVersion` (and `generation` on spec changes is not modelled: status and apply only).
-pub struct RecordingCluster {
+pub(crate) struct RecordingCluster {
     cache: std::sync::Arc<MemoryCache>,
     next_version: Mutex<u64>,
 }
 
 impl RecordingCluster {
-    pub fn new(cache: std::sync::Arc<MemoryCache>) -> Self {
+    pub(crate) fn new(cache: std::sync::Arc<MemoryCache>) -> Self {
         Self {
             cache,
             next_version: Mutex::new(1000),
@@ -267,7 +267,7 @@ impl RecordingCluster {
 }
 
 /// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(patch) = patch else {
         *target = patch.clone();
         return;
@@ -334,12 +334,16 @@ impl Cluster for RecordingCluster {
 
 impl RecordingCluster {
     /// The loaded object `object`, as the writes left it.
-    pub fn object(&self, object: &ObjectRef) -> Option<Value> {
+    pub(crate) fn object(&self, object: &ObjectRef) -> Option<Value> {
         self.cache.get(object)
     }
 
     /// Applies a JSON patch of the host's own (a finalizer's) to the cached object.
-    pub fn json_patch(&self, object: &ObjectRef, ops: Vec<Value>) -> Result<Value, HostError> {
+    pub(crate) fn json_patch(
+        &self,
+        object: &ObjectRef,
+        ops: Vec<Value>,
+    ) -> Result<Value, HostError> {
         let mut current = self.cache.get(object).ok_or_else(|| {
             HostError::NotFound(format!("{object} is not among the loaded objects"))
         })?;
@@ -381,7 +385,7 @@ struct Exchange {
 /// capability's). The credentials a grant names are read from the loaded Secrets (`data`,
 /// base64, or `stringData`) and `ConfigMap`s (`data`) of that name, as `run` reads them from the
 /// host's namespace.
-pub struct FixtureOutbound {
+pub(crate) struct FixtureOutbound {
     /// The fixture file, named in answers to requests it has no exchange for.
     file: Option<PathBuf>,
     exchanges: Vec<Exchange>,
@@ -391,7 +395,7 @@ pub struct FixtureOutbound {
 
 impl FixtureOutbound {
     /// The exchanges of `file` (a YAML or JSON list); none without one.
-    pub fn load(
+    pub(crate) fn load(
         file: Option<&Path>,
         cache: std::sync::Arc<MemoryCache>,
     ) -> Result<Self, FixtureError> {

@@ -50,7 +50,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `result` label of `reconciler_reconcile_total`.
-    pub fn result(&self) -> crate::metrics::ReconcileResult {
+    pub(crate) fn result(&self) -> crate::metrics::ReconcileResult {
         use crate::metrics::ReconcileResult as R;
         match self {
             Outcome::Ok {
@@ -71,11 +71,11 @@ impl Outcome {
 pub struct Run {
     pub outcome: Outcome,
     /// Some write hit a 409 conflict: retry with backoff whatever the guest returned.
-    pub conflicted: bool,
+    pub(crate) conflicted: bool,
     /// Every import call, when recording was asked for.
     pub calls: Option<Vec<Call>>,
     /// A replay's state after the call: where the guest diverged from the record, if it did.
-    pub replay: Option<Box<crate::capabilities::replay::Replayer>>,
+    pub(crate) replay: Option<Box<crate::capabilities::replay::Replayer>>,
     /// Shadow mode: the intended changes that would have changed something.
     pub shadow_differences: Vec<crate::shadow::Difference>,
     /// It ran in an instance kept from an earlier reconcile (`limits.instanceReuse`).
@@ -90,7 +90,7 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn total_time(&self) -> Duration {
+    pub(crate) fn total_time(&self) -> Duration {
         self.store_time + self.instantiate_time + self.call_time + self.teardown_time
     }
 }

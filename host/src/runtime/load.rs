@@ -55,7 +55,7 @@ pub enum LoadError {
 
 impl LoadError {
     /// Whether loading the same bytes again later may succeed.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, LoadError::Busy { .. })
     }
 }
@@ -72,7 +72,7 @@ pub struct LoadedGuest {
     pub manifest: Manifest,
     /// The contract's interfaces the component imports (`lister`, `network-backend`, ...), and
     /// `wasi:http/outgoing-handler` when it imports that.
-    pub imports: BTreeSet<String>,
+    pub(crate) imports: BTreeSet<String>,
     pub file: PathBuf,
 }
 

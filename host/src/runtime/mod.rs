@@ -53,14 +53,15 @@ mod engine;
 mod load;
 mod store;
 
+pub use crate::config::EPOCH_TICK;
 pub use crate::config::Reuse;
-pub use call::{Outcome, Request, Run, Warm};
+pub(crate) use call::Run;
+pub use call::{Outcome, Request, Warm};
 pub use engine::RuntimeOptions;
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
-pub use store::HostState;
+pub(crate) use store::HostState;
 
 use crate::capabilities::CallContext;
-pub use crate::config::EPOCH_TICK;
 use engine::{EpochTicker, Reactor};
 use load::Compiler;
 
@@ -115,7 +116,7 @@ impl Runtime {
 
     /// [`Runtime::reconcile`] as a future: the whole guest call, imports included, under a
     /// timeout at the deadline (see the module docs).
-    pub async fn reconcile_async(
+    pub(crate) async fn reconcile_async(
         &self,
         guest: &LoadedGuest,
         call: CallContext,

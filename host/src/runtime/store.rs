@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 pub(super) const STDERR_CAPTURE: usize = 16 * 1024;
 
 /// Per-store data: the capabilities' call context, the guest's WASI context and the limiter.
-pub struct HostState {
+pub(crate) struct HostState {
     call: CallContext,
     /// Built on the guest's first WASI call: most reconciles make none, and building one (its
     /// random sources, clocks, pipes) is a measurable share of a fresh instance's cost.

@@ -8,10 +8,11 @@
 //! The host (`crate::manager`) restarts its controllers whenever the slots it may reconcile change;
 //! the controllers pass the slots to their primary informer's scope (see `informers`), which
 //! sends them to the API server as a `shardSelector` or filters on the client.
-pub mod ranges;
-pub mod ring;
-pub mod status;
+pub(crate) mod ranges;
+pub(crate) mod ring;
+pub(crate) mod status;
 
 pub use ranges::{SLOTS, SlotSet, fnv1a64, partition, slot_of};
-pub use ring::{FenceProbe, Ring, RingOptions, ShardState};
-pub use status::{ShardStatus, Share};
+pub(crate) use ring::{FenceProbe, ShardState};
+pub use ring::{Ring, RingOptions};
+pub(crate) use status::{ShardStatus, Share};

@@ -12,7 +12,7 @@ use std::fmt;
 pub const SLOTS: usize = 256;
 
 /// The field the ring hashes. Immutable for an object's life, so an object never changes shard.
-pub const SHARD_KEY: &str = "object.metadata.uid";
+pub(crate) const SHARD_KEY: &str = "object.metadata.uid";
 
 /// 64-bit FNV-1a, as Go's `hash/fnv` `New64a` (the API server's `sharding.HashField`).
 /// Eight lines: not worth a crate.
@@ -107,17 +107,17 @@ impl SlotSet {
     }
 
     #[must_use]
-    pub fn is_subset(&self, other: &Self) -> bool {
+    pub(crate) fn is_subset(&self, other: &Self) -> bool {
         self.difference(other).is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         (0..SLOTS).filter(|s| self.contains(*s))
     }
 
     /// Runs of adjacent slots as `[start, end)` slot indices, in order.
     #[must_use]
-    pub fn runs(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn runs(&self) -> Vec<(usize, usize)> {
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for slot in self.iter() {
             match runs.last_mut() {
@@ -130,7 +130,7 @@ impl SlotSet {
 
     /// The fraction of the hash space owned, 0.0 to 1.0.
     #[must_use]
-    pub fn fraction(&self) -> f64 {
+    pub(crate) fn fraction(&self) -> f64 {
         #[allow(clippy::cast_precision_loss)] // at most 256
         let (owned, all) = (self.len() as f64, SLOTS as f64);
         owned / all
@@ -139,7 +139,7 @@ impl SlotSet {
     /// The hash ranges, as the API server writes bounds (`0x0000000000000000`,
     /// `0x10000000000000000`).
     #[must_use]
-    pub fn hash_ranges(&self) -> Vec<(String, String)> {
+    pub(crate) fn hash_ranges(&self) -> Vec<(String, String)> {
         self.runs()
             .into_iter()
             .map(|(start, end)| (bound(start), bound(end)))
@@ -150,7 +150,7 @@ impl SlotSet {
     /// `shardRange` per run, joined with `||`. None for the whole space (no selector) and for
     /// the empty set (nothing to select; the caller should not watch at all).
     #[must_use]
-    pub fn selector(&self) -> Option<String> {
+    pub(crate) fn selector(&self) -> Option<String> {
         if self.is_empty() || self.is_all() {
             return None;
         }

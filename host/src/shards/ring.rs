@@ -48,23 +48,23 @@ use crate::fence::WriteFence;
 use crate::leader::{now, status_code, within};
 
 /// Label on every lease of a ring; its value is the ring name.
-pub const RING_LABEL: &str = "reconciler.dev/ring";
+pub(crate) const RING_LABEL: &str = "reconciler.dev/ring";
 /// Label saying which kind of ring lease: `member` or `assignment`.
-pub const ROLE_LABEL: &str = "reconciler.dev/ring-role";
+pub(crate) const ROLE_LABEL: &str = "reconciler.dev/ring-role";
 /// Annotation on the assignment lease: JSON [`Assignment`].
-pub const SLOTS_ANNOTATION: &str = "reconciler.dev/slots";
+pub(crate) const SLOTS_ANNOTATION: &str = "reconciler.dev/slots";
 
 #[derive(Clone, Debug)]
 pub struct RingOptions {
     /// The ring's name (`run --lease-name`): a label value, the prefix of every lease name.
-    pub name: String,
-    pub namespace: String,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
     /// This replica (`run --identity`): a DNS label, unique in the ring.
-    pub identity: String,
-    pub lease_duration: Duration,
-    pub renew_every: Duration,
+    pub(crate) identity: String,
+    pub(crate) lease_duration: Duration,
+    pub(crate) renew_every: Duration,
     /// How long before its lease could be taken over a replica stops working.
-    pub fence_margin: Duration,
+    pub(crate) fence_margin: Duration,
 }
 
 impl RingOptions {
@@ -127,16 +127,16 @@ pub struct ShardState {
     /// Identities of the live members, sorted; this replica included once its lease exists.
     pub members: Vec<String>,
     /// This replica's share under the current membership.
-    pub target: SlotSet,
+    pub(crate) target: SlotSet,
     /// What the assignment says this replica holds.
-    pub owned: SlotSet,
+    pub(crate) owned: SlotSet,
     /// What controllers may run with: `owned`, minus slots being released; empty when fenced.
     pub active: SlotSet,
     /// Renewals failed for too long, or the lease was taken: nothing may run.
     pub fenced: bool,
     /// How many times this replica fenced itself so far: a state after a fence differs from
     /// the one before even when the slots came back the same.
-    pub fences: u64,
+    pub(crate) fences: u64,
 }
 
 /// Who holds which slots, kept in the assignment lease's annotation.

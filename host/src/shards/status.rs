@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, ScrapeHook};
 
 /// What `/shards` reads of one guest's primary cache (implemented by `informers::Informer`;
 /// a trait so that this module does not depend on the informers, which depend on it).
-pub trait Share: Send + Sync {
+pub(crate) trait Share: Send + Sync {
     /// Objects in the cache: the guest's keys on this replica.
     fn keys(&self) -> usize;
     /// Where the share is filtered: `server`, `client`, or none yet.
@@ -21,7 +21,7 @@ pub trait Share: Send + Sync {
 }
 
 /// The ring state plus each running guest's primary informer (its share of the keys).
-pub struct ShardStatus {
+pub(crate) struct ShardStatus {
     identity: String,
     state: watch::Receiver<ShardState>,
     primaries: Mutex<BTreeMap<String, Arc<dyn Share>>>,
@@ -30,7 +30,7 @@ pub struct ShardStatus {
 
 impl ShardStatus {
     /// Registers itself as a scrape hook of `metrics`.
-    pub fn new(
+    pub(crate) fn new(
         identity: String,
         state: watch::Receiver<ShardState>,
         metrics: &Metrics,
@@ -47,7 +47,7 @@ impl ShardStatus {
     }
 
     /// The guests' primary informers, after controllers (re)started.
-    pub fn set_primaries(&self, primaries: BTreeMap<String, Arc<dyn Share>>) {
+    pub(crate) fn set_primaries(&self, primaries: BTreeMap<String, Arc<dyn Share>>) {
         *self.primaries.lock() = primaries;
     }
 
@@ -66,7 +66,7 @@ impl ShardStatus {
     /// # Errors
     ///
     /// Why it is not ready.
-    pub fn ready(&self) -> Result<(), String> {
+    pub(crate) fn ready(&self) -> Result<(), String> {
         let state = self.state.borrow();
         if state.fenced {
             return Err(
@@ -77,7 +77,7 @@ impl ShardStatus {
     }
 
     /// `/shards`.
-    pub fn report(&self) -> Value {
+    pub(crate) fn report(&self) -> Value {
         let state = self.state.borrow().clone();
         let primaries = self.primaries.lock().clone();
         let filter: BTreeMap<String, Value> = primaries

@@ -50,12 +50,12 @@ const V6: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddressPolicy {
     /// The IP the grant's prefix names literally, if it does.
-    pub literal: Option<IpAddr>,
+    pub(crate) literal: Option<IpAddr>,
 }
 
 impl AddressPolicy {
     /// Ok for an address the request may connect to; otherwise what the address is.
-    pub fn check(&self, ip: IpAddr) -> Result<(), &'static str> {
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), &'static str> {
         if self.literal == Some(ip) {
             return Ok(());
         }

@@ -45,46 +45,46 @@ use crate::config::{HttpRule, ValueFrom};
 use crate::shadow::Difference;
 
 /// How the interface and function of an exchange are named in records and the offline runner.
-pub const INTERFACE: &str = "wasi:http/outgoing-handler";
-pub const FUNCTION: &str = "handle";
+pub(crate) const INTERFACE: &str = "wasi:http/outgoing-handler";
+pub(crate) const FUNCTION: &str = "handle";
 
 /// A request body larger than this is refused while it streams.
-pub const MAX_REQUEST_BODY: usize = 1 << 20;
+pub(crate) const MAX_REQUEST_BODY: usize = 1 << 20;
 /// A response body larger than this (or than the guest's host-memory budget) is cut off with
 /// `HTTP-response-body-size`.
-pub const MAX_RESPONSE_BODY: usize = 4 << 20;
+pub(crate) const MAX_RESPONSE_BODY: usize = 4 << 20;
 /// Headers a request may carry, and a response.
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 /// Bytes of all the header names and values of a response.
-pub const MAX_RESPONSE_HEADER_BYTES: usize = 64 << 10;
+pub(crate) const MAX_RESPONSE_HEADER_BYTES: usize = 64 << 10;
 
 /// One checked request, credentials added, as a provider sends it.
 #[derive(Debug)]
 pub struct OutboundRequest {
-    pub method: http::Method,
-    pub uri: http::Uri,
-    pub headers: HeaderMap,
-    pub body: Bytes,
+    pub(crate) method: http::Method,
+    pub(crate) uri: http::Uri,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
     /// Which addresses the provider may connect to, after it resolved the host.
-    pub addresses: AddressPolicy,
+    pub(crate) addresses: AddressPolicy,
     /// PEM certificates trusted besides the system roots.
-    pub ca_bundle: Option<Vec<u8>>,
+    pub(crate) ca_bundle: Option<Vec<u8>>,
     /// Everything (resolution, connection, TLS, the whole response) ends by then.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
     /// The guest's own timeouts (`request-options`), each within the deadline.
-    pub connect_timeout: Option<Duration>,
-    pub first_byte_timeout: Option<Duration>,
-    pub between_bytes_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) first_byte_timeout: Option<Duration>,
+    pub(crate) between_bytes_timeout: Option<Duration>,
     /// Caps on the response, checked while it streams.
-    pub max_body: usize,
+    pub(crate) max_body: usize,
 }
 
 /// A whole response, its body read within the caps.
 #[derive(Debug, Clone)]
 pub struct OutboundResponse {
-    pub status: http::StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
+    pub(crate) status: http::StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 /// Sends checked requests and reads the values a grant's credentials name: the live network
@@ -99,32 +99,32 @@ pub trait Outbound: Send + Sync {
 
 /// What one instance's exchanges left behind, read when its reconcile ends.
 #[derive(Debug, Default)]
-pub struct Session {
+pub(crate) struct Session {
     /// Every exchange, for the offline runner and records (only when the call records).
-    pub calls: Vec<Call>,
+    pub(crate) calls: Vec<Call>,
     /// Shadow mode: the requests that were not sent.
-    pub differences: Vec<Difference>,
+    pub(crate) differences: Vec<Difference>,
     /// Replaying a record: the recorded exchanges not yet answered, in order.
-    pub replay: Option<VecDeque<RecordedCall>>,
+    pub(crate) replay: Option<VecDeque<RecordedCall>>,
     /// Replaying: the first exchange that differed from its record.
-    pub divergence: Option<String>,
+    pub(crate) divergence: Option<String>,
 }
 
 /// The session, even after a panic elsewhere left its lock poisoned (it holds plain data).
-pub fn lock(session: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
+pub(crate) fn lock(session: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
     session
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The `wasi:http` state of one instance: the context wasmtime-wasi-http keeps and the hooks.
-pub struct GuestHttp {
-    pub ctx: wasmtime_wasi_http::WasiHttpCtx,
-    pub hooks: HttpHooks,
+pub(crate) struct GuestHttp {
+    pub(crate) ctx: wasmtime_wasi_http::WasiHttpCtx,
+    pub(crate) hooks: HttpHooks,
 }
 
 impl GuestHttp {
-    pub fn new(hooks: HttpHooks) -> Self {
+    pub(crate) fn new(hooks: HttpHooks) -> Self {
         let mut ctx = wasmtime_wasi_http::WasiHttpCtx::new();
         ctx.set_field_size_limit(MAX_RESPONSE_HEADER_BYTES);
         Self { ctx, hooks }
@@ -132,7 +132,7 @@ impl GuestHttp {
 }
 
 /// The host's policy for one reconcile's requests.
-pub struct HttpHooks {
+pub(crate) struct HttpHooks {
     exchange: Arc<Exchanger>,
 }
 
@@ -145,7 +145,7 @@ struct Exchanger {
 
 impl HttpHooks {
     /// Hooks for a reconcile of `guest` ending at `deadline`; what they see goes to `session`.
-    pub fn new(
+    pub(crate) fn new(
         guest: Arc<GuestContext>,
         deadline: Instant,
         recording: bool,
@@ -563,7 +563,7 @@ fn status_class(status: http::StatusCode) -> &'static str {
 }
 
 /// The guest-facing text of an error.
-pub fn error_text(e: &Error) -> String {
+pub(crate) fn error_text(e: &Error) -> String {
     match e {
         Error::InternalError(Some(text)) => text.clone(),
         other => format!("{other:?}"),
@@ -633,7 +633,7 @@ fn body_from_json(value: &Value) -> Option<Bytes> {
 }
 
 /// A response as records and fixtures write it (`{status, headers, body}` or `{error}`).
-pub fn response_from_json(value: &Value) -> Result<OutboundResponse, Error> {
+pub(crate) fn response_from_json(value: &Value) -> Result<OutboundResponse, Error> {
     if let Some(error) = value.get("error").and_then(Value::as_str) {
         return Err(Error::InternalError(Some(error.to_owned())));
     }
