@@ -23,6 +23,32 @@
 //! ```
 //!
 //! Build the crate as a `cdylib` for `wasm32-wasip2`; rustc links it straight into a component.
+//!
+//! **Watches beyond owner and label mappings** (a field index, labels naming an owner in another
+//! namespace, a map function, a namespace or label selector per watched kind) are the contract's
+//! optional `watches` export. A guest that wants them also implements [`Watches`] and calls
+//! [`export_watching!`] instead of [`export!`]; its component then targets the world
+//! `watching-controller`. A guest that calls [`export!`] does not export `watches` and loads as
+//! before:
+//!
+//! ```ignore
+//! use reconciler_guest::{IndexValue, Watch, Watches, gvk};
+//!
+//! impl Watches for Mirror {
+//!     fn watches() -> Vec<Watch> {
+//!         vec![
+//!             // a ConfigMap change reconciles every Mirror whose spec.source names it
+//!             Watch::new(gvk!("", "v1", "ConfigMap")).by_field("spec.source", IndexValue::Name),
+//!             // copies in other namespaces name their Mirror in two labels
+//!             Watch::new(gvk!("", "v1", "ConfigMap"))
+//!                 .by_owner_labels("example.com/owner-namespace", "example.com/owner-name")
+//!                 .selecting("example.com/owner-name"),
+//!         ]
+//!     }
+//! }
+//!
+//! reconciler_guest::export_watching!(Mirror); // Mirror: Guest + Watches
+//! ```
 //! Then, optionally, `reconciler-slim guest.wasm guest.slim.wasm` (`tools/slim` in the host's
 //! repository) for a cheaper instantiation; see below.
 //!
@@ -75,6 +101,10 @@ pub mod queue;
 /// and `http-controller`, whose `wasi:http` imports [`http`] wraps). A component imports only
 /// what its code calls, so a guest that never sends a request imports no `wasi:http`. Prefer
 /// the re-exports at the crate root.
+///
+/// The optional export `watches` is not in this world: wit-bindgen's `export!` exports every
+/// export of its world, so every guest would have to implement it. It has bindings of its own,
+/// [`watching_bindings`].
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -97,6 +127,35 @@ pub mod bindings {
     });
 }
 
+/// Bindings of the optional export `watches` alone (a world of that one export), which
+/// [`export_watching!`] exports beside [`bindings`]' `reconciler`. The contract's `types` are
+/// [`bindings`]' own (`with`), so a [`Gvk`] or an [`ObjectKey`] is the same type in both.
+///
+/// Why two `generate!`s make one component: each export macro embeds its world in the module,
+/// and the component is made from the union of the worlds embedded (`wit-component`), so a
+/// guest that invokes both macros targets `controller` + `export watches` =
+/// `watching-controller`, and one that invokes only [`export!`] never embeds this world.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod watching_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        inline: "
+            package reconciler:sdk-watching;
+            world watching {
+                export reconciler:api/watches@0.1.0;
+            }
+        ",
+        world: "reconciler:sdk-watching/watching",
+        with: {
+            "reconciler:api/types@0.1.0": crate::bindings::reconciler::api::types,
+        },
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "::reconciler_guest::watching_bindings",
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
 pub use bindings::exports::reconciler::api::reconciler::{
     ControllerManifest as Manifest, Mapping, Request, SecondaryWatch,
 };
@@ -105,6 +164,9 @@ pub use bindings::reconciler::api::types::{
     Action, Error as HostError, Gvk, Json, ObjectKey, ObjectRef, ReconcileError,
 };
 pub use error::{permanent, transient};
+pub use watching_bindings::exports::reconciler::api::watches::{
+    FieldIndex, IndexValue, OwnerLabels, Watch, WatchMapping,
+};
 
 /// The crates whose types appear in this API, so a guest needs no version of its own.
 pub use k8s_openapi;
@@ -149,6 +211,67 @@ impl<T: Guest> bindings::exports::reconciler::api::reconciler::Guest for T {
 macro_rules! export {
     ($ty:ident) => {
         $crate::bindings::export!($ty with_types_in $crate::bindings);
+    };
+}
+
+/// A guest's watches beyond its manifest's `secondary` list: the contract's optional export
+/// `watches`. Implement it beside [`Guest`] and export both with [`export_watching!`].
+///
+/// The host calls [`Watches::watches`] once at load, right after [`Guest::manifest`], with every
+/// host call denied; each watched kind must be readable under the guest's grant, and a watch's
+/// label selector must include the grant's `readSelectors` for its kind. Its watches join the
+/// manifest's `secondary` (at most 16 in all).
+///
+/// What each mapping costs the host: an owner, label or owner-labels watch only its cache of the
+/// kind; a field index one index entry per value per primary, and no guest call; a function
+/// watch one [`Watches::map`] call per event of its kind, each in a fresh instance.
+pub trait Watches: Guest {
+    /// The watches, built with [`Watch::new`].
+    fn watches() -> Vec<Watch>;
+
+    /// The primary keys an object of `kind` (one of the [`Watch::by_function`] watches)
+    /// affects; `object` is its JSON. Called on every add, update (the new and then the old
+    /// version) and delete of such an object, in a fresh instance under the guest's deadline
+    /// and memory cap; reads through [`lister`] work, every write, enqueue and backend call is
+    /// denied. The host takes at most 1,000 keys; a panic drops the event's keys (the next
+    /// change or resync repairs them).
+    ///
+    /// The default maps nothing and logs an error: a guest that declares a function watch must
+    /// implement it.
+    #[must_use]
+    fn map(kind: Gvk, object: Json) -> Vec<ObjectKey> {
+        let _ = object;
+        crate::error!(
+            "map was called for {}/{} but the guest does not implement Watches::map; no keys",
+            kind.api_version(),
+            kind.kind
+        );
+        Vec::new()
+    }
+}
+
+impl<T: Watches> watching_bindings::exports::reconciler::api::watches::Guest for T {
+    fn watches() -> Vec<Watch> {
+        log::report_panics();
+        <T as Watches>::watches()
+    }
+
+    fn map(kind: Gvk, object: Json) -> Vec<ObjectKey> {
+        log::report_panics();
+        <T as Watches>::map(kind, object)
+    }
+}
+
+/// Exports a guest that implements both [`Guest`] and [`Watches`]: the component's `reconciler`
+/// and `watches` interfaces (the world `watching-controller`).
+///
+/// Call it once, at the top level of the guest crate, instead of [`export!`]:
+/// `reconciler_guest::export_watching!(MyGuest);`.
+#[macro_export]
+macro_rules! export_watching {
+    ($ty:ident) => {
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+        $crate::watching_bindings::export!($ty with_types_in $crate::watching_bindings);
     };
 }
 

@@ -1,6 +1,9 @@
-//! Building a [`Manifest`]: what a guest asks the host to watch.
+//! Building a [`Manifest`] and [`Watch`]es: what a guest asks the host to watch.
 
-use crate::{Gvk, Manifest, Mapping, SecondaryWatch};
+use crate::{
+    FieldIndex, Gvk, IndexValue, Manifest, Mapping, OwnerLabels, SecondaryWatch, Watch,
+    WatchMapping,
+};
 
 impl Manifest {
     /// A guest named `name` reconciling every object of `primary` in all namespaces, with no
@@ -75,6 +78,100 @@ impl Manifest {
     }
 }
 
+impl Watch {
+    /// Objects of `kind` that name a primary in their `metadata.ownerReferences` (change that
+    /// with one of the `by_` methods), in the primary watch's namespace (or every namespace),
+    /// whatever their labels.
+    #[must_use]
+    pub fn new(kind: Gvk) -> Self {
+        Watch {
+            kind,
+            mapping: WatchMapping::Owner,
+            namespace: None,
+            label_selector: None,
+        }
+    }
+
+    /// Map through `metadata.ownerReferences` entries whose kind is the primary kind (the
+    /// default).
+    #[must_use]
+    pub fn by_owner(mut self) -> Self {
+        self.mapping = WatchMapping::Owner;
+        self
+    }
+
+    /// Map through `label`, whose value is the primary's name in the object's namespace.
+    #[must_use]
+    pub fn by_label(mut self, label: impl Into<String>) -> Self {
+        self.mapping = WatchMapping::Label(label.into());
+        self
+    }
+
+    /// Map through two labels naming the primary: `namespace_label`'s value its namespace,
+    /// `name_label`'s its name. For children that can carry no owner reference: in another
+    /// namespace, or cluster-scoped. A label value holds at most 63 characters, so this names
+    /// primaries whose names are that short.
+    #[must_use]
+    pub fn by_owner_labels(
+        mut self,
+        namespace_label: impl Into<String>,
+        name_label: impl Into<String>,
+    ) -> Self {
+        self.mapping = WatchMapping::OwnerLabels(OwnerLabels {
+            namespace: Some(namespace_label.into()),
+            name: name_label.into(),
+        });
+        self
+    }
+
+    /// Map through one label naming a cluster-scoped primary.
+    #[must_use]
+    pub fn by_owner_name_label(mut self, name_label: impl Into<String>) -> Self {
+        self.mapping = WatchMapping::OwnerLabels(OwnerLabels {
+            namespace: None,
+            name: name_label.into(),
+        });
+        self
+    }
+
+    /// Map to the primaries whose `field` equals the object's `value`: an index the host keeps
+    /// over its primary cache, so no guest call per event. `field` is a path into the primary,
+    /// `[*]` for every item of a list: `spec.source`, `spec.targetNamespaces[*]`,
+    /// `spec.refs[*].name`; a value that is not a string is not indexed.
+    #[must_use]
+    pub fn by_field(mut self, field: impl Into<String>, value: IndexValue) -> Self {
+        self.mapping = WatchMapping::Field(FieldIndex {
+            field: field.into(),
+            value,
+        });
+        self
+    }
+
+    /// Map through the guest's [`crate::Watches::map`], called once per event of the kind in a
+    /// fresh instance: the most flexible mapping, and the dearest.
+    #[must_use]
+    pub fn by_function(mut self) -> Self {
+        self.mapping = WatchMapping::Function;
+        self
+    }
+
+    /// Watch this namespace only (ignored for cluster-scoped kinds). Without it: the primary
+    /// watch's namespace when the manifest restricts it, every namespace otherwise.
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Watch, and cache, only objects matching this label selector (`app=web,tier!=db`). It
+    /// must include the requirements of the grant's `readSelectors` for the kind, if any.
+    #[must_use]
+    pub fn selecting(mut self, label_selector: impl Into<String>) -> Self {
+        self.label_selector = Some(label_selector.into());
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +191,71 @@ mod tests {
         assert!(!m.generation_changed_only);
         assert_eq!((&m.namespace, &m.label_selector), (&None, &None));
         assert!(m.generation_changed_only().generation_changed_only);
+    }
+
+    #[test]
+    fn a_watch_maps_through_owner_references_everywhere_unless_told_otherwise() {
+        let w = Watch::new(gvk!("", "v1", "ConfigMap"));
+        assert_eq!(w.kind, gvk!("", "v1", "ConfigMap"));
+        assert_eq!(w.mapping, WatchMapping::Owner);
+        assert_eq!((&w.namespace, &w.label_selector), (&None, &None));
+    }
+
+    #[test]
+    fn each_mapping_builder_sets_its_case_and_the_last_one_wins() {
+        let kind = gvk!("", "v1", "ConfigMap");
+        let field = Watch::new(kind.clone()).by_field("spec.targetNamespaces[*]", IndexValue::Name);
+        assert_eq!(
+            field.mapping,
+            WatchMapping::Field(FieldIndex {
+                field: "spec.targetNamespaces[*]".into(),
+                value: IndexValue::Name,
+            })
+        );
+        let owner_labels = Watch::new(kind.clone()).by_owner_labels("o/ns", "o/name");
+        assert_eq!(
+            owner_labels.mapping,
+            WatchMapping::OwnerLabels(OwnerLabels {
+                namespace: Some("o/ns".into()),
+                name: "o/name".into(),
+            })
+        );
+        let cluster = Watch::new(kind.clone()).by_owner_name_label("o/name");
+        assert_eq!(
+            cluster.mapping,
+            WatchMapping::OwnerLabels(OwnerLabels {
+                namespace: None,
+                name: "o/name".into(),
+            })
+        );
+        assert_eq!(
+            Watch::new(kind.clone()).by_label("app").mapping,
+            WatchMapping::Label("app".into())
+        );
+        assert_eq!(
+            Watch::new(kind.clone()).by_function().mapping,
+            WatchMapping::Function
+        );
+        assert_eq!(
+            Watch::new(kind).by_function().by_owner().mapping,
+            WatchMapping::Owner
+        );
+    }
+
+    #[test]
+    fn a_watch_keeps_its_namespace_and_selector_whatever_the_mapping() {
+        let w = Watch::new(gvk!("", "v1", "Secret"))
+            .in_namespace("infra")
+            .selecting("example.com/owner-name")
+            .by_field("spec.secretRef", IndexValue::NamespacedName);
+        assert_eq!(w.namespace.as_deref(), Some("infra"));
+        assert_eq!(w.label_selector.as_deref(), Some("example.com/owner-name"));
+        assert!(matches!(
+            w.mapping,
+            WatchMapping::Field(FieldIndex {
+                value: IndexValue::NamespacedName,
+                ..
+            })
+        ));
     }
 }
