@@ -15,7 +15,7 @@ import (
 // ManifestExport is the component's `manifest` export: the registered manifest. Guests do not
 // call it.
 func ManifestExport() reconciler_api_reconciler.ControllerManifest {
-	m := registered()
+	m := exportedManifest()
 	secondary := make([]reconciler_api_reconciler.SecondaryWatch, len(m.Secondary))
 	for i, watch := range m.Secondary {
 		mapping := reconciler_api_reconciler.MakeMappingOwner()

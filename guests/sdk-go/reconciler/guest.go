@@ -1,6 +1,9 @@
 package reconciler
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ReconcileFunc drives the object named by req.Ref towards its spec. It returns what to do
 // next, or an error: see [Register] for how an error is retried.
@@ -70,3 +73,84 @@ func run(req *Request) (Action, error) {
 	registered()
 	return reconcile(req)
 }
+
+// watchesExported is set when the component exports the contract's `watches`: the SDK's package
+// export_reconciler_api_watches, which the bindings link in for the world
+// `watching-controller` only.
+var watchesExported bool
+
+// ExportsWatches records that the component exports `watches`; package
+// export_reconciler_api_watches calls it from its init. Guests do not call it.
+func ExportsWatches() { watchesExported = true }
+
+// exportedManifest is the registered manifest for the `manifest` export. Watches the component
+// cannot export would be lost without a word, so it panics (the host refuses the guest at load
+// with this message) when the guest declares some and the component was built for a world
+// without `watches`.
+func exportedManifest() Manifest {
+	m := registered()
+	if len(m.Watches) > 0 && !watchesExported {
+		panic(fmt.Sprintf("reconciler: the manifest declares %d Watches, but this component does not "+
+			"export reconciler:api/watches: build it for the world `watching-controller` (a `wit-world` "+
+			"file beside go.mod holding that name)", len(m.Watches)))
+	}
+	return m
+}
+
+// WatchesExport is the component's `watches` export in the SDK's types: the registered
+// manifest's Watches, checked. Guests do not call it.
+func WatchesExport() []Watch {
+	m := registered()
+	for i, watch := range m.Watches {
+		if watch.Mapping.By > MapFunction {
+			panic(fmt.Sprintf("reconciler: Watches[%d] (%s) has no mapping %d: use ByOwner, ByLabel, "+
+				"ByOwnerLabels, ByField or ByFunc", i, describeKind(watch.Kind), watch.Mapping.By))
+		}
+		if watch.Mapping.By == MapFunction && watch.Mapping.Func == nil {
+			panic(fmt.Sprintf("reconciler: Watches[%d] (%s) maps ByFunc(nil): give it the function "+
+				"that maps an object to primary keys", i, describeKind(watch.Kind)))
+		}
+	}
+	return m.Watches
+}
+
+// MapExport is the component's `map` export in the SDK's types: the keys of every [ByFunc]
+// watch of kind for the object (JSON text), each key once, in the order the functions gave
+// them. A function's error is logged and traps the instance (see [MapFunc]). Guests do not
+// call it.
+func MapExport(kind GVK, object string) []ObjectKey {
+	m := registered()
+	obj := &Object{text: object, what: "the " + kind.Kind + " to map"}
+	var keys []ObjectKey
+	seen := map[ObjectKey]bool{}
+	mapped := false
+	for _, watch := range m.Watches {
+		if watch.Kind != kind || watch.Mapping.By != MapFunction || watch.Mapping.Func == nil {
+			continue
+		}
+		mapped = true
+		got, err := watch.Mapping.Func(obj)
+		if err != nil {
+			what := describeKind(kind)
+			if ref, ok := obj.Ref(); ok {
+				what = ref.String()
+			}
+			message := fmt.Sprintf("map %s: %v", what, err)
+			Log(LevelError, message)
+			panic(message)
+		}
+		for _, key := range got {
+			if !seen[key] {
+				seen[key] = true
+				keys = append(keys, key)
+			}
+		}
+	}
+	if !mapped {
+		LogWarnf("map was called for %s, which no ByFunc watch declares: no keys", describeKind(kind))
+	}
+	return keys
+}
+
+// describeKind is `Kind group/version`, e.g. `ConfigMap v1`.
+func describeKind(kind GVK) string { return kind.Kind + " " + kind.APIVersion() }

@@ -30,6 +30,12 @@ type Manifest struct {
 	// Reconcile a primary only when its metadata.generation changes (or on creation,
 	// deletion, secondaries, requeues and resync), not on status, label or annotation writes.
 	GenerationChangedOnly bool
+	// Watches beyond Secondary's owner and label mappings: field indexes, owner labels, map
+	// functions, a namespace and label selector per kind. They are the contract's optional
+	// `watches` export, so a guest that declares any is built for the world
+	// `watching-controller` (a `wit-world` file beside go.mod saying so); without it the
+	// manifest panics at load, naming that fix. Secondary and Watches together hold at most 16.
+	Watches []Watch
 }
 
 // SecondaryWatch is another kind whose changes enqueue a primary key.
@@ -39,6 +45,112 @@ type SecondaryWatch struct {
 	// metadata.ownerReferences entries of the primary kind.
 	Label string
 }
+
+// Watch is a kind whose changes enqueue primary keys, with a mapping [SecondaryWatch] cannot
+// say, or a namespace or label selector of its own.
+type Watch struct {
+	Kind GVK
+	// How an object of Kind leads to primary keys: [ByOwner] (the zero value), [ByLabel],
+	// [ByOwnerLabels], [ByField] or [ByFunc].
+	Mapping WatchMapping
+	// Watch only this namespace; "" = the manifest's Namespace when set, every namespace
+	// otherwise. Ignored for cluster-scoped kinds.
+	Namespace string
+	// Watch (and cache) only objects matching this label selector; "" = all. Where the grant
+	// sets readSelectors for the kind, it must include that one's requirements.
+	LabelSelector string
+}
+
+// WatchMapping is how an object of a watched kind maps to primary keys (the contract's
+// `watch-mapping`). Build it with the By functions; the zero value is [ByOwner].
+type WatchMapping struct {
+	// Which of the contract's mappings this is.
+	By MappingKind
+	// MapLabel: the label whose value is the primary's name. MapOwnerLabels: the label whose
+	// value is the primary's name.
+	Label string
+	// MapOwnerLabels: the label whose value is the primary's namespace; "" for a
+	// cluster-scoped primary.
+	NamespaceLabel string
+	// MapField: the primary's field and what of the watched object it holds.
+	Field FieldIndex
+	// MapFunction: the function that maps an object of the kind to primary keys.
+	Func MapFunc
+}
+
+// MappingKind names one of the contract's watch mappings.
+type MappingKind uint8
+
+// The watch mappings, in the contract's order, with what each costs the host.
+const (
+	// Through metadata.ownerReferences entries of the primary kind; only the secondary cache.
+	MapOwner MappingKind = iota
+	// Through a label naming the primary in the same namespace; only the secondary cache.
+	MapLabel
+	// Through two labels naming the primary's namespace and name, for children an owner
+	// reference cannot reach (another namespace, cluster-scoped); only the secondary cache.
+	MapOwnerLabels
+	// Through an index of a field of the primary, kept by the host: an index entry per value
+	// per primary, and no guest call per event.
+	MapField
+	// Through the guest's [MapFunc]: one call of the guest, in a fresh instance, per event.
+	MapFunction
+)
+
+// FieldIndex is "the primaries whose Field equals this object's Value", an index the host
+// keeps over the primary cache (client-go's Indexer, controller-runtime's field indexes).
+type FieldIndex struct {
+	// A path into the primary: fields separated by dots, `[*]` for every item of a list, e.g.
+	// `spec.source`, `spec.targetNamespaces[*]`, `spec.refs[*].name`. Values that are not
+	// strings are not indexed.
+	Field string
+	Value IndexValue
+}
+
+// IndexValue is what of a watched object a [FieldIndex] compares with the primary's field.
+type IndexValue uint8
+
+// The index values, in the contract's order.
+const (
+	// The object's name. A namespaced object matches primaries in its own namespace; a
+	// cluster-scoped one (a Namespace) matches primaries in every namespace.
+	IndexName IndexValue = iota
+	// The object's namespace: primaries in every namespace whose field names it.
+	IndexNamespace
+	// The object's `namespace/name` (its name alone when cluster-scoped): primaries in every
+	// namespace.
+	IndexNamespacedName
+)
+
+// MapFunc is the primary keys an object of a [ByFunc] watch's kind affects; none for no key.
+// The host calls it on each add, update (with the new, then the old version) and delete of such
+// an object, in a fresh instance in which only reads ([Get], [List]) are answered. An error
+// is logged at error level and traps the instance: the host logs and counts a failed map and
+// drops that event's keys (the next change or resync repairs them). At most 1,000 keys count.
+type MapFunc func(object *Object) ([]ObjectKey, error)
+
+// ByOwner maps through metadata.ownerReferences entries whose kind is the primary kind.
+func ByOwner() WatchMapping { return WatchMapping{By: MapOwner} }
+
+// ByLabel maps through label, whose value is the primary's name in the object's namespace.
+func ByLabel(label string) WatchMapping { return WatchMapping{By: MapLabel, Label: label} }
+
+// ByOwnerLabels maps through two labels naming the primary: namespaceLabel its namespace ("" for
+// a cluster-scoped primary) and nameLabel its name. Label values hold at most 63 characters,
+// so this reaches primaries whose names are that short.
+func ByOwnerLabels(namespaceLabel, nameLabel string) WatchMapping {
+	return WatchMapping{By: MapOwnerLabels, NamespaceLabel: namespaceLabel, Label: nameLabel}
+}
+
+// ByField maps to the primaries whose field (a path, see [FieldIndex]) equals the object's
+// value, through an index the host keeps; no guest call per event.
+func ByField(field string, value IndexValue) WatchMapping {
+	return WatchMapping{By: MapField, Field: FieldIndex{Field: field, Value: value}}
+}
+
+// ByFunc maps through map, one call of the guest per event of the kind: the most general
+// mapping, and the most expensive.
+func ByFunc(mapper MapFunc) WatchMapping { return WatchMapping{By: MapFunction, Func: mapper} }
 
 // NewManifest is a guest named name reconciling every object of primary in all namespaces,
 // with no secondaries, no finalizer, the host's default concurrency and no resync.
@@ -69,6 +181,13 @@ func (m Manifest) Owns(kind GVK) Manifest {
 // WatchesByLabel reconciles a primary when an object of kind whose label names it changes.
 func (m Manifest) WatchesByLabel(kind GVK, label string) Manifest {
 	m.Secondary = append(slices.Clip(m.Secondary), SecondaryWatch{Kind: kind, Label: label})
+	return m
+}
+
+// Watch adds watches (see [Watch]); a guest that declares any is built for the world
+// `watching-controller`.
+func (m Manifest) Watch(watches ...Watch) Manifest {
+	m.Watches = append(slices.Clip(m.Watches), watches...)
 	return m
 }
 

@@ -1,0 +1,181 @@
+package reconciler
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var (
+	mirrorKind    = GVK{Group: "mirror.reconciler.dev", Version: "v1alpha1", Kind: "Mirror"}
+	configMapKind = GVK{Version: "v1", Kind: "ConfigMap"}
+	namespaceKind = GVK{Version: "v1", Kind: "Namespace"}
+)
+
+// registerWatching is Register of a manifest with watches for one test; exported says whether
+// the component exports `watches` (the world watching-controller).
+func registerWatching(t *testing.T, m Manifest, exported bool) {
+	t.Helper()
+	Register(m, func(*Request) (Action, error) { return Action{}, nil })
+	watchesExported = exported
+	t.Cleanup(func() { manifest, reconcile, watchesExported = Manifest{}, nil, false })
+}
+
+// panicOf is the message f panicked with, or "" when it returned.
+func panicOf(f func()) (message string) {
+	defer func() { message, _ = recover().(string) }()
+	f()
+	return ""
+}
+
+func TestTheByFunctionsMakeTheContractsMappings(t *testing.T) {
+	mapper := func(*Object) ([]ObjectKey, error) { return nil, nil }
+	cases := []struct {
+		got  WatchMapping
+		want WatchMapping
+	}{
+		{ByOwner(), WatchMapping{}},
+		{ByLabel("app"), WatchMapping{By: MapLabel, Label: "app"}},
+		{ByOwnerLabels("o/ns", "o/name"), WatchMapping{By: MapOwnerLabels, NamespaceLabel: "o/ns", Label: "o/name"}},
+		{ByField("spec.targetNamespaces[*]", IndexName), WatchMapping{By: MapField, Field: FieldIndex{"spec.targetNamespaces[*]", IndexName}}},
+		{ByField("spec.ref", IndexNamespacedName), WatchMapping{By: MapField, Field: FieldIndex{"spec.ref", IndexNamespacedName}}},
+	}
+	for _, c := range cases {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("got %+v, want %+v", c.got, c.want)
+		}
+	}
+	if byFunc := ByFunc(mapper); byFunc.By != MapFunction || byFunc.Func == nil {
+		t.Errorf("ByFunc: %+v", byFunc)
+	}
+	// The contract's enum and variant cases, by number (the wasip1 layer converts by value).
+	if MapFunction != 4 || IndexNamespacedName != 2 {
+		t.Errorf("MapFunction %d, IndexNamespacedName %d", MapFunction, IndexNamespacedName)
+	}
+}
+
+func TestWatchAddsWatchesWithoutSharingThemBetweenManifests(t *testing.T) {
+	source := Watch{Kind: configMapKind, Mapping: ByField("spec.source", IndexName)}
+	base := NewManifest("mirror", mirrorKind).Owns(configMapKind).Watch(source)
+	first := base.Watch(Watch{Kind: namespaceKind, Mapping: ByField("spec.targetNamespaces[*]", IndexName)})
+	second := base.Watch(Watch{Kind: configMapKind, Mapping: ByOwnerLabels("a", "b"), LabelSelector: "b"})
+	if len(base.Watches) != 1 || first.Watches[1].Kind != namespaceKind || second.Watches[1].LabelSelector != "b" {
+		t.Errorf("shared backing array: base %v, first %v, second %v", base.Watches, first.Watches, second.Watches)
+	}
+	if len(first.Secondary) != 1 || !reflect.DeepEqual(first.Watches[0], source) {
+		t.Errorf("Watch changed more than Watches: %+v", first)
+	}
+}
+
+func TestAManifestWithWatchesInAComponentWithoutTheExportPanicsNamingTheWorld(t *testing.T) {
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByLabel("m")}), false)
+	message := panicOf(func() { exportedManifest() })
+	if !strings.Contains(message, "declares 1 Watches") || !strings.Contains(message, "`watching-controller`") {
+		t.Errorf("panic %q", message)
+	}
+}
+
+func TestAManifestWithWatchesLoadsWhereTheComponentExportsThem(t *testing.T) {
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByLabel("m")}), true)
+	if m := exportedManifest(); len(m.Watches) != 1 {
+		t.Errorf("manifest %+v", m)
+	}
+	if watches := WatchesExport(); len(watches) != 1 || watches[0].Mapping.Label != "m" {
+		t.Errorf("watches %+v", watches)
+	}
+}
+
+func TestAManifestWithoutWatchesNeedsNoExport(t *testing.T) {
+	registerWatching(t, NewManifest("greeter", widget.Kind).Owns(configMapKind), false)
+	if m := exportedManifest(); m.Name != "greeter" {
+		t.Errorf("manifest %+v", m)
+	}
+}
+
+func TestWatchesRefusesAFunctionWatchWithoutAFunction(t *testing.T) {
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(
+		Watch{Kind: configMapKind, Mapping: ByLabel("m")},
+		Watch{Kind: namespaceKind, Mapping: ByFunc(nil)},
+	), true)
+	message := panicOf(func() { WatchesExport() })
+	if !strings.Contains(message, "Watches[1] (Namespace v1) maps ByFunc(nil)") {
+		t.Errorf("panic %q", message)
+	}
+}
+
+func TestWatchesRefusesAMappingOutsideTheContract(t *testing.T) {
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: WatchMapping{By: 9}}), true)
+	if message := panicOf(func() { WatchesExport() }); !strings.Contains(message, "has no mapping 9") {
+		t.Errorf("panic %q", message)
+	}
+}
+
+func TestMapCallsTheFunctionsOfTheKindAndReturnsEachKeyOnce(t *testing.T) {
+	fake := useFake(t)
+	var seen []string
+	byNamespace := func(object *Object) ([]ObjectKey, error) {
+		seen = append(seen, object.JSON())
+		var o struct {
+			Metadata struct{ Namespace, Name string } `json:"metadata"`
+		}
+		if err := object.Decode(&o); err != nil {
+			return nil, err
+		}
+		return []ObjectKey{{o.Metadata.Namespace, "m1"}, {o.Metadata.Namespace, "m2"}}, nil
+	}
+	also := func(*Object) ([]ObjectKey, error) { return []ObjectKey{{"demo", "m2"}, {"", "cluster-wide"}}, nil }
+	never := func(*Object) ([]ObjectKey, error) { t.Error("a function of another kind was called"); return nil, nil }
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(
+		Watch{Kind: configMapKind, Mapping: ByFunc(byNamespace)},
+		Watch{Kind: configMapKind, Mapping: ByLabel("not-a-function")},
+		Watch{Kind: namespaceKind, Mapping: ByFunc(never)},
+		Watch{Kind: configMapKind, Mapping: ByFunc(also), Namespace: "demo"},
+	), true)
+	object := `{"metadata":{"namespace":"demo","name":"a"}}`
+	got := MapExport(configMapKind, object)
+	want := []ObjectKey{{"demo", "m1"}, {"demo", "m2"}, {"", "cluster-wide"}}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(seen, []string{object}) {
+		t.Errorf("got %v (the function saw %v), want %v", got, seen, want)
+	}
+	if len(fake.calls) != 0 {
+		t.Errorf("host calls %v", fake.calls)
+	}
+}
+
+func TestMapOfAKindWithoutAFunctionWarnsAndReturnsNoKeys(t *testing.T) {
+	fake := useFake(t)
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByLabel("m")}), true)
+	if got := MapExport(configMapKind, `{}`); got != nil {
+		t.Errorf("got %v", got)
+	}
+	want := []string{"log 3 map was called for ConfigMap v1, which no ByFunc watch declares: no keys"}
+	if !reflect.DeepEqual(fake.calls, want) {
+		t.Errorf("calls %q", fake.calls)
+	}
+}
+
+func TestAFailedMapIsLoggedAndTrapsNamingTheObject(t *testing.T) {
+	fake := useFake(t)
+	failing := func(*Object) ([]ObjectKey, error) { return nil, errors.New("spec.owner is missing") }
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByFunc(failing)}), true)
+	object := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"demo","name":"a"}}`
+	message := panicOf(func() { MapExport(configMapKind, object) })
+	want := "map ConfigMap demo/a: spec.owner is missing"
+	if message != want || !reflect.DeepEqual(fake.calls, []string{"log 4 " + want}) {
+		t.Errorf("panic %q, calls %q", message, fake.calls)
+	}
+}
+
+func TestAMapFunctionsDecodeErrorNamesTheKind(t *testing.T) {
+	useFake(t)
+	decoding := func(object *Object) ([]ObjectKey, error) {
+		var into struct{}
+		return nil, object.Decode(&into)
+	}
+	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByFunc(decoding)}), true)
+	message := panicOf(func() { MapExport(configMapKind, `not json`) })
+	if !strings.HasPrefix(message, "map ConfigMap v1: the ConfigMap to map does not decode: ") {
+		t.Errorf("panic %q", message)
+	}
+}
