@@ -4,12 +4,15 @@
 # ../lib.sh, installed by it) generates from ../../wit, whose host functions the tests replace
 # (tests/conftest.py). Exits non-zero when a test fails.
 #
-# Two runs, one per world, since componentize-py names the modules after the world's imports:
-#   tests/        against `network-controller`: every interface of the contract, so
-#                 network_backend is tested too
-#   tests/http/   against `http-controller`: the module `http` over wasi:http's resources
-#                 (tests/http/conftest.py), where the contract's `types` is
-#                 `reconciler_api_types`
+# Three runs, one per world, since componentize-py names the modules after the world's imports
+# and exports:
+#   tests/          against `network-controller`: every interface of the contract, so
+#                   network_backend is tested too
+#   tests/http/     against `http-controller`: the module `http` over wasi:http's resources
+#                   (tests/http/conftest.py), where the contract's `types` is
+#                   `reconciler_api_types`
+#   tests/watches/  against `watching-controller`: the optional `watches` export
+#                   (`export_watches`), which only that world has
 #
 #   guests/sdk-python/test.sh [pytest arguments]
 set -euo pipefail
@@ -25,7 +28,7 @@ pip_tool pytest "$PYTEST_VERSION" # sets venv
 
 bindings="$(mktemp -d "${TMPDIR:-/tmp}/sdk-python-bindings.XXXXXX")"
 trap 'rm -rf "$bindings"' EXIT
-for world in network-controller http-controller; do
+for world in network-controller http-controller watching-controller; do
   "$componentize_py" -d "$repo/wit" -w "$world" bindings "$bindings/$world" >/dev/null
 done
 
@@ -39,5 +42,6 @@ run_pytest() {
 }
 
 cd "$here"
-run_pytest network-controller tests --ignore tests/http "$@"
+run_pytest network-controller tests --ignore tests/http --ignore tests/watches "$@"
 run_pytest http-controller tests/http "$@"
+run_pytest watching-controller tests/watches "$@"

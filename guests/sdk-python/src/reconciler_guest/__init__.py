@@ -22,6 +22,15 @@ componentize-py looks for:
 
 Build it with `lib.sh` (componentize-py, with this package on its python path).
 
+Watches beyond the manifest's owner and label mappings (a field index, labels naming an owner in
+another namespace, a map function, a namespace and label selector per kind) are the contract's
+optional `watches` export: override `Guest.watches()` (and `Guest.map()` for function watches),
+bind `Watches = export_watches(Hello)` beside `Reconciler`, and build for the world
+`watching-controller` (a `wit-world` file beside `app.py`):
+
+    def watches(self):
+        return [Watch(Gvk("", "v1", "ConfigMap")).by_field("spec.source", IndexValue.NAME)]
+
 Everything else is a la carte, one module per host interface of `wit/reconciler.wit`:
 
 | module | what it wraps |
@@ -58,8 +67,8 @@ from .errors import (
     TransientError,
     UnavailableError,
 )
-from .guest import Guest, export
-from .manifest import Manifest, SecondaryWatch
+from .guest import Guest, export, export_watches
+from .manifest import IndexValue, Manifest, SecondaryWatch, Watch
 from .objects import Action, Gvk, ObjectKey, ObjectRef, Request
 
 __all__ = [
@@ -69,6 +78,7 @@ __all__ = [
     "Guest",
     "Gvk",
     "HostError",
+    "IndexValue",
     "InvalidError",
     "Manifest",
     "NotFoundError",
@@ -81,10 +91,12 @@ __all__ = [
     "SecondaryWatch",
     "TransientError",
     "UnavailableError",
+    "Watch",
     "cluster",
     "conditions",
     "event",
     "export",
+    "export_watches",
     "lister",
     "log",
     "queue",

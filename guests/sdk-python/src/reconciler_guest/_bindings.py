@@ -34,7 +34,15 @@ from .errors import (
     ReconcileError,
     UnavailableError,
 )
-from .manifest import Manifest
+from .manifest import (
+    FieldIndex,
+    Function,
+    Label,
+    Manifest,
+    Owner,
+    OwnerLabels,
+    Watch,
+)
 from .objects import Action, Gvk, ObjectKey, ObjectRef, Request, millis
 
 T = TypeVar("T")
@@ -122,6 +130,55 @@ def manifest(m: Manifest) -> wit_reconciler.ControllerManifest:
         resync_seconds=m.resync_seconds,
         generation_changed_only=m.generation_changed_only,
     )
+
+
+def watches(ws: list[Watch]) -> list:
+    """The WIT's `watch` records. Imported here, not at the top: only a `watching-controller`
+    guest has the module."""
+    from wit_world.exports import watches as wit_watches
+
+    return [
+        wit_watches.Watch(
+            kind=gvk(w.kind),
+            mapping=_mapping(wit_watches, w.mapping),
+            namespace=w.namespace,
+            label_selector=w.label_selector,
+        )
+        for w in ws
+    ]
+
+
+def _mapping(wit_watches: Any, m: Any) -> Any:
+    if isinstance(m, Owner):
+        return wit_watches.WatchMapping_Owner()
+    if isinstance(m, Label):
+        return wit_watches.WatchMapping_Label(m.label)
+    if isinstance(m, OwnerLabels):
+        return wit_watches.WatchMapping_OwnerLabels(
+            wit_watches.OwnerLabels(namespace=m.namespace, name=m.name)
+        )
+    if isinstance(m, FieldIndex):
+        return wit_watches.WatchMapping_Field(
+            # The SDK's IndexValue names its cases as the generated enum does.
+            wit_watches.FieldIndex(field=m.field, value=wit_watches.IndexValue[m.value.name])
+        )
+    if isinstance(m, Function):
+        return wit_watches.WatchMapping_Function()
+    raise TypeError(f"not a watch mapping: {m!r}")
+
+
+def object_keys(keys: Any) -> list[wit.ObjectKey]:
+    """`map`'s answer for the host: `ObjectKey`s, or `ObjectRef`s standing for their keys."""
+    if not isinstance(keys, (list, tuple)):
+        raise TypeError(f"map() must return a list of ObjectKey or ObjectRef, not {keys!r}")
+    out = []
+    for k in keys:
+        if isinstance(k, ObjectRef):
+            k = k.key
+        if not isinstance(k, ObjectKey):
+            raise TypeError(f"map() must return ObjectKeys or ObjectRefs, not {k!r}")
+        out.append(key(k))
+    return out
 
 
 def action(a: Action | None) -> wit.Action:

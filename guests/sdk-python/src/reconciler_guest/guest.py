@@ -1,4 +1,6 @@
-"""A reconciler (`Guest`) and how it becomes the component's export (`export`)."""
+"""A reconciler (`Guest`) and how it becomes the component's exports: `export` (the
+`reconciler` interface, every guest) and `export_watches` (the optional `watches` interface,
+for a guest that declares `Watch`es)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from componentize_py_types import Err
 
 from . import _bindings, log
 from .errors import HostError, ReconcileError
-from .manifest import Manifest
-from .objects import Action, Request
+from .manifest import Manifest, Watch
+from .objects import Action, Gvk, ObjectKey, ObjectRef, Request
 
 
 class Guest(ABC):
@@ -34,6 +36,30 @@ class Guest(ABC):
         the next change of the object; a `HostError` left uncaught becomes one of them (see
         `reconciler_guest.errors`).
         """
+
+    def watches(self) -> list[Watch]:
+        """Watches beyond the manifest's `secondary` list (`Watch`), for a guest exported with
+        `export_watches` too. Called once at load, right after `manifest`, with every host call
+        denied. A guest that overrides it is built for the world `watching-controller`.
+        """
+        return []
+
+    def map(self, kind: Gvk, obj: dict) -> list[ObjectKey | ObjectRef]:
+        """The primary keys (or refs) an object of `kind`, one of the `by_function()` watches,
+        affects; `obj` is the object as a dict. Called on every add, update (the new and then
+        the old version) and delete of such an object, in a fresh instance under the guest's
+        deadline and memory cap: `lister` answers, every write, enqueue and event is denied.
+        The host takes at most 1,000 keys.
+
+        The default maps nothing and logs an error: a guest with a function watch overrides it.
+        """
+        log.error(
+            "map was called for %s/%s but %s does not override map(); no keys",
+            kind.api_version,
+            kind.kind,
+            type(self).__name__,
+        )
+        return []
 
 
 def export(guest: type[Guest]) -> type:
@@ -77,6 +103,51 @@ def export(guest: type[Guest]) -> type:
     Reconciler.__qualname__ = Reconciler.__name__ = f"Reconciler[{guest.__name__}]"
     Reconciler.__doc__ = f"The component's `reconciler` export, calling {guest.__qualname__}."
     return Reconciler
+
+
+def export_watches(guest: type[Guest]) -> type:
+    """The class componentize-py exports as the component's `watches` interface, for `guest`,
+    which overrides `watches()` (and `map()` for function watches).
+
+    Bind it in `app.py` beside `Reconciler`, and build the guest for the world
+    `watching-controller` (a file `wit-world` beside `app.py` holding that name):
+
+        Reconciler = export(Mirror)
+        Watches = export_watches(Mirror)
+
+    A guest without watches exports `Reconciler` alone and keeps its world.
+    """
+    if guest.watches is Guest.watches:
+        raise TypeError(
+            f"{guest.__qualname__} does not override watches(): declare its Watches there, or "
+            "export Reconciler alone"
+        )
+
+    class Watches:
+        def watches(self):  # -> list[wit Watch]
+            try:
+                wanted = guest().watches()
+                if not isinstance(wanted, (list, tuple)) or not all(
+                    isinstance(w, Watch) for w in wanted
+                ):
+                    raise TypeError(f"watches() must return a list of Watch, not {wanted!r}")
+                return _bindings.watches(wanted)
+            except Exception as e:
+                _report(e, "watches")
+                raise
+
+        def map(self, kind, obj):  # wit Gvk, JSON text -> list[wit ObjectKey]
+            try:
+                sdk_kind = Gvk(kind.group, kind.version, kind.kind)
+                keys = guest().map(sdk_kind, _bindings.parse(obj, "the object to map"))
+                return _bindings.object_keys(keys)
+            except Exception as e:
+                _report(e, "map")
+                raise
+
+    Watches.__qualname__ = Watches.__name__ = f"Watches[{guest.__name__}]"
+    Watches.__doc__ = f"The component's `watches` export, calling {guest.__qualname__}."
+    return Watches
 
 
 def _report(e: Exception, export: str) -> None:

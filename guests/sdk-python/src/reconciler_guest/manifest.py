@@ -1,16 +1,26 @@
-"""What a guest asks the host to watch: `Manifest`, and its `SecondaryWatch`es.
+"""What a guest asks the host to watch: `Manifest`, its `SecondaryWatch`es, and the `Watch`es
+of the optional `watches` export.
 
 Only the name and the primary kind are required; every other field has the WIT's neutral
 value, so a guest names only what it wants:
 
     Manifest("greeter", Gvk("test.reconciler.dev", "v1", "Widget"), generation_changed_only=True)
 
-Pure Python: the binding layer turns it into the WIT's `controller-manifest`.
+A `Watch` says what a `SecondaryWatch` cannot (a field index, labels naming an owner in another
+namespace, a map function, a namespace and label selector per kind); a guest returns them from
+`Guest.watches()` and is exported with `export_watches` too (see `reconciler_guest.guest`):
+
+    Watch(CONFIG_MAP).by_field("spec.source", IndexValue.NAME)
+    Watch(CONFIG_MAP).by_owner_labels("example.com/owner-namespace", "example.com/owner-name")
+        .selecting("example.com/owner-name")
+
+Pure Python: the binding layer turns them into the WIT's `controller-manifest` and `watch`.
 """
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
+from enum import Enum
 
 from .objects import Gvk
 
@@ -65,3 +75,112 @@ class Manifest:
             raise TypeError(f"Manifest name must be a non-empty str, not {self.name!r}")
         if not isinstance(self.primary, Gvk):
             raise TypeError(f"Manifest primary must be a Gvk, not {self.primary!r}")
+
+
+class IndexValue(Enum):
+    """What of a watched object a field index compares with the primary's field."""
+
+    NAME = "name"
+    """Its name: a namespaced object matches primaries in its own namespace, a cluster-scoped
+    one (a Namespace) primaries in every namespace."""
+    NAMESPACE = "namespace"
+    """Its namespace: primaries in every namespace whose field names it."""
+    NAMESPACED_NAME = "namespaced-name"
+    """Its `namespace/name` (its name alone when cluster-scoped): primaries in every namespace."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Through `metadata.ownerReferences` entries whose kind is the primary kind."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """Through this label, whose value is the primary's name in the same namespace."""
+
+    label: str
+
+
+@dataclass(frozen=True)
+class OwnerLabels:
+    """Through labels naming the primary: `name`'s value its name, `namespace`'s its namespace
+    (`None` for a cluster-scoped primary). Label values hold at most 63 characters."""
+
+    name: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class FieldIndex:
+    """To the primaries whose `field` (`spec.source`, `spec.targetNamespaces[*]`,
+    `spec.refs[*].name`) equals the object's `value`: an index the host keeps, no guest call."""
+
+    field: str
+    value: IndexValue = IndexValue.NAME
+
+
+@dataclass(frozen=True)
+class Function:
+    """Through the guest's `map(kind, obj)`, called once per event of the kind."""
+
+
+WatchMapping = Owner | Label | OwnerLabels | FieldIndex | Function
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Objects of `kind` whose changes reconcile the primaries `mapping` names.
+
+    The defaults: through owner references, in the primary watch's namespace (every namespace
+    when the manifest names none), whatever their labels. Each method returns a changed copy:
+
+        Watch(NAMESPACE).by_field("spec.targetNamespaces[*]", IndexValue.NAME)
+    """
+
+    kind: Gvk
+    mapping: WatchMapping = Owner()
+    _: KW_ONLY
+    namespace: str | None = None
+    """Watch this namespace only (ignored for cluster-scoped kinds)."""
+    label_selector: str | None = None
+    """Watch, and cache, only objects matching this selector; it must include the grant's
+    `readSelectors` for the kind, if any."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, Gvk):
+            raise TypeError(f"Watch kind must be a Gvk, not {self.kind!r}")
+        if not isinstance(self.mapping, WatchMapping):
+            raise TypeError(f"Watch mapping must be one of {WatchMapping}, not {self.mapping!r}")
+
+    def by_owner(self) -> Watch:
+        """Through owner references (the default)."""
+        return replace(self, mapping=Owner())
+
+    def by_label(self, label: str) -> Watch:
+        """Through `label`, whose value is the primary's name in the object's namespace."""
+        return replace(self, mapping=Label(label))
+
+    def by_owner_labels(self, namespace_label: str | None, name_label: str) -> Watch:
+        """Through two labels naming the primary's namespace and name: for children that can
+        carry no owner reference (in another namespace, or cluster-scoped). `namespace_label`
+        `None` for a cluster-scoped primary."""
+        return replace(self, mapping=OwnerLabels(name_label, namespace_label))
+
+    def by_field(self, field: str, value: IndexValue = IndexValue.NAME) -> Watch:
+        """To the primaries whose `field` equals the object's `value`, through an index the host
+        keeps over its primary cache; a value that is not a string is not indexed."""
+        if not isinstance(value, IndexValue):
+            raise TypeError(f"by_field value must be an IndexValue, not {value!r}")
+        return replace(self, mapping=FieldIndex(field, value))
+
+    def by_function(self) -> Watch:
+        """Through the guest's `map(kind, obj)`: the most flexible mapping, and the dearest."""
+        return replace(self, mapping=Function())
+
+    def in_namespace(self, namespace: str) -> Watch:
+        """Watch this namespace only."""
+        return replace(self, namespace=namespace)
+
+    def selecting(self, label_selector: str) -> Watch:
+        """Watch, and cache, only objects matching `label_selector` (`app=web,tier!=db`)."""
+        return replace(self, label_selector=label_selector)
