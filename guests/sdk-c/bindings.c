@@ -1,7 +1,8 @@
 // The SDK's only contact with the generated bindings (`reconciler-host componentize bindings
 // --lang c`, i.e. wit-bindgen's C generator): the exports that call the guest's `manifest` and
-// `reconcile`, and one thin wrapper per import. Everything else in the SDK is plain C that the
-// SDK's tests run natively.
+// `reconcile` (and, in a world that exports `watches`, answer it from the manifest's watches),
+// and one thin wrapper per import. Everything else in the SDK is plain C that the SDK's tests
+// run natively.
 //
 // Ownership, as the generated code has it: what an export returns (the manifest's strings, an
 // error's message) must be malloc'd, because the generated post-return functions free it; the
@@ -20,6 +21,13 @@
 #include RG_WORLD_H
 
 typedef reconciler_api_types_json_t wit_string_t;  // the world's string type, by another name
+
+// Whether the world exports `watches` (watching-controller): its header defines the mapping cases.
+#ifdef EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER
+#define RG_EXPORTS_WATCHES 1
+#else
+#define RG_EXPORTS_WATCHES 0
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Between the SDK's types and the WIT's
@@ -104,9 +112,22 @@ _Noreturn void rg_fatal(const char *message) {
 // ---------------------------------------------------------------------------------------------
 // Exports
 
+static size_t count_watches(const rg_manifest_t *m) {
+  size_t count = 0;
+  for (size_t i = 0; i < RG_MAX_WATCHES; i++) count += m->watches[i].kind.kind != NULL;
+  return count;
+}
+
 void exports_reconciler_api_reconciler_manifest(
     exports_reconciler_api_reconciler_controller_manifest_t *ret) {
   rg_manifest_t m = manifest();
+  // Watches the component cannot export would be lost without a word: refuse to load instead.
+  if (!RG_EXPORTS_WATCHES && count_watches(&m) > 0) {
+    rg_fatal(rg_format("the manifest declares %zu watches, but this component does not export "
+                       "reconciler:api/watches: build it for the world `watching-controller` (a "
+                       "`wit-world` file beside the guest's .c files holding that name)",
+                       count_watches(&m)));
+  }
   *ret = (exports_reconciler_api_reconciler_controller_manifest_t){
       .name = give(m.name),
       .primary = {give(m.primary.group), give(m.primary.version), give(m.primary.kind)},
@@ -196,6 +217,126 @@ bool exports_reconciler_api_reconciler_reconcile(
   rg_arena_free();
   return ok;
 }
+
+#if RG_EXPORTS_WATCHES
+static void give_option(bool *is_some, wit_string_t *val, const char *text) {
+  *is_some = text != NULL;
+  if (text != NULL) *val = give(text);
+}
+
+// What a watch lacks for its mapping, or NULL when it is complete.
+static const char *incomplete(const rg_watch_t *w) {
+  switch (w->mapping) {
+    case RG_MAP_OWNER:
+      return NULL;
+    case RG_MAP_LABEL:
+    case RG_MAP_OWNER_LABELS:
+      return w->label == NULL ? "no .label" : NULL;
+    case RG_MAP_FIELD:
+      if (w->field == NULL) return "no .field";
+      return w->value > RG_INDEX_NAMESPACED_NAME ? "a .value that is no rg_index_value_t" : NULL;
+    case RG_MAP_FUNCTION:
+      return w->map == NULL ? "no .map function" : NULL;
+  }
+  return "a .mapping that is no rg_mapping_t";
+}
+
+void exports_reconciler_api_watches_watches(exports_reconciler_api_watches_list_watch_t *ret) {
+  rg_manifest_t m = manifest();
+  *ret = (exports_reconciler_api_watches_list_watch_t){0};
+  size_t count = count_watches(&m);
+  if (count > 0) {
+    ret->ptr = calloc(count, sizeof *ret->ptr);
+    if (ret->ptr == NULL) rg_fatal("out of memory");
+  }
+  for (size_t i = 0; i < RG_MAX_WATCHES; i++) {
+    const rg_watch_t *w = &m.watches[i];
+    if (w->kind.kind == NULL) continue;
+    const char *lacks = incomplete(w);
+    if (lacks != NULL) {
+      rg_fatal(rg_format("watches[%zu] (%s) has %s for its mapping %d", i, w->kind.kind, lacks,
+                         (int)w->mapping));
+    }
+    exports_reconciler_api_watches_watch_t *out = &ret->ptr[ret->len++];
+    out->kind = (reconciler_api_types_gvk_t){give(w->kind.group), give(w->kind.version),
+                                             give(w->kind.kind)};
+    // rg_mapping_t and rg_index_value_t follow the WIT's cases (the _Static_asserts below).
+    out->mapping.tag = (uint8_t)w->mapping;
+    if (w->mapping == RG_MAP_LABEL) out->mapping.val.label = give(w->label);
+    if (w->mapping == RG_MAP_OWNER_LABELS) {
+      exports_reconciler_api_watches_owner_labels_t *labels = &out->mapping.val.owner_labels;
+      give_option(&labels->namespace_.is_some, &labels->namespace_.val, w->namespace_label);
+      labels->name = give(w->label);
+    }
+    if (w->mapping == RG_MAP_FIELD) {
+      out->mapping.val.field.field = give(w->field);
+      out->mapping.val.field.value = (exports_reconciler_api_watches_index_value_t)w->value;
+    }
+    give_option(&out->namespace_.is_some, &out->namespace_.val, w->namespace);
+    give_option(&out->label_selector.is_some, &out->label_selector.val, w->label_selector);
+  }
+  rg_arena_free();
+}
+
+_Static_assert(EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER == RG_MAP_OWNER &&
+                   EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_LABEL == RG_MAP_LABEL &&
+                   EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER_LABELS ==
+                       RG_MAP_OWNER_LABELS &&
+                   EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_FIELD == RG_MAP_FIELD &&
+                   EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_FUNCTION == RG_MAP_FUNCTION,
+               "rg_mapping_t no longer follows the WIT's watch-mapping variant");
+_Static_assert(EXPORTS_RECONCILER_API_WATCHES_INDEX_VALUE_NAME == RG_INDEX_NAME &&
+                   EXPORTS_RECONCILER_API_WATCHES_INDEX_VALUE_NAMESPACE == RG_INDEX_NAMESPACE &&
+                   EXPORTS_RECONCILER_API_WATCHES_INDEX_VALUE_NAMESPACED_NAME ==
+                       RG_INDEX_NAMESPACED_NAME,
+               "rg_index_value_t no longer follows the WIT's index-value enum");
+
+static bool same_kind(rg_gvk_t a, rg_gvk_t b) {
+  return strcmp(a.group != NULL ? a.group : "", b.group) == 0 &&
+         strcmp(a.version != NULL ? a.version : "", b.version) == 0 &&
+         strcmp(a.kind, b.kind) == 0;
+}
+
+void exports_reconciler_api_watches_map(exports_reconciler_api_watches_gvk_t *kind,
+                                        exports_reconciler_api_watches_json_t *object,
+                                        exports_reconciler_api_watches_list_object_key_t *ret) {
+  rg_gvk_t k = gvk_of(kind);
+  exports_reconciler_api_watches_gvk_free(kind);
+  const rg_json_t *value = take_json(object, true, "the object to map");
+  rg_manifest_t m = manifest();
+  rg_keys_t keys = {0};
+  bool mapped = false;
+  for (size_t i = 0; i < RG_MAX_WATCHES; i++) {
+    const rg_watch_t *w = &m.watches[i];
+    if (w->kind.kind == NULL || w->mapping != RG_MAP_FUNCTION || w->map == NULL ||
+        !same_kind(w->kind, k))
+      continue;
+    mapped = true;
+    if (!w->map(value, &keys)) {
+      rg_ref_t ref = {.kind = k, .name = ""};
+      rg_ref_from_json(value, &ref);
+      rg_fatal(rg_format("map %s %s%s%s: the map function of watches[%zu] failed", k.kind,
+                         ref.namespace != NULL ? ref.namespace : "",
+                         ref.namespace != NULL ? "/" : "", ref.name, i));
+    }
+  }
+  if (!mapped) {
+    rg_warn("map was called for %s %s, which no RG_MAP_FUNCTION watch declares: no keys", k.kind,
+            rg_gvk_api_version(k));
+  }
+  *ret = (exports_reconciler_api_watches_list_object_key_t){0};
+  if (keys.len > 0) {
+    ret->ptr = calloc(keys.len, sizeof *ret->ptr);
+    if (ret->ptr == NULL) rg_fatal("out of memory");
+  }
+  for (size_t i = 0; i < keys.len; i++) {
+    reconciler_api_types_object_key_t *out = &ret->ptr[ret->len++];
+    give_option(&out->namespace_.is_some, &out->namespace_.val, keys.items[i].namespace);
+    out->name = give(keys.items[i].name);
+  }
+  rg_arena_free();
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Imports

@@ -39,3 +39,26 @@ const rg_json_t *rg_request_object(rg_request_t *req) {
 rg_key_t rg_request_key(const rg_request_t *req) {
   return (rg_key_t){.namespace = req->ref.namespace, .name = req->ref.name};
 }
+
+static bool same(const char *a, const char *b) {
+  return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+void rg_keys_add(rg_keys_t *keys, const char *namespace, const char *name) {
+  if (name == NULL) name = "";
+  // Linear: a map function gives a few keys (the host takes at most 1,000).
+  for (size_t i = 0; i < keys->len; i++) {
+    if (same(keys->items[i].namespace, namespace) && strcmp(keys->items[i].name, name) == 0) return;
+  }
+  if (keys->len == keys->cap) {
+    size_t cap = keys->cap > 0 ? keys->cap * 2 : 8;
+    rg_key_t *items = rg_alloc(cap * sizeof *items);
+    if (keys->len > 0) memcpy(items, keys->items, keys->len * sizeof *items);
+    keys->items = items;  // the old array stays in the arena until the call returns
+    keys->cap = cap;
+  }
+  keys->items[keys->len++] = (rg_key_t){
+      .namespace = namespace != NULL ? rg_strndup(namespace, strlen(namespace)) : NULL,
+      .name = rg_strndup(name, strlen(name)),
+  };
+}

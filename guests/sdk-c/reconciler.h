@@ -114,6 +114,82 @@ typedef struct rg_secondary {
   const char *label;
 } rg_secondary_t;
 
+// At most this many watches (the host takes at most 16 secondaries and watches together).
+#define RG_MAX_WATCHES 16
+
+// How an object of a watched kind leads to primary keys (the contract's `watch-mapping`), and
+// what each costs the host.
+typedef enum rg_mapping {
+  // Through `metadata.ownerReferences` entries of the primary kind; only the kind's cache.
+  RG_MAP_OWNER = 0,
+  // Through `label`, whose value is the primary's name in the object's namespace; only the
+  // kind's cache.
+  RG_MAP_LABEL,
+  // Through `namespace_label` and `label`, whose values are the primary's namespace (NULL for a
+  // cluster-scoped primary) and name: children an owner reference cannot reach (in another
+  // namespace, or cluster-scoped); only the kind's cache.
+  RG_MAP_OWNER_LABELS,
+  // To the primaries whose `field` equals the object's `value`, through an index the host keeps
+  // over the primary cache: an index entry per value per primary, and no guest call.
+  RG_MAP_FIELD,
+  // Through the watch's `map` function: one call of the guest, in a fresh instance, per event.
+  RG_MAP_FUNCTION,
+} rg_mapping_t;
+
+// What of a watched object an RG_MAP_FIELD index compares with the primary's field.
+typedef enum rg_index_value {
+  // Its name; a cluster-scoped object (a Namespace) matches primaries in every namespace.
+  RG_INDEX_NAME = 0,
+  // Its namespace: primaries in every namespace whose field names it.
+  RG_INDEX_NAMESPACE,
+  // Its `namespace/name` (its name alone when cluster-scoped): primaries in every namespace.
+  RG_INDEX_NAMESPACED_NAME,
+} rg_index_value_t;
+
+// The keys a map function gives (rg_keys_add).
+typedef struct rg_keys rg_keys_t;
+
+// Adds a primary key (`namespace` NULL for a cluster-scoped primary) to a map function's answer;
+// a key already there is not added again. The strings are copied.
+void rg_keys_add(rg_keys_t *keys, const char *namespace, const char *name);
+
+// An RG_MAP_FUNCTION watch's function: adds to `keys` the primary keys that `object` (of the
+// watch's kind) affects. The host calls it on each add, update (with the new and then the old
+// version) and delete of such an object, in a fresh instance in which only the lister answers.
+// Return false when the object cannot be mapped, after logging why: the SDK traps, and the host
+// logs and counts a failed map and drops that event's keys (the next change or resync repairs
+// them). The host takes at most 1,000 keys.
+typedef bool (*rg_map_fn)(const struct rg_json *object, rg_keys_t *keys);
+
+// A kind whose changes reconcile primaries, with a mapping a secondary cannot say, or a
+// namespace or label selector of its own. Zero fields are defaults, as in the manifest:
+//
+//     {.kind = {"", "v1", "ConfigMap"}, .mapping = RG_MAP_FIELD, .field = "spec.source"},
+typedef struct rg_watch {
+  // Entries whose `kind.kind` is NULL (the unset rest of the array) are skipped.
+  rg_gvk_t kind;
+  rg_mapping_t mapping;
+  // RG_MAP_LABEL: the label naming the primary. RG_MAP_OWNER_LABELS: the label naming its name.
+  const char *label;
+  // RG_MAP_OWNER_LABELS: the label naming the primary's namespace; NULL: a cluster-scoped
+  // primary.
+  const char *namespace_label;
+  // RG_MAP_FIELD: a path into the primary, fields separated by dots, `[*]` for every item of a
+  // list (`spec.source`, `spec.targetNamespaces[*]`, `spec.refs[*].name`); values that are not
+  // strings are not indexed.
+  const char *field;
+  // RG_MAP_FIELD: what of the watched object the field holds. Default: its name.
+  rg_index_value_t value;
+  // RG_MAP_FUNCTION: the function.
+  rg_map_fn map;
+  // Watch only this namespace. Default (NULL): the manifest's namespace when set, else all.
+  // Ignored for cluster-scoped kinds.
+  const char *namespace;
+  // Watch (and cache) only objects matching this label selector. Default (NULL): all. Where the
+  // grant sets readSelectors for the kind, it must include that one's requirements.
+  const char *label_selector;
+} rg_watch_t;
+
 // Returned by the guest's `manifest`. `name` and `primary` are required; every other field's
 // zero value is its default, so a designated initializer names only what differs:
 //
@@ -147,6 +223,12 @@ typedef struct rg_manifest {
   // on every reconcile does not wake itself. Creation, deletion, secondaries, requeues and
   // resync still reconcile. Default: every change.
   bool generation_changed_only;
+  // Watches beyond the secondaries' owner and label mappings; entries whose `kind.kind` is NULL
+  // are skipped. They are the contract's optional `watches` export, so a guest that declares any
+  // is built for the world `watching-controller` (a `wit-world` file beside its .c files saying
+  // so); in a component without that export the manifest traps at load, naming the fix. The
+  // SDK calls `manifest` again to answer `watches` and `map`. Default: none.
+  rg_watch_t watches[RG_MAX_WATCHES];
 } rg_manifest_t;
 
 // ---------------------------------------------------------------------------------------------

@@ -39,6 +39,13 @@ const rg_json_t *rg_json_parse_in_place(const char *text, size_t len);
 // one value.
 const rg_json_t *rg_json_array_of(const rg_json_t **items, size_t len);
 
+// A map function's answer: keys in the arena, each once.
+struct rg_keys {
+  rg_key_t *items;
+  size_t len;
+  size_t cap;
+};
+
 // Makes (kind, text) the last error; returns kind.
 rg_err_t rg_fail(rg_err_t kind, const char *text, size_t len);
 // Back to "" (the arena that held the text is gone).

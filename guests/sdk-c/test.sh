@@ -24,17 +24,6 @@ componentize_tool
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/sdk-c-test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-"${componentize[@]}" bindings --lang c --wit "$repo/wit" --world controller --out "$work" >/dev/null
-rm "$work/controller_component_type.o" # wasm, for the real build
-{
-  echo '#include <stdlib.h>'
-  echo '#include <string.h>'
-  echo '#include "controller.h"'
-  echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
-  sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/controller.c"
-} >"$work/helpers.c"
-grep -q '^void controller_string_free' "$work/helpers.c" ||
-  die "the generated controller.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
 
 sanitize=("-fsanitize=address,undefined" -fno-omit-frame-pointer -fno-sanitize-recover=all)
 echo 'int main(void) { return 0; }' >"$work/probe.c"
@@ -43,12 +32,32 @@ if ! "$cc" "${sanitize[@]}" -o "$work/probe" "$work/probe.c" 2>/dev/null; then
   sanitize=()
 fi
 
-# The SDK and the tests strictly; the generated helpers as they come. (Objects go to $work.)
-(
-  cd "$work"
-  "$cc" -std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I "$work" -I "$here" \
-    -I "$here/tests" -c "$here"/*.c "$here"/tests/*.c
-  "$cc" -std=c11 -g -O1 "${sanitize[@]}" -c helpers.c
-  "$cc" "${sanitize[@]}" -o test ./*.o
-)
-"$work/test"
+# Twice: against `controller`, and against `watching-controller`, whose optional `watches`
+# export the SDK defines only where the world has it (tests/test.c runs the tests of each).
+for world in controller watching-controller; do
+  stem=${world//-/_} # the generator's file names
+  dir="$work/$world"
+  mkdir "$dir"
+  "${componentize[@]}" bindings --lang c --wit "$repo/wit" --world "$world" --out "$dir" >/dev/null
+  rm "$dir/${stem}_component_type.o" # wasm, for the real build
+  {
+    echo '#include <stdlib.h>'
+    echo '#include <string.h>'
+    echo "#include \"$stem.h\""
+    echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
+    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$dir/$stem.c"
+  } >"$dir/helpers.c"
+  grep -q "^void ${stem}_string_free" "$dir/helpers.c" ||
+    die "the generated $stem.c no longer has its helper functions between the comments '// Helper Functions' and '// Component Adapters'; update this script"
+
+  # The SDK and the tests strictly; the generated helpers as they come. (Objects go to $dir.)
+  say "$world"
+  (
+    cd "$dir"
+    "$cc" -std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" "-DRG_WORLD_H=\"$stem.h\"" \
+      -I "$dir" -I "$here" -I "$here/tests" -c "$here"/*.c "$here"/tests/*.c
+    "$cc" -std=c11 -g -O1 "${sanitize[@]}" -c helpers.c
+    "$cc" "${sanitize[@]}" -o test ./*.o
+  )
+  "$dir/test"
+done

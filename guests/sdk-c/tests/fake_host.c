@@ -1,5 +1,6 @@
-// See fake_host.h. The signatures are the generated header's (controller.h, generated from wit/
-// by test.sh), so a change of the contract that the binding layer does not follow fails here.
+// See fake_host.h. The signatures are the generated header's (the world's, RG_WORLD_H: generated
+// from wit/ by test.sh), so a change of the contract that the binding layer does not follow fails
+// here.
 #define _POSIX_C_SOURCE 200809L  // strdup
 
 #include "fake_host.h"
@@ -9,10 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controller.h"
+#ifndef RG_WORLD_H
+#define RG_WORLD_H "controller.h"
+#endif
+#include RG_WORLD_H
+
+typedef reconciler_api_types_json_t wit_string_t;  // the world's string type
 
 const char *fake_calls[64];
 size_t fake_call_count;
+int fake_log_fd = -1;
 
 static struct {
   enum { NONE, ERROR, TEXT, LIST, BOOL } kind;
@@ -60,13 +67,16 @@ void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size) {
   return out;
 }
 
-static controller_string_t given(const char *text) {
-  controller_string_t out;
-  controller_string_dup(&out, text);
+// As the generated `<world>_string_dup`: through cabi_realloc, so that an empty string is not the
+// allocator's.
+static wit_string_t given(const char *text) {
+  wit_string_t out = {NULL, strlen(text)};
+  out.ptr = cabi_realloc(NULL, 0, 1, out.len);
+  memcpy(out.ptr, text, out.len);
   return out;
 }
 
-static const char *str(const controller_string_t *s) {
+static const char *str(const wit_string_t *s) {
   static char buf[16][256];  // several in one line
   static int turn;
   char *out = buf[turn++ % 16];
@@ -112,9 +122,10 @@ static const char *take_text(const char *otherwise) {
   return text;
 }
 
-void reconciler_api_log_log(reconciler_api_log_level_t level, controller_string_t *message) {
+void reconciler_api_log_log(reconciler_api_log_level_t level, wit_string_t *message) {
   static const char *levels[] = {"trace", "debug", "info", "warn", "error"};
   record("log %s %s", level < 5 ? levels[level] : "?", str(message));
+  if (fake_log_fd >= 0) dprintf(fake_log_fd, "log %s %s\n", level < 5 ? levels[level] : "?", str(message));
 }
 
 bool reconciler_api_lister_get(reconciler_api_lister_object_ref_t *ref,
@@ -129,8 +140,8 @@ bool reconciler_api_lister_get(reconciler_api_lister_object_ref_t *ref,
 }
 
 bool reconciler_api_lister_list(reconciler_api_lister_gvk_t *kind,
-                                controller_string_t *maybe_namespace_,
-                                controller_string_t *maybe_label_selector,
+                                wit_string_t *maybe_namespace_,
+                                wit_string_t *maybe_label_selector,
                                 reconciler_api_lister_list_json_t *ret,
                                 reconciler_api_lister_error_t *err) {
   record("lister.list %s %s namespace=%s selector=%s", str(&kind->version), str(&kind->kind),

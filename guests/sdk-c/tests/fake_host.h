@@ -14,6 +14,10 @@
 extern const char *fake_calls[64];
 extern size_t fake_call_count;
 
+// When >= 0, every log line is also written there (a test reads what a child process logged
+// before it trapped).
+extern int fake_log_fd;
+
 // Forgets the calls and the scripted answer.
 void fake_reset(void);
 

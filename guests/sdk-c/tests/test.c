@@ -3,7 +3,7 @@
 // string the SDK forgets to free, or frees twice, fails the run.
 //
 // The guest's two functions are defined here and call whatever the test in progress set.
-#define _POSIX_C_SOURCE 200809L  // fork, waitpid, strdup
+#define _POSIX_C_SOURCE 200809L  // fork, waitpid, pipe, strdup
 
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "controller.h"
+#ifndef RG_WORLD_H
+#define RG_WORLD_H "controller.h"
+#endif
+#include RG_WORLD_H
 #include "fake_host.h"
 #include "rg_internal.h"
 
@@ -46,9 +49,15 @@ static rg_result_t (*guest_reconcile)(rg_request_t *req);
 rg_manifest_t manifest(void) { return guest_manifest(); }
 rg_result_t reconcile(rg_request_t *req) { return guest_reconcile(req); }
 
-static controller_string_t wit(const char *text) {
-  controller_string_t out;
-  controller_string_dup(&out, text);
+typedef reconciler_api_types_json_t wit_string_t;  // the world's string type
+
+void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);  // fake_host.c
+
+// As the generated `<world>_string_dup` makes it.
+static wit_string_t wit(const char *text) {
+  wit_string_t out = {NULL, strlen(text)};
+  out.ptr = cabi_realloc(NULL, 0, 1, out.len);
+  memcpy(out.ptr, text, out.len);
   return out;
 }
 
@@ -269,7 +278,7 @@ static rg_manifest_t everything(void) {
   };
 }
 
-static const char *text_of(const controller_string_t *s) {
+static const char *text_of(const wit_string_t *s) {
   return rg_strndup((const char *)s->ptr, s->len);
 }
 
@@ -666,6 +675,219 @@ static void arena_memory_is_aligned_and_survives_large_requests(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Watches: the optional `watches` export (world watching-controller), or its absence
+
+// Runs `fn` in a child process; true when it aborted. `log` gets the lines it logged before.
+static bool traps(void (*fn)(void), char *log, size_t cap) {
+  int fds[2];
+  if (pipe(fds) != 0) abort();
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    fake_log_fd = fds[1];
+    fn();
+    _exit(0);
+  }
+  close(fds[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ssize_t len = read(fds[0], log, cap - 1);
+  log[len > 0 ? len : 0] = '\0';
+  close(fds[0]);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static bool maps_to_two_mirrors(const rg_json_t *object, rg_keys_t *keys) {
+  const char *namespace = rg_json_string(rg_json_path(object, "metadata", "namespace"));
+  rg_keys_add(keys, namespace, "m1");
+  rg_keys_add(keys, namespace, "m2");
+  return true;
+}
+
+static bool maps_to_one_known_and_one_cluster_wide(const rg_json_t *object, rg_keys_t *keys) {
+  (void)object;
+  rg_keys_add(keys, "demo", "m2");
+  rg_keys_add(keys, NULL, "cluster-wide");
+  return true;
+}
+
+static bool must_not_be_called(const rg_json_t *object, rg_keys_t *keys) {
+  (void)object;
+  (void)keys;
+  failures++;
+  fprintf(stderr, "%s: a map function of another kind was called\n", current);
+  return true;
+}
+
+static rg_manifest_t watching(void) {
+  return (rg_manifest_t){
+      .name = "mirror",
+      .primary = {"mirror.reconciler.dev", "v1alpha1", "Mirror"},
+      .watches =
+          {
+              {.kind = {"", "v1", "ConfigMap"}, .mapping = RG_MAP_FIELD, .field = "spec.source"},
+              {.kind = {"", "v1", "ConfigMap"},
+               .mapping = RG_MAP_OWNER_LABELS,
+               .namespace_label = "o/namespace",
+               .label = "o/name",
+               .label_selector = "o/name"},
+              [3] = {.kind = {"", "v1", "Namespace"},
+                     .mapping = RG_MAP_FIELD,
+                     .field = "spec.targetNamespaces[*]",
+                     .value = RG_INDEX_NAMESPACED_NAME},
+              {.kind = {"", "v1", "ConfigMap"}, .mapping = RG_MAP_FUNCTION, .map = maps_to_two_mirrors},
+              {.kind = {"", "v1", "Secret"}, .mapping = RG_MAP_FUNCTION, .map = must_not_be_called},
+              {.kind = {"", "v1", "ConfigMap"},
+               .mapping = RG_MAP_FUNCTION,
+               .map = maps_to_one_known_and_one_cluster_wide,
+               .namespace = "demo"},
+              {.kind = {"", "v1", "Pod"}, .mapping = RG_MAP_LABEL, .label = "mirror"},
+              {.kind = {"", "v1", "Service"}, .namespace = "demo"},
+              {.kind = {"", "v1", "Node"}, .mapping = RG_MAP_OWNER_LABELS, .label = "o/name"},
+          },
+  };
+}
+
+static void load_manifest(void) {
+  exports_reconciler_api_reconciler_controller_manifest_t m;
+  exports_reconciler_api_reconciler_manifest(&m);
+  exports_reconciler_api_reconciler_controller_manifest_free(&m);
+}
+
+#ifdef EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER
+static const char *key_text(const reconciler_api_types_object_key_t *key) {
+  return rg_format("%s/%s", key->namespace_.is_some ? text_of(&key->namespace_.val) : "(none)",
+                   text_of(&key->name));
+}
+
+static void a_manifest_with_watches_loads_where_the_component_exports_them(void) {
+  guest_manifest = watching;
+  load_manifest();
+  CHECK(fake_call_count == 0);
+}
+
+static void watches_are_the_contracts_records_with_unset_entries_skipped(void) {
+  guest_manifest = watching;
+  exports_reconciler_api_watches_list_watch_t list;
+  exports_reconciler_api_watches_watches(&list);
+  CHECK(list.len == 9);
+  if (list.len == 9) {
+    exports_reconciler_api_watches_watch_t *w = list.ptr;
+    CHECK_STR(text_of(&w[0].kind.kind), "ConfigMap");
+    CHECK(w[0].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_FIELD);
+    CHECK_STR(text_of(&w[0].mapping.val.field.field), "spec.source");
+    CHECK(w[0].mapping.val.field.value == EXPORTS_RECONCILER_API_WATCHES_INDEX_VALUE_NAME);
+    CHECK(!w[0].namespace_.is_some && !w[0].label_selector.is_some);
+    CHECK(w[1].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER_LABELS);
+    CHECK(w[1].mapping.val.owner_labels.namespace_.is_some);
+    CHECK_STR(text_of(&w[1].mapping.val.owner_labels.namespace_.val), "o/namespace");
+    CHECK_STR(text_of(&w[1].mapping.val.owner_labels.name), "o/name");
+    CHECK(w[1].label_selector.is_some);
+    CHECK_STR(text_of(&w[1].label_selector.val), "o/name");
+    CHECK_STR(text_of(&w[2].kind.kind), "Namespace");  // [2] was unset
+    CHECK(w[2].mapping.val.field.value == EXPORTS_RECONCILER_API_WATCHES_INDEX_VALUE_NAMESPACED_NAME);
+    CHECK(w[3].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_FUNCTION);
+    CHECK(w[5].namespace_.is_some);
+    CHECK_STR(text_of(&w[5].namespace_.val), "demo");
+    CHECK(w[6].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_LABEL);
+    CHECK_STR(text_of(&w[6].mapping.val.label), "mirror");
+    CHECK(w[7].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER);
+    CHECK(w[8].mapping.tag == EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER_LABELS);
+    CHECK(!w[8].mapping.val.owner_labels.namespace_.is_some);
+  }
+  exports_reconciler_api_watches_list_watch_free(&list);  // what the post-return frees
+}
+
+static rg_manifest_t label_watch_without_a_label(void) {
+  rg_manifest_t m = watching();
+  m.watches[7].label = NULL;
+  return m;
+}
+
+static void export_the_incomplete_watches(void) {
+  guest_manifest = label_watch_without_a_label;
+  exports_reconciler_api_watches_list_watch_t list;
+  exports_reconciler_api_watches_watches(&list);
+}
+
+static void an_incomplete_watch_traps_naming_what_it_lacks(void) {
+  char log[1024];
+  CHECK(traps(export_the_incomplete_watches, log, sizeof log));
+  CHECK_STR(log, "log error watches[7] (Pod) has no .label for its mapping 1\n");
+}
+
+static exports_reconciler_api_watches_list_object_key_t map(const char *kind, const char *object) {
+  exports_reconciler_api_watches_gvk_t wit_kind = {wit(""), wit("v1"), wit(kind)};
+  exports_reconciler_api_watches_json_t wit_object = wit(object);
+  exports_reconciler_api_watches_list_object_key_t keys;
+  exports_reconciler_api_watches_map(&wit_kind, &wit_object, &keys);  // frees both
+  return keys;
+}
+
+static void map_calls_the_functions_of_the_kind_and_gives_each_key_once(void) {
+  guest_manifest = watching;
+  exports_reconciler_api_watches_list_object_key_t keys =
+      map("ConfigMap", "{\"metadata\":{\"namespace\":\"demo\",\"name\":\"a\"}}");
+  CHECK(keys.len == 3);
+  if (keys.len == 3) {
+    CHECK_STR(key_text(&keys.ptr[0]), "demo/m1");
+    CHECK_STR(key_text(&keys.ptr[1]), "demo/m2");
+    CHECK_STR(key_text(&keys.ptr[2]), "(none)/cluster-wide");
+  }
+  CHECK(fake_call_count == 0);
+  exports_reconciler_api_watches_list_object_key_free(&keys);
+}
+
+static void map_of_a_kind_without_a_function_warns_and_gives_no_keys(void) {
+  guest_manifest = watching;
+  exports_reconciler_api_watches_list_object_key_t keys = map("Namespace", "{}");
+  CHECK(keys.len == 0);
+  CHECK(fake_call_count == 1);
+  CHECK_STR(fake_calls[0],
+            "log warn map was called for Namespace v1, which no RG_MAP_FUNCTION watch declares: no keys");
+  exports_reconciler_api_watches_list_object_key_free(&keys);
+}
+
+static bool fails_to_map(const rg_json_t *object, rg_keys_t *keys) {
+  (void)object;
+  (void)keys;
+  rg_error("spec.owner is missing");
+  return false;
+}
+
+static rg_manifest_t failing_map(void) {
+  rg_manifest_t m = watching();
+  m.watches[4].map = fails_to_map;
+  m.watches[4].kind.kind = "ConfigMap";
+  return m;
+}
+
+static void map_with_a_failing_function(void) {
+  guest_manifest = failing_map;
+  map("ConfigMap", "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"namespace\":\"demo\",\"name\":\"a\"}}");
+}
+
+static void a_failed_map_traps_naming_the_object_after_the_guests_reason(void) {
+  char log[1024];
+  CHECK(traps(map_with_a_failing_function, log, sizeof log));
+  CHECK_STR(log,
+            "log error spec.owner is missing\n"
+            "log error map ConfigMap demo/a: the map function of watches[4] failed\n");
+}
+#else
+static void a_manifest_with_watches_traps_in_a_world_without_the_export(void) {
+  guest_manifest = watching;
+  char log[1024];
+  CHECK(traps(load_manifest, log, sizeof log));
+  CHECK_STR(log,
+            "log error the manifest declares 9 watches, but this component does not export "
+            "reconciler:api/watches: build it for the world `watching-controller` (a `wit-world` "
+            "file beside the guest's .c files holding that name)\n");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
 
 static const struct {
   const char *name;
@@ -700,6 +922,16 @@ static const struct {
     TEST(json_serializes_values_and_quotes_strings),
     TEST(format_covers_what_messages_use),
     TEST(arena_memory_is_aligned_and_survives_large_requests),
+#ifdef EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER
+    TEST(a_manifest_with_watches_loads_where_the_component_exports_them),
+    TEST(watches_are_the_contracts_records_with_unset_entries_skipped),
+    TEST(an_incomplete_watch_traps_naming_what_it_lacks),
+    TEST(map_calls_the_functions_of_the_kind_and_gives_each_key_once),
+    TEST(map_of_a_kind_without_a_function_warns_and_gives_no_keys),
+    TEST(a_failed_map_traps_naming_the_object_after_the_guests_reason),
+#else
+    TEST(a_manifest_with_watches_traps_in_a_world_without_the_export),
+#endif
 };
 
 int main(void) {
