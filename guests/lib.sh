@@ -402,8 +402,27 @@ js_toolchain() {
   fi
 }
 
+# js_check_watches SRC WORLD: that app.js exports `watches` (defineWatches) exactly when the world
+# does. jco checks neither way: an export the world lacks is dropped without a word (the guest
+# would run without its watches), and a world export app.js lacks traps when the host calls it.
+js_check_watches() {
+  local exports=false
+  if grep -Eq '^[[:space:]]*export[[:space:]]+((const|let|var|function)[[:space:]]+watches\b|\{[^}]*\bwatches\b)' "$1/app.js"; then
+    exports=true
+  fi
+  if [[ "$2" == watching-controller && "$exports" == false ]]; then
+    say "the world $2 exports \`watches\`, but $1/app.js does not: add \`export const watches = defineWatches([...])\`, or build for \`controller\` (no wit-world file)"
+    return 1
+  fi
+  if [[ "$2" != watching-controller && "$exports" == true ]]; then
+    say "$1/app.js exports \`watches\`, but the world $2 does not, so the host would never see them: write \`watching-controller\` into $1/wit-world"
+    return 1
+  fi
+}
+
 js_build() {
   local src=$1 world=$2 build=$3 out=$4 file
+  js_check_watches "$src" "$world" || return
   while IFS= read -r file; do
     mkdir -p "$build/src/$(dirname "$file")"
     cp "$src/$file" "$build/src/$file" || return

@@ -54,14 +54,76 @@ export type LabelSelector = string | Record<string, string>;
 // ---------------------------------------------------------------------------------------------
 // The guest
 
-/** How a secondary object leads to its primary's key. */
+/** How a secondary object leads to its primary's key (the manifest's `secondary`). */
 export type Mapping = { tag: "owner" } | { tag: "label"; val: string };
 
+/** What of a watched object a `Mapping.field` index compares with the primary's field. */
+export type IndexValue = "name" | "namespace" | "namespaced-name";
+
+export const IndexValue: {
+  /** Its name; a cluster-scoped object (a Namespace) matches primaries in every namespace. */
+  readonly name: "name";
+  /** Its namespace: primaries in every namespace whose field names it. */
+  readonly namespace: "namespace";
+  /** Its `namespace/name` (its name alone when cluster-scoped): primaries in every namespace. */
+  readonly namespacedName: "namespaced-name";
+};
+
+/**
+ * Keys of the primaries an object of a `Mapping.function` watch's kind affects; called once per
+ * event of the kind (for an update, with the new and then the old version), in a fresh instance
+ * where only the lister answers. A throw is logged and traps the instance.
+ */
+export type MapFunction = (object: KubeObject, kind: Gvk) => Array<ObjectKey | ObjectRef>;
+
+/** How an object of a watched kind leads to primary keys (`defineWatches`). */
+export type WatchMapping =
+  | Mapping
+  | { tag: "owner-labels"; val: { namespace?: string | null; name: string } }
+  | { tag: "field"; val: { field: string; value: IndexValue } }
+  | { tag: "function"; map: MapFunction };
+
 export const Mapping: {
-  /** Through `metadata.ownerReferences` entries whose kind is the primary kind. */
+  /** Through `metadata.ownerReferences` entries whose kind is the primary kind (cache only). */
   readonly owner: { tag: "owner" };
-  /** Through the label `name`, whose value is the primary's name in the same namespace. */
+  /** Through the label `name`, whose value is the primary's name in the same namespace (cache only). */
   label(name: string): { tag: "label"; val: string };
+  /** Through labels naming the primary's namespace (null: cluster-scoped primary) and name (cache only). */
+  ownerLabels(
+    namespaceLabel: string | null,
+    nameLabel: string,
+  ): { tag: "owner-labels"; val: { namespace?: string; name: string } };
+  /** To the primaries whose `field` equals the object's `value`: an index entry per value per primary, no guest call. */
+  field(field: string, value: IndexValue): { tag: "field"; val: { field: string; value: IndexValue } };
+  /** Through `map`: one guest call, in a fresh instance, per event of the kind. */
+  function(map: MapFunction): { tag: "function"; map: MapFunction };
+};
+
+/** A kind whose changes enqueue primary keys, for `defineWatches`. */
+export interface Watch {
+  kind: Gvk;
+  mapping: WatchMapping;
+  /** Watch this namespace only (default: the manifest's namespace, or all). Ignored for cluster-scoped kinds. */
+  namespace?: string | null;
+  /** Watch and cache only objects matching this selector (default: all). */
+  labelSelector?: LabelSelector | null;
+}
+
+/** The contract's `watch` record, as the `watches` export returns it. */
+export interface WatchRecord {
+  kind: Gvk;
+  mapping: Mapping | Exclude<WatchMapping, { tag: "function" }> | { tag: "function" };
+  namespace: string | undefined;
+  labelSelector: string | undefined;
+}
+
+/**
+ * The component's optional `watches` export, for a guest whose world is `watching-controller`:
+ * `export const watches = defineWatches([...])`. A bad watch is a TypeError naming it.
+ */
+export function defineWatches(watches: Watch[]): {
+  watches(): WatchRecord[];
+  map(kind: Gvk, object: string): Array<{ namespace: string | undefined; name: string }>;
 };
 
 /** Another kind whose changes enqueue a primary key. */

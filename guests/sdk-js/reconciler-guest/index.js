@@ -21,6 +21,10 @@
 //   log         logging into the host's stream, printf-style
 //   conditions  `metav1.Condition` bookkeeping with a stable `lastTransitionTime`
 //
+// Watches beyond the manifest's owner and label mappings (field indexes, owner labels, map
+// functions, a namespace and selector per kind) are the optional `watches` export, made by
+// `defineWatches` for a guest whose world is `watching-controller`.
+//
 // Outbound HTTP is the standard `fetch` in an `async reconcile`, for a guest whose world is
 // `http-controller` (error.js says how its failures are reported).
 //
@@ -45,7 +49,7 @@ export { HOST_ERROR_KINDS, HostError, ReconcileError, hostCall, permanent, trans
 export * as events from "./event.js";
 export * as lister from "./lister.js";
 export * as log from "./log.js";
-export { Mapping, manifest } from "./manifest.js";
+export { IndexValue, Mapping, defineWatches, manifest } from "./manifest.js";
 export { Request, apiVersionOf, describe, gvk, gvkFromApiVersion, keyOf, objectRef, refOf, selector } from "./object.js";
 export * as queue from "./queue.js";
 

@@ -1,8 +1,16 @@
-// The manifest: what a guest asks the host to watch, with the contract's defaults filled in.
+// The manifest: what a guest asks the host to watch, with the contract's defaults filled in;
+// and the optional `watches` export (defineWatches), for watches a manifest cannot say.
 
-import { selector } from "./object.js";
+import { error as logError, warn as logWarn } from "./log.js";
+import { describe, selector } from "./object.js";
 
-/** How a secondary object leads to its primary's key (the contract's `mapping`). */
+/**
+ * How an object of a watched kind leads to primary keys (the contract's `watch-mapping`; the
+ * manifest's `secondary` takes its first two cases, the contract's `mapping`). What each costs
+ * the host: `owner`, `label` and `ownerLabels` only the watched kind's cache; `field` an index
+ * entry per value per primary, and no guest call; `function` one call of the guest, in a fresh
+ * instance, per event of the kind.
+ */
 export const Mapping = Object.freeze({
   /** Through `metadata.ownerReferences` entries whose kind is the primary kind. */
   owner: Object.freeze({ tag: "owner" }),
@@ -10,6 +18,42 @@ export const Mapping = Object.freeze({
   label(name) {
     return { tag: "label", val: name };
   },
+  /**
+   * Through two labels naming the primary: `namespaceLabel` its namespace (null for a
+   * cluster-scoped primary) and `nameLabel` its name, for children an owner reference cannot
+   * reach (in another namespace, or cluster-scoped). `defineWatches` only.
+   */
+  ownerLabels(namespaceLabel, nameLabel) {
+    return { tag: "owner-labels", val: { namespace: namespaceLabel ?? undefined, name: nameLabel } };
+  },
+  /**
+   * To the primaries whose `field` (a path into the primary: `spec.source`,
+   * `spec.targetNamespaces[*]`, `spec.refs[*].name`) equals the object's `value` (an
+   * `IndexValue`), through an index the host keeps. `defineWatches` only.
+   */
+  field(field, value) {
+    return { tag: "field", val: { field, value } };
+  },
+  /**
+   * Through `map(object, kind)`, called once per add, update (new, then old version) and
+   * delete of an object of the kind: it returns the primary keys (`{namespace, name}`, or
+   * references) the object affects, in a fresh instance where only the lister answers. A throw
+   * is logged and traps the instance: the host drops that event's keys, logs and counts it.
+   * `defineWatches` only.
+   */
+  function(map) {
+    return { tag: "function", map };
+  },
+});
+
+/** What of a watched object a `Mapping.field` index compares with the primary's field. */
+export const IndexValue = Object.freeze({
+  /** Its name; a cluster-scoped object (a Namespace) matches primaries in every namespace. */
+  name: "name",
+  /** Its namespace: primaries in every namespace whose field names it. */
+  namespace: "namespace",
+  /** Its `namespace/name` (its name alone when cluster-scoped): primaries in every namespace. */
+  namespacedName: "namespaced-name",
 });
 
 const DEFAULTS = {
@@ -80,14 +124,119 @@ export function manifest(options) {
   record.secondary = record.secondary.map(({ kind, mapping }, i) => {
     checkKind(`secondary[${i}].kind`, kind);
     if (mapping?.tag !== "owner" && !(mapping?.tag === "label" && typeof mapping.val === "string")) {
-      throw new TypeError(`manifest: \`secondary[${i}].mapping\` must be Mapping.owner or Mapping.label(name)`);
+      throw new TypeError(
+        `manifest: \`secondary[${i}].mapping\` must be Mapping.owner or Mapping.label(name)` +
+          " (the other mappings are declared with defineWatches)",
+      );
     }
     return { kind, mapping };
   });
   return record;
 }
 
-function checkKind(what, kind) {
+const WATCH_OPTIONS = ["kind", "mapping", "namespace", "labelSelector"];
+const INDEX_VALUES = Object.values(IndexValue);
+
+/**
+ * The component's optional `watches` export, for a guest whose world is `watching-controller`
+ * (a `wit-world` file beside app.js saying so): `export const watches = defineWatches([...])`.
+ * Each watch is `{kind, mapping, namespace?, labelSelector?}`: objects of `kind` (in
+ * `namespace` only, and matching `labelSelector` only, when given) lead to primary keys through
+ * `mapping` (a `Mapping`). The host asks for them once, at load, right after the manifest;
+ * they join the manifest's `secondary` (at most 16 in all). A bad watch is a TypeError naming
+ * it, and the host refuses the guest with that message.
+ */
+export function defineWatches(watches) {
+  return {
+    watches() {
+      return checkWatches(watches).map(({ kind, mapping, namespace, labelSelector }) => ({
+        kind,
+        mapping: mapping.tag === "function" ? { tag: "function" } : mapping,
+        namespace: namespace ?? undefined,
+        labelSelector: labelSelector == null ? undefined : selector(labelSelector),
+      }));
+    },
+
+    map(kind, objectJson) {
+      const maps = watches
+        .filter((w) => w?.mapping?.tag === "function" && typeof w.mapping.map === "function" && sameKind(w.kind, kind))
+        .map((w) => w.mapping.map);
+      if (maps.length === 0) {
+        logWarn(`map was called for ${describeKind(kind)}, which no Mapping.function watch declares: no keys`);
+        return [];
+      }
+      let object;
+      const keys = new Map();
+      for (const map of maps) {
+        let mapped;
+        try {
+          object ??= JSON.parse(objectJson);
+          mapped = map(object, kind);
+          if (!Array.isArray(mapped)) throw new TypeError(`a map function must return a list of keys, not ${typeof mapped}`);
+        } catch (thrown) {
+          const name = object?.metadata?.name;
+          const what = typeof name === "string" ? describe({ kind, namespace: object.metadata.namespace, name }) : describeKind(kind);
+          const reason = thrown instanceof Error ? `${thrown.name}: ${thrown.message}` : String(thrown);
+          logError(`map ${what}: ${reason}`);
+          throw thrown; // traps: the host drops this event's keys, and counts it
+        }
+        for (const key of mapped) {
+          const namespace = key?.namespace || undefined;
+          keys.set(JSON.stringify([namespace ?? null, key?.name]), { namespace, name: key?.name });
+        }
+      }
+      return [...keys.values()];
+    },
+  };
+}
+
+function checkWatches(watches) {
+  if (!Array.isArray(watches)) throw new TypeError("defineWatches: expected a list of {kind, mapping}");
+  watches.forEach((watch, i) => {
+    const what = `watches[${i}]`;
+    for (const option of Object.keys(watch ?? {})) {
+      if (!WATCH_OPTIONS.includes(option)) {
+        throw new TypeError(`defineWatches: unknown option \`${what}.${option}\` (known: ${WATCH_OPTIONS.join(", ")})`);
+      }
+    }
+    checkKind(`${what}.kind`, watch?.kind, "defineWatches");
+    checkMapping(`${what}.mapping`, watch.mapping);
+    if (watch.namespace != null && typeof watch.namespace !== "string") {
+      throw new TypeError(`defineWatches: \`${what}.namespace\` must be a string`);
+    }
+    if (watch.labelSelector != null && typeof watch.labelSelector !== "string" && typeof watch.labelSelector !== "object") {
+      throw new TypeError(`defineWatches: \`${what}.labelSelector\` must be a string or {label: value}`);
+    }
+  });
+  return watches;
+}
+
+function checkMapping(what, mapping) {
+  const string = (value) => typeof value === "string" && value !== "";
+  const ok = {
+    owner: () => true,
+    label: () => string(mapping.val),
+    "owner-labels": () => string(mapping.val?.name) && (mapping.val.namespace == null || string(mapping.val.namespace)),
+    field: () => string(mapping.val?.field) && INDEX_VALUES.includes(mapping.val.value),
+    function: () => typeof mapping.map === "function",
+  }[mapping?.tag];
+  if (ok === undefined || !ok()) {
+    throw new TypeError(
+      `defineWatches: \`${what}\` must be Mapping.owner, Mapping.label(name), Mapping.ownerLabels(namespaceLabel, nameLabel), ` +
+        "Mapping.field(path, IndexValue.name | .namespace | .namespacedName) or Mapping.function(map)",
+    );
+  }
+}
+
+function describeKind(kind) {
+  return `${kind.kind} ${kind.group === "" ? kind.version : `${kind.group}/${kind.version}`}`;
+}
+
+function sameKind(a, b) {
+  return a?.group === b.group && a?.version === b.version && a?.kind === b.kind;
+}
+
+function checkKind(what, kind, where = "manifest") {
   if (
     !kind ||
     typeof kind.group !== "string" ||
@@ -96,6 +245,6 @@ function checkKind(what, kind) {
     kind.version === "" ||
     kind.kind === ""
   ) {
-    throw new TypeError(`manifest: \`${what}\` must be a kind, e.g. gvk("example.com", "v1", "Hello")`);
+    throw new TypeError(`${where}: \`${what}\` must be a kind, e.g. gvk("example.com", "v1", "Hello")`);
   }
 }

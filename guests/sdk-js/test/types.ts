@@ -4,6 +4,7 @@ import {
   Action,
   HOST_ERROR_KINDS,
   HostError,
+  IndexValue,
   Mapping,
   ReconcileError,
   Request,
@@ -11,6 +12,7 @@ import {
   cluster,
   conditions,
   defineReconciler,
+  defineWatches,
   describe,
   events,
   gvk,
@@ -92,6 +94,17 @@ export const fetching = defineReconciler({
   },
 });
 
+// A watching-controller guest's second export.
+export const watches = defineWatches([
+  { kind: configMap, mapping: Mapping.field("spec.source", IndexValue.name) },
+  { kind: configMap, mapping: Mapping.ownerLabels("o/namespace", "o/name"), labelSelector: "o/name" },
+  { kind: gvk("", "v1", "Namespace"), mapping: Mapping.field("spec.targets[*]", "name"), namespace: null },
+  { kind: gvk("", "v1", "Secret"), mapping: Mapping.function((o) => [{ namespace: o.metadata.namespace, name: "a" }]) },
+  { kind: gvk("", "v1", "Service"), mapping: Mapping.function((o, kind) => [objectRef(kind, null, o.metadata.name)]) },
+  { kind: gvk("", "v1", "Pod"), mapping: Mapping.owner, labelSelector: { app: "web" } },
+]);
+export const mapped: string[] = watches.map(configMap, "{}").map((key) => key.name);
+
 const m: ControllerManifest = manifest({ name: "n", primary: widget });
 const kinds: readonly HostErrorKind[] = HOST_ERROR_KINDS;
 const failure: ReconcileError = new HostError(kinds[0], "x").toReconcileError();
@@ -109,3 +122,9 @@ manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: "
 defineReconciler({ manifest: { name: "n", primary: widget }, reconcile: async () => 5 });
 // @ts-expect-error the event type is "normal" or "warning"
 events.record(objectRef(widget, null, "a"), "Normal", "R", "m");
+// @ts-expect-error the manifest's secondary takes Mapping.owner or Mapping.label only
+manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: Mapping.field("spec.a", "name") }] });
+// @ts-expect-error not an index value
+defineWatches([{ kind: configMap, mapping: Mapping.field("spec.a", "uid") }]);
+// @ts-expect-error a map function returns keys
+defineWatches([{ kind: configMap, mapping: Mapping.function(() => "demo/a") }]);
