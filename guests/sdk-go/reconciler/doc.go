@@ -42,7 +42,8 @@
 // its bindings by (wit_component/reconciler_api_cluster, ...). The build (guests/lib.sh) puts
 // this package at wit_component/reconciler, generates the bindings beside it, and adds the
 // SDK's export_reconciler_api_reconciler/reconciler_exports.go, which hands the component's
-// two exports to what the guest registered. Only the *_wasip1.go files touch the generated
+// two exports to what the guest registered (and, for the world `watching-controller`,
+// export_reconciler_api_watches/watches_exports.go, which hands it the manifest's [Watch]es). Only the *_wasip1.go files touch the generated
 // bindings; the rest, every rule of the SDK, builds and is tested natively (guests/sdk-go,
 // ./test.sh). A guest's code may live in package export_reconciler_api_reconciler (as the
 // scaffold's and this repository's guests do) or in any other package of its module.
