@@ -21,7 +21,8 @@
 //
 // Everything else is à la carte, one section below per concept (and per host interface):
 //
-//   manifest     rg_manifest_t: defaults are zero, set only what you need
+//   manifest     rg_manifest_t: defaults are zero, set only what you need; rg_watch_t for
+//                watches beyond owner and label (world watching-controller)
 //   request      rg_request_t, its object parsed on first use (rg_request_object)
 //   results      rg_await_change, rg_requeue_after_ms, rg_transient, rg_permanent, rg_from_error
 //   errors       rg_err_t: what every host call returns (RG_OK = 0), rg_last_error() its text
