@@ -11,22 +11,142 @@ use serde::Serialize;
 use crate::objects::Gvk;
 use crate::validation::{self, Invalid};
 use crate::wit::guest;
+use crate::wit::watching::watches;
 
-/// Secondary watches one guest may ask for.
+/// Secondary watches one guest may ask for (the manifest's and `watches()`'s together).
 pub(crate) const MAX_SECONDARY_WATCHES: usize = 16;
 
 /// How secondary objects map to primary keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Mapping {
+    /// `metadata.ownerReferences` entries of the primary kind.
     Owner,
+    /// This label's value is the primary's name, in the object's namespace.
     Label(String),
+    /// These labels' values are the primary's namespace (none: a cluster-scoped primary) and
+    /// name.
+    OwnerLabels {
+        namespace: Option<String>,
+        name: String,
+    },
+    /// The primaries whose field at `path` equals the object's `value`, from an index the
+    /// host keeps over the primary cache.
+    Field { path: FieldPath, value: IndexValue },
+    /// The guest's `map` export, called per event.
+    Function,
+}
+
+/// What of a watched object a field index compares with the primary's field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum IndexValue {
+    /// Its name; a namespaced object matches primaries in its own namespace only.
+    Name,
+    /// Its namespace.
+    Namespace,
+    /// `namespace/name` (the name alone when cluster-scoped).
+    NamespacedName,
+}
+
+/// A path into an object: fields, and `[*]` for every item of a list (`spec.refs[*].name`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct FieldPath {
+    text: String,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Field(String),
+    Each,
+}
+
+/// Longest field path accepted: a path is configuration, not data.
+const MAX_FIELD_PATH: usize = 256;
+
+impl FieldPath {
+    /// Parses `a.b[*].c`. A field is 1 to 63 letters, digits, `-` and `_`.
+    pub fn parse(field: &str, text: &str) -> Result<Self, Invalid> {
+        let invalid = |reason: String| Invalid::new(field, reason);
+        if text.is_empty() || text.len() > MAX_FIELD_PATH {
+            return Err(invalid(format!(
+                "a field path is 1 to {MAX_FIELD_PATH} characters, e.g. `spec.source` or `spec.targetNamespaces[*]`"
+            )));
+        }
+        let mut steps = Vec::new();
+        for part in text.split('.') {
+            let (name, each) = match part.strip_suffix("[*]") {
+                Some(name) => (name, true),
+                None => (part, false),
+            };
+            let good = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !good {
+                return Err(invalid(format!(
+                    "{} is not a field path: each step is a field name (letters, digits, `-`, `_`), optionally followed by `[*]`",
+                    validation::shown(text)
+                )));
+            }
+            steps.push(Step::Field(name.to_owned()));
+            if each {
+                steps.push(Step::Each);
+            }
+        }
+        Ok(Self {
+            text: text.to_owned(),
+            steps,
+        })
+    }
+
+    /// Every string the path reaches in `object` (none when a step is missing; values that
+    /// are not strings are skipped).
+    pub fn values<'a>(&self, object: &'a serde_json::Value) -> Vec<&'a str> {
+        let mut here = vec![object];
+        for step in &self.steps {
+            here = match step {
+                Step::Field(name) => here.into_iter().filter_map(|v| v.get(name)).collect(),
+                Step::Each => here
+                    .into_iter()
+                    .filter_map(serde_json::Value::as_array)
+                    .flatten()
+                    .collect(),
+            };
+        }
+        here.into_iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect()
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl From<FieldPath> for String {
+    fn from(p: FieldPath) -> Self {
+        p.text
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SecondaryWatch {
     pub kind: Gvk,
     pub mapping: Mapping,
+    /// Watch only this namespace (none: as the primary watch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Watch only objects matching this label selector (the grant's `readSelectors` for the
+    /// kind are added to it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
 }
 
 /// What a guest asks of the host (the WIT `manifest`, in host types).
@@ -47,8 +167,13 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Converts and validates what the guest's `manifest()` returned.
-    pub fn from_wit(m: guest::ControllerManifest) -> Result<Self, Invalid> {
+    /// Converts and validates what the guest's `manifest()` returned, and what its
+    /// `watches()` returned when it exports that (`secondary[N]` numbers both together, the
+    /// manifest's first).
+    pub fn from_wit(
+        m: guest::ControllerManifest,
+        watches: Vec<watches::Watch>,
+    ) -> Result<Self, Invalid> {
         // The name is the grant key, the field manager and a metric label.
         validation::dns1123_label("name", &m.name).map_err(|e| {
             Invalid::new(
@@ -64,25 +189,28 @@ impl Manifest {
             crate::informers::parse_selector(selector)
                 .map_err(|e| Invalid::new("label-selector", e.to_string()))?;
         }
-        if m.secondary.len() > MAX_SECONDARY_WATCHES {
+        if m.secondary.len() + watches.len() > MAX_SECONDARY_WATCHES {
             return Err(Invalid::new(
                 "secondary",
-                format!("at most {MAX_SECONDARY_WATCHES} secondary watches"),
+                format!(
+                    "at most {MAX_SECONDARY_WATCHES} secondary watches, the manifest's and watches()'s together"
+                ),
             ));
         }
-        let mut secondary = Vec::with_capacity(m.secondary.len());
-        for (i, s) in m.secondary.into_iter().enumerate() {
-            let kind: Gvk = s.kind.into();
-            validation::gvk(&format!("secondary[{i}].kind"), &kind)?;
-            let mapping = match s.mapping {
-                guest::Mapping::Owner => Mapping::Owner,
-                guest::Mapping::Label(label) => {
-                    validation::qualified_name(&format!("secondary[{i}].mapping.label"), &label)?;
-                    Mapping::Label(label)
-                }
-            };
-            secondary.push(SecondaryWatch { kind, mapping });
-        }
+        let declared = m.secondary.into_iter().map(|s| watches::Watch {
+            kind: s.kind,
+            mapping: match s.mapping {
+                guest::Mapping::Owner => watches::WatchMapping::Owner,
+                guest::Mapping::Label(label) => watches::WatchMapping::Label(label),
+            },
+            namespace: None,
+            label_selector: None,
+        });
+        let secondary = declared
+            .chain(watches)
+            .enumerate()
+            .map(|(i, w)| secondary_watch(&format!("secondary[{i}]"), w))
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(finalizer) = &m.finalizer {
             validation::finalizer("finalizer", finalizer)?;
         }
@@ -99,6 +227,48 @@ impl Manifest {
             generation_changed_only: m.generation_changed_only,
         })
     }
+}
+
+/// One secondary watch, checked; `at` names it in refusals.
+fn secondary_watch(at: &str, w: watches::Watch) -> Result<SecondaryWatch, Invalid> {
+    let kind: Gvk = w.kind.into();
+    validation::gvk(&format!("{at}.kind"), &kind)?;
+    validation::namespace(&format!("{at}.namespace"), w.namespace.as_deref())?;
+    if let Some(selector) = &w.label_selector {
+        let field = format!("{at}.label-selector");
+        validation::selector_text(&field, selector)?;
+        crate::informers::parse_selector(selector)
+            .map_err(|e| Invalid::new(field, e.to_string()))?;
+    }
+    let label = |name: &str, label: String| {
+        validation::qualified_name(&format!("{at}.mapping.{name}"), &label).map(|()| label)
+    };
+    let mapping = match w.mapping {
+        watches::WatchMapping::Owner => Mapping::Owner,
+        watches::WatchMapping::Label(l) => Mapping::Label(label("label", l)?),
+        watches::WatchMapping::OwnerLabels(l) => Mapping::OwnerLabels {
+            namespace: l
+                .namespace
+                .map(|n| label("owner-labels.namespace", n))
+                .transpose()?,
+            name: label("owner-labels.name", l.name)?,
+        },
+        watches::WatchMapping::Field(f) => Mapping::Field {
+            path: FieldPath::parse(&format!("{at}.mapping.field.field"), &f.field)?,
+            value: match f.value {
+                watches::IndexValue::Name => IndexValue::Name,
+                watches::IndexValue::Namespace => IndexValue::Namespace,
+                watches::IndexValue::NamespacedName => IndexValue::NamespacedName,
+            },
+        },
+        watches::WatchMapping::Function => Mapping::Function,
+    };
+    Ok(SecondaryWatch {
+        kind,
+        mapping,
+        namespace: w.namespace,
+        label_selector: w.label_selector,
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_good_manifest_converts() {
-        let m = Manifest::from_wit(manifest()).unwrap();
+        let m = Manifest::from_wit(manifest(), Vec::new()).unwrap();
         assert_eq!(m.primary.to_string(), "test.reconciler.dev/v1/Widget");
     }
 
@@ -183,8 +353,113 @@ mod tests {
         for (field, change) in cases {
             let mut m = manifest();
             change(&mut m);
-            let err = Manifest::from_wit(m).unwrap_err();
+            let err = Manifest::from_wit(m, Vec::new()).unwrap_err();
             assert!(err.field.starts_with(field), "{field}: {err}");
         }
+    }
+
+    fn watch(mapping: watches::WatchMapping) -> watches::Watch {
+        watches::Watch {
+            kind: types::Gvk {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            mapping,
+            namespace: None,
+            label_selector: Some("app=web".into()),
+        }
+    }
+
+    #[test]
+    fn watches_join_the_manifests_secondaries_after_them() {
+        let mut m = manifest();
+        m.secondary = vec![guest::SecondaryWatch {
+            kind: m.primary.clone(),
+            mapping: guest::Mapping::Owner,
+        }];
+        let field = watch(watches::WatchMapping::Field(watches::FieldIndex {
+            field: "spec.targets[*]".into(),
+            value: watches::IndexValue::Name,
+        }));
+        let labels = watch(watches::WatchMapping::OwnerLabels(watches::OwnerLabels {
+            namespace: Some("example.com/owner-namespace".into()),
+            name: "example.com/owner-name".into(),
+        }));
+        let m = Manifest::from_wit(
+            m,
+            vec![field, labels, watch(watches::WatchMapping::Function)],
+        )
+        .unwrap();
+        assert_eq!(m.secondary.len(), 4);
+        assert_eq!(m.secondary[0].mapping, Mapping::Owner);
+        assert!(
+            matches!(&m.secondary[1].mapping, Mapping::Field { path, value: IndexValue::Name } if path.to_string() == "spec.targets[*]")
+        );
+        assert_eq!(
+            m.secondary[2].mapping,
+            Mapping::OwnerLabels {
+                namespace: Some("example.com/owner-namespace".into()),
+                name: "example.com/owner-name".into()
+            }
+        );
+        assert_eq!(m.secondary[3].mapping, Mapping::Function);
+        assert_eq!(m.secondary[3].label_selector.as_deref(), Some("app=web"));
+    }
+
+    #[test]
+    fn every_field_of_a_watch_is_checked_and_named_after_the_manifests() {
+        let index = |field: &str| {
+            watch(watches::WatchMapping::Field(watches::FieldIndex {
+                field: field.into(),
+                value: watches::IndexValue::Name,
+            }))
+        };
+        let cases: Vec<(&str, watches::Watch)> = vec![
+            ("secondary[0].mapping.field.field", index("spec..source")),
+            ("secondary[0].mapping.field.field", index("spec.source[0]")),
+            ("secondary[0].mapping.field.field", index("")),
+            (
+                "secondary[0].mapping.owner-labels.name",
+                watch(watches::WatchMapping::OwnerLabels(watches::OwnerLabels {
+                    namespace: None,
+                    name: "not a label".into(),
+                })),
+            ),
+            ("secondary[0].label-selector", {
+                let mut w = watch(watches::WatchMapping::Function);
+                w.label_selector = Some("a in (".into());
+                w
+            }),
+            ("secondary[0].namespace", {
+                let mut w = watch(watches::WatchMapping::Function);
+                w.namespace = Some("../x".into());
+                w
+            }),
+            ("secondary[0].kind.kind", {
+                let mut w = watch(watches::WatchMapping::Owner);
+                w.kind.kind = "configmap".into();
+                w
+            }),
+        ];
+        for (field, w) in cases {
+            let err = Manifest::from_wit(manifest(), vec![w]).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+        let too_many = (0..=MAX_SECONDARY_WATCHES)
+            .map(|_| watch(watches::WatchMapping::Owner))
+            .collect();
+        let err = Manifest::from_wit(manifest(), too_many).unwrap_err();
+        assert_eq!(err.field, "secondary");
+    }
+
+    #[test]
+    fn a_field_path_reaches_every_item_of_its_lists() {
+        let path = FieldPath::parse("f", "spec.refs[*].names[*]").unwrap();
+        let object = serde_json::json!({"spec": {"refs": [
+            {"names": ["a", "b"]}, {"names": "c"}, {"names": ["d", 4]}
+        ]}});
+        assert_eq!(path.values(&object), vec!["a", "b", "d"]);
+        assert!(path.values(&serde_json::json!({})).is_empty());
     }
 }

@@ -58,3 +58,24 @@ impl From<ObjectRef> for types::ObjectRef {
         }
     }
 }
+
+/// Bindings of the `watching-controller` world, for its one addition: the optional `watches`
+/// export. Everything the two worlds share maps to the bindings above, so a guest's types are
+/// one set of Rust types whichever world it was built for.
+pub(crate) mod watching {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "watching-controller",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "reconciler:api/types": super::reconciler::api::types,
+            "reconciler:api/lister": super::reconciler::api::lister,
+            "reconciler:api/cluster": super::reconciler::api::cluster,
+            "reconciler:api/queue": super::reconciler::api::queue,
+            "reconciler:api/log": super::reconciler::api::log,
+        },
+    });
+
+    pub(crate) use exports::reconciler::api::watches;
+}

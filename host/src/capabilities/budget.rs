@@ -72,6 +72,12 @@ pub(super) fn tick_ns() -> u64 {
 }
 
 impl Budget {
+    /// Takes one event from the guest's event rate; false when it is spent (the event is
+    /// dropped). The host's own events about the guest's objects count against it too.
+    pub(crate) fn take_event(&self) -> bool {
+        self.events.check().is_ok()
+    }
+
     pub(crate) fn new(rates: Rates) -> Self {
         // A rate of 0 would refuse everything for ever; the least is one per second.
         let quota = |per_second: u32, burst: u32| {

@@ -1,4 +1,5 @@
-//! Providers that refuse everything: a guest may not call the host while it describes itself.
+//! Providers that refuse: a guest may not call the host while it describes itself, and may
+//! only read while it maps an object to keys (`map`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use super::seams::{Listed, Lister};
 impl Providers {
     /// Providers that refuse everything: a guest may not call the host while loading.
     pub(crate) fn deny_all() -> Self {
-        let deny = Arc::new(DenyAll);
+        let deny = Arc::new(DenyAll(LOADING));
         Self {
             lister: deny.clone(),
             cluster: deny.clone(),
@@ -23,16 +24,31 @@ impl Providers {
             http: None,
         }
     }
+
+    /// These providers' lister, and refusals for everything else: what a guest's `map` may
+    /// call (it names keys; the reconcile that follows acts).
+    pub(crate) fn read_only(&self) -> Self {
+        let deny = Arc::new(DenyAll(MAPPING));
+        Self {
+            lister: self.lister.clone(),
+            cluster: deny.clone(),
+            queue: deny,
+            network: None,
+            http: None,
+        }
+    }
 }
 
-/// Providers for a guest that may not call anything yet.
-struct DenyAll;
+/// Providers that refuse every call, saying why.
+struct DenyAll(&'static str);
 
 const LOADING: &str = "host calls are not available while the guest is being loaded (manifest)";
+const MAPPING: &str =
+    "only the lister is available in map(): it names keys, and their reconciles write";
 
 impl Lister for DenyAll {
     fn get(&self, _: &crate::objects::ObjectRef) -> Result<Option<String>, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     fn list(
         &self,
@@ -40,7 +56,7 @@ impl Lister for DenyAll {
         _: Option<&str>,
         _: Option<&kube::core::Selector>,
     ) -> Result<Vec<Arc<dyn Listed>>, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     fn visits(&self, _: &crate::objects::Gvk, _: Option<&str>) -> usize {
         0
@@ -55,25 +71,25 @@ impl Cluster for DenyAll {
         _: &crate::objects::ObjectRef,
         _: &Value,
     ) -> Result<Value, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     async fn delete(&self, _: &str, _: &crate::objects::ObjectRef) -> Result<bool, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     async fn record_event(&self, _: &str, _: &EventRecord) -> Result<(), HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     async fn get(&self, _: &crate::objects::ObjectRef) -> Result<Option<Value>, HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
 }
 
 impl Enqueuer for DenyAll {
     fn enqueue(&self, _: crate::objects::ObjectKey, _: Option<Duration>) -> Result<(), HostError> {
-        Err(HostError::Denied(LOADING.into()))
+        Err(HostError::Denied(self.0.into()))
     }
     fn pending(&self) -> usize {
         0

@@ -254,6 +254,10 @@ impl VerifySettings {
 pub(crate) struct Allow {
     #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
     pub(crate) read: BTreeSet<Gvk>,
+    /// Kinds a Reconciler may read only through a selector that includes this one (its
+    /// `spec.grant.readSelectors` entry must carry every requirement written here).
+    #[serde(default)]
+    pub(crate) read_selectors: ReadSelectors,
     #[serde(default)]
     pub(crate) write: BTreeSet<WriteTarget>,
     #[serde(default)]
@@ -281,6 +285,55 @@ pub(crate) struct Allow {
     /// within one of these (prefix, methods) and name only the credentials that one names.
     #[serde(default)]
     pub(crate) http: Vec<HttpRule>,
+}
+
+/// A label selector per kind (`readSelectors`), each checked when the configuration is read.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReadSelectors(BTreeMap<Gvk, String>);
+
+impl ReadSelectors {
+    /// The selector for `kind`, if one is set.
+    pub(crate) fn get(&self, kind: &Gvk) -> Option<&str> {
+        self.0.get(kind).map(String::as_str)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Gvk, &str)> {
+        self.0.iter().map(|(k, v)| (k, v.as_str()))
+    }
+
+    /// `selector` with this kind's requirement added (both as written when either is unset).
+    pub(crate) fn narrow(&self, kind: &Gvk, selector: Option<&str>) -> Option<String> {
+        match (self.get(kind), selector) {
+            (Some(mine), Some(theirs)) => Some(format!("{mine},{theirs}")),
+            (Some(one), None) | (None, Some(one)) => Some(one.to_owned()),
+            (None, None) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ReadSelectors {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let written = BTreeMap::<String, String>::deserialize(deserializer)?;
+        let mut selectors = BTreeMap::new();
+        for (kind, selector) in written {
+            let kind: Gvk = kind.parse().map_err(serde::de::Error::custom)?;
+            crate::informers::parse_selector(&selector)
+                .map_err(|e| serde::de::Error::custom(format!("readSelectors {kind}: {e}")))?;
+            selectors.insert(kind, selector);
+        }
+        Ok(Self(selectors))
+    }
+}
+
+/// Whether selector `inner` selects only objects `outer` selects: it carries each of
+/// `outer`'s requirements (the parser sorts and removes repeats, so adding `outer`'s to
+/// `inner`'s changes nothing exactly then).
+pub(crate) fn selector_within(inner: &str, outer: &str) -> bool {
+    let parse = crate::informers::parse_selector;
+    match (parse(&format!("{inner},{outer}")), parse(inner)) {
+        (Ok(both), Ok(inner)) => both == inner,
+        _ => false,
+    }
 }
 
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
@@ -720,6 +773,11 @@ pub struct Grant {
     /// Kinds the guest may watch and read through the lister (and record events about).
     #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
     pub read: BTreeSet<Gvk>,
+    /// A label selector per read kind (`{v1/ConfigMap: "app=web"}`): the guest reads and
+    /// watches only objects of the kind that match it, and the host caches only those. Every
+    /// watch of the kind gets the selector added to its own.
+    #[serde(default)]
+    pub read_selectors: ReadSelectors,
     /// Sharded hosts (`run --shards auto`): what the lister shows of the guest's primary kind.
     /// `share` (default): this replica's share, the cache its controller runs on (objects of
     /// other shares read as absent), so each replica caches only its share. `whole`: every
@@ -958,6 +1016,53 @@ guests:
         std::fs::remove_file(dir.path().join("trusted_root.json")).unwrap();
         let e = HostConfig::parse(&config("{issuer: x, subject: y}"), &host_yaml).unwrap_err();
         assert!(e.to_string().contains("trusted_root.json"), "{e}");
+    }
+
+    #[test]
+    fn a_selector_is_within_another_when_it_carries_each_of_its_requirements() {
+        assert!(selector_within("app=web,tier=db", "app=web"));
+        assert!(selector_within("tier=db, app=web", "app=web"));
+        assert!(selector_within("app=web", "app=web"));
+        assert!(!selector_within("tier=db", "app=web"));
+        assert!(!selector_within("app=other", "app=web"));
+        assert!(
+            !selector_within("", "app=web"),
+            "everything is not within app=web"
+        );
+        assert!(
+            !selector_within("a in (", "app=web"),
+            "an unparsable selector"
+        );
+    }
+
+    #[test]
+    fn read_selectors_are_parsed_per_kind_and_narrow_a_watch() {
+        let config = HostConfig::parse(
+            "guests:\n  a:\n    read: [v1/ConfigMap]\n    readSelectors: {v1/ConfigMap: 'app=web'}\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let grant = &config.guests["a"];
+        let config_map: Gvk = "v1/ConfigMap".parse().unwrap();
+        let secret: Gvk = "v1/Secret".parse().unwrap();
+        assert_eq!(grant.read_selectors.get(&config_map), Some("app=web"));
+        assert_eq!(
+            grant
+                .read_selectors
+                .narrow(&config_map, Some("tier=db"))
+                .as_deref(),
+            Some("app=web,tier=db")
+        );
+        assert_eq!(grant.read_selectors.narrow(&secret, None), None);
+        let bad = HostConfig::parse(
+            "guests:\n  a:\n    readSelectors: {v1/ConfigMap: 'a in ('}\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap_err();
+        assert!(
+            bad.to_string().contains("readSelectors v1/ConfigMap"),
+            "{bad}"
+        );
     }
 
     #[test]

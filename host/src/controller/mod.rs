@@ -23,6 +23,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod index;
 pub(crate) mod sync;
 mod triggers;
 
@@ -31,19 +32,20 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backends::NetworkBackend;
-use crate::capabilities::{CallContext, GuestContext, NETWORK_BACKEND, Scope};
+use crate::capabilities::{CallContext, EventRecord, GuestContext, NETWORK_BACKEND, Scope};
 use crate::fence::WriteFence;
 use crate::guest_set::ActiveGuest;
 use crate::informers::{Informer, Informers, WatchScope};
-use crate::manifest::Mapping;
+use crate::manifest::{Mapping, SecondaryWatch};
 use crate::metrics::Metrics;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
-use crate::runtime::{Request, Run, Runtime};
+use crate::runtime::{Outcome, Request, Run, Runtime};
+use index::FieldIndex;
 use sync::{Next, Primary, Step};
-use triggers::{Route, map_events};
+use triggers::{FunctionMapper, Mapper, Route, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
 pub(crate) const DEFAULT_CONCURRENCY: u32 = 2;
@@ -118,6 +120,8 @@ impl Workers {
 struct GuestVersion {
     guest: Arc<ActiveGuest>,
     context: Arc<GuestContext>,
+    /// What the guest's `map` calls see: its lister, and refusals for everything else.
+    map_context: Arc<GuestContext>,
     /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
     cluster: Arc<KubeCluster>,
     /// When the grant sets `record`: which reconciles are written down for replay.
@@ -127,7 +131,9 @@ struct GuestVersion {
 /// The informers a controller holds: primary, secondaries, and every kind it may read.
 struct Caches {
     primary: Informer,
-    secondaries: Vec<(Informer, Mapping)>,
+    secondaries: Vec<(Informer, SecondaryWatch)>,
+    /// The field indexes the `field` watches look up, one per path.
+    indexes: Vec<Arc<FieldIndex>>,
     readable: BTreeMap<Gvk, Informer>,
     /// Sharded mode: primary keys seen deleted and not yet reconciled. Any other key whose
     /// object is not in the (sharded) primary cache belongs to another replica.
@@ -175,14 +181,7 @@ impl Controller {
             },
             manifest.primary.clone(),
         ));
-        for (informer, mapping) in &caches.secondaries {
-            tasks.spawn(map_events(
-                informer.subscribe(),
-                queue.clone(),
-                Route::Secondary(mapping.clone()),
-                manifest.primary.clone(),
-            ));
-        }
+        spawn_secondaries(&mut tasks, shared, &caches, &queue, &version, &name);
 
         let (synced_tx, synced) = watch::channel(false);
         let count = concurrency(&guest);
@@ -284,6 +283,7 @@ impl Controller {
         };
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
         let version = GuestVersion {
+            map_context: map_context(shared, &guest, &context.providers, scope.clone()),
             context: Arc::new(
                 GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
                     .with_scope(scope)
@@ -326,6 +326,56 @@ impl Controller {
     }
 }
 
+/// The tasks that keep the field indexes and map each secondary watch's events to keys.
+fn spawn_secondaries(
+    tasks: &mut JoinSet<()>,
+    shared: &Shared,
+    caches: &Arc<Caches>,
+    queue: &WorkQueue<ObjectKey>,
+    version: &watch::Sender<Arc<GuestVersion>>,
+    name: &str,
+) {
+    let gvk = caches.primary.gvk();
+    let guest_primary = Gvk::new(&gvk.group, &gvk.version, &gvk.kind);
+    for index in &caches.indexes {
+        let (index, metrics, caches, name) = (
+            index.clone(),
+            shared.metrics.clone(),
+            caches.clone(),
+            name.to_owned(),
+        );
+        let events = caches.primary.subscribe();
+        tasks.spawn(async move {
+            index
+                .follow(events, || {
+                    metrics.field_index_entries(&name, caches.index_entries());
+                })
+                .await;
+        });
+    }
+    for (informer, watch) in &caches.secondaries {
+        let mapper = match &watch.mapping {
+            Mapping::Field { path, value } => Mapper::Index {
+                index: caches.index(path),
+                value: *value,
+            },
+            Mapping::Function => Mapper::Function(FunctionMapper {
+                kind: watch.kind.clone(),
+                runtime: shared.runtime.clone(),
+                version: version.subscribe(),
+                metrics: shared.metrics.clone(),
+            }),
+            read => Mapper::Read(read.clone()),
+        };
+        tasks.spawn(map_events(
+            informer.subscribe(),
+            queue.clone(),
+            Route::Secondary(mapper),
+            guest_primary.clone(),
+        ));
+    }
+}
+
 fn concurrency(guest: &ActiveGuest) -> usize {
     let asked = match guest.loaded.manifest.concurrency {
         0 => DEFAULT_CONCURRENCY,
@@ -345,19 +395,35 @@ impl Caches {
             ),
             (wanted, host) => wanted.clone().or_else(|| host.clone()),
         };
+        let selectors = &guest.grant.read_selectors;
         let primary = acquire_scoped(
             shared,
             &manifest.primary,
             namespace.clone(),
-            manifest.label_selector.clone(),
+            selectors.narrow(&manifest.primary, manifest.label_selector.as_deref()),
             shared.shard,
         )
         .await?;
         let mut secondaries = Vec::new();
+        let mut indexes: Vec<Arc<FieldIndex>> = Vec::new();
         for secondary in &manifest.secondary {
-            let informer =
-                acquire_scoped(shared, &secondary.kind, namespace.clone(), None, None).await?;
-            secondaries.push((informer, secondary.mapping.clone()));
+            let watched = match (&secondary.namespace, &shared.namespace) {
+                (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
+                    "guest `{}` watches {} in namespace {wanted} but the host is restricted to namespace {host}",
+                    manifest.name,
+                    secondary.kind
+                ),
+                (Some(wanted), _) => Some(wanted.clone()),
+                (None, _) => namespace.clone(),
+            };
+            let selector = selectors.narrow(&secondary.kind, secondary.label_selector.as_deref());
+            let informer = acquire_scoped(shared, &secondary.kind, watched, selector, None).await?;
+            if let Mapping::Field { path, .. } = &secondary.mapping
+                && !indexes.iter().any(|i| i.path() == path)
+            {
+                indexes.push(Arc::new(FieldIndex::new(path.clone())));
+            }
+            secondaries.push((informer, secondary.clone()));
         }
         // The lister serves every kind in the grant. A kind the server does not serve (yet) is
         // logged and its reads return `unavailable`.
@@ -375,7 +441,8 @@ impl Caches {
             .filter(|k| !readable.contains_key(*k))
             .collect();
         for kind in whole {
-            match acquire_scoped(shared, kind, shared.namespace.clone(), None, None).await {
+            let selector = selectors.get(kind).map(str::to_owned);
+            match acquire_scoped(shared, kind, shared.namespace.clone(), selector, None).await {
                 Ok(informer) => {
                     readable.insert(kind.clone(), informer);
                 }
@@ -387,6 +454,7 @@ impl Caches {
         Ok(Self {
             primary,
             secondaries,
+            indexes,
             readable,
             gone: shared.shard.map(|_| Arc::default()),
         })
@@ -433,16 +501,33 @@ impl GuestVersion {
             providers = providers.with_http(shared.outbound.clone());
         }
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
+        let map_context = map_context(shared, guest, &providers, scope.clone());
         let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
             .with_scope(scope)
             .with_metrics(shared.metrics.clone());
         Self {
             guest: guest.clone(),
             context: Arc::new(context),
+            map_context,
             cluster,
             recorder: recorder(shared, guest),
         }
     }
+}
+
+/// The context of the guest's `map` calls: its lister and nothing else, and a budget of their
+/// own, so mapping events never spends what its reconciles may write.
+fn map_context(
+    shared: &Shared,
+    guest: &ActiveGuest,
+    providers: &crate::capabilities::Providers,
+    scope: Scope,
+) -> Arc<GuestContext> {
+    Arc::new(
+        GuestContext::new(guest.name(), guest.grant.clone(), providers.read_only())
+            .with_scope(scope)
+            .with_metrics(shared.metrics.clone()),
+    )
 }
 
 fn recorder(shared: &Shared, guest: &ActiveGuest) -> Option<Recorder> {
@@ -674,6 +759,7 @@ async fn run(
         key.to_string(),
         Some(tokio::runtime::Handle::current()),
     );
+    let (object_ref, exists) = (request.object_ref.clone(), request.object.is_some());
     let plan = version.recorder.as_ref().and_then(Recorder::plan);
     let (call, reuse, recorded) = match &plan {
         // A recorded reconcile runs fresh: a kept instance's state would be missing from the
@@ -699,7 +785,45 @@ async fn run(
     }
     // Also counts deadline and memory-limit hits.
     metrics.reconcile_finished(name, run.outcome.result(), started.elapsed());
+    if let Some(event) = failure_event(&run.outcome, &object_ref, exists) {
+        warn_on_primary(version, event);
+    }
     run
+}
+
+/// The `Warning` event a failed reconcile leaves on its primary, so a user with only kubectl
+/// sees why nothing happened: a permanent error, a trap, the deadline or the memory cap.
+/// Transient errors are retried and leave none. None when the object is gone.
+fn failure_event(outcome: &Outcome, object: &ObjectRef, exists: bool) -> Option<EventRecord> {
+    let (reason, message) = match outcome {
+        Outcome::Permanent(m) => ("ReconcileFailed", m),
+        Outcome::Trap(m) => ("GuestTrapped", m),
+        Outcome::Deadline(m) => ("DeadlineExceeded", m),
+        Outcome::MemoryLimit(m) => ("MemoryLimitExceeded", m),
+        Outcome::Ok { .. } | Outcome::Transient(_) => return None,
+    };
+    exists.then(|| EventRecord {
+        regarding: object.clone(),
+        event_type: crate::capabilities::EventType::Warning,
+        reason: reason.to_owned(),
+        message: message.clone(),
+    })
+}
+
+/// Sends `event` in the background, within the guest's event rate (the event recorder
+/// aggregates repeats of one object, type and reason into a series). Shadow mode sends none.
+fn warn_on_primary(version: &GuestVersion, event: EventRecord) {
+    let guest = &version.guest;
+    if guest.grant.mode == crate::shadow::Mode::Shadow || !version.context.budget.take_event() {
+        return;
+    }
+    let (cluster, name) = (version.cluster.clone(), guest.name().to_owned());
+    tokio::spawn(async move {
+        use crate::capabilities::Cluster as _;
+        if let Err(e) = cluster.record_event(&name, &event).await {
+            tracing::debug!(guest = %name, object = %event.regarding, "warning event not written: {e}");
+        }
+    });
 }
 
 impl Caches {
@@ -716,6 +840,20 @@ impl Caches {
             metrics.shard_foreign_key(guest);
         }
         foreign
+    }
+
+    /// The field index over `path` (made in `acquire` for every `field` watch).
+    fn index(&self, path: &crate::manifest::FieldPath) -> Arc<FieldIndex> {
+        self.indexes
+            .iter()
+            .find(|i| i.path() == path)
+            .cloned()
+            .expect("an index for every field watch's path")
+    }
+
+    /// Entries across the field indexes.
+    fn index_entries(&self) -> usize {
+        self.indexes.iter().map(|i| i.len()).sum()
     }
 
     /// The readable informers plus the primary one (finalizer patches record into it).

@@ -1,17 +1,24 @@
 //! Controller triggers: how informer events become keys of the primary kind (client-go's
-//! event handlers and `EnqueueRequestForOwner`/label mapping in controller-runtime terms).
+//! event handlers; `EnqueueRequestForOwner`, label mapping, field indexes and
+//! `EnqueueRequestsFromMapFunc` in controller-runtime terms).
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
+use super::GuestVersion;
+use super::index::FieldIndex;
+use crate::capabilities::CallContext;
 use crate::informers::InformerEvent;
-use crate::manifest::Mapping;
+use crate::manifest::{IndexValue, Mapping};
 use crate::objects::{Gvk, ObjectKey};
 use crate::queue::{Priority, WorkQueue};
+use crate::runtime::{Mapped, Runtime};
 
 /// How an informer's events become primary keys.
 pub(super) enum Route {
@@ -21,8 +28,126 @@ pub(super) enum Route {
         generation_changed_only: bool,
         gone: Option<Arc<Mutex<HashSet<ObjectKey>>>>,
     },
-    /// A secondary kind: the keys its mapping names.
-    Secondary(Mapping),
+    /// A secondary kind: the keys its mapper names.
+    Secondary(Mapper),
+}
+
+/// How one secondary watch finds the primary keys of an object.
+pub(super) enum Mapper {
+    /// Read off the object: owner references, a label, owner labels.
+    Read(Mapping),
+    /// Looked up in a field index over the primary cache.
+    Index {
+        index: Arc<FieldIndex>,
+        value: IndexValue,
+    },
+    /// Asked of the guest's `map` export.
+    Function(FunctionMapper),
+}
+
+/// What calling a guest's `map` needs: the guest version of the moment (a hot swap maps the
+/// next event with the new version) and the engine.
+pub(super) struct FunctionMapper {
+    pub(super) kind: Gvk,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) version: watch::Receiver<Arc<GuestVersion>>,
+    pub(super) metrics: crate::metrics::Metrics,
+}
+
+impl Mapper {
+    /// The primary keys `object` maps to.
+    async fn keys(&self, object: &DynamicObject, primary: &Gvk) -> Vec<ObjectKey> {
+        match self {
+            Mapper::Read(mapping) => primary_keys(object, mapping, primary),
+            Mapper::Index { index, value } => {
+                let namespace = object.metadata.namespace.as_deref();
+                let name = object.metadata.name.as_deref().unwrap_or_default();
+                match (value, namespace) {
+                    (IndexValue::Name, namespace) => index.lookup(name, namespace),
+                    (IndexValue::Namespace, Some(namespace)) => index.lookup(namespace, None),
+                    (IndexValue::Namespace, None) => Vec::new(),
+                    (IndexValue::NamespacedName, Some(namespace)) => {
+                        index.lookup(&format!("{namespace}/{name}"), None)
+                    }
+                    (IndexValue::NamespacedName, None) => index.lookup(name, None),
+                }
+            }
+            Mapper::Function(function) => function.call(object).await,
+        }
+    }
+}
+
+impl FunctionMapper {
+    /// Calls the guest's `map` on `object`: the keys it named, or none when the call failed
+    /// (logged and counted; the next change or resync repairs what this event missed).
+    async fn call(&self, object: &DynamicObject) -> Vec<ObjectKey> {
+        let version = self.version.borrow().clone();
+        let name = version.guest.name();
+        let what = format!("{} {}", self.kind, key_of(object));
+        let json = match serde_json::to_string(object) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::warn!(guest = %name, object = %what, "map not called: the object does not serialise: {e}");
+                return Vec::new();
+            }
+        };
+        let call = CallContext::new(
+            version.map_context.clone(),
+            format!("map {what}"),
+            Some(tokio::runtime::Handle::current()),
+        );
+        let started = Instant::now();
+        let mapped = self
+            .runtime
+            .map_async(&version.guest.loaded, call, &self.kind, json)
+            .await;
+        match mapped {
+            Mapped::Keys { keys, cut } => {
+                self.metrics.map_called(
+                    name,
+                    crate::metrics::ReconcileResult::Success,
+                    started.elapsed(),
+                );
+                if cut {
+                    tracing::warn!(guest = %name, object = %what, "map returned more than {} keys; the rest were dropped", crate::runtime::MAX_MAPPED_KEYS);
+                }
+                valid_keys(
+                    name,
+                    &what,
+                    keys,
+                    version.context.scope.primary_namespace.as_deref(),
+                )
+            }
+            Mapped::Failed { result, message } => {
+                self.metrics.map_called(name, result, started.elapsed());
+                tracing::warn!(guest = %name, object = %what, "map failed ({}); this event enqueues nothing, the next change or resync repairs it: {message}", result.as_str());
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The keys a guest's `map` returned that can name a primary: a valid name, and the primary
+/// watch's namespace when that is restricted. The others are dropped with a log line.
+fn valid_keys(
+    guest: &str,
+    what: &str,
+    keys: Vec<ObjectKey>,
+    namespace: Option<&str>,
+) -> Vec<ObjectKey> {
+    keys.into_iter()
+        .filter(|key| {
+            let checked = crate::validation::object_name("key.name", &key.name)
+                .and_then(|()| crate::validation::namespace("key.namespace", key.namespace.as_deref()));
+            let outside = namespace.is_some_and(|ns| key.namespace.as_deref() != Some(ns));
+            match checked {
+                Err(e) => tracing::warn!(guest, object = %what, "map returned an invalid key {key}, dropped: {e}"),
+                Ok(()) if outside => tracing::warn!(guest, object = %what, "map returned {key}, outside the primary watch's namespace, dropped"),
+                Ok(()) => return true,
+            }
+            false
+        })
+        .collect()
 }
 
 /// Turns informer events into keys of the primary kind.
@@ -48,13 +173,13 @@ pub(super) async fn map_events(
                 }
                 queue.add_with(key_of(object), priority);
             }
-            Route::Secondary(mapping) => {
-                for key in primary_keys(object, mapping, &primary) {
+            Route::Secondary(mapper) => {
+                for key in mapper.keys(object, &primary).await {
                     queue.add_with(key, priority);
                 }
                 // An update that moved the object to another owner must wake the old one too.
                 if let InformerEvent::Applied { old: Some(old), .. } = &event {
-                    for key in primary_keys(old, mapping, &primary) {
+                    for key in mapper.keys(old, &primary).await {
                         queue.add_with(key, priority);
                     }
                 }
@@ -126,6 +251,29 @@ fn primary_keys(object: &DynamicObject, mapping: &Mapping, primary: &Gvk) -> Vec
             })
             .into_iter()
             .collect(),
+        Mapping::OwnerLabels {
+            namespace: namespace_label,
+            name: name_label,
+        } => {
+            let labels = object.metadata.labels.as_ref();
+            let label = |key: &str| labels.and_then(|l| l.get(key)).filter(|v| !v.is_empty());
+            let Some(name) = label(name_label) else {
+                return Vec::new();
+            };
+            let namespace = match namespace_label {
+                Some(key) => match label(key) {
+                    Some(ns) => Some(ns.clone()),
+                    None => return Vec::new(),
+                },
+                None => None,
+            };
+            vec![ObjectKey {
+                namespace,
+                name: name.clone(),
+            }]
+        }
+        // Mapped by the index or the guest, never read off the object.
+        Mapping::Field { .. } | Mapping::Function => Vec::new(),
     }
 }
 

@@ -138,6 +138,17 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
             .difference(&allow.read)
             .map(|kind| format!("read {kind}")),
     );
+    for (kind, outer) in allow.read_selectors.iter() {
+        let within = grant
+            .read_selectors
+            .get(kind)
+            .is_some_and(|inner| crate::config::selector_within(inner, outer));
+        if grant.read.contains(kind) && !within {
+            beyond.push(format!(
+                "read {kind} without readSelectors {kind} carrying {outer:?}"
+            ));
+        }
+    }
     beyond.extend(
         grant
             .write
@@ -464,6 +475,29 @@ reconcilers:
             "{refused:?}"
         );
         assert_eq!(refused[3], "limits.httpPerSecond 50 (at most 10)");
+    }
+
+    #[test]
+    fn a_kind_the_ceiling_selects_is_read_only_through_a_selector_within_it() {
+        let config = config(
+            "reconcilers:\n  allow:\n    read: [v1/ConfigMap, v1/Namespace]\n    readSelectors: {v1/ConfigMap: 'team=a'}\n",
+        );
+        let allow = config.reconcilers.as_ref().unwrap().allow.clone();
+        let within = grant(
+            "{read: [v1/ConfigMap, v1/Namespace], readSelectors: {v1/ConfigMap: 'team=a,app=web'}}",
+        );
+        assert!(beyond_allowed(&within, &allow, &config).is_empty());
+        let unselected = grant("{read: [v1/ConfigMap]}");
+        let other = grant("{read: [v1/ConfigMap], readSelectors: {v1/ConfigMap: 'team=b'}}");
+        for refused in [unselected, other] {
+            assert_eq!(
+                beyond_allowed(&refused, &allow, &config),
+                vec![
+                    "read v1/ConfigMap without readSelectors v1/ConfigMap carrying \"team=a\""
+                        .to_owned()
+                ]
+            );
+        }
     }
 
     #[test]

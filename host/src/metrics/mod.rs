@@ -22,6 +22,8 @@
 //! | | `reconciler_informer_shard_filter` | `group`, `version`, `kind`, `mode` |
 //! | `outbound.rs` | `reconciler_http_requests_total` | `guest`, `host`, `outcome` |
 //! | | `reconciler_http_sent_bytes_total`, `reconciler_http_received_bytes_total`, `reconciler_http_request_duration_seconds` | `guest`, `host` |
+//! | `watches.rs` | `reconciler_map_calls_total` | `guest`, `result` |
+//! | | `reconciler_map_duration_seconds`, `reconciler_field_index_entries` | `guest` |
 //! | `shards.rs` | `reconciler_leader`, `reconciler_shard_members`, `reconciler_shard_owned_slots`, `reconciler_shard_owned_ratio` | none |
 //! | | `reconciler_shard_keys`, `reconciler_shard_foreign_keys_total` | `guest` |
 //! | | `reconciler_shard_handovers_total` | `direction` |
@@ -72,6 +74,7 @@ mod informers;
 mod outbound;
 mod scrape;
 mod shards;
+mod watches;
 mod workqueue;
 
 use std::fmt;
@@ -90,6 +93,7 @@ use outbound::OutboundFamilies;
 pub(crate) use scrape::ScrapeHook;
 use scrape::ScrapeHooks;
 use shards::ShardFamilies;
+use watches::WatchFamilies;
 use workqueue::WorkqueueFamilies;
 pub use workqueue::WorkqueueMetrics;
 
@@ -105,6 +109,7 @@ struct Inner {
     informers: InformerFamilies,
     shards: ShardFamilies,
     outbound: OutboundFamilies,
+    watches: WatchFamilies,
     scrape_hooks: ScrapeHooks,
 }
 
@@ -139,6 +144,7 @@ impl Metrics {
         let informers = InformerFamilies::register(&mut r);
         let shards = ShardFamilies::register(&mut r);
         let outbound = OutboundFamilies::register(&mut r);
+        let watches = WatchFamilies::register(&mut r);
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -147,6 +153,7 @@ impl Metrics {
                 informers,
                 shards,
                 outbound,
+                watches,
                 scrape_hooks: ScrapeHooks::default(),
             }),
         }
@@ -178,6 +185,17 @@ impl Metrics {
         self.inner
             .outbound
             .exchanged(guest, host, sent, received, took);
+    }
+
+    /// One call of `guest`'s `map` export ended with `result` (`Success` when it returned
+    /// keys) after `took`.
+    pub(crate) fn map_called(&self, guest: &str, result: ReconcileResult, took: Duration) {
+        self.inner.watches.map_called(guest, result, took);
+    }
+
+    /// `guest`'s field indexes hold `entries` entries now.
+    pub(crate) fn field_index_entries(&self, guest: &str, entries: usize) {
+        self.inner.watches.index_entries(guest, entries);
     }
 
     /// One reconcile of `guest` ended with `result` after `duration`. Make exactly one call

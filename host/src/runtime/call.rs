@@ -12,7 +12,7 @@ use super::load::LoadedGuest;
 use super::store::{FailureKind, HostState, describe_failure, new_store};
 use crate::capabilities::{Call, CallContext};
 use crate::config::Reuse;
-use crate::objects::ObjectRef;
+use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::wit::guest;
 
 /// Input of one reconcile.
@@ -261,5 +261,85 @@ fn outcome(result: CallResult, store: &Store<HostState>, slots: u32) -> Outcome 
             "guest ran past its deadline of {:?} while waiting in a host or WASI call, and was cancelled",
             store.data().call().guest.grant.limits.deadline()
         )),
+    }
+}
+
+/// At most this many keys are taken from one `map` call.
+pub const MAX_MAPPED_KEYS: usize = 1000;
+
+/// How a call of the guest's `map` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mapped {
+    /// The keys it returned (at most [`MAX_MAPPED_KEYS`]; `cut` says it returned more).
+    Keys { keys: Vec<ObjectKey>, cut: bool },
+    /// It trapped, ran past its deadline or its memory cap; the text says which and how.
+    Failed {
+        result: crate::metrics::ReconcileResult,
+        message: String,
+    },
+}
+
+/// Calls the guest's `map` export on one object of `kind`, in a fresh instance under the
+/// guest's deadline and memory cap (the same limits as a reconcile). `call` decides what its
+/// imports answer.
+pub(super) async fn map(
+    engine: &Engine,
+    slots: u32,
+    guest: &LoadedGuest,
+    mut call: CallContext,
+    kind: &Gvk,
+    object: String,
+) -> Mapped {
+    let limits = &call.guest.grant.limits;
+    let memory_bytes = limits.memory_bytes();
+    call.deadline = Instant::now() + limits.deadline();
+    let deadline = call.deadline;
+    let mut store = new_store(engine, call, memory_bytes);
+    let kind = crate::wit::types::Gvk::from(kind.clone());
+    let result = tokio::time::timeout_at(deadline.into(), async {
+        let instance = guest.instance_pre().instantiate_async(&mut store).await?;
+        let Some(export) = guest.watches_export(&instance, &mut store) else {
+            wasmtime::bail!("the guest does not export reconciler:api/watches");
+        };
+        export?.call_map(&mut store, &kind, &object).await
+    })
+    .await;
+    match result {
+        Ok(Ok(keys)) => {
+            let cut = keys.len() > MAX_MAPPED_KEYS;
+            let keys = keys
+                .into_iter()
+                .take(MAX_MAPPED_KEYS)
+                .map(|k| ObjectKey {
+                    namespace: k.namespace,
+                    name: k.name,
+                })
+                .collect();
+            Mapped::Keys { keys, cut }
+        }
+        Ok(Err(e)) => {
+            let (result, message) = if e.is::<wasmtime::PoolConcurrencyLimitError>() {
+                (
+                    crate::metrics::ReconcileResult::Error,
+                    format!("no free instance slot (the host runs at most {slots} at once)"),
+                )
+            } else {
+                let (kind, message) = describe_failure(&e, &store);
+                let result = match kind {
+                    FailureKind::Deadline => crate::metrics::ReconcileResult::Deadline,
+                    FailureKind::MemoryLimit => crate::metrics::ReconcileResult::MemoryLimit,
+                    FailureKind::Trap => crate::metrics::ReconcileResult::Trap,
+                };
+                (result, message)
+            };
+            Mapped::Failed { result, message }
+        }
+        Err(_) => Mapped::Failed {
+            result: crate::metrics::ReconcileResult::Deadline,
+            message: format!(
+                "map ran past its deadline of {:?} while waiting in a host or WASI call, and was cancelled",
+                store.data().call().guest.grant.limits.deadline()
+            ),
+        },
     }
 }

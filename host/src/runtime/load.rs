@@ -18,9 +18,12 @@ use super::store::{HostState, describe_failure, new_store};
 use crate::capabilities::CallContext;
 use crate::compile_cache::CompileCache;
 use crate::manifest::Manifest;
-use crate::wit::{NetworkControllerPre, guest};
+use crate::wit::watching::watches;
+use crate::wit::{NetworkController, NetworkControllerPre, guest};
 
 const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
+/// The optional export of the `watching-controller` world.
+const WATCHES_EXPORT: &str = "reconciler:api/watches@0.1.0";
 /// Interfaces of the contract, as a component's imports name them.
 const API_PACKAGE: &str = "reconciler:api/";
 /// The import of the `http-controller` world, as [`LoadedGuest::imports`] lists it.
@@ -67,6 +70,8 @@ pub struct LoadedGuest {
     pre: NetworkControllerPre<HostState>,
     /// Where the `reconcile` function is among the component's exports (found at load).
     reconcile: ComponentExportIndex,
+    /// Where the optional `watches` export's functions are, when the guest has it.
+    watches: Option<watches::GuestIndices>,
     /// SHA-256 of the component bytes, hex.
     pub hash: String,
     pub manifest: Manifest,
@@ -91,17 +96,35 @@ pub(super) type ReconcileFunc<'a> =
     TypedFunc<(&'a guest::Request,), (Result<guest::Action, crate::wit::types::ReconcileError>,)>;
 
 impl LoadedGuest {
-    /// The world the guest was built for, from what it imports.
-    pub fn world(&self) -> &'static str {
-        match (
-            self.imports.contains("network-backend"),
-            self.imports.contains(HTTP_IMPORT),
-        ) {
-            (true, true) => "network-controller+http-controller",
-            (true, false) => "network-controller",
-            (false, true) => "http-controller",
-            (false, false) => "controller",
+    /// The world the guest was built for, from what it imports and exports: `controller`, or
+    /// the worlds that add to it, joined by `+` (`http-controller+watching-controller`).
+    pub fn world(&self) -> String {
+        let worlds: Vec<&str> = [
+            (
+                self.imports.contains("network-backend"),
+                "network-controller",
+            ),
+            (self.imports.contains(HTTP_IMPORT), "http-controller"),
+            (self.watches.is_some(), "watching-controller"),
+        ]
+        .into_iter()
+        .filter_map(|(has, world)| has.then_some(world))
+        .collect();
+        if worlds.is_empty() {
+            "controller".to_owned()
+        } else {
+            worlds.join("+")
         }
+    }
+
+    /// The guest's `watches` export in `instance`, when it has one.
+    pub(super) fn watches_export(
+        &self,
+        instance: &Instance,
+        store: &mut Store<HostState>,
+    ) -> Option<wasmtime::Result<watches::Guest>> {
+        let indices = self.watches.as_ref()?;
+        Some(indices.load(store, instance))
     }
 
     /// Every import resolved against the host's linker: instantiating it links nothing.
@@ -209,6 +232,7 @@ pub(super) struct Checked {
     name: String,
     pre: NetworkControllerPre<HostState>,
     reconcile: ComponentExportIndex,
+    watches: Option<watches::GuestIndices>,
     imports: BTreeSet<String>,
 }
 
@@ -252,11 +276,20 @@ pub(super) fn check_world(
     let instance_pre = linker
         .instantiate_pre(component)
         .map_err(|e| wrong_world(format!("{e:#}")))?;
+    // The optional export: its functions' types are checked when `watches()` is called.
+    let watches = match component.get_export(None, WATCHES_EXPORT) {
+        Some(_) => Some(
+            watches::GuestIndices::new(&instance_pre)
+                .map_err(|e| wrong_world(format!("its {WATCHES_EXPORT} export: {e:#}")))?,
+        ),
+        None => None,
+    };
     let pre = NetworkControllerPre::new(instance_pre).map_err(|e| wrong_world(format!("{e:#}")))?;
     Ok(Checked {
         name: name.to_owned(),
         pre,
         reconcile,
+        watches,
         imports,
     })
 }
@@ -272,15 +305,17 @@ impl Checked {
         hash: String,
         file: &Path,
     ) -> Result<LoadedGuest, LoadError> {
-        let manifest = self.manifest(engine, slots).await?;
-        let manifest =
-            Manifest::from_wit(manifest).map_err(|invalid| LoadError::InvalidManifest {
+        let (manifest, watches) = self.manifest(engine, slots).await?;
+        let manifest = Manifest::from_wit(manifest, watches).map_err(|invalid| {
+            LoadError::InvalidManifest {
                 file: self.name,
                 reason: invalid.to_string(),
-            })?;
+            }
+        })?;
         Ok(LoadedGuest {
             pre: self.pre,
             reconcile: self.reconcile,
+            watches: self.watches,
             hash,
             manifest,
             imports: self.imports,
@@ -288,13 +323,13 @@ impl Checked {
         })
     }
 
-    /// Instantiates the guest once and calls `manifest()`, all under the manifest deadline, in
-    /// a store whose host calls are all denied.
+    /// Instantiates the guest once and calls `manifest()`, then `watches()` when it exports
+    /// that, all under the manifest deadline, in a store whose host calls are all denied.
     async fn manifest(
         &self,
         engine: &Engine,
         slots: u32,
-    ) -> Result<guest::ControllerManifest, LoadError> {
+    ) -> Result<(guest::ControllerManifest, Vec<watches::Watch>), LoadError> {
         let call = CallContext::loading(&self.name, MANIFEST_DEADLINE);
         let deadline = call.deadline;
         let mut store = new_store(engine, call, crate::config::DEFAULT_MEMORY_MIB << 20);
@@ -304,14 +339,25 @@ impl Checked {
             // Reconciles rely on this check (see `LoadedGuest::reconcile_func`).
             let instance = self
                 .pre
+                .instance_pre()
                 .instantiate_async(&mut store)
                 .await
                 .map_err(|e| (true, e))?;
-            instance
+            let bindings = NetworkController::new(&mut store, &instance).map_err(|e| (true, e))?;
+            let manifest = bindings
                 .reconciler_api_reconciler()
                 .call_manifest(&mut store)
                 .await
-                .map_err(|e| (false, e))
+                .map_err(|e| (false, e))?;
+            let Some(indices) = &self.watches else {
+                return Ok((manifest, Vec::new()));
+            };
+            let exported = indices.load(&mut store, &instance).map_err(|e| (true, e))?;
+            let watches = exported
+                .call_watches(&mut store)
+                .await
+                .map_err(|e| (false, e))?;
+            Ok((manifest, watches))
         })
         .await;
         let file = self.name.clone();

@@ -55,8 +55,9 @@ mod store;
 
 pub use crate::config::EPOCH_TICK;
 pub use crate::config::Reuse;
+pub(crate) use call::Mapped;
 pub(crate) use call::Run;
-pub use call::{Outcome, Request, Warm};
+pub use call::{MAX_MAPPED_KEYS, Outcome, Request, Warm};
 pub use engine::RuntimeOptions;
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
 pub(crate) use store::HostState;
@@ -136,6 +137,17 @@ impl Runtime {
         reuse: Option<Reuse>,
     ) -> Run {
         call::reconcile_reusing(&self.engine, self.slots, guest, call, request, warm, reuse).await
+    }
+
+    /// Calls the guest's `map` export on one object (see [`call::map`]).
+    pub(crate) async fn map_async(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        kind: &crate::objects::Gvk,
+        object: String,
+    ) -> Mapped {
+        call::map(&self.engine, self.slots, guest, call, kind, object).await
     }
 
     pub fn engine(&self) -> &Engine {
