@@ -21,7 +21,7 @@ again (server-side apply cannot take away a field another manager owns).
 
 The watches: a ConfigMap change reconciles the Mirrors of its namespace whose `spec.source`
 names it (a field index, no guest call); a change of a copy reconciles the Mirror its labels
-name (only ConfigMaps carrying the owner-name label are watched for that); a Namespace change
+name (only events of ConfigMaps carrying the owner-name label count for that); a Namespace change
 reconciles every Mirror listing it (a field index over `spec.targetNamespaces[*]`). So an edit
 of the source, a copy edited or deleted by hand, and a namespace created later are all put
 right at once, without a resync.

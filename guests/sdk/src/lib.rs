@@ -218,9 +218,9 @@ macro_rules! export {
 /// `watches`. Implement it beside [`Guest`] and export both with [`export_watching!`].
 ///
 /// The host calls [`Watches::watches`] once at load, right after [`Guest::manifest`], with every
-/// host call denied; each watched kind must be readable under the guest's grant, and a watch's
-/// label selector must include the grant's `readSelectors` for its kind. Its watches join the
-/// manifest's `secondary` (at most 16 in all).
+/// host call denied; each watched kind must be readable under the guest's grant. Its watches
+/// join the manifest's `secondary` (at most 16 in all). A watch's events come from the lister's
+/// cache of its kind, which the grant's `readSelectors` bound, not the watch's selector.
 ///
 /// What each mapping costs the host: an owner, label or owner-labels watch only its cache of the
 /// kind; a field index one index entry per value per primary, and no guest call; a function

@@ -163,8 +163,9 @@ impl Watch {
         self
     }
 
-    /// Watch, and cache, only objects matching this label selector (`app=web,tier!=db`). It
-    /// must include the requirements of the grant's `readSelectors` for the kind, if any.
+    /// Take only events of objects matching this label selector (`app=web,tier!=db`). The
+    /// events come from the lister's cache of the kind, which this does not narrow: the
+    /// grant's `readSelectors` for the kind bound what the host caches.
     #[must_use]
     pub fn selecting(mut self, label_selector: impl Into<String>) -> Self {
         self.label_selector = Some(label_selector.into());

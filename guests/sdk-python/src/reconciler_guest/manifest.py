@@ -143,8 +143,8 @@ class Watch:
     namespace: str | None = None
     """Watch this namespace only (ignored for cluster-scoped kinds)."""
     label_selector: str | None = None
-    """Watch, and cache, only objects matching this selector; it must include the grant's
-    `readSelectors` for the kind, if any."""
+    """Take only events of objects matching this selector. The events come from the lister's
+    cache of the kind, which this does not narrow: the grant's `readSelectors` bound it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, Gvk):
@@ -182,5 +182,5 @@ class Watch:
         return replace(self, namespace=namespace)
 
     def selecting(self, label_selector: str) -> Watch:
-        """Watch, and cache, only objects matching `label_selector` (`app=web,tier!=db`)."""
+        """Take only events of objects matching `label_selector` (`app=web,tier!=db`)."""
         return replace(self, label_selector=label_selector)
