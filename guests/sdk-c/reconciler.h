@@ -186,8 +186,8 @@ typedef struct rg_watch {
   // Watch only this namespace. Default (NULL): the manifest's namespace when set, else all.
   // Ignored for cluster-scoped kinds.
   const char *namespace;
-  // Watch (and cache) only objects matching this label selector. Default (NULL): all. Where the
-  // grant sets readSelectors for the kind, it must include that one's requirements.
+  // Take only events of objects matching this label selector. Default (NULL): all. It filters
+  // events, not the host's cache of the kind, which the grant's readSelectors bound.
   const char *label_selector;
 } rg_watch_t;
 

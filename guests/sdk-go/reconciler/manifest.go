@@ -56,8 +56,8 @@ type Watch struct {
 	// Watch only this namespace; "" = the manifest's Namespace when set, every namespace
 	// otherwise. Ignored for cluster-scoped kinds.
 	Namespace string
-	// Watch (and cache) only objects matching this label selector; "" = all. Where the grant
-	// sets readSelectors for the kind, it must include that one's requirements.
+	// Take only events of objects matching this label selector; "" = all. It filters events,
+	// not the host's cache of the kind, which the grant's readSelectors bound.
 	LabelSelector string
 }
 

@@ -105,7 +105,7 @@ export interface Watch {
   mapping: WatchMapping;
   /** Watch this namespace only (default: the manifest's namespace, or all). Ignored for cluster-scoped kinds. */
   namespace?: string | null;
-  /** Watch and cache only objects matching this selector (default: all). */
+  /** Take only events of objects matching this selector (default: all); the grant's readSelectors bound the cache. */
   labelSelector?: LabelSelector | null;
 }
 

@@ -24,7 +24,7 @@
 //
 // The watches: a ConfigMap change reconciles the Mirrors of its namespace whose `spec.source`
 // names it (a field index, no guest call); a change of a copy reconciles the Mirror its labels
-// name (only ConfigMaps carrying the owner-name label are watched for that); a Namespace change
+// name (only events of ConfigMaps carrying the owner-name label count for that); a Namespace change
 // reconciles every Mirror listing it (a field index over `spec.targetNamespaces[*]`).
 //
 // `status`: `copies` (how many namespaces hold a copy), `namespaces` (which, sorted),
