@@ -143,8 +143,8 @@ pub struct SecondaryWatch {
     /// Watch only this namespace (none: as the primary watch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Watch only objects matching this label selector (the grant's `readSelectors` for the
-    /// kind are added to it).
+    /// Take only events of objects matching this label selector (from the lister's cache of
+    /// the kind, which the grant's `readSelectors` bound).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
 }

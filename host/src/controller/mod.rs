@@ -45,7 +45,7 @@ use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
 use index::FieldIndex;
 use sync::{Next, Primary, Step};
-use triggers::{FunctionMapper, Mapper, Route, map_events};
+use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
 
 /// Workers per guest when neither the manifest nor the grant says.
 pub(crate) const DEFAULT_CONCURRENCY: u32 = 2;
@@ -131,7 +131,8 @@ struct GuestVersion {
 /// The informers a controller holds: primary, secondaries, and every kind it may read.
 struct Caches {
     primary: Informer,
-    secondaries: Vec<(Informer, SecondaryWatch)>,
+    /// Each secondary watch with the informer its events come from and what of them it takes.
+    secondaries: Vec<(Informer, SecondaryWatch, WatchFilter)>,
     /// The field indexes the `field` watches look up, one per path.
     indexes: Vec<Arc<FieldIndex>>,
     readable: BTreeMap<Gvk, Informer>,
@@ -238,7 +239,7 @@ impl Controller {
         self.caches
             .secondaries
             .iter()
-            .map(|(i, _)| i.clone())
+            .map(|(i, _, _)| i.clone())
             .chain(self.caches.readable.values().cloned())
             .collect()
     }
@@ -353,7 +354,7 @@ fn spawn_secondaries(
                 .await;
         });
     }
-    for (informer, watch) in &caches.secondaries {
+    for (informer, watch, filter) in &caches.secondaries {
         let mapper = match &watch.mapping {
             Mapping::Field { path, value } => Mapper::Index {
                 index: caches.index(path),
@@ -370,7 +371,7 @@ fn spawn_secondaries(
         tasks.spawn(map_events(
             informer.subscribe(),
             queue.clone(),
-            Route::Secondary(mapper),
+            Route::Secondary(mapper, filter.clone()),
             guest_primary.clone(),
         ));
     }
@@ -404,6 +405,7 @@ impl Caches {
             shared.shard,
         )
         .await?;
+        let readable = Self::readable(shared, guest, &primary).await;
         let mut secondaries = Vec::new();
         let mut indexes: Vec<Arc<FieldIndex>> = Vec::new();
         for secondary in &manifest.secondary {
@@ -416,17 +418,44 @@ impl Caches {
                 (Some(wanted), _) => Some(wanted.clone()),
                 (None, _) => namespace.clone(),
             };
-            let selector = selectors.narrow(&secondary.kind, secondary.label_selector.as_deref());
-            let informer = acquire_scoped(shared, &secondary.kind, watched, selector, None).await?;
+            // The lister's informer of the kind, not one of the watch's own: an event then
+            // reaches the guest only once the cache its reconcile reads holds the change (two
+            // informers of a kind see a change at different moments, and a reconcile woken by
+            // one read the other's older object). The grant's readSelectors bound that cache;
+            // the watch's namespace and selector choose among its events.
+            let informer = if let Some(informer) = readable.get(&secondary.kind) {
+                informer.clone()
+            } else {
+                let selector = selectors.get(&secondary.kind).map(str::to_owned);
+                let host = shared.namespace.clone();
+                acquire_scoped(shared, &secondary.kind, host, selector, None).await?
+            };
+            let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
             if let Mapping::Field { path, .. } = &secondary.mapping
                 && !indexes.iter().any(|i| i.path() == path)
             {
                 indexes.push(Arc::new(FieldIndex::new(path.clone())));
             }
-            secondaries.push((informer, secondary.clone()));
+            secondaries.push((informer, secondary.clone(), filter));
         }
-        // The lister serves every kind in the grant. A kind the server does not serve (yet) is
-        // logged and its reads return `unavailable`.
+        Ok(Self {
+            primary,
+            secondaries,
+            indexes,
+            readable,
+            gone: shared.shard.map(|_| Arc::default()),
+        })
+    }
+
+    /// The informers the lister serves: every kind in the grant, within its readSelectors. A
+    /// kind the server does not serve (yet) is logged and its reads return `unavailable`.
+    async fn readable(
+        shared: &Shared,
+        guest: &ActiveGuest,
+        primary: &Informer,
+    ) -> BTreeMap<Gvk, Informer> {
+        let manifest = &guest.loaded.manifest;
+        let selectors = &guest.grant.read_selectors;
         let mut readable = BTreeMap::new();
         // Sharded: lookups of the primary kind read this replica's share unless the grant
         // asks for the whole kind (`primaryReads: whole`).
@@ -451,18 +480,12 @@ impl Caches {
                 }
             }
         }
-        Ok(Self {
-            primary,
-            secondaries,
-            indexes,
-            readable,
-            gone: shared.shard.map(|_| Arc::default()),
-        })
+        readable
     }
 
     async fn wait_synced(&self) {
         self.primary.wait_synced().await;
-        for (informer, _) in &self.secondaries {
+        for (informer, _, _) in &self.secondaries {
             informer.wait_synced().await;
         }
         for informer in self.readable.values() {

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
+use kube::core::SelectorExt as _;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -28,8 +29,38 @@ pub(super) enum Route {
         generation_changed_only: bool,
         gone: Option<Arc<Mutex<HashSet<ObjectKey>>>>,
     },
-    /// A secondary kind: the keys its mapper names.
-    Secondary(Mapper),
+    /// A secondary kind: the keys its mapper names, for the events its filter takes.
+    Secondary(Mapper, WatchFilter),
+}
+
+/// Which of an informer's objects a secondary watch takes: its namespace and label selector,
+/// applied to the events of the lister's (broader) informer of the kind.
+#[derive(Clone)]
+pub(super) struct WatchFilter {
+    namespace: Option<String>,
+    selector: Option<kube::core::Selector>,
+}
+
+impl WatchFilter {
+    pub(super) fn new(namespace: Option<String>, selector: Option<&str>) -> anyhow::Result<Self> {
+        let selector = selector.map(crate::informers::parse_selector).transpose()?;
+        Ok(Self {
+            namespace,
+            selector,
+        })
+    }
+
+    /// Whether the watch takes `object`: a cluster-scoped object ignores the namespace.
+    fn takes(&self, object: &DynamicObject) -> bool {
+        let namespace = object.metadata.namespace.as_deref();
+        let in_namespace = match (&self.namespace, namespace) {
+            (Some(wanted), Some(ns)) => wanted == ns,
+            _ => true,
+        };
+        let empty = std::collections::BTreeMap::new();
+        let labels = object.metadata.labels.as_ref().unwrap_or(&empty);
+        in_namespace && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
 }
 
 /// How one secondary watch finds the primary keys of an object.
@@ -173,12 +204,17 @@ pub(super) async fn map_events(
                 }
                 queue.add_with(key_of(object), priority);
             }
-            Route::Secondary(mapper) => {
-                for key in mapper.keys(object, &primary).await {
-                    queue.add_with(key, priority);
+            Route::Secondary(mapper, filter) => {
+                if filter.takes(object) {
+                    for key in mapper.keys(object, &primary).await {
+                        queue.add_with(key, priority);
+                    }
                 }
-                // An update that moved the object to another owner must wake the old one too.
-                if let InformerEvent::Applied { old: Some(old), .. } = &event {
+                // An update that moved the object to another owner (or out of the watch's
+                // selector) must wake the old one too.
+                if let InformerEvent::Applied { old: Some(old), .. } = &event
+                    && filter.takes(old)
+                {
                     for key in mapper.keys(old, &primary).await {
                         queue.add_with(key, priority);
                     }

@@ -1,0 +1,361 @@
+//! The `watches` export against a real API server, through the mapper test guest
+//! (`guests/testing/mapper`): each mapping must carry a change of an object the guest does not
+//! own to the Widget it affects, with no resync to fall back on (the guest sets none), and each
+//! boundary is judged by reading the API server.
+//!
+//! The host runs without `--watch-namespace` (copies live in other namespaces); the grant's
+//! `readSelectors` keep it to this run's Widgets and to ConfigMaps that carry the guest's role
+//! label, which is itself one of the behaviours under test.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail, ensure};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
+use reconciler_host_tests::namespace::unique_name;
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until, widgets,
+};
+use serde_json::{Value, json};
+
+const ROLE: &str = "mapper.test/role";
+const RUN: &str = "mapper.test/run";
+
+fn grants(run: &str) -> String {
+    format!(
+        r#"
+guests:
+  mapper:
+    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap, v1/Namespace]
+    readSelectors:
+      test.reconciler.dev/v1/Widget: "{RUN}={run}"
+      v1/ConfigMap: "{ROLE}"
+    write: [v1/ConfigMap, test.reconciler.dev/v1/Widget/status]
+    limits: {{deadline: 1s}}
+"#
+    )
+}
+
+fn config_map(
+    name: &str,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    value: &str,
+) -> ConfigMap {
+    let map = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: map(labels),
+            annotations: map(annotations),
+            ..ObjectMeta::default()
+        },
+        data: map(&[("value", value)]),
+        ..ConfigMap::default()
+    }
+}
+
+struct Setup {
+    client: kube::Client,
+    ns: String,
+    run: String,
+    host: HostProcess,
+}
+
+impl Setup {
+    async fn start() -> Result<Self> {
+        let cp = ControlPlane::shared().await?;
+        let client = cp.client().await?;
+        apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+        let ns = test_namespace(&client, "watches").await?;
+        let run = unique_name("run");
+        let host = HostProcess::start(HostOptions {
+            kubeconfig: cp.kubeconfig(),
+            config: grants(&run),
+            guests: vec!["mapper"],
+            namespace: None,
+            extra_args: Vec::new(),
+        })
+        .await?;
+        Ok(Self {
+            client,
+            ns,
+            run,
+            host,
+        })
+    }
+
+    fn config_maps(&self, ns: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    async fn create_widget(&self, name: &str, labelled: bool, spec: Value) -> Result<()> {
+        let labels = if labelled {
+            json!({ RUN: self.run })
+        } else {
+            json!({})
+        };
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "labels": labels}, "spec": spec,
+        }))?;
+        widgets(&self.client, &self.ns)
+            .create(&Default::default(), &object)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until the Widget's status satisfies `check` (which says what it saw otherwise).
+    async fn wait_status(
+        &self,
+        what: &str,
+        name: &str,
+        check: impl Fn(&Value) -> Result<()>,
+    ) -> Result<Value> {
+        let api = widgets(&self.client, &self.ns);
+        wait_until(what, Duration::from_secs(30), || async {
+            let object = api.get(name).await?;
+            let status = object.data["status"].clone();
+            check(&status)?;
+            Ok(status)
+        })
+        .await
+        .map_err(|e| e.context(self.host.log_tail()))
+    }
+
+    async fn set_value(&self, ns: &str, name: &str, value: &str) -> Result<()> {
+        self.config_maps(ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"value": value}})),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+fn field_is(status: &Value, field: &str, want: &Value) -> Result<()> {
+    ensure!(
+        status[field] == *want,
+        "status.{field} is {} (want {want})",
+        status[field]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_of_objects_the_guest_does_not_own_reach_the_widgets_they_affect() -> Result<()> {
+    let s = Setup::start().await?;
+    let ns = s.ns.clone();
+    let later = unique_name("watches-later");
+    let source = [(ROLE, "source")];
+    s.config_maps(&ns)
+        .create(&Default::default(), &config_map("src", &source, &[], "v1"))
+        .await?;
+    // Outside the grant's readSelectors: the host must not cache it, the guest must not see it.
+    s.config_maps(&ns)
+        .create(&Default::default(), &config_map("plain", &[], &[], "x"))
+        .await?;
+    // Outside the readSelectors of the primary kind: never reconciled.
+    s.create_widget("stranger", false, json!({"source": "src"}))
+        .await?;
+    s.create_widget(
+        "w",
+        true,
+        json!({"source": "src", "targets": [ns, later], "peek": "plain"}),
+    )
+    .await?;
+    s.wait_status("first reconcile", "w", |st| {
+        field_is(st, "source", &json!("v1"))?;
+        field_is(st, "copies", &json!([ns]))?;
+        field_is(st, "peek", &json!("absent"))
+    })
+    .await?;
+
+    // Field index, by name in the Widget's namespace: a source edit.
+    s.set_value(&ns, "src", "v2").await?;
+    s.wait_status("the source's edit", "w", |st| {
+        field_is(st, "source", &json!("v2"))
+    })
+    .await?;
+
+    // Field index over a list, by a cluster-scoped object's name: a namespace made later.
+    Api::<Namespace>::all(s.client.clone())
+        .create(
+            &Default::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(later.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            },
+        )
+        .await?;
+    s.wait_status("the namespace made later", "w", |st| {
+        field_is(st, "copies", &json!([ns, later]))
+    })
+    .await?;
+    let copies = s.config_maps(&later);
+    let copy = copies.get("w-copy").await?;
+    ensure!(copy.data.unwrap_or_default()["value"] == "v2");
+
+    // Owner labels, across namespaces: a copy deleted by hand comes back, one edited by hand
+    // is set right.
+    copies.delete("w-copy", &DeleteParams::default()).await?;
+    wait_until("the deleted copy back", Duration::from_secs(30), || async {
+        copies.get("w-copy").await?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+    s.set_value(&later, "w-copy", "tampered").await?;
+    wait_until(
+        "the edited copy set right",
+        Duration::from_secs(30),
+        || async {
+            let value = copies.get("w-copy").await?.data.unwrap_or_default()["value"].clone();
+            ensure!(value == "v2", "the copy holds {value}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+
+    // The guest's map function: a pointer names the Widget in an annotation.
+    let pointer = [(ROLE, "pointer")];
+    let names_w = format!("{ns}/w");
+    s.config_maps(&ns)
+        .create(
+            &Default::default(),
+            &config_map("ptr", &pointer, &[("mapper.test/widgets", &names_w)], "p1"),
+        )
+        .await?;
+    s.wait_status("the pointer mapped", "w", |st| {
+        field_is(st, "pointers", &json!(["ptr=p1"]))
+    })
+    .await?;
+    s.set_value(&ns, "ptr", "p2").await?;
+    s.wait_status("the pointer's edit mapped", "w", |st| {
+        field_is(st, "pointers", &json!(["ptr=p2"]))
+    })
+    .await?;
+
+    // In map only the lister answers: a write is refused, the keys still count.
+    s.config_maps(&ns)
+        .create(
+            &Default::default(),
+            &config_map(
+                "ptr-write",
+                &pointer,
+                &[
+                    ("mapper.test/widgets", &names_w),
+                    ("mapper.test/map", "write"),
+                ],
+                "w1",
+            ),
+        )
+        .await?;
+    let status = s
+        .wait_status("the writing pointer mapped", "w", |st| {
+            field_is(st, "pointers", &json!(["ptr-write=w1", "ptr=p2"]))
+        })
+        .await?;
+    ensure!(
+        status.get("writtenByMap").is_none(),
+        "map wrote the Widget's status: {status}"
+    );
+
+    // A map that traps or runs past its deadline drops that event's keys; the host runs on,
+    // counts it, and the next change of the Widget's watched objects picks the pointer up.
+    for (name, how, value) in [("ptr-trap", "trap", "t1"), ("ptr-loop", "loop", "l1")] {
+        s.config_maps(&ns)
+            .create(
+                &Default::default(),
+                &config_map(
+                    name,
+                    &pointer,
+                    &[("mapper.test/widgets", &names_w), ("mapper.test/map", how)],
+                    value,
+                ),
+            )
+            .await?;
+    }
+    for result in ["trap", "deadline"] {
+        let series = format!(r#"reconciler_map_calls_total{{guest="mapper",result="{result}"}}"#);
+        wait_until(&series, Duration::from_secs(30), || async {
+            let n = s.host.metric(&series).await?;
+            ensure!(n >= 1.0, "{series} is {n}");
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.context(s.host.log_tail()))?;
+    }
+    let before = s.wait_status("still as before", "w", |_| Ok(())).await?;
+    ensure!(
+        before["pointers"] == json!(["ptr-write=w1", "ptr=p2"]),
+        "a failed map enqueued the Widget: {before}"
+    );
+    s.set_value(&ns, "src", "v3").await?;
+    s.wait_status("the next change", "w", |st| {
+        field_is(st, "source", &json!("v3"))?;
+        field_is(
+            st,
+            "pointers",
+            &json!(["ptr-loop=l1", "ptr-trap=t1", "ptr-write=w1", "ptr=p2"]),
+        )
+    })
+    .await?;
+
+    // A permanent error leaves a Warning event on the Widget.
+    s.create_widget("failing", true, json!({"fail": "permanent"}))
+        .await?;
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &ns);
+    let warning = wait_until(
+        "a Warning event on the failing Widget",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&ListParams::default()).await?;
+            let found = list.items.into_iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("failing")
+                    && e.type_.as_deref() == Some("Warning")
+            });
+            match found {
+                Some(e) => Ok(e),
+                None => bail!("no Warning event regarding Widget failing yet"),
+            }
+        },
+    )
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+    ensure!(
+        warning.reason.as_deref() == Some("ReconcileFailed"),
+        "{warning:?}"
+    );
+    ensure!(
+        warning
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("spec.fail asks for a permanent error")),
+        "{warning:?}"
+    );
+
+    // By now the unlabelled Widget would have been reconciled many times over.
+    let stranger = widgets(&s.client, &ns).get("stranger").await?;
+    ensure!(
+        stranger.data.get("status").is_none_or(Value::is_null),
+        "a Widget outside the grant's readSelectors was reconciled: {:?}",
+        stranger.data
+    );
+    Ok(())
+}
