@@ -1,8 +1,9 @@
 //! Command line: `run` (the controller host), `check` (validate a guest, print its manifest),
 //! `push` (a guest to a registry as a Wasm OCI artifact, [`crate::oci`]),
 //! `reconcile` (one offline reconcile against objects from files, [`crate::offline`];
-//! prints every host call), `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in
-//! one of the supported languages), `componentize` (the steps of a C or Go guest's build,
+//! prints every host call), `test` (folders of such cases against their pinned outputs),
+//! `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in one of the supported
+//! languages), `componentize` (the steps of a C or Go guest's build,
 //! [`reconciler_componentize`]).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
 
@@ -120,6 +121,36 @@ impl RegistryArgs {
     }
 }
 
+/// `reconciler-host test`'s arguments.
+#[derive(clap::Args)]
+struct TestArgs {
+    /// Case folders, or folders holding them.
+    #[arg(default_value = "fixtures")]
+    fixtures: Vec<PathBuf>,
+    /// The guest of every case: a file, or `oci://…` as for `reconcile`.
+    #[arg(long)]
+    guest: Option<crate::offline::GuestRef>,
+    /// Without --guest, a case whose case.yaml says `guest: NAME` runs DIR/NAME.wasm.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = ".",
+        conflicts_with = "guest"
+    )]
+    guests: PathBuf,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// The host configuration of a case without a host.yaml of its own.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The guest's clock in a case whose case.yaml sets no `now` (RFC 3339).
+    #[arg(long, value_parser = humantime::parse_rfc3339)]
+    now: Option<std::time::SystemTime>,
+    /// Write each output as the expected one instead of comparing (also BLESS=1).
+    #[arg(long, env = "BLESS", value_parser = clap::builder::FalseyValueParser::new())]
+    bless: bool,
+}
+
 // Parsed once per process: the size of its largest variant costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
@@ -180,6 +211,13 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_rfc3339)]
         now: Option<std::time::SystemTime>,
     },
+    /// Run every offline case in folders of fixtures, compare each output with the one pinned
+    /// beside it and print a line per case; exits 1 when any differs.
+    ///
+    /// A case is a folder with case.yaml (kind, key; optionally guest, attempt, now),
+    /// objects.yaml and expected.json, optionally host.yaml, http.yaml and backend-state.json;
+    /// each runs as `reconcile` runs it from inside that folder.
+    Test(TestArgs),
     /// Validate a guest (as `check` does) and push it to a registry as a Wasm OCI artifact
     /// (CNCF layout: a `application/vnd.wasm.config.v0+json` config and one `application/wasm`
     /// layer). Prints the manifest digest (`sha256:…`) as its last line.
@@ -307,6 +345,7 @@ pub fn main() -> ExitCode {
                 out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
                 Ok(())
             }
+            Command::Test(args) => test_fixtures(args).await,
             Command::New { lang, name, dir } => new_guest(lang, &name, dir),
             Command::Rbac {
                 config,
@@ -568,6 +607,32 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `test`: prints the report; an error (exit 1) when a case failed.
+async fn test_fixtures(args: TestArgs) -> anyhow::Result<()> {
+    let auth = match &args.guest {
+        Some(crate::offline::GuestRef::Module(m)) => args.registry.auth(m.registry())?,
+        _ => crate::oci::Auth::Anonymous,
+    };
+    let run = crate::offline::FixtureRun {
+        guests: args.guest.map_or(
+            crate::offline::Guests::Dir(args.guests),
+            crate::offline::Guests::One,
+        ),
+        auth,
+        pull: args.registry.pull_options()?,
+        fixtures: args.fixtures,
+        config: load_config(args.config.as_ref())?,
+        now: args.now,
+        bless: args.bless,
+    };
+    let report = run.run().await?;
+    out(&report.text())?;
+    match report.failed() {
+        (0, _) => Ok(()),
+        (failed, of) => bail!("{failed} of {of} fixtures failed"),
+    }
 }
 
 /// `reconcile --replay`: prints the replay; an error (exit 1) when it diverged.

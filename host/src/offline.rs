@@ -4,23 +4,31 @@
 //! sent; the network backend lives in memory. With a host configuration the guest is admitted
 //! and granted exactly as `run` does it ([`crate::guest_set::ActiveGuest::admit`]), so a fixture
 //! that passes here passes there. Outbound HTTP is answered from a file of exchanges, never
-//! sent. Every host call is recorded and returned with the result.
+//! sent. Every host call is recorded and returned with the result, the host's own finalizer
+//! writes among them. `reconciler-host test` runs a folder of such cases against their pinned
+//! outputs ([`fixtures`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use kube::api::DynamicObject;
 use serde_json::json;
 
 use crate::backends::{MemoryBackend, NetworkBackend};
-use crate::capabilities::{CallContext, GuestContext, Scope};
+use crate::capabilities::{Call, CallContext, GuestContext, HostError, Scope};
 use crate::config::{Grant, HostConfig};
-use crate::controller::sync::{Step, sync};
+use crate::controller::sync::{Primary, Step, sync};
 use crate::guest_set::{ActiveGuest, GrantError, Origin};
+use crate::informers::CachedObject;
 use crate::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::oci::{Auth, ModuleRef, Puller};
 use crate::providers::offline::{FixtureOutbound, MemoryCache, RecordingCluster};
 use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
+
+mod fixtures;
+
+pub(crate) use fixtures::{FixtureRun, Guests};
 
 /// A guest as the command line names it: a file, or `oci://…` (pulled into the host's cache).
 #[derive(Debug, Clone)]
@@ -77,10 +85,6 @@ pub(crate) struct PullOptions {
 impl OfflineRun {
     /// Runs the reconcile step `run` runs (the finalizer writes included, on the loaded
     /// objects); returns `{"result": ..., "calls": [...]}`.
-    ///
-    /// # Panics
-    ///
-    /// When the task running the guest panics: a host bug (a guest's trap is an outcome).
     pub(crate) async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
             guest,
@@ -95,47 +99,79 @@ impl OfflineRun {
             attempt,
             now,
         } = self;
-        let cache = Arc::new(MemoryCache::load(&objects)?);
-        let outbound = FixtureOutbound::load(http.as_deref(), cache.clone())?;
         let runtime = local_runtime()?;
         let (loaded, origin) = load(runtime.clone(), guest, config.as_ref(), &auth, &pull).await?;
-
-        let (loaded, grant) = match &config {
-            None => (loaded, Grant::unrestricted()),
-            Some(config) => {
-                // As in `run`: the grant of the file's source, and the guest runs under its key.
-                let admitted =
-                    ActiveGuest::admit(&origin, loaded, config).map_err(|e| match e {
-                        GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
-                        GrantError::NoGrant { guest, .. } => {
-                            anyhow::anyhow!(
-                                "guest `{guest}` has no grant in the host configuration"
-                            )
-                        }
-                        GrantError::BeyondGrant { guest, missing, .. } => {
-                            anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
-                        }
-                        other => anyhow::Error::from(other),
-                    })?;
-                (admitted.loaded, admitted.grant)
-            }
+        let inputs = Inputs {
+            objects,
+            http,
+            http_name: None,
+            kind,
+            key,
+            config,
+            backend_state,
+            attempt,
+            now,
         };
+        inputs.reconcile(runtime, loaded, &origin).await
+    }
+}
+
+/// Everything one offline reconcile is given but the guest: the world it runs in and the key.
+pub(crate) struct Inputs {
+    /// Files or directories of objects (multi-document YAML or JSON) for the cache.
+    pub objects: Vec<PathBuf>,
+    /// The HTTP exchanges that answer the guest's outbound requests (`--http`).
+    pub http: Option<PathBuf>,
+    /// How answers name the `http` file (a case's own `http.yaml`); default: as given.
+    pub http_name: Option<PathBuf>,
+    pub kind: Gvk,
+    pub key: ObjectKey,
+    /// With a configuration, the guest's grant applies as in `run`; without, every call is
+    /// allowed.
+    pub config: Option<HostConfig>,
+    /// The memory network backend's state file, read before and written after.
+    pub backend_state: Option<PathBuf>,
+    pub attempt: u32,
+    /// The guest's wall clock, fixed (for fixtures that compare timestamps).
+    pub now: Option<std::time::SystemTime>,
+}
+
+impl Inputs {
+    /// Runs the reconcile step `run` runs on these inputs with `loaded` (from `origin`, whose
+    /// grant applies), the host's finalizer writes shown among the calls.
+    ///
+    /// # Panics
+    ///
+    /// When the task running the guest panics: a host bug (a guest's trap is an outcome).
+    pub(crate) async fn reconcile(
+        self,
+        runtime: Arc<Runtime>,
+        loaded: LoadedGuest,
+        origin: &Origin,
+    ) -> anyhow::Result<serde_json::Value> {
+        let cache = Arc::new(MemoryCache::load(&self.objects)?);
+        let mut outbound = FixtureOutbound::load(self.http.as_deref(), cache.clone())?;
+        if let Some(name) = &self.http_name {
+            outbound = outbound.shown_as(name);
+        }
+        let (loaded, grant) = admit(origin, loaded, self.config.as_ref())?;
         let manifest = &loaded.manifest;
         // Offline, networks live in memory whatever the configuration's provider; its
         // `allowedCidrs` apply as in `run`.
-        let allowed = config
+        let allowed = self
+            .config
             .as_ref()
             .and_then(|c| c.backends.get(crate::capabilities::NETWORK_BACKEND))
             .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
         let policy = crate::backends::Policy::new(allowed)?;
         let network = Arc::new(
-            match &backend_state {
+            match &self.backend_state {
                 Some(path) => MemoryBackend::with_state_file(path.clone())?,
                 None => MemoryBackend::new(),
             }
             .with_policy(policy),
         );
-        let cluster = Arc::new(RecordingCluster::new(cache.clone()));
+        let cluster = Arc::new(RecordingCluster::new(cache.clone()).with_namespaces());
         // The grant's check comes first: a guest without `http:` rules never reaches it.
         let providers = crate::providers::offline::providers_writing_to(
             cache.clone(),
@@ -146,17 +182,19 @@ impl OfflineRun {
         let context = Arc::new(
             GuestContext::new(manifest.name.clone(), grant, providers)
                 .with_scope(Scope::of(manifest, None))
-                .with_clock(now),
+                .with_clock(self.now),
         );
 
         // The reconcile step `run` takes, finalizer writes included, on the loaded objects.
         let step = Step {
-            kind: &kind,
+            kind: &self.kind,
             finalizer: manifest.finalizer.as_deref(),
             shadow: context.grant.mode == crate::shadow::Mode::Shadow,
         };
+        let primary = ShownWrites::new(&cluster);
         let handle = tokio::runtime::Handle::current();
-        let synced = sync(step, cluster.as_ref(), &key, attempt, async |request| {
+        let key = &self.key;
+        let synced = sync(step, &primary, key, self.attempt, async |request| {
             let call = CallContext::new(context.clone(), key.to_string(), Some(handle)).recording();
             let loaded = loaded.clone();
             tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request))
@@ -167,7 +205,131 @@ impl OfflineRun {
         let run = synced
             .run
             .context("the reconcile step ended before the guest ran")?;
-        Ok(json!({ "result": run.outcome, "calls": run.calls.unwrap_or_default() }))
+        let calls = primary.around(run.calls.unwrap_or_default());
+        Ok(json!({ "result": run.outcome, "calls": calls }))
+    }
+}
+
+/// The guest admitted under its grant as `run` admits it (the grant of the file's source, the
+/// guest running under its key); without a configuration, every call is allowed.
+fn admit(
+    origin: &Origin,
+    loaded: LoadedGuest,
+    config: Option<&HostConfig>,
+) -> anyhow::Result<(LoadedGuest, Grant)> {
+    let Some(config) = config else {
+        return Ok((loaded, Grant::unrestricted()));
+    };
+    let admitted = ActiveGuest::admit(origin, loaded, config).map_err(|e| match e {
+        GrantError::NotItsGrant(impostor) => anyhow::Error::from(impostor),
+        GrantError::NoGrant { guest, .. } => {
+            anyhow::anyhow!("guest `{guest}` has no grant in the host configuration")
+        }
+        GrantError::BeyondGrant { guest, missing, .. } => {
+            anyhow::anyhow!("guest `{guest}` would be refused: {missing}")
+        }
+        other => anyhow::Error::from(other),
+    })?;
+    Ok((admitted.loaded, admitted.grant))
+}
+
+/// The offline primary (the loaded objects) with the host's own finalizer writes recorded as
+/// calls of interface `host`, so the output shows the writes `run` makes around the guest's:
+/// `add-finalizer` before its calls, `remove-finalizer` after them. A write the host does not
+/// make (the object already carries the finalizer, or no longer does) is not shown.
+struct ShownWrites<'a> {
+    cluster: &'a RecordingCluster,
+    added: parking_lot::Mutex<Vec<Call>>,
+    removed: parking_lot::Mutex<Vec<Call>>,
+}
+
+impl<'a> ShownWrites<'a> {
+    fn new(cluster: &'a RecordingCluster) -> Self {
+        Self {
+            cluster,
+            added: parking_lot::Mutex::default(),
+            removed: parking_lot::Mutex::default(),
+        }
+    }
+
+    /// The guest's `calls` with the host's writes around them, in the order they were made.
+    fn around(&self, calls: Vec<Call>) -> Vec<Call> {
+        let mut all = std::mem::take(&mut *self.added.lock());
+        all.extend(calls);
+        all.append(&mut self.removed.lock());
+        all
+    }
+}
+
+/// One of the host's finalizer writes, as the guest's calls are shown.
+fn host_call<T>(
+    function: &'static str,
+    object: &ObjectRef,
+    finalizer: &str,
+    result: &Result<T, HostError>,
+) -> Call {
+    let returned = match result {
+        Ok(_) => json!({ "ok": null }),
+        Err(e) => {
+            // The WIT error's case, as `capabilities` records a guest's call.
+            let (kind, message) = match e {
+                HostError::Denied(m) | HostError::Forbidden(m) => ("denied", m),
+                HostError::NotFound(m) => ("not-found", m),
+                HostError::Conflict(m) => ("conflict", m),
+                HostError::Invalid(m) => ("invalid", m),
+                HostError::Unavailable(m) | HostError::Limited(m) => ("unavailable", m),
+                HostError::Other(m) => ("other", m),
+            };
+            json!({ "error": { kind: message } })
+        }
+    };
+    Call {
+        interface: "host",
+        function,
+        args: json!({ "ref": object, "finalizer": finalizer }),
+        returned,
+    }
+}
+
+#[async_trait::async_trait]
+impl Primary for ShownWrites<'_> {
+    fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>> {
+        self.cluster.cached(object)
+    }
+
+    fn foreign(&self, key: &ObjectKey) -> bool {
+        self.cluster.foreign(key)
+    }
+
+    async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<Option<serde_json::Value>, HostError> {
+        let result = self.cluster.add_finalizer(object, current, finalizer).await;
+        if !matches!(result, Ok(None)) {
+            let call = host_call("add-finalizer", object, finalizer, &result);
+            self.added.lock().push(call);
+        }
+        result
+    }
+
+    async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<bool, HostError> {
+        let result = self
+            .cluster
+            .remove_finalizer(object, current, finalizer)
+            .await;
+        if !matches!(result, Ok(false)) {
+            let call = host_call("remove-finalizer", object, finalizer, &result);
+            self.removed.lock().push(call);
+        }
+        result
     }
 }
 

@@ -482,8 +482,11 @@ fn offline_a_file_gets_the_grant_of_its_own_name_not_of_the_name_it_declares() {
     let output = reconcile(&config);
     assert!(output.status.success(), "{output:?}");
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    // The first call after the host's own (its finalizer) is the guest's read.
+    let guests = |call: &&Value| call["interface"] != "host";
+    let first = report["calls"].as_array().unwrap().iter().find(guests);
     assert_eq!(
-        report["calls"][0]["returned"]["error"]["denied"],
+        first.unwrap()["returned"]["error"]["denied"],
         "guest `widget@evil` may not read v1/Secret: add it to guests.widget@evil.read in the host configuration"
     );
 }
@@ -509,4 +512,168 @@ fn a_reader_gone_away_ends_the_command_quietly() {
         !stderr.contains("panicked") && !stderr.contains("error"),
         "{stderr}"
     );
+}
+
+/// `reconciler-host test DIR --guests GUESTS`, as an author runs it.
+fn test_command(fixtures: &[&Path], guests: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_reconciler-host"));
+    command
+        .arg("test")
+        .args(fixtures)
+        .arg("--guests")
+        .arg(guests)
+        .args(["--now", NOW])
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .env_remove("BLESS");
+    command
+}
+
+/// `reconciler-host test` keeps to the layout of these cases: pointed at this folder, with a
+/// build of each guest the cases name, it finds every case and reproduces every pinned output
+/// (and backend state), as the harness above does case by case.
+#[test]
+fn the_test_command_passes_every_pinned_case() {
+    let guests = tempfile::tempdir().unwrap();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("case.yaml").exists())
+        .collect();
+    dirs.sort();
+    // One build of each guest the cases name: its Rust one, else its quickest to load.
+    for dir in &dirs {
+        let case: Case =
+            serde_yaml::from_str(&std::fs::read_to_string(dir.join("case.yaml")).unwrap()).unwrap();
+        let file = guests.path().join(format!("{}.wasm", case.guest));
+        if file.exists() {
+            continue;
+        }
+        let others = language_builds(&case.guest);
+        let build = rust_build(&case.guest)
+            .or_else(|| {
+                ["-c", "-go", "-js", "-python"]
+                    .iter()
+                    .find_map(|suffix| others.iter().find(|b| b.ends_with(suffix)).cloned())
+            })
+            .unwrap_or_else(|| panic!("{}: guest {} has no build", dir.display(), case.guest));
+        std::fs::copy(common::guest(&build), file).unwrap();
+    }
+    let output = test_command(&[&fixture("")], guests.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cases = dirs.len();
+    assert!(
+        stdout.ends_with(&format!(
+            "test result: ok. {cases} passed; 0 failed; 0 blessed\n"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("/greeter-hello ... ok\n") && stdout.contains("/network-delete ... ok\n"),
+        "{stdout}"
+    );
+}
+
+/// A case whose output differs fails, naming where, and the command exits 1; `--bless` (or
+/// `BLESS=1`) writes the output as expected, and the case passes from then on. A case without
+/// its expected output fails until blessed. A guest the cases name that is not built fails
+/// those cases alone.
+#[test]
+fn the_test_command_fails_on_a_difference_until_blessed() {
+    let work = tempfile::tempdir().unwrap();
+    let guests = work.path().join("guests");
+    std::fs::create_dir(&guests).unwrap();
+    std::fs::copy(common::guest("greeter-c"), guests.join("greeter.wasm")).unwrap();
+    let cases = work.path().join("fixtures");
+    let pinned = std::fs::read_to_string(fixture("greeter-hello").join("expected.json")).unwrap();
+    for case in ["changed", "new"] {
+        let dir = cases.join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in ["case.yaml", "objects.yaml"] {
+            std::fs::copy(fixture("greeter-hello").join(file), dir.join(file)).unwrap();
+        }
+    }
+    let changed = cases.join("changed/expected.json");
+    std::fs::write(&changed, pinned.replace("hello, world", "hello, there")).unwrap();
+
+    let output = test_command(&[&cases], &guests).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    for line in [
+        "/changed ... FAILED",
+        "/new ... FAILED",
+        r#"  /calls/0/args/patch/status/greeting: expected "hello, there", got "hello, world""#,
+        "expected.json is missing: `--bless` writes the output as it",
+        "test result: FAILED. 0 passed; 2 failed; 0 blessed",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.ends_with(line)),
+            "{line:?} not in:\n{stdout}"
+        );
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("error: 2 of 2 fixtures failed"), "{stderr}");
+
+    let output = test_command(&[&cases], &guests)
+        .env("BLESS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("test result: ok. 0 passed; 0 failed; 2 blessed"),
+        "{stdout}"
+    );
+    for case in ["changed", "new"] {
+        let written = std::fs::read_to_string(cases.join(case).join("expected.json")).unwrap();
+        assert_eq!(written, pinned, "{case}");
+    }
+    let output = test_command(&[&cases], &guests).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+
+    let unbuilt = cases.join("unbuilt");
+    std::fs::create_dir(&unbuilt).unwrap();
+    std::fs::write(
+        unbuilt.join("case.yaml"),
+        "guest: absent\nkind: test.reconciler.dev/v1/Widget\nkey: demo/w1\n",
+    )
+    .unwrap();
+    let output = test_command(&[&cases], &guests).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("cannot run: guest `absent` has no build in ")
+            && stdout.contains("test result: FAILED. 2 passed; 1 failed; 0 blessed"),
+        "{stdout}"
+    );
+}
+
+/// The offline runner's log on stderr (the guest's lines, the host's warnings) is plain text
+/// when stderr is not a terminal: no ANSI colour codes in a file or a pipe.
+#[test]
+fn a_redirected_log_carries_no_colour_codes() {
+    let dir = fixture("greeter-invalid");
+    let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .args(["reconcile", "--guest"])
+        .arg(common::guest("greeter-c"))
+        .arg("--objects")
+        .arg(dir.join("objects.yaml"))
+        .args(["--kind", WIDGET, "--key", "demo/w1", "--now", NOW])
+        .env("XDG_CACHE_HOME", common::cache_dir())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("reconcile failed permanently"),
+        "the log said nothing to check: {stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "colour codes: {stderr:?}");
 }

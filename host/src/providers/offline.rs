@@ -247,13 +247,68 @@ impl Lister for MemoryCache {
 pub(crate) struct RecordingCluster {
     cache: std::sync::Arc<MemoryCache>,
     next_version: Mutex<u64>,
+    /// With [`RecordingCluster::with_namespaces`]: the namespaces that exist, so that an apply
+    /// creating an object elsewhere is answered 404 as the API server answers it.
+    namespaces: Option<Mutex<std::collections::BTreeSet<String>>>,
 }
+
+/// The namespaces every cluster has from its start.
+const BUILT_IN_NAMESPACES: [&str; 4] = ["default", "kube-node-lease", "kube-public", "kube-system"];
 
 impl RecordingCluster {
     pub(crate) fn new(cache: std::sync::Arc<MemoryCache>) -> Self {
         Self {
             cache,
             next_version: Mutex::new(1000),
+            namespaces: None,
+        }
+    }
+
+    /// Applies refuse to create an object in a namespace that does not exist, as the API
+    /// server's `NamespaceLifecycle` admission does (404 `NotFound`). The loaded objects stand for
+    /// a cluster: a namespace exists when a loaded Namespace has its name, when a loaded object
+    /// lives in it (the server would not hold that object otherwise), when the run applied a
+    /// Namespace of that name, or when every cluster has it (`default`, `kube-system`, ...).
+    #[must_use]
+    pub(crate) fn with_namespaces(mut self) -> Self {
+        let namespace = Gvk::new("", "v1", "Namespace");
+        let known = self
+            .cache
+            .objects
+            .lock()
+            .values()
+            .filter_map(ObjectRef::of_object)
+            .filter_map(|r| match r.namespace {
+                Some(ns) => Some(ns),
+                None => (r.kind == namespace).then_some(r.name),
+            })
+            .chain(BUILT_IN_NAMESPACES.map(str::to_owned))
+            .collect();
+        self.namespaces = Some(Mutex::new(known));
+        self
+    }
+
+    /// The API server's answer to an apply that would create `target` in a namespace that does
+    /// not exist; none when it may be written.
+    fn missing_namespace(&self, target: &ObjectRef, exists: bool) -> Option<HostError> {
+        let (Some(known), Some(ns), false) = (&self.namespaces, &target.namespace, exists) else {
+            return None;
+        };
+        if known.lock().contains(ns) {
+            return None;
+        }
+        Some(HostError::NotFound(format!(
+            "apply of {target}: namespaces \"{ns}\" not found (404); offline, a namespace exists when a loaded object is in it or a loaded Namespace names it"
+        )))
+    }
+
+    /// An applied Namespace exists from now on.
+    fn created(&self, applied: &ObjectRef) {
+        if let Some(known) = &self.namespaces
+            && applied.namespace.is_none()
+            && applied.kind == Gvk::new("", "v1", "Namespace")
+        {
+            known.lock().insert(applied.name.clone());
         }
     }
 
@@ -316,10 +371,15 @@ impl Cluster for RecordingCluster {
         let r = ObjectRef::of_object(object).ok_or_else(|| {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
         })?;
-        let mut merged = self.cache.get(&r).unwrap_or(Value::Null);
+        let current = self.cache.get(&r);
+        if let Some(refusal) = self.missing_namespace(&r, current.is_some()) {
+            return Err(refusal);
+        }
+        let mut merged = current.unwrap_or(Value::Null);
         merge_patch(&mut merged, object);
         self.bump(&mut merged);
         self.cache.put(merged.clone());
+        self.created(&r);
         Ok(merged)
     }
 
@@ -409,6 +469,16 @@ impl FixtureOutbound {
             exchanges,
             cache,
         })
+    }
+
+    /// The same exchanges, their file named `name` in answers to requests it lacks: a case
+    /// run from elsewhere tells the guest what a run in its own folder tells it.
+    #[must_use]
+    pub(crate) fn shown_as(mut self, name: &Path) -> Self {
+        if self.file.is_some() {
+            self.file = Some(name.to_owned());
+        }
+        self
     }
 
     /// Why no exchange answers `method url`, as the guest is told.
@@ -635,6 +705,45 @@ mod tests {
             err.contains("b.yaml: document 1 is not a Kubernetes object"),
             "{err}"
         );
+    }
+
+    fn config_map(namespace: &str) -> Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "copy", "namespace": namespace}, "data": {"a": "1"}})
+    }
+
+    /// As the API server's `NamespaceLifecycle` admission: an apply that would create an object
+    /// in a namespace nobody made is 404 `NotFound`, and nothing is written.
+    #[tokio::test]
+    async fn an_apply_into_a_namespace_that_does_not_exist_is_not_found() {
+        let cache = Arc::new(MemoryCache::default());
+        cache.put(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "source", "namespace": "apps"}}));
+        cache.put(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "mirror-a"}}));
+        let cluster = RecordingCluster::new(cache.clone()).with_namespaces();
+        for namespace in ["apps", "mirror-a", "default", "kube-system"] {
+            let applied = cluster.apply("g", &config_map(namespace)).await;
+            assert!(applied.is_ok(), "{namespace}: {applied:?}");
+        }
+        let err = cluster.apply("g", &config_map("ghost")).await.unwrap_err();
+        assert!(
+            matches!(&err, HostError::NotFound(m)
+                if m.starts_with("apply of v1/ConfigMap ghost/copy: namespaces \"ghost\" not found (404)")),
+            "{err:?}"
+        );
+        let ghost = ObjectRef::of_object(&config_map("ghost")).unwrap();
+        assert!(cache.get(&ghost).is_none(), "written anyway");
+
+        let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "ghost"}});
+        cluster.apply("g", &namespace).await.unwrap();
+        let applied = cluster.apply("g", &config_map("ghost")).await;
+        assert!(applied.is_ok(), "after its Namespace: {applied:?}");
+
+        // Unless asked, any namespace is taken (the capabilities' own tests load nothing).
+        let lax = RecordingCluster::new(Arc::new(MemoryCache::default()));
+        assert!(lax.apply("g", &config_map("anywhere")).await.is_ok());
     }
 
     fn get(url: &str) -> OutboundRequest {
