@@ -1,13 +1,15 @@
 //! `reconciler-host new --lang LANG NAME [DIR]`: writes a guest that builds and works, so that an
 //! author starts from something green: the reconciler's source, a build script, the contract
-//! (`wit/`), the guest's grant, the Widget CRD with a sample object, and one offline fixture.
+//! (`wit/`), the guest's grant, the Widget CRD with a sample object, and one offline case that
+//! `reconciler-host test` runs.
 //!
 //! Every language's scaffold is the project's own greeter in that language (the sources under
-//! `guests/<lang>/greeter/` that `host/tests/fixtures/greeter-*` pin, with the manifest name
-//! replaced), so a scaffold cannot drift from what the tests check; only the Rust one is a
-//! template of its own (`host/templates/rust/`), since the repository has no Rust greeter. Every
-//! scaffold is written on its language's SDK, copied into the project (the SDKs are not
-//! published).
+//! `guests/<lang>/greeter/` that `host/tests/fixtures/greeter-*` pin, made the guest's: its
+//! manifest name, its type (Python's class, Go's file) named after it, and an opening comment
+//! naming the project's files instead of the repository's), so a scaffold cannot drift from
+//! what the tests check; only the Rust one is a template of its own (`host/templates/rust/`),
+//! since the repository has no Rust greeter. Every scaffold is written on its language's SDK,
+//! copied into the project (the SDKs are not published).
 //!
 //! A scaffold in any language but Rust is built by the recipe the repository builds its own
 //! guests with: `guests/lib.sh`, written into the project as `lib.sh`, under a `build.sh` of a
@@ -70,7 +72,7 @@ pub enum ScaffoldError {
 /// One file of a scaffold: its path inside the guest's directory and its text.
 #[derive(Debug)]
 pub(crate) struct File {
-    pub(crate) path: &'static str,
+    pub(crate) path: String,
     pub(crate) text: String,
     pub(crate) executable: bool,
 }
@@ -103,12 +105,25 @@ const HOST_YAML: &str = include_str!("../templates/common/host.yaml");
 const README: &str = include_str!("../templates/common/README.md");
 const WIDGET: &str = include_str!("../templates/common/widget.yaml");
 const CRD: &str = include_str!("../../guests/testing/widget/crd.yaml");
+const CASE: &str = include_str!("../templates/common/case.yaml");
 const FIXTURE_OBJECTS: &str = include_str!("../tests/fixtures/greeter-hello/objects.yaml");
 const FIXTURE_EXPECTED: &str = include_str!("../tests/fixtures/greeter-hello/expected.json");
 /// The build of every language but Rust: `build.sh` runs the language's recipe in `lib.sh`.
 const BUILD: &str = include_str!("../templates/build.sh");
 const RECIPES: &str = include_str!("../../guests/lib.sh");
 const RUST_BUILD: &str = include_str!("../templates/rust/build.sh");
+
+/// The first paragraph of each language's opening comment in a project: what the file is and
+/// what builds it, in the project's own files.
+const PYTHON_OPENING: &str = "\"\"\"A reconciler in Python on the SDK in `reconciler_guest/`, made a component by\n\
+                     componentize-py (`build.sh`, with the recipe in `lib.sh`).\n\n";
+const JS_OPENING: &str = "// A reconciler in JavaScript on the SDK in ./reconciler-guest/, made a component by\n\
+                         // jco's QuickJS backend (build.sh, with the recipe in lib.sh).\n//\n";
+const C_OPENING: &str = "// A reconciler in C on the SDK in sdk/ (reconciler.h), made a component by build.sh\n\
+                     // (with the recipe in lib.sh).\n//\n";
+const GO_OPENING: &str = "// Package export_reconciler_api_reconciler holds the reconciler, on the Go SDK\n\
+                         // (package reconciler in reconciler/); build.sh (with the recipe in lib.sh) adds the\n\
+                         // bindings generated from wit/ and builds a component with stock Go.\n//\n";
 
 /// The files of a guest `name` in `language`.
 pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, ScaffoldError> {
@@ -119,6 +134,7 @@ pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, Scaffol
     }
     let fill = |template: &str| {
         template
+            .replace("{{type}}", &type_name(name, template))
             .replace("{{name}}", name)
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{lang}}", language.flag())
@@ -133,7 +149,7 @@ pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, Scaffol
         ),
     };
     files.push(File {
-        path: "build.sh",
+        path: "build.sh".into(),
         text: fill(build),
         executable: true,
     });
@@ -145,6 +161,7 @@ pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, Scaffol
         plain("host.yaml", fill(HOST_YAML)),
         plain("crd.yaml", CRD),
         plain("widget.yaml", WIDGET),
+        plain("fixtures/hello/case.yaml", fill(CASE)),
         plain("fixtures/hello/objects.yaml", fixture_objects()),
         plain("fixtures/hello/expected.json", FIXTURE_EXPECTED),
     ]);
@@ -152,16 +169,56 @@ pub(crate) fn files(language: Language, name: &str) -> Result<Vec<File>, Scaffol
     files.extend([plain(
         "README.md",
         fill(README)
-            .replace("{{source}}", source)
+            .replace("{{source}}", &source)
             .replace("{{recipe}}", recipe)
             .replace("{{toolchain}}", toolchain),
     )]);
     Ok(files)
 }
 
-fn plain(path: &'static str, text: impl Into<String>) -> File {
+/// The type a guest `name` exports, in `source` (Python's class, Rust's struct): the name in
+/// upper camel case (`config-mirror`: `ConfigMirror`), or with `Reconciler` after it where
+/// `source` already uses that word (`manifest`: `ManifestReconciler`, not `Manifest`).
+fn type_name(name: &str, source: &str) -> String {
+    let camel: String = name
+        .split('-')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect();
+    let used = |word: &str| {
+        source.match_indices(word).any(|(at, _)| {
+            let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            !source[..at].ends_with(identifier)
+                && !source[at + word.len()..].starts_with(identifier)
+        })
+    };
+    let mut type_name = camel;
+    while used(&type_name) {
+        type_name.push_str("Reconciler");
+    }
+    type_name
+}
+
+/// `source` with `opening` in place of its opening comment's first paragraph, which describes
+/// the file in the repository (its paths, its sibling builds). The paragraph ends where the
+/// comment's "Manifest name" paragraph starts; `opening` carries the comment's opening marks.
+/// A source without that paragraph is left as it is (the scaffold's tests catch it).
+fn with_opening(source: &str, opening: &str) -> String {
+    let Some(manifest) = source.find("Manifest name `") else {
+        return source.to_owned();
+    };
+    let line_start = source[..manifest].rfind('\n').map_or(0, |at| at + 1);
+    format!("{opening}{}", &source[line_start..])
+}
+
+fn plain(path: impl Into<String>, text: impl Into<String>) -> File {
     File {
-        path,
+        path: path.into(),
         text: text.into(),
         executable: false,
     }
@@ -173,19 +230,13 @@ fn language_files(
     language: Language,
     name: &str,
     fill: &dyn Fn(&str) -> String,
-) -> (&'static str, &'static str, Vec<File>) {
-    // The greeter's sources name their manifest `"greeter"` exactly once.
-    let renamed = |source: &str| {
-        source
-            .replace("\"greeter\"", &format!("\"{name}\""))
-            .replace(
-                "Manifest name `greeter`",
-                &format!("Manifest name `{name}`"),
-            )
-    };
+) -> (String, &'static str, Vec<File>) {
+    let renamed = |source: &str, opening: &str| from_greeter(source, name, opening);
+    let go_source =
+        format!("`export_reconciler_api_reconciler/{name}.go` (on the Go SDK in `reconciler/`)");
     match language {
         Language::Rust => (
-            "`src/lib.rs` (on the SDK in `reconciler-guest/`)",
+            "`src/lib.rs` (on the SDK in `reconciler-guest/`)".into(),
             " (cargo, target wasm32-wasip2)",
             [
                 plain(
@@ -202,22 +253,25 @@ fn language_files(
             .collect(),
         ),
         Language::Python => (
-            "`app.py` (on the Python SDK in `reconciler_guest/`)",
+            "`app.py` (on the Python SDK in `reconciler_guest/`)".into(),
             " (componentize-py, installed into your cache on first use)",
             std::iter::once(plain(
                 "app.py",
-                renamed(include_str!("../../guests/python/greeter/app.py")),
+                renamed(
+                    include_str!("../../guests/python/greeter/app.py"),
+                    PYTHON_OPENING,
+                ),
             ))
             .chain(python_sdk())
             .collect(),
         ),
         Language::Js => (
-            "`app.js` (on the JavaScript SDK in `reconciler-guest/`)",
+            "`app.js` (on the JavaScript SDK in `reconciler-guest/`)".into(),
             " (jco, QuickJS backend, installed from the lockfile into your cache on first use)",
             vec![
                 plain(
                     "app.js",
-                    renamed(include_str!("../../guests/js/greeter/app.js")),
+                    renamed(include_str!("../../guests/js/greeter/app.js"), JS_OPENING),
                 ),
                 plain("package.json", include_str!("../../guests/js/package.json")),
                 plain(
@@ -230,34 +284,64 @@ fn language_files(
             .collect(),
         ),
         Language::C => (
-            "`app.c` (on the C SDK in `sdk/`)",
+            "`app.c` (on the C SDK in `sdk/`)".into(),
             " (clang-19 + wasi-libc, `reconciler-host componentize`)",
             std::iter::once(plain(
                 "app.c",
-                renamed(include_str!("../../guests/c/greeter/app.c")),
+                renamed(include_str!("../../guests/c/greeter/app.c"), C_OPENING),
             ))
             .chain(c_sdk())
             .collect(),
         ),
         Language::Go => (
-            "`export_reconciler_api_reconciler/greeter.go` (on the Go SDK in `reconciler/`)",
+            go_source,
             " (Go >= 1.25, `reconciler-host componentize`)",
-            vec![
-                plain(
-                    "export_reconciler_api_reconciler/greeter.go",
-                    renamed(include_str!(
-                        "../../guests/go/greeter/export_reconciler_api_reconciler/greeter.go"
-                    )),
-                ),
-                plain("go.mod", include_str!("../../guests/go/greeter/go.mod")),
-                plain("go.sum", include_str!("../../guests/go/greeter/go.sum")),
-                plain("gc.go", include_str!("../../guests/go/gc.go")),
-            ]
-            .into_iter()
-            .chain(go_sdk())
-            .collect(),
+            go_files(name).into_iter().chain(go_sdk()).collect(),
         ),
     }
+}
+
+/// The greeter's `source` as guest `name`'s, with `opening` as its opening comment's first
+/// paragraph. The greeter names its manifest `"greeter"` exactly once; its opening comment
+/// points into the repository, where the project has files of its own.
+fn from_greeter(source: &str, name: &str, opening: &str) -> String {
+    let source = source
+        .replace("\"greeter\"", &format!("\"{name}\""))
+        .replace(
+            "Manifest name `greeter`",
+            &format!("Manifest name `{name}`"),
+        );
+    let source = with_opening(&source, opening);
+    // Python's class is the guest's; the other languages export functions.
+    let class = type_name(name, &source);
+    source
+        .replace("class Greeter(", &format!("class {class}("))
+        .replace("export(Greeter)", &format!("export({class})"))
+}
+
+/// A Go guest's own files: its source, named after it, and its module.
+fn go_files(name: &str) -> Vec<File> {
+    vec![
+        plain(
+            format!("export_reconciler_api_reconciler/{name}.go"),
+            from_greeter(
+                include_str!("../../guests/go/greeter/export_reconciler_api_reconciler/greeter.go"),
+                name,
+                GO_OPENING,
+            ),
+        ),
+        // Their comments name the repository's build; the project's is its own.
+        plain(
+            "go.mod",
+            include_str!("../../guests/go/greeter/go.mod")
+                .replace("guests/go/build.sh", "build.sh"),
+        ),
+        plain("go.sum", include_str!("../../guests/go/greeter/go.sum")),
+        plain(
+            "gc.go",
+            include_str!("../../guests/go/gc.go").replace("(guests/lib.sh)", "(lib.sh)"),
+        ),
+    ]
 }
 
 /// SDK files: each `$file` of the repository's `guests/$from`, written under `$to` in the
@@ -386,9 +470,8 @@ fn fixture_objects() -> String {
         .skip_while(|line| line.starts_with('#'))
         .collect();
     format!(
-        "# The offline case's object: `reconciler-host reconcile --guest GUEST.wasm --objects \
-         fixtures/hello/objects.yaml --kind test.reconciler.dev/v1/Widget --key demo/w1 --now \
-         2026-01-02T03:04:05Z` prints fixtures/hello/expected.json.\n{}\n",
+        "# The offline case's objects, loaded as a cluster's: `reconciler-host test` reconciles the key \
+         of case.yaml\n# on them and compares what the guest did with expected.json.\n{}\n",
         body.join("\n")
     )
 }
@@ -402,7 +485,7 @@ pub fn write(language: Language, name: &str, dir: &Path) -> Result<Vec<PathBuf>,
     }
     let mut written = Vec::with_capacity(files.len());
     for file in files {
-        let path = dir.join(file.path);
+        let path = dir.join(&file.path);
         let io = |source| ScaffoldError::Write {
             path: path.clone(),
             source,
@@ -439,8 +522,8 @@ mod tests {
             let source = files
                 .iter()
                 .find(|f| {
-                    ["src/lib.rs", "app.py", "app.js", "app.c"].contains(&f.path)
-                        || f.path.ends_with("greeter.go")
+                    ["src/lib.rs", "app.py", "app.js", "app.c"].contains(&f.path.as_str())
+                        || f.path.ends_with("hello-world.go")
                 })
                 .unwrap();
             assert!(
@@ -461,6 +544,7 @@ mod tests {
                 "{{source}}",
                 "{{recipe}}",
                 "{{toolchain}}",
+                "{{type}}",
             ];
             assert!(
                 files
@@ -520,7 +604,7 @@ mod tests {
             (
                 Language::Python,
                 "reconciler_guest/guest.py",
-                "export(Greeter)",
+                "Reconciler = export(Hello)",
             ),
         ];
         for (language, sdk_file, used) in expect {
@@ -549,6 +633,208 @@ mod tests {
         assert!(
             lib.text.contains("path: \"../wit\""),
             "the SDK reads the project's wit/"
+        );
+    }
+
+    /// The SDKs (and the recipe, the contract, the lockfiles) as copied from the repository:
+    /// their text is the repository's; a project's own files are the rest.
+    fn vendored(path: &str) -> bool {
+        [
+            "reconciler-guest/",
+            "reconciler_guest/",
+            "reconciler/",
+            "sdk/",
+            "wit/",
+        ]
+        .iter()
+        .any(|dir| path.starts_with(dir))
+            || [
+                "lib.sh",
+                "go.sum",
+                "package.json",
+                "package-lock.json",
+                "export_reconciler_api_reconciler/reconciler_exports.go",
+            ]
+            .contains(&path)
+    }
+
+    /// A guest `config-mirror` is `ConfigMirror` wherever its language names a type for it,
+    /// not the template's `Greeter`, and Go's source file is named after it too.
+    #[test]
+    fn every_language_names_its_type_and_source_after_the_guest() {
+        let source = |language, name: &str, path: &str| {
+            let files = files(language, name).unwrap();
+            for file in files.iter().filter(|f| !vendored(&f.path)) {
+                assert!(
+                    !file.text.contains("Greeter") && !file.path.contains("greeter"),
+                    "{language:?}: {} still says Greeter",
+                    file.path
+                );
+            }
+            let found = files.iter().find(|f| f.path == path);
+            found
+                .unwrap_or_else(|| panic!("{language:?}: no {path}"))
+                .text
+                .clone()
+        };
+        let python = source(Language::Python, "config-mirror", "app.py");
+        assert!(
+            python.contains("\nclass ConfigMirror(Guest):\n"),
+            "{python}"
+        );
+        assert!(
+            python.contains("\nReconciler = export(ConfigMirror)\n"),
+            "{python}"
+        );
+        let rust = source(Language::Rust, "config-mirror", "src/lib.rs");
+        for line in [
+            "struct ConfigMirror;",
+            "impl Guest for ConfigMirror {",
+            "reconciler_guest::export!(ConfigMirror);",
+        ] {
+            assert!(rust.lines().any(|l| l == line), "{line} not in:\n{rust}");
+        }
+        let go = source(
+            Language::Go,
+            "config-mirror",
+            "export_reconciler_api_reconciler/config-mirror.go",
+        );
+        assert!(go.contains("NewManifest(\"config-mirror\""), "{go}");
+        source(Language::Js, "config-mirror", "app.js");
+        source(Language::C, "config-mirror", "app.c");
+
+        // A name the source already uses for something else is not taken over.
+        let python = source(Language::Python, "manifest", "app.py");
+        assert!(
+            python.contains("class ManifestReconciler(Guest):"),
+            "{python}"
+        );
+        assert!(python.contains("return Manifest(\n"), "{python}");
+        let python = source(Language::Python, "reconciler", "app.py");
+        assert!(
+            python.contains("Reconciler = export(ReconcilerReconciler)"),
+            "{python}"
+        );
+        let rust = source(Language::Rust, "guest", "src/lib.rs");
+        assert!(rust.contains("impl Guest for GuestReconciler {"), "{rust}");
+    }
+
+    /// The words of `text` that name a file (`app.py`, `sdk/reconciler.h`) or a place in the
+    /// reconciler-host repository (`guests/…`, `host/…`).
+    fn named_paths(text: &str) -> Vec<String> {
+        const FILES: [&str; 14] = [
+            ".rs", ".py", ".js", ".ts", ".c", ".h", ".go", ".sh", ".yaml", ".json", ".wit",
+            ".toml", ".md", ".mod",
+        ];
+        const REPOSITORY: [&str; 5] = ["guests/", "host/", "tools/", "docs/", "src/"];
+        text.split(|c: char| c.is_whitespace() || "`'\"()[]{}<>,;:|=".contains(c))
+            .map(|word| word.trim_end_matches(['.', '*']))
+            // `$here/lib.sh`: the project's folder, as a script names it.
+            .map(|word| match word.split_once('/') {
+                Some((variable, rest)) if variable.starts_with('$') => rest,
+                _ => word,
+            })
+            .filter(|word| {
+                !word.contains("://")
+                    && !word.contains("{{")
+                    && (FILES.iter().any(|ext| word.ends_with(ext))
+                        || REPOSITORY
+                            .iter()
+                            .any(|dir| word.starts_with(dir) && word.len() > dir.len()))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A project's own files point at nothing it lacks: no `src/lib.rs` in a Python project,
+    /// no `guests/python/greeter/app.py` or `guests/lib.sh` of the repository it came from. The
+    /// README names the host's guide in the host's repository, saying so.
+    #[test]
+    fn no_scaffold_file_points_at_a_file_the_project_lacks() {
+        assert_eq!(
+            named_paths("see `src/lib.rs`, guests/lib.sh and ./app.js; test.reconciler.dev/v1"),
+            ["src/lib.rs", "guests/lib.sh", "./app.js"]
+        );
+        for language in ALL {
+            let files = files(language, "mirror").unwrap();
+            let exists = |path: &str| {
+                let path = path.trim_start_matches("./");
+                files.iter().any(|f| {
+                    f.path == path
+                        || f.path.ends_with(&format!("/{path}"))
+                        || f.path
+                            .starts_with(&format!("{}/", path.trim_end_matches('/')))
+                })
+            };
+            let guide = format!("docs/guests/{}.md", language.flag());
+            for file in files.iter().filter(|f| !vendored(&f.path)) {
+                for path in named_paths(&file.text) {
+                    let allowed = file.path == "README.md" && path == guide;
+                    assert!(
+                        allowed || exists(&path),
+                        "{language:?}: {} names {path}, which the project does not have",
+                        file.path
+                    );
+                }
+            }
+        }
+    }
+
+    /// No link of a project's own files is a placeholder (`https://github.com/`, a host
+    /// without a page).
+    #[test]
+    fn no_scaffold_link_is_a_placeholder() {
+        let url = regex::Regex::new(r#"https?://[^\s)\]>"'`]*"#).unwrap();
+        let bare = regex::Regex::new(r"^https?://[^/]*/?$").unwrap();
+        assert!(bare.is_match("https://github.com/") && !bare.is_match("https://a.test/x"));
+        for language in ALL {
+            for file in files(language, "mirror").unwrap() {
+                if vendored(&file.path) {
+                    continue;
+                }
+                for found in url.find_iter(&file.text) {
+                    assert!(
+                        !bare.is_match(found.as_str()),
+                        "{language:?}: {} links to {}",
+                        file.path,
+                        found.as_str()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The scaffold's case names the guest's own build, the key its objects hold and a fixed
+    /// clock, so `reconciler-host test` in the project runs it as the README says.
+    #[test]
+    fn the_fixture_case_names_the_guest_its_key_and_a_clock() {
+        let files = files(Language::Python, "mirror").unwrap();
+        let case = files
+            .iter()
+            .find(|f| f.path == "fixtures/hello/case.yaml")
+            .expect("a case.yaml");
+        let case: serde_json::Value = serde_yaml::from_str(&case.text).unwrap();
+        assert_eq!(
+            case,
+            serde_json::json!({"guest": "mirror", "kind": "test.reconciler.dev/v1/Widget",
+                "key": "demo/w1", "now": "2026-01-02T03:04:05Z"})
+        );
+        let objects = files
+            .iter()
+            .find(|f| f.path == "fixtures/hello/objects.yaml")
+            .unwrap();
+        assert!(
+            objects.text.contains("  name: w1\n  namespace: demo\n"),
+            "{}",
+            objects.text
+        );
+        let readme = files.iter().find(|f| f.path == "README.md").unwrap();
+        assert!(
+            readme
+                .text
+                .contains("reconciler-host test --config host.yaml"),
+            "{}",
+            readme.text
         );
     }
 

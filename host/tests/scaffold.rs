@@ -2,7 +2,8 @@
 //! `component`, Go's `preinit`): the project, written outside this repository, builds with
 //! `reconciler-host` as the one binary of this project on `PATH` (its `componentize` takes those
 //! steps), and what it builds passes `check` against the project's grant and reproduces the
-//! project's fixture. The languages' toolchains are the machine's, as for `guests/build.sh`.
+//! project's fixture, alone and through `reconciler-host test`. The languages' toolchains are the
+//! machine's, as for `guests/build.sh`.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -113,6 +114,20 @@ fn builds_with_the_host_alone(lang: &str, preinit: bool) {
     )
     .unwrap();
     assert_eq!(actual, expected, "the {lang} project's fixture");
+
+    // Every case of the project, as its README runs them.
+    let tested = run(
+        host()
+            .args(["test", "--config", "host.yaml"])
+            .current_dir(&project),
+        "reconciler-host test",
+    );
+    let report = String::from_utf8_lossy(&tested.stdout);
+    assert!(
+        report.contains("fixtures/hello ... ok")
+            && report.ends_with("test result: ok. 1 passed; 0 failed; 0 blessed\n"),
+        "{report}"
+    );
 }
 
 #[test]

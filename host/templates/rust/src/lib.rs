@@ -11,9 +11,9 @@ use reconciler_guest::{
     transient, warn,
 };
 
-struct Greeter;
+struct {{type}};
 
-impl Guest for Greeter {
+impl Guest for {{type}} {
     fn manifest() -> Manifest {
         Manifest::new("{{name}}", gvk!("test.reconciler.dev", "v1", "Widget")).generation_changed_only()
     }
@@ -62,4 +62,4 @@ fn python_type(value: &Value) -> &'static str {
     }
 }
 
-reconciler_guest::export!(Greeter);
+reconciler_guest::export!({{type}});
