@@ -3,7 +3,8 @@
 //! join its manifest's secondaries, mapping for mapping; a guest built the usual way stays a
 //! `controller` with none. Rust: `export_watching!` (`guests/testing/watcher`) against `export!`
 //! (`guests/testing/widget`); Python: `export_watches` (`guests/python/mirror`) against `export`
-//! alone (`guests/python/greeter`).
+//! alone (`guests/python/greeter`); Go, JavaScript and C: their ports of the watcher
+//! (`guests/{go,js,c}/watcher`) against their greeters.
 
 use std::process::Command;
 
@@ -98,5 +99,26 @@ fn a_python_guest_exported_with_export_watches_declares_them_and_export_alone_do
     );
     let greeter = check("greeter-python", "greeter")?;
     assert_eq!(greeter["world"], "controller", "{greeter}");
+    Ok(())
+}
+
+#[test]
+fn the_go_js_and_c_watchers_declare_what_the_rust_one_does_and_their_greeters_none() -> Result<()> {
+    let rust = check("watcher", "watcher")?;
+    for (port, greeter) in [
+        ("watcher-go", "greeter-go"),
+        ("watcher-js", "greeter-js"),
+        ("watcher-c", "greeter-c"),
+    ] {
+        let watcher = check(port, "watcher")?;
+        assert_eq!(watcher["world"], "watching-controller", "{port}: {watcher}");
+        assert_eq!(
+            watcher["manifest"]["secondary"], rust["manifest"]["secondary"],
+            "{port} declares other watches than the Rust watcher"
+        );
+        let greeter = check(greeter, "greeter")?;
+        assert_eq!(greeter["world"], "controller", "{greeter}");
+        assert_eq!(greeter["manifest"]["secondary"], json!([]), "{greeter}");
+    }
     Ok(())
 }
