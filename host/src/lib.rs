@@ -56,6 +56,7 @@ pub(crate) mod reconcilers;
 pub(crate) mod records;
 pub mod runtime;
 pub mod scaffold;
+pub(crate) mod selector;
 pub(crate) mod server;
 pub mod shadow;
 pub mod shards;

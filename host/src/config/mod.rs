@@ -317,7 +317,7 @@ impl<'de> Deserialize<'de> for ReadSelectors {
         let mut selectors = BTreeMap::new();
         for (kind, selector) in written {
             let kind: Gvk = kind.parse().map_err(serde::de::Error::custom)?;
-            crate::informers::parse_selector(&selector)
+            crate::selector::parse_selector(&selector)
                 .map_err(|e| serde::de::Error::custom(format!("readSelectors {kind}: {e}")))?;
             selectors.insert(kind, selector);
         }
@@ -329,7 +329,7 @@ impl<'de> Deserialize<'de> for ReadSelectors {
 /// `outer`'s requirements (the parser sorts and removes repeats, so adding `outer`'s to
 /// `inner`'s changes nothing exactly then).
 pub(crate) fn selector_within(inner: &str, outer: &str) -> bool {
-    let parse = crate::informers::parse_selector;
+    let parse = crate::selector::parse_selector;
     match (parse(&format!("{inner},{outer}")), parse(inner)) {
         (Ok(both), Ok(inner)) => both == inner,
         _ => false,

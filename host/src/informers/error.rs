@@ -2,7 +2,7 @@
 
 use kube::core::GroupVersionKind;
 
-use super::selector::SelectorError;
+use crate::selector::SelectorError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InformerError {

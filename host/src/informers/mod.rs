@@ -11,7 +11,7 @@
 //! store takes no writes from outside and does not compare resourceVersions), the form an object
 //! is cached in (`cached.rs`: its JSON text, once, without `managedFields`), the sharing and
 //! ref-counting (here), subscriptions with lag recovery and resync (`subscription.rs`), the
-//! label selector parser (`selector.rs`: kube-core has none), and each informer's own client
+//! label selector parser (`crate::selector`: kube-core has none), and each informer's own client
 //! (`client.rs`: counts the bytes it receives, adds `shardSelector`).
 //!
 //! The public registry ([`Informers`]) is here; `informer.rs` holds one informer, its handles
@@ -30,7 +30,6 @@ mod event;
 mod informer;
 mod options;
 mod scope;
-mod selector;
 mod shard;
 mod store;
 mod subscription;
@@ -58,7 +57,7 @@ pub use event::InformerEvent;
 pub use informer::Informer;
 pub use options::Options;
 pub use scope::WatchScope;
-pub use selector::{SelectorError, parse_selector};
+pub use crate::selector::{SelectorError, parse_selector};
 pub use shard::{FilterMode, ShardFilter};
 pub use subscription::Subscription;
 
