@@ -163,7 +163,7 @@ pub struct ObjectKey {
 impl ObjectKey {
     /// The key of a namespaced object.
     #[must_use]
-    pub(crate) fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn namespaced(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             namespace: Some(namespace.into()),
             name: name.into(),

@@ -18,7 +18,7 @@ use crate::manifest::FieldPath;
 use crate::objects::ObjectKey;
 
 /// Which primaries hold which value at one path.
-pub(super) struct FieldIndex {
+pub struct FieldIndex {
     path: FieldPath,
     entries: Mutex<Entries>,
 }
@@ -38,12 +38,20 @@ impl FieldIndex {
         }
     }
 
-    pub(super) fn path(&self) -> &FieldPath {
+    /// An empty index over the path `path` (`spec.source`, `spec.targets[*]`), or why the
+    /// path is not one.
+    pub fn parse(path: &str) -> Result<Self, String> {
+        FieldPath::parse("field", path)
+            .map(Self::new)
+            .map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn path(&self) -> &FieldPath {
         &self.path
     }
 
     /// Indexes `object` (none: the key's object is gone) in place of what the key held.
-    pub(super) fn update(&self, key: &ObjectKey, object: Option<&DynamicObject>) {
+    pub fn update(&self, key: &ObjectKey, object: Option<&DynamicObject>) {
         let mut values: Vec<String> = object
             .map(|o| self.path.object_values(o))
             .unwrap_or_default();
@@ -81,7 +89,7 @@ impl FieldIndex {
     }
 
     /// The primaries whose field holds `value`; only those in `namespace` when it is given.
-    pub(super) fn lookup(&self, value: &str, namespace: Option<&str>) -> Vec<ObjectKey> {
+    pub fn lookup(&self, value: &str, namespace: Option<&str>) -> Vec<ObjectKey> {
         let entries = self.entries.lock();
         entries
             .by_value
@@ -94,8 +102,15 @@ impl FieldIndex {
     }
 
     /// Entries held: one per distinct value per primary object.
-    pub(super) fn len(&self) -> usize {
+    #[must_use]
+    pub fn len(&self) -> usize {
         self.entries.lock().count
+    }
+
+    /// Whether it holds no entry.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Keeps the index in step with the primary informer's events; `changed` is told after
@@ -137,6 +152,7 @@ impl FieldPath {
 mod tests {
     use super::*;
 
+    #[allow(clippy::needless_pass_by_value)] // called with `json!` literals
     fn mirror(namespace: &str, name: &str, spec: serde_json::Value) -> DynamicObject {
         let mut object = DynamicObject::new(
             name,

@@ -43,7 +43,7 @@ use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
-use index::FieldIndex;
+pub use index::FieldIndex;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
 

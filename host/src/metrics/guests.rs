@@ -15,7 +15,7 @@ use super::family::{GuestLabels, HistogramFamily, Registrar, gauge_value, histog
 
 /// How one reconcile ended; the `result` label of `reconciler_reconcile_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ReconcileResult {
+pub enum ReconcileResult {
     /// `Ok(action)` without a requeue.
     Success,
     /// `Ok(action)` asking to be requeued after a delay.

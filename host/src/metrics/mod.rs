@@ -86,7 +86,8 @@ use prometheus_client::registry::Registry;
 
 use family::Registrar;
 use guests::GuestFamilies;
-pub(crate) use guests::{HostCallOutcome, ReconcileResult};
+pub(crate) use guests::HostCallOutcome;
+pub use guests::ReconcileResult;
 use informers::InformerFamilies;
 pub(crate) use informers::InformerMetrics;
 use outbound::OutboundFamilies;

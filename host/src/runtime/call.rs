@@ -269,7 +269,7 @@ pub const MAX_MAPPED_KEYS: usize = 1000;
 
 /// How a call of the guest's `map` ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Mapped {
+pub enum Mapped {
     /// The keys it returned (at most [`MAX_MAPPED_KEYS`]; `cut` says it returned more).
     Keys { keys: Vec<ObjectKey>, cut: bool },
     /// It trapped, ran past its deadline or its memory cap; the text says which and how.

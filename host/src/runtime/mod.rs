@@ -55,9 +55,8 @@ mod store;
 
 pub use crate::config::EPOCH_TICK;
 pub use crate::config::Reuse;
-pub(crate) use call::Mapped;
 pub(crate) use call::Run;
-pub use call::{MAX_MAPPED_KEYS, Outcome, Request, Warm};
+pub use call::{MAX_MAPPED_KEYS, Mapped, Outcome, Request, Warm};
 pub use engine::RuntimeOptions;
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
 pub(crate) use store::HostState;
@@ -139,7 +138,22 @@ impl Runtime {
         call::reconcile_reusing(&self.engine, self.slots, guest, call, request, warm, reuse).await
     }
 
-    /// Calls the guest's `map` export on one object (see [`call::map`]).
+    /// Calls the guest's `map` export on one object of `kind` in a fresh instance, under the
+    /// deadline and memory cap of the context's grant. Blocks the calling thread, as
+    /// [`Runtime::reconcile`] does.
+    pub fn map(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        kind: &crate::objects::Gvk,
+        object: String,
+    ) -> Mapped {
+        let handle = call.runtime.clone();
+        self.reactor
+            .drive(handle, self.map_async(guest, call, kind, object))
+    }
+
+    /// [`Runtime::map`] as a future (see [`call::map`]).
     pub(crate) async fn map_async(
         &self,
         guest: &LoadedGuest,
