@@ -405,6 +405,7 @@ fn go_sdk() -> Vec<File> {
         "reconciler/preinit_wasip1.go",
         "reconciler/queue.go",
         "export_reconciler_api_reconciler/reconciler_exports.go",
+        "export_reconciler_api_watches/watches_exports.go",
     )
 }
 
@@ -654,6 +655,7 @@ mod tests {
                 "package.json",
                 "package-lock.json",
                 "export_reconciler_api_reconciler/reconciler_exports.go",
+                "export_reconciler_api_watches/watches_exports.go",
             ]
             .contains(&path)
     }
