@@ -16,12 +16,21 @@
 //!   ([`WriteFence::hold_until`]): a standby takes over at the earliest a whole lease duration
 //!   after it last saw a change, which is after the renewal was sent, so the margin is the
 //!   least time between the old leader's last write and the new leader's first.
+//!
+//! One addition to client-go's rules: a standby also watches the Lease, and tries to take it
+//! the moment the last change it saw is a lease duration old. Polling alone sees a renewal up to
+//! a retry period late and tries again up to a retry period after expiry, so a standby took over
+//! anywhere between a lease duration less one retry period and plus one after the leader died;
+//! with the watch it takes over a lease duration after the leader's last renewal, at most (a
+//! change seen earlier is still seen after it was sent, so the fence's margin holds).
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -107,10 +116,28 @@ impl Candidate {
     async fn run(mut self, mut stopped: oneshot::Receiver<()>) {
         let mut tick = tokio::time::interval(self.options.retry());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (watched, mut seen) = watch::channel(None);
+        let watching = tokio::spawn(watch_lease(
+            self.api.clone(),
+            self.options.lease_name.clone(),
+            watched,
+        ));
         loop {
+            let standby = !*self.leader.borrow();
+            let expiry = self
+                .observed
+                .as_ref()
+                .filter(|_| standby)
+                .map(|o| tokio::time::Instant::from_std(o.at + self.options.duration));
             tokio::select! {
                 _ = &mut stopped => break,
                 _ = tick.tick() => {}
+                () = sleep_until(expiry) => {}
+                changed = seen.changed(), if standby => {
+                    if changed.is_err() || !self.saw(seen.borrow_and_update().as_ref()) {
+                        continue;
+                    }
+                }
             }
             let sent = Instant::now();
             match self.try_acquire_or_renew(sent).await {
@@ -131,7 +158,16 @@ impl Candidate {
                 }
             }
         }
+        watching.abort();
         self.release().await;
+    }
+
+    /// Notes a version of the Lease the watch delivered; true when it is free to take now.
+    fn saw(&mut self, lease: Option<&Lease>) -> bool {
+        let Some(lease) = lease else { return false };
+        let spec = lease.spec.clone().unwrap_or_default();
+        self.observe(lease, &spec, Instant::now());
+        spec.holder_identity.is_none_or(|h| h.is_empty())
     }
 
     fn set_leader(&self, leading: bool) {
@@ -267,6 +303,32 @@ impl Candidate {
         {
             Ok(_) => tracing::info!(lease = %name, "lease released"),
             Err(e) => tracing::warn!(lease = %name, "releasing the lease failed: {e}"),
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Follows the Lease `name` into `seen` (each version as it is written), for as long as the
+/// election runs; the watcher retries with backoff after errors.
+async fn watch_lease(api: Api<Lease>, name: String, seen: watch::Sender<Option<Lease>>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut leases = watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(lease) = leases.next().await {
+        match lease {
+            Ok(lease) => {
+                seen.send_replace(Some(lease));
+            }
+            Err(e) => tracing::debug!(lease = %name, "watching the lease: {e}"),
         }
     }
 }

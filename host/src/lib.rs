@@ -39,6 +39,7 @@ pub(crate) mod dir_watch;
 pub(crate) mod discovery;
 pub mod fence;
 pub(crate) mod finalizer;
+pub mod flowcontrol;
 pub mod guest_set;
 pub mod identity;
 pub mod informers;

@@ -17,6 +17,12 @@
 //! - Guests run on the async workers: they yield every epoch tick and at every waiting
 //!   import, so stopping a controller cancels its reconciles at once instead of waiting for
 //!   their deadlines.
+//! - A guest whose manifest leaves `concurrency` at 0 reconciles as many keys at once as the
+//!   host's adaptive limit on API writes allows (`crate::flowcontrol`), up to its cap: the API
+//!   server, not a number picked in advance, sets the pace.
+//! - A standby (a leader-elected replica without the lease) runs its controllers without
+//!   workers: caches synced, events mapped to keys, all of them queued low, so that on taking
+//!   the lease it reconciles at once instead of listing first (controller-runtime's warm-up).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -47,9 +53,6 @@ pub use index::FieldIndex;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
 
-/// Workers per guest when neither the manifest nor the grant says.
-pub(crate) const DEFAULT_CONCURRENCY: u32 = 2;
-
 /// Everything a controller needs from the host.
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -72,6 +75,10 @@ pub(crate) struct Shared {
     pub(crate) record_directory: Option<std::path::PathBuf>,
     /// Sends the outbound HTTP of guests whose grant has `http:` rules.
     pub(crate) outbound: Arc<dyn crate::capabilities::http::Outbound>,
+    /// The host's limit on API writes in flight; adaptive guests take their keys under it.
+    pub(crate) flow: crate::flowcontrol::FlowControl,
+    /// The configuration's `maxConcurrency`: an adaptive guest's cap unless its grant says less.
+    pub(crate) max_concurrency: u32,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -86,6 +93,8 @@ pub struct Controller {
     /// handover once began a reconcile of a slot already handed over (sharded seed 1019).
     workers: Workers,
     synced: watch::Receiver<bool>,
+    /// Whether the workers may start: false while this replica stands by for the lease.
+    leading: watch::Sender<bool>,
     primary: Informer,
     caches: Arc<Caches>,
 }
@@ -147,8 +156,12 @@ pub const QUEUE_ENV: &str = "RECONCILER_HOST_QUEUE";
 
 impl Controller {
     /// Acquires the guest's informers and starts its mapping and worker tasks. Workers wait
-    /// for every cache to sync first.
-    pub(crate) async fn start(shared: &Shared, guest: Arc<ActiveGuest>) -> anyhow::Result<Self> {
+    /// for every cache to sync first, and, unless `leading`, for [`Controller::lead`].
+    pub(crate) async fn start(
+        shared: &Shared,
+        guest: Arc<ActiveGuest>,
+        leading: bool,
+    ) -> anyhow::Result<Self> {
         let manifest = &guest.loaded.manifest;
         let name = manifest.name.clone();
         let caches = Arc::new(Caches::acquire(shared, &guest).await?);
@@ -168,6 +181,7 @@ impl Controller {
             watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &queue)));
 
         let mut tasks = JoinSet::new();
+        let (leading, lead) = watch::channel(leading);
         // Event → key mapping for the primary kind: every change enqueues the object's own key.
         let primary_events = match manifest.resync {
             Some(period) => caches.primary.subscribe_with_resync(period),
@@ -181,25 +195,34 @@ impl Controller {
                 gone: caches.gone.clone(),
             },
             manifest.primary.clone(),
+            lead.clone(),
         ));
-        spawn_secondaries(&mut tasks, shared, &caches, &queue, &version, &name);
+        spawn_secondaries(&mut tasks, shared, &caches, &queue, &version, &name, &lead);
 
         let (synced_tx, synced) = watch::channel(false);
-        let count = concurrency(&guest);
+        let concurrency = concurrency(&guest, shared.max_concurrency);
+        let (count, slots) = concurrency.workers(shared, &name);
         let workers = Workers::default();
         {
-            let (caches, queue, version, shared, name, workers) = (
+            let (caches, queue, version, shared, name, workers, mut lead) = (
                 caches.clone(),
                 queue.clone(),
                 version.subscribe(),
                 shared.clone(),
                 name.clone(),
                 workers.clone(),
+                lead,
             );
             tasks.spawn(async move {
                 caches.wait_synced().await;
-                tracing::info!(guest = %name, workers = count, "caches synced; starting workers");
                 let _ = synced_tx.send(true);
+                if !*lead.borrow() {
+                    tracing::info!(guest = %name, "caches synced; standing by for the lease");
+                    if lead.wait_for(|l| *l).await.is_err() {
+                        return;
+                    }
+                }
+                tracing::info!(guest = %name, workers = count, ?concurrency, "caches synced; starting workers");
                 workers
                     .start(count, || {
                         run_worker(
@@ -207,6 +230,7 @@ impl Controller {
                             caches.clone(),
                             queue.clone(),
                             version.clone(),
+                            slots.clone(),
                         )
                     })
                     .await;
@@ -219,6 +243,7 @@ impl Controller {
             tasks,
             workers,
             synced,
+            leading,
             primary: caches.primary.clone(),
             caches,
         })
@@ -253,9 +278,28 @@ impl Controller {
             .count()
     }
 
+    /// Starts the workers of a controller started standing by (the lease was won); what was
+    /// queued meanwhile is worked through, changes from now on ahead of it.
+    pub(crate) fn lead(&self) {
+        self.leading.send_replace(true);
+    }
+
+    /// The informers this controller holds, its primary one included: kept across a restart
+    /// (a lost lease back to standby), they keep every cache warm.
+    pub(crate) fn informers(&self) -> Vec<Informer> {
+        let mut all = self.other_informers();
+        all.push(self.primary.clone());
+        all
+    }
+
     /// A receiver of the synced flag, for `/readyz`.
     pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
+    }
+
+    /// Whether this controller runs exactly this version of its guest.
+    pub(crate) fn runs(&self, guest: &Arc<ActiveGuest>) -> bool {
+        Arc::ptr_eq(&self.version.borrow().guest, guest)
     }
 
     /// Whether `new` can replace the running version in place (same watches, finalizer and
@@ -273,7 +317,7 @@ impl Controller {
             && a.finalizer == b.finalizer
             && a.resync == b.resync
             && a.generation_changed_only == b.generation_changed_only
-            && concurrency(&current.guest) == concurrency(new)
+            && concurrency(&current.guest, 0) == concurrency(new, 0)
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
@@ -335,6 +379,7 @@ fn spawn_secondaries(
     queue: &WorkQueue<ObjectKey>,
     version: &watch::Sender<Arc<GuestVersion>>,
     name: &str,
+    lead: &watch::Receiver<bool>,
 ) {
     let gvk = caches.primary.gvk();
     let guest_primary = Gvk::new(&gvk.group, &gvk.version, &gvk.kind);
@@ -373,17 +418,63 @@ fn spawn_secondaries(
             queue.clone(),
             Route::Secondary(mapper, filter.clone()),
             guest_primary.clone(),
+            lead.clone(),
         ));
     }
 }
 
-fn concurrency(guest: &ActiveGuest) -> usize {
-    let asked = match guest.loaded.manifest.concurrency {
-        0 => DEFAULT_CONCURRENCY,
-        n => n,
-    };
-    let allowed = guest.grant.limits.concurrency.unwrap_or(asked);
-    asked.min(allowed).max(1) as usize
+/// How many keys a guest reconciles at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Concurrency {
+    /// The manifest's `concurrency` (lowered by the grant's): that many workers.
+    Fixed(usize),
+    /// The manifest left it at 0: the host's adaptive limit on API writes, up to `cap` (the
+    /// grant's `concurrency`, else `maxConcurrency`).
+    Adaptive { cap: usize },
+}
+
+/// The guest's concurrency; a `max_concurrency` of 0 leaves the adaptive cap at the grant's
+/// (for comparing two versions of one guest, which share the host's).
+fn concurrency(guest: &ActiveGuest, max_concurrency: u32) -> Concurrency {
+    let granted = guest.grant.limits.concurrency;
+    match guest.loaded.manifest.concurrency {
+        0 => {
+            let max = if max_concurrency == 0 {
+                u32::MAX
+            } else {
+                max_concurrency
+            };
+            let cap = granted.map_or(max, |g| g.min(max));
+            Concurrency::Adaptive {
+                cap: cap.max(1) as usize,
+            }
+        }
+        asked => Concurrency::Fixed(asked.min(granted.unwrap_or(asked)).max(1) as usize),
+    }
+}
+
+impl Concurrency {
+    /// The workers to start and, for an adaptive guest, the slots they take keys under.
+    fn workers(
+        self,
+        shared: &Shared,
+        guest: &str,
+    ) -> (usize, Option<Arc<crate::flowcontrol::Slots>>) {
+        match self {
+            Concurrency::Fixed(n) => {
+                shared.metrics.guest_concurrency(guest, n);
+                (n, None)
+            }
+            Concurrency::Adaptive { cap } => (
+                cap,
+                Some(Arc::new(crate::flowcontrol::Slots::new(
+                    &shared.flow,
+                    cap,
+                    guest,
+                ))),
+            ),
+        }
+    }
 }
 
 impl Caches {
@@ -598,9 +689,20 @@ async fn run_worker(
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<GuestVersion>>,
+    slots: Option<Arc<crate::flowcontrol::Slots>>,
 ) {
     let mut kept = Kept::default();
-    while process_next(&shared, &caches, &queue, &version, &mut kept).await {}
+    loop {
+        // An adaptive guest's worker takes a key only under the limit (see `Concurrency`).
+        let slot = match &slots {
+            Some(slots) => Some(slots.take().await),
+            None => None,
+        };
+        if !process_next(&shared, &caches, &queue, &version, &mut kept).await {
+            return;
+        }
+        drop(slot);
+    }
 }
 
 /// A worker's instance kept between reconciles (`limits.instanceReuse`), and the guest version

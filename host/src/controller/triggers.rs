@@ -181,16 +181,23 @@ fn valid_keys(
         .collect()
 }
 
-/// Turns informer events into keys of the primary kind.
+/// Turns informer events into keys of the primary kind. Until `lead` is true (a standby waiting
+/// for the lease) every key goes in low: the leader is handling those changes, and what it
+/// leaves undone is reconciled after the changes that come once this replica leads.
 pub(super) async fn map_events(
     mut events: crate::informers::Subscription,
     queue: WorkQueue<ObjectKey>,
     route: Route,
     primary: Gvk,
+    lead: watch::Receiver<bool>,
 ) {
     while let Some(event) = events.next().await {
         let object = event.object();
-        let priority = priority(&event);
+        let priority = if *lead.borrow() {
+            priority(&event)
+        } else {
+            Priority::Low
+        };
         match &route {
             Route::Primary {
                 generation_changed_only,

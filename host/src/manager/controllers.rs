@@ -22,6 +22,8 @@ pub(super) struct ControllerSet {
     readiness: Readiness,
     /// Sharded: `/shards` and the keys gauge read each guest's primary cache from here.
     shards: Option<Arc<ShardStatus>>,
+    /// Whether controllers start their workers: false while a warm standby waits for the lease.
+    leading: bool,
 }
 
 impl ControllerSet {
@@ -31,12 +33,38 @@ impl ControllerSet {
             pending: BTreeMap::new(),
             readiness,
             shards,
+            leading: true,
         }
+    }
+
+    /// Whether controllers started from now on start their workers (see [`Self::lead_all`]).
+    pub(super) fn set_leading(&mut self, leading: bool) {
+        self.leading = leading;
+    }
+
+    /// Starts the workers of every controller started standing by.
+    pub(super) fn lead_all(&self) {
+        for controller in self.controllers.values() {
+            controller.lead();
+        }
+    }
+
+    /// Every informer the controllers hold, to keep warm across a restart.
+    pub(super) fn informers(&self) -> Vec<Informer> {
+        self.controllers
+            .values()
+            .flat_map(Controller::informers)
+            .collect()
     }
 
     /// Starts, swaps or restarts the controller of `guest`.
     pub(super) async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
+        if let Some(controller) = self.controllers.get(&name)
+            && controller.runs(&guest)
+        {
+            return;
+        }
         if let Some(controller) = self.controllers.get(&name)
             && controller.can_swap_to(&guest)
         {
@@ -58,7 +86,7 @@ impl ControllerSet {
 
     async fn start(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
-        match Controller::start(shared, guest.clone()).await {
+        match Controller::start(shared, guest.clone(), self.leading).await {
             Ok(controller) => {
                 self.pending.remove(&name);
                 self.readiness

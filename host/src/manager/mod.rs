@@ -4,7 +4,9 @@
 //! Order of events: load the configuration and backends, join the leader election or the shard
 //! ring (if enabled), start the HTTP server, start watching the guest directory and the
 //! configuration file, then run controllers for the active guests while this replica owns
-//! work. On SIGTERM/SIGINT: stop taking keys, let running reconciles finish, release the lease
+//! work. A leader-elected standby (`--standby warm`, the default) runs them too, without
+//! workers: its caches stay synced and its queues filled, so that it reconciles the moment it
+//! takes the lease instead of listing every kind first. On SIGTERM/SIGINT: stop taking keys, let running reconciles finish, release the lease
 //! (or leave the ring), exit.
 //!
 //! One file per concept:
@@ -83,6 +85,11 @@ pub(crate) struct RunArgs {
     pub lease_namespace: String,
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub lease_duration: Duration,
+    /// With `--leader-elect`: `warm`, a replica without the lease keeps its caches synced and
+    /// its queues filled, and only starts its workers when it takes the lease; `cold`, it
+    /// starts nothing until then (and lists every kind after taking over).
+    #[arg(long, value_enum, default_value = "warm")]
+    pub standby: Standby,
     /// This replica's identity in the lease (default: hostname-pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -95,6 +102,13 @@ pub(crate) struct RunArgs {
     /// feature gate), on the client, or `auto` (the server when it honours it).
     #[arg(long, default_value = "auto")]
     pub shard_filter: crate::informers::ShardFilter,
+}
+
+/// `run --standby`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Standby {
+    Warm,
+    Cold,
 }
 
 /// `run --shards`.
@@ -177,9 +191,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let kube_config = kube_config(&args).await?;
     let networks = network_backends(&config, &kube_config.cluster_url)?;
 
-    let client = kube::Client::try_from(kube_config.clone())
-        .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let metrics = Metrics::new();
+    // Every write of the host goes through the adaptive limit (the lease's client does not).
+    let flow = crate::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
+    let client = crate::flowcontrol::client(&kube_config, &flow)
+        .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let informers = Informers::with_options(
         client.clone(),
         Options {
@@ -244,6 +260,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shadows: guests.shadows(),
         shard: None,
         record_directory: record_directory.clone(),
+        flow,
+        max_concurrency: config.max_concurrency(),
     };
     let mut manager = Manager {
         shared,
@@ -257,7 +275,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let owned = manager.ownership.initially();
     manager.set_owned(owned);
     metrics.set_leader(owned.anything());
-    if owned.anything() {
+    manager.controllers.set_leading(owned.anything());
+    if manager.runs_controllers() {
         manager.start_all().await;
     }
 
@@ -444,7 +463,7 @@ impl Manager {
                     anyhow::bail!("the guest directory watcher stopped: {why}");
                 }
                 _ = retry.tick() => {
-                    if self.owned.anything() {
+                    if self.runs_controllers() {
                         self.controllers.retry_pending(&self.shared).await;
                     }
                     if self.ownership.coordinates(self.owned) {
@@ -461,7 +480,7 @@ impl Manager {
         match event {
             GuestEvent::Loaded(guest) => {
                 self.orphans.loaded(guest.name());
-                if self.owned.anything() {
+                if self.runs_controllers() {
                     self.controllers.apply(&self.shared, guest).await;
                 }
             }
@@ -495,12 +514,21 @@ impl Manager {
                 self.shared.metrics.set_leader(*leading);
                 let owned = self.ownership.settle(&change);
                 self.set_owned(owned);
+                self.controllers.set_leading(owned.anything());
                 if owned.anything() {
                     tracing::info!("became the leader; starting controllers");
+                    // A warm standby's controllers are running: their workers start now.
+                    self.controllers.lead_all();
                     self.start_all().await;
                 } else {
                     tracing::warn!("lost the lease; stopping every controller now");
+                    let warm = self.controllers.informers();
                     self.controllers.abort_all().await;
+                    if self.runs_controllers() {
+                        // Back to standby, on the caches held meanwhile.
+                        self.start_all().await;
+                    }
+                    drop(warm);
                 }
             }
             Change::Fenced => {
@@ -543,6 +571,11 @@ impl Manager {
         drop(warm);
     }
 
+    /// Whether controllers run: while this replica owns work, and, warm, while it stands by.
+    fn runs_controllers(&self) -> bool {
+        self.owned.anything() || self.ownership.warm_standby()
+    }
+
     /// Records what the controllers run with; sharded, they read their slots from it.
     fn set_owned(&mut self, owned: Owned) {
         self.owned = owned;
@@ -558,7 +591,7 @@ impl Manager {
 
     /// Brings controllers in line with the directory after missed events.
     async fn resync(&mut self) {
-        if self.owned.anything() {
+        if self.runs_controllers() {
             let active = self.guests.active();
             self.controllers.resync(&self.shared, active).await;
         }

@@ -71,6 +71,8 @@ pub(super) enum Change {
 pub(super) struct Ownership {
     fence: WriteFence,
     mode: Mode,
+    /// `--standby`: whether a leader-elected replica runs its controllers while standing by.
+    standby: super::Standby,
 }
 
 enum Mode {
@@ -119,7 +121,17 @@ impl Ownership {
             }
             (super::ShardMode::Off, false) => Mode::Alone,
         };
-        Ok(Self { fence, mode })
+        Ok(Self {
+            fence,
+            mode,
+            standby: args.standby,
+        })
+    }
+
+    /// Whether this replica, when it owns nothing, runs its controllers standing by: caches
+    /// synced, queues filled, no workers (leader election with `--standby warm`).
+    pub(super) fn warm_standby(&self) -> bool {
+        matches!(self.mode, Mode::Elected(_)) && self.standby == super::Standby::Warm
     }
 
     /// What the replica owns before the first [`Change`].

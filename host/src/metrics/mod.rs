@@ -27,6 +27,9 @@
 //! | `shards.rs` | `reconciler_leader`, `reconciler_shard_members`, `reconciler_shard_owned_slots`, `reconciler_shard_owned_ratio` | none |
 //! | | `reconciler_shard_keys`, `reconciler_shard_foreign_keys_total` | `guest` |
 //! | | `reconciler_shard_handovers_total` | `direction` |
+//! | `writes.rs` | `reconciler_api_write_limit`, `reconciler_api_writes_in_flight`, `reconciler_api_write_duration_seconds` | none |
+//! | | `reconciler_api_write_throttled_total` | `reason` |
+//! | | `reconciler_guest_concurrency` | `guest` |
 //!
 //! `family.rs` also holds the `guest` label set and the value types the areas share;
 //! `scrape.rs` holds [`ScrapeHook`]s (here and in `workqueue.rs`). Imports run one way: this
@@ -76,6 +79,7 @@ mod scrape;
 mod shards;
 mod watches;
 mod workqueue;
+mod writes;
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -97,6 +101,7 @@ use shards::ShardFamilies;
 use watches::WatchFamilies;
 use workqueue::WorkqueueFamilies;
 pub use workqueue::WorkqueueMetrics;
+use writes::WriteFamilies;
 
 /// The content type to serve [`Metrics::render`]'s output with: it is OpenMetrics text
 /// (ends in `# EOF`, counters are declared without their `_total` suffix), which
@@ -111,6 +116,7 @@ struct Inner {
     shards: ShardFamilies,
     outbound: OutboundFamilies,
     watches: WatchFamilies,
+    writes: WriteFamilies,
     scrape_hooks: ScrapeHooks,
 }
 
@@ -146,6 +152,7 @@ impl Metrics {
         let shards = ShardFamilies::register(&mut r);
         let outbound = OutboundFamilies::register(&mut r);
         let watches = WatchFamilies::register(&mut r);
+        let writes = WriteFamilies::register(&mut r);
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -155,6 +162,7 @@ impl Metrics {
                 shards,
                 outbound,
                 watches,
+                writes,
                 scrape_hooks: ScrapeHooks::default(),
             }),
         }
@@ -335,6 +343,31 @@ impl Metrics {
     /// Sharded mode: a key of `guest` was dropped because another replica owns its object.
     pub(crate) fn shard_foreign_key(&self, guest: &str) {
         self.inner.shards.foreign_key(guest);
+    }
+
+    /// The adaptive limit on the host's API writes in flight is now `limit`.
+    pub(crate) fn api_write_limit(&self, limit: usize) {
+        self.inner.writes.limit(limit);
+    }
+
+    /// The host has `in_flight` API writes out.
+    pub(crate) fn api_writes_in_flight(&self, in_flight: usize) {
+        self.inner.writes.in_flight(in_flight);
+    }
+
+    /// An API write was answered after `took`.
+    pub(crate) fn api_write_finished(&self, took: Duration) {
+        self.inner.writes.finished(took.as_secs_f64());
+    }
+
+    /// An API write was refused as overloaded with HTTP `status` (429, 503, 504).
+    pub(crate) fn api_write_throttled(&self, status: u16) {
+        self.inner.writes.throttled(status);
+    }
+
+    /// `guest` may reconcile `keys` keys at once now.
+    pub(crate) fn guest_concurrency(&self, guest: &str, keys: usize) {
+        self.inner.writes.concurrency(guest, keys);
     }
 
     /// Run `hook` before every render for as long as it is alive; dead hooks are pruned.
