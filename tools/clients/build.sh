@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the field's own registry clients, pinned, from the Go module proxy (cosign, oras) or
-# crates.io (wkg) alone, no release downloads: the real tools the signed-guest and
-# interoperability tests run against the host.
+# Builds the field's own clients, pinned, from the Go module proxy (cosign, oras, helm) or
+# crates.io (wkg) alone, no release downloads: the real tools the signed-guest,
+# interoperability and chart tests run against the host.
 # Each binary lands in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
 # /reconciler-host/clients/<name>-<version>/), keyed by the version, so fresh checkouts and CI
 # runs on the same machine reuse it; a second call with it present returns at once. On the
@@ -9,8 +9,11 @@
 # under 1, wkg about 5. cosign3 is cosign 3.x (a binary named `cosign`, in its own directory): it
 # writes Sigstore bundles where 2.x writes `.sig` tags, and the host reads both.
 #
-#   tools/clients/build.sh cosign|cosign3|oras|wkg          # build (or reuse) the pinned version
-#   tools/clients/build.sh cosign|cosign3|oras|wkg --print  # print the binary's path and exit
+# helm is built as its Makefile builds it: the version, and the Kubernetes version its
+# `template` and `lint` assume (from the client-go it links), set at link time.
+#
+#   tools/clients/build.sh cosign|cosign3|oras|wkg|helm          # build (or reuse) the pinned version
+#   tools/clients/build.sh cosign|cosign3|oras|wkg|helm --print  # print the binary's path and exit
 #   tools/clients/build.sh all                          # every client
 set -euo pipefail
 
@@ -23,12 +26,13 @@ case "${1:-}" in
   cosign3) VERSION=v3.1.3 PACKAGE=github.com/sigstore/cosign/v3/cmd/cosign BIN=cosign ;;
   oras) VERSION=v1.3.6 PACKAGE=oras.land/oras/cmd/oras BIN=oras ;;
   wkg) VERSION=0.16.1 PACKAGE=wkg BIN=bin/wkg ;;
+  helm) VERSION=v3.22.0 PACKAGE=helm.sh/helm/v3/cmd/helm BIN=helm ;;
   all)
-    for client in cosign cosign3 oras wkg; do "$HERE/build.sh" "$client"; done
+    for client in cosign cosign3 oras wkg helm; do "$HERE/build.sh" "$client"; done
     exit 0
     ;;
   *)
-    echo "usage: $0 cosign|cosign3|oras|wkg|all [--print]" >&2
+    echo "usage: $0 cosign|cosign3|oras|wkg|helm|all [--print]" >&2
     exit 2
     ;;
 esac
@@ -63,6 +67,17 @@ command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # The proxy serves modules but not sum.golang.org lookups here; `go install pkg@version` checks
 # every module against the tool's own go.sum.
 export GOSUMDB=off CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=
-GOBIN="$OUT" go install "$PACKAGE@$VERSION"
+flags=()
+if [[ "$NAME" == helm ]]; then
+  # What helm's Makefile sets: its version, and Kubernetes 1.N for client-go 0.N.
+  module=${PACKAGE%/cmd/helm}
+  client_go=$(go mod download -json "$module@$VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' |
+    xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')
+  [[ "$client_go" =~ ^[0-9]+$ ]] || die "cannot read the client-go version helm $VERSION links"
+  flags=(-trimpath -ldflags "-s -w -X $module/internal/version.version=$VERSION -X $module/internal/version.gitTreeState=clean
+-X $module/pkg/lint/rules.k8sVersionMajor=1 -X $module/pkg/lint/rules.k8sVersionMinor=$client_go
+-X $module/pkg/chartutil.k8sVersionMajor=1 -X $module/pkg/chartutil.k8sVersionMinor=$client_go")
+fi
+GOBIN="$OUT" go install "${flags[@]}" "$PACKAGE@$VERSION"
 echo "$VERSION" >"$OUT/.built"
 echo "$NAME $VERSION built in $OUT in $(($(date +%s) - started)) s"
