@@ -2,7 +2,8 @@
 //! `push` (a guest to a registry as a Wasm OCI artifact, [`crate::oci`]),
 //! `reconcile` (one offline reconcile against objects from files, [`crate::offline`];
 //! prints every host call), `test` (folders of such cases against their pinned outputs),
-//! `rbac` (the RBAC a configuration needs), `new` (scaffold a guest in one of the supported
+//! `rbac` (the RBAC a configuration needs), `drain` (every guest unloaded and its finalizer
+//! released, before an uninstall: [`drain`]), `new` (scaffold a guest in one of the supported
 //! languages), `componentize` (the steps of a C or Go guest's build,
 //! [`reconciler_componentize`]).
 //! Logs go to stderr so that stdout carries only the commands' JSON.
@@ -18,6 +19,8 @@ use crate::config::HostConfig;
 use crate::guest_set::{ActiveGuest, GrantError, Origin};
 use crate::objects::{Gvk, ObjectKey};
 use crate::offline::{OfflineRun, load_bytes, load_guest, local_runtime};
+
+mod drain;
 
 #[derive(Parser)]
 #[command(
@@ -257,6 +260,10 @@ enum Command {
         #[arg(long, value_enum, default_value = "constrained")]
         impersonation: crate::rbac::Impersonation,
     },
+    /// Withdraw every grant of the hosts' configuration ConfigMap, wait until their Pods run no
+    /// guest, then remove the finalizers the guests left from every object (the Helm chart's
+    /// pre-delete hook: nothing stays stuck deleting after an uninstall).
+    Drain(drain::DrainArgs),
     /// Write a new guest that builds and works: source, build.sh, the contract, its grant and
     /// one offline fixture (see its README.md and docs/guests/<lang>.md).
     New {
@@ -364,6 +371,7 @@ pub fn main() -> ExitCode {
                 };
                 rbac(&config, guests, &options, discover).await
             }
+            Command::Drain(args) => drain::drain(args).await,
             Command::Componentize(_) => unreachable!("run before the async runtime starts"),
         }
     });
