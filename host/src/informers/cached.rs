@@ -11,6 +11,10 @@
 //! built with `Options::keep_managed_fields` (environment: `RECONCILER_KEEP_MANAGED_FIELDS=1`):
 //! it is bookkeeping for server-side apply, often larger than the rest of the metadata, and a
 //! reconcile rarely reads it (controller-runtime offers the same as a cache transform).
+//!
+//! An informer that watches only metadata (`Informers::acquire_metadata`) stores each object's
+//! `apiVersion`, `kind` and `metadata` and marks it [`CachedObject::is_partial`]; such an
+//! object is never handed to a guest (reads first upgrade the informer to full objects).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +29,8 @@ pub struct CachedObject {
     #[allow(clippy::box_collection)]
     labels: Option<Box<BTreeMap<String, String>>>,
     deletion_requested: bool,
+    /// Only `apiVersion`, `kind` and `metadata`: from a metadata-only watch.
+    partial: bool,
 }
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -64,6 +70,7 @@ impl std::fmt::Debug for CachedObject {
         f.debug_struct("CachedObject")
             .field("resource_version", &self.resource_version())
             .field("bytes", &self.json.len())
+            .field("partial", &self.partial)
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +93,12 @@ impl CachedObject {
     ///
     /// When `obj` does not serialise (a `DynamicObject` read from JSON always does).
     pub(crate) fn new(obj: &DynamicObject) -> Result<Self, serde_json::Error> {
+        Self::with_form(obj, false)
+    }
+
+    /// As [`CachedObject::new`]; `partial`: `obj` holds only the metadata (see
+    /// [`CachedObject::is_partial`]).
+    pub(crate) fn with_form(obj: &DynamicObject, partial: bool) -> Result<Self, serde_json::Error> {
         // Printed into a buffer kept per thread, then copied into an allocation of the exact
         // size: growing a fresh `String` would leave every intermediate size behind as a hole in
         // the heap, and a cache of many objects would keep those holes.
@@ -113,11 +126,18 @@ impl CachedObject {
                 .filter(|l| !l.is_empty())
                 .map(|l| Box::new(l.clone())),
             deletion_requested: obj.metadata.deletion_timestamp.is_some(),
+            partial,
         })
     }
 
+    /// Only the object's `apiVersion`, `kind` and `metadata` are here: it came from a
+    /// metadata-only watch (`PartialObjectMetadata`), and its body was never received.
+    pub fn is_partial(&self) -> bool {
+        self.partial
+    }
+
     /// The object as JSON text, exactly what a guest receives. Free.
-    pub(crate) fn json(&self) -> &str {
+    pub fn json(&self) -> &str {
         &self.json
     }
 

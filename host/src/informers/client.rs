@@ -1,7 +1,12 @@
-//! The client an informer lists and watches through: the host's client plus the two things
+//! The client an informer lists and watches through: the host's client plus the three things
 //! kube-runtime's `watcher` has no option for. It counts response body bytes into
-//! `reconciler_informer_received_bytes_total`, and, for a sharded informer filtered on the
-//! server, it adds `shardSelector` to every GET (the watcher's lists, their pages, and watches).
+//! `reconciler_informer_received_bytes_total`; for a sharded informer filtered on the server,
+//! it adds `shardSelector` to every GET (the watcher's lists, their pages, and watches); and it
+//! makes a streaming list a consistent read, as client-go does: the watcher asks for
+//! `sendInitialEvents` from `resourceVersion=0` (whatever state the API server's cache holds),
+//! this client leaves the version out, so the list ends at a state at least as new as the
+//! request. An informer upgrading from metadata to full objects relies on that: its full list
+//! is then newer than every event its metadata watch delivered.
 //!
 //! Cost: one `kube::Client` per informer, that is one tower buffer task, plus one atomic add per
 //! response body frame. Requests go through the host's client (`Client::send`), so the
@@ -27,6 +32,11 @@ pub(super) fn informer_client(
     let service = tower::service_fn(move |mut request: Request<Body>| {
         let base = base.clone();
         let metrics = metrics.clone();
+        if request.method() == Method::GET
+            && let Some(uri) = consistent_streaming_list(request.uri())
+        {
+            *request.uri_mut() = uri;
+        }
         let rewritten = match &shard_selector {
             Some(selector) if request.method() == Method::GET => {
                 with_query_param(request.uri(), SHARD_SELECTOR_PARAM, selector)
@@ -48,6 +58,25 @@ pub(super) fn informer_client(
         }
     });
     Client::new(service, default_namespace)
+}
+
+/// A streaming list from `resourceVersion=0` (kube-runtime's initial watch) as a consistent
+/// one: `uri` without its `resourceVersion`. None for any other request.
+pub(super) fn consistent_streaming_list(uri: &Uri) -> Option<Uri> {
+    let query = uri.query()?;
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let has = |key: &str, value: &str| pairs.iter().any(|(k, v)| k == key && v == value);
+    if !has("sendInitialEvents", "true") || !has("resourceVersion", "0") {
+        return None;
+    }
+    let kept = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs.iter().filter(|(k, _)| k != "resourceVersion"))
+        .finish();
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = PathAndQuery::try_from(format!("{}?{kept}", uri.path())).ok();
+    Uri::from_parts(parts).ok()
 }
 
 /// `uri` with `key=value` appended to its query, form-encoded as kube encodes its own
@@ -127,6 +156,41 @@ mod tests {
             with_query_param(&absolute, "k", "v").unwrap().to_string(),
             "https://127.0.0.1:6443/api/v1/configmaps?limit=1&k=v"
         );
+    }
+
+    #[test]
+    fn a_streaming_list_from_version_0_becomes_a_consistent_one_and_nothing_else_changes() {
+        let streaming: Uri = "/api/v1/namespaces/a/configmaps?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0"
+            .parse()
+            .unwrap();
+        let consistent = consistent_streaming_list(&streaming).unwrap();
+        assert_eq!(consistent.path(), "/api/v1/namespaces/a/configmaps");
+        let params = params(&consistent);
+        assert!(
+            params.iter().all(|(k, _)| k != "resourceVersion"),
+            "{params:?}"
+        );
+        for kept in [
+            ("watch", "true"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("allowWatchBookmarks", "true"),
+        ] {
+            assert!(
+                params.contains(&(kept.0.to_owned(), kept.1.to_owned())),
+                "{kept:?} in {params:?}"
+            );
+        }
+        for unchanged in [
+            // A resumed watch, a paged list, a streaming list from a known version.
+            "/api/v1/configmaps?watch=true&allowWatchBookmarks=true&resourceVersion=0",
+            "/api/v1/configmaps?limit=500",
+            "/api/v1/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=42",
+            "/api/v1/configmaps",
+        ] {
+            let uri: Uri = unchanged.parse().unwrap();
+            assert_eq!(consistent_streaming_list(&uri), None, "{unchanged}");
+        }
     }
 
     #[tokio::test]

@@ -23,6 +23,7 @@ use kube::{
 use super::{
     cached::CachedObject,
     error::describe,
+    options::InitialList,
     scope::WatchScope,
     shard::{self, FilterMode, ShardFilter},
     store, watch,
@@ -39,17 +40,23 @@ pub(super) struct InformerState {
     pub(super) namespaced: bool,
     pub(super) selector: Option<Selector>,
     pub(super) cache: Arc<watch::Cache>,
-    /// None for an empty slot set: nothing to watch.
-    pub(super) task: Option<tokio::task::AbortHandle>,
+    /// The watch task; none for an empty slot set (nothing to watch). Replaced once, when a
+    /// metadata-only informer is upgraded.
+    pub(super) task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// What the task watches, to start the full watch of an upgrade; none for an empty slot set.
+    source: Option<watch::Source>,
+    label: String,
     pub(super) registry: Weak<Registry>,
 }
 
 impl InformerState {
+    /// `metadata`: watch only the objects' metadata until a read asks for more.
     pub(super) fn start(
         registry: &Arc<Registry>,
         key: Key,
         resolved: crate::discovery::Resolved,
         selector: Option<Selector>,
+        metadata: bool,
     ) -> Self {
         let options = &registry.options;
         let gvk = &key.gvk;
@@ -66,6 +73,11 @@ impl InformerState {
             options.keep_managed_fields,
             key.scope.shard,
             metrics.clone(),
+            if metadata {
+                watch::Form::Metadata
+            } else {
+                watch::Form::Full
+            },
         ));
         let mut config = watcher::Config::default();
         if let Some(selector) = &key.scope.label_selector {
@@ -85,12 +97,13 @@ impl InformerState {
                 shard.map_or_else(|| "*".to_owned(), |slots| slots.to_text()),
             ),
         };
-        let task = if key.scope.shard.is_some_and(|slots| slots.is_empty()) {
+        let (task, source) = if key.scope.shard.is_some_and(|slots| slots.is_empty()) {
             tracing::info!(informer = %label, "sharded informer owns no slots; not watching");
             cache.synced.send_replace(true);
-            None
+            cache.release();
+            (None, None)
         } else {
-            tracing::info!(informer = %label, "starting informer");
+            tracing::info!(informer = %label, metadata, "starting informer");
             if options.shard_filter == ShardFilter::Client && key.scope.shard.is_some() {
                 // Known without asking the server: visible from the first moment.
                 let _ = cache.filter.set(FilterMode::Client);
@@ -102,9 +115,10 @@ impl InformerState {
                 config,
                 filter: options.shard_filter,
                 metrics,
+                initial_list: options.initial_list,
             };
-            let guard = watch::TaskGuard::new(registry.watch_tasks.clone());
-            Some(tokio::spawn(watch::run(source, cache.clone(), label, guard)).abort_handle())
+            let task = spawn_watch(registry, &source, &cache, &label, metadata);
+            (Some(task), Some(source))
         };
         Self {
             key,
@@ -112,17 +126,64 @@ impl InformerState {
             namespaced: resolved.namespaced,
             selector,
             cache,
-            task,
+            task: Mutex::new(task),
+            source,
+            label,
             registry: Arc::downgrade(registry),
         }
     }
+
+    /// A metadata-only informer starts watching whole objects: the metadata watch is aborted
+    /// (its late events are dropped by the cache) and a full one lists into the same cache.
+    /// Nothing to do for one that is full or upgrading already.
+    pub(super) fn upgrade(&self) {
+        let mut task = self.task.lock();
+        if !self.cache.begin_upgrade() {
+            return;
+        }
+        let (Some(source), Some(registry)) = (&self.source, self.registry.upgrade()) else {
+            // Nothing watched (an empty slot set), or the host is going away.
+            self.cache.release();
+            return;
+        };
+        tracing::info!(informer = %self.label, "a guest reads the kind: watching whole objects instead of metadata");
+        if let Some(old) = task.take() {
+            old.abort();
+        }
+        *task = Some(spawn_watch(
+            &registry,
+            source,
+            &self.cache,
+            &self.label,
+            false,
+        ));
+    }
+}
+
+fn spawn_watch(
+    registry: &Registry,
+    source: &watch::Source,
+    cache: &Arc<watch::Cache>,
+    label: &str,
+    metadata: bool,
+) -> tokio::task::AbortHandle {
+    let guard = watch::TaskGuard::new(registry.watch_tasks.clone());
+    let run = watch::run(
+        source.clone(),
+        cache.clone(),
+        label.to_owned(),
+        guard,
+        metadata,
+    );
+    tokio::spawn(run).abort_handle()
 }
 
 impl Drop for InformerState {
     fn drop(&mut self) {
-        if let Some(task) = &self.task {
+        if let Some(task) = self.task.get_mut().take() {
             task.abort();
         }
+        self.cache.release();
         tracing::info!(informer = %describe(&self.key.gvk), scope = ?self.key.scope, "informer released");
         if let Some(registry) = self.registry.upgrade() {
             let mut informers = registry.informers.lock();
@@ -202,6 +263,36 @@ impl Informer {
     /// API server answered 410 Gone because our resourceVersion fell out of its window).
     pub fn lists(&self) -> u64 {
         self.shared.cache.lists.load(Ordering::Relaxed)
+    }
+
+    /// The cache holds only the objects' metadata: no reader has asked for more yet (see
+    /// [`Informer::until_full`]).
+    pub fn metadata_only(&self) -> bool {
+        *self.shared.cache.form.borrow() != watch::Form::Full
+    }
+
+    /// What a reader of whole objects waits for: none when the cache holds them already;
+    /// otherwise the informer starts watching whole objects now (once, for every handle), and
+    /// the future resolves when its list has replaced every partial object. Cost: for the
+    /// first reader, one list of the kind's whole objects; for the others, nothing more.
+    pub fn until_full(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if !self.metadata_only() {
+            return None;
+        }
+        self.shared.upgrade();
+        let mut form = self.shared.cache.form.subscribe();
+        let informer = self.clone();
+        Some(async move {
+            // The sender lives in the cache `informer` keeps alive, so this cannot fail.
+            let _ = form.wait_for(|f| *f == watch::Form::Full).await;
+            drop(informer);
+        })
+    }
+
+    /// How the latest completed list was made: streaming or paged (a streaming list the server
+    /// refused falls back to pages). None until the first list completes.
+    pub fn list_mode(&self) -> Option<InitialList> {
+        *self.shared.cache.listed_by.lock()
     }
 
     /// Where this sharded informer filters: decided before its first list (see

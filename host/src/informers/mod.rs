@@ -18,6 +18,12 @@
 //! and the weak map behind the registry; `subscription.rs` subscribes to one; `event.rs`,
 //! `scope.rs`, `options.rs`, `error.rs` the types they share.
 //!
+//! How a cache is filled and what it holds: a streaming list where the API server serves one,
+//! pages where it refuses ([`InitialList`]); whole objects, or for a kind whose events are all
+//! a caller needs ([`Informers::acquire_metadata`]: secondary watches mapped by owner reference,
+//! label or field index) only each object's metadata, until the first read of the kind asks for
+//! more ([`Informer::until_full`]). See `watch.rs`.
+//!
 //! Sharded scopes ([`WatchScope::shard`], sharded mode) hold only the objects whose uid hashes into
 //! a set of slots, filtered on the API server when it honours `shardSelector` and on the client
 //! otherwise ([`ShardFilter`], `shard.rs`). A new slot set is a new scope, so a handover is a
@@ -51,13 +57,13 @@ use parking_lot::Mutex;
 use error::describe;
 use informer::{InformerState, Key, Registry};
 
+pub use crate::selector::{SelectorError, parse_selector};
 pub(crate) use cached::CachedObject;
 pub use error::InformerError;
 pub use event::InformerEvent;
 pub use informer::Informer;
-pub use options::Options;
+pub use options::{INITIAL_LIST_ENV, InitialList, METADATA_SECONDARIES_ENV, Options};
 pub use scope::WatchScope;
-pub use crate::selector::{SelectorError, parse_selector};
 pub use shard::{FilterMode, ShardFilter};
 pub use subscription::Subscription;
 
@@ -88,6 +94,10 @@ pub struct InformerInfo {
     pub lists: u64,
     /// See [`Informer::filter_mode`].
     pub filter: Option<FilterMode>,
+    /// See [`Informer::metadata_only`].
+    pub metadata_only: bool,
+    /// See [`Informer::list_mode`].
+    pub list_mode: Option<InitialList>,
 }
 
 impl Informers {
@@ -137,6 +147,40 @@ impl Informers {
         gvk: &GroupVersionKind,
         scope: WatchScope,
     ) -> Result<Informer, InformerError> {
+        self.acquire_with(gvk, scope, false).await
+    }
+
+    /// As [`Informers::acquire`], for a caller that needs only the objects' metadata (a
+    /// secondary watch that maps events by owner reference, label or field index). A new
+    /// informer then watches `PartialObjectMetadata`: a fraction of the memory and traffic of
+    /// whole objects. A running informer is shared as it is, full or not. The first reader of
+    /// whole objects upgrades it ([`Informer::until_full`]), as does an `acquire` of the same
+    /// kind and scope; it never goes back. With [`Options::metadata_secondaries`] off, the same
+    /// as `acquire`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Informers::acquire`].
+    pub async fn acquire_metadata(
+        &self,
+        gvk: &GroupVersionKind,
+        scope: WatchScope,
+    ) -> Result<Informer, InformerError> {
+        self.acquire_with(gvk, scope, true).await
+    }
+
+    /// [`Informers::acquire_metadata`] when `metadata_only`, else [`Informers::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Informers::acquire`].
+    pub async fn acquire_with(
+        &self,
+        gvk: &GroupVersionKind,
+        scope: WatchScope,
+        metadata_only: bool,
+    ) -> Result<Informer, InformerError> {
+        let metadata = metadata_only && self.registry.options.metadata_secondaries;
         let selector = match scope
             .label_selector
             .as_deref()
@@ -161,7 +205,7 @@ impl Informers {
             },
         };
         if let Some(shared) = self.lookup(&key) {
-            return Ok(Informer { shared });
+            return Ok(Self::shared(shared, metadata));
         }
         let resolved = self
             .registry
@@ -196,17 +240,26 @@ impl Informers {
         let mut informers = self.registry.informers.lock();
         if let Some(shared) = informers.get(&key).and_then(Weak::upgrade) {
             drop(informers);
-            return Ok(Informer { shared });
+            return Ok(Self::shared(shared, metadata));
         }
         let shared = Arc::new(InformerState::start(
             &self.registry,
             key.clone(),
             resolved,
             selector,
+            metadata,
         ));
         informers.insert(key, Arc::downgrade(&shared));
         drop(informers);
         Ok(Informer { shared })
+    }
+
+    /// A handle on a running informer; one that wants whole objects upgrades it.
+    fn shared(shared: Arc<InformerState>, metadata: bool) -> Informer {
+        if !metadata {
+            shared.upgrade();
+        }
+        Informer { shared }
     }
 
     fn lookup(&self, key: &Key) -> Option<Arc<InformerState>> {
@@ -227,6 +280,8 @@ impl Informers {
                 synced: *shared.cache.synced.borrow(),
                 lists: shared.cache.lists.load(Ordering::Relaxed),
                 filter: shared.cache.filter.get().copied(),
+                metadata_only: *shared.cache.form.borrow() != watch::Form::Full,
+                list_mode: *shared.cache.listed_by.lock(),
             })
             .collect();
         drop(live);

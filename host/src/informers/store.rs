@@ -92,9 +92,10 @@ fn newer(a: Option<&str>, b: Option<&str>) -> bool {
     matches!((rv_number(a), rv_number(b)), (Some(a), Some(b)) if a > b)
 }
 
-/// Stores `obj`; `None` (logged) in the impossible case that it does not serialise.
-fn cache(obj: &DynamicObject) -> Option<Arc<CachedObject>> {
-    CachedObject::new(obj)
+/// Stores `obj` (`partial`: only its metadata, from a metadata-only watch); `None` (logged) in
+/// the impossible case that it does not serialise.
+fn cache(obj: &DynamicObject, partial: bool) -> Option<Arc<CachedObject>> {
+    CachedObject::with_form(obj, partial)
         .inspect_err(|e| {
             tracing::error!(object = %obj.name_any(), error = %e, "object not cached: it does not serialise");
         })
@@ -196,6 +197,24 @@ impl Store {
     /// its resourceVersion equals the one subscribers already saw. The event's `old` is the
     /// previous version's head (see [`InformerEvent::Applied`]).
     pub(super) fn apply(&mut self, obj: Arc<DynamicObject>, now: Instant) -> Option<InformerEvent> {
+        self.apply_as(obj, now, false)
+    }
+
+    /// As [`Store::apply`], for an object from a metadata-only watch: only its metadata.
+    pub(super) fn apply_partial(
+        &mut self,
+        obj: Arc<DynamicObject>,
+        now: Instant,
+    ) -> Option<InformerEvent> {
+        self.apply_as(obj, now, true)
+    }
+
+    fn apply_as(
+        &mut self,
+        obj: Arc<DynamicObject>,
+        now: Instant,
+        partial: bool,
+    ) -> Option<InformerEvent> {
         self.expire(now);
         let key = key_of(&obj);
         if let Relist::Tracking(seen) = &mut self.relisting {
@@ -211,9 +230,17 @@ impl Store {
         if let Some(old) = &entry.watched
             && old.resource_version() == obj_rv
         {
+            // The version subscribers saw, now whole (the relist of an informer upgrading from
+            // metadata to full objects): stored without an event.
+            if old.is_partial()
+                && !partial
+                && let Some(whole) = cache(&obj, false)
+            {
+                entry.watched = Some(whole);
+            }
             return None;
         }
-        let cached = cache(&obj)?;
+        let cached = cache(&obj, partial)?;
         let old = entry.watched.replace(cached);
         if old.is_none() {
             self.watched_count += 1;
@@ -321,7 +348,7 @@ impl Store {
                 }
             }
         }
-        let Some(cached) = cache(obj) else {
+        let Some(cached) = cache(obj, false) else {
             return false;
         };
         let entry = self
@@ -661,6 +688,30 @@ mod tests {
             matches!(&events[..], [InformerEvent::Deleted { object }] if object.name_any() == "y")
         );
         assert_eq!(s.len(t), 1);
+    }
+
+    #[test]
+    fn a_metadata_object_becomes_whole_silently_and_a_changed_one_with_an_event() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        assert!(s.apply_partial(cm("a", "x", "1", &[]), t).is_some());
+        assert!(s.apply_partial(cm("a", "y", "2", &[]), t).is_some());
+        let partial = |s: &Store, name| s.get(Some("a"), name, t).unwrap().is_partial();
+        assert!(partial(&s, "x") && partial(&s, "y"));
+        // The upgrade's relist: x unchanged, y changed meanwhile.
+        s.begin_relist();
+        assert!(s.apply(cm("a", "x", "1", &[]), t).is_none(), "no news");
+        assert!(!partial(&s, "x"), "but stored whole");
+        assert!(matches!(
+            s.apply(cm("a", "y", "3", &[]), t),
+            Some(InformerEvent::Applied { listed: true, .. })
+        ));
+        assert!(s.end_relist(t).is_empty());
+        assert!(!partial(&s, "y"));
+        // A whole object is never replaced by its own metadata.
+        assert!(s.apply_partial(cm("a", "x", "1", &[]), t).is_none());
+        assert!(!partial(&s, "x"));
+        assert_eq!(s.len(t), 2);
     }
 
     #[test]

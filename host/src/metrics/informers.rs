@@ -1,5 +1,6 @@
-//! What the informers hold and receive, by group/version/kind, how sharded ones filter, and
-//! [`InformerMetrics`], one GVK's traffic series resolved once.
+//! What the informers hold and receive, by group/version/kind, how sharded ones filter, how
+//! they list and whether they hold only metadata, and [`InformerMetrics`], one GVK's traffic
+//! series resolved once.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -33,11 +34,24 @@ struct ShardFilterLabels {
     mode: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListLabels {
+    group: String,
+    version: String,
+    kind: String,
+    /// `streaming` or `paged`.
+    mode: String,
+    /// `metadata` or `full`.
+    form: String,
+}
+
 pub(super) struct InformerFamilies {
     objects: Family<GvkLabels, Gauge>,
     received_bytes: Family<GvkLabels, Counter>,
     events: Family<GvkLabels, Counter>,
     shard_filter: Family<ShardFilterLabels, Gauge>,
+    lists: Family<ListLabels, Counter>,
+    metadata_only: Family<GvkLabels, Gauge>,
 }
 
 impl InformerFamilies {
@@ -59,6 +73,14 @@ impl InformerFamilies {
                 "reconciler_informer_shard_filter",
                 "1 for each filter mode (server: shardSelector, client: dropped on arrival) a sharded informer of the kind uses",
             ),
+            lists: r.add(
+                "reconciler_informer_lists",
+                "Lists the informers completed (first lists, relists, upgrades to full objects), by mode (streaming, paged) and form (metadata, full)",
+            ),
+            metadata_only: r.add(
+                "reconciler_informer_metadata_only",
+                "Informers of the kind that hold only metadata (no guest has read the kind through them yet)",
+            ),
         }
     }
 
@@ -77,6 +99,9 @@ impl InformerFamilies {
         InformerMetrics {
             received_bytes: self.received_bytes.get_or_create_owned(&labels),
             events: self.events.get_or_create_owned(&labels),
+            lists: self.lists.clone(),
+            metadata_only: self.metadata_only.get_or_create_owned(&labels),
+            gvk: labels,
         }
     }
 
@@ -108,6 +133,10 @@ impl InformerFamilies {
 pub(crate) struct InformerMetrics {
     received_bytes: Counter,
     events: Counter,
+    /// Resolved at each list's end (a rare event), so only the modes used show up.
+    lists: Family<ListLabels, Counter>,
+    metadata_only: Gauge,
+    gvk: GvkLabels,
 }
 
 impl InformerMetrics {
@@ -117,7 +146,38 @@ impl InformerMetrics {
         Self {
             received_bytes: Counter::default(),
             events: Counter::default(),
+            lists: Family::default(),
+            metadata_only: Gauge::default(),
+            gvk: GvkLabels::new("", "", ""),
         }
+    }
+
+    /// An informer of the kind started holding only metadata (`true`), or stopped doing so:
+    /// made whole, or released (`false`). Each start is ended once.
+    pub(crate) fn metadata_only(&self, holds: bool) {
+        if holds {
+            self.metadata_only.inc();
+        } else {
+            self.metadata_only.dec();
+        }
+    }
+
+    /// A list completed: `mode` `streaming` or `paged`, `form` `metadata` or `full`.
+    pub(crate) fn listed(&self, mode: &str, form: &str) {
+        let GvkLabels {
+            group,
+            version,
+            kind,
+        } = self.gvk.clone();
+        self.lists
+            .get_or_create(&ListLabels {
+                group,
+                version,
+                kind,
+                mode: mode.to_owned(),
+                form: form.to_owned(),
+            })
+            .inc();
     }
 
     /// `bytes` of a list or watch response body arrived.
@@ -150,6 +210,13 @@ mod tests {
         metrics.informer_shard_filter("", "v1", "ConfigMap", "server", true);
         metrics.informer_shard_filter("", "v1", "ConfigMap", "client", true);
         metrics.informer_shard_filter("", "v1", "ConfigMap", "client", false);
+        shard_a.listed("streaming", "metadata");
+        shard_b.listed("streaming", "full");
+        shard_b.listed("streaming", "full");
+        let secrets = metrics.informer("", "v1", "Secret");
+        secrets.metadata_only(true);
+        secrets.metadata_only(false);
+        shard_a.metadata_only(true);
 
         let text = metrics.render();
         for (series, value) in [
@@ -165,9 +232,30 @@ mod tests {
                 r#"reconciler_informer_shard_filter{group="",version="v1",kind="ConfigMap",mode="server"}"#,
                 1.0,
             ),
+            (
+                r#"reconciler_informer_lists_total{group="",version="v1",kind="ConfigMap",mode="streaming",form="full"}"#,
+                2.0,
+            ),
+            (
+                r#"reconciler_informer_lists_total{group="",version="v1",kind="ConfigMap",mode="streaming",form="metadata"}"#,
+                1.0,
+            ),
+            (
+                r#"reconciler_informer_metadata_only{group="",version="v1",kind="ConfigMap"}"#,
+                1.0,
+            ),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }
         assert!(!text.contains(r#"mode="client""#), "{text}");
+        assert!(!text.contains(r#"mode="paged""#), "{text}");
+        assert_eq!(
+            sample(
+                &text,
+                r#"reconciler_informer_metadata_only{group="",version="v1",kind="Secret"}"#
+            ),
+            Some(0.0),
+            "{text}"
+        );
     }
 }
