@@ -71,9 +71,13 @@ pub(crate) fn parse_selector(
 }
 
 impl CallContext {
-    fn lister_get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
+    async fn lister_get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
         validation::object_ref("ref", object)?;
         self.guest.grant.may_read(self.name(), &object.kind)?;
+        // A metadata-only cache is made whole first (within the reconcile's deadline).
+        if let Some(ready) = self.guest.providers.lister.ready(&object.kind) {
+            ready.await;
+        }
         self.guest.providers.lister.get(object)
     }
 
@@ -87,6 +91,9 @@ impl CallContext {
         validation::namespace("namespace", namespace)?;
         let selector = parse_selector("label-selector", label_selector)?;
         self.guest.grant.may_read(self.name(), kind)?;
+        if let Some(ready) = self.guest.providers.lister.ready(kind) {
+            ready.await;
+        }
         // The last list's copy has been lowered into the guest's memory by now.
         self.held = None;
         let budget = self.guest.budget.clone();
@@ -128,7 +135,7 @@ impl wit::Host for CallContext {
             ("lister", "get"),
             || json!({ "ref": object }),
             |v| Ok((!v.is_null()).then(|| replay::text(&v))),
-            async |this| this.lister_get(&object),
+            async |this| this.lister_get(&object).await,
             |o| json!(o.as_deref().map(embed)),
         )
         .await

@@ -52,6 +52,11 @@ pub trait Cluster: Send + Sync {
 
 /// Reads of cached objects, as JSON text. Arguments arrive validated.
 pub trait Lister: Send + Sync {
+    /// What a read of `kind` waits for first, if anything: a cache that holds only metadata
+    /// fetches whole objects at the kind's first read (`Informer::until_full`). None: ready.
+    fn ready(&self, _kind: &Gvk) -> Option<futures::future::BoxFuture<'static, ()>> {
+        None
+    }
     fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError>;
     /// The matching objects as the provider keeps them, shared (no copy): the capability sizes
     /// the result before it copies anything for the guest.

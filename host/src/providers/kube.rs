@@ -428,6 +428,11 @@ impl CacheLister {
 }
 
 impl Lister for CacheLister {
+    fn ready(&self, kind: &Gvk) -> Option<futures::future::BoxFuture<'static, ()>> {
+        use futures::FutureExt as _;
+        Some(self.0.get(kind)?.until_full()?.boxed())
+    }
+
     fn get(&self, object: &ObjectRef) -> Result<Option<String>, HostError> {
         let informer = self.informer(&object.kind)?;
         Ok(informer
