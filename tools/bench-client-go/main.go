@@ -9,8 +9,12 @@
 // for one kind, with a REST client for its group, which is what the generated code amounts to.
 // Objects are cached as typed structs, as sample-controller caches its Foos.
 //
-// Usage: KUBECONFIG=... bench-client-go -namespace NS [-workers 4] [-strip-managed-fields]
-// Prints "synced" on stdout once the cache has synced, then works until killed.
+// With -configmaps it also caches the namespace's ConfigMaps through the factory's typed
+// ConfigMap informer (full objects), as a controller that owns ConfigMaps does: the baseline of
+// the host's metadata-only secondaries (host/benches/informers.rs).
+//
+// Usage: KUBECONFIG=... bench-client-go -namespace NS [-workers 4] [-strip-managed-fields] [-configmaps]
+// Prints "synced" on stdout once the caches have synced, then works until killed.
 package main
 
 import (
@@ -102,11 +106,12 @@ func (c *Controller) enqueue(obj interface{}) {
 	}
 }
 
-// Run waits for the cache, then starts the workers; it blocks until ctx is done.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+// Run waits for the caches (its own and `others`), then starts the workers; it blocks until
+// ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int, others ...cache.InformerSynced) error {
 	defer utilruntime.HandleCrash()
 	defer c.workqueue.ShutDown()
-	if ok := cache.WaitForCacheSync(ctx.Done(), c.synced); !ok {
+	if ok := cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{c.synced}, others...)...); !ok {
 		return fmt.Errorf("failed to wait for caches to sync")
 	}
 	fmt.Println("synced")
@@ -165,6 +170,7 @@ func main() {
 	namespace := flag.String("namespace", "", "namespace to watch (empty: all)")
 	workers := flag.Int("workers", 4, "workers")
 	strip := flag.Bool("strip-managed-fields", false, "drop metadata.managedFields from cached objects (a cache transform)")
+	configMaps := flag.Bool("configmaps", false, "also cache the namespace's ConfigMaps (typed, full objects)")
 	flag.Parse()
 
 	config, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
@@ -172,8 +178,12 @@ func main() {
 		klog.Fatalf("kubeconfig: %v", err)
 	}
 	// The default of 5 requests/s would make this a benchmark of the limiter; the host's
-	// default per-guest write rate is 500/s, so the same here.
-	config.QPS, config.Burst = 500, 1000
+	// default per-guest write rate is 2000/s, so the same here.
+	config.QPS, config.Burst = 2000, 4000
+	clientset, err := kubernetes.NewForConfig(rest.CopyConfig(config))
+	if err != nil {
+		klog.Fatalf("clientset: %v", err)
+	}
 	config.GroupVersion = &bw.GroupVersion
 	config.APIPath = "/apis"
 	config.ContentType = runtime.ContentTypeJSON
@@ -185,10 +195,14 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	factory := informers.NewSharedInformerFactoryWithOptions(nil, 0, informers.WithNamespace(*namespace))
+	factory := informers.NewSharedInformerFactoryWithOptions(clientset, 0, informers.WithNamespace(*namespace))
 	controller := NewController(client, factory, *namespace, *strip)
+	var others []cache.InformerSynced
+	if *configMaps {
+		others = append(others, factory.Core().V1().ConfigMaps().Informer().HasSynced)
+	}
 	factory.Start(ctx.Done())
-	if err := controller.Run(ctx, *workers); err != nil {
+	if err := controller.Run(ctx, *workers, others...); err != nil {
 		klog.Fatalf("run: %v", err)
 	}
 }

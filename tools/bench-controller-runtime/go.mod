@@ -56,7 +56,6 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.35.0 // indirect
 	k8s.io/apiextensions-apiserver v0.35.0 // indirect
 	k8s.io/client-go v0.35.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
@@ -67,7 +66,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-require reconciler-host.invalid/bench-widget v0.0.0
+require (
+	k8s.io/api v0.35.0
+	reconciler-host.invalid/bench-widget v0.0.0
+)
 
 // The Widget kind and its status logic, shared with the other Go baseline.
 replace reconciler-host.invalid/bench-widget => ../bench-widget

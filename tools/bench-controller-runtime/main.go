@@ -6,8 +6,12 @@
 // (the default since v0.23, set explicitly here): events from the initial list go in at low
 // priority, so changes made meanwhile overtake the backlog.
 //
-// Usage: KUBECONFIG=... bench-controller-runtime -namespace NS [-workers 4] [-fifo]
-// Prints "synced" on stdout once the cache has synced, then works until killed.
+// With -configmaps-metadata the controller also owns ConfigMaps with builder.OnlyMetadata:
+// controller-runtime's metadata-only informer, the baseline of the host's metadata-only
+// secondaries (host/benches/informers.rs).
+//
+// Usage: KUBECONFIG=... bench-controller-runtime -namespace NS [-workers 4] [-fifo] [-configmaps-metadata]
+// Prints "synced" on stdout once the caches have synced, then works until killed.
 package main
 
 import (
@@ -17,16 +21,19 @@ import (
 	"os"
 
 	"go.uber.org/zap/zapcore"
-	bw "reconciler-host.invalid/bench-widget"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	bw "reconciler-host.invalid/bench-widget"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -49,6 +56,7 @@ func main() {
 	namespace := flag.String("namespace", "", "namespace to watch")
 	workers := flag.Int("workers", 4, "MaxConcurrentReconciles")
 	fifo := flag.Bool("fifo", false, "client-go's FIFO work queue instead of the priority queue")
+	configMaps := flag.Bool("configmaps-metadata", false, "also own ConfigMaps, watched as metadata only")
 	flag.Parse()
 	// Errors only, to stderr: the bench reads stdout.
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
@@ -56,10 +64,14 @@ func main() {
 
 	scheme := runtime.NewScheme()
 	bw.AddToScheme(scheme)
+	if err := corev1.AddToScheme(scheme); err != nil {
+		log.Error(err, "scheme")
+		os.Exit(1)
+	}
 
 	config := ctrl.GetConfigOrDie()
 	// As the client-go baseline: the limiter must not be what is measured.
-	config.QPS, config.Burst = 500, 1000
+	config.QPS, config.Burst = 2000, 4000
 	options := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -73,13 +85,16 @@ func main() {
 		log.Error(err, "manager")
 		os.Exit(1)
 	}
-	err = ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&bw.Widget{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: *workers,
 			UsePriorityQueue:        ptr.To(!*fifo),
-		}).
-		Complete(&reconciler{client: mgr.GetClient()})
+		})
+	if *configMaps {
+		b = b.Owns(&corev1.ConfigMap{}, builder.OnlyMetadata)
+	}
+	err = b.Complete(&reconciler{client: mgr.GetClient()})
 	if err != nil {
 		log.Error(err, "controller")
 		os.Exit(1)
@@ -88,6 +103,14 @@ func main() {
 		// The Widget informer, the controller's own; blocks until it has synced.
 		if _, err := mgr.GetCache().GetInformer(ctx, &bw.Widget{}); err != nil {
 			return err
+		}
+		if *configMaps {
+			// The metadata informer Owns started; blocks until it has synced.
+			meta := &metav1.PartialObjectMetadata{}
+			meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+			if _, err := mgr.GetCache().GetInformer(ctx, meta); err != nil {
+				return err
+			}
 		}
 		fmt.Println("synced")
 		<-ctx.Done()
