@@ -9,8 +9,12 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod reconciler_kind {
     pub(crate) const GROUP: &str = "reconciler.dev";
     pub(crate) const VERSION: &str = "v1alpha1";
+    /// The namespaced kind: a team's guest, held to its namespace.
     pub(crate) const KIND: &str = "Reconciler";
     pub(crate) const PLURAL: &str = "reconcilers";
+    /// The cluster-scoped kind: an administrator's guest, within `reconcilers.allow`.
+    pub(crate) const CLUSTER_KIND: &str = "ClusterReconciler";
+    pub(crate) const CLUSTER_PLURAL: &str = "clusterreconcilers";
 }
 
 /// Group, version and kind; the core group is the empty string.

@@ -509,8 +509,8 @@ async fn guests_from_a_registry(client: &kube::Client) -> Result<PrivateRegistry
     let reconcilers = Api::<DynamicObject>::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
-            "reconcilers",
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "ClusterReconciler"),
+            "clusterreconcilers",
         ),
     );
     let declared = [

@@ -27,8 +27,8 @@ fn reconcilers(client: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
-            "reconcilers",
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "ClusterReconciler"),
+            "clusterreconcilers",
         ),
     )
 }
@@ -223,7 +223,7 @@ reconcilers:
     /// Creates or replaces Reconciler `name` (labelled for this test's host) with `spec`.
     async fn declare(&self, name: &str, spec: Value) -> Result<()> {
         let object = json!({
-            "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
+            "apiVersion": "reconciler.dev/v1alpha1", "kind": "ClusterReconciler",
             "metadata": {"name": name, "labels": {"test": self.ns}},
             "spec": spec,
         });
@@ -351,7 +351,7 @@ reconcilers:
             .into_iter()
             .filter(|e| {
                 e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("Reconciler") && r.name.as_deref() == Some(name)
+                    r.kind.as_deref() == Some("ClusterReconciler") && r.name.as_deref() == Some(name)
                 })
             })
             .filter_map(|e| e.reason)

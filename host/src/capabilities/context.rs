@@ -49,6 +49,9 @@ pub(crate) struct Scope {
     pub(crate) primary_namespace: Option<String>,
     /// The finalizer the guest's manifest declares: the only one its applied objects may carry.
     pub(crate) finalizer: Option<String>,
+    /// A namespaced `Reconciler`'s namespace: every write and event names an object in it
+    /// (never a cluster-scoped one).
+    pub(crate) tenant: Option<String>,
 }
 
 impl Scope {
@@ -61,7 +64,15 @@ impl Scope {
                 .clone()
                 .or_else(|| watch_namespace.map(str::to_owned)),
             finalizer: manifest.finalizer.clone(),
+            tenant: None,
         }
+    }
+
+    /// This scope held to `namespace` (a namespaced `Reconciler`'s guest), if given.
+    #[must_use]
+    pub(crate) fn in_tenant(mut self, namespace: Option<&str>) -> Self {
+        self.tenant = namespace.map(str::to_owned);
+        self
     }
 
     /// Denies a namespaced object outside `--watch-namespace`.
@@ -71,6 +82,17 @@ impl Scope {
         namespace: Option<&str>,
         what: &str,
     ) -> Result<(), HostError> {
+        if let Some(tenant) = &self.tenant
+            && namespace != Some(tenant.as_str())
+        {
+            let there = namespace.map_or_else(
+                || "on a cluster-scoped object".to_owned(),
+                |ns| format!("in namespace {ns}"),
+            );
+            return Err(HostError::Denied(format!(
+                "guest `{guest}` may not {what} {there}: a namespaced Reconciler acts only in its namespace {tenant}"
+            )));
+        }
         match (&self.namespace, namespace) {
             (Some(allowed), Some(ns)) if allowed != ns => Err(HostError::Denied(format!(
                 "guest `{guest}` may not {what} in namespace {ns}: the host runs with --watch-namespace {allowed}"
@@ -464,6 +486,28 @@ mod tests {
 
     fn status_of_zeros(n: usize) -> String {
         format!(r#"{{"status":{{"x":[{}0]}}}}"#, "0,".repeat(n))
+    }
+
+    #[test]
+    fn a_namespaced_reconcilers_guest_acts_only_in_its_namespace() {
+        let scope = Scope::default().in_tenant(Some("team-a"));
+        assert!(scope.check("g", Some("team-a"), "write").is_ok());
+        for (namespace, shown) in [
+            (Some("team-b"), "in namespace team-b"),
+            (None, "on a cluster-scoped object"),
+        ] {
+            let err = scope
+                .check("g", namespace, "write")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(shown) && err.contains("its namespace team-a"),
+                "{err}"
+            );
+        }
+        // Every other guest: cluster-scoped objects and other namespaces as before.
+        assert!(Scope::default().check("g", None, "write").is_ok());
+        assert!(Scope::default().check("g", Some("team-b"), "write").is_ok());
     }
 
     #[tokio::test]

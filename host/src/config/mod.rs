@@ -194,12 +194,109 @@ pub(crate) struct ReconcilerSettings {
     #[serde(default)]
     pub(crate) pull_secrets: BTreeSet<String>,
     /// A label selector (`team=payments`, `tier in (a,b)`): this host runs only the
-    /// Reconcilers it selects, so several hosts can share a cluster. Default: every one.
+    /// `ClusterReconciler`s it selects, so several hosts can share a cluster. Default: every
+    /// one. Namespaced `Reconciler`s are chosen by `tenants` (namespace labels), never by
+    /// labels their authors write.
     #[serde(default)]
     pub(crate) selector: Option<String>,
+    /// The namespaces whose own `Reconciler`s this host runs, each rule with its ceiling and
+    /// quotas; the first rule that selects a namespace applies. None: namespaced Reconcilers
+    /// are not run.
+    #[serde(default)]
+    pub(crate) tenants: Vec<TenantRule>,
+    /// Whether a namespaced `Reconciler` no rule selects gets status `NoTenantRule` from this
+    /// host; off by default: where several hosts share a cluster, turn it on for one only.
+    #[serde(default)]
+    pub(crate) report_unmatched: bool,
     /// Signatures every Reconciler's module must carry.
     #[serde(default)]
     pub(crate) verify: Option<VerifySettings>,
+}
+
+/// `reconcilers.tenants[i]`: namespaces a platform team opens to their own `Reconciler`s. A
+/// namespace is chosen by its labels (the administrator's, not the tenant's) or its name;
+/// a Reconciler there is held to it (its watches, reads, writes, events and enqueues), writes
+/// as a ServiceAccount of it, and is bounded by `allow` and `quota`.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TenantRule {
+    /// Names the rule in refusals (`reconcilers.tenants[N]` otherwise).
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    /// Namespaces whose labels match this selector (`tenant=true`, `team in (a,b)`).
+    #[serde(default)]
+    pub(crate) namespace_selector: Option<String>,
+    /// Namespaces by name.
+    #[serde(default)]
+    pub(crate) namespaces: Vec<String>,
+    /// The most a tenant's Reconciler may be granted; as `reconcilers.allow`, except that
+    /// `serviceAccounts` is ignored (a tenant's guest writes as an account of its namespace).
+    #[serde(default)]
+    pub(crate) allow: Allow,
+    #[serde(default)]
+    pub(crate) quota: TenantQuota,
+    /// The ServiceAccount of the Reconciler's namespace its guest writes as, when its spec
+    /// names none (`spec.serviceAccountName`).
+    #[serde(default = "default_tenant_account")]
+    pub(crate) service_account: String,
+    /// Pull Secrets (in the host's namespace) a tenant's Reconciler may name; none by default.
+    #[serde(default)]
+    pub(crate) pull_secrets: BTreeSet<String>,
+}
+
+fn default_tenant_account() -> String {
+    "reconciler".to_owned()
+}
+
+/// What one namespace's Reconcilers may hold together under a tenant rule.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TenantQuota {
+    /// Reconcilers per namespace (the oldest first).
+    #[serde(default)]
+    pub(crate) reconcilers: Option<u32>,
+    /// Guest memory of the namespace: each Reconciler's `memoryMiB` times its concurrency.
+    #[serde(default, rename = "memoryMiB")]
+    pub(crate) memory_mib: Option<u64>,
+    /// CPU share of the namespace: the sum of its Reconcilers' `cpuMillicores`.
+    #[serde(default)]
+    pub(crate) cpu_millicores: Option<u64>,
+}
+
+impl TenantRule {
+    /// How refusals name it.
+    pub(crate) fn label(&self, index: usize) -> String {
+        match &self.name {
+            Some(name) => format!("reconcilers.tenants[{index}] ({name})"),
+            None => format!("reconcilers.tenants[{index}]"),
+        }
+    }
+
+    /// Whether it selects namespace `name` with `labels`.
+    pub(crate) fn selects(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        use kube::core::SelectorExt as _;
+        if self.namespaces.iter().any(|n| n == name) {
+            return true;
+        }
+        self.namespace_selector
+            .as_deref()
+            .and_then(|s| crate::selector::parse_selector(s).ok())
+            .is_some_and(|s| !s.selects_all() && s.matches(labels))
+    }
+}
+
+impl ReconcilerSettings {
+    /// The first tenant rule that selects namespace `name` with `labels`, and its index.
+    pub(crate) fn tenant(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<(usize, &TenantRule)> {
+        self.tenants
+            .iter()
+            .enumerate()
+            .find(|(_, rule)| rule.selects(name, labels))
+    }
 }
 
 /// `reconcilers.verify`: run a module only when a trusted key or a trusted keyless identity

@@ -326,7 +326,8 @@ impl Controller {
             let current = self.version.borrow();
             (current.context.clone(), current.cluster.clone())
         };
-        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
+            .in_tenant(guest.tenant());
         let version = GuestVersion {
             map_context: map_context(shared, &guest, &context.providers, scope.clone()),
             context: Arc::new(
@@ -494,6 +495,7 @@ impl Caches {
             namespace.clone(),
             selectors.narrow(&manifest.primary, manifest.label_selector.as_deref()),
             shared.shard,
+            guest,
         )
         .await?;
         let readable = Self::readable(shared, guest, &primary).await;
@@ -519,7 +521,7 @@ impl Caches {
             } else {
                 let selector = selectors.get(&secondary.kind).map(str::to_owned);
                 let host = shared.namespace.clone();
-                acquire_scoped(shared, &secondary.kind, host, selector, None).await?
+                acquire_scoped(shared, &secondary.kind, host, selector, None, guest).await?
             };
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
             if let Mapping::Field { path, .. } = &secondary.mapping
@@ -560,9 +562,16 @@ impl Caches {
             .iter()
             .filter(|k| !readable.contains_key(*k))
             .collect();
+        // A namespaced Reconciler's guest reads only its namespace, and no cluster-scoped kind.
+        let namespace = guest
+            .tenant()
+            .map(str::to_owned)
+            .or_else(|| shared.namespace.clone());
         for kind in whole {
             let selector = selectors.get(kind).map(str::to_owned);
-            match acquire_scoped(shared, kind, shared.namespace.clone(), selector, None).await {
+            let acquired =
+                acquire_scoped(shared, kind, namespace.clone(), selector, None, guest).await;
+            match acquired {
                 Ok(informer) => {
                     readable.insert(kind.clone(), informer);
                 }
@@ -614,7 +623,8 @@ impl GuestVersion {
         if !guest.grant.http.is_empty() {
             providers = providers.with_http(shared.outbound.clone());
         }
-        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref());
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
+            .in_tenant(guest.tenant());
         let map_context = map_context(shared, guest, &providers, scope.clone());
         let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
             .with_scope(scope)
@@ -652,13 +662,15 @@ fn recorder(shared: &Shared, guest: &ActiveGuest) -> Option<Recorder> {
     )
 }
 
-/// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit.
+/// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit, except
+/// for a namespaced Reconciler's guest, which may not watch them.
 async fn acquire_scoped(
     shared: &Shared,
     kind: &Gvk,
     namespace: Option<String>,
     label_selector: Option<String>,
     slots: Option<crate::shards::SlotSet>,
+    guest: &ActiveGuest,
 ) -> Result<Informer, crate::informers::InformerError> {
     let gvk = kube::core::GroupVersionKind::from(kind);
     let scope = WatchScope {
@@ -666,22 +678,40 @@ async fn acquire_scoped(
         label_selector: label_selector.clone(),
         shard: slots,
     };
-    match shared.informers.acquire(&gvk, scope).await {
-        Err(crate::informers::InformerError::ClusterScoped { .. }) => {
+    let metadata = metadata_kinds(&guest.loaded.manifest).contains(kind);
+    match shared.informers.acquire_with(&gvk, scope, metadata).await {
+        Err(crate::informers::InformerError::ClusterScoped { .. }) if guest.tenant().is_none() => {
             shared
                 .informers
-                .acquire(
+                .acquire_with(
                     &gvk,
                     WatchScope {
                         namespace: None,
                         label_selector,
                         shard: slots,
                     },
+                    metadata,
                 )
                 .await
         }
         other => other,
     }
+}
+
+/// Secondary kinds whose every watch maps events by owner reference, label or field index:
+/// their events need only metadata, so their informers start metadata-only, and the guest's
+/// first read of the kind makes them whole (`Informers::acquire_metadata`). A `map` call takes
+/// the whole object; the primary kind is always whole.
+fn metadata_kinds(manifest: &crate::manifest::Manifest) -> std::collections::BTreeSet<&Gvk> {
+    let whole = |kind: &Gvk| {
+        *kind == manifest.primary
+            || manifest
+                .secondary
+                .iter()
+                .any(|w| w.kind == *kind && matches!(w.mapping, Mapping::Function))
+    };
+    let watched = manifest.secondary.iter().map(|w| &w.kind);
+    watched.filter(|kind| !whole(kind)).collect()
 }
 
 async fn run_worker(

@@ -31,6 +31,11 @@ impl ActiveGuest {
         &self.loaded.manifest.name
     }
 
+    /// A namespaced `Reconciler`'s namespace, to which its guest is held.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.origin.tenant().map(|t| t.namespace.as_str())
+    }
+
     /// Judges a guest freshly loaded from `origin` (its manifest name is the one it declares).
     pub(crate) fn admit(
         origin: &Origin,
@@ -59,6 +64,9 @@ fn judge(
 ) -> Result<ActiveGuest, GrantError> {
     let key = origin.resolve(declared, config)?;
     loaded.manifest.name = key.to_string();
+    if let Some(tenant) = origin.tenant() {
+        hold_to_namespace(origin, &mut loaded, &tenant.namespace)?;
+    }
     let manifest = &loaded.manifest;
     let grant = match origin.own_grant() {
         Some(own) => Some(object_grant(origin, &manifest.name, own, config)?),
@@ -113,8 +121,51 @@ fn object_grant(
             guest: guest.to_owned(),
         });
     }
-    let beyond = beyond_allowed(own, &settings.allow, config);
-    if !beyond.is_empty() {
+    let (allow, rule, account) = match origin.tenant() {
+        None => (&settings.allow, None, None),
+        Some(tenant) => {
+            let Some((index, rule)) = settings.tenant(&tenant.namespace, &tenant.labels) else {
+                return Err(GrantError::NoTenantRule {
+                    object,
+                    namespace: tenant.namespace.clone(),
+                });
+            };
+            let account = tenant
+                .service_account
+                .clone()
+                .unwrap_or_else(|| rule.service_account.clone());
+            let account = format!("{}/{account}", tenant.namespace)
+                .parse::<crate::config::ServiceAccountRef>()
+                .map_err(|e| GrantError::OutsideNamespace {
+                    object: object.clone(),
+                    rule: rule.label(index),
+                    beyond: format!("spec.serviceAccountName: {e}"),
+                })?;
+            (&rule.allow, Some(rule.label(index)), Some(account))
+        }
+    };
+    let beyond = beyond_allowed(own, allow, config);
+    if let Some(rule) = rule.clone() {
+        // A tenant's guest writes as an account of its own namespace, never one it names.
+        if own.service_account.is_some() {
+            return Err(GrantError::OutsideNamespace {
+                object,
+                rule,
+                beyond: "spec.grant.serviceAccount (a namespaced Reconciler writes as spec.serviceAccountName, an account of its own namespace)".into(),
+            });
+        }
+        let beyond: Vec<String> = beyond
+            .into_iter()
+            .filter(|b| !b.starts_with("serviceAccount "))
+            .collect();
+        if !beyond.is_empty() {
+            return Err(GrantError::BeyondTenantRule {
+                object,
+                rule,
+                beyond: beyond.join(", "),
+            });
+        }
+    } else if !beyond.is_empty() {
         return Err(GrantError::BeyondAllowed {
             object,
             beyond: beyond.join(", "),
@@ -124,9 +175,46 @@ fn object_grant(
     // What the Reconciler left out takes defaults and built-ins, which the ceiling bounds too.
     grant.limits = grant
         .limits
-        .capped_by(&ceiling(&settings.allow, config), config.max_concurrency());
+        .capped_by(&ceiling(allow, config), config.max_concurrency());
+    if account.is_some() {
+        grant.service_account = account;
+    }
     grant.written_in = WrittenIn::Reconciler(object);
     Ok(grant)
+}
+
+/// Holds a namespaced Reconciler's guest to `namespace`: its primary watch and every
+/// secondary watch are in it (a manifest or watch that asks for another namespace is
+/// refused), so its informers, its keys and its enqueues are too.
+fn hold_to_namespace(
+    origin: &Origin,
+    loaded: &mut LoadedGuest,
+    namespace: &str,
+) -> Result<(), GrantError> {
+    let manifest = &mut loaded.manifest;
+    let outside = |what: String| GrantError::OutsideNamespace {
+        object: origin.stem().to_owned(),
+        rule: "its namespace".into(),
+        beyond: what,
+    };
+    match manifest.namespace.as_deref() {
+        Some(asked) if asked != namespace => {
+            return Err(outside(format!("the manifest watches namespace {asked}")));
+        }
+        _ => manifest.namespace = Some(namespace.to_owned()),
+    }
+    for (i, watch) in manifest.secondary.iter_mut().enumerate() {
+        match watch.namespace.as_deref() {
+            Some(asked) if asked != namespace => {
+                return Err(outside(format!(
+                    "secondary[{i}] ({}) watches namespace {asked}",
+                    watch.kind
+                )));
+            }
+            _ => watch.namespace = Some(namespace.to_owned()),
+        }
+    }
+    Ok(())
 }
 
 /// Everything `grant` asks beyond `allow`, each entry named as it is written in the grant.
@@ -291,6 +379,26 @@ pub(crate) enum GrantError {
     )]
     NotWatching { object: String },
     #[error(
+        "Reconciler {object}: spec.grant asks for more than {rule} allows a Reconciler of its namespace: {beyond}"
+    )]
+    BeyondTenantRule {
+        object: String,
+        rule: String,
+        beyond: String,
+    },
+    #[error(
+        "Reconciler {object}: a namespaced Reconciler acts only in its own namespace ({rule}); beyond it: {beyond}"
+    )]
+    OutsideNamespace {
+        object: String,
+        rule: String,
+        beyond: String,
+    },
+    #[error(
+        "Reconciler {object}: no rule of reconcilers.tenants selects namespace {namespace}; the host runs no Reconciler of it"
+    )]
+    NoTenantRule { object: String, namespace: String },
+    #[error(
         "{file}: guest `{guest}` names no ServiceAccount and the host requires one for every guest (identity.required): add serviceAccount: NAMESPACE/NAME to {place}"
     )]
     IdentityRequired {
@@ -366,6 +474,9 @@ impl RefusalError {
             RefusalError::Grant(GrantError::NoGrant { .. }) => "NoGrant",
             RefusalError::Grant(GrantError::NotItsGrant(_)) => "NotItsGrant",
             RefusalError::Grant(GrantError::NotWatching { .. }) => "ReconcilersOff",
+            RefusalError::Grant(GrantError::BeyondTenantRule { .. }) => "GrantBeyondTenantRule",
+            RefusalError::Grant(GrantError::OutsideNamespace { .. }) => "OutsideNamespace",
+            RefusalError::Grant(GrantError::NoTenantRule { .. }) => "NoTenantRule",
             RefusalError::Grant(GrantError::Claimed { .. })
             | RefusalError::DuplicateName { .. } => "NameConflict",
             RefusalError::FinalizerConflict { .. } => "FinalizerConflict",
@@ -617,5 +728,110 @@ reconcilers:
                 .to_string(),
             "guest `network` may not read v1/Secret: add it to spec.grant.read of Reconciler network (within reconcilers.allow of the host configuration)"
         );
+    }
+
+    const TENANTS: &str = r"
+reconcilers:
+  allow:
+    read: [v1/Secret]
+  tenants:
+  - name: teams
+    namespaceSelector: tenant=true
+    allow:
+      read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
+      write: [test.reconciler.dev/v1/Widget/status]
+  - namespaces: [legacy]
+    serviceAccount: runner
+    allow: {read: [v1/ConfigMap]}
+";
+
+    fn tenant_origin(
+        namespace: &str,
+        labels: &[(&str, &str)],
+        account: Option<&str>,
+        own: &Grant,
+    ) -> Origin {
+        Origin::tenant_reconciler(
+            "mirror",
+            1,
+            own.clone(),
+            super::super::Tenant {
+                namespace: namespace.into(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                service_account: account.map(str::to_owned),
+            },
+        )
+    }
+
+    #[test]
+    fn a_namespaced_reconciler_is_bounded_by_its_namespaces_rule_and_writes_as_its_account() {
+        let config = config(TENANTS);
+        let own = grant("{read: [v1/ConfigMap], write: [test.reconciler.dev/v1/Widget/status]}");
+        let origin = tenant_origin("team-a", &[("tenant", "true")], None, &own);
+        assert_eq!(origin.name(), "reconciler/team-a.mirror");
+        let granted = object_grant(&origin, "mirror@team-a.mirror", &own, &config).unwrap();
+        assert_eq!(
+            granted
+                .service_account
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("team-a/reconciler"),
+            "the rule's account of its own namespace"
+        );
+        let named = tenant_origin("team-a", &[("tenant", "true")], Some("mirror-sa"), &own);
+        let granted = object_grant(&named, "g", &own, &config).unwrap();
+        assert_eq!(
+            granted
+                .service_account
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("team-a/mirror-sa")
+        );
+        // By name, the second rule, its own account name.
+        let legacy = grant("{read: [v1/ConfigMap]}");
+        let by_name = tenant_origin("legacy", &[], None, &legacy);
+        let granted = object_grant(&by_name, "g", &legacy, &config).unwrap();
+        assert_eq!(
+            granted
+                .service_account
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("legacy/runner")
+        );
+    }
+
+    #[test]
+    fn a_namespaced_reconciler_beyond_its_rule_or_outside_every_rule_is_refused_by_name() {
+        let config = config(TENANTS);
+        // Secrets are the cluster ceiling's, not the tenants' rule's.
+        let greedy = grant("{read: [v1/Secret, v1/ConfigMap]}");
+        let origin = tenant_origin("team-a", &[("tenant", "true")], None, &greedy);
+        let err = object_grant(&origin, "g", &greedy, &config).unwrap_err();
+        assert!(matches!(err, GrantError::BeyondTenantRule { .. }), "{err}");
+        assert!(
+            err.to_string().contains("reconcilers.tenants[0] (teams)")
+                && err.to_string().contains("read v1/Secret"),
+            "{err}"
+        );
+        // Its labels are the administrator's: a namespace without the label has no rule.
+        let plain = grant("{read: [v1/ConfigMap]}");
+        let unlabelled = tenant_origin("team-b", &[("tenant", "false")], None, &plain);
+        let err = object_grant(&unlabelled, "g", &plain, &config).unwrap_err();
+        assert!(matches!(err, GrantError::NoTenantRule { .. }), "{err}");
+        // An account of another namespace, named in the grant, is never taken.
+        let elsewhere = grant("{read: [v1/ConfigMap], serviceAccount: kube-system/admin}");
+        let origin = tenant_origin("team-a", &[("tenant", "true")], None, &elsewhere);
+        let err = object_grant(&origin, "g", &elsewhere, &config).unwrap_err();
+        assert!(matches!(err, GrantError::OutsideNamespace { .. }), "{err}");
+        // A bad account name is refused, not turned into another namespace's.
+        let origin = tenant_origin("team-a", &[("tenant", "true")], Some("x/y"), &plain);
+        let err = object_grant(&origin, "g", &plain, &config).unwrap_err();
+        assert!(matches!(err, GrantError::OutsideNamespace { .. }), "{err}");
     }
 }

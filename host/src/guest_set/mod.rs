@@ -62,7 +62,7 @@ pub(crate) use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
 pub(crate) use orphans::OrphanedFinalizer;
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
-    SourceError, Sources, Verdict,
+    SourceError, Sources, Tenant, Verdict,
 };
 pub use status::{FileState, FileStatus};
 

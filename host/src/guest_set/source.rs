@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use crate::config::{Grant, HostConfig};
 
-/// How the origin of a `Reconciler` object is named: `reconciler/NAME`.
+/// How the origin of a `ClusterReconciler` object is named: `reconciler/NAME`; a namespaced
+/// `Reconciler`'s is `reconciler/NAMESPACE.NAME` (names and namespaces are DNS labels: the dot
+/// cannot occur in either, so neither kind's items can collide).
 pub const RECONCILER_PREFIX: &str = "reconciler/";
 
 /// A place guests come from. Calls may block (file system, network): the guest set calls
@@ -251,9 +253,24 @@ pub enum OriginKind {
     File,
     /// A module named on the command line (the offline runner): granted like a file.
     Module,
-    /// A `Reconciler` object: its grant is its own `spec.grant`, bounded by
-    /// `reconcilers.allow`. `generation` is the object's, so a changed spec is a changed origin.
-    Reconciler { grant: Box<Grant>, generation: i64 },
+    /// A `ClusterReconciler` (`tenant` none) or namespaced `Reconciler` object: its grant is
+    /// its own `spec.grant`, bounded by `reconcilers.allow` or by its namespace's tenant rule.
+    /// `generation` is the object's, so a changed spec is a changed origin.
+    Reconciler {
+        grant: Box<Grant>,
+        generation: i64,
+        tenant: Option<Box<Tenant>>,
+    },
+}
+
+/// Where a namespaced `Reconciler` lives, as its tenant rule is chosen and its guest held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    pub(crate) namespace: String,
+    /// The namespace's labels when the object was listed (they choose the rule).
+    pub(crate) labels: std::collections::BTreeMap<String, String>,
+    /// `spec.serviceAccountName`, if the spec names one.
+    pub(crate) service_account: Option<String>,
 }
 
 impl Origin {
@@ -297,7 +314,32 @@ impl Origin {
             kind: OriginKind::Reconciler {
                 grant: Box::new(grant),
                 generation,
+                tenant: None,
             },
+        }
+    }
+
+    /// The namespaced `Reconciler` `name` in `tenant.namespace`: named
+    /// `reconciler/NAMESPACE.NAME`, its guest running as `NAMESPACE.NAME` (or
+    /// `DECLARED@NAMESPACE.NAME`).
+    pub fn tenant_reconciler(name: &str, generation: i64, grant: Grant, tenant: Tenant) -> Self {
+        let stem = format!("{}.{name}", tenant.namespace);
+        Self {
+            name: format!("{RECONCILER_PREFIX}{stem}"),
+            stem,
+            kind: OriginKind::Reconciler {
+                grant: Box::new(grant),
+                generation,
+                tenant: Some(Box::new(tenant)),
+            },
+        }
+    }
+
+    /// Where a namespaced `Reconciler` lives; none for every other item.
+    pub(crate) fn tenant(&self) -> Option<&Tenant> {
+        match &self.kind {
+            OriginKind::Reconciler { tenant, .. } => tenant.as_deref(),
+            OriginKind::File | OriginKind::Module => None,
         }
     }
 

@@ -48,7 +48,7 @@ pub(super) fn any(config: &HostConfig) -> bool {
         || config
             .reconcilers
             .as_ref()
-            .is_some_and(|r| !r.allow.service_accounts.is_empty())
+            .is_some_and(|r| !r.allow.service_accounts.is_empty() || !r.tenants.is_empty())
 }
 
 /// `create` on `SubjectAccessReview`s, for the reviews of identities' reads.
@@ -189,6 +189,69 @@ fn impersonate_on(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
             rule
         })
         .collect()
+}
+
+/// What each rule of `reconcilers.tenants` needs: the host reads the kinds the rule allows
+/// (its informers are shared) and impersonates the rule's account, by name, in any namespace,
+/// only for the writes the rule allows (constrained impersonation); the account of each tenant
+/// namespace gets the rule's reads and writes through a `ClusterRole` `PREFIX-tenant-N` that a
+/// `RoleBinding` in the namespace grants it: emitted here for the namespaces the rule names;
+/// for those its selector chooses, the administrator binds it the same way.
+pub(super) fn tenant_objects(
+    config: &HostConfig,
+    resources: &dyn Resources,
+    options: &Options,
+) -> Vec<Object> {
+    let Some(reconcilers) = &config.reconcilers else {
+        return Vec::new();
+    };
+    let host = options.subject();
+    let prefix = &options.prefix;
+    let mut out = Vec::new();
+    for (i, rule) in reconcilers.tenants.iter().enumerate() {
+        let allow = &rule.allow;
+        let mut host_rules = rules(&allow.read, &BTreeSet::new(), resources, Vec::new());
+        let account = impersonate(options.impersonation, Some(&rule.service_account));
+        if options.impersonation == Impersonation::Constrained {
+            host_rules.extend(impersonate_on(rules(
+                &BTreeSet::new(),
+                &allow.write,
+                resources,
+                events(),
+            )));
+        }
+        host_rules.push(account);
+        out.extend(bound_cluster_role(
+            &format!("{prefix}-tenant-{i}-host"),
+            host_rules,
+            &host,
+        ));
+        let tenant_role = format!("{prefix}-tenant-{i}");
+        out.push(Object::ClusterRole(
+            k8s_openapi::api::rbac::v1::ClusterRole {
+                metadata: meta(&tenant_role, None),
+                rules: Some(rules(&allow.read, &allow.write, resources, events())),
+                ..Default::default()
+            },
+        ));
+        for namespace in &rule.namespaces {
+            out.push(Object::ServiceAccount(ServiceAccount {
+                metadata: meta(&rule.service_account, Some(namespace)),
+                ..ServiceAccount::default()
+            }));
+            out.push(Object::RoleBinding(
+                k8s_openapi::api::rbac::v1::RoleBinding {
+                    metadata: meta(&tenant_role, Some(namespace)),
+                    role_ref: super::role_ref("ClusterRole", &tenant_role),
+                    subjects: Some(vec![service_account_subject(
+                        namespace,
+                        &rule.service_account,
+                    )]),
+                },
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -338,7 +401,7 @@ guests:
         // Every guest writes as its account: the host reads and impersonates, never writes.
         assert_eq!(
             find("ClusterRole reconciler-host-reconcilers "),
-            "ClusterRole reconciler-host-reconcilers :configmaps:get,list,watch reconciler.dev:reconcilers:get,list,watch reconciler.dev:reconcilers/status:patch \
+            "ClusterRole reconciler-host-reconcilers :configmaps:get,list,watch reconciler.dev:clusterreconcilers,reconcilers:get,list,watch reconciler.dev:clusterreconcilers/status,reconcilers/status:patch \
              :configmaps:impersonate-on:serviceaccount:create,impersonate-on:serviceaccount:delete,impersonate-on:serviceaccount:patch \
              events.k8s.io:events:impersonate-on:serviceaccount:create,impersonate-on:serviceaccount:patch"
         );

@@ -241,15 +241,7 @@ pub(crate) fn objects(
         // Reconciler objects: followed, their status written; the most any of them may be
         // granted (`reconcilers.allow`): reads for the shared informers, writes unless every
         // guest writes as its own account.
-        let group = crate::objects::reconciler_kind::GROUP.to_owned();
-        let plural = crate::objects::reconciler_kind::PLURAL;
-        let own = vec![
-            (
-                (group.clone(), plural.to_owned()),
-                vec!["get", "list", "watch"],
-            ),
-            ((group, format!("{plural}/status")), vec!["patch"]),
-        ];
+        let own = reconciler_objects_rules(reconcilers);
         let allow = &reconcilers.allow;
         let none = BTreeSet::new();
         let writes = if config.identity.required {
@@ -267,6 +259,7 @@ pub(crate) fn objects(
             &host,
         ));
         out.extend(impersonation::reconciler_accounts(allow, options));
+        out.extend(impersonation::tenant_objects(config, resources, options));
         // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
         if !reconcilers.pull_secrets.is_empty() {
             out.extend(bound_role(
@@ -285,6 +278,32 @@ pub(crate) fn objects(
     }
     out.extend(http_credentials(config, guests, options));
     out
+}
+
+/// The host's rules on the Reconciler objects themselves: both kinds followed and their
+/// status written; the namespaces' labels read when tenant rules choose by them.
+fn reconciler_objects_rules(
+    reconcilers: &crate::config::ReconcilerSettings,
+) -> Vec<((String, String), Vec<&'static str>)> {
+    use crate::objects::reconciler_kind::{CLUSTER_PLURAL, GROUP, PLURAL};
+    let mut own = Vec::new();
+    for plural in [CLUSTER_PLURAL, PLURAL] {
+        own.push((
+            (GROUP.to_owned(), plural.to_owned()),
+            vec!["get", "list", "watch"],
+        ));
+        own.push((
+            (GROUP.to_owned(), format!("{plural}/status")),
+            vec!["patch"],
+        ));
+    }
+    if !reconcilers.tenants.is_empty() {
+        own.push((
+            (String::new(), "namespaces".to_owned()),
+            vec!["get", "list", "watch"],
+        ));
+    }
+    own
 }
 
 /// A Role in the host's namespace to `get`, by name, exactly the Secrets and `ConfigMaps` that
@@ -636,10 +655,14 @@ guests:
             vec![
                 rule(
                     "reconciler.dev",
-                    &["reconcilers"],
+                    &["clusterreconcilers", "reconcilers"],
                     &["get", "list", "watch"]
                 ),
-                rule("reconciler.dev", &["reconcilers/status"], &["patch"]),
+                rule(
+                    "reconciler.dev",
+                    &["clusterreconcilers/status", "reconcilers/status"],
+                    &["patch"]
+                ),
                 rule(
                     "test.reconciler.dev",
                     &["widgets"],
@@ -656,6 +679,63 @@ guests:
                 resource_names: Some(vec!["registry".into()]),
                 ..rule("", &["secrets"], &["get"])
             }]
+        );
+    }
+
+    #[test]
+    fn a_tenant_rule_lets_the_host_impersonate_only_its_account_and_prints_the_tenants_role() {
+        let config = HostConfig::parse(
+            "reconcilers:\n  tenants:\n  - namespaces: [team-a]\n    namespaceSelector: tenant=true\n    allow: {read: [v1/ConfigMap], write: [v1/ConfigMap]}\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let objects = objects(&config, None, &Guess, &Options::default());
+        let yaml = to_yaml(&objects).unwrap();
+        let host = objects
+            .iter()
+            .find_map(|o| match o {
+                Object::ClusterRole(r)
+                    if r.metadata.name.as_deref() == Some("reconciler-host-tenant-0-host") =>
+                {
+                    r.rules.clone()
+                }
+                _ => None,
+            })
+            .expect("the host's rules for the tenant rule");
+        let impersonation = host
+            .iter()
+            .find(|r| r.resources.as_deref() == Some(&["serviceaccounts".to_owned()][..]))
+            .expect("impersonation of the tenants' account");
+        assert_eq!(
+            impersonation.resource_names.as_deref(),
+            Some(&["reconciler".to_owned()][..]),
+            "only the rule's account name"
+        );
+        assert!(
+            host.iter()
+                .all(|r| !r.verbs.iter().any(|v| v == "create" || v == "delete")),
+            "the host writes for tenants only by impersonation: {host:?}"
+        );
+        assert!(
+            yaml.contains("kind: RoleBinding") && yaml.contains("namespace: team-a"),
+            "the tenant's role bound in the namespace the rule names: {yaml}"
+        );
+        let reconcilers = objects
+            .iter()
+            .find_map(|o| match o {
+                Object::ClusterRole(r)
+                    if r.metadata.name.as_deref() == Some("reconciler-host-reconcilers") =>
+                {
+                    r.rules.clone()
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            reconcilers
+                .iter()
+                .any(|r| r.resources.as_deref() == Some(&["namespaces".to_owned()][..])),
+            "namespace labels are read: {reconcilers:?}"
         );
     }
 }

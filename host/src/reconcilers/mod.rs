@@ -40,18 +40,37 @@ use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
+
 use crate::config::HostConfig;
-use crate::guest_set::{Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict};
+use crate::guest_set::{
+    Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Tenant, Verdict,
+};
 use crate::oci::{Endpoints, Puller};
 use pulls::Records;
 use spec::Spec;
 
 pub(crate) use status::StatusWriter;
 
-/// The `Reconciler` objects of a cluster, as a source of guests.
+/// The `ClusterReconciler` and namespaced `Reconciler` objects of a cluster, as a source of
+/// guests.
 pub(crate) struct Objects {
     store: Store<DynamicObject>,
+    /// The namespaced kind, with the namespaces' labels that choose tenant rules; none when
+    /// the configuration has no tenant rules and reports nothing about them.
+    tenants: Option<Tenants>,
     shared: Arc<Shared>,
+}
+
+/// What choosing and bounding namespaced `Reconciler`s needs.
+struct Tenants {
+    store: Store<DynamicObject>,
+    namespaces: Store<Namespace>,
+    /// The configuration as the source started (rules, quotas, defaults): which objects are
+    /// pulled at all. The guest set judges every grant against the current configuration.
+    config: Arc<HostConfig>,
 }
 
 /// What the source, the status writer and the reflector share.
@@ -132,9 +151,234 @@ impl Objects {
                 }
             }
         });
-        let writer = StatusWriter::new(client, store.clone(), shared.clone());
-        (Self { store, shared }, writer)
+        let tenants = config
+            .reconcilers
+            .as_ref()
+            .filter(|r| !r.tenants.is_empty() || r.report_unmatched)
+            .map(|_| Tenants::start(&client, config, &shared));
+        let namespaced = tenants.as_ref().map(|t| t.store.clone());
+        let writer = StatusWriter::new(client, store.clone(), namespaced, shared.clone());
+        (
+            Self {
+                store,
+                tenants,
+                shared,
+            },
+            writer,
+        )
     }
+}
+
+impl Tenants {
+    /// Follows the namespaced `Reconciler`s and the namespaces' labels.
+    fn start(client: &kube::Client, config: &HostConfig, shared: &Arc<Shared>) -> Self {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &spec::namespaced_resource());
+        let writer = reflector::store::Writer::new(spec::namespaced_resource());
+        let store = writer.as_reader();
+        follow(
+            watcher(api, watcher::Config::default()).reflect(writer),
+            shared.clone(),
+            "namespaced Reconciler objects",
+        );
+        let (namespaces, writer) = reflector::store::<Namespace>();
+        follow(
+            watcher(
+                Api::<Namespace>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .reflect(writer),
+            shared.clone(),
+            "namespaces (their labels choose tenant rules)",
+        );
+        Self {
+            store,
+            namespaces,
+            config: Arc::new(config.clone()),
+        }
+    }
+
+    /// The namespaced objects as items: those a tenant rule selects and its quota holds;
+    /// the others noted as held back (never pulled), when the host reports them.
+    fn list(&self, records: &mut Records, names: &mut BTreeSet<String>, origins: &mut Vec<Origin>) {
+        let Some(settings) = &self.config.reconcilers else {
+            return;
+        };
+        let mut by_namespace: BTreeMap<String, Vec<Arc<DynamicObject>>> = BTreeMap::new();
+        for object in self.store.state() {
+            if let Some(ns) = object.metadata.namespace.clone() {
+                by_namespace.entry(ns).or_default().push(object);
+            }
+        }
+        for (namespace, mut objects) in by_namespace {
+            // The oldest first: a quota never evicts a Reconciler for a newer one.
+            objects.sort_by(|a, b| {
+                let at = |o: &DynamicObject| o.metadata.creation_timestamp.clone().map(|t| t.0);
+                at(a)
+                    .cmp(&at(b))
+                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+            });
+            let labels = self
+                .namespaces
+                .get(&reflector::ObjectRef::new(&namespace))
+                .and_then(|n| n.metadata.labels.clone())
+                .unwrap_or_default();
+            let rule = settings.tenant(&namespace, &labels);
+            let mut used = Usage::default();
+            for object in objects {
+                let Some(name) = object.metadata.name.clone() else {
+                    continue;
+                };
+                let key = format!("{namespace}.{name}");
+                let generation = object.metadata.generation.unwrap_or(0);
+                let Some((index, rule)) = rule else {
+                    if settings.report_unmatched {
+                        records.observe_held(&key, generation, "NoTenantRule", format!(
+                            "no rule of reconcilers.tenants selects namespace {namespace} (by its name or labels): this host neither pulls nor runs its Reconcilers; a platform administrator adds the namespace to a rule"
+                        ));
+                        names.insert(key);
+                    }
+                    continue;
+                };
+                names.insert(key.clone());
+                let spec = match Spec::of(&object) {
+                    Ok(spec) => spec,
+                    Err(why) => {
+                        origins.extend(records.observe_invalid(&key, generation, why));
+                        continue;
+                    }
+                };
+                if let Some(held) = held_back(&self.config, index, rule, &spec, &mut used) {
+                    records.observe_held(&key, generation, held.0, held.1);
+                    continue;
+                }
+                let tenant = Tenant {
+                    namespace: namespace.clone(),
+                    labels: labels.clone(),
+                    service_account: spec.service_account_name.clone(),
+                };
+                let origin =
+                    Origin::tenant_reconciler(&name, generation, spec.grant.clone(), tenant);
+                records.observe(&key, generation, spec, &origin);
+                origins.push(origin);
+            }
+        }
+    }
+}
+
+/// What one namespace's Reconcilers hold so far, against its rule's quota.
+#[derive(Default)]
+struct Usage {
+    reconcilers: u32,
+    memory_mib: u64,
+    cpu_millicores: u64,
+}
+
+/// Why a tenant's Reconciler is not pulled: beyond its namespace's quota (counted in `used`
+/// otherwise), a pull Secret or registry its rule does not allow.
+fn held_back(
+    config: &HostConfig,
+    index: usize,
+    rule: &crate::config::TenantRule,
+    spec: &Spec,
+    used: &mut Usage,
+) -> Option<(&'static str, String)> {
+    let label = rule.label(index);
+    if let Some(secret) = &spec.pull_secret
+        && !rule.pull_secrets.contains(secret)
+    {
+        return Some((
+            "PullSecretNotAllowed",
+            format!("spec.pullSecretRef {secret} is not one of {label}'s pullSecrets"),
+        ));
+    }
+    if !rule.allow.registries.iter().any(|r| r.covers(&spec.module)) {
+        let listed: Vec<String> = rule
+            .allow
+            .registries
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        return Some((
+            "RegistryNotAllowed",
+            format!(
+                "spec.module: registry {} is not one {label} allows (allow.registries: {})",
+                spec.module.registry(),
+                if listed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    listed.join(", ")
+                }
+            ),
+        ));
+    }
+    let limits = config.with_defaults(&spec.grant).limits;
+    let memory = limits
+        .memory_mib
+        .unwrap_or(crate::config::DEFAULT_MEMORY_MIB as u64)
+        // Unset, a guest may run up to the host's maxConcurrency instances at once.
+        * u64::from(limits.concurrency.unwrap_or(config.max_concurrency()));
+    let cpu = u64::from(limits.cpu_millicores.unwrap_or(1000));
+    let quota = &rule.quota;
+    let beyond = [
+        (
+            quota.reconcilers.map(u64::from),
+            u64::from(used.reconcilers) + 1,
+            "Reconcilers",
+        ),
+        (
+            quota.memory_mib,
+            used.memory_mib + memory,
+            "MiB of guest memory (memoryMiB x concurrency)",
+        ),
+        (
+            quota.cpu_millicores,
+            used.cpu_millicores + cpu,
+            "millicores of CPU share",
+        ),
+    ]
+    .into_iter()
+    .find_map(|(limit, would, what)| {
+        limit
+            .filter(|l| would > *l)
+            .map(|l| format!("{would} {what} in the namespace, above {label}'s quota of {l}"))
+    });
+    if let Some(beyond) = beyond {
+        return Some(("TenantQuotaExceeded", beyond));
+    }
+    used.reconcilers += 1;
+    used.memory_mib += memory;
+    used.cpu_millicores += cpu;
+    None
+}
+
+/// Drives a reflector's stream, waking the source on each change; a failing watch is said
+/// once per outage (the watcher retries with its backoff).
+fn follow<S, K>(events: S, shared: Arc<Shared>, what: &'static str)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    K: Send + 'static,
+{
+    tokio::spawn(async move {
+        let events = events.default_backoff();
+        futures::pin_mut!(events);
+        let mut failing = false;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(_) => {
+                    failing = false;
+                    shared.changed.notify_one();
+                    shared.status_changed.notify_one();
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::error!(
+                        "cannot watch {what} ({e}); is the CRD installed? kubectl apply -f deploy/crds/reconcilers.yaml"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+    });
 }
 
 impl GuestSource for Objects {
@@ -159,6 +403,9 @@ impl GuestSource for Objects {
             };
             names.insert(name);
             origins.extend(origin);
+        }
+        if let Some(tenants) = &self.tenants {
+            tenants.list(&mut records, &mut names, &mut origins);
         }
         records.retain(&names);
         drop(records);

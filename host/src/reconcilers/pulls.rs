@@ -53,6 +53,9 @@ pub(super) struct Record {
     /// The version last loaded, so the status names what runs by the digest a user pushed
     /// (and the key that signed it), also while a newer spec is refused.
     loaded: Option<LoadedVersion>,
+    /// Why the host holds the object back without pulling it (a namespaced Reconciler no
+    /// tenant rule selects, or one beyond its namespace's quota): the reason and message.
+    pub held: Option<(&'static str, String)>,
 }
 
 impl Spec {
@@ -148,7 +151,23 @@ impl Records {
     pub(super) fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
         let record = self.record(name, generation);
         record.spec = Ok(spec);
+        record.held = None;
         record.last_origin = Some(origin.clone());
+    }
+
+    /// Notes object `name` at `generation` as held back (`reason`, `message`): never pulled,
+    /// and whatever of it ran is unloaded (its item is no longer listed).
+    pub(super) fn observe_held(
+        &mut self,
+        name: &str,
+        generation: i64,
+        reason: &'static str,
+        message: String,
+    ) {
+        let record = self.record(name, generation);
+        record.spec = Err(message.clone());
+        record.held = Some((reason, message));
+        record.last_origin = None;
     }
 
     /// Notes object `name` at `generation` with a spec the host cannot run; the item as it
@@ -161,6 +180,7 @@ impl Records {
     ) -> Option<Origin> {
         let record = self.record(name, generation);
         record.spec = Err(why);
+        record.held = None;
         record.last_origin.clone()
     }
 
@@ -172,6 +192,7 @@ impl Records {
             pull: Pull::Pending,
             verdict: None,
             loaded: None,
+            held: None,
         });
         record.generation = generation;
         record

@@ -1,5 +1,7 @@
-//! The `Reconciler` kind (`reconcilers.reconciler.dev`, `v1alpha1`, cluster-scoped) as the host
-//! reads it: `spec.module`, `spec.grant`, `spec.pullSecretRef`. The CRD's schema and CEL rules
+//! The `ClusterReconciler` (`clusterreconcilers.reconciler.dev`, `v1alpha1`, cluster-scoped)
+//! and `Reconciler` (`reconcilers.reconciler.dev`, namespaced) kinds as the host reads them:
+//! `spec.module`, `spec.grant`, `spec.pullSecretRef`, and a namespaced one's
+//! `spec.serviceAccountName`. The CRD's schema and CEL rules
 //! (`deploy/crds/reconcilers.yaml`) refuse most mistakes at admission; what the schema cannot
 //! say (a kind written wrong, a grant the host's types refuse) is refused here, with the field.
 
@@ -10,10 +12,20 @@ use serde::Deserialize;
 use crate::config::Grant;
 use crate::oci::ModuleRef;
 
-pub(crate) use crate::objects::reconciler_kind::{GROUP, KIND, PLURAL, VERSION};
+pub(crate) use crate::objects::reconciler_kind::{
+    CLUSTER_KIND, CLUSTER_PLURAL, GROUP, KIND, PLURAL, VERSION,
+};
 
-/// The API resource of `Reconciler` objects.
+/// The API resource of `ClusterReconciler` objects.
 pub(crate) fn api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, VERSION, CLUSTER_KIND),
+        CLUSTER_PLURAL,
+    )
+}
+
+/// The API resource of namespaced `Reconciler` objects.
+pub(crate) fn namespaced_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
 }
 
@@ -24,6 +36,8 @@ pub(crate) struct Spec {
     pub grant: Grant,
     /// The dockerconfigjson Secret (in the host's namespace) to pull with.
     pub pull_secret: Option<String>,
+    /// A namespaced Reconciler's account of its namespace to write as.
+    pub service_account_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +48,8 @@ struct RawSpec {
     grant: serde_json::Value,
     #[serde(default)]
     pull_secret_ref: Option<SecretRef>,
+    #[serde(default)]
+    service_account_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +80,7 @@ impl Spec {
             module,
             grant,
             pull_secret: raw.pull_secret_ref.map(|r| r.name),
+            service_account_name: raw.service_account_name,
         })
     }
 }

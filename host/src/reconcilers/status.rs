@@ -36,10 +36,12 @@ use crate::guest_set::{FileStatus, Guests, RECONCILER_PREFIX, Verdict};
 /// Shadow counts change without an event of the source: look this often anyway.
 const REFRESH: Duration = Duration::from_secs(10);
 
-/// Writes the status of every `Reconciler` object.
+/// Writes the status of every `ClusterReconciler` and namespaced `Reconciler` object.
 pub(crate) struct StatusWriter {
     client: kube::Client,
     store: Store<DynamicObject>,
+    /// The namespaced objects, when the host follows them.
+    namespaced: Option<Store<DynamicObject>>,
     shared: Arc<Shared>,
 }
 
@@ -47,11 +49,13 @@ impl StatusWriter {
     pub(super) fn new(
         client: kube::Client,
         store: Store<DynamicObject>,
+        namespaced: Option<Store<DynamicObject>>,
         shared: Arc<Shared>,
     ) -> Self {
         Self {
             client,
             store,
+            namespaced,
             shared,
         }
     }
@@ -64,7 +68,8 @@ impl StatusWriter {
         identity: String,
         mut writes: watch::Receiver<bool>,
     ) {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &spec::api_resource());
+        let cluster_api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &spec::api_resource());
         let recorder = Recorder::new(
             self.client.clone(),
             Reporter {
@@ -84,8 +89,18 @@ impl StatusWriter {
             }
             let statuses = guests.statuses();
             let shadows = guests.shadows();
-            for object in self.store.state() {
-                let name = object.name_any();
+            let cluster = self.store.state().into_iter().map(|o| (o, None));
+            let namespaced = self
+                .namespaced
+                .iter()
+                .flat_map(Store::state)
+                .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
+            for (object, namespace) in cluster.chain(namespaced) {
+                // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
+                let name = match &namespace {
+                    Some(ns) => format!("{ns}.{}", object.name_any()),
+                    None => object.name_any(),
+                };
                 let desired = {
                     let records = self.shared.records.lock();
                     let Some(record) = records.objects.get(&name) else {
@@ -112,6 +127,12 @@ impl StatusWriter {
                     desired(&object, record, running.as_ref(), shadow.as_ref())
                 };
                 let Some(desired) = desired else { continue };
+                let api = match &namespace {
+                    Some(ns) => {
+                        Api::namespaced_with(self.client.clone(), ns, &spec::namespaced_resource())
+                    }
+                    None => cluster_api.clone(),
+                };
                 if let Err(e) = write(&api, &recorder, &object, desired).await {
                     tracing::warn!(reconciler = %name, "cannot write the Reconciler's status: {e}");
                 }
@@ -168,6 +189,9 @@ fn desired(
         return None;
     }
     let pulled = match (&record.spec, record.current_pull()) {
+        (Err(why), _) if let Some((reason, _)) = &record.held => {
+            Decided::new("False", reason, why.clone())
+        }
         (Err(why), _) => Decided::new("Unknown", "InvalidSpec", why.clone()),
         (
             Ok(_),
