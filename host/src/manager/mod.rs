@@ -564,6 +564,9 @@ impl Manager {
         self.ownership.set_running(crate::shards::SlotSet::empty());
         let owned = self.ownership.settle(change);
         self.set_owned(owned);
+        // A replica holding slots reconciles them: its controllers start with their workers.
+        self.controllers.set_leading(owned.anything());
+        self.shared.metrics.set_leader(owned.anything());
         if owned.anything() {
             self.start_all().await;
             self.ownership.set_running(owned.slots());
