@@ -25,7 +25,7 @@ pub fn oras() -> Result<PathBuf> {
     client("oras")
 }
 
-fn client(name: &str) -> Result<PathBuf> {
+pub(crate) fn client(name: &str) -> Result<PathBuf> {
     let script = repo_root().join("tools/clients/build.sh");
     let built = Command::new(&script)
         .arg(name)

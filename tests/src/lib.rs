@@ -27,6 +27,7 @@
 //! The pieces, one per file:
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
+//! - [`helm`]: the Helm chart, rendered or installed with the real `helm`;
 //! - [`registry`]: local OCI registries to push guests to and pull them from;
 //! - [`namespace`]: a fresh namespace per test;
 //! - [`manifests`]: server-side apply of YAML files (CRDs, sample objects);
@@ -41,6 +42,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod control_plane;
+pub mod helm;
 pub mod host;
 pub mod manifests;
 pub mod namespace;
