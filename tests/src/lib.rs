@@ -28,6 +28,7 @@
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
 //! - [`helm`]: the Helm chart, rendered or installed with the real `helm`;
+//! - [`journal`]: the widget guest's per-key journals, and the check that no key ran twice at once;
 //! - [`registry`]: local OCI registries to push guests to and pull them from;
 //! - [`namespace`]: a fresh namespace per test;
 //! - [`manifests`]: server-side apply of YAML files (CRDs, sample objects);
@@ -44,6 +45,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod helm;
 pub mod host;
+pub mod journal;
 pub mod manifests;
 pub mod namespace;
 pub mod paths;

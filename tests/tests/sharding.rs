@@ -21,6 +21,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use reconciler_host::shards::{SLOTS, SlotSet, slot_of};
+use reconciler_host_tests::journal::{Interval, Log, describe, overlaps};
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{
     ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until, widgets,
@@ -304,111 +305,20 @@ async fn print_split(
     Ok(())
 }
 
-/// One reconcile as a replica's journal shows it.
-#[derive(Clone, Debug)]
-struct Interval {
-    replica: &'static str,
-    begin: SystemTime,
-    end: SystemTime,
-    /// A `begin` without its `end`: the replica was killed (or cancelled the reconcile); it
-    /// counts as running until the kill, or until the end of the log.
-    unfinished: bool,
-}
-
 /// Every journalled reconcile of every replica, by key (`namespace/name`). `now` closes the
 /// unfinished reconciles of replicas still running.
 fn journal(replicas: &[&Replica], now: SystemTime) -> BTreeMap<String, Vec<Interval>> {
-    let mut by_key: BTreeMap<String, Vec<Interval>> = BTreeMap::new();
-    for replica in replicas {
-        let until = replica.killed_at.unwrap_or(now);
-        let mut open: BTreeMap<String, SystemTime> = BTreeMap::new();
-        for (at, line) in replica.host.json_log() {
-            if line["target"] != "guest" || line["fields"]["guest"] != "widget" {
-                continue;
-            }
-            let message = line["fields"]["message"].as_str().unwrap_or_default();
-            let mut words = message.split_whitespace();
-            let (Some("journal"), Some(what), Some(key)) =
-                (words.next(), words.next(), words.next())
-            else {
-                continue;
-            };
-            let key = key.to_owned();
-            match what {
-                "begin" => {
-                    // A second begin before the first one's end: the first never finished
-                    // (cancelled), so it counts as running for as long as possible.
-                    if let Some(begin) = open.insert(key.clone(), at) {
-                        by_key.entry(key).or_default().push(Interval {
-                            replica: replica.identity,
-                            begin,
-                            end: until,
-                            unfinished: true,
-                        });
-                    }
-                }
-                "end" => {
-                    if let Some(begin) = open.remove(&key) {
-                        by_key.entry(key).or_default().push(Interval {
-                            replica: replica.identity,
-                            begin,
-                            end: at,
-                            unfinished: false,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (key, begin) in open {
-            by_key.entry(key).or_default().push(Interval {
-                replica: replica.identity,
-                begin,
-                end: until,
-                unfinished: true,
-            });
-        }
-    }
-    by_key
-}
-
-fn time(at: SystemTime) -> String {
-    humantime::format_rfc3339_micros(at).to_string()
-}
-
-fn describe(i: &Interval) -> String {
-    format!(
-        "{} from {} to {}{}",
-        i.replica,
-        time(i.begin),
-        time(i.end),
-        if i.unfinished {
-            " (begin without end: counted until the kill or the end of the log)"
-        } else {
-            ""
-        }
-    )
-}
-
-/// Every pair of intervals of the same key on two replicas that overlap.
-fn overlaps(journal: &BTreeMap<String, Vec<Interval>>) -> Vec<String> {
-    let mut found = Vec::new();
-    for (key, intervals) in journal {
-        for (i, a) in intervals.iter().enumerate() {
-            for b in &intervals[i + 1..] {
-                if a.replica != b.replica && a.begin < b.end && b.begin < a.end {
-                    found.push(format!(
-                        "{key} reconciled by {} and {} at once: {}; {}",
-                        a.replica,
-                        b.replica,
-                        describe(a),
-                        describe(b)
-                    ));
-                }
-            }
-        }
-    }
-    found
+    let lines: Vec<Vec<(SystemTime, Value)>> = replicas.iter().map(|r| r.host.json_log()).collect();
+    let logs: Vec<Log<'_>> = replicas
+        .iter()
+        .zip(&lines)
+        .map(|(replica, lines)| Log {
+            replica: replica.identity.to_owned(),
+            lines,
+            until: replica.killed_at.unwrap_or(now),
+        })
+        .collect();
+    reconciler_host_tests::journal::journal(&logs, "widget")
 }
 
 /// Bumps `spec.touch` of the Widgets in turn, one every `every` (at most), until aborted: the
@@ -783,7 +693,7 @@ async fn replicas_split_the_widgets_take_over_from_the_killed_and_rebalance_for_
         .collect();
     let mut per_replica: BTreeMap<&str, usize> = BTreeMap::new();
     for interval in all.values().flatten() {
-        *per_replica.entry(interval.replica).or_default() += 1;
+        *per_replica.entry(interval.replica.as_str()).or_default() += 1;
     }
     println!(
         "journal: {reconciles} reconciles of {} keys ({per_replica:?}); {} begun and not finished{}",
@@ -810,40 +720,4 @@ async fn replicas_split_the_widgets_take_over_from_the_killed_and_rebalance_for_
     }
     println!("done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
-}
-
-#[test]
-fn overlaps_name_the_key_and_both_replicas_and_back_to_back_reconciles_are_no_overlap() {
-    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
-    let interval = |replica, begin, end| Interval {
-        replica,
-        begin: at(begin),
-        end: at(end),
-        unfinished: false,
-    };
-    let journal = BTreeMap::from([
-        (
-            "ns/a".to_owned(),
-            vec![
-                interval("r1", 0, 20),
-                interval("r2", 20, 40),
-                interval("r1", 40, 60),
-            ],
-        ),
-        (
-            "ns/b".to_owned(),
-            vec![
-                interval("r1", 0, 20),
-                interval("r1", 10, 30),
-                interval("r3", 19, 25),
-            ],
-        ),
-    ]);
-    let found = overlaps(&journal);
-    assert_eq!(found.len(), 2, "{found:#?}");
-    assert!(
-        found
-            .iter()
-            .all(|f| f.starts_with("ns/b reconciled by r1 and r3 at once"))
-    );
 }
