@@ -232,6 +232,12 @@ impl PrivateControlPlane {
         Self::start_with(name, &[("CP_AUDIT_POLICY", policy.as_os_str())]).await
     }
 
+    /// As [`Self::start`], with kube-apiserver's `--feature-gates` set to `gates` (`cp`'s
+    /// `CP_FEATURE_GATES`; its default is `ShardedListAndWatch=true`, which `gates` replaces).
+    pub async fn start_with_feature_gates(name: &str, gates: &str) -> Result<Self> {
+        Self::start_with(name, &[("CP_FEATURE_GATES", OsStr::new(gates))]).await
+    }
+
     async fn start_with(name: &str, env: &[(&str, &OsStr)]) -> Result<Self> {
         let dir = crate::paths::private_dir("control-plane", name);
         let pid = std::process::id().to_string();

@@ -3,8 +3,9 @@
 //! Each test has its own `Informers`, namespace(s) and, where a CRD is needed, its own API group,
 //! so tests run in parallel on the shared control plane. Read-your-writes holds the informer's
 //! watch back with a TCP relay (TLS passes through untouched) so "the watch has not seen it yet"
-//! is a fact, not a race. The relist test restarts kube-apiserver, so it has a control plane of
-//! its own.
+//! is a fact, not a race. The relist test restarts kube-apiserver, and the fallback from a
+//! streaming list needs a server that refuses one (`WatchList=false`), so each has a control
+//! plane of its own.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -22,13 +23,14 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::{Api, Client, Config, ResourceExt};
 use reconciler_host::informers::{
-    Informer, InformerError, InformerEvent, Informers, Options, Subscription, WatchScope,
-    parse_selector,
+    Informer, InformerError, InformerEvent, Informers, InitialList, Options, Subscription,
+    WatchScope, parse_selector,
 };
 use reconciler_host::metrics::Metrics;
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{
-    ControlPlane, PrivateControlPlane, Restart, test_namespace, wait_crd_established, wait_until,
+    ControlPlane, HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file,
+    test_namespace, wait_crd_established, wait_until, widgets,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -818,4 +820,406 @@ async fn after_a_relist_unchanged_objects_are_not_announced_again() -> Result<()
     );
     ensure!(informer.len() == 4);
     plane.stop().await
+}
+
+/// Informers on `client` whose lists start `how`, counting into `metrics`.
+fn informers_listing(client: &Client, how: InitialList, metrics: &Metrics) -> Informers {
+    Informers::with_options(
+        client.clone(),
+        Options {
+            initial_list: how,
+            metrics: Some(metrics.clone()),
+            ..Options::default()
+        },
+    )
+}
+
+/// `n` ConfigMaps `c000`.. with labels, annotations and a body of a few hundred bytes.
+async fn create_many(client: &Client, ns: &str, n: usize) -> Result<()> {
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {
+                        "name": format!("c{i:03}"),
+                        "labels": {"tier": if i % 2 == 0 { "web" } else { "db" }},
+                        "annotations": {"note": "x".repeat(i)},
+                    },
+                    "data": {"k": format!("value {i}"), "filler": "y".repeat(300)},
+                }))?;
+                api.create(&PostParams::default(), &cm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Every cached object's JSON text, in the cache's order.
+fn texts(informer: &Informer) -> Vec<String> {
+    informer
+        .list_cached(None, None)
+        .iter()
+        .map(|o| o.json().to_owned())
+        .collect()
+}
+
+/// One series' value in a Prometheus text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+fn lists_total(metrics: &Metrics, mode: &str, form: &str) -> f64 {
+    let series = format!(
+        r#"reconciler_informer_lists_total{{group="",version="v1",kind="ConfigMap",mode="{mode}",form="{form}"}}"#
+    );
+    sample(&metrics.render(), &series).unwrap_or(0.0)
+}
+
+/// Waits until `informers` hold the same texts, and returns them.
+async fn same_caches(streamed: &Informer, paged: &Informer, what: &str) -> Result<Vec<String>> {
+    wait_until(what, TIMEOUT, || async {
+        let (a, b) = (texts(streamed), texts(paged));
+        ensure!(a == b, "streamed {} objects, paged {}", a.len(), b.len());
+        Ok(a)
+    })
+    .await
+}
+
+/// Kubernetes 1.36 serves streaming lists: the informer fills its cache with one, and a paged
+/// list (a consistent read in pages) fills another with exactly the same text, before and after
+/// changes.
+#[tokio::test]
+async fn a_streaming_list_is_used_where_served_and_fills_the_cache_as_pages_do() -> Result<()> {
+    let (client, ns) = setup("inf-stream").await?;
+    create_many(&client, &ns, 40).await?;
+    let (streaming_metrics, paged_metrics) = (Metrics::new(), Metrics::new());
+    let streaming = informers_listing(&client, InitialList::Stream, &streaming_metrics);
+    let paged = informers_listing(&client, InitialList::Paged, &paged_metrics);
+    let (a, b) = (
+        streaming.acquire(&configmaps(), in_namespace(&ns)).await?,
+        paged.acquire(&configmaps(), in_namespace(&ns)).await?,
+    );
+    synced(&a).await?;
+    synced(&b).await?;
+    ensure!(
+        a.list_mode() == Some(InitialList::Stream),
+        "streamed: {:?}",
+        a.list_mode()
+    );
+    ensure!(
+        b.list_mode() == Some(InitialList::Paged),
+        "paged: {:?}",
+        b.list_mode()
+    );
+    ensure!(
+        lists_total(&streaming_metrics, "streaming", "full") == 1.0
+            && lists_total(&streaming_metrics, "paged", "full") == 0.0,
+        "{}",
+        streaming_metrics.render()
+    );
+    ensure!(lists_total(&paged_metrics, "paged", "full") == 1.0);
+    let listed = same_caches(&a, &b, "both lists").await?;
+    ensure!(listed.len() == 40, "{} objects", listed.len());
+    ensure!(
+        listed.iter().all(|t| t.contains("\"filler\"")),
+        "whole objects"
+    );
+
+    set_data(&client, &ns, "c007", "changed").await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("c008", &DeleteParams::default())
+        .await?;
+    create_cm(&client, &ns, "z-new", &[("tier", "web")]).await?;
+    let watched = same_caches(&a, &b, "both watches").await?;
+    ensure!(watched.len() == 40, "{} objects", watched.len());
+    ensure!(watched.iter().any(|t| t.contains("changed")));
+    Ok(())
+}
+
+/// A server with the `WatchList` feature gate off refuses `sendInitialEvents` (422): the
+/// informer lists in pages instead, holds what a paged informer holds, and follows changes.
+/// A metadata-only informer there falls back too, and upgrades in pages.
+#[tokio::test]
+async fn where_a_server_refuses_streaming_lists_the_informer_lists_in_pages() -> Result<()> {
+    let plane = PrivateControlPlane::start_with_feature_gates(
+        "informers-no-watchlist",
+        "ShardedListAndWatch=true,WatchList=false",
+    )
+    .await?;
+    let client = plane.client().await?;
+    let ns = test_namespace(&client, "inf-nostream").await?;
+    create_many(&client, &ns, 12).await?;
+    let metrics = Metrics::new();
+    let streaming = informers_listing(&client, InitialList::Stream, &metrics);
+    let paged = informers_listing(&client, InitialList::Paged, &Metrics::new());
+    let (a, b) = (
+        streaming.acquire(&configmaps(), in_namespace(&ns)).await?,
+        paged.acquire(&configmaps(), in_namespace(&ns)).await?,
+    );
+    synced(&a).await?;
+    synced(&b).await?;
+    ensure!(
+        a.list_mode() == Some(InitialList::Paged),
+        "fell back to pages: {:?}",
+        a.list_mode()
+    );
+    ensure!(
+        lists_total(&metrics, "streaming", "full") == 0.0
+            && lists_total(&metrics, "paged", "full") == 1.0,
+        "{}",
+        metrics.render()
+    );
+    ensure!(a.lists() == 1, "one list, not a retry loop: {}", a.lists());
+    ensure!(a.last_error().is_none(), "{:?}", a.last_error());
+    ensure!(same_caches(&a, &b, "both lists").await?.len() == 12);
+    set_data(&client, &ns, "c003", "after the fallback").await?;
+    same_caches(&a, &b, "the change, watched after a paged list").await?;
+
+    let other = in_namespace(&test_namespace(&client, "inf-nostream-meta").await?);
+    let other_ns = other.namespace.clone().unwrap_or_default();
+    create_many(&client, &other_ns, 3).await?;
+    let partial = streaming.acquire_metadata(&configmaps(), other).await?;
+    synced(&partial).await?;
+    ensure!(partial.metadata_only());
+    let upgrade = partial
+        .until_full()
+        .ok_or_else(|| anyhow!("a metadata-only informer is not whole"))?;
+    tokio::time::timeout(TIMEOUT, upgrade).await?;
+    ensure!(partial.list_mode() == Some(InitialList::Paged));
+    ensure!(
+        texts(&partial).iter().all(|t| t.contains("\"filler\"")),
+        "whole after the upgrade"
+    );
+    plane.stop().await
+}
+
+/// A metadata-only informer holds each object's metadata and no body, and its events carry
+/// what mapping reads (labels, owner references). The first read makes it whole, in place:
+/// the same text a full informer holds, and no metadata-only gauge any more.
+#[tokio::test]
+async fn a_metadata_only_informer_holds_metadata_until_a_read_makes_it_whole() -> Result<()> {
+    let (client, ns) = setup("inf-meta").await?;
+    create_many(&client, &ns, 10).await?;
+    let metrics = Metrics::new();
+    let informers = informers_listing(&client, InitialList::Stream, &metrics);
+    let partial = informers
+        .acquire_metadata(&configmaps(), in_namespace(&ns))
+        .await?;
+    synced(&partial).await?;
+    ensure!(partial.metadata_only() && informers.active()[0].metadata_only);
+    ensure!(partial.len() == 10);
+    let head = partial
+        .get_cached(Some(&ns), "c004")
+        .ok_or_else(|| anyhow!("c004 not cached"))?;
+    ensure!(
+        !head.json().contains("\"data\"") && head.json().contains("\"tier\":\"web\""),
+        "{}",
+        head.json()
+    );
+    ensure!(
+        head.json()
+            .contains("\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\""),
+        "{}",
+        head.json()
+    );
+    let gauge = r#"reconciler_informer_metadata_only{group="",version="v1",kind="ConfigMap"}"#;
+    ensure!(sample(&metrics.render(), gauge) == Some(1.0));
+    // Sharing it wholesale does not upgrade it; a full acquire of the same scope would.
+    let again = informers
+        .acquire_metadata(&configmaps(), in_namespace(&ns))
+        .await?;
+    ensure!(again.metadata_only() && informers.active().len() == 1);
+
+    let upgrade = partial
+        .until_full()
+        .ok_or_else(|| anyhow!("a metadata-only informer is not whole"))?;
+    tokio::time::timeout(TIMEOUT, upgrade).await?;
+    ensure!(!partial.metadata_only() && !again.metadata_only());
+    ensure!(partial.until_full().is_none(), "whole from now on");
+    ensure!(lists_total(&metrics, "streaming", "metadata") == 1.0);
+    ensure!(lists_total(&metrics, "streaming", "full") == 1.0);
+    ensure!(
+        sample(&metrics.render(), gauge) == Some(0.0),
+        "{}",
+        metrics.render()
+    );
+    let full = Informers::new(client.clone());
+    let whole = full.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&whole).await?;
+    ensure!(
+        texts(&partial) == texts(&whole),
+        "the same as a full informer's"
+    );
+    ensure!(informers.watch_tasks() == 1, "the metadata watch ended");
+    Ok(())
+}
+
+/// What a reconcile woken by a secondary's event relies on: reading that object then returns
+/// it at least as new as the event. Before the upgrade the event comes from the metadata watch
+/// and the read waits for the full list (a consistent read, so newer than any event delivered
+/// before it); after, events and reads share one cache, so the read at the event already has
+/// the change.
+#[tokio::test]
+async fn a_read_after_an_event_returns_the_object_at_least_as_new_as_the_event() -> Result<()> {
+    let (client, ns) = setup("inf-meta-event").await?;
+    create_cm(&client, &ns, "watched", &[]).await?;
+    let informers = Informers::new(client.clone());
+    let partial = informers
+        .acquire_metadata(&configmaps(), in_namespace(&ns))
+        .await?;
+    synced(&partial).await?;
+    let mut sub = partial.subscribe();
+    next_event(&mut sub).await?;
+
+    let written = set_data(&client, &ns, "watched", "v2").await?;
+    let (event, _) = next_update(&mut sub, "the metadata watch's update").await?;
+    ensure!(Some(rv(&event)) == written.resource_version());
+    ensure!(event.data.get("data").is_none(), "metadata only: {event:?}");
+    // The reconcile's read: the cache is made whole first.
+    let upgrade = partial
+        .until_full()
+        .ok_or_else(|| anyhow!("a metadata-only informer is not whole"))?;
+    tokio::time::timeout(TIMEOUT, upgrade).await?;
+    let read = partial
+        .get(Some(&ns), "watched")
+        .ok_or_else(|| anyhow!("watched not cached"))?;
+    ensure!(
+        read.data["data"]["k"] == "v2" && rv(&read).parse::<u64>()? >= rv(&event).parse::<u64>()?,
+        "read {} at {} after an event at {}",
+        read.data,
+        rv(&read),
+        rv(&event)
+    );
+
+    for value in ["v3", "v4", "v5"] {
+        set_data(&client, &ns, "watched", value).await?;
+        let (event, _) = next_update(&mut sub, "the full watch's update").await?;
+        // No waiting: the event was sent once the cache held its object.
+        let read = partial
+            .get(Some(&ns), "watched")
+            .ok_or_else(|| anyhow!("watched not cached"))?;
+        ensure!(
+            read.data["data"]["k"] == value && rv(&read) == rv(&event),
+            "read {} at {} when woken by {}",
+            read.data,
+            rv(&read),
+            rv(&event)
+        );
+    }
+    Ok(())
+}
+
+const WIDGET_GRANTS: &str = r#"
+guests:
+  widget:
+    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
+    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
+    limits: {deadline: 10s}
+"#;
+
+/// Through the host: the widget guest watches its ConfigMaps by owner reference and reads one
+/// only when a Widget's spec asks. Until then the host holds ConfigMaps as metadata and their
+/// events still wake their owner; the first read makes them whole; a ConfigMap created after
+/// that wakes its Widget, whose reconcile then finds it.
+#[tokio::test]
+async fn the_host_watches_owned_secondaries_as_metadata_until_its_guest_reads_them() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let client = plane.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "inf-meta-host").await?;
+    let api = widgets(&client, &ns);
+    let widget: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {},
+    }))?;
+    let created = api.create(&PostParams::default(), &widget).await?;
+    let owned = |name: &str| -> Result<ConfigMap> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget", "name": "w",
+                "uid": created.metadata.uid,
+            }]},
+            "data": {"k": "v"},
+        }))?)
+    };
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    config_maps
+        .create(&PostParams::default(), &owned("c1")?)
+        .await?;
+    let host = HostProcess::start(HostOptions {
+        kubeconfig: plane.kubeconfig(),
+        config: WIDGET_GRANTS.into(),
+        guests: vec!["widget"],
+        namespace: Some(&ns),
+        extra_args: vec![],
+    })
+    .await?;
+    let status = |key: &'static str| {
+        let api = api.clone();
+        async move {
+            let w = api.get("w").await?;
+            Ok::<_, anyhow::Error>(w.data["status"][key].clone())
+        }
+    };
+    let reconciles = async || status("reconciles").await.map(|v| v.as_u64().unwrap_or(0));
+    let gauge = r#"reconciler_informer_metadata_only{group="",version="v1",kind="ConfigMap"}"#;
+    let full_lists = r#"reconciler_informer_lists_total{group="",version="v1",kind="ConfigMap",mode="streaming",form="full"}"#;
+    let first = wait_until("w reconciled", TIMEOUT, || async {
+        let n = reconciles().await?;
+        ensure!(n >= 1, "not yet");
+        Ok(n)
+    })
+    .await?;
+    ensure!(
+        host.metric(gauge).await? == 1.0,
+        "ConfigMaps held as metadata"
+    );
+    ensure!(host.metric(full_lists).await? == 0.0);
+
+    // A change of its ConfigMap, seen by the metadata watch, wakes w.
+    config_maps
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"k": "changed"}})),
+        )
+        .await?;
+    wait_until("w woken by its ConfigMap", TIMEOUT, || async {
+        ensure!(reconciles().await? > first, "not yet");
+        Ok(())
+    })
+    .await?;
+    ensure!(host.metric(gauge).await? == 1.0, "no read yet");
+
+    // The guest reads a ConfigMap: the host makes them whole first.
+    let get = serde_json::json!({"spec": {"get": {"group": "", "version": "v1", "kind": "ConfigMap", "namespace": ns, "name": "c2"}}});
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&get))
+        .await?;
+    wait_until("w read c2 (absent)", TIMEOUT, || async {
+        let got = status("get").await?;
+        ensure!(got == "absent", "get: {got}");
+        Ok(())
+    })
+    .await?;
+    ensure!(host.metric(gauge).await? == 0.0, "whole after the read");
+    ensure!(host.metric(full_lists).await? == 1.0);
+
+    // Created now, c2 wakes w through the whole cache, which the read in that reconcile uses.
+    config_maps
+        .create(&PostParams::default(), &owned("c2")?)
+        .await?;
+    wait_until("w woken by c2 and reading it", TIMEOUT, || async {
+        let got = status("get").await?;
+        ensure!(got == "found", "get: {got}");
+        Ok(())
+    })
+    .await?;
+    Ok(())
 }

@@ -20,6 +20,8 @@
 //! | | `reconciler_host_calls_total` | `guest`, `interface`, `function`, `outcome` |
 //! | `informers.rs` | `reconciler_informer_objects`, `reconciler_informer_received_bytes_total`, `reconciler_informer_events_total` | `group`, `version`, `kind` |
 //! | | `reconciler_informer_shard_filter` | `group`, `version`, `kind`, `mode` |
+//! | | `reconciler_informer_lists_total` | `group`, `version`, `kind`, `mode`, `form` |
+//! | | `reconciler_informer_metadata_only` | `group`, `version`, `kind` |
 //! | `outbound.rs` | `reconciler_http_requests_total` | `guest`, `host`, `outcome` |
 //! | | `reconciler_http_sent_bytes_total`, `reconciler_http_received_bytes_total`, `reconciler_http_request_duration_seconds` | `guest`, `host` |
 //! | `watches.rs` | `reconciler_map_calls_total` | `guest`, `result` |
