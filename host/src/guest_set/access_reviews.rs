@@ -41,11 +41,13 @@ impl Reviews {
             let Some(reviewer) = reviewer.as_ref() else {
                 return Ok(());
             };
+            // A namespaced Reconciler's guest reads in its namespace only.
+            let namespace = active.tenant().or(reviewer.namespace.as_deref());
             let future = review_reads(
                 reviewer.review.as_ref(),
                 account,
                 &active.grant.read,
-                reviewer.namespace.as_deref(),
+                namespace,
             );
             tokio::runtime::Handle::current().block_on(future)
         };
