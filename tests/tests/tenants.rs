@@ -39,6 +39,8 @@ struct World {
     host_ns: String,
     label: String,
     module: String,
+    /// The widget test guest, which declares a finalizer on Widgets.
+    widget: String,
     host: HostProcess,
 }
 
@@ -59,8 +61,11 @@ impl World {
         Api::<Secret>::namespaced(client.clone(), &host_ns)
             .create(&PostParams::default(), &secret)
             .await?;
+        apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
         let repo = unique_name("hostile");
-        let module = push(registry, &format!("teams/{repo}:v1"))?;
+        let module = push(registry, "hostile", &format!("teams/{repo}:v1"))?;
+        let widget_repo = unique_name("widget");
+        let widget = push(registry, "widget", &format!("teams/{widget_repo}:v1"))?;
         let label = unique_name("tenant");
         let config = format!(
             r#"
@@ -75,8 +80,8 @@ reconcilers:
     namespaceSelector: "{label}=true"
     pullSecrets: [registry]
     allow:
-      read: [v1/ConfigMap]
-      write: [v1/ConfigMap]
+      read: [v1/ConfigMap, test.reconciler.dev/v1/Widget]
+      write: [v1/ConfigMap, test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status]
       registries: ["{registry}/teams"]
     quota: {{reconcilers: 1}}
 "#,
@@ -95,13 +100,14 @@ reconcilers:
             host_ns,
             label,
             module,
+            widget,
             host,
         })
     }
 
     /// A namespace, labelled as a tenant when `tenant`, with the account a tenant's guest writes
-    /// as (`reconciler`, which may read and write ConfigMaps there) and a ConfigMap `keep` to
-    /// attack.
+    /// as (`reconciler`, which may read and write ConfigMaps and Widgets there) and a
+    /// ConfigMap `keep` to attack.
     async fn namespace(&self, prefix: &str, tenant: bool) -> Result<String> {
         let ns = test_namespace(&self.client, prefix).await?;
         if tenant {
@@ -132,6 +138,9 @@ reconcilers:
             "rules": [
                 {"apiGroups": [""], "resources": ["configmaps"],
                  "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets"],
+                 "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets/status"], "verbs": ["patch"]},
                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
             ],
         }))?;
@@ -229,9 +238,9 @@ reconcilers:
     }
 }
 
-/// `reconciler-host push` of the hostile guest; the module reference, pinned by digest.
-fn push(registry: &Registry, repo: &str) -> Result<String> {
-    let file = guest_component("hostile")?;
+/// `reconciler-host push` of a built guest; the module reference, pinned by digest.
+fn push(registry: &Registry, guest: &str, repo: &str) -> Result<String> {
+    let file = guest_component(guest)?;
     let module = format!("oci://{}/{repo}", registry.address());
     let mut command = std::process::Command::new(target_dir().join("debug/reconciler-host"));
     command.arg("push").arg(&file).arg(&module).args([
@@ -355,6 +364,22 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
         .filter(|name| name != "keep" && name != "kube-root-ca.crt")
         .collect();
     ensure!(planted.is_empty(), "objects planted in team-b: {planted:?}");
+
+    // Two tenants' guests declaring the same finalizer on the same kind never meet on an
+    // object: both run (on one host, a finalizer of a kind otherwise belongs to one guest).
+    let widgets = json!({
+        "read": ["test.reconciler.dev/v1/Widget", "v1/ConfigMap"],
+        "write": ["test.reconciler.dev/v1/Widget", "test.reconciler.dev/v1/Widget/status", "v1/ConfigMap"],
+    });
+    let team_e = world.namespace("team-e", true).await?;
+    let team_f = world.namespace("team-f", true).await?;
+    for ns in [&team_e, &team_f] {
+        world
+            .reconciler(ns, "widget", &world.widget, widgets.clone())
+            .await?;
+    }
+    world.ready(&team_e, "widget", "True", "Ready").await?;
+    world.ready(&team_f, "widget", "True", "Ready").await?;
 
     // team-b's guest runs on, untouched by team-a's attacks.
     let own = world

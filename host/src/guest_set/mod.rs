@@ -514,6 +514,16 @@ impl Guests {
 fn finalizer_conflict(ledger: &Ledger, name: &str, guest: &ActiveGuest) -> Option<RefusalError> {
     let (other, holder) = ledger.finalizer_holder(name, guest)?;
     let manifest = &guest.loaded.manifest;
+    // A tenant's Reconciler is told that the finalizer is taken, not by whom: the holder is
+    // another namespace's or the administrator's.
+    let (holder, other) = if guest.tenant().is_some() {
+        (
+            "another guest of this host",
+            "its item is not shown to a tenant",
+        )
+    } else {
+        (holder, other)
+    };
     Some(RefusalError::FinalizerConflict {
         file: name.to_owned(),
         finalizer: manifest.finalizer.clone().unwrap_or_default(),

@@ -163,13 +163,20 @@ impl Ledger {
         if guest.grant.mode != crate::shadow::Mode::Active {
             return None;
         }
+        // Guests held to different namespaces (two tenants' Reconcilers) never meet on an object.
+        let overlaps =
+            |theirs: &crate::manifest::Manifest| match (&manifest.namespace, &theirs.namespace) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
         self.entries.iter().find_map(|(other, e)| {
             let held = e.active.as_ref()?;
             let theirs = &held.loaded.manifest;
             (other != name
                 && held.grant.mode == crate::shadow::Mode::Active
                 && theirs.primary == manifest.primary
-                && theirs.finalizer.as_ref() == Some(finalizer))
+                && theirs.finalizer.as_ref() == Some(finalizer)
+                && overlaps(theirs))
             .then(|| (other.as_str(), held.name()))
         })
     }
