@@ -130,6 +130,33 @@ impl HostConfig {
                 }
             }
         }
+        for (i, rule) in config
+            .reconcilers
+            .iter()
+            .flat_map(|r| r.tenants.iter())
+            .enumerate()
+        {
+            let invalid = |message: String| ConfigError::Invalid {
+                path: path.to_owned(),
+                message: format!("{}: {message}", rule.label(i)),
+            };
+            if let Some(selector) = &rule.namespace_selector {
+                let parsed = crate::selector::parse_selector(selector)
+                    .map_err(|e| invalid(format!("namespaceSelector: {e}")))?;
+                if parsed.selects_all() {
+                    return Err(invalid(
+                        "namespaceSelector selects every namespace; name a label the administrator sets".into(),
+                    ));
+                }
+            }
+            if rule.namespace_selector.is_none() && rule.namespaces.is_empty() {
+                return Err(invalid(
+                    "selects no namespace: set namespaceSelector or namespaces".into(),
+                ));
+            }
+            crate::validation::dns1123_label("serviceAccount", &rule.service_account)
+                .map_err(|e| invalid(e.to_string()))?;
+        }
         let mut config = config;
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(verify) = config.reconcilers.as_mut().and_then(|r| r.verify.as_mut()) {
@@ -1135,6 +1162,38 @@ guests:
             !selector_within("a in (", "app=web"),
             "an unparsable selector"
         );
+    }
+
+    #[test]
+    fn a_tenant_rule_must_select_some_namespaces_and_not_all() {
+        for (rule, says) in [
+            ("{namespaceSelector: 'a in ('}", "namespaceSelector:"),
+            ("{namespaceSelector: ''}", "selects every namespace"),
+            ("{allow: {}}", "selects no namespace"),
+            (
+                "{namespaces: [a], serviceAccount: 'Bad_Name'}",
+                "serviceAccount",
+            ),
+        ] {
+            let text = format!("reconcilers:\n  tenants: [{rule}]\n");
+            let err = HostConfig::parse(&text, Path::new("h.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("reconcilers.tenants[0]") && err.contains(says),
+                "{rule}: {err}"
+            );
+        }
+        let ok = "reconcilers:\n  tenants: [{namespaceSelector: tenant=true}, {namespaces: [x]}]\n";
+        let config = HostConfig::parse(ok, Path::new("h.yaml")).unwrap();
+        let settings = config.reconcilers.unwrap();
+        let labels = BTreeMap::from([("tenant".to_owned(), "true".to_owned())]);
+        assert_eq!(settings.tenant("any", &labels).map(|(i, _)| i), Some(0));
+        assert_eq!(
+            settings.tenant("x", &BTreeMap::new()).map(|(i, _)| i),
+            Some(1)
+        );
+        assert!(settings.tenant("y", &BTreeMap::new()).is_none());
     }
 
     #[test]
