@@ -1307,7 +1307,7 @@ guests:
         let r = grant.limits.rates();
         assert_eq!(
             (r.events_per_second, r.log_burst, r.writes_per_second),
-            (2, 7, 500)
+            (2, 7, 2000)
         );
     }
 
