@@ -1,9 +1,10 @@
 //! The host deployed into a real single-node cluster (`tools/control-plane/cluster`: kubelet,
 //! containerd, scheduler and controller-manager around the control plane), as an operator would:
-//! the image from `deploy/image.sh` (buildah, FROM scratch, imported with no registry), the
-//! manifests of `deploy/local` (2 replicas, leader election, probes), RBAC printed by
-//! `reconciler-host rbac` for the configuration and nothing more, small guests from a ConfigMap
-//! and large ones from a registry.
+//! the image from `deploy/image.sh` (buildah, FROM scratch, imported with no registry), installed
+//! with the real `helm` from the chart `deploy/helm/reconciler-host` with the values of
+//! `deploy/local` (2 replicas, leader election, probes), its RBAC exactly what
+//! `reconciler-host rbac` prints for the configuration, small guests from values and from a
+//! ConfigMap, large ones from a registry.
 //!
 //! One test, in order: the example Networks and a Widget converge through the Pods; deleting
 //! the leader Pod hands over and objects created meanwhile converge; a new guest version in the
@@ -12,25 +13,33 @@
 //! guest, with a forbidden error in its result and metrics, while the host stays Ready; the
 //! guests too large for a ConfigMap (Go, Python), pushed to a registry on the node's address and
 //! declared as `Reconciler` objects pinned by digest, run in the Pods (the Python greeter greets
-//! a Widget, the Go Network guest reconciles in shadow beside the Rust one); the sharded variant
-//! (`deploy/sharded`: three replicas, `--shards auto`) splits the keys between its Pods with no
-//! overlap, every Network stays Ready and new ones converge; every manifest passes
-//! `kubectl apply --dry-run=server`; with the garbage collector live, a hostile guest cannot
-//! make it delete anything through owner references (refused by the host, shown on the API
-//! server). Then `cluster down` must leave the machine as it found it.
+//! a Widget, the Go Network guest reconciles in shadow beside the Rust one); `helm upgrade` to a
+//! new image and a new guest version while Widgets keep changing: the leader hands over to a new
+//! Pod, and the journals of every Pod show no Widget reconciled by two at once and every last
+//! change reconciled by the new version; `helm rollback` brings back both; `helm upgrade` to the
+//! sharded mode (three replicas, `--shards auto`) splits the keys between its Pods with no
+//! overlap, every Network stays Ready and new ones converge; `helm uninstall` leaves no object
+//! stuck on a guest's finalizer (the chart's drain hook) and nothing of the release behind but
+//! its CRD; the chart pushed to the registry as an OCI artifact installs from `oci://` and
+//! reconciles; with the garbage collector live, a hostile guest cannot make it delete anything
+//! through owner references (refused by the host, shown on the API server). Then `cluster down`
+//! must leave the machine as it found it.
 //!
 //! Needs root (kubelet, containerd, interfaces); one such cluster per machine.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use reconciler_host_tests::cluster::run;
+use reconciler_host_tests::helm::Chart;
+use reconciler_host_tests::journal::{Log, describe, json_line, overlaps};
 use reconciler_host_tests::{
     LocalCluster, PrivateRegistry, apply_crd_file, guest_component, repo_root, wait_until,
     with_password,
@@ -39,9 +48,13 @@ use serde_json::{Value, json};
 
 const NAMESPACE: &str = "reconciler-host";
 const WAIT: Duration = Duration::from_secs(180);
-/// The registry `./dev deploy` starts, where `deploy/local/host.yaml` names it: the node's
+/// The registry `./dev deploy` starts, where `deploy/local/values.yaml` names it: the node's
 /// address (Pods reach it) and a fixed port.
 const DEPLOY_REGISTRY: &str = "10.201.255.1:5050";
+/// The release, and so the name of its Deployment, lease, ConfigMaps and roles.
+const RELEASE: &str = "reconciler-host";
+/// The widget guest's ConfigMap, which the operator manages beside the release.
+const WIDGET_GUESTS: &str = "widget-guests";
 
 fn kubectl(args: &[&str]) -> Result<String> {
     LocalCluster::kubectl(args)
@@ -64,16 +77,16 @@ fn rolled_out() -> Result<()> {
     .map(drop)
 }
 
-/// The guests ConfigMap with these files (name in the directory → built guest), applied
-/// server-side as docs/deploying.md says (a client-side apply cannot hold a guest in an
-/// annotation).
-fn put_guests(files: &[(&str, &Path)]) -> Result<()> {
+/// A guests ConfigMap of the operator's with these files (name in the directory → built
+/// guest), applied server-side as docs/deploying.md says (a client-side apply cannot hold a
+/// guest in an annotation).
+fn put_guests(config_map: &str, files: &[(&str, &Path)]) -> Result<()> {
     let mut args = vec![
         "-n".to_owned(),
         NAMESPACE.to_owned(),
         "create".to_owned(),
         "configmap".to_owned(),
-        "reconciler-host-guests".to_owned(),
+        config_map.to_owned(),
         "-o".to_owned(),
         "yaml".to_owned(),
         "--dry-run=client".to_owned(),
@@ -206,65 +219,120 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The host configuration of this test: deploy/local's plus the widget test guest.
-fn test_config() -> Result<String> {
-    let local = std::fs::read_to_string(repo_root().join("deploy/local/host.yaml"))?;
-    let widget = std::fs::read_to_string(repo_root().join("guests/testing/widget/host.yaml"))?;
-    let widget_grant = widget
-        .split_once("guests:\n")
-        .map(|(_, grant)| grant.to_owned())
-        .context("guests/testing/widget/host.yaml has a guests: section")?;
-    Ok(format!("{local}{widget_grant}"))
+/// The chart's values for this test: deploy/local's, the widget test guest's grant beside the
+/// network guest's (with log rates no journal line exceeds: a dropped `end` line would read as a
+/// reconcile that never finished), the widget from the operator's ConfigMap.
+fn test_values() -> Result<Value> {
+    let mut values: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo_root().join("deploy/local/values.yaml"),
+    )?)?;
+    let widget: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo_root().join("guests/testing/widget/host.yaml"),
+    )?)?;
+    let mut grant = widget["guests"]["widget"].clone();
+    grant["limits"] = json!({"logLinesPerSecond": 100_000, "logBurst": 100_000});
+    values["config"]["guests"]["widget"] = grant;
+    values["guests"]["configMaps"] = json!([WIDGET_GUESTS]);
+    Ok(values)
 }
 
-/// An overlay of deploy/local whose configuration is the test's.
-fn overlay(config: &str) -> Result<PathBuf> {
+/// Where the test keeps its files: values, the base64 guest, helm's own state.
+fn work_dir() -> Result<PathBuf> {
     let dir = repo_root().join("target/deploy-test");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("host.yaml"), config)?;
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../deploy/local]\n\
-         configMapGenerator:\n  - name: reconciler-host-config\n    namespace: reconciler-host\n    behavior: replace\n    files: [host.yaml]\n    options: {disableNameSuffixHash: true}\n",
-    )?;
     Ok(dir)
+}
+
+/// `helm ARGS` against the cluster (its kubeconfig), with its state in the test's directory;
+/// its stdout.
+fn helm(kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let home = work_dir()?.join("helm");
+    let mut command = reconciler_host_tests::helm::command(&home)?;
+    command.env("KUBECONFIG", kubeconfig).args(args);
+    let output = reconciler_host_tests::helm::run(&mut command)?;
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `helm install` (or `upgrade`, with `args`) of the chart at `chart` with the test's values
+/// and the network guest from a base64 file, waiting for the workload; how long it took.
+fn helm_release(kubeconfig: &Path, verb: &str, chart: &str, args: &[&str]) -> Result<Duration> {
+    let dir = work_dir()?;
+    std::fs::write(dir.join("values.json"), test_values()?.to_string())?;
+    let network = dir.join("network.wasm.b64");
+    {
+        use base64::Engine as _;
+        let bytes = std::fs::read(guest_component("network")?)?;
+        std::fs::write(
+            &network,
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+        )?;
+    }
+    let values = dir.join("values.json").display().to_string();
+    let file = format!("guests.files.network\\.wasm={}", network.display());
+    let mut all = vec![
+        verb,
+        RELEASE,
+        chart,
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        &values,
+        "--set-file",
+        &file,
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    all.extend_from_slice(args);
+    let started = Instant::now();
+    helm(kubeconfig, &all)?;
+    Ok(started.elapsed())
 }
 
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one scenario, step by step, on one machine-wide cluster
-async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_from_a_configmap()
+async fn the_host_installs_with_helm_hot_loads_guests_upgrades_rolls_back_and_uninstalls_clean()
 -> Result<()> {
     let cluster = LocalCluster::up()?;
     let client = cluster.client().await?;
     // The debug build the other tests use, with its libraries: no second build of the host in
     // release for this test (`./dev deploy` and releases build the static one).
+    let started = Instant::now();
     run(Command::new(repo_root().join("deploy/image.sh")).args(["--debug", "--import"]))?;
+    println!(
+        "image built and imported in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     apply_crd_file(&client, "examples/crds/network.yaml").await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
-    apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
 
-    // The configuration, the RBAC `reconciler-host rbac` prints for it, the guests.
-    let config = test_config()?;
-    let overlay = overlay(&config)?;
+    // The configuration, the RBAC `reconciler-host rbac` prints for it, the guests: the network
+    // guest in the chart's values, the widget in a ConfigMap of the operator's. The chart brings
+    // the Reconciler CRD (crds/).
+    let config = serde_yaml::to_string(&test_values()?["config"])?;
+    let config_file = work_dir()?.join("host.yaml");
+    std::fs::write(&config_file, &config)?;
     let rbac = run(Command::new(
         reconciler_host_tests::paths::target_dir().join("debug/reconciler-host"),
     )
     .args(["rbac", "--config"])
-    .arg(overlay.join("host.yaml")))?;
-    kubectl(&[
-        "apply",
-        "-f",
-        &repo_root()
-            .join("deploy/base/namespace.yaml")
-            .display()
+    .arg(&config_file))?;
+    kubectl_stdin(
+        &["apply"],
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
             .to_string(),
-    ])?;
-    put_guests(&[
-        ("network.wasm", &guest_component("network")?),
-        ("widget.wasm", &guest_component("widget")?),
-    ])?;
-    kubectl(&["apply", "-k", &overlay.display().to_string()])?;
-    kubectl_stdin(&["apply"], &rbac)?;
+    )?;
+    put_guests(
+        WIDGET_GUESTS,
+        &[("widget.wasm", &guest_component("widget")?)],
+    )?;
+    let chart = Chart::dir().display().to_string();
+    let kubeconfig = cluster.kubeconfig();
+    let took = helm_release(&kubeconfig, "install", &chart, &[])?;
+    println!(
+        "helm install: Pods ready {:.0} s after it began",
+        took.as_secs_f64()
+    );
     rolled_out()?;
 
     // Exactly the generated RBAC: every object it printed is there as printed, and no other
@@ -365,10 +433,10 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     // A new guest version through the ConfigMap: hot-loaded, no Pod restarts.
     rolled_out()?;
     let before: Vec<(String, i32)> = restarts(&pods).await?;
-    put_guests(&[
-        ("network.wasm", &guest_component("network")?),
-        ("widget.wasm", &guest_component("widget-v2")?),
-    ])?;
+    put_guests(
+        WIDGET_GUESTS,
+        &[("widget.wasm", &guest_component("widget-v2")?)],
+    )?;
     wait_until("the new widget version on the leader", WAIT, || async {
         let guests = pod_get(&pods, &new_leader, "/guests").await?;
         let v2 =
@@ -387,10 +455,7 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     // A broken .wasm: the last good version stays, and /guests says why.
     let broken = repo_root().join("target/deploy-test/broken.wasm");
     std::fs::write(&broken, b"\0asm not really")?;
-    put_guests(&[
-        ("network.wasm", &guest_component("network")?),
-        ("widget.wasm", &broken),
-    ])?;
+    put_guests(WIDGET_GUESTS, &[("widget.wasm", &broken)])?;
     wait_until("the broken guest reported on /guests", WAIT, || async {
         let guests: Value = serde_json::from_str(&pod_get(&pods, &new_leader, "/guests").await?)?;
         let widget = guests
@@ -463,21 +528,28 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     ensure!(pod_get(&pods, &new_leader, "/readyz").await?.contains("ok"));
 
     // After the step above (the greeter writes a Widget's observedGeneration too), with the
-    // rule it took restored (a client-side apply would not see it gone).
-    kubectl_stdin(&["replace"], &rbac)?;
+    // rule it took restored as the release holds it (a client-side apply would not see it gone).
+    let manifest = reconciler_host_tests::helm::Rendered::parse(&helm(
+        &kubeconfig,
+        &["get", "manifest", RELEASE, "--namespace", NAMESPACE],
+    )?)?;
+    for role in manifest.of_kind("ClusterRole") {
+        kubectl_stdin(&["replace"], &role.to_string())?;
+    }
     let registry = guests_from_a_registry(&client).await?;
 
-    sharded_replicas_split_the_networks(&networks, &pods).await?;
+    // The widget guest's ConfigMap back to version 1, for the upgrade below.
+    put_guests(
+        WIDGET_GUESTS,
+        &[("widget.wasm", &guest_component("widget")?)],
+    )?;
+    upgrade_hands_over_and_no_reconcile_is_lost_or_doubled(&kubeconfig, &client, &pods).await?;
+    rollback_brings_back_the_image_and_the_guest(&kubeconfig, &pods, &widgets).await?;
 
-    // Every manifest passes the API server's validation.
-    for dir in ["deploy/local", "deploy/linux", "deploy/sharded"] {
-        kubectl(&[
-            "apply",
-            "--dry-run=server",
-            "-k",
-            &repo_root().join(dir).display().to_string(),
-        ])?;
-    }
+    sharded_replicas_split_the_networks(&kubeconfig, &networks, &pods).await?;
+
+    uninstall_leaves_nothing_stuck(&kubeconfig, &client).await?;
+    the_chart_installs_from_a_registry(&kubeconfig, &client, &registry, &networks).await?;
 
     garbage_collection_never_acts_on_a_guests_word(&cluster, &client).await?;
 
@@ -485,6 +557,552 @@ async fn the_host_runs_as_a_deployment_with_generated_rbac_and_hot_loads_guests_
     drop(registry);
     let clean = cluster.down()?;
     ensure!(clean.trim() == "clean", "left on the machine: {clean}");
+    Ok(())
+}
+
+/// Every host Pod's log, followed from its start until its container ends (`kubectl logs -f`),
+/// with the time each stream ended: the journals of the Pods a rolling update replaces.
+struct PodLogs {
+    logs: Arc<Mutex<BTreeMap<String, PodLog>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct PodLog {
+    lines: Vec<(SystemTime, Value)>,
+    ended: Option<SystemTime>,
+}
+
+impl PodLogs {
+    fn follow(pods: Api<Pod>) -> Self {
+        let logs: Arc<Mutex<BTreeMap<String, PodLog>>> = Arc::default();
+        let shared = logs.clone();
+        let task = tokio::spawn(async move {
+            let mut followed = BTreeSet::new();
+            loop {
+                let selector =
+                    ListParams::default().labels("app.kubernetes.io/name=reconciler-host");
+                if let Ok(list) = pods.list(&selector).await {
+                    for pod in list.items {
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        let running =
+                            pod.status
+                                .and_then(|s| s.container_statuses)
+                                .is_some_and(|c| {
+                                    c.iter().any(|c| {
+                                        c.state.as_ref().is_some_and(|s| s.running.is_some())
+                                    })
+                                });
+                        if running && followed.insert(name.clone()) {
+                            tokio::spawn(follow_pod(name, shared.clone()));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Self { logs, task }
+    }
+
+    /// Stops following; each Pod's lines and when its stream ended (none: still running).
+    fn stop(self) -> BTreeMap<String, PodLog> {
+        self.task.abort();
+        std::mem::take(
+            &mut *self
+                .logs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+async fn follow_pod(pod: String, logs: Arc<Mutex<BTreeMap<String, PodLog>>>) {
+    use tokio::io::AsyncBufReadExt as _;
+    let Ok(mut child) =
+        tokio::process::Command::new(repo_root().join("tools/control-plane/cluster"))
+            .args([
+                "kubectl", "-n", NAMESPACE, "logs", "--follow", &pod, "-c", "host",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+    else {
+        return;
+    };
+    let Some(stdout) = child.stdout.take() else {
+        return;
+    };
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(parsed) = json_line(&line) {
+            let mut logs = logs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            logs.entry(pod.clone()).or_default().lines.push(parsed);
+        }
+    }
+    let _ = child.wait().await;
+    let mut logs = logs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    logs.entry(pod).or_default().ended = Some(SystemTime::now());
+}
+
+/// Bumps `spec.touch` of the Widgets in turn, one every `every`, until aborted.
+fn touch_widgets(
+    widgets: Api<DynamicObject>,
+    names: Vec<String>,
+    every: Duration,
+) -> (
+    tokio::task::JoinHandle<()>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let touched = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = touched.clone();
+    let task = tokio::spawn(async move {
+        for (i, name) in names.iter().cycle().enumerate() {
+            let patch = Patch::Merge(json!({"spec": {"touch": i}}));
+            if widgets
+                .patch(name, &PatchParams::default(), &patch)
+                .await
+                .is_ok()
+            {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    (task, touched)
+}
+
+/// `helm upgrade` to a new image (the same build in a new image, tag `upgrade`) and a new
+/// version of the widget guest (a new ConfigMap of the operator's, `widget-guests-v2`), while
+/// journalling Widgets keep changing: a Pod of the new ReplicaSet takes the lease, every
+/// Widget's last change is reconciled by the new version, and the journals of all Pods, old and
+/// new, show no Widget reconciled by two Pods at once.
+async fn upgrade_hands_over_and_no_reconcile_is_lost_or_doubled(
+    kubeconfig: &Path,
+    client: &kube::Client,
+    pods: &Api<Pod>,
+) -> Result<()> {
+    let started = Instant::now();
+    run(Command::new(repo_root().join("deploy/image.sh"))
+        .args(["--debug", "--import"])
+        .env("IMAGE", "localhost/reconciler-host:upgrade"))?;
+    println!(
+        "second image built and imported in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    put_guests(
+        "widget-guests-v2",
+        &[("widget.wasm", &guest_component("widget-v2")?)],
+    )?;
+    let ns = reconciler_host_tests::test_namespace(client, "upgrade").await?;
+    let widgets = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "test.reconciler.dev",
+            "v1",
+            "Widget",
+        )),
+    );
+    let names: Vec<String> = (0..20).map(|i| format!("j-{i:02}")).collect();
+    for name in &names {
+        let widget: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget", "metadata": {"name": name},
+            "spec": {"message": "journal", "journal": true, "mode": "sleep", "sleepMs": 20},
+        }))?;
+        widgets.create(&PostParams::default(), &widget).await?;
+    }
+    for name in &names {
+        widget_at(&widgets, name, "1", 1).await?;
+    }
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let transitions = |lease: k8s_openapi::api::coordination::v1::Lease| {
+        lease.spec.and_then(|s| s.lease_transitions).unwrap_or(0)
+    };
+    let before = lease_holder(client).await?;
+    let transitions_before = transitions(leases.get(RELEASE).await?);
+
+    let logs = PodLogs::follow(pods.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (toucher, touched) =
+        touch_widgets(widgets.clone(), names.clone(), Duration::from_millis(50));
+    let kubeconfig_owned = kubeconfig.to_owned();
+    let chart = Chart::dir().display().to_string();
+    // helm blocks; the toucher and the log followers keep running meanwhile.
+    let took = tokio::task::spawn_blocking(move || {
+        helm_release(
+            &kubeconfig_owned,
+            "upgrade",
+            &chart,
+            &[
+                "--reuse-values",
+                "--set",
+                "image.tag=upgrade",
+                "--set",
+                "guests.configMaps={widget-guests-v2}",
+            ],
+        )
+    })
+    .await??;
+    println!(
+        "helm upgrade: new Pods ready {:.0} s after it began",
+        took.as_secs_f64()
+    );
+    let leader = wait_until("a Pod of the new image to lead", WAIT, || async {
+        let holder = lease_holder(client).await?;
+        let image = pods
+            .get(&holder)
+            .await?
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        ensure!(
+            holder != before && image.ends_with(":upgrade"),
+            "{holder} ({image}) leads"
+        );
+        Ok(holder)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    toucher.abort();
+    let touches = touched.load(std::sync::atomic::Ordering::Relaxed);
+    // The last change of each Widget, reconciled by the new version.
+    let mut last = BTreeMap::new();
+    for name in &names {
+        last.insert(
+            name.clone(),
+            bump_widget(&widgets, name, "after the upgrade").await?,
+        );
+    }
+    for (name, generation) in &last {
+        widget_at(&widgets, name, "2", *generation).await?;
+    }
+    ensure!(
+        transitions(leases.get(RELEASE).await?) > transitions_before,
+        "the lease never changed hands"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let followed = logs.stop();
+    let now = SystemTime::now();
+    let pod_logs: Vec<Log<'_>> = followed
+        .iter()
+        .map(|(pod, log)| Log {
+            replica: pod.clone(),
+            lines: &log.lines,
+            until: log.ended.unwrap_or(now),
+        })
+        .collect();
+    let journal: BTreeMap<String, Vec<reconciler_host_tests::journal::Interval>> =
+        reconciler_host_tests::journal::journal(&pod_logs, "widget")
+            .into_iter()
+            .filter(|(key, _)| key.starts_with(&format!("{ns}/")))
+            .collect();
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for interval in journal.values().flatten() {
+        *per_pod.entry(interval.replica.as_str()).or_default() += 1;
+    }
+    let unfinished: Vec<String> = journal
+        .iter()
+        .flat_map(|(key, i)| {
+            i.iter()
+                .filter(|i| i.unfinished)
+                .map(move |i| format!("{key}: {}", describe(i)))
+        })
+        .collect();
+    println!(
+        "upgrade: {touches} spec changes meanwhile; lease {before} -> {leader}; journal of {} Pods: {} reconciles of {} keys ({per_pod:?}); {} begun and not finished",
+        followed.len(),
+        journal.values().map(Vec::len).sum::<usize>(),
+        journal.len(),
+        unfinished.len()
+    );
+    ensure!(
+        names
+            .iter()
+            .all(|n| journal.contains_key(&format!("{ns}/{n}"))),
+        "Widgets without a journal line (is the Pods' JSON log read?): {:?}",
+        names
+            .iter()
+            .filter(|n| !journal.contains_key(&format!("{ns}/{n}")))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        per_pod.len() >= 2,
+        "the journals of one Pod only: {per_pod:?}"
+    );
+    let found = overlaps(&journal);
+    if !found.is_empty() {
+        bail!(
+            "{} Widgets reconciled by two Pods at once:\n{}",
+            found.len(),
+            found.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// `helm rollback` to the first revision: the Pods run the first image again, and a changed
+/// Widget is reconciled by the first version of the guest.
+async fn rollback_brings_back_the_image_and_the_guest(
+    kubeconfig: &Path,
+    pods: &Api<Pod>,
+    widgets: &Api<DynamicObject>,
+) -> Result<()> {
+    let started = Instant::now();
+    helm(
+        kubeconfig,
+        &[
+            "rollback",
+            RELEASE,
+            "1",
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )?;
+    rolled_out()?;
+    println!(
+        "helm rollback: Pods ready in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    for (pod, _) in restarts(pods).await? {
+        let image = pods
+            .get(&pod)
+            .await?
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        ensure!(
+            image == "localhost/reconciler-host:dev",
+            "{pod} runs {image} after the rollback"
+        );
+    }
+    let generation = bump_widget(widgets, "w1", "rolled back").await?;
+    widget_at(widgets, "w1", "1", generation).await?;
+    let history: Value = serde_json::from_str(&helm(
+        kubeconfig,
+        &[
+            "history",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--output",
+            "json",
+        ],
+    )?)?;
+    let last = history
+        .as_array()
+        .and_then(|h| h.last())
+        .context("helm history")?;
+    ensure!(last["description"] == "Rollback to 1", "{last}");
+    Ok(())
+}
+
+/// The names of the objects `kubectl get KINDS ARGS` lists.
+fn listed(kinds: &str, args: &[&str]) -> Result<Vec<String>> {
+    let mut all = vec!["get", kinds, "-o", "name"];
+    all.extend_from_slice(args);
+    Ok(kubectl(&all)?.lines().map(str::to_owned).collect())
+}
+
+/// `helm uninstall`: the drain hook unloads every guest and removes their finalizers, so no
+/// Network or Widget is left carrying one, and deleting one now completes; nothing of the
+/// release is left but the CRD its crds/ brought, as Helm keeps CRDs.
+async fn uninstall_leaves_nothing_stuck(kubeconfig: &Path, client: &kube::Client) -> Result<()> {
+    let started = Instant::now();
+    helm(
+        kubeconfig,
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )?;
+    println!(
+        "helm uninstall (the drain hook included): {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    for (group, kind) in [
+        ("samplecrd.k8s.io", "Network"),
+        ("test.reconciler.dev", "Widget"),
+    ] {
+        let api = Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind)),
+        );
+        let list = api.list(&ListParams::default()).await?;
+        ensure!(!list.items.is_empty(), "no {kind} to look at");
+        let held: Vec<String> = list
+            .items
+            .iter()
+            .filter(|o| {
+                o.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| !f.is_empty())
+            })
+            .map(|o| {
+                format!(
+                    "{}/{}: {:?}",
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                    o.metadata.finalizers
+                )
+            })
+            .collect();
+        ensure!(
+            held.is_empty(),
+            "{kind}s still carrying a finalizer after the uninstall: {held:?}"
+        );
+    }
+    let networks = network_api(client);
+    networks.delete("late", &Default::default()).await?;
+    wait_until(
+        "Network late to be deleted",
+        Duration::from_secs(30),
+        || async {
+            ensure!(networks.get_opt("late").await?.is_none(), "still there");
+            Ok(())
+        },
+    )
+    .await?;
+    let instance = format!("app.kubernetes.io/instance={RELEASE}");
+    wait_until("nothing of the release left in its namespace", WAIT, || async {
+        let left = listed(
+            "all,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,jobs,leases",
+            &["-n", NAMESPACE, "-l", &instance],
+        )?;
+        ensure!(left.is_empty(), "{left:?}");
+        Ok(())
+    })
+    .await?;
+    let cluster_wide = listed(
+        "clusterroles,clusterrolebindings",
+        &["-l", "app.kubernetes.io/part-of=reconciler-host"],
+    )?;
+    ensure!(
+        cluster_wide.is_empty(),
+        "left cluster-wide: {cluster_wide:?}"
+    );
+    ensure!(
+        listed(
+            "serviceaccounts",
+            &["-n", NAMESPACE, "--field-selector", "metadata.name=network"]
+        )?
+        .is_empty(),
+        "the network guest's ServiceAccount is left"
+    );
+    listed("customresourcedefinitions", &["reconcilers.reconciler.dev"])
+        .context("the Reconciler CRD is gone, which Helm keeps")?;
+    Ok(())
+}
+
+/// The chart as an OCI artifact: `helm package`, `helm push` to the registry on the node, and
+/// `helm install oci://…` of that version; the host it runs reconciles a new Network, and
+/// uninstalls clean again.
+async fn the_chart_installs_from_a_registry(
+    kubeconfig: &Path,
+    client: &kube::Client,
+    registry: &PrivateRegistry,
+    networks: &Api<DynamicObject>,
+) -> Result<()> {
+    use base64::Engine as _;
+    let dir = work_dir()?;
+    let packaged = helm(
+        kubeconfig,
+        &[
+            "package",
+            &Chart::dir().display().to_string(),
+            "--destination",
+            &dir.display().to_string(),
+        ],
+    )?;
+    let package = packaged
+        .trim()
+        .rsplit(' ')
+        .next()
+        .context("helm package printed no path")?
+        .to_owned();
+    ensure!(
+        Path::new(&package).exists(),
+        "helm package said: {packaged}"
+    );
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(Chart::dir().join("Chart.yaml"))?)?;
+    let version = chart["version"]
+        .as_str()
+        .context("Chart.yaml version")?
+        .to_owned();
+    // Helm reads registry credentials from its registry config, a docker config.json.
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        registry.username(),
+        registry.password()
+    ));
+    std::fs::create_dir_all(dir.join("helm"))?;
+    std::fs::write(
+        dir.join("helm/registry.json"),
+        json!({"auths": {registry.address(): {"auth": auth}}}).to_string(),
+    )?;
+    let repository = format!("oci://{}/charts", registry.address());
+    helm(kubeconfig, &["push", &package, &repository, "--plain-http"])?;
+    let reference = format!("{repository}/reconciler-host");
+    helm_release(
+        kubeconfig,
+        "install",
+        &reference,
+        &["--version", &version, "--plain-http"],
+    )?;
+    rolled_out()?;
+    let releases: Value = serde_json::from_str(&helm(
+        kubeconfig,
+        &["list", "--namespace", NAMESPACE, "--output", "json"],
+    )?)?;
+    ensure!(
+        releases[0]["chart"] == format!("reconciler-host-{version}"),
+        "{releases}"
+    );
+    create_network(networks, "from-oci", 30).await?;
+    network_ready(networks, "from-oci").await?;
+    helm(
+        kubeconfig,
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    )?;
+    let held = network_api(client)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty())
+        })
+        .count();
+    ensure!(
+        held == 0,
+        "{held} Networks keep a finalizer after the second uninstall"
+    );
     Ok(())
 }
 
@@ -727,31 +1345,33 @@ async fn garbage_collection_never_acts_on_a_guests_word(
     Ok(())
 }
 
-/// `deploy/sharded` as an operator switches to it: scaled to zero first (a leader-elected
-/// replica and sharded ones must not run side by side), then applied. Its three Pods hold
-/// disjoint shares covering every slot, filtered on the API server, and hold every Network
-/// between them; Networks created now converge.
+/// The sharded mode as an operator switches to it with helm: scaled to zero first (a
+/// leader-elected replica and sharded ones must not run side by side), then upgraded to
+/// `mode=sharded`. Its three Pods hold disjoint shares covering every slot, filtered on the API
+/// server, and hold every Network between them; Networks created now converge.
 async fn sharded_replicas_split_the_networks(
+    kubeconfig: &Path,
     networks: &Api<DynamicObject>,
     pods: &Api<Pod>,
 ) -> Result<()> {
-    kubectl(&[
-        "-n",
-        NAMESPACE,
-        "scale",
-        "deployment/reconciler-host",
-        "--replicas=0",
-    ])?;
+    let chart = Chart::dir().display().to_string();
+    helm_release(
+        kubeconfig,
+        "upgrade",
+        &chart,
+        &["--reuse-values", "--set", "replicas=0"],
+    )?;
     wait_until("the leader-elected Pods to go", WAIT, || async {
         ensure!(restarts(pods).await?.is_empty(), "host Pods still running");
         Ok(())
     })
     .await?;
-    kubectl(&[
-        "apply",
-        "-k",
-        &repo_root().join("deploy/sharded").display().to_string(),
-    ])?;
+    helm_release(
+        kubeconfig,
+        "upgrade",
+        &chart,
+        &["--reuse-values", "--set", "mode=sharded,replicas=3"],
+    )?;
     rolled_out()?;
     for (i, name) in ["sharded-a", "sharded-b", "sharded-c", "sharded-d"]
         .iter()
