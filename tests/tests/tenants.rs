@@ -3,7 +3,9 @@
 //! running the hostile guest (`guests/testing/hostile`) from the same module, and a cluster
 //! administrator's `ClusterReconciler` beside them. Each boundary is attacked from a tenant's
 //! guest and from tenants' Reconciler specs, and judged by reading the API server: the other
-//! tenant's objects, the refused Reconcilers' status.
+//! tenant's objects, the refused Reconcilers' status. The administrator's guest (the fetcher,
+//! cluster-wide) runs on the same host; the tenants' widget guests, which declare the same
+//! finalizer on Widgets, are held to their namespaces, so none of them conflicts with another.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -41,6 +43,8 @@ struct World {
     module: String,
     /// The widget test guest, which declares a finalizer on Widgets.
     widget: String,
+    /// The fetcher test guest: the administrator's cluster-wide guest of Widgets.
+    fetcher: String,
     host: HostProcess,
 }
 
@@ -66,6 +70,8 @@ impl World {
         let module = push(registry, "hostile", &format!("teams/{repo}:v1"))?;
         let widget_repo = unique_name("widget");
         let widget = push(registry, "widget", &format!("teams/{widget_repo}:v1"))?;
+        let fetcher_repo = unique_name("fetcher");
+        let fetcher = push(registry, "fetcher", &format!("admin/{fetcher_repo}:v1"))?;
         let label = unique_name("tenant");
         let config = format!(
             r#"
@@ -73,7 +79,11 @@ registries:
   insecure: ["{registry}"]
 reconcilers:
   pullSecrets: [registry]
-  allow: {{registries: ["{registry}"]}}
+  selector: "{label}-admin=true"
+  allow:
+    registries: ["{registry}"]
+    read: [test.reconciler.dev/v1/Widget]
+    write: [test.reconciler.dev/v1/Widget/status]
   reportUnmatched: true
   tenants:
   - name: teams
@@ -101,6 +111,7 @@ reconcilers:
             label,
             module,
             widget,
+            fetcher,
             host,
         })
     }
@@ -381,6 +392,59 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
     world.ready(&team_e, "widget", "True", "Ready").await?;
     world.ready(&team_f, "widget", "True", "Ready").await?;
 
+    // The administrator's ClusterReconciler beside them, cluster-wide, on the same host: it
+    // reconciles a Widget in the host's namespace, which no tenant's guest may touch.
+    let cluster = Api::<DynamicObject>::all_with(
+        world.client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "ClusterReconciler"),
+            "clusterreconcilers",
+        ),
+    );
+    let admin = unique_name("admin");
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "reconciler.dev/v1alpha1", "kind": "ClusterReconciler",
+        "metadata": {"name": admin, "labels": {format!("{}-admin", world.label): "true"}},
+        "spec": {"module": world.fetcher, "pullSecretRef": {"name": "registry"},
+                 // Only this test's Widgets: the control plane is shared with other tests.
+                 "grant": {"read": ["test.reconciler.dev/v1/Widget"],
+                           "readSelectors": {"test.reconciler.dev/v1/Widget": format!("{}-admin=true", world.label)},
+                           "write": ["test.reconciler.dev/v1/Widget/status"]}},
+    }))?;
+    cluster.create(&PostParams::default(), &object).await?;
+    let widgets = Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        &world.host_ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "test.reconciler.dev",
+            "v1",
+            "Widget",
+        )),
+    );
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "admins", "labels": {format!("{}-admin", world.label): "true"}},
+        "spec": {},
+    }))?;
+    widgets.create(&PostParams::default(), &widget).await?;
+    wait_until(
+        "the ClusterReconciler's guest to reconcile the Widget",
+        Duration::from_secs(120),
+        || async {
+            let object = widgets.get("admins").await?;
+            ensure!(
+                object.data["status"]["observedGeneration"]
+                    .as_i64()
+                    .is_some(),
+                "status: {}",
+                object.data["status"]
+            );
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.host.log_tail()))?;
+
     // team-b's guest runs on, untouched by team-a's attacks.
     let own = world
         .attack(&team_b, "get-victim-configmap", &team_b)
@@ -389,6 +453,5 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
         own.get("outcome").map(String::as_str) == Some("ok"),
         "{own:?}"
     );
-    let _ = &world.host_ns;
     Ok(())
 }
