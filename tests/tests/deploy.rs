@@ -293,8 +293,13 @@ fn helm_release(kubeconfig: &Path, verb: &str, chart: &str, args: &[&str]) -> Re
 #[allow(clippy::too_many_lines)] // one scenario, step by step, on one machine-wide cluster
 async fn the_host_installs_with_helm_hot_loads_guests_upgrades_rolls_back_and_uninstalls_clean()
 -> Result<()> {
+    let test_started = Instant::now();
     let cluster = LocalCluster::up()?;
     let client = cluster.client().await?;
+    println!(
+        "phase cluster up: {:.0} s",
+        test_started.elapsed().as_secs_f64()
+    );
     // The debug build the other tests use, with its libraries: no second build of the host in
     // release for this test (`./dev deploy` and releases build the static one).
     let started = Instant::now();
@@ -543,15 +548,35 @@ async fn the_host_installs_with_helm_hot_loads_guests_upgrades_rolls_back_and_un
         WIDGET_GUESTS,
         &[("widget.wasm", &guest_component("widget")?)],
     )?;
+    // Each phase's time, printed: what the helm lifecycle costs the suite.
+    println!(
+        "phase install to registry guests: {:.0} s since the test began",
+        test_started.elapsed().as_secs_f64()
+    );
+    let phase = Instant::now();
     upgrade_hands_over_and_no_reconcile_is_lost_or_doubled(&kubeconfig, &client, &pods).await?;
+    println!("phase upgrade: {:.0} s", phase.elapsed().as_secs_f64());
+    let phase = Instant::now();
     rollback_brings_back_the_image_and_the_guest(&kubeconfig, &pods, &widgets).await?;
+    println!("phase rollback: {:.0} s", phase.elapsed().as_secs_f64());
 
+    let phase = Instant::now();
     sharded_replicas_split_the_networks(&kubeconfig, &networks, &pods).await?;
+    println!("phase sharded: {:.0} s", phase.elapsed().as_secs_f64());
 
+    let phase = Instant::now();
     uninstall_leaves_nothing_stuck(&kubeconfig, &client).await?;
+    println!("phase uninstall: {:.0} s", phase.elapsed().as_secs_f64());
+    let phase = Instant::now();
     the_chart_installs_from_a_registry(&kubeconfig, &client, &registry, &networks).await?;
+    println!("phase oci: {:.0} s", phase.elapsed().as_secs_f64());
 
+    let phase = Instant::now();
     garbage_collection_never_acts_on_a_guests_word(&cluster, &client).await?;
+    println!(
+        "phase garbage collection: {:.0} s",
+        phase.elapsed().as_secs_f64()
+    );
 
     // Stopped before the node's address goes.
     drop(registry);

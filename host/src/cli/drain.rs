@@ -222,6 +222,7 @@ async fn unloaded(
     args: &DrainArgs,
 ) -> anyhow::Result<Survey> {
     let deadline = tokio::time::Instant::now() + args.timeout;
+    let mut told = tokio::time::Instant::now();
     loop {
         let waiting = match reports(pods, http, args).await {
             Ok(reports) if reports.is_empty() => format!(
@@ -238,6 +239,12 @@ async fn unloaded(
             }
             Err(e) => format!("{e:#}"),
         };
+        // A Pod still compiling a large guest takes the new configuration only after: say
+        // what is awaited, every ten seconds, in the hook's log.
+        if told.elapsed() >= Duration::from_secs(10) {
+            eprintln!("drain: waiting; {waiting}");
+            told = tokio::time::Instant::now();
+        }
         if tokio::time::Instant::now() >= deadline {
             bail!(
                 "the hosts did not unload their guests within {}: {waiting}",
