@@ -39,7 +39,7 @@ use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::{repo_root, test_namespace, widget_resource};
 use serde_json::Value;
 
-/// The bench guest's workers per replica, as in the controller bench.
+/// The bench guest's concurrency per replica (its grant's cap on the adaptive limit).
 const CONCURRENCY: u16 = 4;
 const LEASE: &str = "10s";
 const WAIT_LIMIT: Duration = Duration::from_mins(15);

@@ -50,12 +50,15 @@ pub struct Plane {
 }
 
 /// Brings up (or reuses) the control plane in `target/bench-control-plane`, not the tests'
-/// shared one, builds the guests and the release host (`./dev build --release`) and
-/// establishes the Widget CRD.
+/// shared one, builds the guests and the release host (`./dev build --release`; not with
+/// `BENCH_NO_BUILD=1`) and establishes the Widget CRD.
 pub async fn plane() -> anyhow::Result<Plane> {
     let plane =
         ControlPlane::reuse_or_start(&repo_root().join("target/bench-control-plane")).await?;
-    build_host_and_guests_as(Profile::Release)?;
+    // `BENCH_NO_BUILD=1`: run what is built (a tree shared with others' edits in progress).
+    if std::env::var_os("BENCH_NO_BUILD").is_none() {
+        build_host_and_guests_as(Profile::Release)?;
+    }
     let client = plane.client().await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
     Ok(Plane {

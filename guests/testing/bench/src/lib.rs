@@ -9,7 +9,9 @@ struct Bench;
 
 impl Guest for Bench {
     fn manifest() -> Manifest {
-        Manifest::new("bench", gvk!("test.reconciler.dev", "v1", "Widget")).concurrency(4)
+        // Concurrency left at 0: the host's adaptive limit (its default), as in the controller
+        // bench's "default settings" row; a grant's `concurrency` caps it.
+        Manifest::new("bench", gvk!("test.reconciler.dev", "v1", "Widget"))
     }
 
     fn reconcile(req: Request) -> Result<Action, ReconcileError> {
