@@ -351,7 +351,8 @@ reconcilers:
             .into_iter()
             .filter(|e| {
                 e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("ClusterReconciler") && r.name.as_deref() == Some(name)
+                    r.kind.as_deref() == Some("ClusterReconciler")
+                        && r.name.as_deref() == Some(name)
                 })
             })
             .filter_map(|e| e.reason)
