@@ -19,21 +19,21 @@
 use std::collections::BTreeMap;
 
 use kube::api::{DynamicObject, ObjectMeta, TypeMeta};
+use kube::core::{Expression, Selector};
 use serde::Deserialize;
 
 /// One cached object. Cheap to share (`Arc`); immutable.
 pub struct CachedObject {
     json: Box<str>,
     resource_version: Option<Version>,
-    /// Boxed: most objects have none, and an empty map still costs 24 bytes in every object.
-    #[allow(clippy::box_collection)]
-    labels: Option<Box<BTreeMap<String, String>>>,
+    /// `key\0value\0key\0value`, sorted by key (neither may hold a NUL): one allocation of the
+    /// labels' own length, where a `BTreeMap` of them takes its first node (540 bytes) and two
+    /// allocations per label. Selectors test them through [`SelectorMatcher`].
+    labels: Option<Box<str>>,
     deletion_requested: bool,
     /// Only `apiVersion`, `kind` and `metadata`: from a metadata-only watch.
     partial: bool,
 }
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// A resourceVersion, inline when short (etcd's are decimal integers of a few digits), so the
 /// common case costs no allocation of its own.
@@ -72,6 +72,50 @@ impl std::fmt::Debug for CachedObject {
             .field("bytes", &self.json.len())
             .field("partial", &self.partial)
             .finish_non_exhaustive()
+    }
+}
+
+/// `labels` as `key\0value\0…` in key order; none when empty.
+fn packed(labels: &BTreeMap<String, String>) -> Option<Box<str>> {
+    if labels.is_empty() {
+        return None;
+    }
+    let mut text = String::with_capacity(labels.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (key, value) in labels {
+        if !text.is_empty() {
+            text.push('\0');
+        }
+        text.push_str(key);
+        text.push('\0');
+        text.push_str(value);
+    }
+    Some(text.into_boxed_str())
+}
+
+/// A label selector ready to test cached objects: its requirements once, each object's labels
+/// looked up where they are kept (no map built per object). The same answers as
+/// `kube::core::Selector::matches` on the object's labels.
+pub struct SelectorMatcher(Vec<Expression>);
+
+impl SelectorMatcher {
+    /// Cost: one copy of the selector's requirements.
+    pub fn new(selector: &Selector) -> Self {
+        Self(selector.clone().into_iter().collect())
+    }
+
+    /// Whether `object`'s labels satisfy every requirement. O(requirements × labels).
+    pub fn matches(&self, object: &CachedObject) -> bool {
+        self.0.iter().all(|requirement| {
+            let value = |key: &str| object.label(key);
+            match requirement {
+                Expression::In(key, values) => value(key).is_some_and(|v| values.contains(v)),
+                Expression::NotIn(key, values) => value(key).is_none_or(|v| !values.contains(v)),
+                Expression::Exists(key) => value(key).is_some(),
+                Expression::DoesNotExist(key) => value(key).is_none(),
+                Expression::Equal(key, wanted) => value(key) == Some(wanted.as_str()),
+                Expression::NotEqual(key, unwanted) => value(key) != Some(unwanted.as_str()),
+            }
+        })
     }
 }
 
@@ -119,12 +163,7 @@ impl CachedObject {
         Ok(Self {
             json,
             resource_version: obj.metadata.resource_version.as_deref().map(Version::new),
-            labels: obj
-                .metadata
-                .labels
-                .as_ref()
-                .filter(|l| !l.is_empty())
-                .map(|l| Box::new(l.clone())),
+            labels: obj.metadata.labels.as_ref().and_then(packed),
             deletion_requested: obj.metadata.deletion_timestamp.is_some(),
             partial,
         })
@@ -145,8 +184,15 @@ impl CachedObject {
         self.resource_version.as_ref().map(Version::as_str)
     }
 
-    pub(crate) fn labels(&self) -> &BTreeMap<String, String> {
-        self.labels.as_deref().unwrap_or(&NO_LABELS)
+    /// The value of label `key`. O(labels).
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+        let mut parts = self.labels.as_deref()?.split('\0');
+        while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
+            if k == key {
+                return Some(v);
+            }
+        }
+        None
     }
 
     /// `metadata.deletionTimestamp` is set.
@@ -197,7 +243,8 @@ mod tests {
         .unwrap();
         let cached = CachedObject::new(&obj).unwrap();
         assert_eq!(cached.resource_version(), Some("7"));
-        assert_eq!(cached.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(cached.label("app"), Some("web"));
+        assert_eq!(cached.label("ap"), None);
         assert!(cached.deletion_requested());
         let back = cached.to_object().unwrap();
         assert_eq!(back.data, obj.data);
@@ -208,6 +255,52 @@ mod tests {
         assert_eq!(head.metadata, obj.metadata);
         assert_eq!(head.types.unwrap().kind, "ConfigMap");
         assert!(head.data.is_null(), "the head leaves the body out");
+    }
+
+    #[test]
+    fn selectors_match_packed_labels_as_kube_matches_a_map() {
+        use kube::core::SelectorExt as _;
+        let label_sets: [&[(&str, &str)]; 5] = [
+            &[],
+            &[("app", "web")],
+            &[("app", "db"), ("tier", "")],
+            &[("app.kubernetes.io/name", "x"), ("app", "web"), ("z", "1")],
+            &[("a", "app"), ("app", "a")],
+        ];
+        let selectors = [
+            "",
+            "app",
+            "!app",
+            "app=web",
+            "app!=web",
+            "app in (web,db)",
+            "app notin (web)",
+            "tier=",
+            "tier",
+            "app=web,z=1",
+            "app.kubernetes.io/name=x,!tier",
+            "a=app,app=a",
+        ];
+        for labels in label_sets {
+            let map: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "x"},
+            }))
+            .unwrap();
+            obj.metadata.labels = Some(map.clone());
+            let cached = CachedObject::new(&obj).unwrap();
+            for text in selectors {
+                let selector = crate::selector::parse_selector(text).unwrap();
+                assert_eq!(
+                    SelectorMatcher::new(&selector).matches(&cached),
+                    selector.matches(&map),
+                    "{text:?} on {labels:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -133,6 +133,22 @@ impl InformerState {
         }
     }
 
+    /// An informer whose cache the caller feeds (unit tests): no watch, no registry.
+    #[cfg(test)]
+    pub(super) fn unwatched(key: Key, resource: ApiResource, cache: Arc<watch::Cache>) -> Self {
+        Self {
+            key,
+            resource,
+            namespaced: true,
+            selector: None,
+            cache,
+            task: Mutex::new(None),
+            source: None,
+            label: "test".to_owned(),
+            registry: Weak::new(),
+        }
+    }
+
     /// A metadata-only informer starts watching whole objects: the metadata watch is aborted
     /// (its late events are dropped by the cache) and a full one lists into the same cache.
     /// Nothing to do for one that is full or upgrading already.

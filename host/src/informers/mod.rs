@@ -59,6 +59,7 @@ use informer::{InformerState, Key, Registry};
 
 pub use crate::selector::{SelectorError, parse_selector};
 pub(crate) use cached::CachedObject;
+pub use cached::SelectorMatcher;
 pub use error::InformerError;
 pub use event::InformerEvent;
 pub use informer::Informer;

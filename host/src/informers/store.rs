@@ -15,13 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::{
-    ResourceExt,
-    api::DynamicObject,
-    core::{Selector, SelectorExt},
-};
+use kube::{ResourceExt, api::DynamicObject, core::Selector};
 
-use super::cached::CachedObject;
+use super::cached::{CachedObject, SelectorMatcher};
 use super::event::InformerEvent;
 
 /// `(namespace, name)`; the namespace is `""` for cluster-scoped objects.
@@ -150,7 +146,8 @@ impl Store {
         selector: Option<&Selector>,
         now: Instant,
     ) -> Vec<Arc<CachedObject>> {
-        let matches = |obj: &&Arc<CachedObject>| selector.is_none_or(|s| s.matches(obj.labels()));
+        let wanted = selector.map(SelectorMatcher::new);
+        let matches = |obj: &&Arc<CachedObject>| wanted.as_ref().is_none_or(|m| m.matches(obj));
         let visible = |names: &BTreeMap<String, Entry>| -> Vec<Arc<CachedObject>> {
             names
                 .values()

@@ -71,6 +71,9 @@ pub(super) struct Cache {
     pub(super) store: RwLock<Store>,
     pub(super) events: broadcast::Sender<InformerEvent>,
     pub(super) synced: watch::Sender<bool>,
+    /// Between a list's start and end (the first list, a relist, an upgrade's list). Changed
+    /// only under the store's write lock.
+    pub(super) listing: watch::Sender<bool>,
     /// What the store holds. Changed only under the store's write lock.
     pub(super) form: watch::Sender<Form>,
     pub(super) last_error: Mutex<Option<String>>,
@@ -106,6 +109,7 @@ impl Cache {
             store: RwLock::new(store),
             events: broadcast::channel(event_buffer.max(1)).0,
             synced: watch::channel(false).0,
+            listing: watch::channel(false).0,
             form: watch::channel(form).0,
             last_error: Mutex::new(None),
             lists: AtomicU64::new(0),
@@ -190,6 +194,7 @@ impl Cache {
             watcher::Event::Init => {
                 self.lists.fetch_add(1, Ordering::Relaxed);
                 store.begin_relist();
+                self.listing.send_replace(true);
             }
             watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
                 let obj = self.complete(obj);
@@ -210,6 +215,7 @@ impl Cache {
                 for event in store.end_relist(now) {
                     self.emit(event);
                 }
+                self.listing.send_replace(false);
                 *self.listed_by.lock() = Some(origin.list);
                 let form = if origin.metadata { "metadata" } else { "full" };
                 self.metrics.listed(origin.list.as_str(), form);

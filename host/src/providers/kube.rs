@@ -446,12 +446,12 @@ impl Lister for CacheLister {
         namespace: Option<&str>,
         selector: Option<&kube::core::Selector>,
     ) -> Result<Vec<Arc<dyn Listed>>, HostError> {
-        use kube::core::SelectorExt as _;
         let informer = self.informer(kind)?;
+        let matcher = selector.map(crate::informers::SelectorMatcher::new);
         Ok(informer
             .list_cached(namespace, None)
             .into_iter()
-            .filter(|o| selector.is_none_or(|s| s.matches(o.labels())))
+            .filter(|o| matcher.as_ref().is_none_or(|m| m.matches(o)))
             .map(|o| o as Arc<dyn Listed>)
             .collect())
     }
