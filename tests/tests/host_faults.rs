@@ -1,5 +1,6 @@
 //! The host across failures: an apiserver restart and an etcd restart in the middle of a run,
-//! a host killed and restarted, and leader failover between two host processes. Each test has
+//! a host killed and restarted, and leader failover between two host processes (the standby
+//! warm: its caches synced before it leads). Each test has
 //! a private control plane, so its restarts disturb no other test.
 
 use std::time::Duration;
@@ -183,6 +184,27 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
             .await?,
         0.0,
         "the standby does not reconcile"
+    );
+    // A warm standby (the default) serves reads before it leads: its caches synced (`/readyz`)
+    // and holding what the leader reconciled.
+    wait_until(
+        "the standby's cache holds the widget",
+        Duration::from_secs(30),
+        || async {
+            b.get("/readyz").await?;
+            let cached = b
+                .metric("reconciler_informer_objects{group=\"test.reconciler.dev\",version=\"v1\",kind=\"Widget\"}")
+                .await?;
+            anyhow::ensure!(cached == 1.0, "{cached} widgets cached");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(b.log_tail()))?;
+    assert_eq!(
+        b.metric("reconciler_leader").await?,
+        0.0,
+        "still standing by"
     );
 
     a.kill()?;
