@@ -43,7 +43,7 @@
 //! - **failover** (`BENCH_SECTIONS=failover`), at each N of `BENCH_FAILOVER_OBJECTS` (default
 //!   50,000): two leader-elected hosts (`--lease-duration` `BENCH_LEASE`, default 15 s) on N
 //!   status-less Widgets; once the leader writes and the standby is ready, the leader is
-//!   SIGKILLed, and the clock stops at the standby's first status write (its
+//!   `SIGKILL`ed, and the clock stops at the standby's first status write (its
 //!   `reconciler_host_calls_total` for `patch-status`, polled every 10 ms), with the moment it
 //!   took the lease (`reconciler_leader`). A warm standby (`--standby warm`, the default: caches
 //!   synced, queue filled, no workers) and a cold one (`--standby cold`: starts its controllers,
@@ -538,7 +538,7 @@ impl Bench {
 
     /// Two leader-elected hosts with the bench guest on `ns` (`n` Widgets), the standby `warm`
     /// or `cold`: once the leader has written a status and the standby is ready (warm: its
-    /// cache synced), the leader is SIGKILLed. Returns, from the kill, when the standby took the
+    /// cache synced), the leader is `SIGKILL`ed. Returns, from the kill, when the standby took the
     /// lease and when it wrote its first status.
     async fn failover(
         &self,
@@ -688,7 +688,7 @@ fn quantile(values: &[Duration], q: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
-/// A second client, on a connection of its own, GETting one ConfigMap every [`PROBE_EVERY`]
+/// A second client, on a connection of its own, sending `GET`s for one `ConfigMap` every [`PROBE_EVERY`]
 /// and timing each answer: what the controller under test does to everyone else's requests.
 struct Prober {
     latencies: Arc<parking_lot::Mutex<Vec<Duration>>>,

@@ -30,6 +30,7 @@
 //! builds the guests, the release host and the client-go and controller-runtime baselines. Each
 //! section's objects are deleted after it.
 
+#[allow(dead_code)] // each live bench uses part of it
 mod live;
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
