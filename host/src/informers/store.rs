@@ -284,8 +284,13 @@ impl Store {
     /// we were not watching.
     pub(super) fn end_relist(&mut self, now: Instant) -> Vec<InformerEvent> {
         self.expire(now);
-        let Relist::Tracking(seen) = std::mem::replace(&mut self.relisting, Relist::Idle) else {
-            return Vec::new();
+        let seen = match std::mem::replace(&mut self.relisting, Relist::Idle) {
+            Relist::Tracking(seen) => seen,
+            Relist::Fresh => {
+                self.pack();
+                return Vec::new();
+            }
+            Relist::Idle => return Vec::new(),
         };
         let mut gone = Vec::new();
         for (ns, names) in &mut self.objects {
@@ -311,6 +316,16 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Rebuilds each namespace's map with full nodes. A list arrives in key order, and a
+    /// `BTreeMap` grown by ascending inserts splits every full leaf in the middle and never
+    /// fills the left half again: half-empty nodes, about 40 bytes per object more. Collecting
+    /// from a sorted iterator builds it packed. O(n), once per first list.
+    fn pack(&mut self) {
+        for names in self.objects.values_mut() {
+            *names = std::mem::take(names).into_iter().collect();
+        }
     }
 
     /// The API server's answer to one of the host's writes. Shown at once unless the cache (or a
