@@ -337,6 +337,23 @@ impl Sampler {
     }
 }
 
+/// Runs the host once with `guest` on the (still empty) namespace, so that no measured host
+/// pays for compiling it: Cranelift's memory would stay in the first one's figures.
+async fn warm_compile_cache(bench: &Bench, guest: Guest, ns: &str) -> anyhow::Result<()> {
+    let running = bench.spawn(Who::Host, guest, ns)?;
+    let port = running.port.unwrap_or_default();
+    let started = Instant::now();
+    while http_get(port, "/readyz").is_none() {
+        if started.elapsed() > Duration::from_mins(2) {
+            running.stop();
+            anyhow::bail!("the host never became ready with its guest");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop();
+    Ok(())
+}
+
 /// One controller's memory around its initial sync.
 struct Startup {
     who: Who,
@@ -451,14 +468,31 @@ async fn create_owned_config_maps(
         .await
 }
 
-/// `who`'s `VmRSS` `settle` after its caches hold the namespace's `ConfigMap`s.
+/// A process's resident memory, and how much of it is file-backed (its code, mostly).
+#[derive(Clone, Copy, Default)]
+struct Resident {
+    rss_kib: u64,
+    file_kib: u64,
+}
+
+impl Resident {
+    fn of(pid: u32) -> Self {
+        Self {
+            rss_kib: proc_status_kib(pid, "VmRSS:"),
+            file_kib: proc_status_kib(pid, "RssFile:"),
+        }
+    }
+}
+
+/// `who`'s memory `settle` after its caches hold the namespace's `n` `ConfigMap`s; for the
+/// host with a read to come, also after that read.
 async fn secondaries(
     bench: &Bench,
     who: Who,
     ns: &str,
     n: usize,
     settle: Duration,
-) -> anyhow::Result<(u64, Option<Upgrade>)> {
+) -> anyhow::Result<(Resident, Option<Upgrade>)> {
     let started = Instant::now();
     let running = bench.spawn(who, Guest::Widget, ns)?;
     while !running.is_synced("ConfigMap", n) {
@@ -469,9 +503,11 @@ async fn secondaries(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(settle).await;
-    let rss = proc_status_kib(running.pid(), "VmRSS:");
+    let rss = Resident::of(running.pid());
     let upgrade = match (who, running.port) {
-        (Who::Host, Some(port)) => Some(upgrade(bench, ns, port, running.pid(), settle).await?),
+        (Who::Host, Some(port)) if n > 0 => {
+            Some(upgrade(bench, ns, port, running.pid(), settle).await?)
+        }
         _ => None,
     };
     running.stop();
@@ -482,7 +518,7 @@ async fn secondaries(
 struct Upgrade {
     /// From the spec change to the status that reports the read.
     read_after: Duration,
-    rss_kib: u64,
+    resident: Resident,
     metadata_only_after: f64,
 }
 
@@ -518,7 +554,7 @@ async fn upgrade(
     let gauge = r#"reconciler_informer_metadata_only{group="",version="v1",kind="ConfigMap"}"#;
     Ok(Upgrade {
         read_after,
-        rss_kib: proc_status_kib(pid, "VmRSS:"),
+        resident: Resident::of(pid),
         metadata_only_after: metrics
             .lines()
             .find_map(|l| l.strip_prefix(gauge)?.trim().parse().ok())
@@ -547,6 +583,7 @@ async fn orchestrate() -> anyhow::Result<()> {
     let mut startups = Vec::new();
     if section("startup") {
         let ns = bench.namespace("startup").await?;
+        warm_compile_cache(&bench, Guest::Bench, &ns).await?;
         let created = Instant::now();
         create_widgets(&bench.widgets(&ns), n).await?;
         write_statuses(&bench, &ns).await?;
@@ -573,9 +610,16 @@ async fn orchestrate() -> anyhow::Result<()> {
     }
 
     let mut secondary = Vec::new();
+    let mut empty: Vec<(Who, Resident)> = Vec::new();
     let mut upgraded = None;
     if section("secondaries") {
         let ns = bench.namespace("secondaries").await?;
+        warm_compile_cache(&bench, Guest::Widget, &ns).await?;
+        // What each costs with nothing to cache: the per-object cost is the difference.
+        for who in [Who::Host, Who::ClientGo, Who::ControllerRuntime] {
+            let (none, _) = secondaries(&bench, who, &ns, 0, settle).await?;
+            empty.push((who, none));
+        }
         let created = Instant::now();
         create_owned_config_maps(&bench, &ns, m, kib).await?;
         eprintln!(
@@ -589,7 +633,11 @@ async fn orchestrate() -> anyhow::Result<()> {
             Who::ControllerRuntime,
         ] {
             let (rss, upgrade) = secondaries(&bench, who, &ns, m, settle).await?;
-            eprintln!("secondaries M={m} {}: {:.1} MiB", who.label(), mib(rss));
+            eprintln!(
+                "secondaries M={m} {}: {:.1} MiB",
+                who.label(),
+                mib(rss.rss_kib)
+            );
             secondary.push((who, rss));
             if let Some(upgrade) = upgrade {
                 // Back to a Widget that reads nothing, for the next controller.
@@ -635,40 +683,75 @@ async fn orchestrate() -> anyhow::Result<()> {
         );
     }
     if !secondary.is_empty() {
-        println!();
-        println!(
-            "| M = {m} ConfigMaps of {kib} KiB owned by one Widget (VmRSS {}s after sync) | VmRSS | vs client-go (whole objects) | vs controller-runtime (metadata only) |",
-            settle.as_secs()
-        );
-        println!("|---|---|---|---|");
-        let of = |who: Who| {
-            secondary
-                .iter()
-                .find(|(w, _)| *w == who)
-                .map_or(1, |(_, kib)| (*kib).max(1))
-        };
-        let (go, cr) = (of(Who::ClientGo), of(Who::ControllerRuntime));
-        for (who, rss) in &secondary {
-            println!(
-                "| {} | {:.1} MiB | {:.2}x | {:.2}x |",
-                who.label(),
-                mib(*rss),
-                *rss as f64 / go as f64,
-                *rss as f64 / cr as f64,
-            );
-        }
-        if let Some(u) = upgraded {
-            println!(
-                "| reconciler-host, after its guest read a ConfigMap (read answered {:.2} s after the spec change; metadata-only gauge {}) | {:.1} MiB | {:.2}x | {:.2}x |",
-                u.read_after.as_secs_f64(),
-                u.metadata_only_after,
-                mib(u.rss_kib),
-                u.rss_kib as f64 / go as f64,
-                u.rss_kib as f64 / cr as f64,
-            );
-        }
+        print_secondaries(m, kib, settle, &secondary, &empty, upgraded.as_ref());
     }
     Ok(())
+}
+
+/// The secondaries table: each controller's memory with `m` `ConfigMap`s, its file-backed part,
+/// its memory with none, the difference per `ConfigMap`, and its ratios to client-go's and
+/// controller-runtime's.
+// KiB far below 2^52.
+#[allow(clippy::cast_precision_loss)]
+fn print_secondaries(
+    m: usize,
+    kib: usize,
+    settle: Duration,
+    rows: &[(Who, Resident)],
+    empty: &[(Who, Resident)],
+    upgraded: Option<&Upgrade>,
+) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let of = |who: Who| {
+        rows.iter()
+            .find(|(w, _)| *w == who)
+            .map_or(1, |(_, r)| r.rss_kib.max(1))
+    };
+    let (go, cr) = (of(Who::ClientGo), of(Who::ControllerRuntime));
+    let none = |who: Who| {
+        let base = match who {
+            Who::HostWhole | Who::HostBefore | Who::HostPaged => Who::Host,
+            other => other,
+        };
+        empty.iter().find(|(w, _)| *w == base).map(|(_, r)| *r)
+    };
+    println!();
+    println!(
+        "| M = {m} ConfigMaps of {kib} KiB owned by one Widget (VmRSS {}s after sync) | VmRSS | of which file-backed | with no ConfigMap | per ConfigMap | vs client-go (whole objects) | vs controller-runtime (metadata only) |",
+        settle.as_secs()
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let row = |label: &str, who: Who, r: Resident| {
+        let base = none(who);
+        let per = base.map_or_else(
+            || "–".to_owned(),
+            |b| {
+                format!(
+                    "{:.0} B",
+                    (r.rss_kib.saturating_sub(b.rss_kib) * 1024) as f64 / m.max(1) as f64
+                )
+            },
+        );
+        println!(
+            "| {label} | {:.1} MiB | {:.1} MiB | {} | {per} | {:.2}x | {:.2}x |",
+            mib(r.rss_kib),
+            mib(r.file_kib),
+            base.map_or_else(|| "–".to_owned(), |b| format!("{:.1} MiB", mib(b.rss_kib))),
+            r.rss_kib as f64 / go as f64,
+            r.rss_kib as f64 / cr as f64,
+        );
+    };
+    for (who, r) in rows {
+        row(who.label(), *who, *r);
+    }
+    if let Some(u) = upgraded {
+        let label = format!(
+            "reconciler-host, after its guest read a ConfigMap (read answered {:.2} s after the spec change; metadata-only gauge {})",
+            u.read_after.as_secs_f64(),
+            u.metadata_only_after,
+        );
+        row(&label, Who::Host, u.resident);
+    }
 }
 
 /// Writes every Widget's status as the bench guest would (16 patches in flight), so that each
