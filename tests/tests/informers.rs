@@ -882,14 +882,25 @@ fn lists_total(metrics: &Metrics, mode: &str, form: &str) -> f64 {
     sample(&metrics.render(), &series).unwrap_or(0.0)
 }
 
-/// Waits until `informers` hold the same texts, and returns them.
-async fn same_caches(streamed: &Informer, paged: &Informer, what: &str) -> Result<Vec<String>> {
+/// Waits until both informers hold the same texts, and `done` holds for them; returns them.
+async fn same_caches(
+    streamed: &Informer,
+    paged: &Informer,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> Result<Vec<String>> {
     wait_until(what, TIMEOUT, || async {
         let (a, b) = (texts(streamed), texts(paged));
         ensure!(a == b, "streamed {} objects, paged {}", a.len(), b.len());
+        ensure!(done(&a), "not there yet: {} objects", a.len());
         Ok(a)
     })
     .await
+}
+
+fn named(texts: &[String], name: &str) -> Option<String> {
+    let needle = format!("\"name\":\"{name}\"");
+    texts.iter().find(|t| t.contains(&needle)).cloned()
 }
 
 /// Kubernetes 1.36 serves streaming lists: the informer fills its cache with one, and a paged
@@ -925,8 +936,7 @@ async fn a_streaming_list_is_used_where_served_and_fills_the_cache_as_pages_do()
         streaming_metrics.render()
     );
     ensure!(lists_total(&paged_metrics, "paged", "full") == 1.0);
-    let listed = same_caches(&a, &b, "both lists").await?;
-    ensure!(listed.len() == 40, "{} objects", listed.len());
+    let listed = same_caches(&a, &b, "both lists", |t| t.len() == 40).await?;
     ensure!(
         listed.iter().all(|t| t.contains("\"filler\"")),
         "whole objects"
@@ -937,9 +947,13 @@ async fn a_streaming_list_is_used_where_served_and_fills_the_cache_as_pages_do()
         .delete("c008", &DeleteParams::default())
         .await?;
     create_cm(&client, &ns, "z-new", &[("tier", "web")]).await?;
-    let watched = same_caches(&a, &b, "both watches").await?;
+    let watched = same_caches(&a, &b, "both watches", |t| {
+        named(t, "z-new").is_some()
+            && named(t, "c008").is_none()
+            && named(t, "c007").is_some_and(|c| c.contains("changed"))
+    })
+    .await?;
     ensure!(watched.len() == 40, "{} objects", watched.len());
-    ensure!(watched.iter().any(|t| t.contains("changed")));
     Ok(())
 }
 
@@ -978,9 +992,12 @@ async fn where_a_server_refuses_streaming_lists_the_informer_lists_in_pages() ->
     );
     ensure!(a.lists() == 1, "one list, not a retry loop: {}", a.lists());
     ensure!(a.last_error().is_none(), "{:?}", a.last_error());
-    ensure!(same_caches(&a, &b, "both lists").await?.len() == 12);
+    same_caches(&a, &b, "both lists", |t| t.len() == 12).await?;
     set_data(&client, &ns, "c003", "after the fallback").await?;
-    same_caches(&a, &b, "the change, watched after a paged list").await?;
+    same_caches(&a, &b, "the change, watched after a paged list", |t| {
+        named(t, "c003").is_some_and(|c| c.contains("after the fallback"))
+    })
+    .await?;
 
     let other = in_namespace(&test_namespace(&client, "inf-nostream-meta").await?);
     let other_ns = other.namespace.clone().unwrap_or_default();
