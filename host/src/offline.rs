@@ -382,9 +382,13 @@ async fn load(
                 .unwrap_or_default();
             let cache_dir = crate::manager::default_cache_dir()
                 .context("no cache directory for pulled modules (set HOME or XDG_CACHE_HOME)")?;
+            let who = crate::oci::Requester {
+                auth,
+                secret: None,
+                trust: pull.trusted.as_ref(),
+            };
             let pulled = Puller::new(&settings, &cache_dir, pull.plain_http)
-                .verifying_with(pull.trusted.clone())
-                .pull(&module, crate::oci::Requester { auth, secret: None })
+                .pull(&module, who)
                 .await?;
             tracing::info!(%module, digest = %pulled.digest, from_cache = pulled.from_cache,
                 signed_by = pulled.signed_by.as_deref().unwrap_or("-"), "module pulled");

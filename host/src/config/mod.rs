@@ -160,16 +160,33 @@ impl HostConfig {
         let mut config = config;
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(verify) = config.reconcilers.as_mut().and_then(|r| r.verify.as_mut()) {
-            for key in &mut verify.keys {
-                *key = base.join(&*key);
-            }
-            if let Some(keyless) = &mut verify.keyless {
-                keyless.trusted_root = base.join(&keyless.trusted_root);
-            }
+            verify.resolve_from(base);
             verify.trust_policy().map_err(|e| ConfigError::Invalid {
                 path: path.to_owned(),
                 message: format!("reconcilers.verify: {e}"),
             })?;
+        }
+        if let Some(reconcilers) = config.reconcilers.as_mut() {
+            let host_requires = reconcilers.verify.as_ref().is_some_and(|v| v.required);
+            for (i, rule) in reconcilers.tenants.iter_mut().enumerate() {
+                let label = rule.label(i);
+                let Some(verify) = rule.verify.as_mut() else {
+                    continue;
+                };
+                let invalid = |message: String| ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message,
+                };
+                if host_requires && !verify.required {
+                    return Err(invalid(format!(
+                        "{label}.verify.required is false, but reconcilers.verify.required is true: a tenant rule may name other keys than the host's, never require less; set required: true with the team's keys, or leave the rule's verify out to inherit the host's"
+                    )));
+                }
+                verify.resolve_from(base);
+                verify
+                    .trust_policy()
+                    .map_err(|e| invalid(format!("{label}.verify: {e}")))?;
+            }
         }
         if let Some(reconcilers) = &config.reconcilers {
             for backend in &reconcilers.allow.backends {
@@ -269,6 +286,11 @@ pub(crate) struct TenantRule {
     /// Pull Secrets (in the host's namespace) a tenant's Reconciler may name; none by default.
     #[serde(default)]
     pub(crate) pull_secrets: BTreeSet<String>,
+    /// Signatures the rule's Reconcilers' modules must carry, checked instead of
+    /// `reconcilers.verify` (whose keys then admit none of them); unset, the host's apply. It
+    /// may not require less than the host: with `reconcilers.verify.required`, it must too.
+    #[serde(default)]
+    pub(crate) verify: Option<VerifySettings>,
 }
 
 fn default_tenant_account() -> String {
@@ -357,6 +379,16 @@ pub(crate) struct KeylessSettings {
 }
 
 impl VerifySettings {
+    /// Takes relative key and trusted-root paths from `base` (the configuration's directory).
+    fn resolve_from(&mut self, base: &Path) {
+        for key in &mut self.keys {
+            *key = base.join(&*key);
+        }
+        if let Some(keyless) = &mut self.keyless {
+            keyless.trusted_root = base.join(&keyless.trusted_root);
+        }
+    }
+
     /// What signatures must be made by when they are required, or why it cannot be read.
     pub(crate) fn trust_policy(&self) -> Result<Option<crate::oci::TrustPolicy>, String> {
         if !self.required {
@@ -1145,6 +1177,77 @@ guests:
         std::fs::remove_file(dir.path().join("trusted_root.json")).unwrap();
         let e = HostConfig::parse(&config("{issuer: x, subject: y}"), &host_yaml).unwrap_err();
         assert!(e.to_string().contains("trusted_root.json"), "{e}");
+    }
+
+    /// `reconcilers.tenants[N].verify`: its keys are read beside the file as the host's are;
+    /// one that cannot be read, or a rule requiring less than the host, stops the host at
+    /// start, naming the rule.
+    #[test]
+    fn a_tenant_rules_verify_reads_its_keys_beside_the_file_and_never_weakens_the_hosts() {
+        use p256::pkcs8::{EncodePublicKey as _, LineEnding};
+        let dir = tempfile::tempdir().unwrap();
+        let pem = p256::ecdsa::SigningKey::from_slice(&[3; 32])
+            .unwrap()
+            .verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap();
+        std::fs::create_dir(dir.path().join("keys")).unwrap();
+        std::fs::write(dir.path().join("keys/a.pub"), &pem).unwrap();
+        std::fs::write(dir.path().join("keys/host.pub"), &pem).unwrap();
+        let host_yaml = dir.path().join("host.yaml");
+        let config = |host: &str, rule: &str| {
+            format!(
+                "reconcilers:\n  {host}\n  tenants:\n  - {{namespaces: [x]}}\n  - {{name: team-a, namespaces: [a], verify: {rule}}}\n"
+            )
+        };
+        let parsed = HostConfig::parse(
+            &config("{}", "{required: true, keys: [keys/a.pub]}"),
+            &host_yaml,
+        )
+        .unwrap();
+        let settings = parsed.reconcilers.unwrap();
+        let verify = settings.tenants[1].verify.as_ref().unwrap();
+        assert_eq!(verify.keys, [dir.path().join("keys/a.pub")]);
+        assert!(verify.trust_policy().unwrap().is_some());
+        assert!(settings.tenants[0].verify.is_none(), "inherits the host's");
+
+        let host = "verify: {required: true, keys: [keys/host.pub]}";
+        for (rule, said) in [
+            (
+                "{required: false}",
+                "reconcilers.tenants[1] (team-a).verify.required is false",
+            ),
+            ("{}", "reconcilers.tenants[1] (team-a).verify.required"),
+            (
+                "{required: true, keys: [keys/gone.pub]}",
+                "reconcilers.tenants[1] (team-a).verify: ",
+            ),
+            (
+                "{required: true}",
+                "reconcilers.tenants[1] (team-a).verify: no key and no keyless identity",
+            ),
+        ] {
+            let e = HostConfig::parse(&config(host, rule), &host_yaml).unwrap_err();
+            assert!(e.to_string().contains(said), "{rule}: {e}");
+        }
+        let e = HostConfig::parse(
+            &config(host, "{required: true, keys: [keys/gone.pub]}"),
+            &host_yaml,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&dir.path().join("keys/gone.pub").display().to_string()),
+            "the path as resolved: {e}"
+        );
+        // Stronger or different keys under a host that requires signatures: accepted.
+        HostConfig::parse(
+            &config(host, "{required: true, keys: [keys/a.pub]}"),
+            &host_yaml,
+        )
+        .unwrap();
+        // Under a host that requires none, a rule may say so too.
+        HostConfig::parse(&config("{}", "{required: false}"), &host_yaml).unwrap();
     }
 
     #[test]

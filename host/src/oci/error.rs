@@ -37,14 +37,22 @@ pub enum PullError {
         in_use: u64,
         needed: u64,
     },
+    /// `policy` names the setting that requires signatures (`reconcilers.verify`, a tenant
+    /// rule's `verify`, `--verify-key`).
     #[error(
-        "{module}: no signature of {digest} was found (signatures are required: reconcilers.verify); sign it with `cosign sign --key KEY` and a key the host trusts"
+        "{module}: no signature of {digest} was found (signatures are required: {policy}); sign it with `cosign sign --key KEY` and a key {policy} trusts"
     )]
-    SignatureMissing { module: String, digest: String },
-    #[error(
-        "{module}: {reason} (reconcilers.verify lists the keys and keyless identities trusted)"
-    )]
-    SignatureInvalid { module: String, reason: String },
+    SignatureMissing {
+        module: String,
+        digest: String,
+        policy: String,
+    },
+    #[error("{module}: {reason} ({policy} lists the keys and keyless identities trusted)")]
+    SignatureInvalid {
+        module: String,
+        reason: String,
+        policy: String,
+    },
     #[error("module cache: {0}")]
     Cache(#[from] std::io::Error),
 }

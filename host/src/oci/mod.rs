@@ -88,12 +88,17 @@ pub(crate) struct Pulled {
 
 /// Who asks for a module: the pull Secret whose credentials go with the request, if any. With
 /// the reference's registry and repository it decides what the cache may serve without the
-/// registry (only what this same requester pulled before).
+/// registry (only what this same requester pulled before). It also brings whose signatures
+/// it accepts: one host checks different Reconcilers against different keys (a tenant rule's
+/// own `verify`), over one shared cache.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Requester<'a> {
     pub(crate) auth: &'a Auth,
     /// The pull Secret's `namespace/name`, or none (anonymous, or the command line's).
     pub(crate) secret: Option<&'a str>,
+    /// When set, the module is served only if this policy admits a signature of its digest
+    /// (checked at every pull, cached or not, before anything of it is downloaded or stored).
+    pub(crate) trust: Option<&'a TrustPolicy>,
 }
 
 /// Pulls modules into a [`ModuleCache`].
@@ -106,8 +111,6 @@ pub(crate) struct Puller {
     endpoints: Endpoints,
     /// Manifest digests guests use now: never evicted.
     in_use: parking_lot::Mutex<BTreeSet<String>>,
-    /// When set, a module runs only if one of these keys signed its digest.
-    trusted: Option<TrustPolicy>,
 }
 
 impl Puller {
@@ -120,16 +123,7 @@ impl Puller {
             max_bytes: settings.max_module_bytes(),
             endpoints: Endpoints::default(),
             in_use: parking_lot::Mutex::default(),
-            trusted: None,
         }
-    }
-
-    /// Requires every module to be signed by one of `keys` (checked at every pull, cached or
-    /// not, before anything of it is downloaded or stored).
-    #[must_use]
-    pub(crate) fn verifying_with(mut self, keys: Option<TrustPolicy>) -> Self {
-        self.trusted = keys;
-        self
     }
 
     /// Lets redirects and token realms lead to `endpoints` too (`host[:port]`s: the
@@ -167,7 +161,7 @@ impl Puller {
         let answer = match cached {
             Some(mut cached) => match session.holds(&cached.digest).await {
                 Ok(()) => self
-                    .verify(&mut session, module, &cached.digest)
+                    .verify(&mut session, module, &cached.digest, who.trust)
                     .await
                     .map(|by| {
                         cached.signed_by = by;
@@ -175,13 +169,13 @@ impl Puller {
                     }),
                 Err(e) => Err(e),
             },
-            None => self.fetch(&mut session, module).await,
+            None => self.fetch(&mut session, module, who.trust).await,
         };
         let pulled = match answer {
             Err(PullError::Unreachable {
                 module: name,
                 error,
-            }) => match self.pulled_before(module, who.secret)? {
+            }) => match self.pulled_before(module, who)? {
                 Some(pulled) => {
                     tracing::warn!(%module, digest = %pulled.digest, "registry unreachable ({error}); loading the digest this reference pulled before from the cache");
                     pulled
@@ -204,7 +198,7 @@ impl Puller {
     fn pulled_before(
         &self,
         module: &ModuleRef,
-        secret: Option<&str>,
+        who: Requester<'_>,
     ) -> Result<Option<Pulled>, PullError> {
         let digest = match module.digest() {
             Some(digest) => digest.to_owned(),
@@ -213,10 +207,10 @@ impl Puller {
                 None => return Ok(None),
             },
         };
-        if !self.cache.pulled_by(&digest, module, secret)? {
+        if !self.cache.pulled_by(&digest, module, who.secret)? {
             return Ok(None);
         }
-        let signed_by = match &self.trusted {
+        let signed_by = match who.trust {
             Some(keys) => {
                 let found = self.cache.signatures(&digest)?;
                 Some(Self::judge(module, keys, &digest, &found)?)
@@ -238,8 +232,9 @@ impl Puller {
         session: &mut registry::Session,
         module: &ModuleRef,
         digest: &str,
+        trust: Option<&TrustPolicy>,
     ) -> Result<Option<String>, PullError> {
-        let Some(keys) = &self.trusted else {
+        let Some(keys) = trust else {
             return Ok(None);
         };
         let found = signatures::fetch(session, digest).await?;
@@ -258,24 +253,28 @@ impl Puller {
             signatures::Refusal::Missing => PullError::SignatureMissing {
                 module: module.to_string(),
                 digest: digest.to_owned(),
+                policy: keys.source().to_owned(),
             },
             signatures::Refusal::Invalid(reason) => PullError::SignatureInvalid {
                 module: module.to_string(),
                 reason,
+                policy: keys.source().to_owned(),
             },
         })
     }
 
     /// The component of the manifest `digest` that `module` pulled before, if the cache holds
-    /// it (verified on read) and, when signatures are required, the signatures kept beside it
-    /// still show a trusted key's: checked again at this load as at every other, so that no
-    /// path loads a module whose signature was not verified by this process.
+    /// it (verified on read) and, when `trust` requires signatures, the signatures kept beside
+    /// it still show one it admits: checked again at this load as at every other, so that no
+    /// path loads a module whose signature was not verified by this process, against this
+    /// requester's policy (not the one whose pull stored it).
     pub(crate) fn cached(
         &self,
         module: &ModuleRef,
         digest: &str,
+        trust: Option<&TrustPolicy>,
     ) -> Result<Option<Vec<u8>>, PullError> {
-        if let Some(keys) = &self.trusted {
+        if let Some(keys) = trust {
             let found = self.cache.signatures(digest)?;
             Self::judge(module, keys, digest, &found)?;
         }
@@ -297,6 +296,7 @@ impl Puller {
         &self,
         session: &mut registry::Session,
         module: &ModuleRef,
+        trust: Option<&TrustPolicy>,
     ) -> Result<Pulled, PullError> {
         let name = module.to_string();
         let reference = module
@@ -322,7 +322,7 @@ impl Puller {
                 reason,
             })?;
         // Before a byte of the module is downloaded or stored.
-        let signed_by = self.verify(session, module, &digest).await?;
+        let signed_by = self.verify(session, module, &digest, trust).await?;
         let layer_size = u64::try_from(parts.layer.size).unwrap_or(u64::MAX);
         if layer_size > self.max_bytes {
             return Err(PullError::TooLarge {
@@ -614,6 +614,7 @@ mod tests {
         Requester {
             auth: &Auth::Anonymous,
             secret: None,
+            trust: None,
         }
     }
 
@@ -681,6 +682,7 @@ mod tests {
         let who = Requester {
             auth: &basic,
             secret: Some("ns/registry"),
+            trust: None,
         };
         let err = puller.pull(&module, who).await.unwrap_err();
         assert!(matches!(&err, PullError::Denied { .. }), "{err}");
@@ -817,10 +819,13 @@ mod tests {
             .unwrap();
         let keys = TrustPolicy::from_pems(&[("k.pub", &pem)]).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let puller =
-            Puller::new(&RegistrySettings::default(), dir.path(), true).verifying_with(Some(keys));
+        let puller = Puller::new(&RegistrySettings::default(), dir.path(), true);
         let module: ModuleRef = format!("oci://{registry}/team/guest:v1").parse().unwrap();
-        let err = puller.pull(&module, anonymous()).await.unwrap_err();
+        let who = Requester {
+            trust: Some(&keys),
+            ..anonymous()
+        };
+        let err = puller.pull(&module, who).await.unwrap_err();
         assert!(matches!(err, PullError::SignatureMissing { .. }), "{err}");
         let asked = blobs.load(Ordering::SeqCst);
         assert!((1..=16).contains(&asked), "{asked} payloads asked for");
@@ -884,8 +889,8 @@ mod tests {
             "another Secret: {err}"
         );
         let with_secret = Requester {
-            auth: &Auth::Anonymous,
             secret: Some("ns/registry"),
+            ..anonymous()
         };
         assert!(puller.pull(&moved, with_secret).await.unwrap().from_cache);
     }

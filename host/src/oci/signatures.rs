@@ -69,7 +69,12 @@ const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
 pub struct TrustPolicy {
     keys: Vec<TrustedKey>,
     keyless: Option<Keyless>,
+    /// The setting it was read from, as refusals name it (`reconcilers.verify` by default).
+    source: String,
 }
+
+/// What a policy is named in refusals unless [`TrustPolicy::from_setting`] says otherwise.
+const HOST_WIDE: &str = "reconcilers.verify";
 
 #[derive(Debug, Clone)]
 struct TrustedKey {
@@ -99,7 +104,23 @@ impl TrustPolicy {
                 .map_err(|e| format!("{}: cannot read the key: {e}", path.display()))?;
             keys.push(Self::key(&file.display().to_string(), &text)?);
         }
-        Ok(Self { keys, keyless })
+        Ok(Self {
+            keys,
+            keyless,
+            source: HOST_WIDE.to_owned(),
+        })
+    }
+
+    /// The same policy, named `source` in refusals (a tenant rule's `verify`, a flag).
+    #[must_use]
+    pub(crate) fn from_setting(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
+    /// The setting it was read from.
+    pub(crate) fn source(&self) -> &str {
+        &self.source
     }
 
     fn key(name: &str, pem: &str) -> Result<TrustedKey, String> {
@@ -117,6 +138,7 @@ impl TrustPolicy {
         Self {
             keys: Vec::new(),
             keyless: None,
+            source: HOST_WIDE.to_owned(),
         }
     }
 
@@ -129,6 +151,7 @@ impl TrustPolicy {
         Ok(Self {
             keys,
             keyless: None,
+            source: HOST_WIDE.to_owned(),
         })
     }
 

@@ -27,6 +27,7 @@
 mod pulls;
 pub(crate) mod spec;
 mod status;
+mod trust;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -110,9 +111,7 @@ impl Objects {
         let endpoints = Endpoints::new(allowed.iter().map(|r| r.registry().to_owned()));
         let shared = Arc::new(Shared {
             records: Arc::new(Mutex::new(Records::new(
-                Puller::new(&config.registries, cache_dir, false)
-                    .redirecting_to(endpoints)
-                    .verifying_with(trust_policy(config)),
+                Puller::new(&config.registries, cache_dir, false).redirecting_to(endpoints),
                 client.clone(),
                 namespace,
                 config
@@ -122,6 +121,7 @@ impl Objects {
                     .unwrap_or_default(),
                 allowed,
                 metrics.clone(),
+                trust::Trust::of(config),
             ))),
             changed: Notify::new(),
             status_changed: Notify::new(),
@@ -258,7 +258,8 @@ impl Tenants {
                 };
                 let origin =
                     Origin::tenant_reconciler(&name, generation, spec.grant.clone(), tenant);
-                records.observe(&key, generation, spec, &origin);
+                let scope = records.rule_scope(index);
+                records.observe(&key, generation, spec, &origin, scope);
                 origins.push(origin);
             }
         }
@@ -395,7 +396,7 @@ impl GuestSource for Objects {
             let origin = match Spec::of(object) {
                 Ok(spec) => {
                     let origin = Origin::reconciler(&name, generation, spec.grant.clone());
-                    records.observe(&name, generation, spec, &origin);
+                    records.observe(&name, generation, spec, &origin, trust::Scope::Host);
                     Some(origin)
                 }
                 // A spec the host cannot run keeps the item as it last ran, if it did.
@@ -481,17 +482,4 @@ impl Changes for Watching {
     fn retry_in(&mut self, after: Duration) {
         self.retry = Some(tokio::time::Instant::now() + after);
     }
-}
-
-/// Whom Reconcilers' modules must be signed by, if signatures are required. The
-/// configuration's parse read the keys and trusted root already; one unreadable now refuses
-/// every module (fails closed) rather than running unsigned ones.
-fn trust_policy(config: &HostConfig) -> Option<crate::oci::TrustPolicy> {
-    let verify = config.reconcilers.as_ref()?.verify.as_ref()?;
-    verify.trust_policy().unwrap_or_else(|e| {
-        tracing::error!(
-            "reconcilers.verify: {e}; every Reconciler's module is refused until it is fixed"
-        );
-        Some(crate::oci::TrustPolicy::none())
-    })
 }

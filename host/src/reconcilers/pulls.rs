@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::spec::Spec;
+use super::trust::{Scope, Trust};
 use crate::guest_set::{Artefact, Origin, SourceError, Verdict};
 use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
 use crate::validation;
@@ -37,6 +38,8 @@ pub(super) struct Records {
     allowed_registries: Vec<AllowedRegistry>,
     /// Where refused pulls are counted, by reason.
     metrics: crate::metrics::Metrics,
+    /// Whose signatures each scope's modules must carry.
+    trust: Arc<Trust>,
     pub objects: BTreeMap<String, Record>,
 }
 
@@ -56,16 +59,16 @@ pub(super) struct Record {
     /// Why the host holds the object back without pulling it (a namespaced Reconciler no
     /// tenant rule selects, or one beyond its namespace's quota): the reason and message.
     pub held: Option<(&'static str, String)>,
-}
-
-impl Spec {
-    /// What its module is pulled by.
-    fn pull_key(&self) -> PullKey {
-        (self.module.clone(), self.pull_secret.clone())
-    }
+    /// Whose signatures its module must carry now (its namespace's rule may change).
+    scope: Scope,
 }
 
 impl Record {
+    /// What its module is pulled by under `spec`.
+    fn pull_key(&self, spec: &Spec) -> PullKey {
+        (spec.module.clone(), spec.pull_secret.clone(), self.scope)
+    }
+
     /// The pull of its current spec: none while the spec cannot run or is not pulled yet.
     pub(super) fn current_pull(&self) -> Option<&Pull> {
         let spec = self.spec.as_ref().ok()?;
@@ -73,7 +76,7 @@ impl Record {
             Pull::Pending => return None,
             Pull::Pulled { key, .. } | Pull::Failed { key, .. } | Pull::InFlight { key } => key,
         };
-        (key.0 == spec.module && key.1 == spec.pull_secret).then_some(&self.pull)
+        (*key == self.pull_key(spec)).then_some(&self.pull)
     }
 }
 
@@ -84,8 +87,9 @@ struct LoadedVersion {
     signed_by: Option<String>,
 }
 
-/// Where a module came from: its reference and pull Secret. Pulled again only when it changes.
-type PullKey = (ModuleRef, Option<String>);
+/// Where a module came from, and whose signatures it needed: its reference, pull Secret and
+/// trust scope. Pulled (and its signature checked) again only when one of them changes.
+type PullKey = (ModuleRef, Option<String>, Scope);
 
 pub(super) enum Pull {
     /// Not pulled yet for this spec.
@@ -120,6 +124,7 @@ impl Records {
         allowed_secrets: BTreeSet<String>,
         allowed_registries: Vec<AllowedRegistry>,
         metrics: crate::metrics::Metrics,
+        trust: Trust,
     ) -> Self {
         Self {
             puller: Arc::new(puller),
@@ -128,8 +133,14 @@ impl Records {
             allowed_secrets,
             allowed_registries,
             metrics,
+            trust: Arc::new(trust),
             objects: BTreeMap::new(),
         }
+    }
+
+    /// The trust scope of tenant rule `index`.
+    pub(super) fn rule_scope(&self, index: usize) -> Scope {
+        self.trust.scope(index)
     }
 
     /// The manifest digests Reconcilers use now: pulled for their current spec, or loaded
@@ -147,10 +158,19 @@ impl Records {
         digests
     }
 
-    /// Notes object `name` at `generation` with a spec that can run, listed as `origin`.
-    pub(super) fn observe(&mut self, name: &str, generation: i64, spec: Spec, origin: &Origin) {
+    /// Notes object `name` at `generation` with a spec that can run, listed as `origin`, its
+    /// module checked against `scope`'s signatures.
+    pub(super) fn observe(
+        &mut self,
+        name: &str,
+        generation: i64,
+        spec: Spec,
+        origin: &Origin,
+        scope: Scope,
+    ) {
         let record = self.record(name, generation);
         record.spec = Ok(spec);
+        record.scope = scope;
         record.held = None;
         record.last_origin = Some(origin.clone());
     }
@@ -193,6 +213,7 @@ impl Records {
             verdict: None,
             loaded: None,
             held: None,
+            scope: Scope::Host,
         });
         record.generation = generation;
         record
@@ -281,7 +302,7 @@ impl Records {
             what: origin.name().to_owned(),
             error: why.into(),
         };
-        let (key, puller, client, namespace, memo) = {
+        let (key, puller, client, namespace, memo, trust) = {
             let mut this = records.lock();
             let this = &mut *this;
             let Some(record) = this.objects.get_mut(name) else {
@@ -290,7 +311,7 @@ impl Records {
             let Ok(spec) = &record.spec else {
                 return Err(unreadable("its spec cannot run".into()));
             };
-            let key = spec.pull_key();
+            let key = record.pull_key(spec);
             // Before any connection, the cache included: a module of another registry is not
             // this host's to fetch, nor to run from what another Reconciler pulled.
             if !this.allowed_registries.iter().any(|r| r.covers(&key.0)) {
@@ -329,12 +350,14 @@ impl Records {
             }
             let (puller, client) = (this.puller.clone(), this.client.clone());
             puller.set_in_use(this.in_use());
-            (key, puller, client, this.namespace.clone(), memo)
+            let trust = this.trust.clone();
+            (key, puller, client, this.namespace.clone(), memo, trust)
         };
-        // Pulled before: the bytes are in the module cache (verified as they are read), not
-        // kept in memory; a cache emptied since is pulled again.
+        // Pulled before: the bytes are in the module cache (verified as they are read, and
+        // their signatures judged again under this record's scope), not kept in memory; a
+        // cache emptied since is pulled again.
         if let Some((digest, hash, signed_by)) = memo
-            && let Ok(Some(bytes)) = puller.cached(&key.0, &digest)
+            && let Ok(Some(bytes)) = puller.cached(&key.0, &digest, trust.policy(key.2))
         {
             return Ok(Artefact {
                 origin: origin.clone(),
@@ -353,7 +376,7 @@ impl Records {
         handle.spawn(async move {
             let outcome = match tokio::time::timeout(
                 PULL_DEADLINE,
-                pull(&puller, &client, &namespace, &key),
+                pull(&puller, &client, &namespace, &key, trust.policy(key.2)),
             )
             .await
             {
@@ -456,7 +479,8 @@ async fn pull(
     puller: &Puller,
     client: &kube::Client,
     namespace: &str,
-    (module, secret): &PullKey,
+    (module, secret, _): &PullKey,
+    trust: Option<&crate::oci::TrustPolicy>,
 ) -> Result<(crate::oci::Pulled, String), (&'static str, String)> {
     let auth = match secret {
         Some(secret) => credentials(client, namespace, secret, module).await?,
@@ -468,6 +492,7 @@ async fn pull(
     let who = crate::oci::Requester {
         auth: &auth,
         secret: secret.as_deref(),
+        trust,
     };
     let fetched = puller
         .pull(module, who)
