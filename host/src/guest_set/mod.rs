@@ -210,6 +210,12 @@ impl Guests {
             self.reviews.forget(name);
         }
         for origin in &present {
+            // Its namespace now under another tenant rule: what ran within the old rule's
+            // bounds (its ceiling, its signing keys) stops, as a revoked grant does, and
+            // starts afresh once the new rule admits it.
+            if self.moved_to_another_rule(origin) {
+                self.unload(origin.name());
+            }
             // A content the source can name without reading it (a pulled module's) and judged
             // already: nothing to read, at most a new grant to apply.
             let known = self.source.known_hash(origin);
@@ -314,6 +320,29 @@ impl Guests {
                 _ => {}
             }
         }
+    }
+
+    /// Whether `origin`'s running version was admitted under another tenant rule than the one
+    /// that selects its namespace now (the namespace was relabelled).
+    fn moved_to_another_rule(&self, origin: &Origin) -> bool {
+        let Some(now) = origin.tenant() else {
+            return false;
+        };
+        let active = self
+            .ledger
+            .lock()
+            .entries
+            .get(origin.name())
+            .and_then(|e| e.active.clone());
+        let Some(before) = active.as_ref().and_then(|a| a.origin.tenant()) else {
+            return false;
+        };
+        let config = self.config();
+        let Some(settings) = &config.reconcilers else {
+            return false;
+        };
+        let rule = |t: &Tenant| settings.tenant(&t.namespace, &t.labels).map(|(i, _)| i);
+        rule(before) != rule(now)
     }
 
     /// `origin`'s content now, if it can be read.

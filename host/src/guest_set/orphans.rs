@@ -17,6 +17,10 @@ pub struct OrphanedFinalizer {
     pub finalizer: String,
     /// The guest's primary kind, which carries the finalizer.
     pub(crate) kind: crate::objects::Gvk,
+    /// A namespaced `Reconciler`'s namespace, the only one its finalizer may be released in:
+    /// another tenant's guest may declare the same finalizer on the same kind and run on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) namespace: Option<String>,
     pub(crate) policy: crate::config::OnUnload,
     /// When the guest was unloaded (RFC 3339).
     pub(crate) unloaded_at: String,
@@ -49,6 +53,7 @@ impl Orphans {
         let orphan = OrphanedFinalizer {
             finalizer: finalizer.clone(),
             kind: manifest.primary.clone(),
+            namespace: origin.tenant().map(|t| t.namespace.clone()),
             policy,
             unloaded_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),

@@ -104,7 +104,8 @@ async fn release(
 ) -> Result<usize, kube::Error> {
     let gvk = kube::core::GroupVersionKind::from(&orphan.kind);
     let kind = discovery.resolve(client, &gvk).await?;
-    let api = match namespace {
+    // A tenant's guest released its finalizer in its own namespace only.
+    let api = match orphan.namespace.as_deref().or(namespace) {
         Some(ns) if kind.namespaced => {
             kube::Api::namespaced_with(client.clone(), ns, &kind.resource)
         }
