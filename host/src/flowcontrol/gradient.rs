@@ -17,19 +17,23 @@
 //! server is about one write deep: on a server whose throughput is flat past a few writers,
 //! latency grows with every write added, and the limit stops there instead of queueing more.
 //!
-//! The no-load latency is the least latency of a write sent alone (the only one in flight).
-//! Under a steady backlog no write is ever alone, and the least latency seen with others in
-//! flight creeps up with the limit itself (a baseline taken under load lets the limit ratchet
-//! up to its maximum), so the limit probes: when a window of [`WINDOW`] writes had none alone,
-//! it lets one write out at a time until [`PROBE_WRITES`] were answered alone (BBR's
-//! `ProbeRTT`; about a hundredth of a second per window of a few seconds). The first writes
-//! after start are such a probe.
+//! The no-load latency is the least latency of a write sent alone (the only one in flight)
+//! during a probe. The least latency seen with others in flight creeps up with the limit itself
+//! (a baseline taken under load lets the limit ratchet up to its maximum), so the limit probes:
+//! when a window of [`WINDOW`] writes had no probe, it lets one write out at a time until
+//! [`PROBE_WRITES`] were answered alone (BBR's `ProbeRTT`; about a hundredth of a second per
+//! window of a few seconds). The first writes after start are such a probe. A probe holds the
+//! writes back, not the work ([`Gradient::steady_limit`] is what an adaptive guest's keys
+//! follow), so it measures with the host as busy as usual. A write that is alone because the
+//! host has nothing else to do is no probe: on a machine whose cores the host shares with the
+//! API server, an idle host lends the server its CPU, and the lower latency it measures then is
+//! one the busy host never sees (issue 42: such a baseline held the limit at 2).
 
 use std::time::Duration;
 
 /// Writes per window of the no-load latency's minimum.
 pub(super) const WINDOW: u32 = 2000;
-/// Writes sent alone to measure the no-load latency when a window had none.
+/// Writes sent alone to measure the no-load latency when a window had no probe.
 pub(super) const PROBE_WRITES: u32 = 3;
 /// Weight of a new limit against the current one.
 const SMOOTHING: f64 = 0.2;
@@ -51,8 +55,8 @@ pub(super) struct Gradient {
     limit: f64,
     /// Smoothed latency of recent writes, in seconds.
     recent: Option<f64>,
-    /// Least latency of a write alone: in the current window, and in the last window that had
-    /// one.
+    /// Least latency of a probe's write: in the current window, and in the last window that
+    /// had a probe.
     alone_min: f64,
     previous_alone_min: f64,
     in_window: u32,
@@ -78,6 +82,13 @@ impl Gradient {
         if self.probing > 0 {
             return 1;
         }
+        self.steady_limit()
+    }
+
+    /// The limit as if no probe were running: how many keys an adaptive guest may have in
+    /// progress. A probe holds writes back, not the work that leads to them, so the host
+    /// stays as busy as usual while it measures.
+    pub(super) fn steady_limit(&self) -> usize {
         // A positive number no larger than `max`, which came from a u32.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let limit = self.limit.floor() as usize;
@@ -94,9 +105,9 @@ impl Gradient {
     /// A write was answered after `latency` with `in_flight` writes out (itself included).
     pub(super) fn sample(&mut self, latency: Duration, in_flight: usize) {
         let seconds = latency.as_secs_f64().max(1e-6);
-        if in_flight <= 1 {
+        if in_flight <= 1 && self.probing > 0 {
             self.alone_min = self.alone_min.min(seconds);
-            self.probing = self.probing.saturating_sub(1);
+            self.probing -= 1;
         }
         self.in_window += 1;
         if self.in_window >= WINDOW {
@@ -230,6 +241,31 @@ mod tests {
             g.sample(ms(40), before);
         }
         assert!(g.limit() < before / 2, "{} from {before}", g.limit());
+    }
+
+    #[test]
+    fn a_write_alone_outside_a_probe_does_not_lower_the_no_load_latency() {
+        let mut g = Gradient::new(bounds());
+        for _ in 0..PROBE_WRITES {
+            g.sample(ms(4), 1);
+        }
+        // The host idle between two changes: its lone write is answered faster, the server
+        // having the CPU to itself.
+        g.sample(ms(1), 1);
+        assert_eq!(g.no_load(), Some(ms(4)));
+    }
+
+    #[test]
+    fn a_probe_holds_the_writes_to_one_and_leaves_the_steady_limit_as_it_was() {
+        let mut g = Gradient::new(Bounds {
+            initial: 6.0,
+            ..bounds()
+        });
+        assert_eq!((g.limit(), g.steady_limit()), (1, 6), "the first probe");
+        for _ in 0..PROBE_WRITES {
+            g.sample(ms(2), 1);
+        }
+        assert_eq!((g.limit(), g.steady_limit()), (6, 6));
     }
 
     #[test]

@@ -97,7 +97,7 @@ struct Inner {
     state: Mutex<State>,
     /// A permit came back, the limit grew, or a hold ended.
     freed: Notify,
-    /// The limit, for [`Slots`].
+    /// The key limit, for [`Slots`].
     limit: watch::Sender<usize>,
     metrics: Option<Metrics>,
 }
@@ -113,7 +113,7 @@ impl FlowControl {
     /// A limit with these settings, reporting to `metrics` if given.
     pub fn new(settings: &Settings, metrics: Option<Metrics>) -> Self {
         let gradient = Gradient::new(settings.bounds());
-        let limit = gradient.limit();
+        let (limit, keys) = (gradient.limit(), gradient.steady_limit());
         if let Some(m) = &metrics {
             m.api_write_limit(limit);
             m.api_writes_in_flight(0);
@@ -126,7 +126,7 @@ impl FlowControl {
                     hold_until: None,
                 }),
                 freed: Notify::new(),
-                limit: watch::channel(limit).0,
+                limit: watch::channel(keys).0,
                 metrics,
             }),
         }
@@ -174,13 +174,19 @@ impl FlowControl {
         }
     }
 
-    /// Subscribes to the limit's changes.
+    /// How many keys an adaptive guest may have in progress: the limit as if no probe were
+    /// running (see `gradient`: a probe holds writes, not work).
+    fn key_limit(&self) -> usize {
+        self.inner.state.lock().gradient.steady_limit()
+    }
+
+    /// Subscribes to the changes of [`Self::key_limit`].
     fn watch_limit(&self) -> watch::Receiver<usize> {
         self.inner.limit.subscribe()
     }
 
     fn finish(&self, answer: Answer, started: Instant) {
-        let (limit, throttled) = {
+        let (limit, keys, throttled) = {
             let mut state = self.inner.state.lock();
             let in_flight = state.in_flight;
             state.in_flight = in_flight.saturating_sub(1);
@@ -209,11 +215,15 @@ impl FlowControl {
                 }
                 Answer::Lost => None,
             };
-            (state.gradient.limit(), throttled)
+            (
+                state.gradient.limit(),
+                state.gradient.steady_limit(),
+                throttled,
+            )
         };
         self.inner.limit.send_if_modified(|l| {
-            let changed = *l != limit;
-            *l = limit;
+            let changed = *l != keys;
+            *l = keys;
             changed
         });
         self.inner.freed.notify_waiters();
@@ -259,7 +269,8 @@ impl Drop for Permit {
 }
 
 /// A guest's keys in progress under the adaptive limit: at most `min(limit, cap)` at once,
-/// where `cap` is the guest's `maxConcurrency` (or its grant's `concurrency`, if lower).
+/// where `cap` is the guest's `maxConcurrency` (or its grant's `concurrency`, if lower), and
+/// `limit` the limit as if no probe were running.
 pub(crate) struct Slots {
     inner: Arc<SlotsInner>,
 }
@@ -319,7 +330,7 @@ impl Slots {
 
 impl SlotsInner {
     fn limit(&self) -> usize {
-        self.flow.limit().min(self.cap)
+        self.flow.key_limit().min(self.cap)
     }
 }
 
@@ -459,5 +470,31 @@ mod tests {
         assert_eq!(slots.inner.limit(), 2);
         let _held: Vec<Slot> = futures::future::join_all((0..2).map(|_| slots.take())).await;
         assert!(not_within(slots.take(), Duration::from_secs(5)).await);
+    }
+
+    /// The probe measures the no-load latency with the host as busy as usual: its writes go
+    /// out one at a time, but the guest keeps as many keys in progress as before.
+    #[tokio::test(start_paused = true)]
+    async fn during_a_probe_writes_go_out_alone_and_an_adaptive_guest_keeps_its_keys() {
+        let flow = flow(4).await;
+        let slots = Slots::new(&flow, 16, "g");
+        // A window of writes none of which was a probe's.
+        for _ in 0..gradient::WINDOW {
+            let permits: Vec<Permit> =
+                futures::future::join_all((0..4).map(|_| flow.acquire())).await;
+            for permit in permits {
+                permit.answered(Answer::Answered(Duration::from_millis(2)));
+            }
+            if flow.limit() == 1 {
+                break;
+            }
+        }
+        assert_eq!(flow.limit(), 1, "probing");
+        let _keys: Vec<Slot> = futures::future::join_all((0..4).map(|_| slots.take())).await;
+        let _alone = flow.acquire().await;
+        assert!(
+            not_within(flow.acquire(), Duration::from_secs(5)).await,
+            "a second write during the probe"
+        );
     }
 }
