@@ -655,6 +655,74 @@ async fn read_your_writes_shows_a_write_before_the_watch_and_survives_older_watc
     Ok(())
 }
 
+/// Waits until the informer's cache holds `name` at `version`.
+async fn cached_at(informer: &Informer, ns: &str, name: &str, version: &ConfigMap) -> Result<()> {
+    wait_until("the watch to deliver the version", TIMEOUT, || async {
+        let cached = informer.get(Some(ns), name).map(|o| rv(&o));
+        ensure!(cached == version.resource_version(), "cached at {cached:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// The echo of the host's own write arriving before the write's answer (issue 42): held
+/// until the answer, then marked as the echo; a change someone else made in that window is
+/// still a change. Events go out under the store's lock with the cache update, so once the
+/// cache shows a version, an event for it would already be in the subscription.
+#[tokio::test]
+async fn an_echo_that_beats_the_writes_answer_is_an_echo_and_a_change_in_that_window_is_not()
+-> Result<()> {
+    use futures::FutureExt as _;
+    let (client, ns) = setup("inf-echo").await?;
+    let informers = Informers::new(client.clone());
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+    let mut sub = informer.subscribe();
+    create_cm(&client, &ns, "own", &[]).await?;
+    next_event(&mut sub).await?;
+
+    // The host's write is out; the watch delivers its version before the answer is handed
+    // over, then someone else's change.
+    let own = informer.expect_write(Some(&ns), "own");
+    let written = set_data(&client, &ns, "own", "the host's").await?;
+    cached_at(&informer, &ns, "own", &written).await?;
+    let theirs = set_data(&client, &ns, "own", "someone else's").await?;
+    cached_at(&informer, &ns, "own", &theirs).await?;
+    ensure!(
+        sub.next().now_or_never().is_none(),
+        "an event reached subscribers before the write's answer"
+    );
+    own.answered(to_dynamic(&written)?);
+    let events = next_events(&mut sub, 2).await?;
+    let seen: Vec<(String, bool)> = events
+        .iter()
+        .map(|e| match e {
+            InformerEvent::Applied { object, echo, .. } => Ok((rv(object), *echo)),
+            other => Err(anyhow!("expected Applied, got {}", show(other))),
+        })
+        .collect::<Result<_>>()?;
+    let version = |cm: &ConfigMap| cm.resource_version().unwrap_or_default();
+    ensure!(
+        seen == [(version(&written), true), (version(&theirs), false)],
+        "expected the write's echo, then the other change as a change; got {seen:?}"
+    );
+
+    // A write that fails (its guard dropped without an answer) lets what it held go as changes.
+    let failed = informer.expect_write(Some(&ns), "own");
+    let later = set_data(&client, &ns, "own", "later").await?;
+    cached_at(&informer, &ns, "own", &later).await?;
+    ensure!(sub.next().now_or_never().is_none(), "held");
+    drop(failed);
+    match next_event(&mut sub).await? {
+        InformerEvent::Applied {
+            object,
+            echo: false,
+            ..
+        } if rv(&object) == version(&later) => Ok(()),
+        other => Err(anyhow!("expected the later change, got {}", show(&other))),
+    }
+}
+
 #[tokio::test]
 async fn unknown_kinds_and_impossible_scopes_are_clear_errors() -> Result<()> {
     let (client, ns) = setup("inf-errors").await?;

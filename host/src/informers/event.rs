@@ -28,8 +28,10 @@ pub enum InformerEvent {
         /// The version the host itself wrote (recorded with [`Informer::record_write`]),
         /// seen again on the watch: the echo of a guest's own write, which its controller
         /// also queues at low priority, behind a change someone else made. Only that version
-        /// counts: an event that beats the write's answer is not told from anyone else's
-        /// change, so it is never hidden at low priority behind the host's.
+        /// counts. An event that beats the write's answer is held until the answer when the
+        /// write was announced ([`Informer::expect_write`]), and then marked by the same
+        /// rule; without the announcement it is not told from anyone else's change, so it is
+        /// never hidden at low priority behind the host's.
         echo: bool,
     },
     /// Deleted; `object` is its last state.

@@ -395,6 +395,24 @@ impl Informer {
             .record_write(&obj, Instant::now())
     }
 
+    /// The host is about to send a write of this object (a patch, an apply, a create): its
+    /// events are held until the write's answer, so that the write's own version arriving on
+    /// the watch before the answer is still marked an echo (which a controller queues behind
+    /// other work), while anyone else's change in that window stays a change. Readers see the
+    /// watch's objects at once; only subscribers wait, for as long as the write is out.
+    ///
+    /// Give the answer to [`OwnWrite::answered`]; a write that fails simply drops the guard,
+    /// which releases what it held as changes.
+    pub fn expect_write(&self, namespace: Option<&str>, name: &str) -> OwnWrite {
+        self.shared.cache.store.write().begin_write(namespace, name);
+        OwnWrite {
+            informer: self.clone(),
+            namespace: namespace.map(ToOwned::to_owned),
+            name: name.to_owned(),
+            open: true,
+        }
+    }
+
     /// Read-your-writes for deletion: call after the API server answered a delete with the
     /// object gone (not merely marked with a deletionTimestamp: then `record_write` the
     /// returned object). Hides it from `get`/`list` at once; subscribers still get `Deleted`
@@ -414,6 +432,47 @@ impl Informer {
             self.shared.selector.as_ref(),
             obj,
         )
+    }
+}
+
+/// One of the host's writes in flight, from [`Informer::expect_write`] to its answer.
+#[must_use = "the object's events are held until the write's answer or until this is dropped"]
+pub struct OwnWrite {
+    informer: Informer,
+    namespace: Option<String>,
+    name: String,
+    open: bool,
+}
+
+impl OwnWrite {
+    /// The API server answered the write with `obj`: records it as [`Informer::record_write`]
+    /// does (returning the same) and releases the events held meanwhile, the write's own
+    /// version marked as an echo. One lock for both, so no watch event falls between them.
+    pub fn answered(mut self, obj: DynamicObject) -> bool {
+        self.open = false;
+        let informer = &self.informer;
+        let take = obj.metadata.name.is_some() && informer.in_scope(&obj);
+        let cache = &informer.shared.cache;
+        let obj = cache.complete(obj);
+        let mut store = cache.store.write();
+        let recorded = take && store.record_write(&obj, Instant::now());
+        let rv = obj.metadata.resource_version.as_deref();
+        for event in store.end_write(self.namespace.as_deref(), &self.name, rv) {
+            cache.emit(event);
+        }
+        recorded
+    }
+}
+
+impl Drop for OwnWrite {
+    fn drop(&mut self) {
+        if self.open {
+            let cache = &self.informer.shared.cache;
+            let mut store = cache.store.write();
+            for event in store.end_write(self.namespace.as_deref(), &self.name, None) {
+                cache.emit(event);
+            }
+        }
     }
 }
 

@@ -62,7 +62,7 @@ pub(crate) use cached::CachedObject;
 pub use cached::SelectorMatcher;
 pub use error::InformerError;
 pub use event::InformerEvent;
-pub use informer::Informer;
+pub use informer::{Informer, OwnWrite};
 pub use options::{INITIAL_LIST_ENV, InitialList, METADATA_SECONDARIES_ENV, Options};
 pub use scope::WatchScope;
 pub use shard::{FilterMode, ShardFilter};

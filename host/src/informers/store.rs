@@ -39,6 +39,20 @@ pub(super) struct Store {
     relisting: Relist,
     /// How long an overlay the watch never confirms stays in force.
     ttl: Duration,
+    /// Keys with host writes in flight, and the watch's events for them held until the
+    /// writes' answers (see [`Store::begin_write`]).
+    writing: HashMap<Key, Writing>,
+}
+
+/// The host's writes of one key in flight, and what the watch reported meanwhile.
+#[derive(Default)]
+struct Writing {
+    /// Writes sent and not yet answered (nor given up).
+    in_flight: usize,
+    /// resourceVersions the answers carried so far.
+    answered: Vec<String>,
+    /// Events for the key in the order the watch sent them.
+    held: Vec<InformerEvent>,
 }
 
 enum Relist {
@@ -122,6 +136,7 @@ impl Store {
             tombstone_order: VecDeque::new(),
             relisting: Relist::Idle,
             ttl,
+            writing: HashMap::new(),
         }
     }
 
@@ -263,21 +278,83 @@ impl Store {
         }
         let old = old.and_then(|o| o.to_head()).map(Arc::new);
         let listed = !matches!(self.relisting, Relist::Idle);
-        Some(InformerEvent::Applied {
+        let event = InformerEvent::Applied {
             object: obj,
             old,
             listed,
             echo,
-        })
+        };
+        self.unless_held(&key, event)
     }
 
-    /// The watch reported a deletion.
-    pub(super) fn delete(&mut self, obj: Arc<DynamicObject>, now: Instant) -> InformerEvent {
+    /// The watch reported a deletion. Returns the event to emit, or `None` while it is held
+    /// behind a write of the key.
+    pub(super) fn delete(
+        &mut self,
+        obj: Arc<DynamicObject>,
+        now: Instant,
+    ) -> Option<InformerEvent> {
         self.expire(now);
         let key = key_of(&obj);
         self.remove_entry(&key);
-        self.tombstone(key, obj.resource_version(), now);
-        InformerEvent::Deleted { object: obj }
+        self.tombstone(key.clone(), obj.resource_version(), now);
+        self.unless_held(&key, InformerEvent::Deleted { object: obj })
+    }
+
+    /// The host is about to send a write of this object. Until its answer
+    /// ([`Store::end_write`]), the key's events are held: the watch may deliver the write's
+    /// own version before the answer names it, and only that version tells the echo from
+    /// someone else's change. The cache itself is updated at once; only the events wait.
+    pub(super) fn begin_write(&mut self, namespace: Option<&str>, name: &str) {
+        let key = (namespace.unwrap_or_default().to_owned(), name.to_owned());
+        self.writing.entry(key).or_default().in_flight += 1;
+    }
+
+    /// One of the host's writes of this object ended: answered with resourceVersion `rv`
+    /// (recorded with [`Store::record_write`] before), or with none (it failed or was given
+    /// up). Once no write of the key is out, returns the held events in the order the watch
+    /// sent them, each `Applied` of a version an answer carried marked as an echo; anything
+    /// else, a change someone made while the write was out included, stays a change.
+    pub(super) fn end_write(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+        rv: Option<&str>,
+    ) -> Vec<InformerEvent> {
+        let key = (namespace.unwrap_or_default().to_owned(), name.to_owned());
+        let Some(writing) = self.writing.get_mut(&key) else {
+            return Vec::new();
+        };
+        if let Some(rv) = rv {
+            writing.answered.push(rv.to_owned());
+        }
+        writing.in_flight = writing.in_flight.saturating_sub(1);
+        if writing.in_flight > 0 {
+            return Vec::new();
+        }
+        let Some(Writing { answered, held, .. }) = self.writing.remove(&key) else {
+            return Vec::new();
+        };
+        held.into_iter()
+            .map(|mut event| {
+                if let InformerEvent::Applied { object, echo, .. } = &mut event {
+                    let version = object.metadata.resource_version.as_deref();
+                    *echo |= answered.iter().any(|a| Some(a.as_str()) == version);
+                }
+                event
+            })
+            .collect()
+    }
+
+    /// `event` for `key`, or `None` when it is held behind a write of the key in flight.
+    fn unless_held(&mut self, key: &Key, event: InformerEvent) -> Option<InformerEvent> {
+        match self.writing.get_mut(key) {
+            Some(writing) => {
+                writing.held.push(event);
+                None
+            }
+            None => Some(event),
+        }
     }
 
     /// The relist is complete: whatever the watch knew but did not list again was deleted while
@@ -310,10 +387,11 @@ impl Store {
         self.objects.retain(|_, names| !names.is_empty());
         gone.into_iter()
             .filter_map(|(key, obj)| {
-                self.tombstone(key, obj.resource_version().map(Into::into), now);
-                Some(InformerEvent::Deleted {
+                self.tombstone(key.clone(), obj.resource_version().map(Into::into), now);
+                let event = InformerEvent::Deleted {
                     object: Arc::new(obj.to_object()?),
-                })
+                };
+                self.unless_held(&key, event)
             })
             .collect()
     }
@@ -567,9 +645,10 @@ mod tests {
         assert!(echo(s.apply(cm("a", "x", "2", &[]), t)));
         // Someone else's write after it.
         assert!(!echo(s.apply(cm("a", "x", "3", &[]), t)));
-        // The watch beating the answer: the event cannot be told from anyone else's change
-        // (a status write by another client looks the same), so it is no echo, and the answer
-        // arriving after it changes nothing.
+        // The watch beating the answer of a write the store was not told of (`begin_write`):
+        // the event cannot be told from anyone else's change (a status write by another
+        // client looks the same), so it is no echo, and the answer arriving after it changes
+        // nothing.
         assert!(!echo(s.apply(cm("a", "x", "4", &[]), t)));
         assert!(
             !s.record_write(&cm("a", "x", "4", &[]), t),
@@ -586,6 +665,78 @@ mod tests {
             !echo(s.apply(cm("a", "x", "6", &[]), t)),
             "older than what was seen"
         );
+    }
+
+    fn applied(event: &InformerEvent) -> (String, bool) {
+        match event {
+            InformerEvent::Applied { object, echo, .. } => {
+                (object.resource_version().unwrap_or_default(), *echo)
+            }
+            other => panic!("expected Applied, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_during_a_write_wait_for_its_answer_and_only_its_version_is_an_echo() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "1", &[]), t);
+        s.begin_write(Some("a"), "x");
+        // The watch beats the answer: its own version (2), then someone else's change (3).
+        assert!(s.apply(cm("a", "x", "2", &[]), t).is_none(), "held");
+        assert!(s.apply(cm("a", "x", "3", &[]), t).is_none(), "held");
+        assert_eq!(
+            rv_of(s.get(Some("a"), "x", t)),
+            Some("3".into()),
+            "readers see it"
+        );
+        // Another key is not held.
+        assert!(s.apply(cm("a", "y", "4", &[]), t).is_some());
+        assert!(
+            !s.record_write(&cm("a", "x", "2", &[]), t),
+            "already watched"
+        );
+        let released = s.end_write(Some("a"), "x", Some("2"));
+        assert_eq!(
+            released.iter().map(applied).collect::<Vec<_>>(),
+            [("2".into(), true), ("3".into(), false)],
+            "the echo marked, the other change still a change, in the watch's order"
+        );
+        // Nothing is held any more.
+        assert!(s.apply(cm("a", "x", "5", &[]), t).is_some());
+        assert!(s.end_write(Some("a"), "x", None).is_empty());
+    }
+
+    #[test]
+    fn a_failed_write_releases_what_it_held_as_changes_and_overlapping_writes_release_at_the_last()
+    {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "1", &[]), t);
+        s.begin_write(Some("a"), "x");
+        assert!(s.apply(cm("a", "x", "2", &[]), t).is_none());
+        let released = s.end_write(Some("a"), "x", None);
+        assert_eq!(
+            released.iter().map(applied).collect::<Vec<_>>(),
+            [("2".into(), false)]
+        );
+
+        // Two writes of one key out at once: released when both are answered, and either's
+        // version is an echo; a deletion seen meanwhile comes after, in order.
+        s.begin_write(Some("a"), "x");
+        s.begin_write(Some("a"), "x");
+        assert!(s.apply(cm("a", "x", "3", &[]), t).is_none());
+        assert!(
+            s.end_write(Some("a"), "x", Some("3")).is_empty(),
+            "one still out"
+        );
+        assert!(s.apply(cm("a", "x", "4", &[]), t).is_none());
+        assert!(s.delete(cm("a", "x", "5", &[]), t).is_none());
+        let released = s.end_write(Some("a"), "x", Some("4"));
+        assert_eq!(released.len(), 3);
+        assert_eq!(applied(&released[0]), ("3".into(), true));
+        assert_eq!(applied(&released[1]), ("4".into(), true));
+        assert!(matches!(released[2], InformerEvent::Deleted { .. }));
     }
 
     #[test]
@@ -675,7 +826,7 @@ mod tests {
         // The watch's delete still reaches subscribers.
         assert!(matches!(
             s.delete(cm("a", "x", "6", &[]), t),
-            InformerEvent::Deleted { .. }
+            Some(InformerEvent::Deleted { .. })
         ));
         assert!(!s.record_write(&cm("a", "x", "6", &[]), t));
         assert!(s.get(Some("a"), "x", t).is_none());

@@ -165,7 +165,7 @@ impl Cache {
         }
     }
 
-    fn emit(&self, event: InformerEvent) {
+    pub(super) fn emit(&self, event: InformerEvent) {
         // No receivers is not an error: nobody subscribed yet.
         let _ = self.events.send(event);
     }
@@ -208,8 +208,9 @@ impl Cache {
                 }
             }
             watcher::Event::Delete(obj) => {
-                let event = store.delete(self.complete(obj), now);
-                self.emit(event);
+                if let Some(event) = store.delete(self.complete(obj), now) {
+                    self.emit(event);
+                }
             }
             watcher::Event::InitDone => {
                 for event in store.end_relist(now) {

@@ -192,8 +192,14 @@ impl KubeCluster {
     }
 
     /// Records an object the server returned into the cache of its kind, if it is the object
-    /// that was asked for; anything else is an error, never a cache entry.
-    fn remember(&self, asked: &ObjectRef, object: &DynamicObject) -> Result<(), HostError> {
+    /// that was asked for; anything else is an error, never a cache entry. `own`: the write's
+    /// hold on the object's events ([`Informer::expect_write`]), released here.
+    fn remember(
+        &self,
+        asked: &ObjectRef,
+        object: &DynamicObject,
+        own: Option<crate::informers::OwnWrite>,
+    ) -> Result<(), HostError> {
         let types = object.types.as_ref();
         let same = types.is_some_and(|t| {
             t.api_version == asked.kind.api_version() && t.kind == asked.kind.kind
@@ -207,23 +213,37 @@ impl KubeCluster {
                 object.metadata.name
             )));
         }
-        if let Some(informer) = self.informers.get(&asked.kind) {
-            informer.record_write(object.clone());
+        match own {
+            Some(own) => {
+                own.answered(object.clone());
+            }
+            None => {
+                if let Some(informer) = self.informers.get(&asked.kind) {
+                    informer.record_write(object.clone());
+                }
+            }
         }
         Ok(())
     }
 
     /// Sends one write of `object` (the request `send` makes when awaited) the way every write
-    /// but a delete goes: the answer is recorded into the cache (`remember`), so that the
-    /// watch's event carrying its resourceVersion counts as the host's own echo (low priority
-    /// to the controller).
+    /// but a delete goes: the object's watch events are held while it is out, and the answer
+    /// is recorded into the cache (`remember`), so that the watch's event carrying its
+    /// resourceVersion counts as the host's own echo (low priority to the controller) even
+    /// when it arrives before the answer. Without the hold that event would be a change, and
+    /// the key, still in its reconcile, would be reconciled again at once, ahead of the
+    /// backlog (issue 42: about two in three writes on a loaded machine).
     async fn write(
         &self,
         object: &ObjectRef,
         send: impl Future<Output = Result<DynamicObject, HostError>>,
     ) -> Result<Value, HostError> {
+        let own = self
+            .informers
+            .get(&object.kind)
+            .map(|i| i.expect_write(object.namespace.as_deref(), &object.name));
         let written = send.await?;
-        self.remember(object, &written)?;
+        self.remember(object, &written, own)?;
         serde_json::to_value(&written).map_err(|e| HostError::Other(e.to_string()))
     }
 
@@ -347,7 +367,7 @@ impl Cluster for KubeCluster {
             Ok(either) => {
                 match either.left() {
                     // Still there with a deletionTimestamp (finalizers): show that state.
-                    Some(marked) => self.remember(object, &marked)?,
+                    Some(marked) => self.remember(object, &marked, None)?,
                     None => {
                         if let Some(informer) = self.informers.get(&object.kind) {
                             informer.record_delete(object.namespace.as_deref(), &object.name);
