@@ -1201,7 +1201,10 @@ guests:
             )
         };
         let parsed = HostConfig::parse(
-            &config("{}", "{required: true, keys: [keys/a.pub]}"),
+            &config(
+                "reportUnmatched: false",
+                "{required: true, keys: [keys/a.pub]}",
+            ),
             &host_yaml,
         )
         .unwrap();
@@ -1247,7 +1250,11 @@ guests:
         )
         .unwrap();
         // Under a host that requires none, a rule may say so too.
-        HostConfig::parse(&config("{}", "{required: false}"), &host_yaml).unwrap();
+        HostConfig::parse(
+            &config("reportUnmatched: false", "{required: false}"),
+            &host_yaml,
+        )
+        .unwrap();
     }
 
     #[test]
