@@ -1,0 +1,562 @@
+//! Tenant rules as they apply to a running host, against the real API server and a real
+//! registry, judged by reading the API server (Reconcilers' status, Widgets' status and
+//! finalizers):
+//!
+//! - a rule's own `verify`: its namespaces' modules must be signed by its keys (cosign 2, built
+//!   from the Go module proxy), at the pull and at a load from the cache with the registry
+//!   down; no other rule's keys, nor the host's, admit one, and a rule without `verify` keeps
+//!   the host's;
+//! - namespaces that change: one created after the host started, one labelled into a rule,
+//!   one labelled out of every rule and one moved to another rule, each started or stopped
+//!   without a restart; a stopped guest's finalizers are released by the host's
+//!   `finalizerPolicy`, as for any unloaded guest, in its own namespace only.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::namespace::{TEST_NAMESPACE_LABEL, unique_name};
+use reconciler_host_tests::paths::target_dir;
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, PrivateRegistry, apply_crd_file, guest_component,
+    test_namespace, wait_until, with_password,
+};
+use serde_json::{Value, json};
+
+const FINALIZER: &str = "test.reconciler.dev/cleanup";
+
+fn widget_grant() -> Value {
+    json!({
+        "read": ["test.reconciler.dev/v1/Widget", "v1/ConfigMap"],
+        "write": ["test.reconciler.dev/v1/Widget", "test.reconciler.dev/v1/Widget/status", "v1/ConfigMap"],
+    })
+}
+
+/// A tenant rule's `allow` that covers [`widget_grant`] from `registry`.
+fn rule_allow(registry: &str) -> String {
+    format!(
+        "{{read: [v1/ConfigMap, test.reconciler.dev/v1/Widget], write: [v1/ConfigMap, test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status], registries: [\"{registry}/teams\"]}}"
+    )
+}
+
+struct World {
+    client: kube::Client,
+    registry: PrivateRegistry,
+    host_ns: String,
+    /// The namespace label whose values choose this test's rules.
+    label: String,
+    host: Option<HostProcess>,
+}
+
+impl World {
+    async fn new(cp: &ControlPlane, name: &str) -> Result<Self> {
+        let client = cp.client().await?;
+        apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
+        apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+        let registry = PrivateRegistry::start(name).await?;
+        let host_ns = test_namespace(&client, &format!("{name}-host")).await?;
+        let auth = json!({"auths": {registry.address(): {
+            "username": registry.username(), "password": registry.password()}}});
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "registry"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": auth.to_string()},
+        }))?;
+        Api::<Secret>::namespaced(client.clone(), &host_ns)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        Ok(Self {
+            client,
+            registry,
+            host_ns,
+            label: format!("{}.test/tenant", unique_name("rules")),
+            host: None,
+        })
+    }
+
+    /// Starts the host with `reconcilers` (YAML, indented as the section's body).
+    async fn start_host(&mut self, cp: &ControlPlane, reconcilers: &str) -> Result<()> {
+        let config = format!(
+            "registries:\n  insecure: [\"{}\"]\nfinalizerPolicy: {{onUnload: release, grace: 1s}}\nreconcilers:\n{reconcilers}",
+            self.registry.address()
+        );
+        self.host = Some(
+            HostProcess::start(HostOptions {
+                kubeconfig: cp.kubeconfig(),
+                config,
+                guests: vec![],
+                namespace: None,
+                extra_args: vec!["--namespace".into(), self.host_ns.clone()],
+            })
+            .await?,
+        );
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        self.host
+            .as_ref()
+            .map(HostProcess::log_tail)
+            .unwrap_or_default()
+    }
+
+    /// `reconciler-host push` of a built guest to `teams/REPO:TAG`; the reference pinned by
+    /// digest, and the digest.
+    fn push(&self, guest: &str, repo_tag: &str) -> Result<(String, String)> {
+        let file = guest_component(guest)?;
+        let module = format!("oci://{}/teams/{repo_tag}", self.registry.address());
+        let mut command = std::process::Command::new(target_dir().join("debug/reconciler-host"));
+        command.arg("push").arg(&file).arg(&module).args([
+            "--plain-http",
+            "--username",
+            self.registry.username(),
+            "--password-stdin",
+        ]);
+        let out = with_password(command, self.registry.password())?;
+        ensure!(
+            out.status.success(),
+            "push: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let digest = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_owned();
+        let repository = module.rsplit_once(':').map_or(module.as_str(), |(r, _)| r);
+        Ok((format!("{repository}@{digest}"), digest))
+    }
+
+    /// A namespace with `labels` from its creation on, and the account a tenant's guest
+    /// writes as (`reconciler`, which may do what [`widget_grant`] grants there).
+    async fn namespace(&self, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
+        let name = unique_name(prefix);
+        let mut all = BTreeMap::from([(TEST_NAMESPACE_LABEL.to_owned(), "true".to_owned())]);
+        all.extend(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(all),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("reconciler".into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &name)
+            .create(&PostParams::default(), &account)
+            .await?;
+        // A Role of its own: `edit` aggregates its rules through the controller-manager,
+        // which this control plane does not run.
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "reconciler"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"],
+                 "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets"],
+                 "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+                {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets/status"], "verbs": ["patch"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            ],
+        }))?;
+        Api::<Role>::namespaced(self.client.clone(), &name)
+            .create(&PostParams::default(), &role)
+            .await?;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "reconciler"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reconciler"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reconciler", "namespace": name}],
+        }))?;
+        Api::<RoleBinding>::namespaced(self.client.clone(), &name)
+            .create(&PostParams::default(), &binding)
+            .await?;
+        Ok(name)
+    }
+
+    /// Sets the rule label of namespace `ns` to `value`, or removes it.
+    async fn relabel(&self, ns: &str, value: Option<&str>) -> Result<()> {
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                ns,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {&self.label: value}}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    fn reconcilers(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            ns,
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
+                "reconcilers",
+            ),
+        )
+    }
+
+    fn widgets(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "test.reconciler.dev",
+                "v1",
+                "Widget",
+            )),
+        )
+    }
+
+    async fn reconciler(&self, ns: &str, name: &str, module: &str) -> Result<()> {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
+            "metadata": {"name": name},
+            "spec": {"module": module, "pullSecretRef": {"name": "registry"}, "grant": widget_grant()},
+        }))?;
+        self.reconcilers(ns)
+            .create(&PostParams::default(), &object)
+            .await
+            .with_context(|| format!("creating Reconciler {ns}/{name}"))?;
+        Ok(())
+    }
+
+    /// Waits until condition `kind` of `ns/name` is `status` with `reason`; its message and
+    /// the object's status.
+    async fn condition(
+        &self,
+        ns: &str,
+        name: &str,
+        kind: &str,
+        status: &str,
+        reason: &str,
+    ) -> Result<(String, Value)> {
+        let api = self.reconcilers(ns);
+        wait_until(
+            &format!("Reconciler {ns}/{name} {kind}={status} ({reason})"),
+            Duration::from_secs(120),
+            || async {
+                let object = api.get(name).await?;
+                let found = object.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == kind)
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if found["status"] == status && found["reason"] == reason {
+                    let message = found["message"].as_str().unwrap_or_default().to_owned();
+                    return Ok((message, object.data["status"].clone()));
+                }
+                bail!("{kind} is {found}")
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.log_tail()))
+    }
+
+    async fn create_widget(&self, ns: &str, name: &str) -> Result<()> {
+        let widget: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": {},
+        }))?;
+        self.widgets(ns)
+            .create(&PostParams::default(), &widget)
+            .await
+            .with_context(|| format!("creating Widget {ns}/{name}"))?;
+        Ok(())
+    }
+
+    /// Waits until a guest reconciled Widget `ns/name`: its status written, its finalizer on.
+    async fn reconciled(&self, ns: &str, name: &str) -> Result<()> {
+        let api = self.widgets(ns);
+        wait_until(
+            &format!("Widget {ns}/{name} reconciled"),
+            Duration::from_secs(120),
+            || async {
+                let object = api.get(name).await?;
+                ensure!(
+                    object.data["status"]["observedGeneration"].is_i64()
+                        && finalizers(&object).contains(&FINALIZER.to_owned()),
+                    "status {} finalizers {:?}",
+                    object.data["status"],
+                    finalizers(&object)
+                );
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.log_tail()))
+    }
+
+    /// Waits until Widget `ns/name` no longer carries the guest's finalizer (released by the
+    /// host's `finalizerPolicy` once its guest was unloaded).
+    async fn released(&self, ns: &str, name: &str) -> Result<()> {
+        let api = self.widgets(ns);
+        wait_until(
+            &format!("the finalizer of Widget {ns}/{name} released"),
+            Duration::from_secs(120),
+            || async {
+                let object = api.get(name).await?;
+                let on = finalizers(&object);
+                ensure!(!on.contains(&FINALIZER.to_owned()), "finalizers {on:?}");
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.log_tail()))
+    }
+
+    /// Creates Widget `ns/name` and checks that for `wait` no guest touches it.
+    async fn untouched(&self, ns: &str, name: &str, wait: Duration) -> Result<()> {
+        self.create_widget(ns, name).await?;
+        tokio::time::sleep(wait).await;
+        let object = self.widgets(ns).get(name).await?;
+        ensure!(
+            object.data["status"].is_null() && finalizers(&object).is_empty(),
+            "Widget {ns}/{name} was reconciled: status {} finalizers {:?}",
+            object.data["status"],
+            finalizers(&object)
+        );
+        Ok(())
+    }
+}
+
+fn finalizers(object: &DynamicObject) -> Vec<String> {
+    object.metadata.finalizers.clone().unwrap_or_default()
+}
+
+/// `reconcilers.tenants[N].verify`: each rule's namespaces run only modules its own keys
+/// signed. Team A's key admits a module in team A's namespace and nowhere else: not in team
+/// B's (whose rule names B's key), not in a namespace whose rule inherits the host's; the
+/// host's key admits none in team A's. With the registry down, the signatures kept in the
+/// cache are judged against the asking rule's keys, not against those of the rule that pulled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_rules_keys_admit_its_namespaces_modules_and_no_others() -> Result<()> {
+    use reconciler_host_tests::clients::{docker_config, generate_key_pair, sign};
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-keys").await?;
+    let keys = tempfile::tempdir()?;
+    let host_key = generate_key_pair(keys.path(), "host")?;
+    let a_key = generate_key_pair(keys.path(), "team-a")?;
+    let b_key = generate_key_pair(keys.path(), "team-b")?;
+    let repo = unique_name("widget");
+    let (by_a, a_digest) = world.push("widget", &format!("{repo}:a"))?;
+    let (by_host, host_digest) = world.push("widget-v2", &format!("{repo}:host"))?;
+    ensure!(a_digest != host_digest, "two modules, two digests");
+    let docker = docker_config(&world.registry)?;
+    let image = |digest: &str| format!("{}/teams/{repo}@{digest}", world.registry.address());
+    sign(&image(&a_digest), &a_key, docker.path())?;
+    sign(&image(&host_digest), &host_key, docker.path())?;
+
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let allow = rule_allow(&address);
+    let rule = |name: &str, value: &str, verify: Option<&std::path::Path>| {
+        let verify = verify.map_or(String::new(), |key| {
+            format!(
+                "\n    verify: {{required: true, keys: [\"{}\"]}}",
+                key.display()
+            )
+        });
+        format!(
+            "  - name: {name}\n    namespaceSelector: \"{label}={value}\"\n    pullSecrets: [registry]\n    allow: {allow}{verify}\n"
+        )
+    };
+    let reconcilers = format!(
+        "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  verify: {{required: true, keys: [\"{}\"]}}\n  tenants:\n{}{}{}",
+        host_key.display(),
+        rule("team-a", "a", Some(&a_key)),
+        rule("team-b", "b", Some(&b_key)),
+        rule("inherits", "c", None),
+    );
+    world.start_host(cp, &reconcilers).await?;
+    let team_a = world.namespace("keys-a", &[(&label, "a")]).await?;
+    let team_b = world.namespace("keys-b", &[(&label, "b")]).await?;
+    let team_c = world.namespace("keys-c", &[(&label, "c")]).await?;
+
+    // Team A's key, in team A's namespace: runs, and says by whose key.
+    world.reconciler(&team_a, "widget", &by_a).await?;
+    let (_, status) = world
+        .condition(&team_a, "widget", "Ready", "True", "Ready")
+        .await?;
+    ensure!(
+        status["signedBy"] == a_key.display().to_string(),
+        "signed by team A's key: {status}"
+    );
+    world.create_widget(&team_a, "w").await?;
+    world.reconciled(&team_a, "w").await?;
+
+    // The same module in team B's namespace: refused, naming team B's rule.
+    world.reconciler(&team_b, "widget", &by_a).await?;
+    let (message, _) = world
+        .condition(&team_b, "widget", "Pulled", "False", "SignatureInvalid")
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[1] (team-b).verify"),
+        "{message}"
+    );
+    world
+        .condition(&team_b, "widget", "Ready", "False", "SignatureInvalid")
+        .await?;
+    // The host's key admits nothing in a rule with keys of its own.
+    world.reconciler(&team_a, "host-signed", &by_host).await?;
+    let (message, _) = world
+        .condition(
+            &team_a,
+            "host-signed",
+            "Pulled",
+            "False",
+            "SignatureInvalid",
+        )
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[0] (team-a).verify"),
+        "{message}"
+    );
+    // A rule without verify keeps the host's: its key admits, team A's does not.
+    world.reconciler(&team_c, "widget", &by_host).await?;
+    let (_, status) = world
+        .condition(&team_c, "widget", "Ready", "True", "Ready")
+        .await?;
+    ensure!(
+        status["signedBy"] == host_key.display().to_string(),
+        "{status}"
+    );
+    world.reconciler(&team_c, "a-signed", &by_a).await?;
+    let (message, _) = world
+        .condition(&team_c, "a-signed", "Pulled", "False", "SignatureInvalid")
+        .await?;
+    ensure!(message.contains("(reconcilers.verify lists"), "{message}");
+
+    // The registry down: team A's module is in the cache, pulled by this same reference and
+    // pull Secret, with team A's signature beside it. Asked for in team B's namespace, it is
+    // judged by team B's keys.
+    world.registry.stop().await?;
+    world.reconciler(&team_b, "from-cache", &by_a).await?;
+    let (message, _) = world
+        .condition(&team_b, "from-cache", "Pulled", "False", "SignatureInvalid")
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[1] (team-b).verify"),
+        "{message}"
+    );
+    // Team A's namespace moved to team B's rule: its running guest stops (its finalizer
+    // released by the host's policy) and, loaded again from the cache, is refused by B's keys.
+    world.relabel(&team_a, Some("b")).await?;
+    world.released(&team_a, "w").await?;
+    let (message, _) = world
+        .condition(&team_a, "widget", "Pulled", "False", "SignatureInvalid")
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[1] (team-b).verify"),
+        "{message}"
+    );
+    world
+        .untouched(&team_a, "after-move", Duration::from_secs(5))
+        .await?;
+    world.registry.start_again().await?;
+    Ok(())
+}
+
+/// Namespace labels are followed while the host runs: a namespace created after the start
+/// with a rule's label, and one labelled into a rule later, get their Reconcilers started; one
+/// labelled out of every rule, or moved to a rule that does not cover its Reconciler's grant,
+/// gets them stopped (not kept as the last good version), and the host's `finalizerPolicy`
+/// releases what the stopped guest held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_labelled_in_or_out_start_or_stop_their_reconcilers_without_a_restart()
+-> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-labels").await?;
+    let repo = unique_name("widget");
+    let (module, _) = world.push("widget", &format!("{repo}:v1"))?;
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let allow = rule_allow(&address);
+    // The narrow rule lets no Reconciler read ConfigMaps, which the widget's grant asks for.
+    let reconcilers = format!(
+        "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  reportUnmatched: true\n  tenants:\n  - name: teams\n    namespaceSelector: \"{label}=true\"\n    pullSecrets: [registry]\n    allow: {allow}\n  - name: narrow\n    namespaceSelector: \"{label}=narrow\"\n    pullSecrets: [registry]\n    allow: {{read: [test.reconciler.dev/v1/Widget], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status], registries: [\"{address}/teams\"]}}\n"
+    );
+    world.start_host(cp, &reconcilers).await?;
+
+    // (b) Created after the start, already labelled.
+    let born = world.namespace("born-tenant", &[(&label, "true")]).await?;
+    world.reconciler(&born, "widget", &module).await?;
+    world
+        .condition(&born, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.create_widget(&born, "w").await?;
+    world.reconciled(&born, "w").await?;
+
+    // (a) Labelled into the rule later: from NoTenantRule to running.
+    let later = world.namespace("later-tenant", &[]).await?;
+    world.reconciler(&later, "widget", &module).await?;
+    world
+        .condition(&later, "widget", "Ready", "False", "NoTenantRule")
+        .await?;
+    world
+        .untouched(&later, "before", Duration::from_secs(3))
+        .await?;
+    world.relabel(&later, Some("true")).await?;
+    world
+        .condition(&later, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.reconciled(&later, "before").await?;
+
+    // (a) Labelled out of every rule: stopped, its finalizer released, NoTenantRule.
+    world.relabel(&later, None).await?;
+    world
+        .condition(&later, "widget", "Ready", "False", "NoTenantRule")
+        .await?;
+    world.released(&later, "before").await?;
+    world
+        .untouched(&later, "after", Duration::from_secs(5))
+        .await?;
+    // Released in that namespace only: another tenant's guest, declaring the same finalizer on
+    // the same kind, runs on and keeps it on its Widget.
+    let kept = world.widgets(&born).get("w").await?;
+    ensure!(
+        finalizers(&kept).contains(&FINALIZER.to_owned()),
+        "the running tenant's finalizer was released too: {:?}",
+        finalizers(&kept)
+    );
+
+    // Moved to a rule that does not cover the grant: stopped, not kept as the last good
+    // version under the rule it ran under.
+    world.relabel(&born, Some("narrow")).await?;
+    let (message, _) = world
+        .condition(&born, "widget", "Ready", "False", "GrantBeyondTenantRule")
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[1] (narrow)"),
+        "{message}"
+    );
+    world.released(&born, "w").await?;
+    world
+        .untouched(&born, "after", Duration::from_secs(5))
+        .await?;
+
+    // And back: running again, without a restart.
+    world.relabel(&born, Some("true")).await?;
+    world
+        .condition(&born, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.reconciled(&born, "after").await?;
+    Ok(())
+}
