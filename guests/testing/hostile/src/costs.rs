@@ -123,6 +123,7 @@ mod tests {
             own: "attacker".into(),
             victim: "victim".into(),
             me: reconciler_guest::ObjectRef::namespaced(config_map_kind(), "attacker", "x"),
+            args: Value::Null,
         }
     }
 

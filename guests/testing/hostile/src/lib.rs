@@ -47,6 +47,13 @@
 //! | `spin` | a busy loop | the reconcile is interrupted at the deadline; no result |
 //! | `alloc` | allocates 1 MiB blocks without bound | the reconcile ends as a memory-limit hit; no result |
 //! | `alloc-grow` | `memory.grow` by 1 GiB, then page by page (up to 128 MiB) | `refused`: growth fails at the cap and the guest carries on (`detail`: `bytes=` its memory's final size) |
+//! | `probe-get`, `probe-delete` | `lister.get` / `cluster.delete` of `ConfigMap <victim>/<data.name>` | for a victim namespace outside its own: the same answer whether the object (or the namespace) exists or not |
+//! | `probe-list` | `lister.list` of `ConfigMap`s in the victim namespace (in every namespace with `data.everywhere: "true"`) with label selector `data.selector` | `ok`, nothing from another namespace (`detail` lists what was seen) |
+//! | `probe-apply` | apply `ConfigMap <victim>/<data.name>` with `data.owner: <data.owner>` | outside its own namespace `denied`, before anything is read: in shadow mode the verdict is the same whatever the object holds |
+//! | `event-own` | an event `Normal Probe` about its own `ConfigMap` | `ok` |
+//!
+//! With `data.record: "no"` the guest records no result (in shadow mode the result's own apply
+//! would be a verdict too: `probe-apply` alone then decides it).
 //!
 //! Attacks through the API server's own semantics (status patches carrying metadata, owner
 //! references, reserved keys, writes that hand back unreadable objects) are in `boundary.rs`,
@@ -102,9 +109,12 @@ impl Guest for Hostile {
                 .unwrap_or("victim")
                 .to_owned(),
             me: req.ref_.clone(),
+            args: object["data"].clone(),
         };
         let answer = run(attack, &target);
-        record(&target, attack, &answer)?;
+        if object["data"]["record"] != "no" {
+            record(&target, attack, &answer)?;
+        }
         // `data.repeat-ms` keeps an attack going (the controller bench's hostile neighbour).
         match object["data"]["repeat-ms"]
             .as_str()
@@ -123,6 +133,15 @@ struct Target {
     own: String,
     victim: String,
     me: ObjectRef,
+    /// The attack object's `data`: the probes' parameters.
+    args: Value,
+}
+
+impl Target {
+    /// `data.<field>` of the attack object, or `default`.
+    fn arg<'a>(&'a self, field: &str, default: &'a str) -> &'a str {
+        self.args[field].as_str().unwrap_or(default)
+    }
 }
 
 /// What the host answered, as recorded in the result `ConfigMap`.
@@ -434,6 +453,29 @@ const ATTACKS: &[(&str, Attack)] = &[
     ("spin", |_| spin_forever()),
     ("alloc", |_| allocate_forever()),
     ("alloc-grow", |_| grow_memory()),
+    ("probe-get", |t| {
+        let target = config_map(Some(&t.victim), t.arg("name", "keep"));
+        answer(lister::get(&target), |o| found(o.is_some()))
+    }),
+    ("probe-delete", |t| {
+        let target = config_map(Some(&t.victim), t.arg("name", "keep"));
+        answer(cluster::delete(&target), |d| format!("deleted={d}"))
+    }),
+    ("probe-list", |t| {
+        let namespace = (t.arg("everywhere", "") != "true").then_some(t.victim.as_str());
+        let selector = t.args["selector"].as_str();
+        answer(lister::list(&config_map_kind(), namespace, selector), |o| {
+            seen(&o)
+        })
+    }),
+    ("probe-apply", |t| {
+        apply_value(&json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": t.arg("name", "keep"), "namespace": t.victim},
+            "data": {"owner": t.arg("owner", "")},
+        }))
+    }),
+    ("event-own", |t| event(t.me.clone(), "Probe")),
 ];
 
 /// Every table of attacks: this file's, then those of the modules beside it.
@@ -644,6 +686,7 @@ mod tests {
             own: "attacker".into(),
             victim: "victim".into(),
             me: config_map(Some("attacker"), "apply-deep"),
+            args: Value::Null,
         }
     }
 
