@@ -1,0 +1,144 @@
+//! The host's own writes coming back on its watch (issue 42, item 1 (c)), with a real
+//! `reconciler-host run` and kube-apiserver: a guest that writes the status of N objects
+//! reconciles each of them once before it reconciles any twice, whether the watch or the
+//! write's answer reaches the host first, and a change someone else makes meanwhile is
+//! reconciled, never lost. (`informers.rs` pins the window itself: an echo that beats the
+//! answer, and a change made in that window.)
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use reconciler_host_tests::{
+    ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until, widgets,
+};
+use serde_json::{Value, json};
+
+/// Widgets written by the host.
+const N: usize = 200;
+/// Keys the guest has in progress at once (its grant's cap): a key's second reconcile may
+/// start while this many less one first reconciles are still running.
+const CONCURRENCY: usize = 2;
+
+/// The bench guest (`guests/testing/bench`): a status from the spec, written every reconcile.
+const GRANTS: &str = "guests:
+  bench:
+    read: [test.reconciler.dev/v1/Widget]
+    write: [test.reconciler.dev/v1/Widget/status]
+    limits: {concurrency: 2}
+";
+
+fn name(i: usize) -> String {
+    format!("w-{i:03}")
+}
+
+/// The keys of the host's reconciles, in the order they ended (its JSON log's `reconciled`
+/// lines, in the `reconcile` span that names the key).
+fn reconciled_keys(host: &HostProcess) -> Vec<String> {
+    host.json_log()
+        .into_iter()
+        .filter(|(_, line)| line["fields"]["message"] == "reconciled")
+        .filter_map(|(_, line)| line["span"]["key"].as_str().map(ToOwned::to_owned))
+        .collect()
+}
+
+/// Whether a Widget's status reflects its spec as the bench guest writes it.
+fn current(widget: &DynamicObject) -> bool {
+    let items = widget.data["spec"]["items"].as_array().map_or(0, Vec::len);
+    let status = &widget.data["status"];
+    status["observedGeneration"].as_i64() == widget.metadata.generation
+        && status["items"].as_u64() == u64::try_from(items).ok()
+}
+
+#[tokio::test]
+async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and_loses_no_change()
+-> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let client = plane.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "own-writes").await?;
+    let api = widgets(&client, &ns);
+    // The Widgets exist before the host starts: its first list is the backlog, as in the bench.
+    futures::stream::iter(0..N)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let object: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+                    "metadata": {"name": name(i)}, "spec": {"items": [1]},
+                }))?;
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .with_context(|| format!("creating Widget {}", name(i)))
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let host = HostProcess::start_with_env(
+        HostOptions {
+            kubeconfig: plane.kubeconfig(),
+            config: GRANTS.into(),
+            guests: vec!["bench"],
+            namespace: Some(&ns),
+            extra_args: vec![],
+        },
+        &[("RECONCILER_LOG_FORMAT", "json")],
+    )
+    .await?;
+
+    // Someone else changes every tenth Widget's spec while the host writes statuses.
+    let changed: Vec<String> = (0..N).step_by(10).map(name).collect();
+    for name in &changed {
+        let patch = Patch::Merge(json!({"spec": {"items": [1, 2, 3]}}));
+        api.patch(name, &PatchParams::default(), &patch).await?;
+    }
+
+    wait_until(
+        "every Widget's status to reflect its spec",
+        Duration::from_secs(120),
+        || async {
+            let list = api.list(&Default::default()).await?;
+            let stale: Vec<String> = list
+                .items
+                .iter()
+                .filter(|w| !current(w))
+                .map(kube::ResourceExt::name_any)
+                .collect();
+            ensure!(stale.is_empty(), "{} not yet: {:?}", stale.len(), stale);
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))?;
+    for name in &changed {
+        let widget = api.get(name).await?;
+        ensure!(
+            widget.data["status"]["items"] == Value::from(3),
+            "{name}: the change made while the host wrote is not reconciled: {}",
+            widget.data["status"]
+        );
+    }
+
+    // Every key once before any key twice, give or take the other change and the keys in
+    // progress: the echo of each status write (and of the changes' reconciles) waits behind
+    // the backlog, wherever it arrives from.
+    let keys = reconciled_keys(&host);
+    let mut seen = HashSet::new();
+    let first_pass = keys
+        .iter()
+        .position(|key| seen.insert(key.as_str()) && seen.len() == N)
+        .map(|at| at + 1)
+        .context("the log names fewer keys than Widgets")?;
+    let bound = N + changed.len() + (CONCURRENCY - 1);
+    ensure!(
+        first_pass <= bound,
+        "{first_pass} reconciles until each of the {N} Widgets had one (at most {bound}: \
+         {} changed by someone else, {CONCURRENCY} in progress): echoes of the host's own \
+         writes were reconciled ahead of the backlog",
+        changed.len()
+    );
+    Ok(())
+}
