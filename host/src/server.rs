@@ -86,17 +86,24 @@ impl Drop for Server {
     }
 }
 
-/// Binds `addr` and serves on a thread of its own until the returned [`Server`] is dropped.
-/// Returns the bound address (port 0 picks one).
+/// Binds `addr` for [`serve`]; the host binds before it starts anything else, so an address
+/// in use is a clear error at start and not a failure halfway through (port 0 picks one).
+pub(crate) fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use anyhow::Context as _;
+    std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--listen)"))
+}
+
+/// Serves on `listener` on a thread of its own until the returned [`Server`] is dropped.
+/// Returns the bound address.
 pub(crate) fn serve(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
     readiness: Readiness,
     shards: Option<Arc<ShardStatus>>,
 ) -> anyhow::Result<(SocketAddr, Server)> {
     serve_with(
-        addr,
+        listener,
         metrics,
         directory,
         readiness,
@@ -107,7 +114,7 @@ pub(crate) fn serve(
 
 /// [`serve`] with other limits.
 pub(crate) fn serve_with(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
     readiness: Readiness,
@@ -126,18 +133,17 @@ pub(crate) fn serve_with(
             readiness,
             shards,
         });
-    serve_router(addr, app, options)
+    serve_router(listener, app, options)
 }
 
 /// Serves `app` on a new OS thread running a current-thread tokio runtime: no task of the
 /// host's own runtime can delay it. Cost: one thread, its runtime and its blocking pool
 /// (threads started on demand, for the endpoints that take shared locks).
 fn serve_router(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     app: Router,
     options: ServerOptions,
 ) -> anyhow::Result<(SocketAddr, Server)> {
-    let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -367,7 +373,7 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         let app = Router::new().route("/healthz", get(|| async { "ok" }));
         let (addr, _server) = serve_router(
-            "127.0.0.1:0".parse().unwrap(),
+            bind("127.0.0.1:0".parse().unwrap()).unwrap(),
             app,
             ServerOptions::default(),
         )

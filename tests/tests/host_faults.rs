@@ -1,7 +1,8 @@
 //! The host across failures: an apiserver restart and an etcd restart in the middle of a run,
 //! a host killed and restarted, and leader failover between two host processes (the standby
-//! warm: its caches synced before it leads). Each test has
-//! a private control plane, so its restarts disturb no other test.
+//! warm: its caches synced before it leads). Each test that restarts something has a private
+//! control plane, so its restarts disturb no other test; one more starts the host on an address
+//! in use.
 
 use std::time::Duration;
 
@@ -226,5 +227,44 @@ async fn leadership_fails_over_when_the_leader_dies() -> Result<()> {
         b.log_tail()
     );
     assert!(b.log().contains("lease released"), "{}", b.log_tail());
+    Ok(())
+}
+
+/// `--listen` on an address another process holds: the host ends at start, exit code 1, with
+/// the address in its error, and no panic (it used to panic on the way out, after it had
+/// started its watchers).
+#[tokio::test]
+async fn an_address_in_use_ends_the_host_at_start_with_a_clear_error() -> Result<()> {
+    let cp = reconciler_host_tests::ControlPlane::shared().await?;
+    let holder = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = holder.local_addr()?.port();
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("host.yaml");
+    std::fs::write(&config, grants())?;
+    let guests = dir.path().join("guests");
+    std::fs::create_dir(&guests)?;
+    std::fs::copy(
+        reconciler_host_tests::guest_component("widget")?,
+        guests.join("widget.wasm"),
+    )?;
+    let output = reconciler_host_tests::host::run_command(
+        reconciler_host_tests::Profile::Debug,
+        &config,
+        &guests,
+        port,
+        cp.kubeconfig(),
+    )
+    .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.code() == Some(1),
+        "{:?}: {stderr}",
+        output.status
+    );
+    anyhow::ensure!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    anyhow::ensure!(!stderr.contains("panicked"), "{stderr}");
     Ok(())
 }

@@ -185,6 +185,8 @@ async fn kube_config(args: &RunArgs) -> anyhow::Result<kube::Config> {
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
+    // Before any task starts: an address in use ends the host with that error, and nothing else.
+    let listener = crate::server::bind(args.listen)?;
     let dir = guest_directory(&args, &config)?;
 
     // Read once: the client, the lease's client and the backends' view of the API server.
@@ -235,7 +237,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
     // On a thread of its own: probes are answered whatever guests keep the workers doing.
     let (addr, _server) = crate::server::serve(
-        args.listen,
+        listener,
         metrics.clone(),
         guests.clone(),
         readiness.clone(),
