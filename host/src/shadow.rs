@@ -396,6 +396,20 @@ pub(crate) struct ShadowReport {
     pub(crate) recent_diffs: VecDeque<Verdict>,
 }
 
+impl ShadowReport {
+    /// The counts alone, for a namespaced `Reconciler`'s guest: its verdicts name its keys and
+    /// quote its objects' fields, and `/guests` answers anyone who reaches the host's port (the
+    /// pod network, another tenant's Pods among it). The host's log keeps every difference.
+    #[must_use]
+    pub(crate) fn counts_only(self) -> Self {
+        Self {
+            recent: VecDeque::new(),
+            recent_diffs: VecDeque::new(),
+            ..self
+        }
+    }
+}
+
 /// Every guest's shadow verdicts: counted in metrics, logged, and kept for `/guests`.
 #[derive(Default)]
 pub struct Shadows {
@@ -617,6 +631,9 @@ mod tests {
         assert!(!report.recent[0].agreed);
         assert_eq!(report.recent_diffs.len(), 1);
         assert_eq!(report.recent[1].key, "k24");
+        let counts = report.counts_only();
+        assert_eq!((counts.agreements, counts.diffs), (25, 1));
+        assert!(counts.recent.is_empty() && counts.recent_diffs.is_empty());
     }
 
     #[test]

@@ -196,7 +196,14 @@ impl Ledger {
             signed_by: entry.active.as_ref().and_then(|a| a.signed_by.clone()),
             orphaned_finalizer: None,
             mode: entry.active.as_ref().map(|a| a.grant.mode),
-            shadow: entry.active.as_ref().and_then(|a| shadows.report(a.name())),
+            shadow: entry.active.as_ref().and_then(|a| {
+                let report = shadows.report(a.name())?;
+                Some(if a.tenant().is_some() {
+                    report.counts_only()
+                } else {
+                    report
+                })
+            }),
             service_account: entry
                 .active
                 .as_ref()
