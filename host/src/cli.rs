@@ -90,7 +90,7 @@ impl RegistryArgs {
         } else {
             let policy = crate::oci::TrustPolicy::load(&self.verify_keys, Path::new("."), keyless)
                 .map_err(|e| anyhow::anyhow!("--verify-key: {e}"))?;
-            Some(policy.from_setting("--verify-key/--trusted-root"))
+            Some(policy.named("--verify-key/--trusted-root"))
         };
         Ok(crate::offline::PullOptions {
             plain_http: self.plain_http,

@@ -167,26 +167,7 @@ impl HostConfig {
             })?;
         }
         if let Some(reconcilers) = config.reconcilers.as_mut() {
-            let host_requires = reconcilers.verify.as_ref().is_some_and(|v| v.required);
-            for (i, rule) in reconcilers.tenants.iter_mut().enumerate() {
-                let label = rule.label(i);
-                let Some(verify) = rule.verify.as_mut() else {
-                    continue;
-                };
-                let invalid = |message: String| ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message,
-                };
-                if host_requires && !verify.required {
-                    return Err(invalid(format!(
-                        "{label}.verify.required is false, but reconcilers.verify.required is true: a tenant rule may name other keys than the host's, never require less; set required: true with the team's keys, or leave the rule's verify out to inherit the host's"
-                    )));
-                }
-                verify.resolve_from(base);
-                verify
-                    .trust_policy()
-                    .map_err(|e| invalid(format!("{label}.verify: {e}")))?;
-            }
+            reconcilers.read_tenant_verify(base, path)?;
         }
         if let Some(reconcilers) = &config.reconcilers {
             for backend in &reconcilers.allow.backends {
@@ -335,6 +316,32 @@ impl TenantRule {
 }
 
 impl ReconcilerSettings {
+    /// Reads each tenant rule's `verify` (keys beside the configuration at `path`, in `base`),
+    /// refusing one that cannot be read or that requires less than `reconcilers.verify`.
+    fn read_tenant_verify(&mut self, base: &Path, path: &Path) -> Result<(), ConfigError> {
+        let host_requires = self.verify.as_ref().is_some_and(|v| v.required);
+        for (i, rule) in self.tenants.iter_mut().enumerate() {
+            let label = rule.label(i);
+            let Some(verify) = rule.verify.as_mut() else {
+                continue;
+            };
+            let invalid = |message: String| ConfigError::Invalid {
+                path: path.to_owned(),
+                message,
+            };
+            if host_requires && !verify.required {
+                return Err(invalid(format!(
+                    "{label}.verify.required is false, but reconcilers.verify.required is true: a tenant rule may name other keys than the host's, never require less; set required: true with the team's keys, or leave the rule's verify out to inherit the host's"
+                )));
+            }
+            verify.resolve_from(base);
+            verify
+                .trust_policy()
+                .map_err(|e| invalid(format!("{label}.verify: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// The first tenant rule that selects namespace `name` with `labels`, and its index.
     pub(crate) fn tenant(
         &self,

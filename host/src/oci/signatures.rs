@@ -73,7 +73,7 @@ pub struct TrustPolicy {
     source: String,
 }
 
-/// What a policy is named in refusals unless [`TrustPolicy::from_setting`] says otherwise.
+/// What a policy is named in refusals unless [`TrustPolicy::named`] says otherwise.
 const HOST_WIDE: &str = "reconcilers.verify";
 
 #[derive(Debug, Clone)]
@@ -113,7 +113,7 @@ impl TrustPolicy {
 
     /// The same policy, named `source` in refusals (a tenant rule's `verify`, a flag).
     #[must_use]
-    pub(crate) fn from_setting(mut self, source: impl Into<String>) -> Self {
+    pub(crate) fn named(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
     }

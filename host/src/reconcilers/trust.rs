@@ -21,9 +21,15 @@ pub(super) enum Scope {
 /// The policies of the configuration the source started with, read once.
 pub(super) struct Trust {
     host: Option<TrustPolicy>,
-    /// Per tenant rule: `None` when it has no `verify` (the host's applies), else its own
-    /// policy (`None` inside: its `verify` requires no signature).
-    rules: Vec<Option<Option<TrustPolicy>>>,
+    /// Per tenant rule, by index.
+    rules: Vec<RuleTrust>,
+}
+
+enum RuleTrust {
+    /// No `verify`: the host's applies.
+    Inherited,
+    /// Its own `verify`: the policy, none when it requires no signature.
+    Own(Option<TrustPolicy>),
 }
 
 impl Trust {
@@ -44,7 +50,9 @@ impl Trust {
             .enumerate()
             .map(|(i, rule)| {
                 let source = format!("{}.verify", rule.label(i));
-                rule.verify.as_ref().map(|v| policy(v, &source))
+                rule.verify
+                    .as_ref()
+                    .map_or(RuleTrust::Inherited, |v| RuleTrust::Own(policy(v, &source)))
             })
             .collect();
         Self { host, rules }
@@ -53,7 +61,7 @@ impl Trust {
     /// The scope of tenant rule `index`: its own when it has a `verify`, else the host's.
     pub(super) fn scope(&self, index: usize) -> Scope {
         match self.rules.get(index) {
-            Some(Some(_)) => Scope::Rule(index),
+            Some(RuleTrust::Own(_)) => Scope::Rule(index),
             _ => Scope::Host,
         }
     }
@@ -62,7 +70,10 @@ impl Trust {
     pub(super) fn policy(&self, scope: Scope) -> Option<&TrustPolicy> {
         match scope {
             Scope::Host => self.host.as_ref(),
-            Scope::Rule(index) => self.rules.get(index)?.as_ref()?.as_ref(),
+            Scope::Rule(index) => match self.rules.get(index)? {
+                RuleTrust::Own(policy) => policy.as_ref(),
+                RuleTrust::Inherited => self.host.as_ref(),
+            },
         }
     }
 }
@@ -72,10 +83,10 @@ impl Trust {
 /// closed) rather than running unsigned ones.
 fn policy(verify: &VerifySettings, source: &str) -> Option<TrustPolicy> {
     match verify.trust_policy() {
-        Ok(policy) => policy.map(|p| p.from_setting(source)),
+        Ok(policy) => policy.map(|p| p.named(source)),
         Err(e) => {
             tracing::error!("{source}: {e}; every module it covers is refused until it is fixed");
-            Some(TrustPolicy::none().from_setting(source))
+            Some(TrustPolicy::none().named(source))
         }
     }
 }
