@@ -183,6 +183,18 @@ async fn kube_config(args: &RunArgs) -> anyhow::Result<kube::Config> {
     Ok(config)
 }
 
+/// The host's shared informers: every guest's caches, counted in `metrics`.
+fn informers(client: &kube::Client, metrics: &Metrics, args: &RunArgs) -> Informers {
+    Informers::with_options(
+        client.clone(),
+        Options {
+            metrics: Some(metrics.clone()),
+            shard_filter: args.shard_filter,
+            ..Options::default()
+        },
+    )
+}
+
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
     // Before any task starts: an address in use ends the host with that error, and nothing else.
@@ -198,14 +210,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let flow = crate::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
     let client = crate::flowcontrol::client(&kube_config, &flow)
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
-    let informers = Informers::with_options(
-        client.clone(),
-        Options {
-            metrics: Some(metrics.clone()),
-            shard_filter: args.shard_filter,
-            ..Options::default()
-        },
-    );
+    let informers = informers(&client, &metrics, &args);
     let ownership = Ownership::join(&args, &kube_config, &metrics)?;
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let record_directory = record_directory(&config, cache_dir.as_deref());
