@@ -14,7 +14,7 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use reconciler_host_tests::{
     ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until, widgets,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Widgets written by the host.
 const N: usize = 200;
@@ -116,7 +116,7 @@ async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and
     for name in &changed {
         let widget = api.get(name).await?;
         ensure!(
-            widget.data["status"]["items"] == Value::from(3),
+            widget.data["status"]["items"] == 3,
             "{name}: the change made while the host wrote is not reconciled: {}",
             widget.data["status"]
         );
