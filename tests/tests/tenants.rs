@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -226,19 +227,20 @@ reconcilers:
         attack: &str,
         victim: &str,
     ) -> Result<BTreeMap<String, String>> {
-        let object: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": attack, "labels": {ATTACK: "true"}},
-            "data": {"attack": attack, "victim": victim},
-        }))?;
-        self.config_maps(ns)
-            .create(&PostParams::default(), &object)
-            .await?;
+        self.probe(ns, attack, json!({"attack": attack, "victim": victim}))
+            .await
+    }
+
+    /// Creates `ns/<name>` with `data` (an attack and its parameters) for the tenant's hostile
+    /// guest, and waits for its result.
+    async fn probe(&self, ns: &str, name: &str, data: Value) -> Result<BTreeMap<String, String>> {
+        self.send_probe(ns, name, data).await?;
         let api = self.config_maps(ns);
         wait_until(
-            &format!("the result of {attack} in {ns}"),
+            &format!("the result of {name} in {ns}"),
             Duration::from_secs(60),
             || async {
-                match api.get_opt(&format!("result-{attack}")).await? {
+                match api.get_opt(&format!("result-{name}")).await? {
                     Some(cm) => Ok(cm.data.unwrap_or_default()),
                     None => bail!("no result yet"),
                 }
@@ -247,6 +249,55 @@ reconcilers:
         .await
         .map_err(|e| e.context(self.host.log_tail()))
     }
+}
+
+impl World {
+    /// Creates `ns/<name>` with `data`, an attack for the tenant's hostile guest.
+    async fn send_probe(&self, ns: &str, name: &str, data: Value) -> Result<()> {
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {ATTACK: "true"}},
+            "data": data,
+        }))?;
+        self.config_maps(ns)
+            .create(&PostParams::default(), &object)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until `ns/name`'s `status.shadow` counts have grown past `before` in total; the new
+    /// counts (agreements, differences). A status written while the guest is being swapped
+    /// carries no counts (0, 0) for a moment: such a reading is passed over.
+    async fn shadow_counts_after(
+        &self,
+        ns: &str,
+        name: &str,
+        before: (u64, u64),
+    ) -> Result<(u64, u64)> {
+        let api = reconcilers(&self.client, ns);
+        wait_until(
+            &format!("a new shadow verdict on Reconciler {ns}/{name}"),
+            Duration::from_secs(90),
+            || async {
+                let counts = shadow_counts(&api.get(name).await?);
+                ensure!(
+                    counts.0 + counts.1 > before.0 + before.1,
+                    "{counts:?}, not past {before:?}"
+                );
+                Ok(counts)
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.host.log_tail()))
+    }
+}
+
+/// A Reconciler's `status.shadow` (agreements, differences), 0 when absent.
+fn shadow_counts(object: &DynamicObject) -> (u64, u64) {
+    let shadow = &object.data["status"]["shadow"];
+    (
+        shadow["agreements"].as_u64().unwrap_or(0),
+        shadow["differences"].as_u64().unwrap_or(0),
+    )
 }
 
 /// `reconciler-host push` of a built guest; the module reference, pinned by digest.
@@ -453,5 +504,436 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
         own.get("outcome").map(String::as_str) == Some("ok"),
         "{own:?}"
     );
+    Ok(())
+}
+
+/// `(label, value)` of every label of one exposition line (`name{a="x",b="y"} 1`).
+fn label_pairs(line: &str) -> Vec<(String, String)> {
+    let Some(inner) = line
+        .split_once('{')
+        .and_then(|(_, rest)| rest.rsplit_once('}'))
+        .map(|(inner, _)| inner)
+    else {
+        return Vec::new();
+    };
+    inner
+        .split("\",")
+        .filter_map(|pair| pair.split_once("=\""))
+        .map(|(label, value)| (label.to_owned(), value.trim_end_matches('"').to_owned()))
+        .collect()
+}
+
+/// Item 4 of issue 41, "nothing shared that leaks": two tenants' hostile guests on one host,
+/// and a third tenant's in shadow mode, probe every channel through which one tenant could
+/// learn about another's objects. Judged by what the guests were answered (their results on
+/// the API server), the API server's events and Reconciler status, and the host's `/guests`
+/// and `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_a_tenant_can_reach_tells_it_anything_of_another() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let registry = Registry::shared().await?;
+    let world = World::start(registry, cp).await?;
+    let team_a = world.namespace("leak-a", true).await?;
+    let team_b = world.namespace("leak-b", true).await?;
+    let team_s = world.namespace("leak-s", true).await?;
+    let module = world.module.clone();
+    let grant = json!({"read": ["v1/ConfigMap"], "write": ["v1/ConfigMap"]});
+    for ns in [&team_a, &team_b] {
+        world
+            .reconciler(ns, "hostile", &module, grant.clone())
+            .await?;
+    }
+    let mut shadow_grant = grant.clone();
+    shadow_grant["mode"] = json!("shadow");
+    world
+        .reconciler(&team_s, "hostile", &module, shadow_grant)
+        .await?;
+    for ns in [&team_a, &team_b, &team_s] {
+        world.ready(ns, "hostile", "True", "Ready").await?;
+    }
+    // What must never reach another tenant: a labelled ConfigMap in each namespace, whose
+    // name and value carry this run's marker.
+    let marker = unique_name("marker");
+    let tier = "leak.reconciler.dev/tier";
+    for ns in [&team_a, &team_b] {
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("gold-{marker}"), "labels": {tier: "gold"}},
+            "data": {"secret": format!("{marker}-{ns}")},
+        }))?;
+        world
+            .config_maps(ns)
+            .create(&PostParams::default(), &object)
+            .await?;
+    }
+    let nowhere = unique_name("no-such-namespace");
+
+    // Reads: another namespace's object reads as absent, and an object that exists there, one
+    // that does not and a namespace that does not exist answer alike.
+    let get =
+        |victim: &str, name: &str| json!({"attack": "probe-get", "victim": victim, "name": name});
+    let own = world
+        .probe(&team_a, "get-own", get(&team_a, "keep"))
+        .await?;
+    ensure!(
+        own.get("detail").map(String::as_str) == Some("found"),
+        "{own:?}"
+    );
+    let existing = world
+        .probe(&team_a, "get-existing", get(&team_b, "keep"))
+        .await?;
+    let missing = world
+        .probe(&team_a, "get-missing", get(&team_b, "no-such-object"))
+        .await?;
+    let elsewhere = world
+        .probe(&team_a, "get-nowhere", get(&nowhere, "keep"))
+        .await?;
+    ensure!(
+        existing.get("detail").map(String::as_str) == Some("absent"),
+        "{existing:?}"
+    );
+    ensure!(
+        existing == missing && existing == elsewhere,
+        "a read tells existing from missing: {existing:?} / {missing:?} / {elsewhere:?}"
+    );
+
+    // Writes: refused before the API server is asked, in words that do not depend on what is
+    // there (only on the namespace the guest named itself).
+    for attack in ["probe-delete", "probe-apply"] {
+        let probe = |victim: &str, name: &str| json!({"attack": attack, "victim": victim, "name": name, "owner": "x"});
+        let existing = world
+            .probe(
+                &team_a,
+                &format!("{attack}-existing"),
+                probe(&team_b, "keep"),
+            )
+            .await?;
+        let missing = world
+            .probe(
+                &team_a,
+                &format!("{attack}-missing"),
+                probe(&team_b, "no-such-object"),
+            )
+            .await?;
+        let elsewhere = world
+            .probe(
+                &team_a,
+                &format!("{attack}-nowhere"),
+                probe(&nowhere, "keep"),
+            )
+            .await?;
+        ensure!(
+            existing.get("outcome").map(String::as_str) == Some("denied"),
+            "{existing:?}"
+        );
+        let unnamed = |r: &BTreeMap<String, String>| {
+            let mut r = r.clone();
+            for text in r.values_mut() {
+                *text = text.replace(&team_b, "NS").replace(&nowhere, "NS");
+            }
+            r
+        };
+        ensure!(
+            existing == missing && unnamed(&existing) == unnamed(&elsewhere),
+            "{attack} tells existing from missing: {existing:?} / {missing:?} / {elsewhere:?}"
+        );
+    }
+
+    // Lists: a selector matching the other tenant's objects finds none of them, in its
+    // namespace or in every namespace; the same selector finds the guest's own.
+    let gold = format!("{tier}=gold");
+    let theirs = world
+        .probe(
+            &team_a,
+            "list-theirs",
+            json!({"attack": "probe-list", "victim": team_b, "selector": gold}),
+        )
+        .await?;
+    ensure!(
+        theirs.get("outcome").map(String::as_str) == Some("ok")
+            && theirs.get("detail").map(String::as_str) == Some(""),
+        "{theirs:?}"
+    );
+    for (ns, other) in [(&team_a, &team_b), (&team_b, &team_a)] {
+        for (name, selector) in [
+            ("list-all-gold", gold.as_str()),
+            ("list-all-attacks", ATTACK),
+        ] {
+            let seen = world
+                .probe(
+                    ns,
+                    name,
+                    json!({"attack": "probe-list", "victim": ns, "everywhere": "true", "selector": selector}),
+                )
+                .await?;
+            let detail = seen.get("detail").cloned().unwrap_or_default();
+            ensure!(
+                !detail.is_empty() && detail.split(' ').all(|o| o.starts_with(&format!("{ns}/"))),
+                "{ns}'s guest listed outside its namespace, or nothing: {seen:?}"
+            );
+            ensure!(!detail.contains(other.as_str()), "{seen:?}");
+        }
+    }
+
+    // Events: the guest's own reach its namespace; none about, or from, team-a lands in
+    // team-b's. The event's object is named by the marker, which nothing else may show.
+    let event = world
+        .probe(&team_a, &marker, json!({"attack": "event-own"}))
+        .await?;
+    ensure!(
+        event.get("outcome").map(String::as_str) == Some("ok"),
+        "{event:?}"
+    );
+    let foreign = world
+        .attack(&team_a, "event-victim-configmap", &team_b)
+        .await?;
+    ensure!(
+        foreign.get("outcome").map(String::as_str) == Some("denied"),
+        "{foreign:?}"
+    );
+    let events = |ns: &str| Api::<Event>::namespaced(world.client.clone(), ns);
+    let events_a = events(&team_a);
+    wait_until("team-a's own event", Duration::from_secs(30), || async {
+        let list = events_a.list(&Default::default()).await?;
+        ensure!(
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Probe")),
+            "no Probe event yet"
+        );
+        Ok(())
+    })
+    .await?;
+    for event in events(&team_b).list(&Default::default()).await?.items {
+        let text = serde_json::to_string(&event)?;
+        ensure!(
+            !text.contains(team_a.as_str()),
+            "an event in team-b names team-a: {text}"
+        );
+    }
+
+    // Shadow verdicts: the counts on a tenant's own Reconciler. A write elsewhere is refused
+    // before anything is read, so its verdict does not depend on what the other namespace
+    // holds; in its own namespace the same probe can agree or differ (the control).
+    let shadow_status = reconcilers(&world.client, &team_s);
+    let mut counts = shadow_counts(&shadow_status.get("hostile").await?);
+    let apply = |victim: &str, name: &str, owner: &str| json!({"attack": "probe-apply", "victim": victim, "name": name, "owner": owner, "record": "no"});
+    let differing = format!("{marker}-differs");
+    for (name, probe, agrees) in [
+        ("shadow-own-same", apply(&team_s, "keep", &team_s), true),
+        (
+            "shadow-own-other",
+            apply(&team_s, "keep", &differing),
+            false,
+        ),
+        ("shadow-theirs-same", apply(&team_b, "keep", &team_b), true),
+        (
+            "shadow-theirs-other",
+            apply(&team_b, "keep", &differing),
+            true,
+        ),
+        (
+            "shadow-theirs-missing",
+            apply(&team_b, "no-such-object", &team_b),
+            true,
+        ),
+    ] {
+        world.send_probe(&team_s, name, probe).await?;
+        let next = world
+            .shadow_counts_after(&team_s, "hostile", counts)
+            .await?;
+        let expected = if agrees {
+            (counts.0 + 1, counts.1)
+        } else {
+            (counts.0, counts.1 + 1)
+        };
+        ensure!(
+            next == expected,
+            "{name}: shadow counts {counts:?} -> {next:?}, expected {expected:?}"
+        );
+        counts = next;
+    }
+
+    // `/guests` and `/metrics` are the operator's (docs/security.md: who can reach them), but
+    // they answer whoever reaches the host's port: neither quotes a tenant's objects or names
+    // its keys. `/guests` counts the shadow verdicts.
+    let guests = world.host.get("/guests").await?;
+    ensure!(
+        !guests.contains(&marker) && !guests.contains("shadow-own-other"),
+        "/guests shows a tenant's keys or values: {guests}"
+    );
+    let listed: Value = serde_json::from_str(&guests)?;
+    let shadow_guest = format!("hostile@{team_s}.hostile");
+    let entry = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["guest"] == shadow_guest.as_str())
+        .with_context(|| format!("{shadow_guest} in /guests: {guests}"))?;
+    ensure!(
+        entry["shadow"]["diffs"] == 1 && entry["recording"] != true,
+        "{entry}"
+    );
+    let metrics = world.host.get("/metrics").await?;
+    ensure!(!metrics.contains(&marker), "/metrics names a tenant's key");
+    let mut carrying = std::collections::BTreeSet::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        for (label, value) in label_pairs(line) {
+            if [&team_a, &team_b, &team_s]
+                .iter()
+                .any(|ns| value.contains(ns.as_str()))
+            {
+                carrying.insert(label);
+            }
+        }
+    }
+    ensure!(
+        carrying.iter().all(|l| l == "guest" || l == "name"),
+        "labels carrying a tenant's namespace: {carrying:?}"
+    );
+
+    // Records: a tenant's grant cannot ask for them (the CRD has no `record`; the API server
+    // drops it), and `/guests` says no tenant's guest records.
+    let team_r = world.namespace("leak-r", true).await?;
+    let mut recorded = grant.clone();
+    recorded["record"] = json!({"sample": 1.0});
+    if world
+        .reconciler(&team_r, "hostile", &module, recorded)
+        .await
+        .is_ok()
+    {
+        let object = reconcilers(&world.client, &team_r).get("hostile").await?;
+        ensure!(
+            object.data["spec"]["grant"].get("record").is_none(),
+            "the API server kept grant.record: {}",
+            object.data["spec"]
+        );
+    }
+    Ok(())
+}
+
+/// Item 4 of issue 41, the cost half: tenant A's widget guest traps on every reconcile of its
+/// Widgets and spins to its deadline on one, and A is at its quota (a second Reconciler is
+/// refused), while tenant B's widget guest on the same host reconciles every change to its
+/// Widgets. Counts, not times: the latency figures are `./dev bench tenants`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_trapping_at_its_quota_leaves_another_reconciling_every_change() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let registry = Registry::shared().await?;
+    let world = World::start(registry, cp).await?;
+    let team_a = world.namespace("cost-a", true).await?;
+    let team_b = world.namespace("cost-b", true).await?;
+    let grant = json!({
+        "read": ["test.reconciler.dev/v1/Widget", "v1/ConfigMap"],
+        "write": ["test.reconciler.dev/v1/Widget", "test.reconciler.dev/v1/Widget/status", "v1/ConfigMap"],
+    });
+    let widget_module = world.widget.clone();
+    for ns in [&team_a, &team_b] {
+        world
+            .reconciler(ns, "widget", &widget_module, grant.clone())
+            .await?;
+        world.ready(ns, "widget", "True", "Ready").await?;
+    }
+    world
+        .reconciler(&team_a, "second", &widget_module, grant.clone())
+        .await?;
+    world
+        .ready(&team_a, "second", "False", "TenantQuotaExceeded")
+        .await?;
+
+    let widget = |name: &str, spec: Value| -> Result<DynamicObject> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": spec,
+        }))?)
+    };
+    let theirs = reconciler_host_tests::widgets(&world.client, &team_a);
+    for i in 0..6 {
+        theirs
+            .create(
+                &PostParams::default(),
+                &widget(&format!("trap-{i}"), json!({"mode": "trap"}))?,
+            )
+            .await?;
+    }
+    theirs
+        .create(
+            &PostParams::default(),
+            &widget("loop", json!({"mode": "loop"}))?,
+        )
+        .await?;
+    let guest_a = format!("widget@{team_a}.widget");
+    let traps = format!(r#"reconciler_reconcile_total{{guest="{guest_a}",result="trap"}}"#);
+    let deadlines = format!(r#"reconciler_reconcile_total{{guest="{guest_a}",result="deadline"}}"#);
+    wait_until(
+        "tenant A's guest trapping",
+        Duration::from_secs(60),
+        || async {
+            let n = world.host.metric(&traps).await?;
+            ensure!(n >= 6.0, "{n} traps");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.host.log_tail()))?;
+    let traps_before = world.host.metric(&traps).await?;
+
+    // Tenant B: every Widget changed three times while A traps; each must end reconciled at
+    // its last generation with its last message.
+    let ours = reconciler_host_tests::widgets(&world.client, &team_b);
+    let names: Vec<String> = (0..8).map(|i| format!("w-{i}")).collect();
+    for name in &names {
+        ours.create(
+            &PostParams::default(),
+            &widget(name, json!({"message": "v0"}))?,
+        )
+        .await?;
+    }
+    for version in 1..=3 {
+        for name in &names {
+            ours.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"message": format!("v{version}")}})),
+            )
+            .await?;
+        }
+    }
+    wait_until(
+        "tenant B's Widgets reconciled at their last change",
+        Duration::from_secs(120),
+        || async {
+            let mut behind = Vec::new();
+            for name in &names {
+                let object = ours.get(name).await?;
+                let generation = object.metadata.generation;
+                let status = &object.data["status"];
+                if status["observedGeneration"].as_i64() != generation || status["message"] != "v3"
+                {
+                    behind.push(format!("{name}: {status}"));
+                }
+            }
+            ensure!(behind.is_empty(), "behind: {behind:?}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.host.log_tail()))?;
+
+    // A trapped throughout, and spun to its deadline.
+    let traps_after = world.host.metric(&traps).await?;
+    ensure!(
+        traps_after > traps_before,
+        "A stopped trapping: {traps_before} -> {traps_after}"
+    );
+    wait_until(
+        "tenant A's guest at its deadline",
+        Duration::from_secs(30),
+        || async {
+            let n = world.host.metric(&deadlines).await?;
+            ensure!(n >= 1.0, "{n} deadlines");
+            Ok(())
+        },
+    )
+    .await?;
     Ok(())
 }
