@@ -9,7 +9,9 @@
 //! - namespaces that change: one created after the host started, one labelled into a rule,
 //!   one labelled out of every rule and one moved to another rule, each started or stopped
 //!   without a restart; a stopped guest's finalizers are released by the host's
-//!   `finalizerPolicy`, as for any unloaded guest, in its own namespace only.
+//!   `finalizerPolicy`, as for any unloaded guest, in its own namespace only;
+//! - rules that change: `host.yaml` rewritten under a running host (a rule added, its quota,
+//!   registries and pull Secrets narrowed and widened, an invalid file).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -94,6 +96,20 @@ impl World {
             })
             .await?,
         );
+        Ok(())
+    }
+
+    /// Rewrites the running host's `host.yaml` with `reconcilers` (as [`Self::start_host`]),
+    /// by rename as editors and ConfigMap volumes do.
+    fn reload(&self, reconcilers: &str) -> Result<()> {
+        let host = self.host.as_ref().context("no host running")?;
+        let config = format!(
+            "registries:\n  insecure: [\"{}\"]\nfinalizerPolicy: {{onUnload: release, grace: 1s}}\nreconcilers:\n{reconcilers}",
+            self.registry.address()
+        );
+        let tmp = host.dir.path().join(".host.yaml.tmp");
+        std::fs::write(&tmp, config)?;
+        std::fs::rename(&tmp, host.dir.path().join("host.yaml"))?;
         Ok(())
     }
 
@@ -558,5 +574,97 @@ async fn namespaces_labelled_in_or_out_start_or_stop_their_reconcilers_without_a
         .condition(&born, "widget", "Ready", "True", "Ready")
         .await?;
     world.reconciled(&born, "after").await?;
+    Ok(())
+}
+
+/// Every part of `reconcilers.tenants` follows a reload of `host.yaml`: a rule added to a host
+/// that started with none opens its namespace; a quota lowered, a registry or pull Secret no
+/// longer listed stops the running Reconciler (its finalizer released, its status saying
+/// why) and raising them again starts it; an invalid file changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-reload").await?;
+    let repo = unique_name("widget");
+    let (module, _) = world.push("widget", &format!("{repo}:v1"))?;
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let allow = rule_allow(&address);
+    let host = format!("  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n");
+    let rule = |quota: u32, secrets: &str, allow: &str| {
+        format!(
+            "{host}  tenants:\n  - name: opened\n    namespaceSelector: \"{label}=open\"\n    quota: {{reconcilers: {quota}}}\n    pullSecrets: [{secrets}]\n    allow: {allow}\n"
+        )
+    };
+    // No tenant rule at all: the host does not even follow namespaced Reconcilers.
+    world.start_host(cp, &host).await?;
+    let ns = world
+        .namespace("reload-tenant", &[(&label, "open")])
+        .await?;
+    world.reconciler(&ns, "widget", &module).await?;
+    world
+        .untouched(&ns, "closed", Duration::from_secs(3))
+        .await?;
+
+    // A reload that adds the rule opens the namespace.
+    world.reload(&rule(1, "registry", &allow))?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.reconciled(&ns, "closed").await?;
+
+    // The quota lowered below what runs: stopped, released, and said.
+    world.reload(&rule(0, "registry", &allow))?;
+    let (message, _) = world
+        .condition(&ns, "widget", "Ready", "False", "TenantQuotaExceeded")
+        .await?;
+    ensure!(message.contains("quota of 0"), "{message}");
+    world.released(&ns, "closed").await?;
+    world.reload(&rule(1, "registry", &allow))?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+
+    // The rule's registries no longer cover the module.
+    let elsewhere = allow.replace(&format!("{address}/teams"), &format!("{address}/elsewhere"));
+    world.reload(&rule(1, "registry", &elsewhere))?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "RegistryNotAllowed")
+        .await?;
+    world
+        .untouched(&ns, "fenced", Duration::from_secs(3))
+        .await?;
+
+    // Its pull Secret no longer listed.
+    world.reload(&rule(1, "", &allow))?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "PullSecretNotAllowed")
+        .await?;
+
+    // Back within every bound, then an invalid file: refused, and the guest runs on.
+    world.reload(&rule(1, "registry", &allow))?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.reconciled(&ns, "fenced").await?;
+    world.reload(&format!("{}    bogus: true\n", rule(0, "registry", &allow)))?;
+    wait_until(
+        "the invalid configuration refused",
+        Duration::from_secs(30),
+        || async {
+            let log = world
+                .host
+                .as_ref()
+                .map(HostProcess::log)
+                .unwrap_or_default();
+            ensure!(log.contains("configuration change refused"), "not yet");
+            Ok(())
+        },
+    )
+    .await?;
+    world.create_widget(&ns, "after-invalid").await?;
+    world.reconciled(&ns, "after-invalid").await?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
     Ok(())
 }

@@ -264,6 +264,7 @@ impl Guests {
             );
         }
         let _judging = self.judging.lock();
+        self.source.reconfigured(&config);
         *self.config.write() = Arc::new(config);
         let entries = self.ledger.lock().snapshot();
         for (origin, active, refused) in entries {

@@ -55,6 +55,9 @@ pub trait GuestSource: Send + Sync {
     /// What the guest set decided about one of this source's items; a source that reports
     /// verdicts where its items live (a `Reconciler`'s status) keeps it.
     fn judged(&self, _origin: &Origin, _verdict: &Verdict) {}
+    /// A reloaded configuration, applied by the guest set: a source whose items depend on it
+    /// (which `Reconciler`s tenant rules admit) takes it and wakes its next rescan.
+    fn reconfigured(&self, _config: &HostConfig) {}
 }
 
 /// The guest set's decision on one item, as its source hears it.
@@ -123,6 +126,12 @@ impl GuestSource for Sources {
     fn judged(&self, origin: &Origin, verdict: &Verdict) {
         if let Ok(source) = self.of(origin) {
             source.judged(origin, verdict);
+        }
+    }
+
+    fn reconfigured(&self, config: &HostConfig) {
+        for source in &self.0 {
+            source.reconfigured(config);
         }
     }
 }

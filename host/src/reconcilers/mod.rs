@@ -59,9 +59,13 @@ pub(crate) use status::StatusWriter;
 /// guests.
 pub(crate) struct Objects {
     store: Store<DynamicObject>,
-    /// The namespaced kind, with the namespaces' labels that choose tenant rules; none when
-    /// the configuration has no tenant rules and reports nothing about them.
-    tenants: Option<Tenants>,
+    client: kube::Client,
+    /// The configuration as last applied (at start, then by each reload).
+    config: Mutex<Arc<HostConfig>>,
+    /// The namespaced kind, with the namespaces' labels that choose tenant rules; none while
+    /// the configuration has no tenant rules and reports nothing about them (a reload that
+    /// adds a rule starts following them).
+    tenants: Mutex<Option<Tenants>>,
     shared: Arc<Shared>,
 }
 
@@ -69,8 +73,8 @@ pub(crate) struct Objects {
 struct Tenants {
     store: Store<DynamicObject>,
     namespaces: Store<Namespace>,
-    /// The configuration as the source started (rules, quotas, defaults): which objects are
-    /// pulled at all. The guest set judges every grant against the current configuration.
+    /// The configuration as last applied (rules, quotas, defaults): which objects are pulled
+    /// at all. The guest set judges every grant against the same configuration.
     config: Arc<HostConfig>,
 }
 
@@ -81,6 +85,8 @@ struct Shared {
     changed: Notify,
     /// The status writer's own wake-up (verdicts and pulls), apart from rescans.
     status_changed: Notify,
+    /// The namespaced objects, once the host follows them.
+    namespaced: Mutex<Option<Store<DynamicObject>>>,
 }
 
 impl Objects {
@@ -125,6 +131,7 @@ impl Objects {
             ))),
             changed: Notify::new(),
             status_changed: Notify::new(),
+            namespaced: Mutex::new(None),
         });
         let follow = shared.clone();
         tokio::spawn(async move {
@@ -151,21 +158,35 @@ impl Objects {
                 }
             }
         });
-        let tenants = config
+        let writer = StatusWriter::new(client.clone(), store.clone(), shared.clone());
+        let objects = Self {
+            store,
+            client,
+            config: Mutex::new(Arc::new(config.clone())),
+            tenants: Mutex::new(None),
+            shared,
+        };
+        objects.follow_tenants(config);
+        (objects, writer)
+    }
+
+    /// Starts following the namespaced objects when `config` has tenant rules (or reports
+    /// the unmatched) and they are not followed yet; hands them `config` otherwise.
+    fn follow_tenants(&self, config: &HostConfig) {
+        let wanted = config
             .reconcilers
             .as_ref()
-            .filter(|r| !r.tenants.is_empty() || r.report_unmatched)
-            .map(|_| Tenants::start(&client, config, &shared));
-        let namespaced = tenants.as_ref().map(|t| t.store.clone());
-        let writer = StatusWriter::new(client, store.clone(), namespaced, shared.clone());
-        (
-            Self {
-                store,
-                tenants,
-                shared,
-            },
-            writer,
-        )
+            .is_some_and(|r| !r.tenants.is_empty() || r.report_unmatched);
+        let mut tenants = self.tenants.lock();
+        match &mut *tenants {
+            Some(tenants) => tenants.config = Arc::new(config.clone()),
+            None if wanted => {
+                let started = Tenants::start(&self.client, config, &self.shared);
+                *self.shared.namespaced.lock() = Some(started.store.clone());
+                *tenants = Some(started);
+            }
+            None => {}
+        }
     }
 }
 
@@ -405,11 +426,17 @@ impl GuestSource for Objects {
             names.insert(name);
             origins.extend(origin);
         }
-        if let Some(tenants) = &self.tenants {
+        if let Some(tenants) = &*self.tenants.lock() {
             tenants.list(&mut records, &mut names, &mut origins);
         }
         records.retain(&names);
+        let restarts = records.take_restarts();
         drop(records);
+        if !restarts.is_empty() {
+            // Left out once, so the guest set stops them; listed again at the next rescan.
+            origins.retain(|o| !restarts.contains(o.stem()));
+            self.shared.changed.notify_one();
+        }
         self.shared.status_changed.notify_one();
         Ok(origins)
     }
@@ -434,6 +461,14 @@ impl GuestSource for Objects {
 
     fn holds(&self, origin: &Origin) -> bool {
         matches!(origin.kind(), OriginKind::Reconciler { .. })
+    }
+
+    fn reconfigured(&self, config: &HostConfig) {
+        let before = std::mem::replace(&mut *self.config.lock(), Arc::new(config.clone()));
+        self.follow_tenants(config);
+        self.shared.records.lock().reconfigure(&before, config);
+        self.shared.changed.notify_one();
+        self.shared.status_changed.notify_one();
     }
 
     fn known_hash(&self, origin: &Origin) -> Option<String> {

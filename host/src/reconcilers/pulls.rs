@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::spec::Spec;
 use super::trust::{Scope, Trust};
+use crate::config::HostConfig;
 use crate::guest_set::{Artefact, Origin, SourceError, Verdict};
 use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
 use crate::validation;
@@ -41,6 +42,9 @@ pub(super) struct Records {
     /// Whose signatures each scope's modules must carry.
     trust: Arc<Trust>,
     pub objects: BTreeMap<String, Record>,
+    /// Objects whose signing policy a reload changed: left out of the next listing once, so
+    /// what runs under the old keys stops and is pulled and judged afresh under the new.
+    restart: BTreeSet<String>,
 }
 
 /// One object, as the source last saw it.
@@ -135,7 +139,31 @@ impl Records {
             metrics,
             trust: Arc::new(trust),
             objects: BTreeMap::new(),
+            restart: BTreeSet::new(),
         }
+    }
+
+    /// Takes a reloaded configuration's registries, pull Secrets and signing policies
+    /// (`before` is the configuration they came from). An object whose policy changed is
+    /// pulled again, its signatures checked under the new one, after it has stopped.
+    pub(super) fn reconfigure(&mut self, before: &HostConfig, config: &HostConfig) {
+        let settings = config.reconcilers.as_ref();
+        self.allowed_secrets = settings.map(|r| r.pull_secrets.clone()).unwrap_or_default();
+        self.allowed_registries = settings
+            .map(|r| r.allow.registries.clone())
+            .unwrap_or_default();
+        self.trust = Arc::new(Trust::of(config));
+        for (name, record) in &mut self.objects {
+            if verify_of(before, record.scope) != verify_of(config, record.scope) {
+                record.pull = Pull::Pending;
+                self.restart.insert(name.clone());
+            }
+        }
+    }
+
+    /// The objects to leave out of this listing (see `restart`); taken once.
+    pub(super) fn take_restarts(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.restart)
     }
 
     /// The trust scope of tenant rule `index`.
@@ -434,6 +462,19 @@ impl Records {
 }
 
 /// Why `module` may not be pulled, and how to allow it.
+/// The `verify` that `scope` stands for in `config`: a rule's own, else the host's.
+fn verify_of(config: &HostConfig, scope: Scope) -> Option<&crate::config::VerifySettings> {
+    let settings = config.reconcilers.as_ref()?;
+    match scope {
+        Scope::Rule(index) => settings
+            .tenants
+            .get(index)
+            .and_then(|r| r.verify.as_ref())
+            .or(settings.verify.as_ref()),
+        Scope::Host => settings.verify.as_ref(),
+    }
+}
+
 fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> String {
     let listed = if allowed.is_empty() {
         "none is listed".to_owned()

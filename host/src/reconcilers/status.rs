@@ -40,8 +40,6 @@ const REFRESH: Duration = Duration::from_secs(10);
 pub(crate) struct StatusWriter {
     client: kube::Client,
     store: Store<DynamicObject>,
-    /// The namespaced objects, when the host follows them.
-    namespaced: Option<Store<DynamicObject>>,
     shared: Arc<Shared>,
 }
 
@@ -49,13 +47,11 @@ impl StatusWriter {
     pub(super) fn new(
         client: kube::Client,
         store: Store<DynamicObject>,
-        namespaced: Option<Store<DynamicObject>>,
         shared: Arc<Shared>,
     ) -> Self {
         Self {
             client,
             store,
-            namespaced,
             shared,
         }
     }
@@ -91,9 +87,13 @@ impl StatusWriter {
             let shadows = guests.shadows();
             let cluster = self.store.state().into_iter().map(|o| (o, None));
             let namespaced = self
+                .shared
                 .namespaced
+                .lock()
                 .iter()
                 .flat_map(Store::state)
+                .collect::<Vec<_>>()
+                .into_iter()
                 .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
             for (object, namespace) in cluster.chain(namespaced) {
                 // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
