@@ -11,7 +11,9 @@
 //!   without a restart; a stopped guest's finalizers are released by the host's
 //!   `finalizerPolicy`, as for any unloaded guest, in its own namespace only;
 //! - rules that change: `host.yaml` rewritten under a running host (a rule added, its quota,
-//!   registries and pull Secrets narrowed and widened, an invalid file).
+//!   registries and pull Secrets narrowed and widened, an invalid file);
+//! - a host without `reportUnmatched` that stops serving a namespace marks the statuses it
+//!   wrote (`status.host`) `NoTenantRule`, and no other host's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -666,5 +668,80 @@ async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart(
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
         .await?;
+    Ok(())
+}
+
+/// A host without `reportUnmatched` that stops serving a namespace (labelled out of every rule,
+/// or its rule removed by a reload) marks the Reconcilers whose status it wrote `NoTenantRule`
+/// instead of leaving their `Ready=True` behind; a status another host wrote stays as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_stops_serving_a_namespace_leaves_no_stale_ready() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-stale").await?;
+    let repo = unique_name("widget");
+    let (module, _) = world.push("widget", &format!("{repo}:v1"))?;
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let allow = rule_allow(&address);
+    let host = format!("  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n");
+    let with_rule = format!(
+        "{host}  tenants:\n  - name: teams\n    namespaceSelector: \"{label}=true\"\n    pullSecrets: [registry]\n    allow: {allow}\n"
+    );
+    world.start_host(cp, &with_rule).await?;
+    let me = format!("{}/reconciler-host", world.host_ns);
+
+    let ns = world.namespace("stale-tenant", &[(&label, "true")]).await?;
+    world.reconciler(&ns, "widget", &module).await?;
+    let (_, status) = world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+    ensure!(
+        status["host"] == me.as_str(),
+        "status.host {}",
+        status["host"]
+    );
+    world.create_widget(&ns, "w").await?;
+    world.reconciled(&ns, "w").await?;
+
+    // Labelled out of every rule.
+    world.relabel(&ns, None).await?;
+    let (message, _) = world
+        .condition(&ns, "widget", "Ready", "False", "NoTenantRule")
+        .await?;
+    ensure!(
+        message.contains(&format!("host {me} no longer serves namespace {ns}")),
+        "{message}"
+    );
+    world.released(&ns, "w").await?;
+
+    // Back in, then the rule removed by a reload.
+    world.relabel(&ns, Some("true")).await?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+    world.reload(&format!(
+        "{host}  tenants:\n  - name: others\n    namespaces: [somewhere-else]\n    allow: {allow}\n"
+    ))?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "NoTenantRule")
+        .await?;
+
+    // A status another host wrote, in a namespace this host does not serve: not this host's.
+    let foreign = world.namespace("foreign-tenant", &[]).await?;
+    world.reconciler(&foreign, "widget", &module).await?;
+    let theirs = json!({"status": {"host": "elsewhere/other-host", "conditions": [{
+        "type": "Ready", "status": "True", "reason": "Ready", "message": "runs elsewhere",
+        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}});
+    world
+        .reconcilers(&foreign)
+        .patch_status("widget", &PatchParams::default(), &Patch::Merge(theirs))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let object = world.reconcilers(&foreign).get("widget").await?;
+    ensure!(
+        object.data["status"]["host"] == "elsewhere/other-host"
+            && object.data["status"]["conditions"][0]["status"] == "True",
+        "another host's status was overwritten: {}",
+        object.data["status"]
+    );
     Ok(())
 }

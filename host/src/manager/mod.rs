@@ -223,6 +223,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         dir.as_ref(),
         &client,
         &host_namespace(&args, &kube_config),
+        &args.lease_name,
         cache_dir,
         &metrics,
     )?;
@@ -364,6 +365,7 @@ fn guest_sources(
     dir: Option<&PathBuf>,
     client: &kube::Client,
     host_namespace: &str,
+    lease_name: &str,
     cache_dir: Option<PathBuf>,
     metrics: &Metrics,
 ) -> anyhow::Result<(Sources, Option<crate::reconcilers::StatusWriter>)> {
@@ -376,11 +378,14 @@ fn guest_sources(
         let modules =
             cache_dir.context("no cache directory for pulled modules: pass --cache-dir")?;
         let namespace = host_namespace.to_owned();
+        // What `status.host` names: one for all replicas of a host (they share the lease),
+        // another for each host that shares the cluster.
+        let host = format!("{host_namespace}/{lease_name}");
         let (objects, writer) = crate::reconcilers::Objects::start(
             client.clone(),
             config,
             &modules,
-            namespace,
+            (namespace, host),
             metrics,
         );
         sources.push(Box::new(objects));

@@ -87,18 +87,20 @@ struct Shared {
     status_changed: Notify,
     /// The namespaced objects, once the host follows them.
     namespaced: Mutex<Option<Store<DynamicObject>>>,
+    /// This host, as `status.host` names it: `NAMESPACE/LEASE-NAME`.
+    host: String,
 }
 
 impl Objects {
     /// Starts following the `Reconciler` objects with `client`; pulls through a [`Puller`] on
     /// `cache_dir` with the configuration's registry settings, reading pull Secrets from
-    /// `namespace` (the host's); pulls refused are counted in `metrics`. Returns the source
-    /// and its status writer.
+    /// `namespace` (the host's) and naming itself `host` in the statuses it writes; pulls
+    /// refused are counted in `metrics`. Returns the source and its status writer.
     pub(crate) fn start(
         client: kube::Client,
         config: &HostConfig,
         cache_dir: &Path,
-        namespace: String,
+        (namespace, host): (String, String),
         metrics: &crate::metrics::Metrics,
     ) -> (Self, StatusWriter) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &spec::api_resource());
@@ -132,6 +134,7 @@ impl Objects {
             changed: Notify::new(),
             status_changed: Notify::new(),
             namespaced: Mutex::new(None),
+            host,
         });
         let follow = shared.clone();
         tokio::spawn(async move {
@@ -220,7 +223,13 @@ impl Tenants {
 
     /// The namespaced objects as items: those a tenant rule selects and its quota holds;
     /// the others noted as held back (never pulled), when the host reports them.
-    fn list(&self, records: &mut Records, names: &mut BTreeSet<String>, origins: &mut Vec<Origin>) {
+    fn list(
+        &self,
+        host: &str,
+        records: &mut Records,
+        names: &mut BTreeSet<String>,
+        origins: &mut Vec<Origin>,
+    ) {
         let Some(settings) = &self.config.reconcilers else {
             return;
         };
@@ -257,6 +266,13 @@ impl Tenants {
                             "no rule of reconcilers.tenants selects namespace {namespace} (by its name or labels): this host neither pulls nor runs its Reconcilers; a platform administrator adds the namespace to a rule"
                         ));
                         names.insert(key);
+                    } else if written_by(&object, host) {
+                        // Its status is this host's: left as it was, it would say Ready of a
+                        // guest that no longer runs.
+                        records.observe_held(&key, generation, "NoTenantRule", format!(
+                            "host {host} no longer serves namespace {namespace}: no rule of its reconcilers.tenants selects it (by its name or labels), so it stopped this Reconciler; a platform administrator adds the namespace to a rule"
+                        ));
+                        names.insert(key);
                     }
                     continue;
                 };
@@ -285,6 +301,15 @@ impl Tenants {
             }
         }
     }
+}
+
+/// Whether `object`'s status was last written by `host`.
+fn written_by(object: &DynamicObject, host: &str) -> bool {
+    object
+        .data
+        .pointer("/status/host")
+        .and_then(serde_json::Value::as_str)
+        == Some(host)
 }
 
 /// What one namespace's Reconcilers hold so far, against its rule's quota.
@@ -427,7 +452,7 @@ impl GuestSource for Objects {
             origins.extend(origin);
         }
         if let Some(tenants) = &*self.tenants.lock() {
-            tenants.list(&mut records, &mut names, &mut origins);
+            tenants.list(&self.shared.host, &mut records, &mut names, &mut origins);
         }
         records.retain(&names);
         let restarts = records.take_restarts();

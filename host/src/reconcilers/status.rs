@@ -11,7 +11,9 @@
 //! `status.guest`, `status.signedBy` (the trusted key that signed it, when signatures are
 //! required) and `status.mode` name the version running now, which after a refusal is the
 //! last good one (the `Ready` message says so); `status.observedGeneration` the generation the
-//! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts.
+//! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts;
+//! `status.host` the host that wrote it (`NAMESPACE/LEASE-NAME`), so that a host that stops
+//! serving a namespace knows which statuses are its to mark `NoTenantRule`.
 //! An event is recorded on the object whenever `Ready` changes status or reason.
 //!
 //! One replica writes (see `crate::manager`); the others compute the same and stay quiet. A status
@@ -124,7 +126,10 @@ impl StatusWriter {
                         .as_ref()
                         .filter(|r| r.mode == Some(crate::shadow::Mode::Shadow))
                         .and_then(|r| shadows.report(&r.guest));
-                    desired(&object, record, running.as_ref(), shadow.as_ref())
+                    desired(&object, record, running.as_ref(), shadow.as_ref()).map(|mut status| {
+                        status["host"] = json!(self.shared.host);
+                        status
+                    })
                 };
                 let Some(desired) = desired else { continue };
                 let api = match &namespace {
