@@ -22,7 +22,9 @@
 //! (utime + stime, in cores); A's reconciles by result (from `/metrics`); the load average.
 //!
 //! `cargo bench -p reconciler-host --bench tenants` (`./dev bench tenants`). Prints figures;
-//! asserts nothing. Starts (or reuses) the control plane in target/bench-control-plane and the
+//! asserts nothing. `BENCH_HOST=debug` runs the debug host instead of the release one (with
+//! `BENCH_NO_BUILD=1` and `cargo bench --profile dev`: a quick run while a release build is out
+//! of reach; its figures are slower than users get, but the ratios compare within the run). Starts (or reuses) the control plane in target/bench-control-plane and the
 //! tests' local registry, and builds the guests and the release host as `controller.rs` does.
 
 #[allow(dead_code)] // each live bench uses part of it
@@ -50,6 +52,15 @@ use reconciler_host_tests::{
     wait_until, widgets, with_password,
 };
 use serde_json::{Value, json};
+
+/// The host build the bench runs (`BENCH_HOST=debug`: the debug one).
+fn host_profile() -> Profile {
+    if std::env::var("BENCH_HOST").is_ok_and(|p| p == "debug") {
+        Profile::Debug
+    } else {
+        Profile::Release
+    }
+}
 
 /// A change of B's not seen reconciled within this long counts as this long.
 const SAMPLE_LIMIT: Duration = Duration::from_secs(30);
@@ -142,6 +153,9 @@ async fn main() -> Result<()> {
         (&ns_a, "second", &grant, "TenantQuotaExceeded"),
         (&ns_slow, "widget", &slow_grant, "Ready"),
     ] {
+        // The quota serves the oldest first, by creation time in whole seconds (then by name):
+        // A's second must be younger than its first.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         reconciler(&client, ns, name, &module, grant).await?;
         ready(&client, ns, name, reason).await?;
     }
@@ -576,7 +590,7 @@ async fn tenant_namespace(client: &kube::Client, prefix: &str, label: &str) -> R
 fn push(registry: &Registry, repo: &str) -> Result<String> {
     let file = guest_component("widget")?;
     let module = format!("oci://{}/{repo}", registry.address());
-    let mut command = std::process::Command::new(Profile::Release.host_binary());
+    let mut command = std::process::Command::new(host_profile().host_binary());
     command.arg("push").arg(&file).arg(&module).args([
         "--plain-http",
         "--username",
@@ -634,7 +648,7 @@ reconcilers:
     let guests = dir.join("guests");
     std::fs::create_dir_all(&guests)?;
     let log = std::fs::File::create(dir.join("host.log"))?;
-    let child = run_command(Profile::Release, &config, &guests, port, kubeconfig)
+    let child = run_command(host_profile(), &config, &guests, port, kubeconfig)
         .args(["--namespace", host_ns])
         .arg("--cache-dir")
         .arg(dir.join("cache"))
