@@ -741,3 +741,63 @@ fn the_rules_and_the_dashboard_ride_in_the_chart_as_their_files_hold_them() -> R
     }
     Ok(())
 }
+
+/// `verifyKeys`: each Secret and ConfigMap listed is mounted read-only at
+/// `/etc/reconciler-keys/NAME`, the path `host.yaml`'s `verify` names its files by, in every
+/// mode; a name Kubernetes would refuse, or a key the chart does not know, is refused by the
+/// schema before anything is installed.
+#[test]
+fn verify_keys_are_mounted_where_host_yaml_names_them() -> Result<()> {
+    let values =
+        json!({"verifyKeys": {"secrets": ["release-keys"], "configMaps": ["team-a.keys"]}});
+    for mode in ["single", "leaderElected"] {
+        let mut values = values.clone();
+        values["mode"] = json!(mode);
+        let rendered = Chart::render("rh", "ops", &values, &[])?;
+        let pod = &rendered.one("Deployment")?["spec"]["template"]["spec"];
+        for (name, source) in [
+            (
+                "release-keys",
+                json!({"secret": {"secretName": "release-keys"}}),
+            ),
+            ("team-a.keys", json!({"configMap": {"name": "team-a.keys"}})),
+        ] {
+            let path = format!("/etc/reconciler-keys/{name}");
+            let mount = pod["containers"][0]["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["mountPath"] == path.as_str())
+                .with_context(|| format!("{mode}: no mount at {path}: {pod}"))?;
+            ensure!(mount["readOnly"] == true, "{mount}");
+            let volume = pod["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["name"] == mount["name"])
+                .with_context(|| format!("{mode}: no volume {}", mount["name"]))?;
+            let (kind, want) = source
+                .as_object()
+                .and_then(|o| o.iter().next())
+                .context("one source")?;
+            ensure!(volume[kind] == *want, "{mode}: {volume}");
+        }
+    }
+    // Without the entry, nothing more is mounted than before.
+    let plain = Chart::render("rh", "ops", &json!({}), &[])?;
+    let mounts =
+        plain.one("Deployment")?["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+            .to_string();
+    ensure!(!mounts.contains("reconciler-keys"), "{mounts}");
+    for wrong in [
+        json!({"verifyKeys": {"secrets": ["Release_Keys"]}}),
+        json!({"verifyKeys": {"secret": ["release-keys"]}}),
+    ] {
+        let out = Chart::template("rh", "ops", &wrong, &[])?;
+        ensure!(
+            !out.status.success(),
+            "the schema took {wrong}: the Pod would not start"
+        );
+    }
+    Ok(())
+}

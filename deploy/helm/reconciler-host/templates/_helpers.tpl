@@ -161,6 +161,12 @@ spec:
         - {name: config, mountPath: /etc/reconciler-host, readOnly: true}
         - {name: guests, mountPath: /var/lib/reconciler-host/guests, readOnly: true}
         - {name: compile-cache, mountPath: /var/cache/reconciler-host}
+        {{- range $i, $name := .Values.verifyKeys.secrets }}
+        - {name: verify-secret-{{ $i }}, mountPath: /etc/reconciler-keys/{{ $name }}, readOnly: true}
+        {{- end }}
+        {{- range $i, $name := .Values.verifyKeys.configMaps }}
+        - {name: verify-configmap-{{ $i }}, mountPath: /etc/reconciler-keys/{{ $name }}, readOnly: true}
+        {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}
@@ -195,4 +201,12 @@ spec:
           {{- end }}
     - name: compile-cache
       emptyDir: {sizeLimit: {{ .Values.compileCache.sizeLimit }}}
+    {{- range $i, $name := .Values.verifyKeys.secrets }}
+    - name: verify-secret-{{ $i }}
+      secret: {secretName: {{ $name }}}
+    {{- end }}
+    {{- range $i, $name := .Values.verifyKeys.configMaps }}
+    - name: verify-configmap-{{ $i }}
+      configMap: {name: {{ $name }}}
+    {{- end }}
 {{- end -}}
