@@ -11,7 +11,7 @@
 //!   without a restart; a stopped guest's finalizers are released by the host's
 //!   `finalizerPolicy`, as for any unloaded guest, in its own namespace only;
 //! - rules that change: `host.yaml` rewritten under a running host (a rule added, its quota,
-//!   registries and pull Secrets narrowed and widened, an invalid file);
+//!   registries and pull Secrets narrowed and widened, an invalid file, a rule given keys);
 //! - a host without `reportUnmatched` that stops serving a namespace marks the statuses it
 //!   wrote (`status.host`) `NoTenantRule`, and no other host's.
 
@@ -490,6 +490,28 @@ async fn a_tenant_rules_keys_admit_its_namespaces_modules_and_no_others() -> Res
         .untouched(&team_a, "after-move", Duration::from_secs(5))
         .await?;
     world.registry.start_again().await?;
+
+    // A reload gives the inheriting rule team A's key: the host-signed guest running there
+    // stops, refused by the new keys, and the module team A signed, refused until now, runs.
+    world.reload(&format!(
+        "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  verify: {{required: true, keys: [\"{}\"]}}\n  tenants:\n{}{}{}",
+        host_key.display(),
+        rule("team-a", "a", Some(&a_key)),
+        rule("team-b", "b", Some(&b_key)),
+        rule("inherits", "c", Some(&a_key)),
+    ))?;
+    let (message, status) = world
+        .condition(&team_c, "widget", "Ready", "False", "SignatureInvalid")
+        .await?;
+    ensure!(
+        message.contains("reconcilers.tenants[2] (inherits).verify")
+            && !message.contains("keeps running")
+            && status["guest"].is_null(),
+        "still running under the old keys: {message} {status}"
+    );
+    world
+        .condition(&team_c, "a-signed", "Ready", "True", "Ready")
+        .await?;
     Ok(())
 }
 

@@ -295,8 +295,7 @@ impl Tenants {
                 };
                 let origin =
                     Origin::tenant_reconciler(&name, generation, spec.grant.clone(), tenant);
-                let scope = records.rule_scope(index);
-                records.observe(&key, generation, spec, &origin, scope);
+                records.observe(&key, generation, spec, &origin, Some(index));
                 origins.push(origin);
             }
         }
@@ -442,7 +441,7 @@ impl GuestSource for Objects {
             let origin = match Spec::of(object) {
                 Ok(spec) => {
                     let origin = Origin::reconciler(&name, generation, spec.grant.clone());
-                    records.observe(&name, generation, spec, &origin, trust::Scope::Host);
+                    records.observe(&name, generation, spec, &origin, None);
                     Some(origin)
                 }
                 // A spec the host cannot run keeps the item as it last ran, if it did.

@@ -65,6 +65,9 @@ pub(super) struct Record {
     pub held: Option<(&'static str, String)>,
     /// Whose signatures its module must carry now (its namespace's rule may change).
     scope: Scope,
+    /// The tenant rule that admitted it (by index), none for a `ClusterReconciler`: whose
+    /// `verify` (its own, or the host's it inherits) a reload may change.
+    rule: Option<usize>,
 }
 
 impl Record {
@@ -154,7 +157,7 @@ impl Records {
             .unwrap_or_default();
         self.trust = Arc::new(Trust::of(config));
         for (name, record) in &mut self.objects {
-            if verify_of(before, record.scope) != verify_of(config, record.scope) {
+            if verify_of(before, record.rule) != verify_of(config, record.rule) {
                 record.pull = Pull::Pending;
                 self.restart.insert(name.clone());
             }
@@ -164,11 +167,6 @@ impl Records {
     /// The objects to leave out of this listing (see `restart`); taken once.
     pub(super) fn take_restarts(&mut self) -> BTreeSet<String> {
         std::mem::take(&mut self.restart)
-    }
-
-    /// The trust scope of tenant rule `index`.
-    pub(super) fn rule_scope(&self, index: usize) -> Scope {
-        self.trust.scope(index)
     }
 
     /// The manifest digests Reconcilers use now: pulled for their current spec, or loaded
@@ -194,11 +192,13 @@ impl Records {
         generation: i64,
         spec: Spec,
         origin: &Origin,
-        scope: Scope,
+        rule: Option<usize>,
     ) {
+        let scope = rule.map_or(Scope::Host, |index| self.trust.scope(index));
         let record = self.record(name, generation);
         record.spec = Ok(spec);
         record.scope = scope;
+        record.rule = rule;
         record.held = None;
         record.last_origin = Some(origin.clone());
     }
@@ -242,6 +242,7 @@ impl Records {
             loaded: None,
             held: None,
             scope: Scope::Host,
+            rule: None,
         });
         record.generation = generation;
         record
@@ -462,17 +463,12 @@ impl Records {
 }
 
 /// Why `module` may not be pulled, and how to allow it.
-/// The `verify` that `scope` stands for in `config`: a rule's own, else the host's.
-fn verify_of(config: &HostConfig, scope: Scope) -> Option<&crate::config::VerifySettings> {
+/// The `verify` tenant rule `rule` (none: a `ClusterReconciler`) is held to in `config`: its
+/// own, else the host's.
+fn verify_of(config: &HostConfig, rule: Option<usize>) -> Option<&crate::config::VerifySettings> {
     let settings = config.reconcilers.as_ref()?;
-    match scope {
-        Scope::Rule(index) => settings
-            .tenants
-            .get(index)
-            .and_then(|r| r.verify.as_ref())
-            .or(settings.verify.as_ref()),
-        Scope::Host => settings.verify.as_ref(),
-    }
+    rule.and_then(|index| settings.tenants.get(index)?.verify.as_ref())
+        .or(settings.verify.as_ref())
 }
 
 fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> String {
