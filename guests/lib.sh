@@ -71,7 +71,14 @@ else
       die "$who need ${missing[*]}; install them with: sudo apt-get install ${missing[*]}"
     fi
     say "installing ${missing[*]} (Debian)"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null; }; then
+    # Tests run in parallel and two may install at once; apt refuses a second apt-get outright
+    # ("Could not get lock"), so ours take turns and wait up to 10 minutes for anyone else's.
+    if ! (
+      flock 9
+      apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+          "${recommends[@]}" "${missing[@]}" >/dev/null
+    ) 9>/var/lock/reconciler-host-apt.lock; then
       die "apt-get could not install ${missing[*]}"
     fi
   }
