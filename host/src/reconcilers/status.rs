@@ -85,6 +85,8 @@ impl StatusWriter {
             if !*writes.borrow() {
                 continue;
             }
+            // Decided in one go, before any write is awaited, so that every status of a pass
+            // comes from the same moment of the guest set and the records.
             let statuses = guests.statuses();
             let shadows = guests.shadows();
             let cluster = self.store.state().into_iter().map(|o| (o, None));
@@ -97,18 +99,27 @@ impl StatusWriter {
                 .collect::<Vec<_>>()
                 .into_iter()
                 .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
-            for (object, namespace) in cluster.chain(namespaced) {
-                // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
-                let name = match &namespace {
-                    Some(ns) => format!("{ns}.{}", object.name_any()),
-                    None => object.name_any(),
-                };
-                let desired = {
-                    let records = self.shared.records.lock();
+            let mut decided = Vec::new();
+            {
+                let records = self.shared.records.lock();
+                for (object, namespace) in cluster.chain(namespaced) {
+                    // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
+                    let name = match &namespace {
+                        Some(ns) => format!("{ns}.{}", object.name_any()),
+                        None => object.name_any(),
+                    };
                     let Some(record) = records.objects.get(&name) else {
                         continue;
                     };
-                    let running = running(&statuses, &name).map(|s| Running {
+                    let entry = running(&statuses, &name);
+                    let generation = object.metadata.generation.unwrap_or(0);
+                    let runs = entry.and_then(|e| e.active_hash.as_deref());
+                    if !settled(record.verdict.as_ref(), generation, runs) {
+                        // Between a load or unload and its verdict: the verdict's own
+                        // notification brings the pass that sees both.
+                        continue;
+                    }
+                    let running = entry.map(|s| Running {
                         guest: s.guest.clone().unwrap_or_default(),
                         digest: s
                             .active_hash
@@ -126,12 +137,15 @@ impl StatusWriter {
                         .as_ref()
                         .filter(|r| r.mode == Some(crate::shadow::Mode::Shadow))
                         .and_then(|r| shadows.report(&r.guest));
-                    desired(&object, record, running.as_ref(), shadow.as_ref()).map(|mut status| {
+                    if let Some(mut status) =
+                        desired(&object, record, running.as_ref(), shadow.as_ref())
+                    {
                         status["host"] = json!(self.shared.host);
-                        status
-                    })
-                };
-                let Some(desired) = desired else { continue };
+                        decided.push((name, object, namespace, status));
+                    }
+                }
+            }
+            for (name, object, namespace, desired) in decided {
                 let api = match &namespace {
                     Some(ns) => {
                         Api::namespaced_with(self.client.clone(), ns, &spec::namespaced_resource())
@@ -144,6 +158,25 @@ impl StatusWriter {
             }
         }
     }
+}
+
+/// Whether the guest set (`runs`: the content hash its item for the object runs) and the
+/// records' last verdict on `generation` agree on what runs. Each is read under its own lock, and the guest set changes its item
+/// before it gives the verdict, so a pass between the two sees a guest loaded with no verdict
+/// yet, or a verdict of one unloaded while its item is still listed.
+fn settled(verdict: Option<&(i64, Verdict)>, generation: i64, runs: Option<&str>) -> bool {
+    let Some((judged, verdict)) = verdict else {
+        return true;
+    };
+    if *judged != generation {
+        return true;
+    }
+    let verdict_runs = match verdict {
+        Verdict::Loaded { hash, .. } => Some(hash.as_str()),
+        Verdict::Refused { kept, .. } => kept.as_ref().map(|(_, hash)| hash.as_str()),
+        Verdict::Unloaded => None,
+    };
+    verdict_runs == runs
 }
 
 /// The `/guests` entry of object `name`, if a version of it runs.
@@ -392,4 +425,43 @@ fn comparable(status: &Value) -> Value {
         map.retain(|_, v| !v.is_null());
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(hash: &str) -> Verdict {
+        Verdict::Loaded {
+            guest: "g".into(),
+            hash: hash.into(),
+        }
+    }
+
+    fn refused(kept: Option<&str>) -> Verdict {
+        Verdict::Refused {
+            cause: "SignatureInvalid",
+            message: "m".into(),
+            kept: kept.map(|h| ("g".to_owned(), h.to_owned())),
+        }
+    }
+
+    #[test]
+    fn a_verdict_and_the_guest_set_settle_when_they_name_the_same_running_version() {
+        // Agreeing: written.
+        assert!(settled(Some(&(2, loaded("a"))), 2, Some("a")));
+        assert!(settled(Some(&(2, refused(Some("a")))), 2, Some("a")));
+        assert!(settled(Some(&(2, refused(None))), 2, None));
+        assert!(settled(Some(&(2, Verdict::Unloaded)), 2, None));
+        // Loaded, its verdict not heard yet (the race CI met: `Ready=True`, "runs as guest ?").
+        assert!(!settled(Some(&(2, loaded("a"))), 2, None));
+        assert!(!settled(Some(&(2, loaded("b"))), 2, Some("a")));
+        // Unloaded or refused without a kept version while the item still runs.
+        assert!(!settled(Some(&(2, refused(None))), 2, Some("a")));
+        assert!(!settled(Some(&(2, Verdict::Unloaded)), 2, Some("a")));
+        assert!(!settled(Some(&(2, refused(Some("a")))), 2, None));
+        // No verdict on this generation yet: nothing to disagree with.
+        assert!(settled(None, 2, Some("a")));
+        assert!(settled(Some(&(1, refused(None))), 2, Some("a")));
+    }
 }
