@@ -63,7 +63,7 @@ mod live;
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -79,7 +79,8 @@ use kube::api::{
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use live::{
-    cpu_seconds, create_widgets, env_list, env_usize, http_get, proc_status_kib, retrying, sh,
+    cpu_seconds, create_widgets, env_list, env_usize, http_get, plane_cpu_seconds, proc_status_kib,
+    retrying, sh,
 };
 use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::{repo_root, widget_resource};
@@ -299,8 +300,8 @@ impl Bench {
         Ok(())
     }
 
-    /// `apiserver_request_total`, summed over every label.
-    async fn apiserver_requests(&self) -> anyhow::Result<u64> {
+    /// `apiserver_request_total`, summed per verb and resource (`PATCH widgets/status`).
+    async fn apiserver_requests(&self) -> anyhow::Result<Requests> {
         let text = retrying("metrics", || {
             let request = hyper::Request::get("/metrics").body(Vec::new());
             async move {
@@ -309,14 +310,30 @@ impl Bench {
             }
         })
         .await?;
-        let total: f64 = text
-            .lines()
-            .filter(|l| l.starts_with("apiserver_request_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        // Counts, far below 2^52.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Ok(total as u64)
+        let mut requests = Requests::default();
+        for line in text.lines() {
+            let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = labels.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix("=\""))
+                    .map_or("", |v| v.trim_end_matches('"'))
+            };
+            let mut kind = format!("{} {}", label("verb"), label("resource"));
+            if !label("subresource").is_empty() {
+                kind = format!("{kind}/{}", label("subresource"));
+            }
+            // Counts, far below 2^52.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let count = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+            *requests.0.entry(kind).or_default() += count;
+        }
+        Ok(requests)
     }
 
     /// Starts `who` on `ns`, whose `n` Widgets have no status yet, and measures until every
@@ -326,6 +343,7 @@ impl Bench {
         let before = self.apiserver_requests().await?;
         let own_before = tracker.requests();
         let prober = Prober::start(&self.kubeconfig, ns).await?;
+        let plane_before = plane_cpu_seconds();
         let started = Instant::now();
         let running = self.spawn(who, ns)?;
         let mut synced = None;
@@ -362,7 +380,8 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let wall = started.elapsed();
-        let gets = prober.stop().await;
+        let plane_cpu = plane_cpu_seconds() - plane_before;
+        let (gets, probe_requests) = prober.stop().await;
         let cpu_done = cpu_seconds(running.pid());
         let rss = rss_kib(running.pid());
         // Every controller here reconciles each object a second time when it sees its own
@@ -371,10 +390,10 @@ impl Bench {
         // request has been made for 2 s, and count it.
         // (Scrapes of /metrics are not in `apiserver_request_total`.)
         let at_done = self.apiserver_requests().await?;
-        let (mut last, mut quiet_since) = (at_done, Instant::now());
+        let (mut last, mut quiet_since) = (at_done.total(), Instant::now());
         while quiet_since.elapsed() < Duration::from_secs(2) && started.elapsed() < WAIT_LIMIT {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let now = self.apiserver_requests().await?;
+            let now = self.apiserver_requests().await?.total();
             if now > last {
                 quiet_since = Instant::now();
             }
@@ -385,16 +404,19 @@ impl Bench {
         // The controller's watches are counted when they end.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let after = self.apiserver_requests().await?;
-        // The bench's own: any re-watch meanwhile.
-        let own = tracker.requests() - own_before;
+        // The bench's own: any re-watch meanwhile, and the second client's GETs.
+        let own = tracker.requests() - own_before + probe_requests;
         tracker.stop();
+        let kinds = at_done.since(&before);
         Ok(Figures {
             wall,
             synced,
-            requests: Some(at_done.saturating_sub(before + own)),
-            requests_quiet: Some(after.saturating_sub(before + own)),
+            requests: Some(at_done.total().saturating_sub(before.total() + own)),
+            requests_quiet: Some(after.total().saturating_sub(before.total() + own)),
+            request_kinds: kinds,
             cpu: Some(cpu_done),
             cpu_quiet: Some(cpu),
+            plane_cpu,
             rss_kib: rss,
             gets,
             limits,
@@ -408,6 +430,7 @@ impl Bench {
         let api = self.widgets(ns);
         let objects = api.list(&ListParams::default()).await?.items;
         let prober = Prober::start(&self.kubeconfig, ns).await?;
+        let plane_before = plane_cpu_seconds();
         let started = Instant::now();
         futures::stream::iter(&objects)
             .map(|object| {
@@ -430,15 +453,18 @@ impl Bench {
             .try_collect::<Vec<()>>()
             .await?;
         let wall = started.elapsed();
+        let plane_cpu = plane_cpu_seconds() - plane_before;
         Ok(Figures {
             wall,
             synced: None,
             requests: Some(objects.len() as u64 + 1),
             requests_quiet: None,
+            request_kinds: Requests::default(),
             cpu: None,
             cpu_quiet: None,
+            plane_cpu,
             rss_kib: 0,
-            gets: prober.stop().await,
+            gets: prober.stop().await.0,
             limits: Vec::new(),
         })
     }
@@ -448,7 +474,7 @@ impl Bench {
     async fn idle_gets(&self, ns: &str, secs: u64) -> anyhow::Result<Vec<Duration>> {
         let prober = Prober::start(&self.kubeconfig, ns).await?;
         tokio::time::sleep(Duration::from_secs(secs)).await;
-        Ok(prober.stop().await)
+        Ok(prober.stop().await.0)
     }
 
     /// Starts `who` on `ns`, whose `n` Widgets have no status yet, and once it has written
@@ -658,6 +684,29 @@ impl Bench {
     }
 }
 
+/// `apiserver_request_total` by verb and resource.
+#[derive(Default, Clone)]
+struct Requests(BTreeMap<String, u64>);
+
+impl Requests {
+    fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// What was sent since `before`, by kind, the kinds that grew only.
+    fn since(&self, before: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter_map(|(kind, n)| {
+                    let grew = n.saturating_sub(before.0.get(kind).copied().unwrap_or(0));
+                    (grew > 0).then(|| (kind.clone(), grew))
+                })
+                .collect(),
+        )
+    }
+}
+
 struct Figures {
     wall: Duration,
     synced: Option<Duration>,
@@ -665,8 +714,13 @@ struct Figures {
     requests: Option<u64>,
     /// Once no more requests came (the second, no-op pass included).
     requests_quiet: Option<u64>,
+    /// The requests until the last status was written, by verb and resource (the bench's own
+    /// included: its watch and the second client's GETs).
+    request_kinds: Requests,
     cpu: Option<f64>,
     cpu_quiet: Option<f64>,
+    /// CPU seconds of kube-apiserver and etcd until the last status was written.
+    plane_cpu: f64,
     rss_kib: u64,
     /// The second client's GET latencies during the run.
     gets: Vec<Duration>,
@@ -692,6 +746,8 @@ fn quantile(values: &[Duration], q: f64) -> Duration {
 /// and timing each answer: what the controller under test does to everyone else's requests.
 struct Prober {
     latencies: Arc<parking_lot::Mutex<Vec<Duration>>>,
+    /// Its requests (the create included), which the controllers' request figures leave out.
+    requests: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -712,25 +768,33 @@ impl Prober {
             Err(e) => return Err(e.into()),
         }
         let latencies: Arc<parking_lot::Mutex<Vec<Duration>>> = Arc::default();
-        let seen = latencies.clone();
+        let requests = Arc::new(AtomicU64::new(1));
+        let (seen, sent_count) = (latencies.clone(), requests.clone());
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(PROBE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                sent_count.fetch_add(1, Ordering::SeqCst);
                 let sent = Instant::now();
                 if api.get("get-probe").await.is_ok() {
                     seen.lock().push(sent.elapsed());
                 }
             }
         });
-        Ok(Self { latencies, task })
+        Ok(Self {
+            latencies,
+            requests,
+            task,
+        })
     }
 
-    async fn stop(self) -> Vec<Duration> {
+    /// Its latencies, and how many requests it sent.
+    async fn stop(self) -> (Vec<Duration>, u64) {
         self.task.abort();
         let _ = self.task.await;
-        std::mem::take(&mut *self.latencies.lock())
+        let latencies = std::mem::take(&mut *self.latencies.lock());
+        (latencies, self.requests.load(Ordering::SeqCst))
     }
 }
 
@@ -958,9 +1022,9 @@ async fn orchestrate() -> anyhow::Result<()> {
 
     println!();
     println!(
-        "| N objects, no status yet → every status written | wall time | time vs best raw loop | second client's GET p99 (vs idle) | cache synced after | API requests: all written / until quiet | controller CPU: all written / until quiet | RSS when all written | host's write limit: median / max |"
+        "| N objects, no status yet → every status written | wall time | time vs best raw loop | second client's GET p99 (vs idle) | cache synced after | API requests: all written / until quiet | controller CPU: all written / until quiet | kube-apiserver + etcd CPU | cores busy | RSS when all written | host's write limit: median / max |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (n, rows, idle) in &table {
         let best = rows
             .iter()
@@ -973,7 +1037,7 @@ async fn orchestrate() -> anyhow::Result<()> {
             let mut limits = f.limits.clone();
             limits.sort_by(f64::total_cmp);
             println!(
-                "| N = {n}: {label} | {:.2} s | {:.2}x | {:.1} ms ({:.1}x) | {} | {} | {} | {} | {} |",
+                "| N = {n}: {label} | {:.2} s | {:.2}x | {:.1} ms ({:.1}x) | {} | {} | {} | {:.2} s | {:.2} of {cpus} | {} | {} |",
                 f.wall.as_secs_f64(),
                 f.wall.as_secs_f64() / best,
                 p99 * 1000.0,
@@ -989,6 +1053,10 @@ async fn orchestrate() -> anyhow::Result<()> {
                     (Some(c), Some(q)) => format!("{c:.2} / {q:.2} s"),
                     _ => "–".into(),
                 },
+                f.plane_cpu,
+                // The controller's and the control plane's CPU over the wall time (a raw
+                // loop's own, in the bench process, is not counted).
+                (f.plane_cpu + f.cpu.unwrap_or(0.0)) / f.wall.as_secs_f64(),
                 if f.rss_kib == 0 {
                     "–".into()
                 } else {
@@ -1000,8 +1068,23 @@ async fn orchestrate() -> anyhow::Result<()> {
                 },
             );
         }
+        for (label, f) in rows {
+            if f.request_kinds.0.is_empty() {
+                continue;
+            }
+            let kinds: Vec<String> = f
+                .request_kinds
+                .0
+                .iter()
+                .map(|(kind, count)| format!("{kind} {count}"))
+                .collect();
+            println!(
+                "(N = {n}: {label}: requests until all written, by kind, the bench's own included: {})",
+                kinds.join(", ")
+            );
+        }
         println!(
-            "(N = {n}: time vs best raw loop is this time over the fastest raw loop's; the second client's GETs on the idle server: p50 {:.1} ms, p99 {:.1} ms, {} GETs)",
+            "(N = {n}: time vs best raw loop is this time over the fastest raw loop's; cores busy is the controller's and the control plane's CPU seconds over the wall time; the second client's GETs on the idle server: p50 {:.1} ms, p99 {:.1} ms, {} GETs)",
             quantile(idle, 0.5).as_secs_f64() * 1000.0,
             idle_p99 * 1000.0,
             idle.len()

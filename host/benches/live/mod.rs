@@ -175,6 +175,23 @@ pub fn host_run(
     command
 }
 
+/// CPU seconds (utime + stime) the bench control plane's kube-apiserver and etcd have used
+/// since they started, from the pid files `tools/control-plane/cp` keeps.
+pub fn plane_cpu_seconds() -> f64 {
+    let dir = repo_root().join("target/bench-control-plane");
+    ["kube-apiserver.pid", "etcd.pid"]
+        .iter()
+        .filter_map(|file| {
+            std::fs::read_to_string(dir.join(file))
+                .ok()?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        })
+        .map(cpu_seconds)
+        .sum()
+}
+
 /// utime + stime of the whole process (every thread), from `/proc/<pid>/stat`.
 // Clock ticks, far below 2^52.
 #[allow(clippy::cast_precision_loss)]
