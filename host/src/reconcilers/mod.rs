@@ -240,13 +240,17 @@ impl Tenants {
             }
         }
         for (namespace, mut objects) in by_namespace {
-            // The oldest first: a quota never evicts a Reconciler for a newer one.
-            objects.sort_by(|a, b| {
-                let at = |o: &DynamicObject| o.metadata.creation_timestamp.clone().map(|t| t.0);
-                at(a)
-                    .cmp(&at(b))
-                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-            });
+            // Those served at the last listing first, then the oldest: a quota never evicts a
+            // Reconciler for a newer one, not even for one created in the same second (creation
+            // times are whole seconds) with a name that sorts first.
+            let served = |o: &DynamicObject| {
+                let key = format!("{namespace}.{}", o.metadata.name.as_deref().unwrap_or(""));
+                records
+                    .objects
+                    .get(&key)
+                    .is_some_and(|r| r.held.is_none() && r.spec.is_ok())
+            };
+            quota_order(&mut objects, served);
             let labels = self
                 .namespaces
                 .get(&reflector::ObjectRef::new(&namespace))
@@ -300,6 +304,18 @@ impl Tenants {
             }
         }
     }
+}
+
+/// Sorts one namespace's Reconcilers into the order they take its quota in: those `served`
+/// first, then by creation time, then by name.
+fn quota_order(objects: &mut [Arc<DynamicObject>], served: impl Fn(&DynamicObject) -> bool) {
+    objects.sort_by_cached_key(|o| {
+        (
+            !served(o),
+            o.metadata.creation_timestamp.clone().map(|t| t.0),
+            o.metadata.name.clone(),
+        )
+    });
 }
 
 /// Whether `object`'s status was last written by `host`.
@@ -540,5 +556,49 @@ impl Changes for Watching {
 
     fn retry_in(&mut self, after: Duration) {
         self.retry = Some(tokio::time::Instant::now() + after);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reconciler(name: &str, created: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
+                "metadata": {"name": name, "namespace": "team", "creationTimestamp": created},
+            }))
+            .expect("a Reconciler"),
+        )
+    }
+
+    fn names(objects: &[Arc<DynamicObject>]) -> Vec<&str> {
+        objects
+            .iter()
+            .map(|o| o.metadata.name.as_deref().unwrap_or(""))
+            .collect()
+    }
+
+    #[test]
+    fn a_served_reconciler_keeps_its_quota_slot_against_one_created_in_the_same_second() {
+        let (b, a) = (
+            reconciler("b", "2026-11-28T08:00:00Z"),
+            reconciler("a", "2026-11-28T08:00:00Z"),
+        );
+        let older = reconciler("z", "2026-11-28T07:59:59Z");
+        // Nothing served yet (a host starting): the oldest, then by name.
+        let mut objects = vec![b.clone(), a.clone(), older.clone()];
+        quota_order(&mut objects, |_| false);
+        assert_eq!(names(&objects), ["z", "a", "b"]);
+        // `b` was served at the last listing; `a`, created in the same second, was not: `b`
+        // stays first whatever the names say.
+        let mut objects = vec![a.clone(), b.clone(), older.clone()];
+        quota_order(&mut objects, |o| o.metadata.name.as_deref() == Some("b"));
+        assert_eq!(names(&objects), ["b", "z", "a"]);
+        // Among the served, the oldest first.
+        let mut objects = vec![a, b, older];
+        quota_order(&mut objects, |o| o.metadata.name.as_deref() != Some("a"));
+        assert_eq!(names(&objects), ["z", "b", "a"]);
     }
 }
