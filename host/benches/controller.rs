@@ -15,7 +15,9 @@
 //!   make everyone else's requests slow). Per controller: wall time, its ratio to the best raw
 //!   loop's time, the time to a synced cache (the startup figure: list +
 //!   sync; the wall time is "every key reconciled once"), API requests (the API server's
-//!   `apiserver_request_total`, less the bench's own) and CPU seconds of the controller process
+//!   `apiserver_request_total`, less the bench's own watch and second client; printed by verb
+//!   and resource too), kube-apiserver's and etcd's CPU seconds and the cores the run kept busy
+//!   (a CPU-bound run shows near all of them), and CPU seconds of the controller process
 //!   (utime + stime), each when the last status is written and once the controller has gone
 //!   quiet (no request for 2 s: every controller here reconciles each object again after its own
 //!   write), and its resident memory when the last status is written;
