@@ -346,6 +346,77 @@ mod tests {
         }
     }
 
+    /// A primary (a ConfigMap standing in) in `namespace` whose `spec.source` holds `source`.
+    fn primary(namespace: &str, name: &str, source: &str) -> (ObjectKey, DynamicObject) {
+        let mut object = DynamicObject::new(
+            name,
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        )
+        .within(namespace);
+        object.data = serde_json::json!({"spec": {"source": source}});
+        let key = ObjectKey {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        (key, object)
+    }
+
+    /// The primaries an event of `watched` wakes through a `field` mapping of `value`.
+    fn woken(index: &Arc<FieldIndex>, value: IndexValue, watched: &DynamicObject) -> Vec<String> {
+        let mapper = Mapper::Index {
+            index: index.clone(),
+            value,
+        };
+        let primary = Gvk::new("", "v1", "ConfigMap");
+        let mut keys: Vec<String> = futures::executor::block_on(mapper.keys(watched, &primary))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_field_index_matches_by_name_by_namespace_and_by_namespace_slash_name() {
+        let index = Arc::new(FieldIndex::parse("spec.source").unwrap());
+        for (ns, name, source) in [
+            ("team", "by-name", "settings"),
+            ("other", "by-name-elsewhere", "settings"),
+            ("hub", "by-namespace", "team"),
+            ("hub", "by-namespaced-name", "team/settings"),
+        ] {
+            let (key, object) = primary(ns, name, source);
+            index.update(&key, Some(&object));
+        }
+        let settings = DynamicObject::new(
+            "settings",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        )
+        .within("team");
+        // By name: the primaries in the object's own namespace only.
+        assert_eq!(woken(&index, IndexValue::Name, &settings), ["team/by-name"]);
+        // By namespace: every primary naming it, in any namespace.
+        assert_eq!(
+            woken(&index, IndexValue::Namespace, &settings),
+            ["hub/by-namespace"]
+        );
+        // By `namespace/name`: in any namespace too.
+        assert_eq!(
+            woken(&index, IndexValue::NamespacedName, &settings),
+            ["hub/by-namespaced-name"]
+        );
+        // A cluster-scoped object: by namespace nothing; by `namespace/name`, its name alone.
+        let cluster = DynamicObject::new(
+            "team",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+        );
+        assert!(woken(&index, IndexValue::Namespace, &cluster).is_empty());
+        assert_eq!(
+            woken(&index, IndexValue::NamespacedName, &cluster),
+            ["hub/by-namespace"]
+        );
+    }
+
     #[test]
     fn only_updates_that_keep_the_generation_are_skipped() {
         let same = update(object(Some(3), false), object(Some(3), false));
