@@ -350,6 +350,38 @@ async fn changes_of_objects_the_guest_does_not_own_reach_the_widgets_they_affect
         "{warning:?}"
     );
 
+    // A trap leaves one too, retried with backoff: each trap again is counted on the same
+    // event (one object, its series), not a new event per retry.
+    s.create_widget("trapping", true, json!({"fail": "trap"}))
+        .await?;
+    let trapped = wait_until(
+        "a GuestTrapped event on Widget trapping, counted twice or more",
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&ListParams::default()).await?;
+            let found: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("trapping")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .collect();
+            let count = |e: &Event| e.series.as_ref().map_or(1, |s| s.count);
+            match found.as_slice() {
+                [one] if count(one) >= 2 => Ok(found),
+                _ if found.len() > 1 => Ok(found),
+                _ => bail!("Warning events regarding Widget trapping: {found:?}"),
+            }
+        },
+    )
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+    ensure!(
+        trapped.len() == 1 && trapped[0].reason.as_deref() == Some("GuestTrapped"),
+        "one aggregated GuestTrapped event, not one per retry: {trapped:?}"
+    );
+
     // By now the unlabelled Widget would have been reconciled many times over.
     let stranger = widgets(&s.client, &ns).get("stranger").await?;
     ensure!(
