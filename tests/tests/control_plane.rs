@@ -269,6 +269,48 @@ async fn the_example_networks_apply() -> Result<()> {
     Ok(())
 }
 
+/// `eval "$(cp env)"`, as the docs tell a guest author, gives a shell `KUBECONFIG` and the
+/// control plane's kubectl first on `PATH`: `kubectl` then answers from this control plane in a
+/// shell that had no kubectl at all.
+#[tokio::test]
+async fn cp_env_gives_a_bare_shell_kubectl_and_the_kubeconfig() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let dir = plane
+        .dir()
+        .context("the shared control plane has a directory")?;
+    let cp = reconciler_host_tests::repo_root().join("tools/control-plane/cp");
+    let script = format!(
+        "eval \"$({} env --dir {})\" && command -v kubectl && kubectl get --raw /readyz",
+        cp.display(),
+        dir.display()
+    );
+    // Only the variables that say where the project's caches are, and a PATH of the system's.
+    let mut bash = std::process::Command::new("bash");
+    bash.args(["-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin");
+    for kept in ["HOME", "XDG_CACHE_HOME"] {
+        if let Some(value) = std::env::var_os(kept) {
+            bash.env(kept, value);
+        }
+    }
+    let out = bash.output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    let kubectl = lines.next().unwrap_or_default();
+    ensure!(
+        kubectl.starts_with('/') && !kubectl.starts_with("/usr/bin"),
+        "kubectl from {kubectl:?}, not the control plane's"
+    );
+    ensure!(lines.next() == Some("ok"), "/readyz said {stdout}");
+    Ok(())
+}
+
 /// A change made after a restart reaches a watch that was open before it: the watcher either
 /// resumes from its resourceVersion or relists, and either way nothing is lost.
 #[tokio::test]
