@@ -161,9 +161,10 @@ impl StatusWriter {
 }
 
 /// Whether the guest set (`runs`: the content hash its item for the object runs) and the
-/// records' last verdict on `generation` agree on what runs. Each is read under its own lock, and the guest set changes its item
-/// before it gives the verdict, so a pass between the two sees a guest loaded with no verdict
-/// yet, or a verdict of one unloaded while its item is still listed.
+/// records' last verdict on `generation` agree on what runs. A pass reads the guest set's items
+/// first and the records after, each under its own lock, so a load or unload in between shows
+/// its verdict beside the item as it was: a guest loaded but not yet listed, or one unloaded and
+/// still listed.
 fn settled(verdict: Option<&(i64, Verdict)>, generation: i64, runs: Option<&str>) -> bool {
     let Some((judged, verdict)) = verdict else {
         return true;
