@@ -801,3 +801,88 @@ fn verify_keys_are_mounted_where_host_yaml_names_them() -> Result<()> {
     }
     Ok(())
 }
+
+/// Whether `labels` (a Pod's) satisfy a `matchLabels` selector.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector["matchLabels"]
+        .as_object()
+        .is_some_and(|wanted| wanted.iter().all(|(k, v)| labels[k] == *v))
+}
+
+/// `networkPolicy`: the host's Pods (and no other) admit on their port only the peers in `from`
+/// and the uninstall hook's drain, which reads every host's `/guests`; an empty `from`, which a
+/// NetworkPolicy reads as "from anywhere", is refused before anything is installed; there is
+/// none by default, nor with the Linux provider (host network, where one does not apply); and
+/// the API server accepts the rendered policy (a server-side dry run).
+#[tokio::test]
+async fn a_network_policy_admits_only_the_scraper_and_the_drain() -> Result<()> {
+    let scraper = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}});
+    let values = json!({"networkPolicy": {"enabled": true, "from": [scraper]}});
+    let rendered = Chart::render("rh", "ops", &values, &[])?;
+    let policy = rendered.one("NetworkPolicy")?;
+    let host_pod = &rendered.one("Deployment")?["spec"]["template"]["metadata"]["labels"];
+    let drain_pod = &rendered.one("Job")?["spec"]["template"]["metadata"]["labels"];
+    ensure!(
+        selects(&policy["spec"]["podSelector"], host_pod),
+        "the policy does not select the host's Pods: {policy}"
+    );
+    ensure!(
+        !selects(&policy["spec"]["podSelector"], drain_pod),
+        "the policy selects the drain's Pod too: {policy}"
+    );
+    ensure!(
+        policy["spec"]["policyTypes"] == json!(["Ingress"]),
+        "{policy}"
+    );
+    let rules = policy["spec"]["ingress"].as_array().context("ingress")?;
+    ensure!(rules.len() == 1, "one rule, not {}: {policy}", rules.len());
+    ensure!(
+        rules[0]["ports"] == json!([{"port": "http", "protocol": "TCP"}]),
+        "{policy}"
+    );
+    let peers = rules[0]["from"].as_array().context("from")?;
+    ensure!(
+        peers.len() == 2
+            && peers[0] == scraper
+            && selects(&peers[1]["podSelector"], drain_pod)
+            && !selects(&peers[1]["podSelector"], host_pod),
+        "the peers are the scraper and the drain only: {peers:?}"
+    );
+
+    let refused = refusal(&json!({"networkPolicy": {"enabled": true}}))?;
+    ensure!(refused.contains("/networkPolicy/from"), "{refused}");
+    let refused = refusal(&json!({"networkPolicy": {"enabled": true, "from": []}}))?;
+    ensure!(refused.contains("/networkPolicy/from"), "{refused}");
+    ensure!(
+        Chart::render("rh", "ops", &json!({}), &[])?
+            .of_kind("NetworkPolicy")
+            .is_empty(),
+        "a NetworkPolicy by default"
+    );
+    let linux = yaml_file(&repo_root().join("deploy/linux/values.yaml"))?;
+    let mut linux_with_policy = linux.clone();
+    linux_with_policy["networkPolicy"] = values["networkPolicy"].clone();
+    ensure!(
+        Chart::render("rh", "ops", &linux_with_policy, &[])?
+            .of_kind("NetworkPolicy")
+            .is_empty(),
+        "a NetworkPolicy with the Linux provider's host network"
+    );
+
+    let client = ControlPlane::shared().await?.client().await?;
+    let namespace = reconciler_host_tests::test_namespace(&client, "chart-np").await?;
+    let mut policy: k8s_openapi::api::networking::v1::NetworkPolicy =
+        serde_json::from_value(policy.clone())?;
+    policy.metadata.namespace = Some(namespace.clone());
+    kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(client, &namespace)
+        .create(
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &policy,
+        )
+        .await
+        .context("the API server refused the rendered NetworkPolicy")?;
+    Ok(())
+}
