@@ -6,9 +6,17 @@
 //! - `http: [{method?, url, headers?, body?}]`: each request sent in turn through
 //!   [`reconciler_guest::http`] (`method` defaults to `GET`); `httpRepeat: n` sends the whole
 //!   list n times.
+//! - `hoard: {kind, count, bytes, url?}`: an attack on the host's memory through raw
+//!   `wasi:http` resources the guest keeps until its reconcile ends: `fields` (`count` header
+//!   maps of about `bytes` each), `unsent` (`count` requests whose bodies get `bytes` written but
+//!   are never handed to `handle`), `unfinished` (`count` requests to `url` handed over, their
+//!   bodies written with `bytes` and never finished) or `unread` (`count` requests to `url`
+//!   whose responses arrive and are never read). Every write is non-blocking: a stream that takes
+//!   no more is left as it is.
 //! - The status merge patch: `http`, the outcome of each of the first eight requests
 //!   (`{status, length, body}` with the body's first 2 KiB, or `{error}`), `httpSent` (answered)
-//!   and `httpFailed`, and `observedGeneration`.
+//!   and `httpFailed`, `hoard` (`{made, written, error}`: how many resources were made, the body
+//!   bytes the host took, the first refusal), and `observedGeneration`.
 //!
 //! Nothing else: a gone or deleting object is done at once.
 
@@ -38,6 +46,8 @@ impl Guest for Fetcher {
         let widget: WidgetObject = reconciler_guest::serde_json::from_value(object)
             .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
         let (outcomes, sent, failed) = send_requests(&widget.spec.http, widget.spec.http_repeat);
+        let mut kept = Vec::new();
+        let hoarded = widget.spec.hoard.as_ref().map(|h| hoard::run(h, &mut kept));
         cluster::patch_status(
             &req.ref_,
             &json!({
@@ -45,13 +55,17 @@ impl Guest for Fetcher {
                 "http": outcomes,
                 "httpSent": sent,
                 "httpFailed": failed,
+                "hoard": hoarded,
             }),
         )?;
+        drop(kept);
         Ok(Action::await_change())
     }
 }
 
 reconciler_guest::export!(Fetcher);
+
+mod hoard;
 
 #[derive(Deserialize)]
 struct WidgetObject {
@@ -70,6 +84,7 @@ struct Metadata {
 struct Spec {
     http: Vec<HttpSpec>,
     http_repeat: Option<u32>,
+    hoard: Option<hoard::Hoard>,
 }
 
 #[derive(Deserialize)]
