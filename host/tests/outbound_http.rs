@@ -125,6 +125,65 @@ fn route(
             });
             hyper::Response::new(StreamBody::new(stream).boxed())
         }
+        // The key in the shapes a server hands back: a Basic credential, a JWT claim, a
+        // line-wrapped base64 dump of the request, hex, and a URL with every byte escaped.
+        "/api/basic-echo" => {
+            let dump = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {key}\r\n\r\n");
+            let dump: Vec<String> = base64_of(&dump)
+                .as_bytes()
+                .chunks(76)
+                .map(|line| String::from_utf8_lossy(line).into_owned())
+                .collect();
+            let claims = base64_url_of(&format!(r#"{{"sub":"ws","key":"{key}"}}"#));
+            let escaped: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+            let body = json!({
+                "basic": format!("Basic {}", base64_of(&format!("user:{key}"))),
+                "jwt": format!("eyJhbGciOiJub25lIn0.{claims}."),
+                "dump": dump.join("\r\n"),
+                "hex": hex_of(&key).to_uppercase(),
+                "url": format!("http://{addr}/?k={escaped}"),
+            });
+            hyper::Response::new(full(body.to_string()))
+        }
+        // Keeps nothing itself: `/public/read` finds the key in what reached the server.
+        "/api/store" => hyper::Response::new(full("stored")),
+        // Hands back the key the last `/api/store` received, in the body, in a header value and
+        // as a header name, and says which encoding the request accepted.
+        "/public/read" => {
+            let stored = seen
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find_map(|line| line.strip_prefix("POST /api/store ").map(str::to_owned))
+                .unwrap_or_default();
+            let accepted = req
+                .headers()
+                .get("accept-encoding")
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default();
+            hyper::Response::builder()
+                .header("x-stored", stored.as_str())
+                .header(format!("x-{stored}"), "1")
+                .body(full(
+                    json!({
+                        "stored": stored,
+                        "basic": base64_of(&format!("user:{stored}")),
+                        "hex": hex_of(&stored),
+                        "accept-encoding": accepted,
+                    })
+                    .to_string(),
+                ))
+                .unwrap()
+        }
+        // The key as the names of response headers, as sent and base64url-encoded.
+        "/api/header-name" => hyper::Response::builder()
+            .header(key.as_str(), "1")
+            .header(format!("x-{key}-echo"), "2")
+            .header(format!("x-{}", base64_url_of(&format!("u:{key}"))), "3")
+            .body(full("named"))
+            .unwrap(),
         _ => hyper::Response::builder()
             .status(404)
             .body(full("not here"))
@@ -135,6 +194,15 @@ fn route(
 fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn base64_url_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+fn hex_of(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 fn key_ref() -> ValueFrom {
@@ -493,4 +561,140 @@ fn https_trusts_the_ca_bundle_a_rule_names_and_nothing_unknown() {
             );
         }
     }
+}
+
+/// Every form of `key` a guest could read it back from: as sent (either case), hex (either
+/// case), every byte percent-encoded, and each run of base64 characters (at every alignment,
+/// in both alphabets) that only the key decides.
+fn key_forms(key: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let mut forms = vec![
+        key.to_owned(),
+        key.to_uppercase(),
+        hex_of(key),
+        hex_of(key).to_uppercase(),
+        key.bytes().map(|b| format!("%{b:02X}")).collect(),
+    ];
+    for engine in [&STANDARD, &URL_SAFE] {
+        for k in 0..3 {
+            let encoded = engine.encode([&vec![0; k][..], key.as_bytes()].concat());
+            forms.push(encoded[(8 * k).div_ceil(6)..(8 * (k + key.len())) / 6].to_owned());
+        }
+    }
+    forms
+}
+
+fn assert_no_key(what: &str, text: &str) {
+    for form in key_forms(KEY) {
+        assert!(
+            !text.to_lowercase().contains(&form.to_lowercase()),
+            "{what} holds the key as {form}: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_key_in_a_basic_credential_a_jwt_or_a_wrapped_base64_dump_never_reaches_the_guest() {
+    let (addr, _) = server();
+    let case = case(grant(addr, ""));
+    let (outcome, status, calls) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/basic-echo")}]}),
+    );
+    assert_eq!(outcome, ok());
+    assert_eq!(status["http"][0]["status"], 200, "{status}");
+    let body: Value =
+        serde_json::from_str(status["http"][0]["body"].as_str().unwrap_or_default()).unwrap();
+    for field in ["basic", "jwt", "dump", "hex", "url"] {
+        assert!(body[field].is_string(), "{field}: {status}");
+    }
+    // The dump is wrapped at 76 columns: read it joined as a decoder would.
+    let dump = body["dump"]
+        .as_str()
+        .unwrap_or_default()
+        .replace("\r\n", "");
+    assert_no_key("the joined dump", &dump);
+    assert_no_key("the guest's status", &status.to_string());
+    assert_no_key("the record", &calls);
+}
+
+#[test]
+fn a_key_stored_under_one_rule_and_read_back_under_another_never_reaches_the_guest() {
+    let (addr, seen) = server();
+    // The second rule adds no credential: the read carries no key, and its response is masked
+    // all the same.
+    let case = case(grant(addr, &format!("- prefix: http://{addr}/public\n")));
+    let (outcome, status, calls) = reconcile(
+        &case,
+        &json!({"http": [
+            {"method": "POST", "url": format!("http://{addr}/api/store"), "body": "keep it"},
+            {"url": format!("http://{addr}/public/read")},
+        ]}),
+    );
+    assert_eq!(outcome, ok());
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(
+        lines,
+        [
+            format!("POST /api/store {KEY}"),
+            "GET /public/read ".to_owned()
+        ]
+    );
+    assert_eq!(status["http"][1]["status"], 200, "{status}");
+    let body: Value =
+        serde_json::from_str(status["http"][1]["body"].as_str().unwrap_or_default()).unwrap();
+    assert_eq!(body["stored"], "*".repeat(KEY.len()), "{status}");
+    assert_eq!(
+        body["accept-encoding"], "identity",
+        "a grant with a credential asks every response unencoded: {status}"
+    );
+    assert_no_key("the guest's status", &status.to_string());
+    assert_no_key("the record", &calls);
+}
+
+#[test]
+fn a_key_reflected_as_a_response_header_name_never_reaches_the_guest() {
+    let (addr, _) = server();
+    let case = case(grant(addr, &format!("- prefix: http://{addr}/public\n")));
+    let (outcome, status, calls) = reconcile(
+        &case,
+        &json!({"http": [
+            {"url": format!("http://{addr}/api/header-name")},
+            {"method": "POST", "url": format!("http://{addr}/api/store"), "body": "keep it"},
+            {"url": format!("http://{addr}/public/read")},
+        ]}),
+    );
+    assert_eq!(outcome, ok());
+    assert_eq!(status["http"][0]["body"], "named", "{status}");
+    // The fetcher reports bodies only; the record holds the headers as the guest received them.
+    assert!(
+        calls.contains(&format!("\"x-{}-echo\"", "*".repeat(KEY.len()))),
+        "{calls}"
+    );
+    assert_no_key("the record", &calls);
+    assert_no_key("the guest's status", &status.to_string());
+}
+
+#[test]
+fn a_credential_of_the_grant_that_cannot_be_read_fails_every_response_closed() {
+    let (addr, seen) = server();
+    // No Secret `gone` exists: the host could not mask its value, so it sends nothing.
+    let case = case(grant(
+        addr,
+        &format!(
+            "- prefix: http://{addr}/public\n  headers:\n    X-Other: {{secretKeyRef: {{name: gone, key: key}}}}\n"
+        ),
+    ));
+    let (outcome, status, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/echo")}]}),
+    );
+    assert_eq!(outcome, ok());
+    let error = status["http"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("unavailable") && error.contains("gone"),
+        "{status}"
+    );
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 0, "nothing was sent");
 }
