@@ -563,6 +563,39 @@ fn https_trusts_the_ca_bundle_a_rule_names_and_nothing_unknown() {
     }
 }
 
+#[test]
+fn paths_a_server_would_serve_outside_the_prefix_never_leave() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, ""));
+    // Tomcat serves the first two as /admin, a proxy that decodes before a backend that decodes
+    // again the third, a decoder that reads overlong UTF-8 the fourth, one that folds
+    // look-alikes (NFKC) the fifth (host/src/config/http_path.rs has the table).
+    let refused = [
+        ("/api/..;/admin", "path parameter"),
+        ("/api/x/..;/..;/admin", "path parameter"),
+        ("/api/%252e%252e/admin", "encoded %"),
+        ("/api/%c0%ae%c0%ae/admin", "non-ASCII"),
+        ("/api/%ef%bc%8e%ef%bc%8e/admin", "non-ASCII"),
+    ];
+    let requests: Vec<Value> = refused
+        .iter()
+        .map(|(path, _)| json!({"url": format!("http://{addr}{path}")}))
+        .chain([json!({"url": format!("http://{addr}/api/ok")})])
+        .collect();
+    let (outcome, status, _) = reconcile(&case, &json!({ "http": requests }));
+    assert_eq!(outcome, ok());
+    let outcomes = status["http"].as_array().unwrap();
+    for (i, (path, why)) in refused.iter().enumerate() {
+        let error = outcomes[i]["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("denied: "), "{path}: {}", outcomes[i]);
+        assert!(error.contains(why), "{path}: {}", outcomes[i]);
+    }
+    assert_eq!(outcomes[refused.len()]["status"], 200, "{status}");
+    // The server saw the one request inside the grant, and nothing else.
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(lines, [format!("GET /api/ok {KEY}")]);
+}
+
 /// Every form of `key` a guest could read it back from: as sent (either case), hex (either
 /// case), every byte percent-encoded, and each run of base64 characters (at every alignment,
 /// in both alphabets) that only the key decides.

@@ -8,6 +8,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::http_path::normalise_path;
+
 /// One prefix a guest may call, with what the host does for requests under it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -226,36 +228,6 @@ impl<'de> Deserialize<'de> for UrlPrefix {
             .parse()
             .map_err(serde::de::Error::custom)
     }
-}
-
-/// A URL path as a server would resolve it, or why it is refused: `.` and `..` segments and
-/// their percent-encoded forms, encoded slashes and backslashes, which servers and proxies
-/// resolve differently, could reach outside a prefix that the raw text seems to be under.
-pub fn normalise_path(path: &str) -> Result<String, String> {
-    let lower = path.to_ascii_lowercase();
-    for (encoded, what) in [
-        ("%2f", "an encoded /"),
-        ("%5c", "an encoded \\"),
-        ("%2e", "an encoded ."),
-    ] {
-        if lower.contains(encoded) {
-            return Err(format!("the path holds {what} ({encoded})"));
-        }
-    }
-    if path.contains('\\') {
-        return Err("the path holds a \\".to_owned());
-    }
-    if path
-        .split('/')
-        .any(|segment| segment == "." || segment == "..")
-    {
-        return Err("the path holds a . or .. segment".to_owned());
-    }
-    Ok(if path.is_empty() {
-        "/".to_owned()
-    } else {
-        path.to_owned()
-    })
 }
 
 #[cfg(test)]

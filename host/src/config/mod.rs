@@ -12,10 +12,12 @@ use serde::{Deserialize, Serialize};
 use crate::objects::Gvk;
 
 mod http;
+mod http_path;
 mod record;
 mod service_account;
 
-pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom, normalise_path};
+pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom};
+pub use http_path::normalise_path;
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
 
