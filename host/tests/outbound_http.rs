@@ -125,6 +125,25 @@ fn route(
             });
             hyper::Response::new(StreamBody::new(stream).boxed())
         }
+        "/api/basic-echo" | "/api/store" | "/public/read" | "/api/header-name" => {
+            reflecting(req, &seen, addr, &path, &key)
+        }
+        _ => hyper::Response::builder()
+            .status(404)
+            .body(full("not here"))
+            .unwrap(),
+    }
+}
+
+/// Routes that hand back the key the host added, in the forms the masking must recognise.
+fn reflecting(
+    req: &hyper::Request<hyper::body::Incoming>,
+    seen: &Seen,
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+) -> hyper::Response<Body> {
+    match path {
         // The key in the shapes a server hands back: a Basic credential, a JWT claim, a
         // line-wrapped base64 dump of the request, hex, and a URL with every byte escaped.
         "/api/basic-echo" => {
@@ -135,13 +154,12 @@ fn route(
                 .map(|line| String::from_utf8_lossy(line).into_owned())
                 .collect();
             let claims = base64_url_of(&format!(r#"{{"sub":"ws","key":"{key}"}}"#));
-            let escaped: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
             let body = json!({
                 "basic": format!("Basic {}", base64_of(&format!("user:{key}"))),
                 "jwt": format!("eyJhbGciOiJub25lIn0.{claims}."),
                 "dump": dump.join("\r\n"),
-                "hex": hex_of(&key).to_uppercase(),
-                "url": format!("http://{addr}/?k={escaped}"),
+                "hex": hex_of(key).to_uppercase(),
+                "url": format!("http://{addr}/?k={}", percent_of(key)),
             });
             hyper::Response::new(full(body.to_string()))
         }
@@ -179,15 +197,12 @@ fn route(
         }
         // The key as the names of response headers, as sent and base64url-encoded.
         "/api/header-name" => hyper::Response::builder()
-            .header(key.as_str(), "1")
+            .header(key, "1")
             .header(format!("x-{key}-echo"), "2")
             .header(format!("x-{}", base64_url_of(&format!("u:{key}"))), "3")
             .body(full("named"))
             .unwrap(),
-        _ => hyper::Response::builder()
-            .status(404)
-            .body(full("not here"))
-            .unwrap(),
+        _ => unreachable!("{path} is not a reflecting route"),
     }
 }
 
@@ -202,7 +217,20 @@ fn base64_url_of(text: &str) -> String {
 }
 
 fn hex_of(text: &str) -> String {
-    text.bytes().map(|b| format!("{b:02x}")).collect()
+    use std::fmt::Write as _;
+    text.bytes().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// `text` with every byte percent-encoded.
+fn percent_of(text: &str) -> String {
+    use std::fmt::Write as _;
+    text.bytes().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "%{b:02X}");
+        out
+    })
 }
 
 fn key_ref() -> ValueFrom {
@@ -607,7 +635,7 @@ fn key_forms(key: &str) -> Vec<String> {
         key.to_uppercase(),
         hex_of(key),
         hex_of(key).to_uppercase(),
-        key.bytes().map(|b| format!("%{b:02X}")).collect(),
+        percent_of(key),
     ];
     for engine in [&STANDARD, &URL_SAFE] {
         for k in 0..3 {

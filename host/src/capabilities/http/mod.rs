@@ -14,7 +14,8 @@
 //!            7. provider   resolve, check every address, connect to the checked one, TLS,
 //!                          response headers and body capped while they stream, all within
 //!                          the reconcile's deadline ([`Outbound`])
-//!            8. mask       injected values reflected in the response are overwritten
+//!            8. mask       every credential of the grant, in the forms a server may reflect it
+//!                          in, overwritten in the body and header names and values
 //!            9. finish     metrics per guest and host, the exchange recorded
 //! ```
 //!
@@ -433,14 +434,13 @@ impl Exchanger {
     }
 
     /// The guest's headers with the rule's credentials set (any value the guest gave for those
-    /// names replaced), and the values to mask in the response.
+    /// names replaced), and the values to mask in the response: every credential of the grant.
     async fn credentials(
         &self,
         provider: &dyn Outbound,
         rule: &HttpRule,
         mut headers: HeaderMap,
     ) -> Result<(HeaderMap, mask::Secrets), Error> {
-        let mut secrets = mask::Secrets::default();
         let bearer = rule
             .bearer_token
             .as_ref()
@@ -457,7 +457,6 @@ impl Exchanger {
                 )))
             })?;
             let value = trim_newline(&value);
-            secrets.add(value);
             let mut full = prefix.as_bytes().to_vec();
             full.extend_from_slice(value);
             let name =
@@ -470,6 +469,8 @@ impl Exchanger {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
+        let secrets = self.grant_secrets(provider).await?;
+        // Compressed, a reflected value would pass the scan.
         if !secrets.is_empty() {
             headers.insert(
                 http::header::ACCEPT_ENCODING,
@@ -477,6 +478,31 @@ impl Exchanger {
             );
         }
         Ok((headers, secrets))
+    }
+
+    /// Every credential value of the guest's grant, whichever rule a request matched: a value
+    /// sent under one rule can come back under another (stored by a `POST`, read by a `GET`).
+    /// One that cannot be read fails the request before it is sent, since its response could
+    /// not be masked for it.
+    async fn grant_secrets(&self, provider: &dyn Outbound) -> Result<mask::Secrets, Error> {
+        let mut secrets = mask::Secrets::default();
+        for rule in &self.guest.grant.http {
+            let named = rule
+                .headers
+                .iter()
+                .map(|(name, from)| (name.as_str(), from));
+            for (name, from) in named.chain(rule.bearer_token.iter().map(|f| ("authorization", f)))
+            {
+                let value = provider.value(from).await.map_err(|why| {
+                    Error::InternalError(Some(format!(
+                        "unavailable: the host masks every credential of the grant in every response and cannot read header {name} of {}: {why}",
+                        rule.prefix
+                    )))
+                })?;
+                secrets.add(trim_newline(&value));
+            }
+        }
+        Ok(secrets)
     }
 
     /// The recorded answer to this request when a record is being replayed.
@@ -537,19 +563,12 @@ fn trim_newline(value: &[u8]) -> &[u8] {
         .unwrap_or(value)
 }
 
+/// Overwrites the grant's credentials in the body, the header values and the header names.
 fn mask_response(secrets: &mask::Secrets, response: &mut OutboundResponse) {
-    let mut body = response.body.to_vec();
-    if secrets.mask(&mut body) {
+    if let Some(body) = secrets.masked(&response.body) {
         response.body = Bytes::from(body);
     }
-    for value in response.headers.values_mut() {
-        let mut bytes = value.as_bytes().to_vec();
-        if secrets.mask(&mut bytes)
-            && let Ok(masked) = HeaderValue::from_bytes(&bytes)
-        {
-            *value = masked;
-        }
-    }
+    secrets.mask_headers(&mut response.headers);
 }
 
 fn status_class(status: http::StatusCode) -> &'static str {
