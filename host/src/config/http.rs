@@ -130,8 +130,8 @@ pub struct UrlPrefix {
 }
 
 impl UrlPrefix {
-    /// Whether a request to `scheme://host:port` with `path` (already normalised: no `.` or
-    /// `..` segments) falls under this prefix.
+    /// Whether a request to `scheme://host:port` with `path` (one [`normalise_path`] passed,
+    /// so that every server serves it where its text points) falls under this prefix.
     pub(crate) fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
         self.scheme == scheme
             && self.host.eq_ignore_ascii_case(host)
@@ -270,6 +270,8 @@ mod tests {
             ("http://example.com/v1?x=1", "query"),
             ("http://example.com/a/../b", ".. segment"),
             ("http://example.com/a%2fb", "encoded /"),
+            ("http://example.com/a;v=1", "path parameter"),
+            ("http://example.com/a%25", "encoded %"),
         ] {
             let err = text.parse::<UrlPrefix>().unwrap_err();
             assert!(err.contains(why), "{text}: {err}");

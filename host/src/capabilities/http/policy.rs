@@ -106,6 +106,8 @@ mod tests {
             .is_ok()
         );
         assert!(check(&g, "GET", "https://API.example.com:443/v2?q=1").is_ok());
+        // The query is not the path: a server does not resolve it.
+        assert!(check(&g, "GET", "https://api.example.com/v2/x?q=..;%2e%00").is_ok());
         for (method, url, why) in [
             (
                 "DELETE",
@@ -146,6 +148,16 @@ mod tests {
                 "GET",
                 "http://127.0.0.1:8081/api/v1/servers/localhost/%2e%2e/x",
                 "encoded .",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/..;/..;/config",
+                "path parameter",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:8081/api/v1/servers/localhost/%252e%252e/x",
+                "encoded %",
             ),
             (
                 "GET",
