@@ -25,6 +25,14 @@ use crate::config::Rates;
 ///   ([`Budget::settle_cpu`]) or epoch tick ([`Budget::cpu_pause`]), by waiting for the share
 ///   to refill, so a guest that keeps the host busy runs no faster than its share;
 /// - parsing: body bytes at `bodyBytesPerSecond`, a body waiting for its bytes.
+/// - outbound HTTP: everything the host keeps for a guest's `wasi:http` holds permits of two
+///   pools apart from `host_memory`, each a quarter of the memory cap: `http_memory` for the
+///   resources the guest keeps (header maps, requests, body channels; booked at once and
+///   refused when full) and `http_exchanges` for exchanges (request bodies being read,
+///   responses until the guest drops them; waited for within the deadline). So a guest's slow
+///   outside API never makes its Kubernetes calls wait for memory, exchanges waiting for
+///   memory never make a new request's booking fail, and the host holds at most half a cap
+///   for a guest's HTTP. Within each pool, first come first served.
 pub struct Budget {
     /// API writes (status patches, applies, deletes): a call waits for a token, bounded by the
     /// reconcile's deadline, like client-go's client-side rate limiter.
@@ -48,6 +56,14 @@ pub struct Budget {
     /// Host memory held for the guest, one permit per KiB (see [`HostBytes`]).
     host_memory: Arc<Semaphore>,
     host_memory_kib: usize,
+    /// Host memory held for the guest's `wasi:http` resources, one permit per KiB: a quarter
+    /// of the memory cap ([`Budget::http_memory`]).
+    http_memory: Arc<Semaphore>,
+    http_memory_kib: usize,
+    /// Host memory held for the guest's HTTP exchanges, one permit per KiB: a quarter of the
+    /// memory cap ([`Budget::hold_http`]).
+    http_exchanges: Arc<Semaphore>,
+    http_exchanges_kib: usize,
 }
 
 /// Host memory held on a guest's behalf, from its budget (see [`Budget::hold`]): given back
@@ -55,7 +71,7 @@ pub struct Budget {
 #[must_use = "the memory is counted only while the guard lives"]
 #[derive(Debug)]
 pub struct HostBytes {
-    _permits: OwnedSemaphorePermit,
+    permits: OwnedSemaphorePermit,
     bytes: usize,
 }
 
@@ -98,6 +114,7 @@ impl Budget {
         // `acquire_many` takes a u32, and a semaphore holds at most MAX_PERMITS.
         let host_memory_kib = (rates.host_memory_bytes / 1024)
             .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        let http_memory_kib = (host_memory_kib / 4).max(1);
         Self {
             writes: quota(rates.writes_per_second, rates.write_burst),
             events: quota(rates.events_per_second, rates.event_burst),
@@ -109,6 +126,10 @@ impl Budget {
             body_kib: quota(body_kib, body_kib.max(largest_body_kib)),
             host_memory: Arc::new(Semaphore::new(host_memory_kib)),
             host_memory_kib,
+            http_memory: Arc::new(Semaphore::new(http_memory_kib)),
+            http_memory_kib,
+            http_exchanges: Arc::new(Semaphore::new(http_memory_kib)),
+            http_exchanges_kib: http_memory_kib,
         }
     }
 
@@ -222,15 +243,90 @@ impl Budget {
             .acquire_many_owned(u32::try_from(kib).ok()?)
             .await
             .ok()?;
-        Some(HostBytes {
-            _permits: permits,
-            bytes,
-        })
+        Some(HostBytes { permits, bytes })
     }
 
     /// The host-memory budget, in bytes: the guest's memory cap.
     pub(crate) fn host_memory_bytes(&self) -> usize {
         self.host_memory_kib * 1024
+    }
+
+    /// The pool of the guest's outbound HTTP (KiB permits) and its size in KiB: what
+    /// `wasi:http` resources book synchronously.
+    pub(crate) fn http_memory(&self) -> (Arc<Semaphore>, usize) {
+        (self.http_memory.clone(), self.http_memory_kib)
+    }
+
+    /// Holds `bytes` of the guest's memory for HTTP exchanges until the guard is dropped, waiting while its
+    /// other exchanges hold the rest; `None` for more than the whole pool.
+    pub(crate) async fn hold_http(&self, bytes: usize) -> Option<HostBytes> {
+        let kib = bytes.div_ceil(1024);
+        if kib > self.http_exchanges_kib {
+            return None;
+        }
+        let permits = self
+            .http_exchanges
+            .clone()
+            .acquire_many_owned(u32::try_from(kib).ok()?)
+            .await
+            .ok()?;
+        Some(HostBytes { permits, bytes })
+    }
+
+    /// Grows `held` to `bytes` of the guest's memory for HTTP exchanges, waiting for the difference;
+    /// `None` when that is more than the whole pool.
+    pub(crate) async fn hold_http_to(
+        &self,
+        held: Option<HostBytes>,
+        bytes: usize,
+    ) -> Option<HostBytes> {
+        let had = held.as_ref().map_or(0, |h| h.permits.num_permits());
+        let kib = bytes.div_ceil(1024);
+        if kib > self.http_exchanges_kib {
+            return None;
+        }
+        let Some(mut held) = held else {
+            return self.hold_http(bytes).await;
+        };
+        if kib > had {
+            let more = self
+                .http_exchanges
+                .clone()
+                .acquire_many_owned(u32::try_from(kib - had).ok()?)
+                .await
+                .ok()?;
+            held.permits.merge(more);
+        }
+        held.bytes = bytes;
+        Some(held)
+    }
+
+    /// Holds `bytes` of the guest's memory for HTTP exchanges if it is free now.
+    pub(crate) fn try_hold_http(&self, bytes: usize) -> Option<HostBytes> {
+        let kib = u32::try_from(bytes.div_ceil(1024)).ok()?;
+        let permits = self
+            .http_exchanges
+            .clone()
+            .try_acquire_many_owned(kib)
+            .ok()?;
+        Some(HostBytes { permits, bytes })
+    }
+
+    /// The guest's memory for HTTP exchanges, in bytes.
+    pub(crate) fn http_exchange_bytes(&self) -> usize {
+        self.http_exchanges_kib * 1024
+    }
+}
+
+impl HostBytes {
+    /// Keeps `bytes` (rounded up to KiB) and gives the rest back.
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
+        let keep = bytes.div_ceil(1024);
+        let now = self.permits.num_permits();
+        if keep < now {
+            drop(self.permits.split(now - keep));
+            self.bytes = bytes;
+        }
     }
 }
 
@@ -345,5 +441,46 @@ mod tests {
             second.is_ok_and(|held| held.is_some()),
             "once the first is given back"
         );
+    }
+
+    #[tokio::test]
+    async fn http_exchanges_resources_and_kubernetes_calls_hold_separate_pools() {
+        let budget = Budget::new(Rates {
+            host_memory_bytes: 4 << 20,
+            ..Rates::default()
+        });
+        assert_eq!(
+            budget.http_exchange_bytes(),
+            1 << 20,
+            "a quarter of the cap"
+        );
+        let mut exchange = budget.hold_http(1 << 20).await.expect("the whole pool");
+        // Kubernetes calls hold the whole cap beside it, and resources book their own quarter.
+        let call = tokio::time::timeout(Duration::from_millis(100), budget.hold(4 << 20)).await;
+        assert!(
+            call.is_ok_and(|held| held.is_some()),
+            "a Kubernetes call waited"
+        );
+        let (resources, kib) = budget.http_memory();
+        assert_eq!((resources.available_permits(), kib), (1024, 1024));
+        // Another exchange waits until the first gives memory back.
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), budget.hold_http(512 << 10)).await;
+        assert!(waited.is_err(), "held beside the first");
+        exchange.shrink_to(100 << 10);
+        assert_eq!(exchange.bytes(), 100 << 10);
+        let second =
+            tokio::time::timeout(Duration::from_secs(5), budget.hold_http(512 << 10)).await;
+        assert!(second.is_ok_and(|held| held.is_some()), "once shrunk");
+        assert!(
+            budget.hold_http(2 << 20).await.is_none(),
+            "more than the pool"
+        );
+        let grown = budget.hold_http_to(None, 10 << 10).await.expect("fits");
+        let grown = budget
+            .hold_http_to(Some(grown), 300 << 10)
+            .await
+            .expect("fits");
+        assert_eq!(grown.bytes(), 300 << 10);
     }
 }

@@ -12,8 +12,9 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::capabilities::CallContext;
-use crate::capabilities::http::{GuestHttp, HttpHooks};
-use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
+use crate::capabilities::http::{Charged, ChargedHttp, GuestHttp, MAX_RESOURCES};
+use wasmtime_wasi_http::WasiHttpCtxView;
+use wasmtime_wasi_http::p2::bindings::http::{outgoing_handler, types as http_types};
 
 /// Bytes of guest stderr kept per instance (a panic message fits; a flood does not grow memory).
 pub(super) const STDERR_CAPTURE: usize = 16 * 1024;
@@ -44,9 +45,12 @@ impl HostState {
     /// A reused instance's next reconcile: its context replaces the last one's, which is
     /// returned with what it recorded.
     pub(super) fn next_call(&mut self, call: CallContext) -> CallContext {
-        // The next reconcile's requests get hooks with its own deadline and session.
-        self.http = None;
         let mut last = std::mem::replace(&mut self.call, call);
+        // The next reconcile's requests get hooks with its own deadline and session; the
+        // ledger stays, since resources the instance kept stay in its table.
+        if let Some(http) = &mut self.http {
+            http.renew(&self.call);
+        }
         last.absorb_http();
         last
     }
@@ -68,8 +72,11 @@ pub(super) fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
     let mut linker = Linker::<HostState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     // `wasi:http/outgoing-handler` (the contract's `http-controller` world), and the types it
-    // shares with toolchains that import them incidentally (StarlingMonkey's `fetch`).
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    // shares with toolchains that import them incidentally (StarlingMonkey's `fetch`): served
+    // by wasmtime-wasi-http through the instance's ledger, which books every resource.
+    let options = wasmtime_wasi_http::p2::bindings::LinkOptions::default();
+    outgoing_handler::add_to_linker::<_, ChargedHttp>(&mut linker, HostState::http)?;
+    http_types::add_to_linker::<_, ChargedHttp>(&mut linker, &options.into(), HostState::http)?;
     crate::capabilities::add_to_linker(&mut linker, |state: &mut HostState| &mut state.call)?;
     Ok(linker)
 }
@@ -81,10 +88,12 @@ pub(super) fn new_store(
     call: CallContext,
     memory_bytes: usize,
 ) -> Store<HostState> {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_RESOURCES);
     let state = HostState {
         call,
         wasi: None,
-        table: ResourceTable::new(),
+        table,
         http: None,
         limiter: MemoryCap {
             max_bytes: memory_bytes,
@@ -130,21 +139,18 @@ impl WasiView for HostState {
     }
 }
 
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
+impl HostState {
+    /// The instance's `wasi:http` state, made on its first call, and its ledger.
+    fn http(&mut self) -> Charged<'_> {
         let call = &self.call;
-        let http = self.http.get_or_insert_with(|| {
-            GuestHttp::new(HttpHooks::new(
-                call.guest.clone(),
-                call.deadline,
-                call.calls.is_some(),
-                call.http.clone(),
-            ))
-        });
-        WasiHttpCtxView {
-            ctx: &mut http.ctx,
-            table: &mut self.table,
-            hooks: &mut http.hooks,
+        let http = self.http.get_or_insert_with(|| GuestHttp::new(call));
+        Charged {
+            http: WasiHttpCtxView {
+                ctx: &mut http.ctx,
+                table: &mut self.table,
+                hooks: &mut http.hooks,
+            },
+            ledger: &mut http.ledger,
         }
     }
 }

@@ -47,17 +47,16 @@ impl Guest for Fetcher {
             .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
         let (outcomes, sent, failed) = send_requests(&widget.spec.http, widget.spec.http_repeat);
         let mut kept = Vec::new();
-        let hoarded = widget.spec.hoard.as_ref().map(|h| hoard::run(h, &mut kept));
-        cluster::patch_status(
-            &req.ref_,
-            &json!({
-                "observedGeneration": widget.metadata.generation,
-                "http": outcomes,
-                "httpSent": sent,
-                "httpFailed": failed,
-                "hoard": hoarded,
-            }),
-        )?;
+        let mut status = json!({
+            "observedGeneration": widget.metadata.generation,
+            "http": outcomes,
+            "httpSent": sent,
+            "httpFailed": failed,
+        });
+        if let Some(hoard) = &widget.spec.hoard {
+            status["hoard"] = hoard::run(hoard, &mut kept);
+        }
+        cluster::patch_status(&req.ref_, &status)?;
         drop(kept);
         Ok(Action::await_change())
     }

@@ -24,6 +24,7 @@
 //! The SDKs turn it into their `denied` error.
 
 mod address;
+mod ledger;
 mod mask;
 mod policy;
 
@@ -39,8 +40,10 @@ use serde_json::{Value, json};
 use wasmtime_wasi_http::{Error, ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttpHooks};
 
 pub use address::{AddressPolicy, special};
+pub(crate) use ledger::{Charged, ChargedHttp, Ledger, MAX_RESOURCES};
 
-use super::context::GuestContext;
+use super::budget::HostBytes;
+use super::context::{CallContext, GuestContext};
 use super::replay::{Call, RecordedCall};
 use crate::config::{HttpRule, ValueFrom};
 use crate::shadow::Difference;
@@ -109,6 +112,8 @@ pub(crate) struct Session {
     pub(crate) replay: Option<VecDeque<RecordedCall>>,
     /// Replaying: the first exchange that differed from its record.
     pub(crate) divergence: Option<String>,
+    /// The guest's HTTP memory the recorded exchanges hold.
+    pub(crate) held: Vec<HostBytes>,
 }
 
 /// The session, even after a panic elsewhere left its lock poisoned (it holds plain data).
@@ -118,17 +123,32 @@ pub(crate) fn lock(session: &Mutex<Session>) -> std::sync::MutexGuard<'_, Sessio
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The `wasi:http` state of one instance: the context wasmtime-wasi-http keeps and the hooks.
+/// The `wasi:http` state of one instance: the context wasmtime-wasi-http keeps, the hooks of
+/// the reconcile it serves, and the ledger of what its resources hold.
 pub(crate) struct GuestHttp {
     pub(crate) ctx: wasmtime_wasi_http::WasiHttpCtx,
     pub(crate) hooks: HttpHooks,
+    pub(crate) ledger: Ledger,
 }
 
 impl GuestHttp {
-    pub(crate) fn new(hooks: HttpHooks) -> Self {
+    /// The state for an instance serving `call`, made on its first `wasi:http` call.
+    pub(crate) fn new(call: &CallContext) -> Self {
         let mut ctx = wasmtime_wasi_http::WasiHttpCtx::new();
         ctx.set_field_size_limit(MAX_RESPONSE_HEADER_BYTES);
-        Self { ctx, hooks }
+        let guest = &call.guest;
+        let (pool, pool_kib) = guest.budget.http_memory();
+        let rules = !guest.grant.http.is_empty() || guest.grant.unrestricted;
+        Self {
+            ctx,
+            hooks: HttpHooks::for_call(call),
+            ledger: Ledger::new(&guest.name, pool, pool_kib, rules),
+        }
+    }
+
+    /// A reused instance's next reconcile: hooks with its deadline and session.
+    pub(crate) fn renew(&mut self, call: &CallContext) {
+        self.hooks = HttpHooks::for_call(call);
     }
 }
 
@@ -145,25 +165,26 @@ struct Exchanger {
 }
 
 impl HttpHooks {
-    /// Hooks for a reconcile of `guest` ending at `deadline`; what they see goes to `session`.
-    pub(crate) fn new(
-        guest: Arc<GuestContext>,
-        deadline: Instant,
-        recording: bool,
-        session: Arc<Mutex<Session>>,
-    ) -> Self {
+    /// Hooks for the reconcile `call`: its guest, its deadline, whether it records, and the
+    /// session its exchanges go to.
+    fn for_call(call: &CallContext) -> Self {
         Self {
             exchange: Arc::new(Exchanger {
-                guest,
-                deadline,
-                recording,
-                session,
+                guest: call.guest.clone(),
+                deadline: call.deadline,
+                recording: call.calls.is_some(),
+                session: call.http.clone(),
             }),
         }
     }
 }
 
 impl WasiHttpHooks for HttpHooks {
+    /// Small chunks: what an outgoing body's channel holds is booked ([`ledger::BODY_CHANNEL`]).
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        ledger::BODY_CHUNK
+    }
+
     /// The headers the host sets (any rule's) are the host's: a guest may not set them.
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
         let injected: Vec<HeaderName> = self
@@ -228,10 +249,6 @@ impl Exchanger {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
         let host = parts.uri.host().unwrap_or("-").to_ascii_lowercase();
-        // Read (within the caps) before answering, a refusal included: a guest writes the body
-        // after `handle`, and a refusal that closed it first would reach the guest as a failed
-        // write instead of the refusal.
-        let body = self.read_body(body).await;
         let rule =
             match policy::authorize(self.name(), &self.guest.grant, &parts.method, &parts.uri) {
                 Ok(rule) => rule.clone(),
@@ -241,16 +258,20 @@ impl Exchanger {
                 Err(text) => {
                     self.count(&host, "denied");
                     tracing::warn!(guest = %self.name(), "{text}");
+                    // A guest writes the body after `handle`: it is read and thrown away (held
+                    // nowhere), so the guest gets the refusal rather than a failed write.
+                    self.drain(body).await;
                     return Err(denied(&text));
                 }
             };
+        let body = self.read_body(body).await;
         if parts.headers.len() > MAX_HEADERS {
             self.count(&host, "error");
             return Err(Error::HttpRequestHeaderSectionSize(
                 u32::try_from(parts.headers.len()).ok(),
             ));
         }
-        let body = body.inspect_err(|_| self.count(&host, "error"))?;
+        let (body, _held) = body.inspect_err(|_| self.count(&host, "error"))?;
         let sent = body.len();
         let args = exchange_args(&parts, &body);
         let result = self.answer(&host, &rule, parts, body, options).await;
@@ -261,17 +282,12 @@ impl Exchanger {
         }
         if self.recording {
             let returned = match &result {
-                Ok(response) => response_json(response),
+                Ok((response, _)) => response_json(response),
                 Err(e) => json!({ "error": error_text(e) }),
             };
-            lock(&self.session).calls.push(Call {
-                interface: INTERFACE,
-                function: FUNCTION,
-                args,
-                returned,
-            });
+            self.record(args, returned);
         }
-        let response = result?;
+        let (response, held) = result?;
         if let Some(metrics) = &self.guest.metrics {
             metrics.http_exchanged(
                 self.name(),
@@ -281,29 +297,68 @@ impl Exchanger {
                 started.elapsed(),
             );
         }
-        Ok(into_wasi(response))
+        Ok(into_wasi(response, held))
+    }
+
+    /// Keeps an exchange for the record while the reconcile lasts, its copy held from the
+    /// guest's HTTP memory; when that is held elsewhere, the bodies are left out of the record
+    /// (saying so) rather than kept uncounted.
+    fn record(&self, mut args: Value, mut returned: Value) {
+        let bytes = args.to_string().len() + returned.to_string().len();
+        let held = self.guest.budget.try_hold_http(bytes);
+        if held.is_none() {
+            let omitted = json!({"omitted": "the guest's HTTP memory was held; not recorded"});
+            for value in [&mut args, &mut returned] {
+                if let Some(body) = value.get_mut("body") {
+                    *body = omitted.clone();
+                }
+            }
+        }
+        let mut session = lock(&self.session);
+        session.calls.push(Call {
+            interface: INTERFACE,
+            function: FUNCTION,
+            args,
+            returned,
+        });
+        session.held.extend(held);
     }
 
     /// The request body, read while it streams, at most [`MAX_REQUEST_BODY`] and within the
-    /// deadline.
-    async fn read_body(&self, mut body: WasiBody) -> Result<Bytes, Error> {
+    /// deadline; what it holds is held from the guest's HTTP memory as it arrives (waiting
+    /// while the guest's other exchanges hold it), until the exchange ends.
+    async fn read_body(&self, mut body: WasiBody) -> Result<(Bytes, Option<HostBytes>), Error> {
+        let budget = &self.guest.budget;
         let read = async {
             let mut collected = Vec::new();
+            let mut held = None;
             while let Some(frame) = body.frame().await {
                 if let Ok(data) = frame?.into_data() {
-                    if collected.len() + data.len() > MAX_REQUEST_BODY {
-                        return Err(Error::HttpRequestBodySize(Some(
-                            (collected.len() + data.len()) as u64,
-                        )));
+                    let total = collected.len() + data.len();
+                    if total > MAX_REQUEST_BODY {
+                        return Err(Error::HttpRequestBodySize(Some(total as u64)));
                     }
+                    held = Some(budget.hold_http_to(held, total).await.ok_or_else(|| {
+                        Error::InternalError(Some(format!(
+                            "unavailable: a request body of {total} bytes is more than the \
+                             guest's memory for HTTP exchanges ({} KiB, a quarter of limits.memoryMiB)",
+                            budget.http_exchange_bytes() >> 10
+                        )))
+                    })?);
                     collected.extend_from_slice(&data);
                 }
             }
-            Ok(Bytes::from(collected))
+            Ok((Bytes::from(collected), held))
         };
         tokio::time::timeout_at(self.deadline.into(), read)
             .await
             .unwrap_or(Err(Error::ConnectionWriteTimeout))
+    }
+
+    /// Reads a refused request's body to its end, keeping none of it, within the deadline.
+    async fn drain(&self, mut body: WasiBody) {
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout_at(self.deadline.into(), drain).await;
     }
 
     /// The response to a request within the grant: not sent (shadow), from the record (replay),
@@ -315,16 +370,16 @@ impl Exchanger {
         parts: http::request::Parts,
         body: Bytes,
         options: Option<RequestOptions>,
-    ) -> Result<OutboundResponse, Error> {
+    ) -> Result<(OutboundResponse, Option<HostBytes>), Error> {
         let url = parts.uri.to_string();
         if self.guest.grant.mode == crate::shadow::Mode::Shadow
             && !matches!(parts.method, http::Method::GET | http::Method::HEAD)
         {
-            return Ok(self.not_sent(host, &parts.method, &url, body.len()));
+            return Ok((self.not_sent(host, &parts.method, &url, body.len()), None));
         }
         if let Some(answer) = self.replayed(&parts, &body) {
             self.count(host, "replayed");
-            return answer;
+            return answer.map(|response| (response, None));
         }
         let Some(provider) = self.guest.providers.http.clone() else {
             return Err(denied(&format!(
@@ -361,8 +416,7 @@ impl Exchanger {
             })?),
             None => None,
         };
-        let max_body = MAX_RESPONSE_BODY.min(budget.host_memory_bytes());
-        let held = budget.hold(max_body).await;
+        let (max_body, mut held) = self.hold_response().await?;
         let option =
             |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick);
         let request = OutboundRequest {
@@ -398,13 +452,49 @@ impl Exchanger {
                 tracing::warn!(guest = %self.name(), "{text}");
                 denied(&text)
             })?;
-        drop(held);
+        if let Some(held) = &mut held {
+            held.shrink_to(response.body.len() + header_bytes(&response.headers));
+        }
         let _ = budget.body_bytes(response.body.len()).await;
         if !secrets.is_empty() {
+            if let Some(encoding) = encoded(&response) {
+                self.count(host, "error");
+                return Err(Error::InternalError(Some(format!(
+                    "unavailable: the response from {url} is {encoding}-encoded although the \
+                     host asked for identity; the grant has credentials, and the host cannot \
+                     find them in a compressed body to mask them"
+                ))));
+            }
             mask_response(&secrets, &mut response);
         }
         self.count(host, status_class(response.status));
-        Ok(response)
+        Ok((response, held))
+    }
+
+    /// The most a response may hold, and that much held from the guest's memory for HTTP
+    /// exchanges before it is read (waiting, within the deadline, while its other exchanges
+    /// hold it); what the response turns out to hold stays held until the guest drops it.
+    async fn hold_response(&self) -> Result<(usize, Option<HostBytes>), Error> {
+        let budget = &self.guest.budget;
+        let max_body = MAX_RESPONSE_BODY.min(
+            budget
+                .http_exchange_bytes()
+                .saturating_sub(MAX_RESPONSE_HEADER_BYTES),
+        );
+        let held = tokio::time::timeout_at(
+            self.deadline.into(),
+            budget.hold_http(max_body + MAX_RESPONSE_HEADER_BYTES),
+        )
+        .await
+        .map_err(|_| {
+            Error::InternalError(Some(
+                "unavailable: the reconcile's deadline passed while waiting for the guest's \
+                 memory for HTTP exchanges (a quarter of limits.memoryMiB, held by its other \
+                 exchanges)"
+                    .to_owned(),
+            ))
+        })?;
+        Ok((max_body, held))
     }
 
     /// Shadow mode's answer to a request that would change something: not sent, reported as
@@ -563,6 +653,21 @@ fn trim_newline(value: &[u8]) -> &[u8] {
         .unwrap_or(value)
 }
 
+/// The content coding of a response body the host cannot scan (anything but `identity`).
+fn encoded(response: &OutboundResponse) -> Option<String> {
+    let coding = response
+        .headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .find(|c| !c.is_empty() && c != "identity")?;
+    (!response.body.is_empty()).then_some(coding)
+}
+
 /// Overwrites the grant's credentials in the body, the header values and the header names.
 fn mask_response(secrets: &mask::Secrets, response: &mut OutboundResponse) {
     if let Some(body) = secrets.masked(&response.body) {
@@ -687,11 +792,49 @@ pub(crate) fn response_from_json(value: &Value) -> Result<OutboundResponse, Erro
     })
 }
 
-/// The response as wasmtime-wasi-http hands it to the guest.
-fn into_wasi(response: OutboundResponse) -> http::Response<WasiBody> {
-    let body = http_body_util::Full::new(response.body)
-        .map_err(|never| match never {})
-        .boxed_unsync();
+/// The bytes of a header map's names and values.
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum()
+}
+
+/// A response body and the guest's HTTP memory it holds, given back when the guest drops it
+/// (or has read it to the end).
+struct HeldBody {
+    body: http_body_util::Full<Bytes>,
+    _held: Option<HostBytes>,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The response as wasmtime-wasi-http hands it to the guest, holding `held` while it lives.
+fn into_wasi(response: OutboundResponse, held: Option<HostBytes>) -> http::Response<WasiBody> {
+    let body = HeldBody {
+        body: http_body_util::Full::new(response.body),
+        _held: held,
+    }
+    .map_err(|never| match never {})
+    .boxed_unsync();
     let mut out = http::Response::new(body);
     *out.status_mut() = response.status;
     *out.headers_mut() = response.headers;
