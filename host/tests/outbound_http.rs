@@ -125,7 +125,7 @@ fn route(
             });
             hyper::Response::new(StreamBody::new(stream).boxed())
         }
-        "/api/basic-echo" | "/api/store" | "/public/read" | "/api/header-name" => {
+        "/api/basic-echo" | "/api/store" | "/public/read" | "/api/header-name" | "/api/gzip" => {
             reflecting(req, &seen, addr, &path, &key)
         }
         _ => hyper::Response::builder()
@@ -201,6 +201,12 @@ fn reflecting(
             .header(format!("x-{key}-echo"), "2")
             .header(format!("x-{}", base64_url_of(&format!("u:{key}"))), "3")
             .body(full("named"))
+            .unwrap(),
+        // A server that compresses although asked for `identity` (these bytes stand for a
+        // gzip stream the host cannot scan).
+        "/api/gzip" => hyper::Response::builder()
+            .header("content-encoding", "gzip")
+            .body(full(format!("\x1f\u{8b}{key}")))
             .unwrap(),
         _ => unreachable!("{path} is not a reflecting route"),
     }
@@ -758,4 +764,22 @@ fn a_credential_of_the_grant_that_cannot_be_read_fails_every_response_closed() {
         "{status}"
     );
     assert_eq!(seen.requests.load(Ordering::SeqCst), 0, "nothing was sent");
+}
+
+#[test]
+fn a_compressed_response_to_a_grant_with_credentials_fails_closed() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, ""));
+    let (outcome, status, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/gzip")}]}),
+    );
+    assert_eq!(outcome, ok());
+    let error = status["http"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("gzip-encoded") && error.contains("cannot find them"),
+        "{status}"
+    );
+    assert!(!status.to_string().contains(KEY), "{status}");
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "it was sent");
 }

@@ -32,7 +32,14 @@ pub(super) fn authorize<'g>(
         "https" => 443,
         _ => 80,
     });
-    let path = normalise_path(uri.path()).map_err(refuse)?;
+    // A path some server resolves elsewhere is no grant's to allow: the advice differs.
+    let path = normalise_path(uri.path()).map_err(|why| {
+        format!(
+            "guest `{guest}` may not {method} {url}: {why}; no rule of {} can allow such a \
+             path, so write it as the server should read it",
+            grant.place_in_full(guest, "http")
+        )
+    })?;
     let host = authority.host();
     let under: Vec<&HttpRule> = grant
         .http
