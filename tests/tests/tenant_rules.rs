@@ -693,6 +693,94 @@ async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart(
     Ok(())
 }
 
+/// A spec the host cannot run (a module the CRD admits and the host refuses) keeps the version
+/// that last ran only while that version passes every check of the namespace's current rule:
+/// it keeps its quota slot (a second Reconciler is held, not run beside it), a reload that
+/// narrows the rule's registries stops it, and so does a move of its namespace to another rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_keeps_its_last_good_version_only_within_the_current_rule() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-invalid").await?;
+    let repo = unique_name("widget");
+    let (module, _) = world.push("widget", &format!("{repo}:v1"))?;
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let allow = rule_allow(&address);
+    let elsewhere = allow.replace(&format!("{address}/teams"), &format!("{address}/elsewhere"));
+    let rules = |first: &str| {
+        format!(
+            "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  tenants:\n  - name: first\n    namespaceSelector: \"{label}=first\"\n    quota: {{reconcilers: 1}}\n    pullSecrets: [registry]\n    allow: {first}\n  - name: second\n    namespaceSelector: \"{label}=second\"\n    quota: {{reconcilers: 1}}\n    pullSecrets: [registry]\n    allow: {allow}\n"
+        )
+    };
+    world.start_host(cp, &rules(&allow)).await?;
+    let ns = world
+        .namespace("invalid-tenant", &[(&label, "first")])
+        .await?;
+    let set_module = |module: String| {
+        let api = world.reconcilers(&ns);
+        async move {
+            api.patch(
+                "widget",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"module": module}})),
+            )
+            .await
+        }
+    };
+    world.reconciler(&ns, "widget", &module).await?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+
+    // Made invalid: the last good version runs on, and still holds the namespace's one slot.
+    set_module("oci://nohost/x".into()).await?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "InvalidSpec")
+        .await?;
+    world.create_widget(&ns, "kept").await?;
+    world.reconciled(&ns, "kept").await?;
+    world.reconciler(&ns, "beside", &module).await?;
+    world
+        .condition(&ns, "beside", "Ready", "False", "TenantQuotaExceeded")
+        .await?;
+
+    // A reload that narrows the rule's registries stops the kept version too.
+    world.reload(&rules(&elsewhere))?;
+    let (message, _) = world
+        .condition(&ns, "widget", "Ready", "False", "RegistryNotAllowed")
+        .await?;
+    ensure!(message.contains("last good version stopped"), "{message}");
+    world.released(&ns, "kept").await?;
+    world
+        .untouched(&ns, "fenced", Duration::from_secs(3))
+        .await?;
+
+    // Back within the rule, valid again, then invalid again and moved to another rule: stopped.
+    world
+        .reconcilers(&ns)
+        .delete("beside", &Default::default())
+        .await?;
+    world.reload(&rules(&allow))?;
+    set_module(module.clone()).await?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+    set_module("oci://nohost/y".into()).await?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "InvalidSpec")
+        .await?;
+    world.reconciled(&ns, "fenced").await?;
+    world.relabel(&ns, Some("second")).await?;
+    world.released(&ns, "fenced").await?;
+    let (message, _) = world
+        .condition(&ns, "widget", "Ready", "False", "InvalidSpec")
+        .await?;
+    ensure!(message.contains("now falls under"), "{message}");
+    world
+        .untouched(&ns, "moved", Duration::from_secs(3))
+        .await?;
+    Ok(())
+}
+
 /// A host without `reportUnmatched` that stops serving a namespace (labelled out of every rule,
 /// or its rule removed by a reload) marks the Reconcilers whose status it wrote `NoTenantRule`
 /// instead of leaving their `Ready=True` behind; a status another host wrote stays as it is.
