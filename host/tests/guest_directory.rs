@@ -821,3 +821,178 @@ fn a_second_active_guest_holding_anothers_finalizer_is_refused() {
         guests.statuses()
     );
 }
+
+/// Items of both kinds, held in memory: an operator's `ClusterReconciler`s and tenants'
+/// namespaced `Reconciler`s, each with its grant and component.
+#[derive(Default, Clone)]
+struct Declared {
+    items: Arc<parking_lot::Mutex<Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>>>,
+    verdicts: Arc<parking_lot::Mutex<Vec<(String, reconciler_host::guest_set::Verdict)>>>,
+}
+
+impl reconciler_host::guest_set::GuestSource for Declared {
+    fn list(
+        &self,
+    ) -> Result<Vec<reconciler_host::guest_set::Origin>, reconciler_host::guest_set::SourceError>
+    {
+        Ok(self.items.lock().iter().map(|(o, _)| o.clone()).collect())
+    }
+
+    fn read(
+        &self,
+        origin: &reconciler_host::guest_set::Origin,
+    ) -> Result<reconciler_host::guest_set::Artefact, reconciler_host::guest_set::SourceError> {
+        let items = self.items.lock();
+        let (_, bytes) = items
+            .iter()
+            .find(|(o, _)| o.stem() == origin.stem())
+            .unwrap();
+        Ok(reconciler_host::guest_set::Artefact {
+            origin: origin.clone(),
+            bytes: bytes.clone(),
+            hash: reconciler_host::runtime::content_hash(bytes),
+            signed_by: None,
+        })
+    }
+
+    fn watch(
+        &self,
+    ) -> Result<Box<dyn reconciler_host::guest_set::Changes>, reconciler_host::guest_set::SourceError>
+    {
+        Err(reconciler_host::guest_set::SourceError::Stopped {
+            what: "an in-memory source".into(),
+        })
+    }
+
+    fn holds(&self, _origin: &reconciler_host::guest_set::Origin) -> bool {
+        true
+    }
+
+    fn judged(
+        &self,
+        origin: &reconciler_host::guest_set::Origin,
+        verdict: &reconciler_host::guest_set::Verdict,
+    ) {
+        self.verdicts
+            .lock()
+            .push((origin.stem().to_owned(), verdict.clone()));
+    }
+}
+
+/// A tenant's guest never takes a finalizer from, blocks or unloads a guest of the operator:
+/// an operator's guest declaring the finalizer a tenant's holds takes it (the tenant's is
+/// refused, `FinalizerReserved`), in shadow mode too, so that its trial can be promoted; a
+/// tenant's declaring an operator's is refused; and a guest refused for a finalizer is judged
+/// again as soon as its holder goes, without another change.
+#[test]
+fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_at_once() {
+    use reconciler_host::config::Grant;
+    use reconciler_host::guest_set::{Origin, Tenant, Verdict};
+
+    const CONFIG: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n  tenants:\n  - name: teams\n    namespaces: [team-a]\n    allow:\n      read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n      write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
+    let source = Declared::default();
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeOptions {
+            cache_dir: Some(common::cache_dir()),
+            ..RuntimeOptions::default()
+        })
+        .unwrap(),
+    );
+    let guests = Guests::new(
+        source.clone(),
+        runtime,
+        Arc::new(HostConfig::parse(CONFIG, "host.yaml".as_ref()).unwrap()),
+        None,
+        Arc::new(Shadows::new(None)),
+    );
+    let grant = |mode: &str| -> Grant {
+        serde_yaml::from_str(&format!("{{mode: {mode}, read: [test.reconciler.dev/v1/Widget, v1/ConfigMap], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]}}")).unwrap()
+    };
+    // Both declare finalizer test.reconciler.dev/cleanup on Widgets.
+    let tenant = Origin::tenant_reconciler(
+        "w",
+        1,
+        grant("active"),
+        Tenant::new("team-a", Default::default(), None),
+    );
+    let operator = |mode: &str| Origin::reconciler("op", 1, grant(mode));
+    let widget = std::fs::read(common::guest("widget")).unwrap();
+    let twin = std::fs::read(common::guest("widget-v2")).unwrap();
+    let set = |items: Vec<(Origin, Vec<u8>)>| {
+        *source.items.lock() = items;
+        guests.rescan();
+    };
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = guests
+            .active()
+            .iter()
+            .map(|g| g.name().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let cause_of = |item: &str| {
+        source
+            .verdicts
+            .lock()
+            .iter()
+            .rev()
+            .find(|(name, _)| name == item)
+            .map(|(_, v)| match v {
+                Verdict::Refused { cause, .. } => (*cause).to_owned(),
+                Verdict::Loaded { .. } => "Loaded".to_owned(),
+                Verdict::Unloaded => "Unloaded".to_owned(),
+            })
+    };
+
+    // The tenant's guest first, alone: it runs.
+    set(vec![(tenant.clone(), widget.clone())]);
+    assert_eq!(names(), ["widget@team-a.w"]);
+    // The operator's arrives with the same finalizer: it runs, the tenant's is refused.
+    set(vec![
+        (tenant.clone(), widget.clone()),
+        (operator("active"), twin.clone()),
+    ]);
+    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
+    assert_eq!(
+        cause_of(tenant.stem()).as_deref(),
+        Some("FinalizerReserved")
+    );
+    // Rescans change nothing: the operator's keeps it.
+    guests.rescan();
+    assert_eq!(names(), ["widget@op"]);
+    // The operator's removed: the tenant's is judged again at once, and runs.
+    set(vec![(tenant.clone(), widget.clone())]);
+    assert_eq!(names(), ["widget@team-a.w"], "{:?}", guests.statuses());
+    // An operator's shadow trial reserves its finalizer too: the tenant's stops for it.
+    set(vec![
+        (tenant.clone(), widget.clone()),
+        (operator("shadow"), twin.clone()),
+    ]);
+    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
+    assert_eq!(
+        cause_of(tenant.stem()).as_deref(),
+        Some("FinalizerReserved")
+    );
+    // Promoted, it is not blocked by anything of the tenant's.
+    set(vec![
+        (tenant.clone(), widget.clone()),
+        (operator("active"), twin.clone()),
+    ]);
+    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
+    assert_eq!(guests.active()[0].grant.mode, Mode::Active);
+    // Two of the operator's: the second is refused while the first holds the finalizer, and
+    // runs as soon as the first goes.
+    let second = Origin::reconciler("op2", 1, grant("active"));
+    set(vec![
+        (operator("active"), twin.clone()),
+        (second.clone(), widget.clone()),
+    ]);
+    assert_eq!(names(), ["widget@op"]);
+    assert_eq!(
+        cause_of(second.stem()).as_deref(),
+        Some("FinalizerConflict")
+    );
+    set(vec![(second.clone(), widget.clone())]);
+    assert_eq!(names(), ["widget@op2"], "{:?}", guests.statuses());
+}

@@ -282,6 +282,21 @@ pub struct Tenant {
     pub(crate) service_account: Option<String>,
 }
 
+impl Tenant {
+    /// A namespaced `Reconciler`'s place: its namespace, the namespace's labels, its account.
+    pub fn new(
+        namespace: &str,
+        labels: std::collections::BTreeMap<String, String>,
+        service_account: Option<String>,
+    ) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            labels,
+            service_account,
+        }
+    }
+}
+
 impl Origin {
     pub(crate) fn file(path: &Path) -> Self {
         // A stem that is not UTF-8 never equals a declared name (DNS labels), so it can only be
