@@ -455,6 +455,14 @@ pub(crate) enum RefusalError {
         holder: String,
         other: String,
     },
+    #[error(
+        "{file}: finalizer `{finalizer}` on {kind} is reserved by a guest of the host's operator; a tenant's guest may not declare it (nor hold it while that guest runs, in any mode): choose a finalizer name of your own domain"
+    )]
+    FinalizerReserved {
+        file: String,
+        finalizer: String,
+        kind: String,
+    },
 }
 
 impl RefusalError {
@@ -480,6 +488,7 @@ impl RefusalError {
             RefusalError::Grant(GrantError::Claimed { .. })
             | RefusalError::DuplicateName { .. } => "NameConflict",
             RefusalError::FinalizerConflict { .. } => "FinalizerConflict",
+            RefusalError::FinalizerReserved { .. } => "FinalizerReserved",
             RefusalError::Grant(GrantError::IdentityRequired { .. }) => "IdentityRequired",
             RefusalError::Identity(IdentityError::ReadsBeyondIdentity { .. }) => {
                 "ReadsBeyondIdentity"

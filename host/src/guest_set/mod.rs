@@ -68,7 +68,7 @@ pub use status::{FileState, FileStatus};
 
 use access_reviews::Reviews;
 use events::Notices;
-use status::{Entry, Ledger};
+use status::{Entry, Holder, Ledger};
 
 /// Look again this soon when a load failed for a reason that may pass (no free instance slot).
 const TRANSIENT_RETRY: Duration = Duration::from_secs(1);
@@ -87,6 +87,9 @@ pub struct Guests {
     judging: Mutex<()>,
     /// A load failed for a transient reason: look again soon rather than on the next change.
     retry_soon: AtomicBool,
+    /// A guest that declared a finalizer stopped: items refused for want of that finalizer
+    /// are judged again at the end of the pass.
+    finalizer_freed: AtomicBool,
     /// Where guests whose grant sets `record` keep their records; `/guests` lists them.
     record_directory: RwLock<Option<PathBuf>>,
 }
@@ -110,6 +113,7 @@ impl Guests {
             reviews: Reviews::default(),
             judging: Mutex::new(()),
             retry_soon: AtomicBool::new(false),
+            finalizer_freed: AtomicBool::new(false),
             record_directory: RwLock::new(None),
         })
     }
@@ -252,6 +256,22 @@ impl Guests {
                 _ => self.load(artefact),
             }
         }
+        self.retry_freed_finalizers();
+    }
+
+    /// Judges again the items refused because a guest now gone held their finalizer (a
+    /// tenant's Reconciler deleted, an operator's guest removed), without waiting for an
+    /// unrelated change.
+    fn retry_freed_finalizers(&self) {
+        if !self.finalizer_freed.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let blocked = self.ledger.lock().blocked_by_finalizers();
+        for origin in blocked {
+            if let Some(artefact) = self.read(&origin) {
+                self.load(artefact);
+            }
+        }
     }
 
     /// Applies a new host configuration: every item is judged again against it (see the
@@ -283,6 +303,7 @@ impl Guests {
                 self.load(artefact);
             }
         }
+        self.retry_freed_finalizers();
         Ok(())
     }
 
@@ -401,9 +422,25 @@ impl Guests {
             drop(ledger);
             return self.refuse(&origin, hash, previous, &err);
         }
-        if let Some(err) = finalizer_conflict(&ledger, origin.name(), &active) {
-            drop(ledger);
-            return self.refuse(&origin, hash, previous, &err);
+        match finalizer_conflict(&ledger, origin.name(), &active) {
+            None => {}
+            Some(Finalizer::Refused(err)) => {
+                drop(ledger);
+                return self.refuse(&origin, hash, previous, &err);
+            }
+            Some(Finalizer::Evict(holder, err)) => {
+                drop(ledger);
+                tracing::warn!(file = %holder.item, guest = %holder.guest, "{err}");
+                self.stop(&holder.item, false);
+                self.refuse(&holder.origin, holder.hash, None, &err);
+                // Judged again whole: the ledger changed while it was not held.
+                return self.load(Artefact {
+                    origin,
+                    bytes,
+                    hash,
+                    signed_by: active.signed_by.clone(),
+                });
+            }
         }
         if let Some(old) = previous.as_ref().filter(|old| old.name() != name) {
             self.notices.unloaded(old);
@@ -471,8 +508,15 @@ impl Guests {
                     self.reviews.check(origin.name(), &new)?;
                 }
                 // A guest switched from shadow to active mode takes up its finalizer now.
-                if let Some(err) = finalizer_conflict(&self.ledger.lock(), origin.name(), &new) {
-                    return Err(err);
+                let conflict = finalizer_conflict(&self.ledger.lock(), origin.name(), &new);
+                match conflict {
+                    None => {}
+                    Some(Finalizer::Refused(err)) => return Err(err),
+                    Some(Finalizer::Evict(holder, err)) => {
+                        tracing::warn!(file = %holder.item, guest = %holder.guest, "{err}");
+                        self.stop(&holder.item, false);
+                        self.refuse(&holder.origin, holder.hash, None, &err);
+                    }
                 }
                 Ok(new)
             });
@@ -523,44 +567,81 @@ impl Guests {
     }
 
     fn unload(&self, name: &str) {
+        self.stop(name, true);
+    }
+
+    /// Unloads item `name`; its finalizer is left to the host's `finalizerPolicy` when
+    /// `orphaned`, or kept where it is (the operator's guest that evicted it takes it over).
+    fn stop(&self, name: &str, orphaned: bool) {
         let Some(entry) = self.ledger.lock().entries.remove(name) else {
             return;
         };
         if let Some(active) = entry.active {
             tracing::info!(file = name, guest = %active.name(), "guest unloaded");
-            let policy = self.config().finalizer_policy.on_unload;
-            self.ledger
-                .lock()
-                .orphans
-                .record(&entry.origin, &active, policy);
+            if orphaned {
+                let policy = self.config().finalizer_policy.on_unload;
+                self.ledger
+                    .lock()
+                    .orphans
+                    .record(&entry.origin, &active, policy);
+            }
+            if active.loaded.manifest.finalizer.is_some() {
+                self.finalizer_freed.store(true, Ordering::Relaxed);
+            }
             self.notices.unloaded(&active);
         }
         self.source.judged(&entry.origin, &Verdict::Unloaded);
     }
 }
 
-/// [`RefusalError::FinalizerConflict`] if another item's active guest holds the finalizer
-/// `guest` declares on the same kind.
-fn finalizer_conflict(ledger: &Ledger, name: &str, guest: &ActiveGuest) -> Option<RefusalError> {
-    let (other, holder) = ledger.finalizer_holder(name, guest)?;
+/// Who holds the finalizer `guest` declares, and what follows: the newcomer refused
+/// ([`Finalizer::Refused`]), or, when the newcomer is the operator's and the holder a tenant's,
+/// the holder evicted ([`Finalizer::Evict`]): a tenant's guest never takes a finalizer from,
+/// blocks or unloads an operator's.
+fn finalizer_conflict(ledger: &Ledger, name: &str, guest: &ActiveGuest) -> Option<Finalizer> {
+    let holder = ledger.finalizer_holder(name, guest)?;
     let manifest = &guest.loaded.manifest;
+    let finalizer = manifest.finalizer.clone().unwrap_or_default();
+    let kind = manifest.primary.to_string();
+    if holder.tenant && guest.tenant().is_none() {
+        let err = RefusalError::FinalizerReserved {
+            file: holder.item.clone(),
+            finalizer,
+            kind,
+        };
+        return Some(Finalizer::Evict(holder, err));
+    }
+    if !holder.tenant && guest.tenant().is_some() {
+        return Some(Finalizer::Refused(RefusalError::FinalizerReserved {
+            file: name.to_owned(),
+            finalizer,
+            kind,
+        }));
+    }
     // A tenant's Reconciler is told that the finalizer is taken, not by whom: the holder is
     // another namespace's or the administrator's.
     let (holder, other) = if guest.tenant().is_some() {
         (
-            "another guest of this host",
-            "its item is not shown to a tenant",
+            "another guest of this host".to_owned(),
+            "its item is not shown to a tenant".to_owned(),
         )
     } else {
-        (holder, other)
+        (holder.guest, holder.item)
     };
-    Some(RefusalError::FinalizerConflict {
+    Some(Finalizer::Refused(RefusalError::FinalizerConflict {
         file: name.to_owned(),
-        finalizer: manifest.finalizer.clone().unwrap_or_default(),
-        kind: manifest.primary.to_string(),
-        holder: holder.to_owned(),
-        other: other.to_owned(),
-    })
+        finalizer,
+        kind,
+        holder,
+        other,
+    }))
+}
+
+/// What a finalizer held by another guest does to a guest being loaded.
+enum Finalizer {
+    Refused(RefusalError),
+    /// The holder (a tenant's guest) stops and is refused; the operator's guest loads.
+    Evict(Holder, RefusalError),
 }
 
 /// What a grant that no longer covers a running version does to it.

@@ -70,6 +70,18 @@ pub(super) struct Entry {
     pub(crate) state: FileState,
     /// The version running now: this content's, or an earlier one kept after a refusal.
     pub(crate) active: Option<Arc<ActiveGuest>>,
+    /// Refused because another guest holds or reserves its finalizer.
+    blocked_by_finalizer: bool,
+}
+
+/// Who holds or reserves a finalizer another guest declares.
+pub(super) struct Holder {
+    pub(super) item: String,
+    pub(super) guest: String,
+    pub(super) origin: Origin,
+    pub(super) hash: String,
+    /// Whether the holder is a tenant's guest (a namespaced `Reconciler`).
+    pub(super) tenant: bool,
 }
 
 impl Entry {
@@ -79,6 +91,7 @@ impl Entry {
             hash,
             state: FileState::Loaded,
             active: Some(active),
+            blocked_by_finalizer: false,
         }
     }
 
@@ -94,6 +107,10 @@ impl Entry {
             hash,
             state: FileState::Failed(err.to_string()),
             active: previous,
+            blocked_by_finalizer: matches!(
+                err,
+                RefusalError::FinalizerConflict { .. } | RefusalError::FinalizerReserved { .. }
+            ),
         }
     }
 }
@@ -154,15 +171,19 @@ impl Ledger {
             .map(|(other, _)| other.as_str())
     }
 
-    /// The item (and guest) other than `name` whose active guest holds the finalizer `guest`
-    /// declares on the same primary kind. Only guests in active mode hold one: a guest in
-    /// shadow mode never adds or removes its finalizer.
-    pub(super) fn finalizer_holder(&self, name: &str, guest: &ActiveGuest) -> Option<(&str, &str)> {
+    /// The item other than `name` whose guest holds or reserves the finalizer `guest`
+    /// declares on the same primary kind, on objects both may reach: the two meet when each
+    /// claims it. A guest in active mode claims its finalizer; an operator's guest (a file or a
+    /// `ClusterReconciler`) claims it against a tenant's in shadow mode too, so that a trial
+    /// promoted later finds it free. So a guest in shadow mode runs beside an active one of
+    /// its own side, and a tenant's in shadow mode beside anyone.
+    pub(super) fn finalizer_holder(&self, name: &str, guest: &ActiveGuest) -> Option<Holder> {
         let manifest = &guest.loaded.manifest;
         let finalizer = manifest.finalizer.as_ref()?;
-        if guest.grant.mode != crate::shadow::Mode::Active {
-            return None;
-        }
+        let claims = |g: &ActiveGuest, against: &ActiveGuest| {
+            g.grant.mode == crate::shadow::Mode::Active
+                || (g.tenant().is_none() && against.tenant().is_some())
+        };
         // Guests held to different namespaces (two tenants' Reconcilers) never meet on an object.
         let overlaps =
             |theirs: &crate::manifest::Manifest| match (&manifest.namespace, &theirs.namespace) {
@@ -172,13 +193,28 @@ impl Ledger {
         self.entries.iter().find_map(|(other, e)| {
             let held = e.active.as_ref()?;
             let theirs = &held.loaded.manifest;
-            (other != name
-                && held.grant.mode == crate::shadow::Mode::Active
+            let meet = other != name
                 && theirs.primary == manifest.primary
                 && theirs.finalizer.as_ref() == Some(finalizer)
-                && overlaps(theirs))
-            .then(|| (other.as_str(), held.name()))
+                && overlaps(theirs);
+            (meet && claims(guest, held) && claims(held, guest)).then(|| Holder {
+                item: other.clone(),
+                guest: held.name().to_owned(),
+                origin: e.origin.clone(),
+                hash: e.hash.clone(),
+                tenant: held.tenant().is_some(),
+            })
         })
+    }
+
+    /// Items refused because another guest held their finalizer: looked at again when a
+    /// guest that declared one goes.
+    pub(super) fn blocked_by_finalizers(&self) -> Vec<Origin> {
+        self.entries
+            .values()
+            .filter(|e| e.blocked_by_finalizer)
+            .map(|e| e.origin.clone())
+            .collect()
     }
 
     pub(super) fn insert(&mut self, entry: Entry) {
