@@ -20,9 +20,10 @@
 //! 5. `get: {group, version, kind, namespace?, name}` / `list: {group, version, kind,
 //!    namespace?, labelSelector?}`: read through the lister; the outcome goes to the status.
 //! 6. Status merge patch: `observedGeneration`, `reconciles` (+1), `lastAttempt`,
-//!    `guestVersion`, `message`, `get`, `list`; with `leakKiB: n` also `instanceCalls`
-//!    (reconciles this instance ran), and n KiB more kept for the instance's life at each
-//!    (`leakKiB: 0` only counts). Any failure is transient. With
+//!    `guestVersion`, `message`, `get`, `list`; with `env: [names]` also `env`, each name's
+//!    value as `std::env::var` reads it from the grant's `env` (null when unset); with
+//!    `leakKiB: n` also `instanceCalls` (reconciles this instance ran), and n KiB more kept for
+//!    the instance's life at each (`leakKiB: 0` only counts). Any failure is transient. With
 //!    `optimisticStatus: true` the patch carries the resourceVersion read, so a concurrent
 //!    change of the object makes it fail with a conflict (409).
 //! 7. `configMap: true`: apply `ConfigMap` `<name>-widget` owned by the Widget.
@@ -158,6 +159,9 @@ fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, Reconc
         "get": get,
         "list": list,
     });
+    if !spec.env.is_empty() {
+        status["env"] = environment(&spec.env);
+    }
     if spec.leak_kib.is_some() {
         status["instanceCalls"] = json!(instance_calls(spec.leak_kib));
     }
@@ -221,6 +225,7 @@ struct WidgetSpec {
     #[serde(rename = "leakKiB")]
     leak_kib: Option<usize>,
     journal: bool,
+    env: Vec<String>,
 }
 
 #[derive(Deserialize, Debug, PartialEq)]
@@ -286,6 +291,20 @@ fn run_mode(spec: &WidgetSpec, name: &str) -> Result<(), ReconcileError> {
         }
     }
     Ok(())
+}
+
+/// Step 6's `env`: each name's value as std reads the environment the host gave the instance.
+fn environment(names: &[String]) -> Value {
+    names
+        .iter()
+        .map(|name| {
+            (
+                name.clone(),
+                std::env::var(name).ok().map_or(Value::Null, Value::String),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// How many reconciles this instance has run, this one included; with `leakKiB`, each keeps
