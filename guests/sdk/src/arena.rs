@@ -17,10 +17,20 @@
 //!   allocation happens in place, so a `Vec` or `String` being built does not leave copies of
 //!   itself behind.
 //!
+//! What it never holds: the blocks the host writes into the guest (the request, every import's
+//! answer), which the component model asks for through `cabi_realloc`. wasi-libc frees what
+//! WASI imports return with its own `free` (`std::env` reads the environment that way), and
+//! `free` on arena memory corrupts its heap, so the SDK's `cabi_realloc` takes them from
+//! wasi-libc's `malloc`; dropped on the Rust side, they go back there through the fallback.
+//! Measured with `host/benches/reconcile.rs`, the benchmark guest's call is unchanged (within
+//! noise) by it.
+//!
 //! The cost: pages of the arena a reconcile touched are dirty and the host resets them when
 //! the instance is dropped, so up to [`ARENA_BYTES`] more memory may be reset than with a
 //! reusing allocator. A guest that sets its own `#[global_allocator]` turns this off with
-//! `default-features = false` on the SDK.
+//! `default-features = false` on the SDK; std's `cabi_realloc` then allocates from that
+//! allocator, so it must be one whose blocks wasi-libc's `free` accepts, or the guest defines
+//! `cabi_realloc` as below.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::{Cell, UnsafeCell};
@@ -148,6 +158,43 @@ mod global {
 
     #[global_allocator]
     static GLOBAL: Arena<std::alloc::System, ARENA_BYTES> = Arena::new(std::alloc::System);
+
+    /// The canonical ABI's allocator, which the host writes the request and every import's
+    /// answer into. Defined here, it replaces std's (a weak symbol over the global allocator).
+    ///
+    /// # Safety
+    ///
+    /// As `realloc`: `old_ptr` is null with `old_len` 0, or a block this function returned with
+    /// that size and alignment; `align` is a power of two.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cabi_realloc(
+        old_ptr: *mut u8,
+        old_len: usize,
+        align: usize,
+        new_len: usize,
+    ) -> *mut u8 {
+        use std::alloc::{GlobalAlloc as _, Layout, System};
+        // Not the arena: wasi-libc `free`s what WASI imports return (the environment, issue 52).
+        // SAFETY: the caller's guarantees are `alloc`'s and `realloc`'s, passed on unchanged.
+        let ptr = unsafe {
+            if old_len == 0 {
+                if new_len == 0 {
+                    return core::ptr::without_provenance_mut(align);
+                }
+                System.alloc(Layout::from_size_align_unchecked(new_len, align))
+            } else {
+                System.realloc(
+                    old_ptr,
+                    Layout::from_size_align_unchecked(old_len, align),
+                    new_len,
+                )
+            }
+        };
+        if ptr.is_null() {
+            std::process::abort();
+        }
+        ptr
+    }
 }
 
 #[cfg(test)]
