@@ -248,7 +248,7 @@ impl Tenants {
                 records
                     .objects
                     .get(&key)
-                    .is_some_and(|r| r.held.is_none() && r.spec.is_ok())
+                    .is_some_and(|r| r.held.is_none() && (r.spec.is_ok() || r.runs()))
             };
             quota_order(&mut objects, served);
             let labels = self
@@ -284,7 +284,13 @@ impl Tenants {
                 let spec = match Spec::of(&object) {
                     Ok(spec) => spec,
                     Err(why) => {
-                        origins.extend(records.observe_invalid(&key, generation, why));
+                        let judged = Judged {
+                            config: &self.config,
+                            index,
+                            rule,
+                            labels: &labels,
+                        };
+                        origins.extend(judged.invalid(records, &key, generation, why, &mut used));
                         continue;
                     }
                 };
@@ -303,6 +309,65 @@ impl Tenants {
                 origins.push(origin);
             }
         }
+    }
+}
+
+/// The namespace's current tenant rule, as a Reconciler whose spec cannot run is judged by.
+struct Judged<'a> {
+    config: &'a HostConfig,
+    index: usize,
+    rule: &'a crate::config::TenantRule,
+    labels: &'a BTreeMap<String, String>,
+}
+
+impl Judged<'_> {
+    /// A spec the host cannot run keeps the version that last ran only while that version
+    /// passes every check of the namespace's current rule: the same rule with the same labels
+    /// (a move to another rule is judged only with a valid spec), and its registry, pull
+    /// Secret and quota, where it counts like any other. Otherwise it is stopped, and says why.
+    fn invalid(
+        &self,
+        records: &mut Records,
+        key: &str,
+        generation: i64,
+        why: String,
+        used: &mut Usage,
+    ) -> Option<Origin> {
+        let Some((origin, last, ran_under)) = records.kept(key) else {
+            // Stopped at this generation for a reason of the rule: the status keeps saying so.
+            if records.held_at(key, generation) {
+                return None;
+            }
+            return records.observe_invalid(key, generation, why);
+        };
+        let label = self.rule.label(self.index);
+        let moved = ran_under != Some(self.index)
+            || !matches!(
+                origin.kind(),
+                OriginKind::Reconciler { tenant: Some(t), .. } if &t.labels == self.labels
+            );
+        let stopped = if moved {
+            Some((
+                "InvalidSpec",
+                format!(
+                    "{why}; its namespace now falls under {label} (or its labels changed), and a version is judged under a rule only with a valid spec, so the last good version stopped"
+                ),
+            ))
+        } else {
+            held_back(self.config, self.index, self.rule, &last, used).map(|(reason, message)| {
+                (
+                    reason,
+                    format!(
+                        "{message}; its spec cannot run ({why}), so the last good version stopped"
+                    ),
+                )
+            })
+        };
+        if let Some((reason, message)) = stopped {
+            records.observe_held(key, generation, reason, message);
+            return None;
+        }
+        records.observe_invalid(key, generation, why)
     }
 }
 

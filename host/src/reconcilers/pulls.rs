@@ -54,6 +54,9 @@ pub(super) struct Record {
     pub spec: Result<Spec, String>,
     /// The item as it last went to the guest set with a spec that could run.
     last_origin: Option<Origin>,
+    /// The spec of `last_origin`: what a tenant's kept version is judged by while a newer
+    /// spec cannot run.
+    last_spec: Option<Spec>,
     pub pull: Pull,
     /// The guest set's latest verdict and the generation it judged.
     pub verdict: Option<(i64, Verdict)>,
@@ -71,6 +74,12 @@ pub(super) struct Record {
 }
 
 impl Record {
+    /// Whether a version of it runs (or is being loaded): its spec could run when last seen
+    /// valid, and nothing held it back since.
+    pub(super) fn runs(&self) -> bool {
+        self.last_origin.is_some()
+    }
+
     /// What its module is pulled by under `spec`.
     fn pull_key(&self, spec: &Spec) -> PullKey {
         (spec.module.clone(), spec.pull_secret.clone(), self.scope)
@@ -201,6 +210,7 @@ impl Records {
         record.rule = rule;
         record.held = None;
         record.last_origin = Some(origin.clone());
+        record.last_spec = record.spec.as_ref().ok().cloned();
     }
 
     /// Notes object `name` at `generation` as held back (`reason`, `message`): never pulled,
@@ -216,6 +226,25 @@ impl Records {
         record.spec = Err(message.clone());
         record.held = Some((reason, message));
         record.last_origin = None;
+        record.last_spec = None;
+    }
+
+    /// Whether object `name` at `generation` was held back (its status says why).
+    pub(super) fn held_at(&self, name: &str, generation: i64) -> bool {
+        self.objects
+            .get(name)
+            .is_some_and(|r| r.generation == generation && r.held.is_some())
+    }
+
+    /// What object `name` last ran as, while its spec cannot run: the item, its spec and the
+    /// tenant rule (by index) that admitted it.
+    pub(super) fn kept(&self, name: &str) -> Option<(Origin, Spec, Option<usize>)> {
+        let record = self.objects.get(name)?;
+        Some((
+            record.last_origin.clone()?,
+            record.last_spec.clone()?,
+            record.rule,
+        ))
     }
 
     /// Notes object `name` at `generation` with a spec the host cannot run; the item as it
@@ -237,6 +266,7 @@ impl Records {
             generation,
             spec: Err("not read yet".into()),
             last_origin: None,
+            last_spec: None,
             pull: Pull::Pending,
             verdict: None,
             loaded: None,
