@@ -185,7 +185,7 @@ fn valid_keys(
 /// for the lease) every key goes in low: the leader is handling those changes, and what it
 /// leaves undone is reconciled after the changes that come once this replica leads.
 pub(super) async fn map_events(
-    mut events: crate::informers::Subscription,
+    mut events: impl futures::Stream<Item = InformerEvent> + Unpin,
     queue: WorkQueue<ObjectKey>,
     route: Route,
     primary: Gvk,
@@ -374,6 +374,246 @@ mod tests {
             .collect();
         keys.sort();
         keys
+    }
+
+    /// The tenant namespace of the tests below: a namespaced Reconciler's guest held to it.
+    const TEAM: &str = "team";
+
+    fn widget_kind() -> Gvk {
+        Gvk::new("test.reconciler.dev", "v1", "Widget")
+    }
+
+    /// A watched object (a ConfigMap) in `namespace` (none: a cluster-scoped Namespace named
+    /// `name`) with `labels`, owned by the Widgets `owners` names.
+    fn watched(
+        namespace: Option<&str>,
+        name: &str,
+        labels: &[(&str, &str)],
+        owners: &[&str],
+    ) -> Arc<DynamicObject> {
+        let mut object = match namespace {
+            Some(ns) => DynamicObject::new(
+                name,
+                &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            )
+            .within(ns),
+            None => DynamicObject::new(
+                name,
+                &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+            ),
+        };
+        object.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        object.metadata.owner_references = Some(
+            owners
+                .iter()
+                .map(
+                    |owner| k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "test.reconciler.dev/v1".into(),
+                        kind: "Widget".into(),
+                        name: (*owner).into(),
+                        uid: format!("uid-{owner}"),
+                        ..Default::default()
+                    },
+                )
+                .collect(),
+        );
+        Arc::new(object)
+    }
+
+    fn created(object: Arc<DynamicObject>) -> InformerEvent {
+        InformerEvent::Applied {
+            object,
+            old: None,
+            listed: false,
+            echo: false,
+        }
+    }
+
+    /// The keys a guest held to namespace [`TEAM`] is handed for `events` through `route`,
+    /// sorted. The route's filter takes every namespace: the rule must hold whatever the
+    /// informer and the filter let through.
+    async fn handed(route: Route, events: Vec<InformerEvent>) -> Vec<String> {
+        let queue = WorkQueue::new(crate::queue::QueueConfig::default());
+        let (_lead, lead) = watch::channel(true);
+        map_events(
+            futures::stream::iter(events),
+            queue.clone(),
+            route,
+            widget_kind(),
+            lead,
+        )
+        .await;
+        let mut keys = Vec::new();
+        while !queue.is_empty() {
+            let key = queue.get().await.expect("a queued key");
+            queue.done(&key);
+            keys.push(key.to_string());
+        }
+        keys.sort();
+        keys
+    }
+
+    fn secondary(mapper: Mapper) -> Route {
+        Route::Secondary(mapper, WatchFilter::new(None, None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_tenant_guest_is_handed_no_primary_key_outside_its_namespace() {
+        let route = Route::Primary {
+            generation_changed_only: false,
+            gone: None,
+        };
+        let events = vec![
+            created(watched(Some(TEAM), "own", &[], &[])),
+            created(watched(Some("other"), "theirs", &[], &[])),
+            created(watched(None, "cluster", &[], &[])),
+        ];
+        assert_eq!(handed(route, events).await, ["team/own"]);
+    }
+
+    #[tokio::test]
+    async fn an_owner_labels_watch_hands_a_tenant_guest_no_key_of_another_namespace() {
+        let mapper = Mapper::Read(Mapping::OwnerLabels {
+            namespace: Some("owner-namespace".into()),
+            name: "owner-name".into(),
+        });
+        let events = vec![
+            created(watched(
+                Some(TEAM),
+                "points-home",
+                &[("owner-namespace", TEAM), ("owner-name", "mine")],
+                &[],
+            )),
+            created(watched(
+                Some(TEAM),
+                "points-away",
+                &[("owner-namespace", "other"), ("owner-name", "theirs")],
+                &[],
+            )),
+            // A cluster-scoped object naming the tenant's own namespace is no way in either.
+            created(watched(
+                None,
+                "cluster",
+                &[("owner-namespace", "kube-system"), ("owner-name", "x")],
+                &[],
+            )),
+        ];
+        assert_eq!(handed(secondary(mapper), events).await, ["team/mine"]);
+        // Without a namespace label the key is cluster-scoped: outside any namespace.
+        let bare = Mapper::Read(Mapping::OwnerLabels {
+            namespace: None,
+            name: "owner-name".into(),
+        });
+        let events = vec![created(watched(
+            Some(TEAM),
+            "bare",
+            &[("owner-name", "mine")],
+            &[],
+        ))];
+        assert!(handed(secondary(bare), events).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_update_moving_owner_labels_away_wakes_only_the_tenants_old_owner() {
+        let mapper = Mapper::Read(Mapping::OwnerLabels {
+            namespace: Some("owner-namespace".into()),
+            name: "owner-name".into(),
+        });
+        let old = watched(
+            Some(TEAM),
+            "cm",
+            &[("owner-namespace", TEAM), ("owner-name", "mine")],
+            &[],
+        );
+        let new = watched(
+            Some(TEAM),
+            "cm",
+            &[("owner-namespace", "other"), ("owner-name", "theirs")],
+            &[],
+        );
+        assert_eq!(
+            handed(secondary(mapper), vec![update(old, new)]).await,
+            ["team/mine"]
+        );
+    }
+
+    #[tokio::test]
+    async fn owner_and_label_watches_of_cluster_scoped_or_foreign_objects_hand_a_tenant_nothing() {
+        let events = || {
+            vec![
+                created(watched(Some(TEAM), "own", &[("owner", "mine")], &["mine"])),
+                created(watched(
+                    Some("other"),
+                    "theirs",
+                    &[("owner", "theirs")],
+                    &["theirs"],
+                )),
+                created(watched(None, "cluster", &[("owner", "any")], &["any"])),
+            ]
+        };
+        assert_eq!(
+            handed(secondary(Mapper::Read(Mapping::Owner)), events()).await,
+            ["team/mine"]
+        );
+        assert_eq!(
+            handed(
+                secondary(Mapper::Read(Mapping::Label("owner".into()))),
+                events()
+            )
+            .await,
+            ["team/mine"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_field_index_hands_a_tenant_guest_no_key_of_another_namespace() {
+        // An index over a cache wider than the tenant's (as it would be if the primary
+        // informer were ever shared): the rule holds all the same.
+        let index = Arc::new(FieldIndex::parse("spec.source").unwrap());
+        for (ns, name, source) in [
+            (TEAM, "by-name", "settings"),
+            ("other", "by-name", "settings"),
+            (TEAM, "by-namespace", "hub"),
+            ("other", "by-namespace", "hub"),
+            (TEAM, "by-namespaced-name", "hub/settings"),
+            ("other", "by-namespaced-name", "hub/settings"),
+        ] {
+            let (key, object) = primary(ns, name, source);
+            index.update(&key, Some(&object));
+        }
+        let settings = || vec![created(watched(Some("hub"), "settings", &[], &[]))];
+        let cluster = || vec![created(watched(None, "settings", &[], &[]))];
+        let mapper = |value| Mapper::Index {
+            index: index.clone(),
+            value,
+        };
+        assert_eq!(
+            handed(secondary(mapper(IndexValue::Namespace)), settings()).await,
+            ["team/by-namespace"]
+        );
+        assert_eq!(
+            handed(secondary(mapper(IndexValue::NamespacedName)), settings()).await,
+            ["team/by-namespaced-name"]
+        );
+        // A cluster-scoped object by name matches primaries in every namespace.
+        assert_eq!(
+            handed(secondary(mapper(IndexValue::Name)), cluster()).await,
+            ["team/by-name"]
+        );
+    }
+
+    #[test]
+    fn a_function_maps_keys_outside_the_primary_namespace_to_nothing() {
+        let keys = ["team/mine", "other/theirs", "cluster"]
+            .map(|k| k.parse::<ObjectKey>().unwrap())
+            .to_vec();
+        let kept = valid_keys("g", "ConfigMap team/cm", keys, Some(TEAM));
+        assert_eq!(kept, ["team/mine".parse::<ObjectKey>().unwrap()]);
     }
 
     #[test]
