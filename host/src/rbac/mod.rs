@@ -629,6 +629,129 @@ guests:
         objects(config, None, &Guess, &Options::default())
     }
 
+    /// The rules of the ClusterRole or Role `name` among `objects`.
+    fn rules_named(objects: &[Object], name: &str) -> Option<Vec<PolicyRule>> {
+        objects.iter().find_map(|o| match o {
+            Object::ClusterRole(ClusterRole {
+                metadata, rules, ..
+            })
+            | Object::Role(Role { metadata, rules }) => {
+                (metadata.name.as_deref() == Some(name)).then(|| rules.clone())?
+            }
+            _ => None,
+        })
+    }
+
+    /// Issue 52, item 4: a tenant's guest may be granted an `http:` rule only within its
+    /// rule's `allow.http`, credentials included, and the host reads those credentials.
+    #[test]
+    fn the_host_reads_the_credentials_a_tenant_rules_http_allows() {
+        let config = HostConfig::parse(
+            "reconcilers:\n  allow:\n    http:\n    - prefix: https://api.example.com/\n      bearerToken: {secretKeyRef: {name: host-wide, key: token}}\n  tenants:\n  - namespaces: [team-a]\n    allow:\n      http:\n      - prefix: https://dns.example.com/api\n        headers:\n          X-API-Key: {secretKeyRef: {name: team-key, key: api-key}}\n        bearerToken: {secretKeyRef: {name: team-token, key: token}}\n        caBundle: {configMapKeyRef: {name: team-ca, key: ca.crt}}\n  - namespaceSelector: tenant=b\n    allow:\n      http:\n      - prefix: https://b.example.com/\n        headers:\n          X-Other: {configMapKeyRef: {name: b-header, key: v}}\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let rules = rules_named(&objects_of(&config), "reconciler-host-http-credentials")
+            .expect("a Role for the HTTP credentials");
+        assert_eq!(
+            rules,
+            [
+                PolicyRule {
+                    resource_names: Some(vec![
+                        "host-wide".into(),
+                        "team-key".into(),
+                        "team-token".into()
+                    ]),
+                    ..rule("", &["secrets"], &["get"])
+                },
+                PolicyRule {
+                    resource_names: Some(vec!["b-header".into(), "team-ca".into()]),
+                    ..rule("", &["configmaps"], &["get"])
+                },
+            ]
+        );
+    }
+
+    /// A host that reports Reconcilers no rule selects follows the namespaced ones and the
+    /// namespaces' labels (to know that none selects them) even without a tenant rule.
+    #[test]
+    fn reporting_the_unmatched_reads_the_namespaces_without_a_tenant_rule() {
+        let config = HostConfig::parse(
+            "reconcilers:\n  reportUnmatched: true\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let rules = rules_named(&objects_of(&config), "reconciler-host-reconcilers").unwrap();
+        assert!(
+            rules.contains(&rule("", &["namespaces"], &["get", "list", "watch"])),
+            "{rules:?}"
+        );
+        let quiet = HostConfig::parse("reconcilers: {}\n", Path::new("host.yaml")).unwrap();
+        let rules = rules_named(&objects_of(&quiet), "reconciler-host-reconcilers").unwrap();
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.resources.as_deref() != Some(&["namespaces".to_owned()][..])),
+            "{rules:?}"
+        );
+    }
+
+    /// A tenant's Reconciler writes as `spec.serviceAccountName`, any account of its own
+    /// namespace: the host may impersonate every account of the namespaces a rule names (a
+    /// Role there), and a ClusterRole is printed for the administrator to bind in those a
+    /// selector chooses; never an account of another namespace.
+    #[test]
+    fn the_host_may_impersonate_any_account_of_a_tenant_namespace_and_no_other() {
+        let config = HostConfig::parse(
+            "reconcilers:\n  tenants:\n  - namespaces: [team-a, team-b]\n    allow: {write: [v1/ConfigMap]}\n  - namespaceSelector: tenant=true\n    allow: {read: [v1/ConfigMap]}\n",
+            Path::new("host.yaml"),
+        )
+        .unwrap();
+        let objects = objects_of(&config);
+        let accounts = rule(
+            "authentication.k8s.io",
+            &["serviceaccounts"],
+            &["impersonate:serviceaccount"],
+        );
+        for i in 0..2 {
+            assert_eq!(
+                rules_named(&objects, &format!("reconciler-host-tenant-{i}-accounts")),
+                Some(vec![accounts.clone()]),
+                "tenant {i}"
+            );
+        }
+        let bound: Vec<(String, String)> = objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::RoleBinding(b) if b.role_ref.name.ends_with("-accounts") => Some((
+                    b.metadata.namespace.clone().unwrap_or_default(),
+                    format!("{} -> {:?}", b.role_ref.name, b.subjects),
+                )),
+                _ => None,
+            })
+            .collect();
+        let host = format!("{:?}", Some(vec![Options::default().subject()]));
+        assert_eq!(
+            bound,
+            [
+                (
+                    "team-a".to_owned(),
+                    format!("reconciler-host-tenant-0-accounts -> {host}")
+                ),
+                (
+                    "team-b".to_owned(),
+                    format!("reconciler-host-tenant-0-accounts -> {host}")
+                ),
+            ],
+            "bound in the named namespaces only, to the host"
+        );
+        assert!(
+            objects.iter().all(|o| !matches!(o,
+                Object::ClusterRoleBinding(b) if b.role_ref.name.ends_with("-accounts"))),
+            "never bound cluster-wide"
+        );
+    }
+
     #[test]
     fn reconcilers_get_their_objects_the_ceiling_and_only_the_named_pull_secrets() {
         let config = HostConfig::parse(
