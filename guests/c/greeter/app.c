@@ -3,8 +3,11 @@
 //
 // Manifest name `greeter`, primary `test.reconciler.dev/v1 Widget`, reconciled only when its
 // generation changes. Each reconcile writes `status.observedGeneration` and `status.greeting`
-// ("hello, <spec.message or name>") and records a Normal `Greeted` event. A Widget whose
-// `spec.message` is not a string is a permanent error; a failed status write is transient.
+// ("<GREETING or hello>, <spec.message or name>", GREETING from the grant's `env`) and records a
+// Normal `Greeted` event. A Widget whose `spec.message` is not a string is a permanent error; a
+// failed status write is transient.
+#include <stdlib.h>
+
 #include "reconciler.h"
 
 rg_manifest_t manifest(void) {
@@ -37,7 +40,9 @@ rg_result_t reconcile(rg_request_t *req) {
   if (message == NULL) message = rg_json_path(widget, "metadata", "name");
   if (message != NULL && rg_json_type(message) != RG_JSON_STRING)
     return rg_permanent("spec.message must be a string, not %s", type_name(message));
-  const char *greeting = rg_format("hello, %s", message != NULL ? rg_json_string(message) : "");
+  const char *word = getenv("GREETING");
+  const char *greeting = rg_format("%s, %s", word != NULL ? word : "hello",
+                                   message != NULL ? rg_json_string(message) : "");
   int64_t generation = 0;
   rg_json_int(rg_json_path(widget, "metadata", "generation"), &generation);
 

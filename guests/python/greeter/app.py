@@ -3,10 +3,12 @@ component by componentize-py (guests/lib.sh).
 
 Manifest name `greeter`, primary `test.reconciler.dev/v1 Widget` (the test CRD), reconciled only
 when its generation changes. Each reconcile writes `status.observedGeneration` and
-`status.greeting` ("hello, <spec.message or name>") and records a Normal `Greeted` event. A
-Widget whose `spec.message` is not a string is a permanent error; a failed status write is
-transient (the host retries it with backoff).
+`status.greeting` ("<GREETING or hello>, <spec.message or name>", GREETING from the grant's
+`env`) and records a Normal `Greeted` event. A Widget whose `spec.message` is not a string is
+a permanent error; a failed status write is transient (the host retries it with backoff).
 """
+
+import os
 
 from reconciler_guest import (
     Guest,
@@ -36,7 +38,7 @@ class Greeter(Guest):
         message = widget.get("spec", {}).get("message", metadata.get("name", ""))
         if not isinstance(message, str):
             raise PermanentError(f"spec.message must be a string, not {type(message).__name__}")
-        greeting = f"hello, {message}"
+        greeting = f"{os.environ.get('GREETING', 'hello')}, {message}"
         status = {"observedGeneration": metadata.get("generation", 0), "greeting": greeting}
         try:
             cluster.patch_status(request.ref, status)

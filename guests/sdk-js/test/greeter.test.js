@@ -24,6 +24,12 @@ test("greets, then records an event", () => {
   assert.deepEqual(callsOf("recordEvent"), [[{ regarding: ref, eventType: "normal", reason: "Greeted", message: "hello, world" }]]);
 });
 
+test("greets with the GREETING of its environment", () => {
+  answer("getEnvironment", () => [["REGION", "eu"], ["GREETING", "bonjour"]]);
+  reconciler.reconcile(request(widget));
+  assert.deepEqual(callsOf("patchStatus"), [[ref, '{"status":{"observedGeneration":2,"greeting":"bonjour, world"}}']]);
+});
+
 test("a failed status write is transient", () => {
   answer("patchStatus", () => {
     throw hostError("conflict", "resourceVersion changed");

@@ -6,13 +6,15 @@
 //
 // Manifest name `greeter`, primary `test.reconciler.dev/v1 Widget`, reconciled only when its
 // generation changes. Each reconcile writes `status.observedGeneration` and `status.greeting`
-// ("hello, <spec.message or name>") and records a Normal `Greeted` event. A Widget whose
-// `spec.message` is not a string is a permanent error; a failed status write is transient.
+// ("<GREETING or hello>, <spec.message or name>", GREETING from the grant's `env`) and records a
+// Normal `Greeted` event. A Widget whose `spec.message` is not a string is a permanent error; a
+// failed status write is transient.
 package export_reconciler_api_reconciler
 
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 
 	"wit_component/reconciler"
@@ -47,7 +49,11 @@ func greet(req *reconciler.Request) (reconciler.Action, error) {
 	if !ok {
 		return reconciler.Action{}, reconciler.Permanentf("spec.message must be a string, not %s", pythonType(message))
 	}
-	greeting := "hello, " + text
+	word, ok := os.LookupEnv("GREETING")
+	if !ok {
+		word = "hello"
+	}
+	greeting := word + ", " + text
 	generation, ok := widget.Metadata["generation"]
 	if !ok {
 		generation = 0
