@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod index;
+mod keys;
 pub(crate) mod sync;
 mod triggers;
 
@@ -50,6 +51,7 @@ use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
 pub use index::FieldIndex;
+use keys::Keys;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
 
@@ -177,8 +179,10 @@ impl Controller {
         // The benches' switch: one FIFO, to measure what the priorities buy.
         config.priorities = std::env::var_os(QUEUE_ENV).is_none_or(|v| v != "fifo");
         let queue = WorkQueue::with_metrics(config, shared.metrics.workqueue(&name));
+        // Everything but the workers adds keys through this door, which keeps a tenant's.
+        let keys = Keys::new(queue.clone(), guest.tenant(), &name, shared.metrics.clone());
         let (version, _) =
-            watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &queue)));
+            watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &keys)));
 
         let mut tasks = JoinSet::new();
         let (leading, lead) = watch::channel(leading);
@@ -189,7 +193,7 @@ impl Controller {
         };
         tasks.spawn(map_events(
             primary_events,
-            queue.clone(),
+            keys.clone(),
             Route::Primary {
                 generation_changed_only: manifest.generation_changed_only,
                 gone: caches.gone.clone(),
@@ -197,7 +201,7 @@ impl Controller {
             manifest.primary.clone(),
             lead.clone(),
         ));
-        spawn_secondaries(&mut tasks, shared, &caches, &queue, &version, &name, &lead);
+        spawn_secondaries(&mut tasks, shared, &caches, &keys, &version, &name, &lead);
 
         let (synced_tx, synced) = watch::channel(false);
         let concurrency = concurrency(&guest, shared.max_concurrency);
@@ -377,7 +381,7 @@ fn spawn_secondaries(
     tasks: &mut JoinSet<()>,
     shared: &Shared,
     caches: &Arc<Caches>,
-    queue: &WorkQueue<ObjectKey>,
+    keys: &Keys,
     version: &watch::Sender<Arc<GuestVersion>>,
     name: &str,
     lead: &watch::Receiver<bool>,
@@ -416,7 +420,7 @@ fn spawn_secondaries(
         };
         tasks.spawn(map_events(
             informer.subscribe(),
-            queue.clone(),
+            keys.clone(),
             Route::Secondary(mapper, filter.clone()),
             guest_primary.clone(),
             lead.clone(),
@@ -520,8 +524,23 @@ impl Caches {
                 informer.clone()
             } else {
                 let selector = selectors.get(&secondary.kind).map(str::to_owned);
-                let host = shared.namespace.clone();
-                acquire_scoped(shared, &secondary.kind, host, selector, None, guest).await?
+                // A tenant's informers, as its lister's, hold its namespace only.
+                let within = guest
+                    .tenant()
+                    .map(str::to_owned)
+                    .or_else(|| shared.namespace.clone());
+                match acquire_scoped(shared, &secondary.kind, within, selector, None, guest).await {
+                    Ok(informer) => informer,
+                    // No object of a cluster-scoped kind is in a namespace: a tenant's watch
+                    // of one takes no event, as its lister reads none.
+                    Err(crate::informers::InformerError::ClusterScoped { .. })
+                        if guest.tenant().is_some() =>
+                    {
+                        tracing::warn!(guest = %manifest.name, kind = %secondary.kind, "secondary watch left out: a namespaced Reconciler's guest watches its namespace only, and this kind is cluster-scoped");
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             };
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
             if let Mapping::Field { path, .. } = &secondary.mapping
@@ -595,12 +614,7 @@ impl Caches {
 }
 
 impl GuestVersion {
-    fn new(
-        shared: &Shared,
-        guest: &Arc<ActiveGuest>,
-        caches: &Arc<Caches>,
-        queue: &WorkQueue<ObjectKey>,
-    ) -> Self {
+    fn new(shared: &Shared, guest: &Arc<ActiveGuest>, caches: &Arc<Caches>, keys: &Keys) -> Self {
         let cluster = Arc::new(KubeCluster::new(
             shared.client.clone(),
             caches.readable_with_primary(),
@@ -616,7 +630,7 @@ impl GuestVersion {
             .cloned();
         let mut providers = crate::providers::kube::providers(
             caches.readable.clone(),
-            queue.clone(),
+            Arc::new(keys.clone()),
             cluster.clone(),
             network,
         );

@@ -14,11 +14,12 @@ use tokio::sync::watch;
 
 use super::GuestVersion;
 use super::index::FieldIndex;
+use super::keys::Keys;
 use crate::capabilities::CallContext;
 use crate::informers::InformerEvent;
 use crate::manifest::{IndexValue, Mapping};
 use crate::objects::{Gvk, ObjectKey};
-use crate::queue::{Priority, WorkQueue};
+use crate::queue::Priority;
 use crate::runtime::{Mapped, Runtime};
 
 /// How an informer's events become primary keys.
@@ -181,12 +182,13 @@ fn valid_keys(
         .collect()
 }
 
-/// Turns informer events into keys of the primary kind. Until `lead` is true (a standby waiting
-/// for the lease) every key goes in low: the leader is handling those changes, and what it
-/// leaves undone is reconciled after the changes that come once this replica leads.
+/// Turns informer events into keys of the primary kind, let into the queue by `keys` (which
+/// keeps a tenant's in its namespace). Until `lead` is true (a standby waiting for the lease)
+/// every key goes in low: the leader is handling those changes, and what it leaves undone is
+/// reconciled after the changes that come once this replica leads.
 pub(super) async fn map_events(
     mut events: impl futures::Stream<Item = InformerEvent> + Unpin,
-    queue: WorkQueue<ObjectKey>,
+    keys: Keys,
     route: Route,
     primary: Gvk,
     lead: watch::Receiver<bool>,
@@ -209,12 +211,12 @@ pub(super) async fn map_events(
                 if let (InformerEvent::Deleted { .. }, Some(gone)) = (&event, gone) {
                     gone.lock().insert(key_of(object));
                 }
-                queue.add_with(key_of(object), priority);
+                keys.add(key_of(object), priority, &"its own event");
             }
             Route::Secondary(mapper, filter) => {
                 if filter.takes(object) {
                     for key in mapper.keys(object, &primary).await {
-                        queue.add_with(key, priority);
+                        keys.add(key, priority, &Watched(object));
                     }
                 }
                 // An update that moved the object to another owner (or out of the watch's
@@ -223,7 +225,7 @@ pub(super) async fn map_events(
                     && filter.takes(old)
                 {
                     for key in mapper.keys(old, &primary).await {
-                        queue.add_with(key, priority);
+                        keys.add(key, priority, &Watched(old));
                     }
                 }
             }
@@ -259,6 +261,16 @@ fn same_generation(event: &InformerEvent) -> bool {
     new.generation.is_some()
         && new.generation == old.generation
         && new.deletion_timestamp == old.deletion_timestamp
+}
+
+/// The watched object that named a key, for the log line of one the door refuses.
+struct Watched<'a>(&'a DynamicObject);
+
+impl std::fmt::Display for Watched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.0.types.as_ref().map_or("", |t| t.kind.as_str());
+        write!(f, "a watch's event of {kind} {}", key_of(self.0))
+    }
 }
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
@@ -438,11 +450,17 @@ mod tests {
     /// sorted. The route's filter takes every namespace: the rule must hold whatever the
     /// informer and the filter let through.
     async fn handed(route: Route, events: Vec<InformerEvent>) -> Vec<String> {
-        let queue = WorkQueue::new(crate::queue::QueueConfig::default());
+        let queue = crate::queue::WorkQueue::new(crate::queue::QueueConfig::default());
+        let keys = Keys::new(
+            queue.clone(),
+            Some(TEAM),
+            "g",
+            crate::metrics::Metrics::new(),
+        );
         let (_lead, lead) = watch::channel(true);
         map_events(
             futures::stream::iter(events),
-            queue.clone(),
+            keys,
             route,
             widget_kind(),
             lead,

@@ -25,7 +25,7 @@
 //! | `outbound.rs` | `reconciler_http_requests_total` | `guest`, `host`, `outcome` |
 //! | | `reconciler_http_sent_bytes_total`, `reconciler_http_received_bytes_total`, `reconciler_http_request_duration_seconds` | `guest`, `host` |
 //! | `watches.rs` | `reconciler_map_calls_total` | `guest`, `result` |
-//! | | `reconciler_map_duration_seconds`, `reconciler_field_index_entries` | `guest` |
+//! | | `reconciler_map_duration_seconds`, `reconciler_field_index_entries`, `reconciler_keys_outside_namespace_total` | `guest` |
 //! | `shards.rs` | `reconciler_leader`, `reconciler_shard_members`, `reconciler_shard_owned_slots`, `reconciler_shard_owned_ratio` | none |
 //! | | `reconciler_shard_keys`, `reconciler_shard_foreign_keys_total` | `guest` |
 //! | | `reconciler_shard_handovers_total` | `direction` |
@@ -56,6 +56,9 @@
 //!   instantiation), and the zeroed reconcile counters already say "loaded, idle".
 //! - `reconciler_shard_keys`: a measurement, where 0 would be false (an unsharded host owns
 //!   every key) until the first count.
+//! - `reconciler_keys_outside_namespace_total`: only a namespaced Reconciler's guest can move
+//!   it, and only when its objects (or it) name what it may not have; a series at 0 for every
+//!   guest would say nothing.
 //! - `reconciler_guest_loaded` (set on load itself; `hash` is open) and
 //!   `reconciler_guest_load_failures_total` (labelled by file path, no guest yet).
 //!
@@ -207,6 +210,11 @@ impl Metrics {
     /// `guest`'s field indexes hold `entries` entries now.
     pub(crate) fn field_index_entries(&self, guest: &str, entries: usize) {
         self.inner.watches.index_entries(guest, entries);
+    }
+
+    /// A key outside the namespace of `guest`, a namespaced Reconciler's, was not handed to it.
+    pub(crate) fn key_outside_namespace(&self, guest: &str) {
+        self.inner.watches.outside_namespace(guest);
     }
 
     /// One reconcile of `guest` ended with `result` after `duration`. Make exactly one call

@@ -1,7 +1,9 @@
 //! What the `watches` export's mappings cost, per guest: `reconciler_map_calls_total` by
 //! result and `reconciler_map_duration_seconds` (the guest's `map`, one call per event of a
-//! `function` watch), and `reconciler_field_index_entries` (the entries the host keeps for
-//! `field` watches: one per indexed value per primary object).
+//! `function` watch), `reconciler_field_index_entries` (the entries the host keeps for
+//! `field` watches: one per indexed value per primary object), and
+//! `reconciler_keys_outside_namespace_total` (keys a namespaced Reconciler's watches or guest
+//! named outside its namespace, which it was not handed: `controller/keys.rs`).
 
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ pub(super) struct WatchFamilies {
     calls: Family<MapLabels, Counter>,
     duration: HistogramFamily<GuestLabels>,
     index_entries: Family<GuestLabels, Gauge>,
+    outside_namespace: Family<GuestLabels, Counter>,
 }
 
 impl WatchFamilies {
@@ -48,6 +51,10 @@ impl WatchFamilies {
             index_entries: r.add(
                 "reconciler_field_index_entries",
                 "Entries of the field indexes the host keeps for a guest's field watches (one per indexed value per primary object)",
+            ),
+            outside_namespace: r.add(
+                "reconciler_keys_outside_namespace",
+                "Keys outside a namespaced Reconciler's namespace, named by its watches or its guest, that its guest was not handed",
             ),
         }
     }
@@ -72,6 +79,12 @@ impl WatchFamilies {
         self.index_entries
             .get_or_create(&GuestLabels::new(guest))
             .set(gauge_value(entries));
+    }
+
+    pub(super) fn outside_namespace(&self, guest: &str) {
+        self.outside_namespace
+            .get_or_create(&GuestLabels::new(guest))
+            .inc();
     }
 }
 

@@ -1,5 +1,6 @@
-//! Providers in `run`: the lister over the informer caches, the guest's work queue, and the
-//! cluster writer.
+//! Providers in `run`: the lister over the informer caches and the cluster writer; the guest's
+//! work queue is the controller's (`controller/keys.rs`, which keeps a tenant's keys in its
+//! namespace).
 //!
 //! Writes go to the API server with the guest's name as field manager, and every object the
 //! server returns is recorded into the informer caches at once (read-your-writes, like the CRD
@@ -23,7 +24,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -38,20 +38,20 @@ use crate::capabilities::{
 };
 use crate::fence::WriteFence;
 use crate::informers::Informer;
-use crate::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::objects::{Gvk, ObjectRef};
 use crate::validation::path_segment;
 
-/// The providers of one guest in `run`.
+/// The providers of one guest in `run`; `queue` is its controller's.
 pub(crate) fn providers(
     readable: BTreeMap<Gvk, Informer>,
-    queue: crate::queue::WorkQueue<ObjectKey>,
+    queue: Arc<dyn Enqueuer>,
     cluster: Arc<KubeCluster>,
     network: Option<Arc<dyn crate::backends::NetworkBackend>>,
 ) -> Providers {
     Providers {
         lister: Arc::new(CacheLister(readable)),
         cluster,
-        queue: Arc::new(QueueHandle(queue)),
+        queue,
         network,
         http: None,
     }
@@ -480,23 +480,6 @@ impl Lister for CacheLister {
         // Every cached object of the kind: an upper bound for one namespace, counted without
         // a scan.
         self.0.get(kind).map_or(0, Informer::len)
-    }
-}
-
-/// The guest's handle on its own work queue.
-struct QueueHandle(crate::queue::WorkQueue<ObjectKey>);
-
-impl Enqueuer for QueueHandle {
-    fn enqueue(&self, key: ObjectKey, after: Option<Duration>) -> Result<(), HostError> {
-        match after {
-            Some(delay) => self.0.add_after(key, delay),
-            None => self.0.add(key),
-        }
-        Ok(())
-    }
-
-    fn pending(&self) -> usize {
-        self.0.len() + self.0.delayed()
     }
 }
 
