@@ -52,7 +52,8 @@ fn repository_configs() -> Result<Vec<(String, Value)>> {
 
 /// Configurations that reach every branch of the derivation (host/src/rbac/): plurals, trial
 /// grants, subresources of core and named groups, identities, Reconciler ceilings with and
-/// without required identities, pull Secrets, HTTP credentials of grants and ceilings.
+/// without required identities, pull Secrets, HTTP credentials of grants, ceilings and tenant
+/// rules, tenant rules by name and by selector, unmatched Reconcilers reported.
 const CONFIGS: &[&str] = &[
     r"
 guests:
@@ -128,7 +129,15 @@ reconcilers:
     serviceAccount: guest-writer
     allow:
       read: [v1/Secret]
+      http:
+      - prefix: https://dns.example.com/api
+        headers:
+          X-API-Key: {secretKeyRef: {name: team-key, key: api-key}}
+          X-Other: {configMapKeyRef: {name: team-header, key: v}}
+        bearerToken: {secretKeyRef: {name: team-token, key: token}}
+        caBundle: {configMapKeyRef: {name: team-ca, key: ca.crt}}
 ",
+    "reconcilers: {reportUnmatched: true}\n",
 ];
 
 /// Objects by (kind, namespace, name), without their labels; `labels` must carry `part-of`, the

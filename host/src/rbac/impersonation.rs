@@ -23,7 +23,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, RoleBinding, Subject};
 
 use super::{
     Object, Options, Resources, bound_cluster_role, bound_role, guest_role_name, meta, rules,
@@ -195,8 +195,11 @@ fn impersonate_on(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
 /// (its informers are shared) and impersonates the rule's account, by name, in any namespace,
 /// only for the writes the rule allows (constrained impersonation); the account of each tenant
 /// namespace gets the rule's reads and writes through a `ClusterRole` `PREFIX-tenant-N` that a
-/// `RoleBinding` in the namespace grants it: emitted here for the namespaces the rule names;
-/// for those its selector chooses, the administrator binds it the same way.
+/// `RoleBinding` in the namespace grants it. A Reconciler naming `spec.serviceAccountName`
+/// writes as another account of its namespace: `PREFIX-tenant-N-accounts` lets the host
+/// impersonate every account of a namespace where a `RoleBinding` grants it, never
+/// cluster-wide. Both bindings are emitted here for the namespaces the rule names; for those
+/// its selector chooses, the administrator binds them the same way.
 pub(super) fn tenant_objects(
     config: &HostConfig,
     resources: &dyn Resources,
@@ -227,38 +230,54 @@ pub(super) fn tenant_objects(
             &host,
         ));
         let tenant_role = format!("{prefix}-tenant-{i}");
-        out.push(Object::ClusterRole(
-            k8s_openapi::api::rbac::v1::ClusterRole {
-                metadata: meta(&tenant_role, None),
-                rules: Some(rules(&allow.read, &allow.write, resources, events())),
-                ..Default::default()
-            },
+        out.push(cluster_role(
+            &tenant_role,
+            rules(&allow.read, &allow.write, resources, events()),
+        ));
+        let accounts = format!("{tenant_role}-accounts");
+        out.push(cluster_role(
+            &accounts,
+            vec![impersonate(options.impersonation, None)],
         ));
         for namespace in &rule.namespaces {
             out.push(Object::ServiceAccount(ServiceAccount {
                 metadata: meta(&rule.service_account, Some(namespace)),
                 ..ServiceAccount::default()
             }));
-            out.push(Object::RoleBinding(
-                k8s_openapi::api::rbac::v1::RoleBinding {
-                    metadata: meta(&tenant_role, Some(namespace)),
-                    role_ref: super::role_ref("ClusterRole", &tenant_role),
-                    subjects: Some(vec![service_account_subject(
-                        namespace,
-                        &rule.service_account,
-                    )]),
-                },
+            out.push(role_binding(
+                &tenant_role,
+                namespace,
+                service_account_subject(namespace, &rule.service_account),
             ));
+            out.push(role_binding(&accounts, namespace, host.clone()));
         }
     }
     out
+}
+
+/// A `ClusterRole` of `rules`, bound where a `RoleBinding` grants it.
+fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> Object {
+    Object::ClusterRole(ClusterRole {
+        metadata: meta(name, None),
+        rules: Some(rules),
+        ..ClusterRole::default()
+    })
+}
+
+/// A `RoleBinding` named as the `ClusterRole` `role` it grants `subject` in `namespace`.
+fn role_binding(role: &str, namespace: &str, subject: Subject) -> Object {
+    Object::RoleBinding(RoleBinding {
+        metadata: meta(role, Some(namespace)),
+        role_ref: super::role_ref("ClusterRole", role),
+        subjects: Some(vec![subject]),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role};
 
     use super::super::Guess;
     use super::*;

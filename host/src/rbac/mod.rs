@@ -281,7 +281,8 @@ pub(crate) fn objects(
 }
 
 /// The host's rules on the Reconciler objects themselves: both kinds followed and their
-/// status written; the namespaces' labels read when tenant rules choose by them.
+/// status written; the namespaces' labels read when the host follows namespaced Reconcilers
+/// (tenant rules choose by them; `reportUnmatched` reports those no rule selects).
 fn reconciler_objects_rules(
     reconcilers: &crate::config::ReconcilerSettings,
 ) -> Vec<((String, String), Vec<&'static str>)> {
@@ -297,7 +298,7 @@ fn reconciler_objects_rules(
             vec!["patch"],
         ));
     }
-    if !reconcilers.tenants.is_empty() {
+    if !reconcilers.tenants.is_empty() || reconcilers.report_unmatched {
         own.push((
             (String::new(), "namespaces".to_owned()),
             vec!["get", "list", "watch"],
@@ -307,8 +308,9 @@ fn reconciler_objects_rules(
 }
 
 /// A Role in the host's namespace to `get`, by name, exactly the Secrets and `ConfigMaps` that
-/// the `http:` rules of the grants (and of the Reconcilers' ceiling) take credentials and CA
-/// bundles from: the host lists none, and reads no other.
+/// the `http:` rules of the grants (and of the Reconcilers' ceilings: `reconcilers.allow` and
+/// each tenant rule's) take credentials and CA bundles from: the host lists none, and reads no
+/// other.
 fn http_credentials(
     config: &HostConfig,
     guests: Option<&BTreeSet<String>>,
@@ -319,7 +321,14 @@ fn http_credentials(
         .iter()
         .filter(|(guest, _)| guests.is_none_or(|only| only.contains(*guest)))
         .flat_map(|(_, grant)| &grant.http);
-    let allowed = config.reconcilers.iter().flat_map(|r| &r.allow.http);
+    // A Reconciler's `http:` rules lie within its ceiling's, credentials included: the host
+    // reads those of `reconcilers.allow` and of every tenant rule's `allow`.
+    let allowed = config.reconcilers.iter().flat_map(|r| {
+        r.allow
+            .http
+            .iter()
+            .chain(r.tenants.iter().flat_map(|t| &t.allow.http))
+    });
     let (mut secrets, mut config_maps) = (BTreeSet::new(), BTreeSet::new());
     for rule in granted.chain(allowed) {
         let named = rule

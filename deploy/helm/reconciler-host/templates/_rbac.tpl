@@ -181,8 +181,8 @@ unless every guest writes as its own account; impersonation of the accounts it l
 {{- $own = append $own (list "reconciler.dev" . (list "get" "list" "watch")) -}}
 {{- $own = append $own (list "reconciler.dev" (printf "%s/status" .) (list "patch")) -}}
 {{- end -}}
-{{- if $tenants -}}
-{{- /* The namespaces' labels choose tenant rules. */ -}}
+{{- if or $tenants $reconcilers.reportUnmatched -}}
+{{- /* The namespaces' labels choose tenant rules (and show those no rule selects). */ -}}
 {{- $own = append $own (list "" "namespaces" (list "get" "list" "watch")) -}}
 {{- end -}}
 {{- $required := false -}}
@@ -211,7 +211,9 @@ unless every guest writes as its own account; impersonation of the accounts it l
 {{- end -}}
 {{- /* Each tenant rule: the host reads what it allows and impersonates its account, by name, in
 any namespace, for the writes it allows; the account of each namespace it names gets the rule's
-reads and writes through the ClusterRole PREFIX-tenant-N (others the administrator binds). */ -}}
+reads and writes through the ClusterRole PREFIX-tenant-N, and the host may impersonate every
+account there (spec.serviceAccountName) through PREFIX-tenant-N-accounts (in the namespaces a
+selector chooses, the administrator binds both). */ -}}
 {{- range $i, $rule := $tenants -}}
 {{- $ruleAllow := $rule.allow | default dict -}}
 {{- $account := $rule.serviceAccount | default "reconciler" -}}
@@ -225,11 +227,17 @@ reads and writes through the ClusterRole PREFIX-tenant-N (others the administrat
 {{- $tenantRole := printf "%s-tenant-%d" $prefix $i -}}
 {{- $tenantRules := include "reconciler-host.rbac.rules" (dict "read" ($ruleAllow.read | default (list)) "write" ($ruleAllow.write | default (list)) "extra" $events) | fromJsonArray -}}
 {{- $objects = append $objects (dict "apiVersion" "rbac.authorization.k8s.io/v1" "kind" "ClusterRole" "metadata" (dict "name" $tenantRole) "rules" $tenantRules) -}}
+{{- $accounts := printf "%s-accounts" $tenantRole -}}
+{{- $anyAccount := include "reconciler-host.rbac.impersonate" (dict "mode" $mode "names" (list)) | fromJson -}}
+{{- $objects = append $objects (dict "apiVersion" "rbac.authorization.k8s.io/v1" "kind" "ClusterRole" "metadata" (dict "name" $accounts) "rules" (list $anyAccount)) -}}
 {{- range $ns := $rule.namespaces | default (list) -}}
 {{- $objects = append $objects (dict "apiVersion" "v1" "kind" "ServiceAccount" "metadata" (dict "name" $account "namespace" $ns)) -}}
 {{- $objects = append $objects (dict "apiVersion" "rbac.authorization.k8s.io/v1" "kind" "RoleBinding" "metadata" (dict "name" $tenantRole "namespace" $ns)
   "roleRef" (dict "apiGroup" "rbac.authorization.k8s.io" "kind" "ClusterRole" "name" $tenantRole)
   "subjects" (list (dict "kind" "ServiceAccount" "name" $account "namespace" $ns))) -}}
+{{- $objects = append $objects (dict "apiVersion" "rbac.authorization.k8s.io/v1" "kind" "RoleBinding" "metadata" (dict "name" $accounts "namespace" $ns)
+  "roleRef" (dict "apiGroup" "rbac.authorization.k8s.io" "kind" "ClusterRole" "name" $accounts)
+  "subjects" (list $host)) -}}
 {{- end -}}
 {{- end -}}
 {{- $secrets := $reconcilers.pullSecrets | default (list) | uniq | sortAlpha -}}
@@ -239,10 +247,12 @@ reads and writes through the ClusterRole PREFIX-tenant-N (others the administrat
 {{- end -}}
 {{- end -}}
 
-{{- /* Exactly the Secrets and ConfigMaps the http rules take credentials and CA bundles from. */ -}}
+{{- /* Exactly the Secrets and ConfigMaps the http rules take credentials and CA bundles from:
+the grants', the Reconcilers' ceiling's and each tenant rule's. */ -}}
 {{- $httpRules := list -}}
 {{- range $guests -}}{{- $httpRules = concat $httpRules ((. | default dict).http | default (list)) -}}{{- end -}}
 {{- $httpRules = concat $httpRules ($allow.http | default (list)) -}}
+{{- range $tenants -}}{{- $httpRules = concat $httpRules (((. | default dict).allow | default dict).http | default (list)) -}}{{- end -}}
 {{- $secrets := list -}}
 {{- $configMaps := list -}}
 {{- range $httpRules -}}
