@@ -427,9 +427,21 @@ js_check_watches() {
   fi
 }
 
+# js_wit BUILD WORLD: a WIT directory in BUILD whose world `guest` is the contract's WORLD and
+# wasi:cli/environment. jco binds only what the world imports, and the SDK's `getenv` (env.js,
+# which imports this version) reads the grant's `env` through it.
+js_wit() {
+  local build=$1 world=$2
+  mkdir -p "$build/wit/deps" || return
+  cp "$wit"/*.wit "$wit"/deps/*.wit "$build/wit/deps/" || return
+  printf 'package local:guest;\n\nworld guest {\n  include reconciler:api/%s@0.1.0;\n  import wasi:cli/environment@0.2.12;\n}\n' \
+    "$world" >"$build/wit/guest.wit"
+}
+
 js_build() {
   local src=$1 world=$2 build=$3 out=$4 file
   js_check_watches "$src" "$world" || return
+  js_wit "$build" "$world" || return
   while IFS= read -r file; do
     mkdir -p "$build/src/$(dirname "$file")"
     cp "$src/$file" "$build/src/$file" || return
@@ -441,10 +453,10 @@ js_build() {
   # From the entry's own directory: jco 1.35 resolves an entry path with a directory in it twice.
   if [[ "$world" == http-controller ]]; then
     echo 'export default { external: [/^(reconciler|wasi):/] };' >"$build/bundle.config.mjs"
-    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+    (cd "$build/src" && "$jco" componentize app.js --wit ../wit --world-name guest \
       --disable fetch-event --bundle --bundle-config ../bundle.config.mjs -o "$out" >/dev/null)
   else
-    (cd "$build/src" && "$jco" componentize app.js --wit "$wit" --world-name "$world" \
+    (cd "$build/src" && "$jco" componentize app.js --wit ../wit --world-name guest \
       --backend qjs --backend-qjs-disable-async -o "$out" >/dev/null)
   fi
 }

@@ -440,6 +440,7 @@ fn js_sdk() -> Vec<File> {
         "object.js",
         "error.js",
         "conditions.js",
+        "env.js",
         "log.js",
         "event.js",
         "queue.js",
@@ -635,6 +636,26 @@ mod tests {
             lib.text.contains("path: \"../wit\""),
             "the SDK reads the project's wit/"
         );
+    }
+
+    /// A JavaScript project's SDK is every module of the repository's: `index.js` imports them
+    /// all, so one left out fails the project's build (`env.js` was, at first).
+    #[test]
+    fn the_javascript_scaffold_carries_every_module_of_the_sdk() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/sdk-js/reconciler-guest");
+        let mut modules: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                format!(
+                    "reconciler-guest/{}",
+                    e.unwrap().file_name().to_string_lossy()
+                )
+            })
+            .collect();
+        let mut vendored: Vec<String> = js_sdk().into_iter().map(|f| f.path).collect();
+        modules.sort();
+        vendored.sort();
+        assert_eq!(vendored, modules);
     }
 
     /// The SDKs (and the recipe, the contract, the lockfiles) as copied from the repository:

@@ -5,10 +5,11 @@
 //
 // Manifest name `greeter`, primary `test.reconciler.dev/v1 Widget`, reconciled only when its
 // generation changes. Each reconcile writes `status.observedGeneration` and `status.greeting`
-// ("hello, <spec.message or name>") and records a Normal `Greeted` event. A Widget whose
-// `spec.message` is not a string is a permanent error; a failed status write is transient.
+// ("<GREETING or hello>, <spec.message or name>", GREETING from the grant's `env`) and records a
+// Normal `Greeted` event. A Widget whose `spec.message` is not a string is a permanent error; a
+// failed status write is transient.
 
-import { cluster, defineReconciler, events, gvk, log, permanent, transient } from "./reconciler-guest/index.js";
+import { cluster, defineReconciler, events, getenv, gvk, log, permanent, transient } from "./reconciler-guest/index.js";
 
 // The names Python gives JSON's types, so that every language's greeter fails in the same words.
 /** @param {unknown} value */
@@ -46,7 +47,7 @@ export const reconciler = defineReconciler({
     if (typeof message !== "string") {
       throw permanent(`spec.message must be a string, not ${typeName(message)}`);
     }
-    const greeting = `hello, ${message}`;
+    const greeting = `${getenv("GREETING") ?? "hello"}, ${message}`;
     try {
       cluster.patchStatus(request.ref, { observedGeneration: metadata.generation ?? 0, greeting });
     } catch (error) {

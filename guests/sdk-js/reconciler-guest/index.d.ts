@@ -266,6 +266,12 @@ export function permanent(message: string, cause?: unknown): ReconcileError;
 /** Runs a call of a generated import; the contract's error it throws becomes a HostError. */
 export function hostCall<T>(call: () => T): T;
 
+/**
+ * The environment variable `name` as the guest's grant sets it (its `env`), or undefined. Read
+ * when called (one host call), so call it inside `reconcile`, never at module load.
+ */
+export function getenv(name: string): string | undefined;
+
 // ---------------------------------------------------------------------------------------------
 // Host interfaces
 

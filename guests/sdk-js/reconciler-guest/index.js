@@ -20,6 +20,7 @@
 //   queue       enqueueing other keys of the guest's own kind
 //   log         logging into the host's stream, printf-style
 //   conditions  `metav1.Condition` bookkeeping with a stable `lastTransitionTime`
+//   getenv      the environment the guest's grant sets (`env`)
 //
 // Watches beyond the manifest's owner and label mappings (field indexes, owner labels, map
 // functions, a namespace and selector per kind) are the optional `watches` export, made by
@@ -45,6 +46,7 @@ import { milliseconds } from "./queue.js";
 
 export * as cluster from "./cluster.js";
 export * as conditions from "./conditions.js";
+export { getenv } from "./env.js";
 export { HOST_ERROR_KINDS, HostError, ReconcileError, hostCall, permanent, transient } from "./error.js";
 export * as events from "./event.js";
 export * as lister from "./lister.js";

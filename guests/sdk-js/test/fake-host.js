@@ -47,3 +47,5 @@ export const recordEvent = (...args) => call("recordEvent", args, () => undefine
 export const enqueue = (...args) => call("enqueue", args, () => undefined);
 // reconciler:api/log
 export const log = (...args) => call("log", args, () => undefined);
+// wasi:cli/environment: none unless a test answers it
+export const getEnvironment = (...args) => call("getEnvironment", args, () => []);

@@ -15,6 +15,7 @@ import {
   defineWatches,
   describe,
   events,
+  getenv,
   gvk,
   gvkFromApiVersion,
   hostCall,
@@ -79,6 +80,7 @@ export const reconciler = defineReconciler({
     log.trace(selector({ a: "b" }), conditions.now(), conditions.isTrue(list, "Ready"), conditions.find(list, "Ready"));
     conditions.remove(list, "Ready");
     hostCall(() => 1).toFixed();
+    log.info(getenv("REGION") ?? "no region");
     if (request.attempt > 3) throw permanent("gave up");
     return Action.requeueAfter(30_000);
   },
@@ -128,3 +130,5 @@ manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: M
 defineWatches([{ kind: configMap, mapping: Mapping.field("spec.a", "uid") }]);
 // @ts-expect-error a map function returns keys
 defineWatches([{ kind: configMap, mapping: Mapping.function(() => "demo/a") }]);
+// @ts-expect-error an unset variable is undefined, not a string
+export const region: string = getenv("REGION");
