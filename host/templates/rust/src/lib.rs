@@ -1,9 +1,10 @@
 //! A reconciler in Rust on the SDK in `reconciler-guest/` (world `controller` of
 //! `wit/reconciler.wit`): greets Widgets.
 //!
-//! Each reconcile writes `status.observedGeneration` and `status.greeting` ("hello, <spec.message
-//! or name>") and records a Normal `Greeted` event. A Widget whose `spec.message` is not a string
-//! is a permanent error; a failed status write is transient (the host retries it with backoff).
+//! Each reconcile writes `status.observedGeneration` and `status.greeting` ("<GREETING or hello>,
+//! <spec.message or name>", GREETING from the grant's `env`) and records a Normal `Greeted` event.
+//! A Widget whose `spec.message` is not a string is a permanent error; a failed status write is
+//! transient (the host retries it with backoff).
 
 use reconciler_guest::serde_json::{Value, json};
 use reconciler_guest::{
@@ -34,7 +35,8 @@ impl Guest for {{type}} {
                 python_type(&message)
             )));
         };
-        let greeting = format!("hello, {message}");
+        let word = std::env::var("GREETING").unwrap_or_else(|_| "hello".to_owned());
+        let greeting = format!("{word}, {message}");
         let generation = widget["metadata"].get("generation").cloned().unwrap_or(json!(0));
         cluster::patch_status(
             &request.ref_,
