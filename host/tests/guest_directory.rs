@@ -822,11 +822,14 @@ fn a_second_active_guest_holding_anothers_finalizer_is_refused() {
     );
 }
 
+/// Declared items: each origin and its component's bytes.
+type Items = Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>;
+
 /// Items of both kinds, held in memory: an operator's `ClusterReconciler`s and tenants'
 /// namespaced `Reconciler`s, each with its grant and component.
 #[derive(Default, Clone)]
 struct Declared {
-    items: Arc<parking_lot::Mutex<Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>>>,
+    items: Arc<parking_lot::Mutex<Items>>,
     verdicts: Arc<parking_lot::Mutex<Vec<(String, reconciler_host::guest_set::Verdict)>>>,
 }
 
@@ -913,7 +916,7 @@ fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_a
         "w",
         1,
         grant("active"),
-        Tenant::new("team-a", Default::default(), None),
+        Tenant::new("team-a", std::collections::BTreeMap::default(), None),
     );
     let operator = |mode: &str| Origin::reconciler("op", 1, grant(mode));
     let widget = std::fs::read(common::guest("widget")).unwrap();
