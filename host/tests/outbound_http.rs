@@ -610,6 +610,9 @@ fn paths_a_server_would_serve_outside_the_prefix_never_leave() {
         ("/api/%252e%252e/admin", "encoded %"),
         ("/api/%c0%ae%c0%ae/admin", "non-ASCII"),
         ("/api/%ef%bc%8e%ef%bc%8e/admin", "non-ASCII"),
+        // A proxy that decodes `?` or `#` before the backend ends the path there: `/api/x/..`.
+        ("/api/x/..%3F", "encoded ?"),
+        ("/api/x/..%23", "encoded #"),
     ];
     let requests: Vec<Value> = refused
         .iter()
@@ -782,4 +785,89 @@ fn a_compressed_response_to_a_grant_with_credentials_fails_closed() {
     );
     assert!(!status.to_string().contains(KEY), "{status}");
     assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "it was sent");
+}
+
+#[test]
+fn headers_that_change_what_a_server_serves_are_the_hosts() {
+    let (addr, seen) = server();
+    let case = case(grant(addr, ""));
+    let url = format!("http://{addr}/api/ok");
+    let headers = [
+        ("Range", "bytes=0-3"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-Original-URL", "/admin"),
+        ("TE", "gzip"),
+        ("X-Forwarded-Prefix", "/admin"),
+    ];
+    let requests: Vec<Value> = headers
+        .iter()
+        .map(|(name, value)| json!({"method": "POST", "url": url, "headers": {*name: *value}}))
+        .chain([json!({"method": "POST", "url": url})])
+        .collect();
+    let (outcome, status, _) = reconcile(&case, &json!({ "http": requests }));
+    assert_eq!(outcome, ok());
+    let outcomes = status["http"].as_array().unwrap();
+    for (i, (name, _)) in headers.iter().enumerate() {
+        let error = outcomes[i]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("orbidden"), "{name}: {}", outcomes[i]);
+    }
+    assert_eq!(outcomes[headers.len()]["status"], 200, "{status}");
+    let lines = seen.lines.lock().unwrap().clone();
+    assert_eq!(lines, [format!("POST /api/ok {KEY}")]);
+}
+
+/// A server on 127.0.0.1 that answers every connection with `response`, as written.
+fn raw_server(response: &'static [u8]) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(response);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_transfer_coding_the_host_does_not_decode_fails_closed() {
+    // A gzip stream stands for any bytes the mask could not look into.
+    let addr = raw_server(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n5\r\n\x1f\x8b\x08\x00\x00\r\n0\r\n\r\n",
+    );
+    let case = case(grant(addr, ""));
+    let (outcome, status, _) = reconcile(
+        &case,
+        &json!({"http": [{"url": format!("http://{addr}/api/ok")}]}),
+    );
+    assert_eq!(outcome, ok());
+    let error = status["http"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("transfer coding gzip"), "{status}");
+}
+
+#[test]
+fn shadow_mode_reports_a_bounded_number_of_requests_at_the_guests_rate() {
+    let (addr, seen) = server();
+    let case = case(grant(
+        addr,
+        "mode: shadow\nlimits: {deadline: 2s, httpPerSecond: 20, httpBurst: 10}\n",
+    ));
+    let (outcome, _, differences) = reconcile(
+        &case,
+        &json!({"http": [{"method": "POST", "url": format!("http://{addr}/api/ok"), "body": "x"}], "httpRepeat": 10000}),
+    );
+    assert!(matches!(outcome, Outcome::Deadline(_)), "{outcome:?}");
+    let reported = differences.matches("would send").count();
+    assert!(
+        (30..=64).contains(&reported),
+        "{reported} requests reported (at most 64, and the rate lets about 50 through)"
+    );
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        0,
+        "shadow sent nothing"
+    );
 }

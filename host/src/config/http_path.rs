@@ -87,6 +87,11 @@ fn check_escape(rest: &str) -> Result<(), String> {
             "an encoded ; ({escape}: a proxy that decodes it before Tomcat, Jetty or Spring \
              makes `..%3b` the path parameter `..;`)"
         ),
+        b'?' | b'#' => format!(
+            "an encoded {} ({escape}: a proxy that decodes it before the server ends the path \
+             there, so `/api/x/..%3F` is served as `/api/x/..`, one level up)",
+            char::from(byte)
+        ),
         b' ' => format!(
             "an encoded space ({escape}: Spring trims spaces from a segment's ends, so `..%20` is \
              served as `..`)"

@@ -39,6 +39,8 @@ use wasmtime_wasi_http::{FieldMap, WasiHttpCtxView};
 
 /// Bytes booked for any resource beside its contents: the table entry, its box, a map's index.
 pub(crate) const ENTRY: usize = 256;
+/// Bytes of one slot of a header map (its entry, its index, its link), full or not.
+const SLOT: usize = 128;
 /// The most bytes a guest may write into an outgoing body's stream in one call.
 pub(crate) const BODY_CHUNK: usize = 16 << 10;
 /// What an outgoing body's channel holds at most before the host reads it: wasmtime-wasi-http
@@ -144,6 +146,16 @@ impl Ledger {
         Ok(())
     }
 
+    /// Books `bytes` for `rep` if that is more than it holds; never less.
+    fn grow(&mut self, rep: u32, bytes: usize) -> wasmtime::Result<()> {
+        let had = self.charges.get(&rep).map_or(0, |c| c.kib);
+        if bytes.div_ceil(1024) > had {
+            self.set(rep, bytes)
+        } else {
+            Ok(())
+        }
+    }
+
     fn refusal(&self, more: usize, why: &str) -> wasmtime::Error {
         wasmtime::format_err!(
             "guest `{}` would hold {} KiB of wasi:http resources (header maps, request bodies, \
@@ -173,6 +185,7 @@ impl Ledger {
 }
 
 /// Bytes of a header map's names and values, and its entry.
+/// (A map's slots are counted whether full or not: an emptied map keeps its allocation.)
 fn map_bytes(map: &HeaderMap) -> usize {
     let names: usize = map
         .keys()
@@ -182,7 +195,7 @@ fn map_bytes(map: &HeaderMap) -> usize {
         .values()
         .map(|v| v.len() + size_of::<http::HeaderValue>())
         .sum();
-    ENTRY + names + values
+    ENTRY + names + values + map.capacity() * SLOT
 }
 
 fn request_bytes(request: &HostOutgoingRequest) -> usize {
@@ -220,13 +233,15 @@ impl HasData for ChargedHttp {
 }
 
 impl Charged<'_> {
+    /// Books a changed header map at the most it has held: a map keeps what it allocated
+    /// when values are deleted or replaced by shorter ones.
     fn fields(&mut self, rep: u32) -> wasmtime::Result<()> {
         let bytes = self
             .http
             .table
             .get(&Resource::<FieldMap>::new_own(rep))
             .map_or(ENTRY, |f| map_bytes(f));
-        self.ledger.set(rep, bytes)
+        self.ledger.grow(rep, bytes)
     }
 
     fn request(&mut self, rep: u32) -> wasmtime::Result<()> {
@@ -889,6 +904,29 @@ mod tests {
         ledger.release(1);
         assert_eq!(pool.available_permits(), 100);
         assert_eq!(ledger.held(), 0);
+    }
+
+    #[test]
+    fn a_header_map_is_booked_at_the_most_it_held() {
+        let (mut ledger, pool) = ledger(100, true);
+        ledger.grow(1, 40 << 10).unwrap();
+        ledger.grow(1, 1 << 10).unwrap();
+        assert_eq!(
+            pool.available_permits(),
+            60,
+            "an emptied map keeps its allocation"
+        );
+        ledger.grow(1, 50 << 10).unwrap();
+        assert_eq!(pool.available_permits(), 50);
+        let mut map = HeaderMap::new();
+        for i in 0..100 {
+            map.insert(
+                http::HeaderName::try_from(format!("x-{i}")).unwrap(),
+                http::HeaderValue::from_static(""),
+            );
+        }
+        map.clear();
+        assert!(map_bytes(&map) >= 100 * SLOT, "its slots are still counted");
     }
 
     #[test]

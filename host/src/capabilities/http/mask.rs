@@ -192,7 +192,8 @@ impl Form {
             lead: None,
             units: bytes.iter().map(|&b| Unit::Byte(b)).collect(),
             trail: None,
-            wrapped: false,
+            // A server may wrap any text it quotes (a log line, a folded header).
+            wrapped: true,
         }
     }
 
@@ -559,6 +560,21 @@ mod tests {
                 let wrapped = lines.join(separator);
                 let out = masked(&secrets, &wrapped);
                 assert_hidden(&wrapped, &out, 50..50 + key.len(), &[separator]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_or_its_hex_broken_across_lines_is_masked() {
+        let secrets = secrets(&KEYS);
+        let key = String::from_utf8_lossy(KEYS[1]).into_owned();
+        let hex: String = KEYS[1].iter().map(|b| format!("{b:02x}")).collect();
+        for form in [key, hex] {
+            for separator in ["\n", "\r\n", "\\n"] {
+                let (a, b) = form.split_at(form.len() / 2);
+                let body = format!("<{a}{separator}{b}>");
+                let out = masked(&secrets, &body);
+                assert!(!out.contains(a) && !out.contains(b), "{body:?} -> {out:?}");
             }
         }
     }

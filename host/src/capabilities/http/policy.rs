@@ -28,6 +28,16 @@ pub(super) fn authorize<'g>(
     if authority.as_str().contains('@') {
         return Err(refuse("the URL carries user information".to_owned()));
     }
+    // `:044615` or `:+44615` reach the same port but travel in the Host header as written.
+    if let Some(port) = authority.port()
+        && port.as_str() != port.as_u16().to_string()
+    {
+        return Err(refuse(format!(
+            "the port is spelled {}; write it as {}",
+            port.as_str(),
+            port.as_u16()
+        )));
+    }
     let port = authority.port_u16().unwrap_or(match scheme.as_str() {
         "https" => 443,
         _ => 80,
@@ -170,6 +180,11 @@ mod tests {
                 "GET",
                 "http://user@127.0.0.1:8081/api/v1/servers/localhost",
                 "user information",
+            ),
+            (
+                "GET",
+                "http://127.0.0.1:08081/api/v1/servers/localhost/zones",
+                "port is spelled 08081",
             ),
             (
                 "GET",
