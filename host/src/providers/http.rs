@@ -316,6 +316,25 @@ where
             u32::try_from(header_bytes).ok(),
         ));
     }
+    // A transfer coding beside `chunked` (`gzip, chunked`) reaches the client still encoded:
+    // the host could neither hand the guest a body it can read nor look in it for credentials.
+    if let Some(coding) = parts
+        .headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.is_empty() && c != "chunked" && c != "identity")
+    {
+        return Err(Error::InternalError(Some(format!(
+            "unavailable: the response has transfer coding {coding}, which the host does not \
+             decode (it asks for none); only chunked is read"
+        ))));
+    }
     let mut collected = Vec::new();
     loop {
         let frame = within(

@@ -57,6 +57,8 @@ pub(crate) const MAX_REQUEST_BODY: usize = 1 << 20;
 /// A response body larger than this (or than the guest's host-memory budget) is cut off with
 /// `HTTP-response-body-size`.
 pub(crate) const MAX_RESPONSE_BODY: usize = 4 << 20;
+/// Requests not sent in shadow mode that one reconcile reports (the rest are counted only).
+const MAX_SHADOW_REPORTS: usize = 64;
 /// Headers a request may carry, and a response.
 pub(crate) const MAX_HEADERS: usize = 64;
 /// Bytes of all the header names and values of a response.
@@ -185,19 +187,24 @@ impl WasiHttpHooks for HttpHooks {
         ledger::BODY_CHUNK
     }
 
-    /// The headers the host sets (any rule's) are the host's: a guest may not set them.
+    /// The headers the host sets (any rule's) are the host's: a guest may not set them. Nor
+    /// headers that make a server act on another method or path than the one the grant
+    /// checked (method overrides, rewritten URLs, forwarding), nor `TE`; and while the grant
+    /// has credentials, nor `Range`, with which a server that stored a credential would hand it
+    /// over in pieces the mask cannot recognise.
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
-        let injected: Vec<HeaderName> = self
-            .exchange
-            .guest
-            .grant
-            .http
+        let http = &self.exchange.guest.grant.http;
+        let injected: Vec<HeaderName> = http
             .iter()
             .flat_map(HttpRule::injected_headers)
             .filter_map(|name| HeaderName::try_from(name).ok())
             .collect();
+        let credentials = !injected.is_empty();
         Arc::new(move |name| {
-            wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name) || injected.contains(name)
+            wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name)
+                || injected.contains(name)
+                || redirecting(name.as_str())
+                || (credentials && matches!(name.as_str(), "range" | "if-range"))
         })
     }
 
@@ -223,6 +230,22 @@ impl WasiHttpHooks for HttpHooks {
             Ok((response, done))
         })
     }
+}
+
+/// Headers with which servers and frameworks take another method, path or host than the
+/// request's own (Symfony, Laravel and Express method overrides; IIS and Symfony
+/// `X-Original-URL`; Spring's `X-Forwarded-Prefix`), and `TE`, which asks for transfer codings.
+fn redirecting(name: &str) -> bool {
+    matches!(
+        name,
+        "te" | "forwarded"
+            | "x-http-method-override"
+            | "x-http-method"
+            | "x-method-override"
+            | "x-rewrite-url"
+            | "x-real-ip"
+    ) || name.starts_with("x-forwarded-")
+        || name.starts_with("x-original-")
 }
 
 /// A denial as the guest receives it.
@@ -256,7 +279,8 @@ impl Exchanger {
                 // they do every read and write; with no rule, no credentials are added.
                 Err(_) if self.guest.grant.unrestricted => open_rule(&parts.uri)?,
                 Err(text) => {
-                    self.count(&host, "denied");
+                    // Not the URL's host: a label per name a guest makes up would grow without end.
+                    self.count("-", "denied");
                     tracing::warn!(guest = %self.name(), "{text}");
                     // A guest writes the body after `handle`: it is read and thrown away (held
                     // nowhere), so the guest gets the refusal rather than a failed write.
@@ -372,6 +396,18 @@ impl Exchanger {
         options: Option<RequestOptions>,
     ) -> Result<(OutboundResponse, Option<HostBytes>), Error> {
         let url = parts.uri.to_string();
+        let budget = &self.guest.budget;
+        let within = |what: &'static str| {
+            move |_| {
+                Error::InternalError(Some(format!(
+                    "unavailable: the reconcile's deadline passed while waiting for {what}"
+                )))
+            }
+        };
+        // Before shadow mode's answer too: a request not sent is still reported and kept.
+        tokio::time::timeout_at(self.deadline.into(), budget.http.until_ready())
+            .await
+            .map_err(within("the guest's HTTP rate (limits.httpPerSecond)"))?;
         if self.guest.grant.mode == crate::shadow::Mode::Shadow
             && !matches!(parts.method, http::Method::GET | http::Method::HEAD)
         {
@@ -388,17 +424,6 @@ impl Exchanger {
                 parts.method
             )));
         };
-        let budget = &self.guest.budget;
-        let within = |what: &'static str| {
-            move |_| {
-                Error::InternalError(Some(format!(
-                    "unavailable: the reconcile's deadline passed while waiting for {what}"
-                )))
-            }
-        };
-        tokio::time::timeout_at(self.deadline.into(), budget.http.until_ready())
-            .await
-            .map_err(within("the guest's HTTP rate (limits.httpPerSecond)"))?;
         let (mut headers, secrets) = self
             .credentials(provider.as_ref(), rule, parts.headers)
             .await?;
@@ -507,13 +532,17 @@ impl Exchanger {
         bytes: usize,
     ) -> OutboundResponse {
         self.count(host, "shadow");
-        lock(&self.session)
-            .differences
-            .extend(crate::shadow::single(
-                format!("{method} {url}"),
+        let mut session = lock(&self.session);
+        // Kept for the verdict while the reconcile lasts: a bounded number, each URL cut.
+        if session.differences.len() < MAX_SHADOW_REPORTS {
+            let shown: String = url.chars().take(256).collect();
+            session.differences.extend(crate::shadow::single(
+                format!("{method} {shown}"),
                 true,
                 format!("would send {bytes} bytes (shadow mode sends only GET and HEAD)"),
             ));
+        }
+        drop(session);
         let mut headers = HeaderMap::new();
         headers.insert("x-reconciler-shadow", HeaderValue::from_static("not-sent"));
         OutboundResponse {
