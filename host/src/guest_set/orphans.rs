@@ -21,6 +21,10 @@ pub struct OrphanedFinalizer {
     /// another tenant's guest may declare the same finalizer on the same kind and run on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) namespace: Option<String>,
+    /// The account the guest wrote as (its grant's, or its tenant namespace's): its finalizer
+    /// is released as that account, which holds the write the host may lack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) service_account: Option<crate::config::ServiceAccountRef>,
     pub(crate) policy: crate::config::OnUnload,
     /// When the guest was unloaded (RFC 3339).
     pub(crate) unloaded_at: String,
@@ -54,6 +58,7 @@ impl Orphans {
             finalizer: finalizer.clone(),
             kind: manifest.primary.clone(),
             namespace: origin.tenant().map(|t| t.namespace.clone()),
+            service_account: guest.grant.service_account.clone(),
             policy,
             unloaded_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),

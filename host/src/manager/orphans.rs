@@ -113,3 +113,101 @@ async fn release(
     };
     crate::finalizer::release_all(&api, &orphan.finalizer).await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A client for an API server holding one Widget `team-a/w` that carries `cleanup`:
+    /// it answers discovery, the list and the patch, and keeps each request as
+    /// `METHOD path as USER` (`host` when nobody is impersonated).
+    fn server() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let who = request
+                .headers()
+                .get("impersonate-user")
+                .map_or("host".to_owned(), |v| v.to_str().unwrap_or("?").to_owned());
+            let path = request.uri().path().to_owned();
+            kept.lock()
+                .unwrap()
+                .push(format!("{} {path} as {who}", request.method()));
+            let widget = json!({
+                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "team-a", "finalizers": ["cleanup"]},
+            });
+            let body = if path == "/apis/test.reconciler.dev/v1" {
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "test.reconciler.dev/v1",
+                       "resources": [{"name": "widgets", "singularName": "widget", "namespaced": true,
+                                      "kind": "Widget", "verbs": ["get", "list", "watch", "patch"]}]})
+            } else if request.method() == http::Method::GET {
+                json!({"apiVersion": "test.reconciler.dev/v1", "kind": "WidgetList",
+                       "metadata": {}, "items": [widget]})
+            } else {
+                widget
+            };
+            async move {
+                Ok::<_, std::convert::Infallible>(Response::new(Body::from(
+                    serde_json::to_vec(&body).unwrap(),
+                )))
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn orphan(account: Option<&str>) -> OrphanedFinalizer {
+        OrphanedFinalizer {
+            finalizer: "cleanup".into(),
+            kind: crate::objects::Gvk::new("test.reconciler.dev", "v1", "Widget"),
+            namespace: Some("team-a".into()),
+            service_account: account.map(|a| a.parse().unwrap()),
+            policy: crate::config::OnUnload::Release,
+            unloaded_at: String::new(),
+            objects: None,
+            released: None,
+        }
+    }
+
+    /// Issue 52, item 4: a guest that writes as an account (a tenant's, or one its grant
+    /// names) has its finalizer released as that account, which holds the write; the host,
+    /// under what `reconciler-host rbac` prints, holds only reads of the kind. It still lists
+    /// as itself: the account is impersonated for writes only.
+    #[tokio::test]
+    async fn a_finalizer_is_released_as_the_account_its_guest_wrote_as() {
+        let (client, seen) = server();
+        let released = release(
+            &client,
+            &Resolver::default(),
+            None,
+            &orphan(Some("team-a/reconciler")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(released, 1);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "GET /apis/test.reconciler.dev/v1 as host",
+                "GET /apis/test.reconciler.dev/v1/namespaces/team-a/widgets as host",
+                "PATCH /apis/test.reconciler.dev/v1/namespaces/team-a/widgets/w as system:serviceaccount:team-a:reconciler",
+            ]
+        );
+
+        // A guest without an account writes as the host, and is released as the host.
+        let (client, seen) = server();
+        release(&client, &Resolver::default(), None, &orphan(None))
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.lock().unwrap().last().map(String::as_str),
+            Some("PATCH /apis/test.reconciler.dev/v1/namespaces/team-a/widgets/w as host")
+        );
+    }
+}
