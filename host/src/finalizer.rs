@@ -71,9 +71,11 @@ pub(crate) async fn carrying(
 }
 
 /// Removes `finalizer` from every object of `api`'s kind that carries it (the `release`
-/// policy). Returns how many objects were released.
+/// policy): listed through `api`, patched through `writer` (the account the guest wrote as,
+/// which holds the write the host itself may lack). Returns how many objects were released.
 pub(crate) async fn release_all(
     api: &Api<DynamicObject>,
+    writer: &kube::Client,
     finalizer: &str,
 ) -> Result<usize, kube::Error> {
     let mut released = 0;
@@ -85,9 +87,9 @@ pub(crate) async fn release_all(
             continue;
         };
         let name = object.metadata.name.clone().unwrap_or_default();
-        let namespaced = match &object.metadata.namespace {
-            Some(ns) => Api::namespaced_with(api.clone().into_client(), ns, &api_resource(&object)),
-            None => api.clone(),
+        let namespaced: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(writer.clone(), ns, &api_resource(&object)),
+            None => Api::all_with(writer.clone(), &api_resource(&object)),
         };
         match namespaced
             .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))

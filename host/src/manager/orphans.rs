@@ -111,7 +111,13 @@ async fn release(
         }
         _ => kube::Api::all_with(client.clone(), &kind.resource),
     };
-    crate::finalizer::release_all(&api, &orphan.finalizer).await
+    // Patched as the account the guest wrote as: under `reconciler-host rbac` the host holds
+    // no write of its own on a kind whose guests write as their accounts.
+    let writer = orphan.service_account.as_ref().map_or_else(
+        || client.clone(),
+        |account| crate::identity::client_as(client, account),
+    );
+    crate::finalizer::release_all(&api, &writer, &orphan.finalizer).await
 }
 
 #[cfg(test)]
