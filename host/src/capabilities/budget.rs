@@ -233,17 +233,7 @@ impl Budget {
     /// its other reconciles hold the rest. `None` when `bytes` is more than the whole budget:
     /// it could never be held.
     pub(crate) async fn hold(&self, bytes: usize) -> Option<HostBytes> {
-        let kib = bytes.div_ceil(1024);
-        if kib > self.host_memory_kib {
-            return None;
-        }
-        let permits = self
-            .host_memory
-            .clone()
-            .acquire_many_owned(u32::try_from(kib).ok()?)
-            .await
-            .ok()?;
-        Some(HostBytes { permits, bytes })
+        hold_from(&self.host_memory, self.host_memory_kib, bytes).await
     }
 
     /// The host-memory budget, in bytes: the guest's memory cap.
@@ -257,20 +247,10 @@ impl Budget {
         (self.http_memory.clone(), self.http_memory_kib)
     }
 
-    /// Holds `bytes` of the guest's memory for HTTP exchanges until the guard is dropped, waiting while its
-    /// other exchanges hold the rest; `None` for more than the whole pool.
+    /// Holds `bytes` of the guest's memory for HTTP exchanges until the guard is dropped,
+    /// waiting while its other exchanges hold the rest; `None` for more than the whole pool.
     pub(crate) async fn hold_http(&self, bytes: usize) -> Option<HostBytes> {
-        let kib = bytes.div_ceil(1024);
-        if kib > self.http_exchanges_kib {
-            return None;
-        }
-        let permits = self
-            .http_exchanges
-            .clone()
-            .acquire_many_owned(u32::try_from(kib).ok()?)
-            .await
-            .ok()?;
-        Some(HostBytes { permits, bytes })
+        hold_from(&self.http_exchanges, self.http_exchanges_kib, bytes).await
     }
 
     /// Grows `held` to `bytes` of the guest's memory for HTTP exchanges, waiting for the difference;
@@ -328,6 +308,20 @@ impl HostBytes {
             self.bytes = bytes;
         }
     }
+}
+
+/// `bytes` of `pool` (KiB permits, `kib` of them), waited for; `None` for more than the pool.
+async fn hold_from(pool: &Arc<Semaphore>, kib: usize, bytes: usize) -> Option<HostBytes> {
+    let wanted = bytes.div_ceil(1024);
+    if wanted > kib {
+        return None;
+    }
+    let permits = pool
+        .clone()
+        .acquire_many_owned(u32::try_from(wanted).ok()?)
+        .await
+        .ok()?;
+    Some(HostBytes { permits, bytes })
 }
 
 /// Owed ticks claimed for payment; given back if the wait is dropped before it is paid.

@@ -568,7 +568,7 @@ mod tests {
     fn a_key_or_its_hex_broken_across_lines_is_masked() {
         let secrets = secrets(&KEYS);
         let key = String::from_utf8_lossy(KEYS[1]).into_owned();
-        let hex: String = KEYS[1].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = spelled(KEYS[1], |b| format!("{b:02x}"));
         for form in [key, hex] {
             for separator in ["\n", "\r\n", "\\n"] {
                 let (a, b) = form.split_at(form.len() / 2);

@@ -183,11 +183,6 @@ mod tests {
             ),
             (
                 "GET",
-                "http://127.0.0.1:08081/api/v1/servers/localhost/zones",
-                "port is spelled 08081",
-            ),
-            (
-                "GET",
                 "http://169.254.169.254/latest/meta-data",
                 "no prefix",
             ),
@@ -206,6 +201,19 @@ mod tests {
             err.contains("GET,HEAD https://api.example.com:443/v2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_port_is_written_plainly_or_refused() {
+        let g = grant("http:\n- prefix: http://127.0.0.1:8081/api\n");
+        assert!(check(&g, "GET", "http://127.0.0.1:8081/api/x").is_ok());
+        for url in [
+            "http://127.0.0.1:08081/api/x",
+            "http://127.0.0.1:008081/api",
+        ] {
+            let err = check(&g, "GET", url).unwrap_err();
+            assert!(err.contains("write it as 8081"), "{url}: {err}");
+        }
     }
 
     #[test]
