@@ -27,6 +27,7 @@
 //! The pieces, one per file:
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
+//! - [`echo`]: a loopback HTTP server that reflects the API key it was sent;
 //! - [`helm`]: the Helm chart, rendered or installed with the real `helm`;
 //! - [`journal`]: the widget guest's per-key journals, and the check that no key ran twice at once;
 //! - [`registry`]: local OCI registries to push guests to and pull them from;
@@ -43,6 +44,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod control_plane;
+pub mod echo;
 pub mod helm;
 pub mod host;
 pub mod journal;
