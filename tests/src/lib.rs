@@ -25,6 +25,7 @@
 //! ([`Profile::Release`]).
 //!
 //! The pieces, one per file:
+//! - [`accounts`]: the host and tenants as ServiceAccounts bound to exactly the documented RBAC;
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
 //! - [`echo`]: a loopback HTTP server that reflects the API key it was sent;
@@ -41,6 +42,7 @@
 //! 10 minutes on 2 cores, cached under `.cache/control-plane/`); starting a control plane then
 //! takes a few seconds, and reusing the shared one costs one `/readyz` request.
 
+pub mod accounts;
 pub mod clients;
 pub mod cluster;
 pub mod control_plane;

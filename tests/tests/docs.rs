@@ -70,6 +70,27 @@ fn the_readme_is_a_door_of_at_most_150_lines() {
     );
 }
 
+/// The team Role `docs/reconcilers.md` gives is the one the tenancy tests act as
+/// (`reconciler_host_tests::accounts::team`, from `examples/team-role.yaml`), quoted whole.
+#[test]
+fn the_team_role_the_docs_give_is_the_one_the_tenancy_tests_act_as() {
+    let repo = repo_root();
+    let file = repo.join(reconciler_host_tests::accounts::TEAM_ROLE);
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    let role = text
+        .find("apiVersion:")
+        .map(|at| &text[at..])
+        .unwrap_or_else(|| panic!("{} holds no object", file.display()));
+    let docs = std::fs::read_to_string(repo.join("docs/reconcilers.md"))
+        .unwrap_or_else(|e| panic!("cannot read docs/reconcilers.md: {e}"));
+    assert!(
+        docs.contains(&format!("```yaml\n{role}```\n")),
+        "docs/reconcilers.md does not quote {} as it is (from `apiVersion:` on):\n{role}",
+        file.display()
+    );
+}
+
 /// A check that cannot fail is no check: a missing file, a missing anchor and a link inside
 /// code are told apart.
 #[test]

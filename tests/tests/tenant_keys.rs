@@ -5,7 +5,9 @@
 //! own namespace. It watches ConfigMaps (owner labels; a `map` function) and the cluster-scoped
 //! Namespaces (the same two mappings), which the tenant rule lets it read. Team A's objects
 //! point at team B's Widget, and team B's Namespace (cluster-scoped) points at team A's
-//! Widgets; judged by both ledgers and team B's Widget on the API server.
+//! Widgets; judged by both ledgers and team B's Widget on the API server. The host runs as its
+//! ServiceAccount bound to exactly what `reconciler-host rbac` prints, and each team creates its
+//! Reconciler under the team Role of `examples/team-role.yaml` (`reconciler_host_tests::accounts`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -15,6 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::accounts::{HostAccount, team};
 use reconciler_host_tests::namespace::{TEST_NAMESPACE_LABEL, unique_name};
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
@@ -41,15 +44,20 @@ fn grant() -> Value {
 }
 
 struct World {
+    cp: &'static ControlPlane,
+    /// The platform administrator's client: namespaces, their labels, Widgets, ConfigMaps.
     client: kube::Client,
+    /// Each tenant namespace's team, acting under the team Role only.
+    teams: std::sync::Mutex<BTreeMap<String, kube::Client>>,
     /// The namespace label the tenant rule selects.
     label: String,
     module: String,
     host: HostProcess,
+    _account: HostAccount,
 }
 
 impl World {
-    async fn start(cp: &ControlPlane, registry: &Registry) -> Result<Self> {
+    async fn start(cp: &'static ControlPlane, registry: &Registry) -> Result<Self> {
         let client = cp.client().await?;
         apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
         apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
@@ -86,8 +94,10 @@ reconcilers:
 "#,
             registry = registry.address(),
         );
+        let account = HostAccount::create(cp, &host_ns).await?;
+        account.grant(cp, &config).await?;
         let host = HostProcess::start(HostOptions {
-            kubeconfig: cp.kubeconfig(),
+            kubeconfig: account.kubeconfig(),
             config,
             guests: vec![],
             namespace: None,
@@ -95,16 +105,27 @@ reconcilers:
         })
         .await?;
         Ok(Self {
+            cp,
             client,
+            teams: std::sync::Mutex::default(),
             label,
             module,
             host,
+            _account: account,
         })
     }
 
-    /// A tenant namespace with the account its guest runs as (`reconciler`: it reads
-    /// Widgets and ConfigMaps there and, through the ClusterRole `reader`, Namespaces, and
-    /// writes Widgets' status there), a ledger Widget, and the keylog Reconciler, running.
+    /// The Reconcilers of `ns`, as its team reaches them.
+    fn reconcilers(&self, ns: &str) -> Result<Api<DynamicObject>> {
+        let teams = self.teams.lock().expect("teams lock");
+        let team = teams.get(ns).with_context(|| format!("no team in {ns}"))?;
+        Ok(reconcilers(team, ns))
+    }
+
+    /// A tenant namespace with its team (the team Role), the account its guest runs as
+    /// (`reconciler`: it reads Widgets and ConfigMaps there and, through the ClusterRole `reader`,
+    /// Namespaces, and writes Widgets' status there), a ledger Widget, and the keylog Reconciler,
+    /// created by the team and running.
     async fn tenant(&self, prefix: &str, reader: &str) -> Result<String> {
         let ns = unique_name(prefix);
         let namespace = Namespace {
@@ -122,6 +143,11 @@ reconcilers:
             .create(&PostParams::default(), &namespace)
             .await
             .with_context(|| format!("creating namespace {ns}"))?;
+        let team = team(self.cp, &ns).await?;
+        self.teams
+            .lock()
+            .expect("teams lock")
+            .insert(ns.clone(), team);
         let account = ServiceAccount {
             metadata: ObjectMeta {
                 name: Some("reconciler".into()),
@@ -166,7 +192,7 @@ reconcilers:
             "metadata": {"name": "keylog"},
             "spec": {"module": self.module, "pullSecretRef": {"name": "registry"}, "grant": grant()},
         }))?;
-        reconcilers(&self.client, &ns)
+        self.reconcilers(&ns)?
             .create(&PostParams::default(), &reconciler)
             .await
             .with_context(|| format!("creating Reconciler {ns}/keylog"))?;
@@ -188,7 +214,7 @@ reconcilers:
     }
 
     async fn ready(&self, ns: &str) -> Result<()> {
-        let api = reconcilers(&self.client, ns);
+        let api = self.reconcilers(ns)?;
         wait_until(
             &format!("Reconciler {ns}/keylog Ready"),
             Duration::from_secs(120),

@@ -14,8 +14,14 @@
 //!   registries and pull Secrets narrowed and widened, an invalid file, a rule given keys);
 //! - a host without `reportUnmatched` that stops serving a namespace marks the statuses it
 //!   wrote (`status.host`) `NoTenantRule`, and no other host's.
+//!
+//! The host runs as its ServiceAccount bound to exactly what `reconciler-host rbac` prints for
+//! its `host.yaml` (printed and applied again before each reload, what it no longer prints
+//! deleted), and each namespace's team acts under the team Role of `examples/team-role.yaml`
+//! (`reconciler_host_tests::accounts`): neither is the control plane's administrator.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -23,6 +29,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::accounts::{HostAccount, team};
 use reconciler_host_tests::namespace::{TEST_NAMESPACE_LABEL, unique_name};
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
@@ -48,16 +55,22 @@ fn rule_allow(registry: &str) -> String {
 }
 
 struct World {
+    cp: &'static ControlPlane,
+    /// The platform administrator's client: namespaces, their labels, Widgets, Secrets.
     client: kube::Client,
+    /// Each namespace's team, acting under the team Role only.
+    teams: Mutex<BTreeMap<String, kube::Client>>,
     registry: PrivateRegistry,
     host_ns: String,
+    /// The host's ServiceAccount, bound to what `rbac` prints for its `host.yaml`.
+    account: HostAccount,
     /// The namespace label whose values choose this test's rules.
     label: String,
     host: Option<HostProcess>,
 }
 
 impl World {
-    async fn new(cp: &ControlPlane, name: &str) -> Result<Self> {
+    async fn new(cp: &'static ControlPlane, name: &str) -> Result<Self> {
         let client = cp.client().await?;
         apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
         apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
@@ -73,24 +86,34 @@ impl World {
         Api::<Secret>::namespaced(client.clone(), &host_ns)
             .create(&PostParams::default(), &secret)
             .await?;
+        let account = HostAccount::create(cp, &host_ns).await?;
         Ok(Self {
+            cp,
             client,
+            teams: Mutex::default(),
             registry,
             host_ns,
+            account,
             label: format!("{}.test/tenant", unique_name("rules")),
             host: None,
         })
     }
 
-    /// Starts the host with `reconcilers` (YAML, indented as the section's body).
-    async fn start_host(&mut self, cp: &ControlPlane, reconcilers: &str) -> Result<()> {
-        let config = format!(
+    /// The host's `host.yaml` with `reconcilers` (YAML, indented as the section's body).
+    fn config(&self, reconcilers: &str) -> String {
+        format!(
             "registries:\n  insecure: [\"{}\"]\nfinalizerPolicy: {{onUnload: release, grace: 1s}}\nreconcilers:\n{reconcilers}",
             self.registry.address()
-        );
+        )
+    }
+
+    /// Starts the host with `reconcilers`, as its account bound to what `rbac` prints for it.
+    async fn start_host(&mut self, reconcilers: &str) -> Result<()> {
+        let config = self.config(reconcilers);
+        self.account.grant(self.cp, &config).await?;
         self.host = Some(
             HostProcess::start(HostOptions {
-                kubeconfig: cp.kubeconfig(),
+                kubeconfig: self.account.kubeconfig(),
                 config,
                 guests: vec![],
                 namespace: None,
@@ -102,13 +125,18 @@ impl World {
     }
 
     /// Rewrites the running host's `host.yaml` with `reconcilers` (as [`Self::start_host`]),
-    /// by rename as editors and ConfigMap volumes do.
-    fn reload(&self, reconcilers: &str) -> Result<()> {
+    /// its account first bound to what `rbac` prints for the new file, as an operator deploys
+    /// both together.
+    async fn reload(&self, reconcilers: &str) -> Result<()> {
+        let config = self.config(reconcilers);
+        self.account.grant(self.cp, &config).await?;
+        self.write_config(&config)
+    }
+
+    /// Rewrites the running host's `host.yaml` with `config`, by rename as editors and
+    /// ConfigMap volumes do.
+    fn write_config(&self, config: &str) -> Result<()> {
         let host = self.host.as_ref().context("no host running")?;
-        let config = format!(
-            "registries:\n  insecure: [\"{}\"]\nfinalizerPolicy: {{onUnload: release, grace: 1s}}\nreconcilers:\n{reconcilers}",
-            self.registry.address()
-        );
         let tmp = host.dir.path().join(".host.yaml.tmp");
         std::fs::write(&tmp, config)?;
         std::fs::rename(&tmp, host.dir.path().join("host.yaml"))?;
@@ -149,8 +177,9 @@ impl World {
         Ok((format!("{repository}@{digest}"), digest))
     }
 
-    /// A namespace with `labels` from its creation on, and the account a tenant's guest
-    /// writes as (`reconciler`, which may do what [`widget_grant`] grants there).
+    /// A namespace with `labels` from its creation on, its team (the team Role), and the
+    /// account a tenant's guest writes as (`reconciler`, which may do what [`widget_grant`]
+    /// grants there).
     async fn namespace(&self, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
         let name = unique_name(prefix);
         let mut all = BTreeMap::from([(TEST_NAMESPACE_LABEL.to_owned(), "true".to_owned())]);
@@ -171,6 +200,11 @@ impl World {
             .create(&PostParams::default(), &namespace)
             .await
             .with_context(|| format!("creating namespace {name}"))?;
+        let team = team(self.cp, &name).await?;
+        self.teams
+            .lock()
+            .expect("teams lock")
+            .insert(name.clone(), team);
         let account = ServiceAccount {
             metadata: ObjectMeta {
                 name: Some("reconciler".into()),
@@ -220,9 +254,17 @@ impl World {
         Ok(())
     }
 
+    /// The Reconcilers of `ns`, as its team reaches them.
     fn reconcilers(&self, ns: &str) -> Api<DynamicObject> {
+        let team = self
+            .teams
+            .lock()
+            .expect("teams lock")
+            .get(ns)
+            .cloned()
+            .unwrap_or_else(|| panic!("no team in {ns}: make it with World::namespace"));
         Api::namespaced_with(
-            self.client.clone(),
+            team,
             ns,
             &ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
@@ -404,7 +446,7 @@ async fn a_tenant_rules_keys_admit_its_namespaces_modules_and_no_others() -> Res
         rule("team-b", "b", Some(&b_key)),
         rule("inherits", "c", None),
     );
-    world.start_host(cp, &reconcilers).await?;
+    world.start_host(&reconcilers).await?;
     let team_a = world.namespace("keys-a", &[(&label, "a")]).await?;
     let team_b = world.namespace("keys-b", &[(&label, "b")]).await?;
     let team_c = world.namespace("keys-c", &[(&label, "c")]).await?;
@@ -499,7 +541,8 @@ async fn a_tenant_rules_keys_admit_its_namespaces_modules_and_no_others() -> Res
         rule("team-a", "a", Some(&a_key)),
         rule("team-b", "b", Some(&b_key)),
         rule("inherits", "c", Some(&a_key)),
-    ))?;
+    ))
+    .await?;
     let (message, status) = world
         .condition(&team_c, "widget", "Ready", "False", "SignatureInvalid")
         .await?;
@@ -533,7 +576,7 @@ async fn namespaces_labelled_in_or_out_start_or_stop_their_reconcilers_without_a
     let reconcilers = format!(
         "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  reportUnmatched: true\n  tenants:\n  - name: teams\n    namespaceSelector: \"{label}=true\"\n    pullSecrets: [registry]\n    allow: {allow}\n  - name: narrow\n    namespaceSelector: \"{label}=narrow\"\n    pullSecrets: [registry]\n    allow: {{read: [test.reconciler.dev/v1/Widget], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status], registries: [\"{address}/teams\"]}}\n"
     );
-    world.start_host(cp, &reconcilers).await?;
+    world.start_host(&reconcilers).await?;
 
     // (b) Created after the start, already labelled.
     let born = world.namespace("born-tenant", &[(&label, "true")]).await?;
@@ -620,7 +663,7 @@ async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart(
         )
     };
     // No tenant rule at all: the host does not even follow namespaced Reconcilers.
-    world.start_host(cp, &host).await?;
+    world.start_host(&host).await?;
     let ns = world
         .namespace("reload-tenant", &[(&label, "open")])
         .await?;
@@ -630,27 +673,27 @@ async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart(
         .await?;
 
     // A reload that adds the rule opens the namespace.
-    world.reload(&rule(1, "registry", &allow))?;
+    world.reload(&rule(1, "registry", &allow)).await?;
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
         .await?;
     world.reconciled(&ns, "closed").await?;
 
     // The quota lowered below what runs: stopped, released, and said.
-    world.reload(&rule(0, "registry", &allow))?;
+    world.reload(&rule(0, "registry", &allow)).await?;
     let (message, _) = world
         .condition(&ns, "widget", "Ready", "False", "TenantQuotaExceeded")
         .await?;
     ensure!(message.contains("quota of 0"), "{message}");
     world.released(&ns, "closed").await?;
-    world.reload(&rule(1, "registry", &allow))?;
+    world.reload(&rule(1, "registry", &allow)).await?;
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
         .await?;
 
     // The rule's registries no longer cover the module.
     let elsewhere = allow.replace(&format!("{address}/teams"), &format!("{address}/elsewhere"));
-    world.reload(&rule(1, "registry", &elsewhere))?;
+    world.reload(&rule(1, "registry", &elsewhere)).await?;
     world
         .condition(&ns, "widget", "Ready", "False", "RegistryNotAllowed")
         .await?;
@@ -659,18 +702,21 @@ async fn a_reload_of_the_tenant_rules_opens_bounds_and_closes_without_a_restart(
         .await?;
 
     // Its pull Secret no longer listed.
-    world.reload(&rule(1, "", &allow))?;
+    world.reload(&rule(1, "", &allow)).await?;
     world
         .condition(&ns, "widget", "Ready", "False", "PullSecretNotAllowed")
         .await?;
 
     // Back within every bound, then an invalid file: refused, and the guest runs on.
-    world.reload(&rule(1, "registry", &allow))?;
+    world.reload(&rule(1, "registry", &allow)).await?;
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
         .await?;
     world.reconciled(&ns, "fenced").await?;
-    world.reload(&format!("{}    bogus: true\n", rule(0, "registry", &allow)))?;
+    // `rbac` refuses the file as the host does: the RBAC stays as it was.
+    world.write_config(
+        &world.config(&format!("{}    bogus: true\n", rule(0, "registry", &allow))),
+    )?;
     wait_until(
         "the invalid configuration refused",
         Duration::from_secs(30),
@@ -711,7 +757,7 @@ async fn an_invalid_spec_keeps_its_last_good_version_only_within_the_current_rul
             "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  tenants:\n  - name: first\n    namespaceSelector: \"{label}=first\"\n    quota: {{reconcilers: 1}}\n    pullSecrets: [registry]\n    allow: {first}\n  - name: second\n    namespaceSelector: \"{label}=second\"\n    quota: {{reconcilers: 1}}\n    pullSecrets: [registry]\n    allow: {allow}\n"
         )
     };
-    world.start_host(cp, &rules(&allow)).await?;
+    world.start_host(&rules(&allow)).await?;
     let ns = world
         .namespace("invalid-tenant", &[(&label, "first")])
         .await?;
@@ -744,7 +790,7 @@ async fn an_invalid_spec_keeps_its_last_good_version_only_within_the_current_rul
         .await?;
 
     // A reload that narrows the rule's registries stops the kept version too.
-    world.reload(&rules(&elsewhere))?;
+    world.reload(&rules(&elsewhere)).await?;
     let (message, _) = world
         .condition(&ns, "widget", "Ready", "False", "RegistryNotAllowed")
         .await?;
@@ -759,7 +805,7 @@ async fn an_invalid_spec_keeps_its_last_good_version_only_within_the_current_rul
         .reconcilers(&ns)
         .delete("beside", &Default::default())
         .await?;
-    world.reload(&rules(&allow))?;
+    world.reload(&rules(&allow)).await?;
     set_module(module.clone()).await?;
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
@@ -796,7 +842,7 @@ async fn a_host_that_stops_serving_a_namespace_leaves_no_stale_ready() -> Result
     let with_rule = format!(
         "{host}  tenants:\n  - name: teams\n    namespaceSelector: \"{label}=true\"\n    pullSecrets: [registry]\n    allow: {allow}\n"
     );
-    world.start_host(cp, &with_rule).await?;
+    world.start_host(&with_rule).await?;
     let me = format!("{}/reconciler-host", world.host_ns);
 
     let ns = world.namespace("stale-tenant", &[(&label, "true")]).await?;
@@ -828,9 +874,12 @@ async fn a_host_that_stops_serving_a_namespace_leaves_no_stale_ready() -> Result
     world
         .condition(&ns, "widget", "Ready", "True", "Ready")
         .await?;
-    world.reload(&format!(
-        "{host}  tenants:\n  - name: others\n    namespaces: [somewhere-else]\n    allow: {allow}\n"
-    ))?;
+    let elsewhere = test_namespace(&world.client, "somewhere-else").await?;
+    world
+        .reload(&format!(
+            "{host}  tenants:\n  - name: others\n    namespaces: [{elsewhere}]\n    allow: {allow}\n"
+        ))
+        .await?;
     world
         .condition(&ns, "widget", "Ready", "False", "NoTenantRule")
         .await?;
@@ -841,8 +890,15 @@ async fn a_host_that_stops_serving_a_namespace_leaves_no_stale_ready() -> Result
     let theirs = json!({"status": {"host": "elsewhere/other-host", "conditions": [{
         "type": "Ready", "status": "True", "reason": "Ready", "message": "runs elsewhere",
         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}});
-    world
-        .reconcilers(&foreign)
+    let another_host = Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        &foreign,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "Reconciler"),
+            "reconcilers",
+        ),
+    );
+    another_host
         .patch_status("widget", &PatchParams::default(), &Patch::Merge(theirs))
         .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -6,8 +6,14 @@
 //! tenant's objects, the refused Reconcilers' status. The administrator's guest (the fetcher,
 //! cluster-wide) runs on the same host; the tenants' widget guests, which declare the same
 //! finalizer on Widgets, are held to their namespaces, so none of them conflicts with another.
+//!
+//! Nobody here is the control plane's administrator but the platform team: the host runs as its
+//! ServiceAccount bound to exactly what `reconciler-host rbac` prints for its configuration, and
+//! each tenant acts through an account bound to the team Role of `examples/team-role.yaml`
+//! (`reconciler_host_tests::accounts`), so a rule either lacks fails here.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -16,6 +22,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use reconciler_host_tests::accounts::{HostAccount, team};
+use reconciler_host_tests::echo::key_echo_server;
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
@@ -25,6 +33,9 @@ use reconciler_host_tests::{
 use serde_json::{Value, json};
 
 const ATTACK: &str = "hostile.reconciler.dev/attack";
+
+/// The API key the tenant rule's `http:` rule adds, from Secret `api` in the host's namespace.
+const API_KEY: &str = "tenant-api-key-0123456789";
 
 fn reconcilers(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -38,7 +49,11 @@ fn reconcilers(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 }
 
 struct World {
+    cp: &'static ControlPlane,
+    /// The platform administrator's client: namespaces, their labels, Widgets, Secrets.
     client: kube::Client,
+    /// Each tenant namespace's team, acting under the team Role only.
+    teams: Mutex<BTreeMap<String, kube::Client>>,
     host_ns: String,
     label: String,
     module: String,
@@ -46,11 +61,15 @@ struct World {
     widget: String,
     /// The fetcher test guest: the administrator's cluster-wide guest of Widgets.
     fetcher: String,
+    /// A server the tenant rule lets guests call under `/api`, with [`API_KEY`] added: its
+    /// address, and each request's `METHOD path key`.
+    echo: (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<String>>>),
     host: HostProcess,
+    account: HostAccount,
 }
 
 impl World {
-    async fn start(registry: &Registry, cp: &ControlPlane) -> Result<Self> {
+    async fn start(registry: &Registry, cp: &'static ControlPlane) -> Result<Self> {
         let client = cp.client().await?;
         apply_crd_file(&client, "deploy/crds/reconcilers.yaml").await?;
         let host_ns = test_namespace(&client, "tenants-host").await?;
@@ -66,6 +85,13 @@ impl World {
         Api::<Secret>::namespaced(client.clone(), &host_ns)
             .create(&PostParams::default(), &secret)
             .await?;
+        let key: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "api"}, "stringData": {"key": API_KEY},
+        }))?;
+        Api::<Secret>::namespaced(client.clone(), &host_ns)
+            .create(&PostParams::default(), &key)
+            .await?;
+        let (echo, seen, _) = key_echo_server().await?;
         apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
         let repo = unique_name("hostile");
         let module = push(registry, "hostile", &format!("teams/{repo}:v1"))?;
@@ -94,12 +120,18 @@ reconcilers:
       read: [v1/ConfigMap, test.reconciler.dev/v1/Widget]
       write: [v1/ConfigMap, test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status]
       registries: ["{registry}/teams"]
+      http:
+      - prefix: http://{echo}/api
+        headers:
+          X-API-Key: {{secretKeyRef: {{name: api, key: key}}}}
     quota: {{reconcilers: 1}}
 "#,
             registry = registry.address(),
         );
+        let account = HostAccount::create(cp, &host_ns).await?;
+        account.grant(cp, &config).await?;
         let host = HostProcess::start(HostOptions {
-            kubeconfig: cp.kubeconfig(),
+            kubeconfig: account.kubeconfig(),
             config,
             guests: vec![],
             namespace: None,
@@ -107,21 +139,44 @@ reconcilers:
         })
         .await?;
         Ok(Self {
+            cp,
             client,
+            teams: Mutex::default(),
             host_ns,
             label,
             module,
             widget,
             fetcher,
+            echo: (echo, seen),
             host,
+            account,
         })
     }
 
-    /// A namespace, labelled as a tenant when `tenant`, with the account a tenant's guest writes
-    /// as (`reconciler`, which may read and write ConfigMaps and Widgets there) and a
-    /// ConfigMap `keep` to attack.
+    /// The client of `ns`'s team.
+    fn team(&self, ns: &str) -> Result<kube::Client> {
+        let teams = self.teams.lock().expect("teams lock");
+        teams
+            .get(ns)
+            .cloned()
+            .with_context(|| format!("no team in {ns}"))
+    }
+
+    /// The Reconcilers of `ns`, as its team reaches them.
+    fn reconcilers(&self, ns: &str) -> Result<Api<DynamicObject>> {
+        Ok(reconcilers(&self.team(ns)?, ns))
+    }
+
+    /// A namespace, labelled as a tenant when `tenant`, with its team (the team Role), the
+    /// account a tenant's guest writes as (`reconciler`, which may read and write ConfigMaps
+    /// and Widgets there) and a ConfigMap `keep` to attack.
     async fn namespace(&self, prefix: &str, tenant: bool) -> Result<String> {
         let ns = test_namespace(&self.client, prefix).await?;
+        let team = team(self.cp, &ns).await?;
+        self.teams
+            .lock()
+            .expect("teams lock")
+            .insert(ns.clone(), team);
         if tenant {
             Api::<Namespace>::all(self.client.clone())
                 .patch(
@@ -181,12 +236,18 @@ reconcilers:
     }
 
     async fn reconciler(&self, ns: &str, name: &str, module: &str, grant: Value) -> Result<()> {
+        self.reconciler_with(ns, name, json!({"module": module, "grant": grant}))
+            .await
+    }
+
+    /// The team of `ns` creates Reconciler `name` with `spec` (its pull Secret added).
+    async fn reconciler_with(&self, ns: &str, name: &str, mut spec: Value) -> Result<()> {
+        spec["pullSecretRef"] = json!({"name": "registry"});
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
-            "metadata": {"name": name},
-            "spec": {"module": module, "pullSecretRef": {"name": "registry"}, "grant": grant},
+            "metadata": {"name": name}, "spec": spec,
         }))?;
-        reconcilers(&self.client, ns)
+        self.reconcilers(ns)?
             .create(&PostParams::default(), &object)
             .await
             .with_context(|| format!("creating Reconciler {ns}/{name}"))?;
@@ -195,7 +256,7 @@ reconcilers:
 
     /// Waits until `ns/name`'s `Ready` is `status` with `reason`; its message.
     async fn ready(&self, ns: &str, name: &str, status: &str, reason: &str) -> Result<String> {
-        let api = reconcilers(&self.client, ns);
+        let api = self.reconcilers(ns)?;
         wait_until(
             &format!("Reconciler {ns}/{name} Ready={status} ({reason})"),
             Duration::from_secs(120),
@@ -273,7 +334,7 @@ impl World {
         name: &str,
         before: (u64, u64),
     ) -> Result<(u64, u64)> {
-        let api = reconcilers(&self.client, ns);
+        let api = self.reconcilers(ns)?;
         wait_until(
             &format!("a new shadow verdict on Reconciler {ns}/{name}"),
             Duration::from_secs(90),
@@ -347,6 +408,50 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
         "the guest runs under its namespace's name: {message}"
     );
     world.ready(&team_b, "hostile", "True", "Ready").await?;
+
+    // The team Role is no more than that: the team cannot write its Reconciler's status (the
+    // host's), declare a ClusterReconciler, or read the host's pull Secret.
+    let team = world.team(&team_a)?;
+    let forbidden = |what: &str, result: kube::Result<()>| match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(()),
+        other => bail!("the team could {what}: {other:?}"),
+    };
+    forbidden(
+        "write its Reconciler's status",
+        reconcilers(&team, &team_a)
+            .patch_status(
+                "hostile",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"host": "me"}})),
+            )
+            .await
+            .map(drop),
+    )?;
+    let cluster_reconcilers = Api::<DynamicObject>::all_with(
+        team.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("reconciler.dev", "v1alpha1", "ClusterReconciler"),
+            "clusterreconcilers",
+        ),
+    );
+    let declared: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "reconciler.dev/v1alpha1", "kind": "ClusterReconciler",
+        "metadata": {"name": unique_name("team")}, "spec": {"module": module},
+    }))?;
+    forbidden(
+        "declare a ClusterReconciler",
+        cluster_reconcilers
+            .create(&PostParams::default(), &declared)
+            .await
+            .map(drop),
+    )?;
+    forbidden(
+        "read the host's pull Secret",
+        Api::<Secret>::namespaced(team, &world.host_ns)
+            .get("registry")
+            .await
+            .map(drop),
+    )?;
 
     // What the specs may not ask for: each refused by name, none pulled or run.
     world
@@ -714,7 +819,7 @@ async fn nothing_a_tenant_can_reach_tells_it_anything_of_another() -> Result<()>
     // Shadow verdicts: the counts on a tenant's own Reconciler. A write elsewhere is refused
     // before anything is read, so its verdict does not depend on what the other namespace
     // holds; in its own namespace the same probe can agree or differ (the control).
-    let shadow_status = reconcilers(&world.client, &team_s);
+    let shadow_status = world.reconcilers(&team_s)?;
     let mut counts = shadow_counts(&shadow_status.get("hostile").await?);
     let apply = |victim: &str, name: &str, owner: &str| json!({"attack": "probe-apply", "victim": victim, "name": name, "owner": owner, "record": "no"});
     let differing = format!("{marker}-differs");
@@ -801,7 +906,7 @@ async fn nothing_a_tenant_can_reach_tells_it_anything_of_another() -> Result<()>
         .await
         .is_ok()
     {
-        let object = reconcilers(&world.client, &team_r).get("hostile").await?;
+        let object = world.reconcilers(&team_r)?.get("hostile").await?;
         ensure!(
             object.data["spec"]["grant"].get("record").is_none(),
             "the API server kept grant.record: {}",
@@ -935,5 +1040,125 @@ async fn a_tenant_trapping_at_its_quota_leaves_another_reconciling_every_change(
         },
     )
     .await?;
+    Ok(())
+}
+
+/// Issue 52, item 4: a tenant's guest makes the credentialed HTTP call its rule allows, the
+/// key read by the host from a Secret of its namespace under the RBAC `rbac` prints, and writes
+/// as the account its spec names (`spec.serviceAccountName`), which the host impersonates once
+/// the administrator binds the printed `PREFIX-tenant-N-accounts` in the namespace, as
+/// docs/reconcilers.md says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_guest_calls_with_its_rules_credentials_as_the_account_its_spec_names()
+-> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let registry = Registry::shared().await?;
+    let world = World::start(registry, cp).await?;
+    let ns = world.namespace("http", true).await?;
+    let module = push(
+        registry,
+        "fetcher",
+        &format!("teams/{}:v1", unique_name("fetcher")),
+    )?;
+    // The administrator's part: the account, its rights, and the host's leave to act as it.
+    Api::<ServiceAccount>::namespaced(world.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "fetcher"}}))?,
+        )
+        .await?;
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "fetcher"},
+        "rules": [
+            {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["test.reconciler.dev"], "resources": ["widgets/status"], "verbs": ["patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    }))?;
+    Api::<Role>::namespaced(world.client.clone(), &ns)
+        .create(&PostParams::default(), &role)
+        .await?;
+    let prefix = &world.account.prefix;
+    for (name, kind, role, subject) in [
+        (
+            "fetcher".to_owned(),
+            "Role",
+            "fetcher".to_owned(),
+            json!({"kind": "ServiceAccount", "name": "fetcher", "namespace": ns}),
+        ),
+        (
+            format!("{prefix}-tenant-0-accounts"),
+            "ClusterRole",
+            format!("{prefix}-tenant-0-accounts"),
+            json!({"kind": "ServiceAccount", "name": "reconciler-host", "namespace": world.host_ns}),
+        ),
+    ] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [subject],
+        }))?;
+        Api::<RoleBinding>::namespaced(world.client.clone(), &ns)
+            .create(&PostParams::default(), &binding)
+            .await?;
+    }
+    let (echo, seen) = &world.echo;
+    world
+        .reconciler_with(
+            &ns,
+            "fetcher",
+            json!({
+                "module": module,
+                "serviceAccountName": "fetcher",
+                "grant": {
+                    "read": ["test.reconciler.dev/v1/Widget"],
+                    "write": ["test.reconciler.dev/v1/Widget/status"],
+                    "http": [{"prefix": format!("http://{echo}/api"),
+                              "headers": {"X-API-Key": {"secretKeyRef": {"name": "api", "key": "key"}}}}],
+                },
+            }),
+        )
+        .await?;
+    world.ready(&ns, "fetcher", "True", "Ready").await?;
+
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+        "metadata": {"name": "calls"},
+        "spec": {"http": [{"url": format!("http://{echo}/api/zones/example.org")}]},
+    }))?;
+    let widgets = reconciler_host_tests::widgets(&world.client, &ns);
+    widgets.create(&PostParams::default(), &widget).await?;
+    let status = wait_until(
+        "the tenant's guest to report its call",
+        Duration::from_secs(60),
+        || async {
+            let status = widgets.get("calls").await?.data["status"].clone();
+            ensure!(status["http"][0]["status"] == 200, "status {status}");
+            Ok(status)
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.host.log_tail()))?;
+    let sent = seen.lock().expect("seen lock").clone();
+    ensure!(
+        sent.contains(&format!("GET /api/zones/example.org {API_KEY}")),
+        "the server was not sent the key: {sent:?}"
+    );
+    ensure!(
+        !status.to_string().contains(API_KEY),
+        "the key reached the status: {status}"
+    );
+    let guests: Value = serde_json::from_str(&world.host.get("/guests").await?)?;
+    let guest = format!("fetcher@{ns}.fetcher");
+    let entry = guests
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["guest"] == guest.as_str())
+        .with_context(|| format!("{guest} in /guests: {guests}"))?;
+    ensure!(
+        entry["serviceAccount"] == format!("{ns}/fetcher"),
+        "{entry}"
+    );
     Ok(())
 }
