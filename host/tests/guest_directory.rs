@@ -882,60 +882,56 @@ impl reconciler_host::guest_set::GuestSource for Declared {
     }
 }
 
-/// A tenant's guest never takes a finalizer from, blocks or unloads a guest of the operator:
-/// an operator's guest declaring the finalizer a tenant's holds takes it (the tenant's is
-/// refused, `FinalizerReserved`), in shadow mode too, so that its trial can be promoted; a
-/// tenant's declaring an operator's is refused; and a guest refused for a finalizer is judged
-/// again as soon as its holder goes, without another change.
-#[test]
-fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_at_once() {
-    use reconciler_host::config::Grant;
-    use reconciler_host::guest_set::{Origin, Tenant, Verdict};
+/// A guest set over [`Declared`] items under a configuration whose tenant rule (namespace
+/// `team-a`) allows Widgets at `v1` and `v1beta1`.
+struct FinalizerWorld {
+    source: Declared,
+    guests: Arc<Guests>,
+}
 
-    const CONFIG: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n  tenants:\n  - name: teams\n    namespaces: [team-a]\n    allow:\n      read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n      write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
-    let source = Declared::default();
-    let runtime = Arc::new(
-        Runtime::new(&RuntimeOptions {
-            cache_dir: Some(common::cache_dir()),
-            ..RuntimeOptions::default()
-        })
-        .unwrap(),
-    );
-    let guests = Guests::new(
-        source.clone(),
-        runtime,
-        Arc::new(HostConfig::parse(CONFIG, "host.yaml".as_ref()).unwrap()),
-        None,
-        Arc::new(Shadows::new(None)),
-    );
-    let grant = |mode: &str| -> Grant {
-        serde_yaml::from_str(&format!("{{mode: {mode}, read: [test.reconciler.dev/v1/Widget, v1/ConfigMap], write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]}}")).unwrap()
-    };
-    // Both declare finalizer test.reconciler.dev/cleanup on Widgets.
-    let tenant = Origin::tenant_reconciler(
-        "w",
-        1,
-        grant("active"),
-        Tenant::new("team-a", std::collections::BTreeMap::default(), None),
-    );
-    let operator = |mode: &str| Origin::reconciler("op", 1, grant(mode));
-    let widget = std::fs::read(common::guest("widget")).unwrap();
-    let twin = std::fs::read(common::guest("widget-v2")).unwrap();
-    let set = |items: Vec<(Origin, Vec<u8>)>| {
-        *source.items.lock() = items;
-        guests.rescan();
-    };
-    let names = || -> Vec<String> {
-        let mut n: Vec<String> = guests
+impl FinalizerWorld {
+    fn new() -> Self {
+        const CONFIG: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n  tenants:\n  - name: teams\n    namespaces: [team-a]\n    allow:\n      read: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1beta1/Widget, v1/ConfigMap]\n      write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, test.reconciler.dev/v1beta1/Widget, test.reconciler.dev/v1beta1/Widget/status, v1/ConfigMap]\n";
+        let source = Declared::default();
+        let runtime = Arc::new(
+            Runtime::new(&RuntimeOptions {
+                cache_dir: Some(common::cache_dir()),
+                ..RuntimeOptions::default()
+            })
+            .unwrap(),
+        );
+        let guests = Guests::new(
+            source.clone(),
+            runtime,
+            Arc::new(HostConfig::parse(CONFIG, "host.yaml".as_ref()).unwrap()),
+            None,
+            Arc::new(Shadows::new(None)),
+        );
+        Self { source, guests }
+    }
+
+    /// The items now, then a rescan.
+    fn set(&self, items: Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>) {
+        *self.source.items.lock() = items;
+        self.guests.rescan();
+    }
+
+    /// The guests running, by name.
+    fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self
+            .guests
             .active()
             .iter()
             .map(|g| g.name().to_owned())
             .collect();
         n.sort();
         n
-    };
-    let cause_of = |item: &str| {
-        source
+    }
+
+    /// The last verdict on `item`, in a word.
+    fn cause_of(&self, item: &str) -> Option<String> {
+        use reconciler_host::guest_set::Verdict;
+        self.source
             .verdicts
             .lock()
             .iter()
@@ -946,56 +942,142 @@ fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_a
                 Verdict::Loaded { .. } => "Loaded".to_owned(),
                 Verdict::Unloaded => "Unloaded".to_owned(),
             })
-    };
+    }
+}
+
+/// A grant of Widgets at `version`, in `mode`.
+fn widget_grant_at(version: &str, mode: &str) -> reconciler_host::config::Grant {
+    serde_yaml::from_str(&format!("{{mode: {mode}, read: [test.reconciler.dev/{version}/Widget, v1/ConfigMap], write: [test.reconciler.dev/{version}/Widget, test.reconciler.dev/{version}/Widget/status, v1/ConfigMap]}}")).unwrap()
+}
+
+/// A tenant's Reconciler `name` in namespace `team-a`.
+fn team_a(name: &str, version: &str) -> reconciler_host::guest_set::Origin {
+    reconciler_host::guest_set::Origin::tenant_reconciler(
+        name,
+        1,
+        widget_grant_at(version, "active"),
+        reconciler_host::guest_set::Tenant::new(
+            "team-a",
+            std::collections::BTreeMap::default(),
+            None,
+        ),
+    )
+}
+
+/// A tenant's guest never takes a finalizer from, blocks or unloads a guest of the operator:
+/// an operator's guest declaring the finalizer a tenant's holds takes it (the tenant's is
+/// refused, `FinalizerReserved`), in shadow mode too, so that its trial can be promoted; a
+/// tenant's declaring an operator's is refused; and a guest refused for a finalizer is judged
+/// again as soon as its holder goes, without another change.
+#[test]
+fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_at_once() {
+    use reconciler_host::guest_set::Origin;
+    let world = FinalizerWorld::new();
+    // Both declare finalizer test.reconciler.dev/cleanup on Widgets.
+    let tenant = team_a("w", "v1");
+    let operator = |mode: &str| Origin::reconciler("op", 1, widget_grant_at("v1", mode));
+    let widget = std::fs::read(common::guest("widget")).unwrap();
+    let twin = std::fs::read(common::guest("widget-v2")).unwrap();
 
     // The tenant's guest first, alone: it runs.
-    set(vec![(tenant.clone(), widget.clone())]);
-    assert_eq!(names(), ["widget@team-a.w"]);
+    world.set(vec![(tenant.clone(), widget.clone())]);
+    assert_eq!(world.names(), ["widget@team-a.w"]);
     // The operator's arrives with the same finalizer: it runs, the tenant's is refused.
-    set(vec![
+    world.set(vec![
         (tenant.clone(), widget.clone()),
         (operator("active"), twin.clone()),
     ]);
-    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
     assert_eq!(
-        cause_of(tenant.stem()).as_deref(),
+        world.names(),
+        ["widget@op"],
+        "{:?}",
+        world.guests.statuses()
+    );
+    assert_eq!(
+        world.cause_of(tenant.stem()).as_deref(),
         Some("FinalizerReserved")
     );
     // Rescans change nothing: the operator's keeps it.
-    guests.rescan();
-    assert_eq!(names(), ["widget@op"]);
+    world.guests.rescan();
+    assert_eq!(world.names(), ["widget@op"]);
     // The operator's removed: the tenant's is judged again at once, and runs.
-    set(vec![(tenant.clone(), widget.clone())]);
-    assert_eq!(names(), ["widget@team-a.w"], "{:?}", guests.statuses());
+    world.set(vec![(tenant.clone(), widget.clone())]);
+    assert_eq!(
+        world.names(),
+        ["widget@team-a.w"],
+        "{:?}",
+        world.guests.statuses()
+    );
     // An operator's shadow trial reserves its finalizer too: the tenant's stops for it.
-    set(vec![
+    world.set(vec![
         (tenant.clone(), widget.clone()),
         (operator("shadow"), twin.clone()),
     ]);
-    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
     assert_eq!(
-        cause_of(tenant.stem()).as_deref(),
+        world.names(),
+        ["widget@op"],
+        "{:?}",
+        world.guests.statuses()
+    );
+    assert_eq!(
+        world.cause_of(tenant.stem()).as_deref(),
         Some("FinalizerReserved")
     );
     // Promoted, it is not blocked by anything of the tenant's.
-    set(vec![
+    world.set(vec![
         (tenant.clone(), widget.clone()),
         (operator("active"), twin.clone()),
     ]);
-    assert_eq!(names(), ["widget@op"], "{:?}", guests.statuses());
-    assert_eq!(guests.active()[0].grant.mode, Mode::Active);
-    // Two of the operator's: the second is refused while the first holds the finalizer, and
-    // runs as soon as the first goes.
-    let second = Origin::reconciler("op2", 1, grant("active"));
-    set(vec![
-        (operator("active"), twin.clone()),
+    assert_eq!(
+        world.names(),
+        ["widget@op"],
+        "{:?}",
+        world.guests.statuses()
+    );
+    assert_eq!(world.guests.active()[0].grant.mode, Mode::Active);
+}
+
+/// The same kind at another version is the same objects, so the same finalizer; and between
+/// the operator's own guests, the second is refused while the first holds it and runs as soon
+/// as the first goes.
+#[test]
+fn a_finalizer_is_one_across_a_kinds_versions_and_a_freed_one_is_taken_at_once() {
+    use reconciler_host::guest_set::Origin;
+    let world = FinalizerWorld::new();
+    let operator = Origin::reconciler("op", 1, widget_grant_at("v1", "active"));
+    let widget = std::fs::read(common::guest("widget")).unwrap();
+    let twin = std::fs::read(common::guest("widget-v2")).unwrap();
+    let beta = std::fs::read(common::guest("widget-beta")).unwrap();
+    let tenant_beta = team_a("beta", "v1beta1");
+    world.set(vec![
+        (operator.clone(), twin.clone()),
+        (tenant_beta.clone(), beta.clone()),
+    ]);
+    assert_eq!(
+        world.names(),
+        ["widget@op"],
+        "{:?}",
+        world.guests.statuses()
+    );
+    assert_eq!(
+        world.cause_of(tenant_beta.stem()).as_deref(),
+        Some("FinalizerReserved")
+    );
+    let second = Origin::reconciler("op2", 1, widget_grant_at("v1", "active"));
+    world.set(vec![
+        (operator.clone(), twin.clone()),
         (second.clone(), widget.clone()),
     ]);
-    assert_eq!(names(), ["widget@op"]);
+    assert_eq!(world.names(), ["widget@op"]);
     assert_eq!(
-        cause_of(second.stem()).as_deref(),
+        world.cause_of(second.stem()).as_deref(),
         Some("FinalizerConflict")
     );
-    set(vec![(second.clone(), widget.clone())]);
-    assert_eq!(names(), ["widget@op2"], "{:?}", guests.statuses());
+    world.set(vec![(second.clone(), widget.clone())]);
+    assert_eq!(
+        world.names(),
+        ["widget@op2"],
+        "{:?}",
+        world.guests.statuses()
+    );
 }

@@ -344,6 +344,14 @@ fn a_guest_that_sleeps_in_its_manifest_is_refused_at_the_load_deadline() {
     );
     // It asked for 600 s; loading gave up at the deadline (generous bound).
     assert!(started.elapsed() < Duration::from_mins(1));
+    // Judged again (a new grant, a new generation of its object): manifest() is not run
+    // again, the refusal is remembered with its content, so another party's changes cannot
+    // make the host spend the deadline over and over.
+    let again = refused(&runtime, "slow-manifest").to_string();
+    assert!(
+        again.contains("did not return within 5s") && again.contains("remembered"),
+        "{again}"
+    );
     assert_still_serving(&runtime, &load(&runtime, "widget"));
 }
 

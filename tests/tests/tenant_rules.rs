@@ -827,6 +827,101 @@ async fn an_invalid_spec_keeps_its_last_good_version_only_within_the_current_rul
     Ok(())
 }
 
+/// A valid spec whose change fails (a module that cannot be pulled) keeps the version that
+/// runs only while that version passes the rule too: the larger of the two counts in the
+/// quota, and a reload that takes the running version's registry away stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_change_is_judged_by_the_version_that_still_runs() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let mut world = World::new(cp, "rule-failed").await?;
+    let repo = unique_name("widget");
+    let (module, _) = world.push("widget", &format!("{repo}:v1"))?;
+    let (address, label) = (world.registry.address().to_owned(), world.label.clone());
+    let rules = |registries: &str| {
+        let allow = rule_allow(&address).replace(&format!("[\"{address}/teams\"]"), registries);
+        format!(
+            "  pullSecrets: [registry]\n  allow: {{registries: [\"{address}\"]}}\n  tenants:\n  - name: first\n    namespaceSelector: \"{label}=first\"\n    quota: {{memoryMiB: 100}}\n    pullSecrets: [registry]\n    allow: {allow}\n"
+        )
+    };
+    let both = format!("[\"{address}/teams\"]");
+    world.start_host(&rules(&both)).await?;
+    let ns = world
+        .namespace("failed-tenant", &[(&label, "first")])
+        .await?;
+    let spec = |module: &str, memory: u32| {
+        let mut grant = widget_grant();
+        grant["limits"] = json!({"memoryMiB": memory, "concurrency": 1});
+        json!({"module": module, "pullSecretRef": {"name": "registry"}, "grant": grant})
+    };
+    let create = |name: &str, memory: u32| {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "reconciler.dev/v1alpha1", "kind": "Reconciler",
+            "metadata": {"name": name}, "spec": spec(&module, memory),
+        }))
+        .unwrap();
+        let api = world.reconcilers(&ns);
+        async move { api.create(&PostParams::default(), &object).await }
+    };
+    create("widget", 64).await?;
+    world
+        .condition(&ns, "widget", "Ready", "True", "Ready")
+        .await?;
+
+    // Asked for 1 MiB from a module that does not exist: the 64 MiB version runs on, and is
+    // what the quota counts, so a second of 64 MiB does not fit in 100.
+    let missing = format!("oci://{address}/teams/next/{repo}-missing:v1");
+    world
+        .reconcilers(&ns)
+        .patch(
+            "widget",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec(&missing, 1)})),
+        )
+        .await?;
+    let api = world.reconcilers(&ns);
+    wait_until(
+        "the failed change refused, the last good version running",
+        Duration::from_secs(120),
+        || async {
+            let object = api.get("widget").await?;
+            let ready = object.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or(Value::Null);
+            ensure!(
+                ready["status"] == "False"
+                    && ready["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("last good version keeps running")),
+                "Ready is {ready}"
+            );
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    world.create_widget(&ns, "kept").await?;
+    world.reconciled(&ns, "kept").await?;
+    create("beside", 64).await?;
+    let (message, _) = world
+        .condition(&ns, "beside", "Ready", "False", "TenantQuotaExceeded")
+        .await?;
+    ensure!(message.contains("128 MiB"), "{message}");
+
+    // A reload that allows the new spec's registry but no longer the running version's.
+    world
+        .reload(&rules(&format!("[\"{address}/teams/next\"]")))
+        .await?;
+    world
+        .condition(&ns, "widget", "Ready", "False", "RegistryNotAllowed")
+        .await?;
+    world.released(&ns, "kept").await?;
+    Ok(())
+}
+
 /// A host without `reportUnmatched` that stops serving a namespace (labelled out of every rule,
 /// or its rule removed by a reload) marks the Reconcilers whose status it wrote `NoTenantRule`
 /// instead of leaving their `Ready=True` behind; a status another host wrote stays as it is.

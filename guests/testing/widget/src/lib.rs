@@ -53,9 +53,16 @@ pub const VERSION: &str = if cfg!(feature = "v2") { "2" } else { "1" };
 
 struct Widget;
 
+/// The version its primary kind is declared at (`widget-beta`: another version of one kind).
+const PRIMARY_VERSION: &str = if cfg!(feature = "beta") {
+    "v1beta1"
+} else {
+    "v1"
+};
+
 impl Guest for Widget {
     fn manifest() -> Manifest {
-        Manifest::new("widget", gvk!("test.reconciler.dev", "v1", "Widget"))
+        Manifest::new("widget", gvk!("test.reconciler.dev", PRIMARY_VERSION, "Widget"))
             .watches(gvk!("", "v1", "ConfigMap"), Mapping::Owner)
             .finalizer("test.reconciler.dev/cleanup")
             .concurrency(2)
