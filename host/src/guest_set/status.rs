@@ -194,7 +194,9 @@ impl Ledger {
             let held = e.active.as_ref()?;
             let theirs = &held.loaded.manifest;
             let meet = other != name
-                && theirs.primary == manifest.primary
+                // One kind served at several versions is one set of objects.
+                && theirs.primary.group == manifest.primary.group
+                && theirs.primary.kind == manifest.primary.kind
                 && theirs.finalizer.as_ref() == Some(finalizer)
                 && overlaps(theirs);
             (meet && claims(guest, held) && claims(held, guest)).then(|| Holder {

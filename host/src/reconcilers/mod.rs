@@ -294,7 +294,11 @@ impl Tenants {
                         continue;
                     }
                 };
-                if let Some(held) = held_back(&self.config, index, rule, &spec, &mut used) {
+                // While a newer spec's pull or grant fails, the version that runs is judged
+                // too: its registry and pull Secret, and the larger of the two in the quota.
+                let running = records.running_spec(&key, &spec);
+                let judged: Vec<&Spec> = std::iter::once(&spec).chain(running.as_ref()).collect();
+                if let Some(held) = held_back(&self.config, index, rule, &judged, &mut used) {
                     records.observe_held(&key, generation, held.0, held.1);
                     continue;
                 }
@@ -354,7 +358,7 @@ impl Judged<'_> {
                 ),
             ))
         } else {
-            held_back(self.config, self.index, self.rule, &last, used).map(|(reason, message)| {
+            held_back(self.config, self.index, self.rule, &[&last], used).map(|(reason, message)| {
                 (
                     reason,
                     format!(
@@ -401,50 +405,32 @@ struct Usage {
 }
 
 /// Why a tenant's Reconciler is not pulled: beyond its namespace's quota (counted in `used`
-/// otherwise), a pull Secret or registry its rule does not allow.
+/// otherwise), a pull Secret or registry its rule does not allow. `specs` are its spec and,
+/// while that one fails to load, the spec of the version still running: each must pass, and
+/// the larger counts in the quota.
 fn held_back(
     config: &HostConfig,
     index: usize,
     rule: &crate::config::TenantRule,
-    spec: &Spec,
+    specs: &[&Spec],
     used: &mut Usage,
 ) -> Option<(&'static str, String)> {
     let label = rule.label(index);
-    if let Some(secret) = &spec.pull_secret
-        && !rule.pull_secrets.contains(secret)
-    {
-        return Some((
-            "PullSecretNotAllowed",
-            format!("spec.pullSecretRef {secret} is not one of {label}'s pullSecrets"),
-        ));
+    let (mut memory, mut cpu) = (0, 0);
+    for spec in specs {
+        if let Some(refused) = outside_rule(&label, rule, spec) {
+            return Some(refused);
+        }
+        let limits = config.with_defaults(&spec.grant).limits;
+        memory = memory.max(
+            limits
+                .memory_mib
+                .unwrap_or(crate::config::DEFAULT_MEMORY_MIB as u64)
+                // Unset, a guest may run up to the host's maxConcurrency instances at once.
+                * u64::from(limits.concurrency.unwrap_or(config.max_concurrency())),
+        );
+        cpu = cpu.max(u64::from(limits.cpu_millicores.unwrap_or(1000)));
     }
-    if !rule.allow.registries.iter().any(|r| r.covers(&spec.module)) {
-        let listed: Vec<String> = rule
-            .allow
-            .registries
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        return Some((
-            "RegistryNotAllowed",
-            format!(
-                "spec.module: registry {} is not one {label} allows (allow.registries: {})",
-                spec.module.registry(),
-                if listed.is_empty() {
-                    "none".to_owned()
-                } else {
-                    listed.join(", ")
-                }
-            ),
-        ));
-    }
-    let limits = config.with_defaults(&spec.grant).limits;
-    let memory = limits
-        .memory_mib
-        .unwrap_or(crate::config::DEFAULT_MEMORY_MIB as u64)
-        // Unset, a guest may run up to the host's maxConcurrency instances at once.
-        * u64::from(limits.concurrency.unwrap_or(config.max_concurrency()));
-    let cpu = u64::from(limits.cpu_millicores.unwrap_or(1000));
     let quota = &rule.quota;
     let beyond = [
         (
@@ -475,6 +461,43 @@ fn held_back(
     used.reconcilers += 1;
     used.memory_mib += memory;
     used.cpu_millicores += cpu;
+    None
+}
+
+/// Why `spec`'s pull Secret or registry is outside `rule`.
+fn outside_rule(
+    label: &str,
+    rule: &crate::config::TenantRule,
+    spec: &Spec,
+) -> Option<(&'static str, String)> {
+    if let Some(secret) = &spec.pull_secret
+        && !rule.pull_secrets.contains(secret)
+    {
+        return Some((
+            "PullSecretNotAllowed",
+            format!("spec.pullSecretRef {secret} is not one of {label}'s pullSecrets"),
+        ));
+    }
+    if !rule.allow.registries.iter().any(|r| r.covers(&spec.module)) {
+        let listed: Vec<String> = rule
+            .allow
+            .registries
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        return Some((
+            "RegistryNotAllowed",
+            format!(
+                "spec.module: registry {} is not one {label} allows (allow.registries: {})",
+                spec.module.registry(),
+                if listed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    listed.join(", ")
+                }
+            ),
+        ));
+    }
     None
 }
 

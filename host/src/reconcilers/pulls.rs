@@ -101,6 +101,8 @@ struct LoadedVersion {
     hash: String,
     digest: String,
     signed_by: Option<String>,
+    /// The spec it was loaded with: what a tenant rule judges while a newer spec is refused.
+    spec: Option<Spec>,
 }
 
 /// Where a module came from, and whose signatures it needed: its reference, pull Secret and
@@ -229,6 +231,15 @@ impl Records {
         record.last_spec = None;
     }
 
+    /// The spec of the version of object `name` that runs, when it is not `current`: a newer
+    /// spec's pull or grant failed and the last good version runs on.
+    pub(super) fn running_spec(&self, name: &str, current: &Spec) -> Option<Spec> {
+        let record = self.objects.get(name)?;
+        record.last_origin.as_ref()?;
+        let spec = record.loaded.as_ref()?.spec.as_ref()?;
+        (spec != current).then(|| spec.clone())
+    }
+
     /// Whether object `name` at `generation` was held back (its status says why).
     pub(super) fn held_at(&self, name: &str, generation: i64) -> bool {
         self.objects
@@ -308,6 +319,7 @@ impl Records {
                     hash: hash.clone(),
                     digest: digest.clone(),
                     signed_by: signed_by.clone(),
+                    spec: record.spec.as_ref().ok().cloned(),
                 });
             }
         }

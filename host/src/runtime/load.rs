@@ -308,11 +308,16 @@ impl Checked {
         let (manifest, watches) = self.manifest(engine, slots).await?;
         let manifest = Manifest::from_wit(manifest, watches).map_err(|invalid| {
             LoadError::InvalidManifest {
-                file: self.name,
+                file: self.name.clone(),
                 reason: invalid.to_string(),
             }
         })?;
-        Ok(LoadedGuest {
+        Ok(self.described(manifest, hash, file))
+    }
+
+    /// The loaded guest with a manifest already known for its content.
+    pub(super) fn described(self, manifest: Manifest, hash: String, file: &Path) -> LoadedGuest {
+        LoadedGuest {
             pre: self.pre,
             reconcile: self.reconcile,
             watches: self.watches,
@@ -320,7 +325,7 @@ impl Checked {
             manifest,
             imports: self.imports,
             file: file.to_owned(),
-        })
+        }
     }
 
     /// Instantiates the guest once and calls `manifest()`, then `watches()` when it exports

@@ -73,9 +73,19 @@ pub struct Runtime {
     /// Pool slots: instances alive at once across all guests.
     slots: u32,
     reactor: Reactor,
+    /// Manifests by content hash, or why `manifest()` failed ([`Runtime::load`]).
+    manifests: parking_lot::Mutex<std::collections::HashMap<String, Remembered>>,
     /// Held for its `Drop`: the ticker thread stops with the runtime.
     _ticker: EpochTicker,
 }
+
+/// Contents whose manifest a runtime remembers at most.
+const MANIFESTS_REMEMBERED: usize = 1024;
+/// How long a `manifest()` that ran out of time is remembered as failed.
+const SLOW_MANIFEST_REMEMBERED: std::time::Duration = std::time::Duration::from_mins(10);
+
+/// A content's manifest, or why describing it failed and until when that is believed.
+type Remembered = Result<crate::manifest::Manifest, (String, Option<std::time::Instant>)>;
 
 impl Runtime {
     pub fn new(options: &RuntimeOptions) -> anyhow::Result<Self> {
@@ -89,6 +99,7 @@ impl Runtime {
             compiler,
             slots: options.slots(),
             reactor: Reactor::default(),
+            manifests: parking_lot::Mutex::default(),
             _ticker: ticker,
         })
     }
@@ -96,13 +107,53 @@ impl Runtime {
     /// Compiles (or maps from the cache) and validates a component, then calls `manifest()`
     /// in a throwaway instance whose host calls are all denied, under [`MANIFEST_DEADLINE`].
     /// Blocks the calling thread (call it from a blocking context).
+    ///
+    /// A content's manifest is remembered (by content hash) once it was described, and a
+    /// `manifest()` that failed or ran out of time is remembered as failed: judging the same
+    /// content again (a new grant, a new generation of its object, a reload) never runs it
+    /// again, so a guest that takes its whole deadline to describe itself costs that once, not
+    /// at every change another party can cause.
     pub fn load(&self, bytes: &[u8], file: &Path) -> Result<LoadedGuest, LoadError> {
         let name = file.display().to_string();
         let hash = content_hash(bytes);
         let component = self.compiler.compile(bytes, &hash, &name)?;
         let checked = load::check_world(&self.engine, &self.linker, &component, &name)?;
-        self.reactor
-            .drive(None, checked.describe(&self.engine, self.slots, hash, file))
+        let known = self.manifests.lock().get(&hash).cloned();
+        match known {
+            Some(Ok(manifest)) => return Ok(checked.described(manifest, hash, file)),
+            Some(Err((reason, until))) if until.is_none_or(|t| std::time::Instant::now() < t) => {
+                return Err(LoadError::Manifest {
+                    file: name,
+                    reason: format!("{reason} (remembered from an earlier load of this content)"),
+                });
+            }
+            _ => {}
+        }
+        let loaded = self.reactor.drive(
+            None,
+            checked.describe(&self.engine, self.slots, hash.clone(), file),
+        );
+        let remembered = match &loaded {
+            Ok(guest) => Some(Ok(guest.manifest.clone())),
+            Err(e @ (LoadError::Manifest { .. } | LoadError::InvalidManifest { .. })) => {
+                Some(Err((e.to_string(), None)))
+            }
+            // A deadline may have been the host's load, not the guest: remembered a while.
+            Err(e @ LoadError::ManifestDeadline { .. }) => Some(Err((
+                e.to_string(),
+                Some(std::time::Instant::now() + SLOW_MANIFEST_REMEMBERED),
+            ))),
+            Err(_) => None,
+        };
+        if let Some(remembered) = remembered {
+            let mut manifests = self.manifests.lock();
+            // Bounded: forgetting only costs a `manifest()` call again.
+            if manifests.len() >= MANIFESTS_REMEMBERED {
+                manifests.clear();
+            }
+            manifests.insert(hash, remembered);
+        }
+        loaded
     }
 
     /// Runs one reconcile in a fresh instance. Blocks the calling thread (run it on a blocking
