@@ -456,7 +456,8 @@ impl types::HostOutgoingRequest for Charged<'_> {
         headers: Resource<FieldMap>,
     ) -> wasmtime::Result<Resource<HostOutgoingRequest>> {
         let from = headers.rep();
-        let made = types::HostOutgoingRequest::new(&mut self.http, headers)?;
+        let made = types::HostOutgoingRequest::new(&mut self.http, headers)
+            .inspect_err(|_| self.ledger.release(from))?;
         self.ledger.transfer(from, made.rep());
         self.request(made.rep())?;
         Ok(made)
@@ -696,7 +697,8 @@ impl types::HostOutgoingResponse for Charged<'_> {
         headers: Resource<FieldMap>,
     ) -> wasmtime::Result<Resource<HostOutgoingResponse>> {
         let from = headers.rep();
-        let made = types::HostOutgoingResponse::new(&mut self.http, headers)?;
+        let made = types::HostOutgoingResponse::new(&mut self.http, headers)
+            .inspect_err(|_| self.ledger.release(from))?;
         self.ledger.transfer(from, made.rep());
         self.response(made.rep())?;
         Ok(made)
@@ -870,7 +872,11 @@ impl outgoing_handler::Host for Charged<'_> {
         options: Option<Resource<types::RequestOptions>>,
     ) -> HttpResult<Resource<HostFutureIncomingResponse>> {
         let from = request.rep();
-        let made = self.http.handle(request, options)?;
+        // wasmtime-wasi-http takes the request out of the table before it may refuse it.
+        let made = self
+            .http
+            .handle(request, options)
+            .inspect_err(|_| self.ledger.release(from))?;
         self.ledger.transfer(from, made.rep());
         Ok(made)
     }
