@@ -62,13 +62,16 @@ const PRIMARY_VERSION: &str = if cfg!(feature = "beta") {
 
 impl Guest for Widget {
     fn manifest() -> Manifest {
-        Manifest::new("widget", gvk!("test.reconciler.dev", PRIMARY_VERSION, "Widget"))
-            .watches(gvk!("", "v1", "ConfigMap"), Mapping::Owner)
-            .finalizer("test.reconciler.dev/cleanup")
-            .concurrency(2)
-            // Its status counts reconciles, so every status write is new: without this, the
-            // write would wake it again, for ever.
-            .generation_changed_only()
+        Manifest::new(
+            "widget",
+            gvk!("test.reconciler.dev", PRIMARY_VERSION, "Widget"),
+        )
+        .watches(gvk!("", "v1", "ConfigMap"), Mapping::Owner)
+        .finalizer("test.reconciler.dev/cleanup")
+        .concurrency(2)
+        // Its status counts reconciles, so every status write is new: without this, the
+        // write would wake it again, for ever.
+        .generation_changed_only()
     }
 
     fn reconcile(req: Request) -> Result<Action, ReconcileError> {
