@@ -279,8 +279,15 @@ impl Exchanger {
                 // they do every read and write; with no rule, no credentials are added.
                 Err(_) if self.guest.grant.unrestricted => open_rule(&parts.uri)?,
                 Err(text) => {
-                    // Not the URL's host: a label per name a guest makes up would grow without end.
-                    self.count("-", "denied");
+                    // A host no rule names counts as `-`: a label per name a guest makes up
+                    // would grow without end.
+                    let named = self
+                        .guest
+                        .grant
+                        .http
+                        .iter()
+                        .any(|rule| rule.prefix.host.eq_ignore_ascii_case(&host));
+                    self.count(if named { &host } else { "-" }, "denied");
                     tracing::warn!(guest = %self.name(), "{text}");
                     // A guest writes the body after `handle`: it is read and thrown away (held
                     // nowhere), so the guest gets the refusal rather than a failed write.
