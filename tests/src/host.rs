@@ -221,6 +221,22 @@ impl HostProcess {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// `GET path` whatever its status (`/readyz` answers 503 with its reason): the status
+    /// code and the body.
+    pub async fn get_any(&self, path: &str) -> Result<(u16, String)> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let output = tokio::process::Command::new("curl")
+            .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", &url])
+            .output()
+            .await?;
+        if !output.status.success() {
+            bail!("GET {url} failed ({})", output.status);
+        }
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        Ok((code.trim().parse()?, body.to_owned()))
+    }
+
     /// The value of one metric sample (`name{labels}` exactly as exposed), or 0 when absent.
     pub async fn metric(&self, series: &str) -> Result<f64> {
         let text = self.get("/metrics").await?;

@@ -26,6 +26,8 @@
 //!
 //! The pieces, one per file:
 //! - [`accounts`]: the host and tenants as ServiceAccounts bound to exactly the documented RBAC;
+//! - [`api_proxy`]: an HTTP proxy in front of kube-apiserver that sheds chosen lists and watches
+//!   with 429 + `Retry-After`, and logs every request with its time;
 //! - [`control_plane`]: finding, starting, sharing and restarting control planes;
 //! - [`cluster`]: the local single-node cluster (kubelet, containerd) for deployment tests;
 //! - [`echo`]: a loopback HTTP server that reflects the API key it was sent;
@@ -43,6 +45,7 @@
 //! takes a few seconds, and reusing the shared one costs one `/readyz` request.
 
 pub mod accounts;
+pub mod api_proxy;
 pub mod clients;
 pub mod cluster;
 pub mod control_plane;

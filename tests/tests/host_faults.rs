@@ -1,18 +1,21 @@
 //! The host across failures: an apiserver restart and an etcd restart in the middle of a run,
-//! a host killed and restarted, and leader failover between two host processes (the standby
-//! warm: its caches synced before it leads). Each test that restarts something has a private
-//! control plane, so its restarts disturb no other test; one more starts the host on an address
-//! in use.
+//! a host killed and restarted, leader failover between two host processes (the standby
+//! warm: its caches synced before it leads), and an API server that sheds load with 429 and
+//! `Retry-After` (a proxy in front of it refuses one kind's lists and watches for a while). Each
+//! test that restarts something has a private control plane, so its restarts disturb no other
+//! test; one more starts the host on an address in use.
 
 use std::time::Duration;
 
-use anyhow::Result;
-use kube::api::{Api, DynamicObject, PostParams};
+use anyhow::{Context, Result, ensure};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use reconciler_host_tests::api_proxy::{ApiProxy, Logged, Requests, Shed, gaps};
 use reconciler_host_tests::{
-    HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file, test_namespace,
-    wait_until, widgets,
+    ControlPlane, HostOptions, HostProcess, PrivateControlPlane, Restart, apply_crd_file,
+    test_namespace, wait_until, widgets,
 };
 use serde_json::json;
+use tokio::time::Instant;
 
 fn grants() -> String {
     std::fs::read_to_string(
@@ -266,5 +269,229 @@ async fn an_address_in_use_ends_the_host_at_start_with_a_clear_error() -> Result
         "{stderr}"
     );
     anyhow::ensure!(!stderr.contains("panicked"), "{stderr}");
+    Ok(())
+}
+
+/// What the proxy asks the host to wait, in seconds: the API server's own first answer while a
+/// watch cache initialises (`calculateRetryAfterForUnreadyCache` starts at 1 s).
+const RETRY_AFTER: u64 = 1;
+/// How long the proxy sheds: long enough that a backoff growing on its own (kube's client retry
+/// reaches seconds after eight attempts) would show between the attempts.
+const SHEDDING: Duration = Duration::from_secs(20);
+
+/// The latest an attempt may come after the refusal before it: `Retry-After` with the host's
+/// jitter (at most a fifth more), and a second for a busy machine.
+fn latest_retry() -> Duration {
+    Duration::from_secs(RETRY_AFTER).mul_f64(1.2) + Duration::from_secs(1)
+}
+
+/// The namespace's widgets, as the informer lists and watches them.
+fn widgets_path(ns: &str) -> String {
+    format!("/apis/test.reconciler.dev/v1/namespaces/{ns}/widgets")
+}
+
+const THROTTLED: &str = r#"reconciler_informer_throttled_total{group="test.reconciler.dev",version="v1",kind="Widget"}"#;
+
+/// A widget host watching `ns`, reaching the API server through `proxy`, listing its caches
+/// `initial_list` (`stream` or `paged`).
+async fn host_behind(proxy: &ApiProxy, ns: &str, initial_list: &str) -> Result<HostProcess> {
+    let kubeconfig = proxy.kubeconfig();
+    HostProcess::start_with_env(
+        HostOptions {
+            kubeconfig: &kubeconfig,
+            config: grants(),
+            guests: vec!["widget"],
+            namespace: Some(ns),
+            extra_args: vec![],
+        },
+        &[("RECONCILER_INITIAL_LIST", initial_list)],
+    )
+    .await
+}
+
+/// From the proxy's log of one collection: every request it refused came at least
+/// `Retry-After` after the refusal before it, and not much later (the host waits what the
+/// server asks, not a backoff of its own that keeps growing); there were no more than one per
+/// `Retry-After` in the window (no hot loop) and at least three (the host kept trying); and the
+/// first request after the shedding stopped came within one more `Retry-After` and was served.
+/// Returns that request.
+fn obeyed(requests: &[Logged], stopped: Instant) -> Result<Logged> {
+    let refused: Vec<Logged> = requests.iter().filter(|r| r.shed).cloned().collect();
+    let retry_after = Duration::from_secs(RETRY_AFTER);
+    let timeline = || {
+        let first = requests.first().map_or(stopped, |r| r.at);
+        requests
+            .iter()
+            .map(|r| {
+                format!(
+                    "+{:.3}s {} watch={} rv={:?} -> {}",
+                    (r.at - first).as_secs_f64(),
+                    r.method,
+                    r.watch,
+                    r.param("resourceVersion"),
+                    r.status
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let most = SHEDDING.as_secs() / RETRY_AFTER + 1;
+    ensure!(
+        (3..=usize::try_from(most)?).contains(&refused.len()),
+        "{} refused requests in {SHEDDING:?} with Retry-After {retry_after:?} (expected 3 to \
+         {most}):\n{}",
+        refused.len(),
+        timeline()
+    );
+    for (i, gap) in gaps(&refused).into_iter().enumerate() {
+        ensure!(
+            gap + Duration::from_millis(20) >= retry_after && gap <= latest_retry(),
+            "refused attempt {} came {gap:?} after the one before; Retry-After was \
+             {retry_after:?}:\n{}",
+            i + 2,
+            timeline()
+        );
+    }
+    let resumed = requests
+        .iter()
+        .find(|r| r.at >= stopped)
+        .cloned()
+        .with_context(|| format!("no request after the shedding stopped:\n{}", timeline()))?;
+    ensure!(
+        resumed.at - stopped <= latest_retry() && resumed.status == 200,
+        "the first request after the shedding stopped came {:?} later and got {}:\n{}",
+        resumed.at - stopped,
+        resumed.status,
+        timeline()
+    );
+    Ok(resumed)
+}
+
+/// The widget's status says the guest reconciled it at `message`.
+async fn reconciled_at(
+    api: &Api<DynamicObject>,
+    name: &str,
+    message: &str,
+    host: &HostProcess,
+) -> Result<()> {
+    wait_until(
+        &format!("widget {name} reconciled at {message:?}"),
+        Duration::from_secs(60),
+        || async {
+            let status = api.get(name).await?.data["status"].clone();
+            ensure!(status["message"] == message, "status {status}");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))
+}
+
+/// The first list of a kind under a shedding API server: held back for `Retry-After` each time,
+/// said in `/readyz` and counted, and caught up once the server serves again (a widget created
+/// meanwhile is reconciled).
+async fn first_list_waits_out_the_shedding(initial_list: &str) -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let client = cp.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, &format!("shed-list-{initial_list}")).await?;
+    let path = widgets_path(&ns);
+    let proxy = ApiProxy::start(cp).await?;
+    proxy.shed(Shed {
+        path: path.clone(),
+        requests: Requests::Both,
+        retry_after: RETRY_AFTER,
+    });
+    let began = Instant::now();
+    let host = host_behind(&proxy, &ns, initial_list).await?;
+    let api = widgets(&client, &ns);
+    create(&api, "during").await?;
+    let (code, why) = wait_until(
+        "/readyz to say the API server holds the widgets back",
+        SHEDDING.saturating_sub(began.elapsed()),
+        || async {
+            let (code, body) = host.get_any("/readyz").await?;
+            ensure!(body.contains("Retry-After"), "{code} {body}");
+            Ok((code, body))
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))?;
+    ensure!(code == 503, "/readyz answered {code} {why}");
+    tokio::time::sleep_until(began + SHEDDING).await;
+    let stopped = proxy.stop_shedding();
+    reconciled_at(&api, "during", "during", &host).await?;
+    let requests = proxy.requests_to(&path);
+    obeyed(&requests, stopped).map_err(|e| e.context(host.log_tail()))?;
+    let throttled = host.metric(THROTTLED).await?;
+    ensure!(
+        throttled >= 3.0,
+        "{THROTTLED} is {throttled}; the proxy refused {}",
+        requests.iter().filter(|r| r.shed).count()
+    );
+    assert_eq!(host.get("/readyz").await?, "ok");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_streaming_first_list_waits_out_retry_after_and_catches_up() -> Result<()> {
+    first_list_waits_out_the_shedding("stream").await
+}
+
+#[tokio::test]
+async fn a_paged_first_list_waits_out_retry_after_and_catches_up() -> Result<()> {
+    first_list_waits_out_the_shedding("paged").await
+}
+
+/// A watch that ends while the API server sheds watches: the host reconnects no faster than
+/// `Retry-After` asks, from the version it had (no list, no streaming list), and what changed
+/// meanwhile is reconciled once the server serves again.
+#[tokio::test]
+async fn a_watch_reconnect_waits_out_retry_after_and_resumes_from_its_version() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let client = cp.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "shed-watch").await?;
+    let path = widgets_path(&ns);
+    let proxy = ApiProxy::start(cp).await?;
+    let host = host_behind(&proxy, &ns, "stream").await?;
+    let api = widgets(&client, &ns);
+    create(&api, "first").await?;
+    reconciled_at(&api, "first", "first", &host).await?;
+
+    proxy.shed(Shed {
+        path: path.clone(),
+        requests: Requests::Watches,
+        retry_after: RETRY_AFTER,
+    });
+    let began = Instant::now();
+    proxy.cut_watches();
+    api.patch(
+        "first",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"message": "changed"}})),
+    )
+    .await?;
+    create(&api, "second").await?;
+    tokio::time::sleep_until(began + SHEDDING).await;
+    let stopped = proxy.stop_shedding();
+    reconciled_at(&api, "first", "changed", &host).await?;
+    reconciled_at(&api, "second", "second", &host).await?;
+
+    let since: Vec<Logged> = proxy
+        .requests_to(&path)
+        .into_iter()
+        .filter(|r| r.at >= began)
+        .collect();
+    let resumed = obeyed(&since, stopped).map_err(|e| e.context(host.log_tail()))?;
+    for request in since.iter().filter(|r| r.at <= resumed.at) {
+        let version = request.param("resourceVersion").unwrap_or_default();
+        ensure!(
+            request.watch && !request.streaming_list() && !matches!(version.as_str(), "" | "0"),
+            "the host listed again instead of resuming its watch: {request:?}"
+        );
+    }
+    let throttled = host.metric(THROTTLED).await?;
+    ensure!(throttled >= 3.0, "{THROTTLED} is {throttled}");
     Ok(())
 }
