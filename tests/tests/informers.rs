@@ -655,6 +655,62 @@ async fn read_your_writes_shows_a_write_before_the_watch_and_survives_older_watc
     Ok(())
 }
 
+/// KEP-5647's comparable resourceVersions: a watch that lags longer than the write ttl keeps
+/// showing the host's own write (the ttl used to hand readers the older object back), and the
+/// cache's last synced version says how far the watch got.
+#[tokio::test]
+async fn a_watch_lagging_past_the_write_ttl_keeps_showing_the_hosts_write() -> Result<()> {
+    let (client, ns) = setup("inf-lag").await?;
+    let (relayed, relay) = client_through_relay(ControlPlane::shared().await?).await?;
+    let ttl = Duration::from_millis(500);
+    let options = Options {
+        write_ttl: ttl,
+        ..Options::default()
+    };
+    let informers = Informers::with_options(relayed, options);
+    let informer = informers.acquire(&configmaps(), in_namespace(&ns)).await?;
+    synced(&informer).await?;
+    let mut sub = informer.subscribe();
+    let number = |cm: &ConfigMap| -> Result<u64> {
+        Ok(cm
+            .resource_version()
+            .context("no resourceVersion")?
+            .parse()?)
+    };
+    let v1 = create_cm(&client, &ns, "lagging", &[]).await?;
+    next_event(&mut sub).await?;
+    ensure!(informer.last_store_sync_resource_version() >= Some(number(&v1)?));
+
+    let hold = relay.received();
+    relay.release_through(hold);
+    let v2 = set_data(&client, &ns, "lagging", "v2").await?;
+    ensure!(
+        informer.record_write(to_dynamic(&v2)?),
+        "the write is newer than the cache"
+    );
+    tokio::time::sleep(ttl * 3).await;
+    let got = informer.get(Some(&ns), "lagging").context("cached")?;
+    ensure!(
+        Some(rv(&got)) == v2.resource_version(),
+        "the held watch's older object came back after the ttl: {}",
+        rv(&got)
+    );
+    ensure!(
+        informer.last_store_sync_resource_version() < Some(number(&v2)?),
+        "the watch was held"
+    );
+
+    relay.open();
+    let event = next_event(&mut sub).await?;
+    ensure!(
+        matches!(&event, InformerEvent::Applied { object, echo: true, .. } if Some(rv(object)) == v2.resource_version()),
+        "expected the echo of v2, got {}",
+        show(&event)
+    );
+    ensure!(informer.last_store_sync_resource_version() == Some(number(&v2)?));
+    Ok(())
+}
+
 /// Waits until the informer's cache holds `name` at `version`.
 async fn cached_at(informer: &Informer, ns: &str, name: &str, version: &ConfigMap) -> Result<()> {
     wait_until("the watch to deliver the version", TIMEOUT, || async {

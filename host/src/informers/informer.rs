@@ -318,6 +318,16 @@ impl Informer {
         self.shared.cache.filter.get().copied()
     }
 
+    /// The newest resourceVersion the cache is synced to: the largest of the watch events'
+    /// and of completed lists' objects (client-go's `LastStoreSyncResourceVersion`, which
+    /// KEP-5647 gives controllers to tell a stale cache). resourceVersions are integers in
+    /// write order on etcd-backed servers (KEP-5504); none until an integer one was seen.
+    /// Bookmarks and a list's own version are not counted: kube-runtime's watcher does not pass
+    /// them on, so this can trail the watch on a quiet informer. O(1) under the cache's lock.
+    pub fn last_store_sync_resource_version(&self) -> Option<u64> {
+        self.shared.cache.store.read().synced_rv()
+    }
+
     /// The watch's latest error, until the watch next succeeds.
     pub fn last_error(&self) -> Option<String> {
         self.shared.cache.last_error.lock().clone()
@@ -381,8 +391,12 @@ impl Informer {
     /// wins), when the object was deleted at or after this version, or when it is outside this
     /// informer's scope (namespace, labels, or for a sharded informer the uid's slot: a write to
     /// another replica's object must not enter this one's cache). Subscribers are not notified:
-    /// they hear of the change from the watch. If the watch never confirms the write, it stops
-    /// showing after `Options::write_ttl`.
+    /// they hear of the change from the watch. It stops showing when the watch reports it or
+    /// a newer version, or when the cache is synced to its version or past it
+    /// ([`Informer::last_store_sync_resource_version`]), echo or not; it is refused when the
+    /// cache is synced to it already. `Options::write_ttl` ends it only where versions cannot
+    /// be compared (non-integer, or the cache had seen none when it was recorded) and after a
+    /// relist that did not list the object.
     pub fn record_write(&self, obj: DynamicObject) -> bool {
         if obj.metadata.name.is_none() || !self.in_scope(&obj) {
             return false;

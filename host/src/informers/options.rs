@@ -11,8 +11,10 @@ pub struct Options {
     /// Events buffered per informer for its slowest subscriber; one that falls further behind
     /// gets a resync of the whole cache instead (see [`Subscription`]).
     pub event_buffer: usize,
-    /// How long a recorded write or delete is shown if the watch never confirms it (client-go's
-    /// mutation cache TTL; the CRD naming controller uses 60 s).
+    /// How long a recorded delete, or a recorded write whose version cannot be compared with
+    /// the watch's, is shown if the watch never confirms it (client-go's mutation cache TTL;
+    /// the CRD naming controller uses 60 s). A write with an integer version is shown until
+    /// the cache is synced to it instead, however long the watch lags (see `store.rs`).
     pub write_ttl: Duration,
     /// Where `reconciler_informer_objects` goes: summed per GVK over all scopes at each scrape,
     /// and removed once no informer for the GVK is left.

@@ -8,6 +8,20 @@
 //! `MutationCache`, which the API server's CRD naming controller uses to read its own status
 //! writes) and "drop an update whose resourceVersion did not change". The store is plain data and
 //! returns the events to emit; the caller holds the lock and does the sending.
+//!
+//! How long an overlay lasts uses what KEP-5647 (stale controller detection, beta in 1.36) gives
+//! clients: resourceVersions that compare (KEP-5504: on etcd-backed servers they are integers in
+//! write order) and the newest version a cache is synced to, client-go's
+//! `LastStoreSyncResourceVersion` (here [`Store::synced_rv`]: watch events' and completed lists'
+//! versions; kube-runtime's watcher passes on neither bookmarks nor a list's own version). Its
+//! `ConsistencyStore` makes a controller wait until its cache reaches the version of its last
+//! write; we show the write instead, until the cache reaches it: an overlay ends at its echo, at
+//! a newer version of the object, or when the store is synced to its version or past it even
+//! without an echo (the watch is ordered, so it will not come), and a write the store is synced
+//! past is refused. The ttl is the fallback where versions do not compare (non-integer ones, a
+//! store that has seen none yet), for deletions (whose version the host does not learn), and for
+//! an overlay a relist did not confirm (see [`Store::listed`]). A watch that lags however long
+//! keeps showing the host's own write, not the older object.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -37,8 +51,17 @@ pub(super) struct Store {
     tombstone_order: VecDeque<(Instant, Key)>,
     /// Between the watcher's `Init` and `InitDone`.
     relisting: Relist,
-    /// How long an overlay the watch never confirms stays in force.
+    /// How long an overlay stays in force when versions cannot be compared (see [`Overlay`]),
+    /// and how long a tombstone is kept.
     ttl: Duration,
+    /// The newest resourceVersion the store is synced to: the largest integer version of a
+    /// watch event, or of a completed list's objects (client-go's
+    /// `LastStoreSyncResourceVersion`, KEP-5647). None until one was seen. Never goes back.
+    synced_rv: Option<u64>,
+    /// The largest integer version of the relist in progress, taken into `synced_rv` when it
+    /// completes: a list arrives in key order, not version order, so a version seen early in
+    /// it says nothing yet about the objects still to come.
+    listing_rv: Option<u64>,
     /// Keys with host writes in flight, and the watch's events for them held until the
     /// writes' answers (see [`Store::begin_write`]).
     writing: HashMap<Key, Writing>,
@@ -74,9 +97,29 @@ struct Entry {
     overlay: Option<Box<Overlay>>,
 }
 
+/// How an overlay ends: when the watch reports the written version (its echo), a newer one of
+/// the object, or the object's deletion; or, with integer versions, when the store is synced to
+/// the written version or past it ([`Store::synced_rv`]), echo or not: the watch is ordered by
+/// version, so having passed the write without showing it, it never will (a selector or shard
+/// the object no longer matches, a relist that did not list it). The ttl ends only an overlay
+/// that `expires`: one whose version cannot be compared with the watch's.
 struct Overlay {
     kind: OverlayKind,
     at: Instant,
+    /// The written version as an integer; none for a deletion (its version is not known).
+    rv: Option<u64>,
+    /// The ttl ends it too. A written overlay with an integer version does not expire once the
+    /// store has seen one: a lagging watch then keeps serving the host's own write rather
+    /// than an older object. It does expire when recorded before the store saw any version,
+    /// and from a relist that did not list its object on (the list may be older than the
+    /// write, so only the watch's later events could tell, and a quiet watch sends none).
+    expires: bool,
+}
+
+impl Overlay {
+    fn in_force(&self, now: Instant, ttl: Duration) -> bool {
+        !self.expires || now.saturating_duration_since(self.at) < ttl
+    }
 }
 
 enum OverlayKind {
@@ -116,8 +159,7 @@ fn cache(obj: &DynamicObject, partial: bool) -> Option<Arc<CachedObject>> {
 impl Entry {
     fn visible(&self, now: Instant, ttl: Duration) -> Option<&Arc<CachedObject>> {
         match &self.overlay {
-            Some(overlay) if now.saturating_duration_since(overlay.at) < ttl => match &overlay.kind
-            {
+            Some(overlay) if overlay.in_force(now, ttl) => match &overlay.kind {
                 OverlayKind::Written(obj) => Some(obj),
                 OverlayKind::Deleted { .. } => None,
             },
@@ -136,7 +178,30 @@ impl Store {
             tombstone_order: VecDeque::new(),
             relisting: Relist::Idle,
             ttl,
+            synced_rv: None,
+            listing_rv: None,
             writing: HashMap::new(),
+        }
+    }
+
+    /// The newest resourceVersion the store is synced to (see [`Store::synced_rv`]). O(1).
+    pub(super) fn synced_rv(&self) -> Option<u64> {
+        self.synced_rv
+    }
+
+    /// The watch reported an object at `rv`. Returns whether `synced_rv` moved, so that the
+    /// caller, done with the object's own entry, releases the overlays it reached.
+    fn observe(&mut self, rv: Option<&str>) -> bool {
+        let Some(rv) = rv_number(rv) else {
+            return false;
+        };
+        if matches!(self.relisting, Relist::Idle) {
+            let advanced = self.synced_rv.is_none_or(|s| rv > s);
+            self.synced_rv = self.synced_rv.max(Some(rv));
+            advanced
+        } else {
+            self.listing_rv = self.listing_rv.max(Some(rv));
+            false
         }
     }
 
@@ -198,6 +263,7 @@ impl Store {
 
     /// The watcher restarted its list; objects not listed again by `end_relist` are gone.
     pub(super) fn begin_relist(&mut self) {
+        self.listing_rv = None;
         self.relisting = if self.watched_count > 0 {
             Relist::Tracking(HashSet::new())
         } else {
@@ -227,11 +293,13 @@ impl Store {
         now: Instant,
         partial: bool,
     ) -> Option<InformerEvent> {
-        self.expire(now);
+        self.settle(now);
         let key = key_of(&obj);
         if let Relist::Tracking(seen) = &mut self.relisting {
             seen.insert(key.clone());
         }
+        // Released at the end, after this entry's own overlay told its echo.
+        let advanced = self.observe(obj.metadata.resource_version.as_deref());
         let entry = self
             .objects
             .entry(key.0.clone())
@@ -250,9 +318,17 @@ impl Store {
             {
                 entry.watched = Some(whole);
             }
+            if advanced {
+                self.settle(now);
+            }
             return None;
         }
-        let cached = cache(&obj, partial)?;
+        let Some(cached) = cache(&obj, partial) else {
+            if advanced {
+                self.settle(now);
+            }
+            return None;
+        };
         let old = entry.watched.replace(cached);
         if old.is_none() {
             self.watched_count += 1;
@@ -276,6 +352,9 @@ impl Store {
         {
             self.tombstones.remove(&key);
         }
+        if advanced {
+            self.settle(now);
+        }
         let old = old.and_then(|o| o.to_head()).map(Arc::new);
         let listed = !matches!(self.relisting, Relist::Idle);
         let event = InformerEvent::Applied {
@@ -294,10 +373,13 @@ impl Store {
         obj: Arc<DynamicObject>,
         now: Instant,
     ) -> Option<InformerEvent> {
-        self.expire(now);
+        self.settle(now);
         let key = key_of(&obj);
         self.remove_entry(&key);
         self.tombstone(key.clone(), obj.resource_version(), now);
+        if self.observe(obj.metadata.resource_version.as_deref()) {
+            self.settle(now);
+        }
         self.unless_held(&key, InformerEvent::Deleted { object: obj })
     }
 
@@ -360,11 +442,12 @@ impl Store {
     /// The relist is complete: whatever the watch knew but did not list again was deleted while
     /// we were not watching.
     pub(super) fn end_relist(&mut self, now: Instant) -> Vec<InformerEvent> {
-        self.expire(now);
+        self.settle(now);
         let seen = match std::mem::replace(&mut self.relisting, Relist::Idle) {
             Relist::Tracking(seen) => seen,
             Relist::Fresh => {
                 self.pack();
+                self.listed(now);
                 return Vec::new();
             }
             Relist::Idle => return Vec::new(),
@@ -380,11 +463,12 @@ impl Store {
                     gone.push((key, obj));
                 }
             }
-            // A write the relist did not show yet may still be newer than the list: keep it
-            // until the watch confirms it or the ttl passes.
+            // A write the relist did not show yet may still be newer than the list: kept (see
+            // `listed`).
             names.retain(|_, e| e.watched.is_some() || e.overlay.is_some());
         }
         self.objects.retain(|_, names| !names.is_empty());
+        self.listed(now);
         gone.into_iter()
             .filter_map(|(key, obj)| {
                 self.tombstone(key.clone(), obj.resource_version().map(Into::into), now);
@@ -394,6 +478,24 @@ impl Store {
                 self.unless_held(&key, event)
             })
             .collect()
+    }
+
+    /// A list completed: the store is synced to its newest version, which releases the
+    /// overlays it reached. An overlay whose object the list did not show and which is newer
+    /// than everything listed is kept, and from now on expires: the list may be older than the
+    /// write (a list served from an API server's cache), or the object may have been deleted or
+    /// left the informer's view while nobody watched, and only a later watch event tells.
+    fn listed(&mut self, now: Instant) {
+        self.synced_rv = self.synced_rv.max(self.listing_rv.take());
+        for (ns, name) in &self.overlaid {
+            if let Some(entry) = self.objects.get_mut(ns).and_then(|m| m.get_mut(name))
+                && entry.watched.is_none()
+                && let Some(overlay) = &mut entry.overlay
+            {
+                overlay.expires = true;
+            }
+        }
+        self.settle(now);
     }
 
     /// Rebuilds each namespace's map with full nodes. A list arrives in key order, and a
@@ -407,12 +509,21 @@ impl Store {
     }
 
     /// The API server's answer to one of the host's writes. Shown at once unless the cache (or a
-    /// recent deletion) already holds this version or a newer one. Returns whether it was taken.
+    /// recent deletion) already holds this version or a newer one, or the store is synced to
+    /// this version already: the watch passed it, so the object it holds (or its absence: a
+    /// deletion whose tombstone expired, a selector the object left) is newer. Returns whether
+    /// it was taken.
     pub(super) fn record_write(&mut self, obj: &DynamicObject, now: Instant) -> bool {
-        self.expire(now);
+        self.settle(now);
         let key = key_of(obj);
         // From here the overlay tells its echo (and a no-op write has none).
         let rv = obj.metadata.resource_version.as_deref();
+        let number = rv_number(rv);
+        if let (Some(number), Some(synced)) = (number, self.synced_rv)
+            && number <= synced
+        {
+            return false;
+        }
         if let Some((deleted_rv, _)) = self.tombstones.get(&key)
             && !newer(rv, Some(deleted_rv))
         {
@@ -427,7 +538,7 @@ impl Store {
                 return false;
             }
             if let Some(overlay) = &entry.overlay
-                && now.saturating_duration_since(overlay.at) < ttl
+                && overlay.in_force(now, ttl)
             {
                 let shadowed = match &overlay.kind {
                     OverlayKind::Written(w) => w.resource_version(),
@@ -450,6 +561,8 @@ impl Store {
         entry.overlay = Some(Box::new(Overlay {
             kind: OverlayKind::Written(cached),
             at: now,
+            rv: number,
+            expires: number.is_none() || self.synced_rv.is_none(),
         }));
         self.overlaid.insert(key);
         true
@@ -463,7 +576,7 @@ impl Store {
         name: &str,
         now: Instant,
     ) -> bool {
-        self.expire(now);
+        self.settle(now);
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         let ttl = self.ttl;
         let Some(names) = self.objects.get_mut(&key.0) else {
@@ -486,6 +599,8 @@ impl Store {
             entry.overlay = Some(Box::new(Overlay {
                 kind: OverlayKind::Deleted { rv: rv.clone() },
                 at: now,
+                rv: None,
+                expires: true,
             }));
             self.overlaid.insert(key.clone());
         }
@@ -516,10 +631,15 @@ impl Store {
         }
     }
 
-    /// Drops overlays and tombstones older than the ttl. Amortised O(expired + overlays).
-    fn expire(&mut self, now: Instant) {
+    /// Drops the overlays the store is synced past, and tombstones and expiring overlays older
+    /// than the ttl. Amortised O(expired + overlays).
+    fn settle(&mut self, now: Instant) {
         let ttl = self.ttl;
         let old = |at: Instant| now.saturating_duration_since(at) >= ttl;
+        let synced = self.synced_rv;
+        let ended = |o: &Overlay| {
+            !o.in_force(now, ttl) || o.rv.is_some_and(|rv| synced.is_some_and(|s| s >= rv))
+        };
         while let Some((at, _)) = self.tombstone_order.front()
             && old(*at)
         {
@@ -535,7 +655,7 @@ impl Store {
             .iter()
             .filter(|(ns, name)| {
                 let entry = self.objects.get(ns).and_then(|m| m.get(name));
-                entry.is_none_or(|e| e.overlay.as_ref().is_none_or(|o| old(o.at)))
+                entry.is_none_or(|e| e.overlay.as_deref().is_none_or(ended))
             })
             .cloned()
             .collect();
@@ -783,6 +903,140 @@ mod tests {
         // Writes older than (or equal to) what the watch has are ignored.
         assert!(!s.record_write(&cm("a", "x", "7", &[]), t));
         assert!(!s.record_write(&cm("a", "x", "3", &[]), t));
+    }
+
+    #[test]
+    fn the_store_is_synced_to_the_newest_version_of_its_events_and_completed_lists() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        assert_eq!(s.synced_rv(), None);
+        s.apply(cm("a", "x", "abc", &[]), t);
+        assert_eq!(s.synced_rv(), None, "not an integer");
+        s.apply(cm("a", "x", "5", &[]), t);
+        s.apply(cm("a", "y", "3", &[]), t);
+        assert_eq!(s.synced_rv(), Some(5), "never goes back");
+        s.delete(cm("a", "x", "7", &[]), t);
+        assert_eq!(s.synced_rv(), Some(7), "a deletion's version counts");
+        // A list comes in key order: its versions count once it is complete.
+        s.begin_relist();
+        s.apply(cm("a", "z", "9", &[]), t);
+        s.apply(cm("a", "y", "3", &[]), t);
+        assert_eq!(s.synced_rv(), Some(7));
+        s.end_relist(t);
+        assert_eq!(s.synced_rv(), Some(9));
+    }
+
+    #[test]
+    fn an_overlay_ends_once_the_store_is_synced_past_it_without_its_echo() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        assert!(s.record_write(&cm("a", "x", "7", &[]), t));
+        // Events older than the write leave it in force.
+        s.apply(cm("a", "y", "6", &[]), t);
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("7".into()));
+        // The watch passed 7 without showing it: the written object left the watch's view.
+        s.apply(cm("a", "y", "8", &[]), t);
+        assert_eq!(rv_of(s.get(Some("a"), "x", t)), Some("5".into()));
+        assert!(s.overlaid.is_empty());
+        // A write of a new object, passed the same way, is gone.
+        assert!(s.record_write(&cm("a", "new", "9", &[]), t));
+        assert_eq!(s.len(t), 3);
+        s.delete(cm("a", "y", "10", &[]), t);
+        assert!(s.get(Some("a"), "new", t).is_none());
+        assert_eq!(s.len(t), 1);
+        assert!(s.objects.get("a").is_some_and(|m| !m.contains_key("new")));
+        // A delete's overlay knows only the version before the delete: the watch passing that
+        // does not end it.
+        assert!(s.record_delete(Some("a"), "x", t));
+        s.apply(cm("a", "z", "11", &[]), t);
+        assert!(s.get(Some("a"), "x", t).is_none());
+    }
+
+    #[test]
+    fn a_lagging_watch_keeps_showing_the_hosts_write_past_the_ttl() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        assert!(s.record_write(&cm("a", "x", "7", &[]), t));
+        let later = t + 3 * TTL;
+        s.apply(cm("a", "y", "6", &[]), later);
+        assert_eq!(rv_of(s.get(Some("a"), "x", later)), Some("7".into()));
+        assert_eq!(s.len(later), 2);
+        assert!(
+            !s.record_write(&cm("a", "x", "6", &[]), later),
+            "an older write does not replace it"
+        );
+        assert!(matches!(
+            s.apply(cm("a", "x", "7", &[]), later),
+            Some(InformerEvent::Applied { echo: true, .. })
+        ));
+        assert!(s.overlaid.is_empty());
+        // Where versions do not compare, the ttl still ends an overlay.
+        assert!(s.record_write(&cm("a", "odd", "abc", &[]), later));
+        assert!(s.get(Some("a"), "odd", later + TTL).is_none());
+    }
+
+    #[test]
+    fn a_write_the_store_is_synced_past_is_refused_after_its_tombstone_expired() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        s.delete(cm("a", "x", "6", &[]), t);
+        let later = t + TTL;
+        assert!(
+            !s.record_write(&cm("a", "x", "6", &[]), later),
+            "a late answer does not resurrect the object"
+        );
+        s.apply(cm("a", "y", "9", &[]), later);
+        assert!(
+            !s.record_write(&cm("a", "z", "8", &[]), later),
+            "the watch passed 8 without showing z"
+        );
+        assert!(s.get(Some("a"), "x", later).is_none() && s.get(Some("a"), "z", later).is_none());
+        assert!(s.record_write(&cm("a", "z", "10", &[]), later));
+    }
+
+    #[test]
+    fn a_relist_ends_the_overlays_it_passed_and_leaves_the_newer_unlisted_ones_to_the_ttl() {
+        let mut s = Store::new(TTL);
+        let t = Instant::now();
+        s.apply(cm("a", "x", "5", &[]), t);
+        s.apply(cm("a", "y", "6", &[]), t);
+        assert!(s.record_write(&cm("a", "x", "10", &[]), t));
+        assert!(s.record_write(&cm("a", "new", "11", &[]), t));
+        // x and new were deleted while the watch was down; the list is at 12.
+        s.begin_relist();
+        s.apply(cm("a", "y", "12", &[]), t);
+        assert_eq!(
+            rv_of(s.get(Some("a"), "x", t)),
+            Some("10".into()),
+            "a list half read ends nothing"
+        );
+        let events = s.end_relist(t);
+        assert!(
+            matches!(&events[..], [InformerEvent::Deleted { object }] if object.name_any() == "x")
+        );
+        assert!(s.get(Some("a"), "x", t).is_none());
+        assert!(s.get(Some("a"), "new", t).is_none());
+        assert_eq!(s.len(t), 1);
+
+        // A list older than the writes (a lagging cache's): only the ttl ends them, as the
+        // watch may never mention their objects again.
+        assert!(s.record_write(&cm("a", "y", "20", &[]), t));
+        assert!(s.record_write(&cm("a", "new", "21", &[]), t));
+        s.begin_relist();
+        s.apply(cm("a", "y", "12", &[]), t);
+        s.end_relist(t);
+        assert_eq!(rv_of(s.get(Some("a"), "y", t)), Some("20".into()));
+        assert_eq!(rv_of(s.get(Some("a"), "new", t)), Some("21".into()));
+        let later = t + TTL;
+        assert_eq!(
+            rv_of(s.get(Some("a"), "y", later)),
+            Some("20".into()),
+            "listed: the watch will tell"
+        );
+        assert!(s.get(Some("a"), "new", later).is_none(), "not listed");
     }
 
     #[test]
