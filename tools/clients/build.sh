@@ -24,13 +24,14 @@
 # time as the projects' Makefiles set them: cosign's (sigs.k8s.io/release-utils), and helm's
 # with the Kubernetes version its `template` and `lint` assume (from the client-go it links).
 # wkg is a debug build (`cargo install --debug`, no debug info): the tests push and pull a
-# component of some 40 kB with it, 0.2 s either way, where the release profile's optimisation
-# cost ten minutes to build.
+# component of some 40 kB with it, 0.2 s either way; the release profile's optimisation
+# doubled its build.
 #
 # Cold, on the 2-core dev machine (empty Go module and build caches, empty cargo registry;
 # 2026-12-06, `nice -n 10` on the machine shared with other builds): cosign 2 244 s; cosign3,
 # oras and helm in one build 285 s (203 + 12 + 168 s built apart the same day); wkg 150 s
-# (718 s in release, measured before). In all 11 minutes, where it was 25.
+# (294 s in release the same day). In all 11 minutes, where the old way took 15 the same day
+# (25 on an earlier, busier run: cosign 2 314 s, cosign 3 247, oras 32, wkg 718, helm 187).
 #
 #   tools/clients/build.sh cosign|cosign3|oras|wkg|helm          # build (or reuse) the pinned version
 #   tools/clients/build.sh cosign|cosign3|oras|wkg|helm --print  # print the binary's path and exit
