@@ -22,7 +22,9 @@
 //! a retry period late and tries again up to a retry period after expiry, so a standby took over
 //! anywhere between a lease duration less one retry period and plus one after the leader died;
 //! with the watch it takes over a lease duration after the leader's last renewal, at most (a
-//! change seen earlier is still seen after it was sent, so the fence's margin holds).
+//! change seen earlier is still seen after it was sent, so the fence's margin holds). The watch
+//! waits out the `Retry-After` of an API server that sheds load (`crate::retry_after`); the
+//! reads and updates are single requests, retried by kube's client within their deadline.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::fence::WriteFence;
+use crate::retry_after::{self, Hold, ServerBackoff};
 
 #[derive(Debug, Clone)]
 pub struct LeaderOptions {
@@ -67,10 +70,24 @@ pub struct Election {
 impl Election {
     /// Starts campaigning. `fence` is held to the deadline of every renewal that succeeds.
     pub fn start(client: kube::Client, options: &LeaderOptions, fence: WriteFence) -> Self {
+        Self::start_counting(client, options, fence, || {})
+    }
+
+    /// As [`Election::start`], calling `throttled` each time the API server refuses the lease
+    /// watch as overloaded.
+    pub(crate) fn start_counting(
+        client: kube::Client,
+        options: &LeaderOptions,
+        fence: WriteFence,
+        throttled: impl Fn() + Clone + Send + Sync + 'static,
+    ) -> Self {
         let (leader_tx, is_leader) = watch::channel(false);
+        let hold = Hold::default();
+        let watching = retry_after::watch_client(client.clone(), hold.clone(), throttled);
         let (stop, stopped) = oneshot::channel();
         let candidate = Candidate {
             api: Api::namespaced(client, &options.namespace),
+            watched: (Api::namespaced(watching, &options.namespace), hold),
             options: options.clone(),
             fence,
             leader: leader_tx,
@@ -104,6 +121,8 @@ struct Observed {
 
 struct Candidate {
     api: Api<Lease>,
+    /// The lease watch's own client, and what it noted of refusals.
+    watched: (Api<Lease>, Hold),
     options: LeaderOptions,
     fence: WriteFence,
     leader: watch::Sender<bool>,
@@ -118,7 +137,7 @@ impl Candidate {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (watched, mut seen) = watch::channel(None);
         let watching = tokio::spawn(watch_lease(
-            self.api.clone(),
+            self.watched.clone(),
             self.options.lease_name.clone(),
             watched,
         ));
@@ -316,11 +335,16 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Follows the Lease `name` into `seen` (each version as it is written), for as long as the
-/// election runs; the watcher retries with backoff after errors.
-async fn watch_lease(api: Api<Lease>, name: String, seen: watch::Sender<Option<Lease>>) {
+/// election runs; the watcher retries with backoff after errors (`Retry-After`, when the
+/// refusal in `hold` gave one).
+async fn watch_lease(
+    (api, hold): (Api<Lease>, Hold),
+    name: String,
+    seen: watch::Sender<Option<Lease>>,
+) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut leases = watcher(api, config)
-        .default_backoff()
+        .backoff(ServerBackoff::new(hold))
         .applied_objects()
         .boxed();
     while let Some(lease) = leases.next().await {

@@ -55,6 +55,7 @@ pub mod queue;
 pub(crate) mod rbac;
 pub(crate) mod reconcilers;
 pub(crate) mod records;
+pub(crate) mod retry_after;
 pub mod runtime;
 pub mod scaffold;
 pub(crate) mod selector;

@@ -19,7 +19,9 @@
 //! (`/metrics`, `/guests`, `/shards`) run on that runtime's blocking threads, so a wait there
 //! never delays a probe. The probes themselves read only atomics and short-held locks:
 //! `/readyz` the readiness map (held by the manager only to insert or remove a guest) and
-//! each controller's synced flag.
+//! each controller's synced flag, and while a cache has not synced, the informers' registry and
+//! their last errors (`Informers::unsynced`: why a cache is still waiting, such as an API server
+//! holding its list back with `Retry-After`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -38,6 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use crate::guest_set::Guests;
+use crate::informers::Informers;
 use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::shards::ShardStatus;
 
@@ -49,6 +52,8 @@ struct AppState {
     metrics: Metrics,
     directory: Arc<Guests>,
     readiness: Readiness,
+    /// Why caches wait, for `/readyz`; none in tests of the server alone.
+    informers: Option<Informers>,
     shards: Option<Arc<ShardStatus>>,
 }
 
@@ -99,14 +104,14 @@ pub(crate) fn serve(
     listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
-    readiness: Readiness,
+    (readiness, informers): (Readiness, Informers),
     shards: Option<Arc<ShardStatus>>,
 ) -> anyhow::Result<(SocketAddr, Server)> {
     serve_with(
         listener,
         metrics,
         directory,
-        readiness,
+        (readiness, Some(informers)),
         shards,
         ServerOptions::default(),
     )
@@ -117,7 +122,7 @@ pub(crate) fn serve_with(
     listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
-    readiness: Readiness,
+    (readiness, informers): (Readiness, Option<Informers>),
     shards: Option<Arc<ShardStatus>>,
     options: ServerOptions,
 ) -> anyhow::Result<(SocketAddr, Server)> {
@@ -131,6 +136,7 @@ pub(crate) fn serve_with(
             metrics,
             directory,
             readiness,
+            informers,
             shards,
         });
     serve_router(listener, app, options)
@@ -230,13 +236,14 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         .map(|(guest, _)| guest.clone())
         .collect();
     if waiting.is_empty() {
-        (StatusCode::OK, "ok".to_owned())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("caches not synced for: {}", waiting.join(", ")),
-        )
+        return (StatusCode::OK, "ok".to_owned());
     }
+    let mut why = format!("caches not synced for: {}", waiting.join(", "));
+    for reason in state.informers.iter().flat_map(Informers::unsynced) {
+        why.push('\n');
+        why.push_str(&reason);
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, why)
 }
 
 /// Runs `f` on the server runtime's blocking threads (see the module docs).

@@ -1,7 +1,8 @@
 //! The host's Kubernetes client with its writes under the flow control: a request with a
 //! mutating method waits for a permit, its answer goes back to the limit, and a write the server
 //! refused as overloaded is sent again once the hold its `Retry-After` set is over. Reads go
-//! out as kube sends them, with kube's own retries.
+//! out as kube sends them, with kube's own retries, except those of a loop that retries by itself
+//! (a watcher's lists and watches: `crate::retry_after`), which go out once.
 //!
 //! Writes go through a client without kube's retry layer: that layer retries a 429 inside the
 //! client, where the limit would see only a slow write, never the refusal nor its
@@ -38,7 +39,7 @@ const MAX_ATTEMPTS: u32 = 10;
 ///
 /// When kube cannot build a client from `config`, or the writes' thread cannot be started.
 pub fn client(config: &kube::Config, flow: &FlowControl) -> Result<kube::Client, kube::Error> {
-    let reads = kube::Client::try_from(config.clone())?;
+    let reads = crate::retry_after::client(config)?;
     let mut unretried = config.clone();
     unretried.default_retry = false;
     let thread = Arc::new(WriteThread::start().map_err(|e| kube::Error::Service(Box::new(e)))?);

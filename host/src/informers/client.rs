@@ -1,5 +1,8 @@
-//! The client an informer lists and watches through: the host's client plus the three things
-//! kube-runtime's `watcher` has no option for. It counts response body bytes into
+//! The client an informer lists and watches through: the host's client plus the four things
+//! kube-runtime's `watcher` has no option for. It sends each request once and notes every
+//! refusal as overloaded (429, 503, 504) with its `Retry-After` for the watch's backoff,
+//! counting it into `reconciler_informer_throttled_total` (`crate::retry_after`: the watch
+//! task is the retry loop); it counts response body bytes into
 //! `reconciler_informer_received_bytes_total`; for a sharded informer filtered on the server,
 //! it adds `shardSelector` to every GET (the watcher's lists, their pages, and watches); and it
 //! makes a streaming list a consistent read, as client-go does: the watcher asks for
@@ -17,21 +20,25 @@ use http_body_util::BodyExt;
 use kube::{Client, client::Body};
 
 use crate::metrics::InformerMetrics;
+use crate::retry_after::Hold;
 
 /// The query parameter of KEP-5866 (`ListOptions.shardSelector`).
 pub(super) const SHARD_SELECTOR_PARAM: &str = "shardSelector";
 
-/// A client that sends through `base`, counts what it receives into `metrics`, and, with a
-/// `shard_selector`, adds it to every GET.
+/// A client that sends through `base`, each request once, notes refusals in `hold`, counts
+/// what it receives into `metrics`, and, with a `shard_selector`, adds it to every GET.
 pub(super) fn informer_client(
     base: Client,
     metrics: InformerMetrics,
     shard_selector: Option<String>,
+    hold: Hold,
 ) -> Client {
     let default_namespace = base.default_namespace().to_owned();
     let service = tower::service_fn(move |mut request: Request<Body>| {
         let base = base.clone();
         let metrics = metrics.clone();
+        let hold = hold.clone();
+        Hold::own(&mut request);
         if request.method() == Method::GET
             && let Some(uri) = consistent_streaming_list(request.uri())
         {
@@ -47,6 +54,9 @@ pub(super) fn informer_client(
         async move {
             rewritten.map_err(kube::Error::HttpError)?;
             let response = base.send(request).await?;
+            if hold.note(&response).is_some() {
+                metrics.throttled();
+            }
             Ok::<_, kube::Error>(response.map(|body| {
                 body.map_frame(move |frame| {
                     if let Some(data) = frame.data_ref() {
@@ -216,6 +226,7 @@ mod tests {
             base,
             metrics.informer("", "v1", "ConfigMap"),
             Some(SELECTOR.to_owned()),
+            Hold::default(),
         );
         for method in [Method::GET, Method::POST] {
             let request = Request::builder()

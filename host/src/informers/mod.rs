@@ -299,6 +299,26 @@ impl Informers {
         infos
     }
 
+    /// Each informer whose cache has not synced and whose watch has failed meanwhile, as
+    /// `Kind (group/version): why`, sorted: what `/readyz` adds to the guests it names (an API
+    /// server holding a list back with `Retry-After`, an RBAC refusal). Takes only the
+    /// registry's lock and each such informer's error lock, both short-held.
+    pub fn unsynced(&self) -> Vec<String> {
+        let mut reasons: Vec<String> = self
+            .registry
+            .live()
+            .iter()
+            .filter(|shared| !*shared.cache.synced.borrow())
+            .filter_map(|shared| {
+                let why = shared.cache.last_error.lock().clone()?;
+                Some(format!("{}: {why}", error::describe(&shared.key.gvk)))
+            })
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        reasons
+    }
+
     /// Watch tasks still running. Drops to 0 shortly after the last handles go (tasks are aborted,
     /// and an aborted task is torn down on the runtime's next turn).
     pub fn watch_tasks(&self) -> usize {

@@ -2,8 +2,13 @@
 //!
 //! kube-runtime's `watcher` does the protocol: list, then watch from the list's resourceVersion,
 //! resume from the last seen version after a dropped connection, relist after 410 Gone, and
-//! bookmarks. `default_backoff()` (client-go's reflector numbers: 800 ms doubling to 30 s, with
-//! jitter, reset after 120 s of health) keeps a failing watch from spinning. What this file adds:
+//! bookmarks. Its `DefaultBackoff` (client-go's reflector numbers: 800 ms doubling to 30 s, with
+//! jitter, reset after 120 s of health) keeps a failing watch from spinning, except after the API
+//! server refused a request as overloaded with `Retry-After` (a 1.37 server while its watch cache
+//! initialises): then the task waits what the server asked, and no longer than a minute
+//! (`crate::retry_after`), says so in `last_error` (which `/readyz` shows while the cache has
+//! not synced) and counts it; the watcher then resumes where it was (a watch from its
+//! resourceVersion, a list from its start). What this file adds:
 //! feeding our own store (see `store.rs` for why not the reflector's), fanning events out to
 //! subscribers, the synced flag, logging errors with the GVK, counting what arrives, and for a
 //! sharded informer choosing the filter before the first list and dropping foreign objects (see
@@ -42,7 +47,11 @@ use super::{
     shard::{self, FilterMode, ShardFilter},
     store::Store,
 };
-use crate::{metrics::InformerMetrics, shards::SlotSet};
+use crate::{
+    metrics::InformerMetrics,
+    retry_after::{Hold, ServerBackoff},
+    shards::SlotSet,
+};
 
 /// What an informer's cache holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,8 +283,13 @@ impl Source {
         }
     }
 
-    fn client(&self, shard_selector: Option<String>) -> Client {
-        client::informer_client(self.client.clone(), self.metrics.clone(), shard_selector)
+    fn client(&self, shard_selector: Option<String>, hold: &Hold) -> Client {
+        client::informer_client(
+            self.client.clone(),
+            self.metrics.clone(),
+            shard_selector,
+            hold.clone(),
+        )
     }
 
     /// The watcher's configuration for lists made `how`. Pages are consistent reads
@@ -294,23 +308,26 @@ impl Source {
     }
 
     /// The watcher's events, whole objects or (`metadata`) metadata only, both as
-    /// `DynamicObject`s (a partial one has an empty body).
+    /// `DynamicObject`s (a partial one has an empty body), backing off after errors as `hold`
+    /// says (the refusals `client` met).
     fn events(
         &self,
         client: Client,
         metadata: bool,
         how: InitialList,
+        hold: &Hold,
     ) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>> {
         let config = self.config(how);
+        let backoff = ServerBackoff::new(hold.clone());
         if metadata {
             let api = self.api::<PartialObjectMeta<DynamicObject>>(client);
             watcher(api, config)
                 .map_ok(into_object)
-                .default_backoff()
+                .backoff(backoff)
                 .boxed()
         } else {
             watcher(self.api::<DynamicObject>(client), config)
-                .default_backoff()
+                .backoff(backoff)
                 .boxed()
         }
     }
@@ -360,18 +377,19 @@ pub(super) async fn run(
     metadata: bool,
 ) {
     let _guard = guard;
+    let hold = Hold::default();
     let client = match cache.shard.as_ref().and_then(SlotSet::selector) {
-        Some(selector) => choose_filter(&source, selector, &cache, &label).await,
-        None => source.client(None),
+        Some(selector) => choose_filter(&source, selector, &cache, &label, &hold).await,
+        None => source.client(None, &hold),
     };
     let mut how = source.initial_list;
     loop {
-        let events = source.events(client.clone(), metadata, how);
+        let events = source.events(client.clone(), metadata, how, &hold);
         let origin = Origin {
             metadata,
             list: how,
         };
-        let Some(refusal) = follow(events, &cache, &label, origin).await else {
+        let Some(refusal) = follow(events, &cache, &label, origin, &hold).await else {
             return;
         };
         tracing::info!(
@@ -390,10 +408,14 @@ async fn follow(
     cache: &Cache,
     label: &str,
     origin: Origin,
+    hold: &Hold,
 ) -> Option<String> {
+    // Held back by the API server since the last event: said once, at warn.
+    let mut said = false;
     while let Some(item) = events.next().await {
         match item {
             Ok(event) => {
+                said = false;
                 if matches!(event, watcher::Event::Init) {
                     tracing::debug!(informer = %label, list = %origin.list, metadata = origin.metadata, "listing");
                 }
@@ -407,44 +429,86 @@ async fn follow(
                 if let Some(message) = refuses_streaming(&error) {
                     return Some(message.to_owned());
                 }
-                report(cache, label, &error);
+                report(cache, label, &error, hold, &mut said);
             }
-            Err(error) => report(cache, label, &error),
+            Err(error) => report(cache, label, &error, hold, &mut said),
         }
     }
     None
 }
 
-fn report(cache: &Cache, label: &str, error: &watcher::Error) {
-    match error {
-        // Expired resourceVersion: the watcher relists by itself; routine, not a failure.
-        watcher::Error::WatchError(status) if status.code == 410 => {
-            tracing::debug!(informer = %label, "resourceVersion expired (410 Gone); relisting");
-        }
-        error => {
-            tracing::warn!(informer = %label, error = %error, "watch failed; retrying with backoff");
-            *cache.last_error.lock() = Some(error.to_string());
-        }
+/// Logs `error` and keeps it as the informer's last error; a hold the API server asked for is
+/// said at warn once per outage (`said`), then at debug.
+fn report(cache: &Cache, label: &str, error: &watcher::Error, hold: &Hold, said: &mut bool) {
+    // Expired resourceVersion: the watcher relists by itself; routine, not a failure.
+    if let watcher::Error::WatchError(status) = error
+        && status.code == 410
+    {
+        tracing::debug!(informer = %label, "resourceVersion expired (410 Gone); relisting");
+        return;
     }
+    let why = if let Some(why) = held_back(error, hold, *cache.synced.borrow()) {
+        if std::mem::replace(said, true) {
+            tracing::debug!(informer = %label, "{why}");
+        } else {
+            tracing::warn!(informer = %label, "{why}");
+        }
+        why
+    } else {
+        tracing::warn!(informer = %label, error = %error, "watch failed; retrying with backoff");
+        error.to_string()
+    };
+    *cache.last_error.lock() = Some(why);
+}
+
+/// What to say when `error` is the API server refusing a list or watch as overloaded with a
+/// `Retry-After` the watch is waiting out (`hold`'s latest refusal). Before the cache has
+/// `synced`, the request refused was the first list (a streaming one is a watch request).
+fn held_back(error: &watcher::Error, hold: &Hold, synced: bool) -> Option<String> {
+    let status = crate::retry_after::overloaded(error)?;
+    let (refusal, until) = hold.latest()?;
+    let (retry_after, until) = refusal.retry_after.zip(until)?;
+    let what = match error {
+        watcher::Error::InitialListFailed(_) => "list",
+        _ if !synced => "first list",
+        _ => "watch",
+    };
+    Some(format!(
+        "held back by the API server: it refused the {what} as overloaded ({} {}: {}) with \
+         Retry-After: {}s; trying again in {:.1}s",
+        status.code,
+        status.reason,
+        status.message,
+        retry_after.as_secs(),
+        until
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_secs_f64()
+    ))
 }
 
 /// Decides where a sharded informer filters ([`ShardFilter`]) and returns the client to watch
 /// with. Until the server has answered the probe (and, in `server` mode, honoured it), retries
-/// with the watcher's backoff and reports the reason in `last_error`; the informer does not sync
+/// with the watch's backoff (`Retry-After` included) and reports the reason in `last_error`; the informer does not sync
 /// meanwhile, as with any other failing list.
-async fn choose_filter(source: &Source, selector: String, cache: &Cache, label: &str) -> Client {
+async fn choose_filter(
+    source: &Source,
+    selector: String,
+    cache: &Cache,
+    label: &str,
+    hold: &Hold,
+) -> Client {
     if source.filter == ShardFilter::Client {
         let _ = cache.filter.set(FilterMode::Client);
-        return source.client(None);
+        return source.client(None, hold);
     }
-    let sharded = source.client(Some(selector));
-    let canary = source.client(Some(shard::CANARY.to_owned()));
-    let plain = source.client(None);
+    let sharded = source.client(Some(selector), hold);
+    let canary = source.client(Some(shard::CANARY.to_owned()), hold);
+    let plain = source.client(None, hold);
     let url = source
         .api::<DynamicObject>(sharded.clone())
         .resource_url()
         .to_owned();
-    let mut backoff = watcher::DefaultBackoff::default();
+    let mut backoff = ServerBackoff::new(hold.clone());
     loop {
         let error = match shard::probe(&sharded, &canary, &plain, &url).await {
             Ok(probe) if probe.honoured() => {

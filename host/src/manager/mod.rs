@@ -246,7 +246,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         listener,
         metrics.clone(),
         guests.clone(),
-        readiness.clone(),
+        (readiness.clone(), informers.clone()),
         ownership.status(),
     )?;
     tracing::info!(%addr, guests = %dir.as_ref().map_or("-".into(), |d| d.display().to_string()),

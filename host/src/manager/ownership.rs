@@ -117,7 +117,7 @@ impl Ownership {
                 Mode::Sharded(Box::new(join_ring(args, kube_config, &fence, metrics)?))
             }
             (super::ShardMode::Off, true) => {
-                Mode::Elected(join_election(args, kube_config, &fence)?)
+                Mode::Elected(join_election(args, kube_config, &fence, metrics)?)
             }
             (super::ShardMode::Off, false) => Mode::Alone,
         };
@@ -256,6 +256,7 @@ fn join_election(
     args: &RunArgs,
     kube_config: &kube::Config,
     fence: &WriteFence,
+    metrics: &Metrics,
 ) -> anyhow::Result<Election> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let options = LeaderOptions {
@@ -270,9 +271,15 @@ fn join_election(
     fence.close();
     // A client of its own (its own connections): guests' writes, however many, never
     // queue ahead of a lease renewal.
-    let lease_client = kube::Client::try_from(kube_config.clone())
+    // Its lease watch retries by itself, honouring `Retry-After` (`crate::retry_after`).
+    let lease_client = crate::retry_after::client(kube_config)
         .context("cannot build the leader election's Kubernetes client")?;
-    Ok(Election::start(lease_client, &options, fence.clone()))
+    Ok(Election::start_counting(
+        lease_client,
+        &options,
+        fence.clone(),
+        metrics.watch_throttled("Lease"),
+    ))
 }
 
 fn join_ring(

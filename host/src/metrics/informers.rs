@@ -1,6 +1,7 @@
 //! What the informers hold and receive, by group/version/kind, how sharded ones filter, how
-//! they list and whether they hold only metadata, and [`InformerMetrics`], one GVK's traffic
-//! series resolved once.
+//! they list and whether they hold only metadata, how often the API server refused their lists
+//! and watches as overloaded (and the host's other watches'), and [`InformerMetrics`], one GVK's
+//! traffic series resolved once.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -24,6 +25,12 @@ impl GvkLabels {
             kind: kind.to_owned(),
         }
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    /// What the host follows: `Reconciler`, `namespaced Reconciler`, `Namespace`, `Lease`.
+    watch: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +59,8 @@ pub(super) struct InformerFamilies {
     shard_filter: Family<ShardFilterLabels, Gauge>,
     lists: Family<ListLabels, Counter>,
     metadata_only: Family<GvkLabels, Gauge>,
+    throttled: Family<GvkLabels, Counter>,
+    watch_throttled: Family<WatchLabels, Counter>,
 }
 
 impl InformerFamilies {
@@ -81,7 +90,22 @@ impl InformerFamilies {
                 "reconciler_informer_metadata_only",
                 "Informers of the kind that hold only metadata (no guest has read the kind through them yet)",
             ),
+            throttled: r.add(
+                "reconciler_informer_throttled",
+                "Lists and watches of the informers the API server refused as overloaded (429, 503, 504), each followed by a wait of its Retry-After",
+            ),
+            watch_throttled: r.add(
+                "reconciler_watch_throttled",
+                "Lists and watches of the host's own watches (Reconciler objects, namespaces, the lease) the API server refused as overloaded",
+            ),
         }
+    }
+
+    /// The counter of refusals of the host's watch of `watch`.
+    pub(super) fn watch_throttled(&self, watch: &str) -> Counter {
+        self.watch_throttled.get_or_create_owned(&WatchLabels {
+            watch: watch.to_owned(),
+        })
     }
 
     pub(super) fn objects(&self, group: &str, version: &str, kind: &str, objects: usize) {
@@ -101,6 +125,7 @@ impl InformerFamilies {
             events: self.events.get_or_create_owned(&labels),
             lists: self.lists.clone(),
             metadata_only: self.metadata_only.get_or_create_owned(&labels),
+            throttled: self.throttled.get_or_create_owned(&labels),
             gvk: labels,
         }
     }
@@ -136,6 +161,7 @@ pub(crate) struct InformerMetrics {
     /// Resolved at each list's end (a rare event), so only the modes used show up.
     lists: Family<ListLabels, Counter>,
     metadata_only: Gauge,
+    throttled: Counter,
     gvk: GvkLabels,
 }
 
@@ -148,6 +174,7 @@ impl InformerMetrics {
             events: Counter::default(),
             lists: Family::default(),
             metadata_only: Gauge::default(),
+            throttled: Counter::default(),
             gvk: GvkLabels::new("", "", ""),
         }
     }
@@ -189,6 +216,11 @@ impl InformerMetrics {
     pub(crate) fn received_event(&self) {
         self.events.inc();
     }
+
+    /// The API server refused a list or watch as overloaded.
+    pub(crate) fn throttled(&self) {
+        self.throttled.inc();
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +249,10 @@ mod tests {
         secrets.metadata_only(true);
         secrets.metadata_only(false);
         shard_a.metadata_only(true);
+        shard_b.throttled();
+        let lease = metrics.watch_throttled("Lease");
+        lease();
+        lease();
 
         let text = metrics.render();
         for (series, value) in [
@@ -244,6 +280,11 @@ mod tests {
                 r#"reconciler_informer_metadata_only{group="",version="v1",kind="ConfigMap"}"#,
                 1.0,
             ),
+            (
+                r#"reconciler_informer_throttled_total{group="",version="v1",kind="ConfigMap"}"#,
+                1.0,
+            ),
+            (r#"reconciler_watch_throttled_total{watch="Lease"}"#, 2.0),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }

@@ -21,7 +21,8 @@
 //! | `informers.rs` | `reconciler_informer_objects`, `reconciler_informer_received_bytes_total`, `reconciler_informer_events_total` | `group`, `version`, `kind` |
 //! | | `reconciler_informer_shard_filter` | `group`, `version`, `kind`, `mode` |
 //! | | `reconciler_informer_lists_total` | `group`, `version`, `kind`, `mode`, `form` |
-//! | | `reconciler_informer_metadata_only` | `group`, `version`, `kind` |
+//! | | `reconciler_informer_metadata_only`, `reconciler_informer_throttled_total` | `group`, `version`, `kind` |
+//! | | `reconciler_watch_throttled_total` | `watch` |
 //! | `outbound.rs` | `reconciler_http_requests_total` | `guest`, `host`, `outcome` |
 //! | | `reconciler_http_sent_bytes_total`, `reconciler_http_received_bytes_total`, `reconciler_http_request_duration_seconds` | `guest`, `host` |
 //! | `watches.rs` | `reconciler_map_calls_total` | `guest`, `result` |
@@ -313,6 +314,15 @@ impl Metrics {
     #[must_use]
     pub(crate) fn informer(&self, group: &str, version: &str, kind: &str) -> InformerMetrics {
         self.inner.informers.traffic(group, version, kind)
+    }
+
+    /// Counts, each time it is called, a list or watch of the host's own watch of `watch` that
+    /// the API server refused as overloaded (`Reconciler`, `Namespace`, `Lease`, …).
+    pub(crate) fn watch_throttled(&self, watch: &str) -> impl Fn() + Clone + Send + Sync + 'static {
+        let counter = self.inner.informers.watch_throttled(watch);
+        move || {
+            counter.inc();
+        }
     }
 
     /// A sharded informer for `group/version/kind` filters in `mode` (`server` or `client`):

@@ -7,7 +7,9 @@
 //! swaps, refuses (keeping the last good version) and unloads its items, so nothing of the
 //! directory's state machine is written twice. What it adds is where the item lives:
 //!
-//! - the objects are followed with a kube-runtime reflector; each is an item named
+//! - the objects are followed with a kube-runtime reflector (its lists and watches sent once, a
+//!   refusal's `Retry-After` waited out before the next: `crate::retry_after`, counted in
+//!   `reconciler_watch_throttled_total`); each is an item named
 //!   `reconciler/NAME` that carries its own grant ([`OriginKind::Reconciler`]), so a changed
 //!   `spec.grant` is a changed item and a grant refused keeps the last good version;
 //! - reading an item pulls its module (`pulls.rs`) into the content-addressed module cache
@@ -50,6 +52,7 @@ use crate::guest_set::{
     Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Tenant, Verdict,
 };
 use crate::oci::{Endpoints, Puller};
+use crate::retry_after::{self, Hold, ServerBackoff};
 use pulls::Records;
 use spec::Spec;
 
@@ -89,6 +92,7 @@ struct Shared {
     namespaced: Mutex<Option<Store<DynamicObject>>>,
     /// This host, as `status.host` names it: `NAMESPACE/LEASE-NAME`.
     host: String,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Objects {
@@ -103,7 +107,8 @@ impl Objects {
         (namespace, host): (String, String),
         metrics: &crate::metrics::Metrics,
     ) -> (Self, StatusWriter) {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &spec::api_resource());
+        let (watching, hold) = watch_client(&client, metrics, "ClusterReconciler");
+        let api: Api<DynamicObject> = Api::all_with(watching, &spec::api_resource());
         let writer = reflector::store::Writer::new(spec::api_resource());
         let store = writer.as_reader();
         let mut watcher_config = watcher::Config::default();
@@ -135,32 +140,14 @@ impl Objects {
             status_changed: Notify::new(),
             namespaced: Mutex::new(None),
             host,
+            metrics: metrics.clone(),
         });
-        let follow = shared.clone();
-        tokio::spawn(async move {
-            let events = watcher(api, watcher_config)
-                .default_backoff()
-                .reflect(writer);
-            futures::pin_mut!(events);
-            let mut failing = false;
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(_) => {
-                        failing = false;
-                        follow.changed.notify_one();
-                        follow.status_changed.notify_one();
-                    }
-                    // Said once per outage: the watcher retries with its backoff.
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::error!(
-                            "cannot watch Reconciler objects ({e}); is the CRD installed? kubectl apply -f deploy/crds/reconcilers.yaml"
-                        );
-                    }
-                    Err(_) => {}
-                }
-            }
-        });
+        follow(
+            watcher(api, watcher_config).reflect(writer),
+            hold,
+            shared.clone(),
+            "Reconciler objects",
+        );
         let writer = StatusWriter::new(client.clone(), store.clone(), shared.clone());
         let objects = Self {
             store,
@@ -196,21 +183,21 @@ impl Objects {
 impl Tenants {
     /// Follows the namespaced `Reconciler`s and the namespaces' labels.
     fn start(client: &kube::Client, config: &HostConfig, shared: &Arc<Shared>) -> Self {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &spec::namespaced_resource());
+        let (watching, hold) = watch_client(client, &shared.metrics, "Reconciler");
+        let api: Api<DynamicObject> = Api::all_with(watching, &spec::namespaced_resource());
         let writer = reflector::store::Writer::new(spec::namespaced_resource());
         let store = writer.as_reader();
         follow(
             watcher(api, watcher::Config::default()).reflect(writer),
+            hold,
             shared.clone(),
             "namespaced Reconciler objects",
         );
         let (namespaces, writer) = reflector::store::<Namespace>();
+        let (watching, hold) = watch_client(client, &shared.metrics, "Namespace");
         follow(
-            watcher(
-                Api::<Namespace>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .reflect(writer),
+            watcher(Api::<Namespace>::all(watching), watcher::Config::default()).reflect(writer),
+            hold,
             shared.clone(),
             "namespaces (their labels choose tenant rules)",
         );
@@ -501,15 +488,29 @@ fn outside_rule(
     None
 }
 
-/// Drives a reflector's stream, waking the source on each change; a failing watch is said
-/// once per outage (the watcher retries with its backoff).
-fn follow<S, K>(events: S, shared: Arc<Shared>, what: &'static str)
+/// `client` for one of this source's watches, `watch` in `reconciler_watch_throttled_total`:
+/// its requests go out once, and the hold it returns sets the watch's backoff.
+fn watch_client(
+    client: &kube::Client,
+    metrics: &crate::metrics::Metrics,
+    watch: &str,
+) -> (kube::Client, Hold) {
+    let hold = Hold::default();
+    let watching =
+        retry_after::watch_client(client.clone(), hold.clone(), metrics.watch_throttled(watch));
+    (watching, hold)
+}
+
+/// Drives a reflector's stream, waking the source on each change, backing off after errors as
+/// `hold` says (the `Retry-After` of a refusal, else the default backoff); a failing watch is
+/// said once per outage.
+fn follow<S, K>(events: S, hold: Hold, shared: Arc<Shared>, what: &'static str)
 where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     K: Send + 'static,
 {
     tokio::spawn(async move {
-        let events = events.default_backoff();
+        let events = events.backoff(ServerBackoff::new(hold));
         futures::pin_mut!(events);
         let mut failing = false;
         while let Some(event) = events.next().await {
@@ -521,9 +522,15 @@ where
                 }
                 Err(e) if !failing => {
                     failing = true;
-                    tracing::error!(
-                        "cannot watch {what} ({e}); is the CRD installed? kubectl apply -f deploy/crds/reconcilers.yaml"
-                    );
+                    if retry_after::overloaded(&e).is_some() {
+                        tracing::warn!(
+                            "the API server holds back the watch of {what} ({e}); trying again after its Retry-After"
+                        );
+                    } else {
+                        tracing::error!(
+                            "cannot watch {what} ({e}); is the CRD installed? kubectl apply -f deploy/crds/reconcilers.yaml"
+                        );
+                    }
                 }
                 Err(_) => {}
             }
