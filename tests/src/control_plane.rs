@@ -13,9 +13,11 @@
 //!    concurrent callers with a file lock and `--reuse` keeps a healthy one, so every test binary
 //!    of a `cargo test` run, and later runs, share one control plane.
 //!
-//! The shared control plane is deliberately left running when the tests end, so the next run
-//! starts in a second instead of ten. Stop it with
-//! `tools/control-plane/cp down --dir target/control-plane/shared`.
+//! A plain `cargo test` leaves the shared control plane running when the tests end, so the next
+//! run starts in a second instead of ten. Stop it with
+//! `tools/control-plane/cp down --dir target/control-plane/shared`. `./dev test` instead points
+//! [`DIR_ENV`] at a directory of its own run and stops it at the end (`KEEP_CONTROL_PLANE=1`
+//! keeps the usual one running; see `dev`).
 //!
 //! [`PrivateControlPlane::start`] gives a test its own control plane in its own directory,
 //! tied to the test process (`cp up --exit-with <pid>`): it is stopped on drop, and a watchdog
@@ -201,6 +203,23 @@ async fn loopback_kubeconfig_from_env() -> Option<ControlPlane> {
     }
 }
 
+/// The Kubernetes releases `tools/control-plane/version.env` supports (`K8S_SUPPORTED_VERSIONS`),
+/// the default first: the ones [`PrivateControlPlane::start_version`] can start.
+pub fn supported_kubernetes_versions() -> Result<Vec<String>> {
+    let file = crate::paths::repo_root().join("tools/control-plane/version.env");
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let list = text
+        .lines()
+        .find_map(|l| l.strip_prefix("K8S_SUPPORTED_VERSIONS="))
+        .with_context(|| format!("no K8S_SUPPORTED_VERSIONS= line in {}", file.display()))?;
+    Ok(list
+        .trim_matches('"')
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect())
+}
+
 /// How to restart a server of a [`PrivateControlPlane`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Restart {
@@ -236,6 +255,13 @@ impl PrivateControlPlane {
     /// `CP_FEATURE_GATES`; its default is `ShardedListAndWatch=true`, which `gates` replaces).
     pub async fn start_with_feature_gates(name: &str, gates: &str) -> Result<Self> {
         Self::start_with(name, &[("CP_FEATURE_GATES", OsStr::new(gates))]).await
+    }
+
+    /// As [`Self::start`], at Kubernetes `version` (`cp`'s `K8S_VERSION`, one of
+    /// [`supported_kubernetes_versions`]). A version not built yet is built first: about
+    /// 10 minutes on 2 cores, once per machine.
+    pub async fn start_version(name: &str, version: &str) -> Result<Self> {
+        Self::start_with(name, &[("K8S_VERSION", OsStr::new(version))]).await
     }
 
     async fn start_with(name: &str, env: &[(&str, &OsStr)]) -> Result<Self> {

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kubectl and etcd for one pinned Kubernetes release from the Go module
-# proxy alone (no release downloads). The binaries land in the user's cache directory
-# ($XDG_CACHE_HOME or ~/.cache, /reconciler-host/control-plane/<version>), keyed by the version,
-# so fresh checkouts and CI runs on the same machine reuse them; a second call with them present
-# returns at once. CONTROL_PLANE_BIN overrides the directory.
+# Builds kube-apiserver, kubectl and etcd for one Kubernetes release from the Go module proxy
+# alone (no release downloads): the default in version.env, or K8S_VERSION from the environment
+# (one of version.env's K8S_SUPPORTED_VERSIONS; each has its go.mod under versions/<v1.MINOR>/).
+# The binaries land in the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
+# /reconciler-host/control-plane/<version>), keyed by the version, so fresh checkouts and CI runs
+# on the same machine reuse them; a second call with them present returns at once.
+# CONTROL_PLANE_BIN overrides the directory.
 #
-#   tools/control-plane/build.sh            # build (or reuse) the pinned version
+#   tools/control-plane/build.sh            # build (or reuse) the default version
+#   K8S_VERSION=v1.36.3 tools/control-plane/build.sh   # ... or the one before it
 #   tools/control-plane/build.sh --cluster  # ... plus kubelet, kube-scheduler, kube-controller-manager
 #                                           # (the local cluster of tools/control-plane/cluster)
 #   tools/control-plane/build.sh --print    # print the binary directory and exit
@@ -17,6 +20,12 @@ PROG=control-plane/build.sh
 source "$HERE/../lib.sh"
 # shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
+MOD_DIR="$HERE/versions/${K8S_VERSION%.*}"
+# A version not in the list would build the binaries its minor's go.mod pins under another name.
+if [[ " $K8S_SUPPORTED_VERSIONS " != *" $K8S_VERSION "* ]] ||
+  ! grep -q "k8s.io/kubernetes $K8S_VERSION " "$MOD_DIR/go.mod" 2>/dev/null; then
+  die "K8S_VERSION=$K8S_VERSION is not supported: pick one of $K8S_SUPPORTED_VERSIONS (version.env; a new one needs regenerate-go-mod.sh $K8S_VERSION first)"
+fi
 OUT=${CONTROL_PLANE_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/control-plane/$K8S_VERSION}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -54,7 +63,7 @@ command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # so the checksum database adds nothing for a build that only reads go.sum.
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
-cd "$HERE"
+cd "$MOD_DIR"
 
 started=$(date +%s)
 VER="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 \

@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Rewrites go.mod/go.sum for the version in version.env: one `replace` per staging module (read
-# from the k8s.io/kubernetes go.mod the proxy serves) and etcd at the version kube-apiserver links.
-# Run only when bumping Kubernetes; commit the result.
+# Writes versions/<v1.MINOR>/go.mod and go.sum for one Kubernetes release (default: K8S_VERSION,
+# else the default in version.env): one `replace` per staging module (read from the
+# k8s.io/kubernetes go.mod the proxy serves) and etcd at the version kube-apiserver links.
+# Run only when adding or bumping a release; commit the result and name it in version.env.
+#
+#   tools/control-plane/regenerate-go-mod.sh [v1.MINOR.PATCH]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROG=control-plane/regenerate-go-mod.sh
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+# shellcheck source-path=SCRIPTDIR source=version.env
 source "$HERE/version.env"
-cd "$HERE"
+K8S_VERSION=${1:-$K8S_VERSION}
+[[ "$K8S_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "want a release like v1.37.2, not '$K8S_VERSION'"
+MOD_DIR="$HERE/versions/${K8S_VERSION%.*}"
+mkdir -p "$MOD_DIR"
+cd "$MOD_DIR"
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 STAGING=v0.${K8S_VERSION#v1.}
 rm -f go.mod go.sum
@@ -26,4 +37,4 @@ done
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3)
 go get -tool "go.etcd.io/etcd/server/v3@${etcd}"
 go mod tidy
-echo "go.mod regenerated for $K8S_VERSION (etcd $etcd)"
+echo "versions/${K8S_VERSION%.*}/go.mod regenerated for $K8S_VERSION (etcd $etcd)"

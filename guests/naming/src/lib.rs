@@ -1,5 +1,6 @@
 //! The API server's CRD naming controller as a guest: a port of `NamingConditionController`
-//! (`k8s.io/apiextensions-apiserver@v0.36.3`, `pkg/controller/status/naming_controller.go`).
+//! (`k8s.io/apiextensions-apiserver@v0.37.2`, `pkg/controller/status/naming_controller.go`,
+//! unchanged since v0.36.3).
 //!
 //! For every `CustomResourceDefinition` it decides which of the requested names (plural,
 //! singular, short names, kind, list kind) the CRD may have: a name is granted when the CRD

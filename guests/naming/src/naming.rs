@@ -1,5 +1,6 @@
 //! `calculateNamesAndConditions` of upstream's `NamingConditionController`
-//! (`k8s.io/apiextensions-apiserver@v0.36.3`, `pkg/controller/status/naming_controller.go`):
+//! (`k8s.io/apiextensions-apiserver@v0.37.2`, `pkg/controller/status/naming_controller.go`,
+//! unchanged since v0.36.3):
 //! which requested names a CRD may have, and its `NamesAccepted` and `Established` conditions.
 //! Pure functions over parsed CRDs, so the upstream table tests run natively (below).
 
@@ -203,8 +204,9 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
-/// Upstream's `TestSync` table (`naming_controller_test.go` at v0.36.3), case by case: the
-/// CRD under test, the other CRDs of the lister, and the expected names and conditions.
+/// Upstream's `TestSync` table (`naming_controller_test.go` at v0.37.2, as at v0.36.3), case
+/// by case: the CRD under test, the other CRDs of the lister, and the expected names and
+/// conditions.
 #[cfg(test)]
 mod tests {
     use super::*;
