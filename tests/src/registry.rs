@@ -16,8 +16,9 @@
 //! [`Registry::shared`] runs `registry up --reuse --dir <target>/registry/shared` (directory
 //! overridable with `RECONCILER_TEST_REGISTRY_DIR`) once per test binary: the script's lock and
 //! `--reuse` let every binary of a run, and later runs, share one registry. Like the shared
-//! control plane it is left running; stop it with
-//! `tools/registry/registry down --dir target/registry/shared`.
+//! control plane, a plain `cargo test` leaves it running; stop it with
+//! `tools/registry/registry down --dir target/registry/shared`. `./dev test` gives it a
+//! directory of its own run and stops it at the end, as it does the control plane.
 //!
 //! [`PrivateRegistry::start`] gives a test its own registry in its own directory, tied to the
 //! test process (`up --exit-with <pid>`): removed with its storage on drop, or by a watchdog if
