@@ -8,8 +8,9 @@
 //!   guest and default settings (its manifest leaves `concurrency` at 0: the adaptive limit on
 //!   API writes), and the same guest capped at 4 by its grant; (c) a native kube-rs `Controller`
 //!   with the same logic (`guests/testing/bench/src/logic.rs`); (d) the client-go baseline, a
-//!   sample-controller (`tools/bench-client-go`); (e) controller-runtime v0.23
-//!   (`tools/bench-controller-runtime`). The baselines run 4 workers. While each runs, a second
+//!   sample-controller on client-go v0.37 (`tools/bench-client-go`); (e) controller-runtime
+//!   v0.23 and v0.25 with their defaults, and v0.25 with its read-your-writes mode
+//!   (`tools/bench-controller-runtime`; `live/baselines.rs`). The baselines run 4 workers. While each runs, a second
 //!   client GETs one ConfigMap every 20 ms on a connection of its own; its p99 is printed against
 //!   the same GETs' p99 on the idle server, measured first (no stampede: the host should not
 //!   make everyone else's requests slow). Per controller: wall time, its ratio to the best raw
@@ -24,8 +25,9 @@
 //! - **resident memory** with M objects cached, at each M of `BENCH_RSS_OBJECTS` (default
 //!   10,000 and 50,000): `VmRSS` from `/proc/<pid>/status` once the controller reports a synced
 //!   cache and `BENCH_SETTLE_SECS` (default 5) later, for the host with one guest, the host with
-//!   two guests reading the same kind (one shared informer), kube-rs and client-go (as
-//!   sample-controller, and with `TransformStripManagedFields`, since the host drops them too);
+//!   two guests reading the same kind (one shared informer), kube-rs, client-go (as
+//!   sample-controller, and with `TransformStripManagedFields`, since the host drops them too)
+//!   and the three controller-runtime builds;
 //! - **hot reload**: the host runs the ~400 KB widget guest on one Widget it requeues every
 //!   10 ms; a new build is renamed into the guest directory and the clock stops when a status
 //!   written by the new version is seen.
@@ -39,8 +41,7 @@
 //!   change until that Widget's `status.observedGeneration` reaches it (seen by a watch):
 //!   p50, p99 and max, and the wall time until every Widget has a status. The host with its
 //!   priority queue, the host with one FIFO (`RECONCILER_HOST_QUEUE=fifo`), client-go's FIFO
-//!   work queue, and controller-runtime v0.23 with its default priority queue
-//!   (`tools/bench-controller-runtime`).
+//!   work queue, and the three controller-runtime builds (their default priority queue).
 //!
 //! - **failover** (`BENCH_SECTIONS=failover`), at each N of `BENCH_FAILOVER_OBJECTS` (default
 //!   50,000): two leader-elected hosts (`--lease-duration` `BENCH_LEASE`, default 15 s) on N
@@ -58,7 +59,7 @@
 //! `cargo bench -p reconciler-host --bench controller` (or `./dev bench controllers`). Prints
 //! figures; asserts nothing. Starts (or reuses) a control plane in target/bench-control-plane
 //! via tools/control-plane/cp, builds the guests and the release host (`./dev build --release`)
-//! and the client-go baseline (`tools/bench-client-go/build.sh`). Each run's Widgets are
+//! and the Go baselines (their `build.sh`). Each run's Widgets are
 //! deleted after it, so the API server's cache is the same size for every controller.
 
 mod live;
@@ -80,13 +81,26 @@ use kube::api::{
 };
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
+use live::baselines::{Baselines, CLIENT_GO, CLIENT_GO_STRIPPED, ControllerRuntime};
 use live::{
     cpu_seconds, create_widgets, env_list, env_usize, http_get, plane_cpu_seconds, proc_status_kib,
-    retrying, sh,
+    retrying,
 };
 use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::{repo_root, widget_resource};
 use serde_json::json;
+
+/// The resident-memory section's controllers, in the table's order.
+const MEMORY_CONTESTANTS: [Who; 8] = [
+    Who::Host { extra_guests: 0 },
+    Who::Host { extra_guests: 1 },
+    Who::KubeRs,
+    Who::ClientGo,
+    Who::ClientGoStripped,
+    Who::ControllerRuntime(ControllerRuntime::V023),
+    Who::ControllerRuntime(ControllerRuntime::V025),
+    Who::ControllerRuntime(ControllerRuntime::V025ReadYourWrites),
+];
 
 /// The baselines' workers, and the capped host's grant.
 const CONCURRENCY: u16 = 4;
@@ -122,8 +136,7 @@ fn main() -> anyhow::Result<()> {
 struct Bench {
     kubeconfig: PathBuf,
     client: kube::Client,
-    client_go: PathBuf,
-    controller_runtime: PathBuf,
+    baselines: Baselines,
     run_id: u32,
 }
 
@@ -131,19 +144,10 @@ struct Bench {
 /// guests, the release host binary and the client-go and controller-runtime baselines.
 async fn setup() -> anyhow::Result<Bench> {
     let live::Plane { kubeconfig, client } = live::plane().await?;
-    let built = |tool: &str| -> anyhow::Result<PathBuf> {
-        Ok(PathBuf::from(
-            sh(&mut Command::new(
-                repo_root().join(format!("tools/{tool}/build.sh")),
-            ))?
-            .trim(),
-        ))
-    };
     Ok(Bench {
         kubeconfig,
         client,
-        client_go: built("bench-client-go")?,
-        controller_runtime: built("bench-controller-runtime")?,
+        baselines: Baselines::build()?,
         run_id: std::process::id(),
     })
 }
@@ -166,8 +170,7 @@ enum Who {
     ClientGo,
     /// client-go with `cache.TransformStripManagedFields()`, as the host drops them too.
     ClientGoStripped,
-    /// controller-runtime v0.23 with its default priority queue (`tools/bench-controller-runtime`).
-    ControllerRuntime,
+    ControllerRuntime(ControllerRuntime),
 }
 
 impl Who {
@@ -179,9 +182,9 @@ impl Who {
             Who::HostFifo => "reconciler-host, FIFO queue",
             Who::HostCapped => "reconciler-host, grant concurrency 4",
             Who::KubeRs => "kube-rs",
-            Who::ClientGo => "client-go",
-            Who::ClientGoStripped => "client-go, managedFields stripped",
-            Who::ControllerRuntime => "controller-runtime v0.23, priority queue",
+            Who::ClientGo => CLIENT_GO,
+            Who::ClientGoStripped => CLIENT_GO_STRIPPED,
+            Who::ControllerRuntime(which) => which.label(),
         }
     }
 }
@@ -238,8 +241,9 @@ impl Bench {
                     .spawn()?,
                 None,
             ),
-            Who::ControllerRuntime => (
-                Command::new(&self.controller_runtime)
+            Who::ControllerRuntime(which) => (
+                self.baselines
+                    .controller_runtime(which)
                     .args(["-namespace", ns, "-workers", &CONCURRENCY.to_string()])
                     .env("KUBECONFIG", &self.kubeconfig)
                     .stdout(Stdio::piped())
@@ -247,7 +251,7 @@ impl Bench {
                 None,
             ),
             Who::ClientGo | Who::ClientGoStripped => (
-                Command::new(&self.client_go)
+                Command::new(&self.baselines.client_go)
                     .args(["-namespace", ns, "-workers", &CONCURRENCY.to_string()])
                     .args((who == Who::ClientGoStripped).then_some("-strip-managed-fields"))
                     .env("KUBECONFIG", &self.kubeconfig)
@@ -927,9 +931,9 @@ async fn orchestrate() -> anyhow::Result<()> {
             Who::HostCapped,
             Who::KubeRs,
             Who::ClientGo,
-            Who::ControllerRuntime,
         ]
         .into_iter()
+        .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
         .filter(|who| contestant(who.label()))
         .collect();
         if hostile && n == sizes[0] {
@@ -942,7 +946,7 @@ async fn orchestrate() -> anyhow::Result<()> {
                 Who::HostUnderAttack => "hostile",
                 Who::KubeRs => "kube-rs",
                 Who::ClientGo | Who::ClientGoStripped => "client-go",
-                Who::ControllerRuntime => "controller-runtime",
+                Who::ControllerRuntime(which) => which.slug(),
             };
             let ns = bench.populated(&format!("{what}-{n}"), n).await?;
             if who == Who::HostUnderAttack {
@@ -979,13 +983,7 @@ async fn orchestrate() -> anyhow::Result<()> {
     for &m in rss_sizes.iter().filter(|_| section("memory")) {
         let ns = bench.populated(&format!("rss-{m}"), m).await?;
         let mut row = Vec::new();
-        for who in [
-            Who::Host { extra_guests: 0 },
-            Who::Host { extra_guests: 1 },
-            Who::KubeRs,
-            Who::ClientGo,
-            Who::ClientGoStripped,
-        ] {
+        for who in MEMORY_CONTESTANTS {
             let rss = bench.memory(who, &ns, m, settle).await?;
             eprintln!("RSS M={m} {}: {:.1} MiB", who.label(), rss as f64 / 1024.0);
             row.push((who, rss));
@@ -1001,14 +999,10 @@ async fn orchestrate() -> anyhow::Result<()> {
     };
     let mut backlog = Vec::new();
     for &n in backlog_sizes.iter().filter(|_| section("backlog")) {
-        for (i, who) in [
-            Who::Host { extra_guests: 0 },
-            Who::HostFifo,
-            Who::ClientGo,
-            Who::ControllerRuntime,
-        ]
-        .into_iter()
-        .enumerate()
+        for (i, who) in [Who::Host { extra_guests: 0 }, Who::HostFifo, Who::ClientGo]
+            .into_iter()
+            .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
+            .enumerate()
         {
             let ns = bench.populated(&format!("backlog-{i}-{n}"), n).await?;
             let (latencies, wall) = bench.backlog(who, &ns, n, probes).await?;
@@ -1092,28 +1086,7 @@ async fn orchestrate() -> anyhow::Result<()> {
             idle.len()
         );
     }
-    println!();
-    println!(
-        "| objects cached (VmRSS {}s after sync) | host, 1 guest | host, 2 guests (shared informer) | kube-rs | client-go | host / client-go | client-go, managedFields stripped |",
-        settle.as_secs()
-    );
-    println!("|---|---|---|---|---|---|---|");
-    for (m, row) in &memory {
-        let mib = |who: Who| {
-            row.iter()
-                .find(|(w, _)| *w == who)
-                .map_or(0.0, |(_, kib)| *kib as f64 / 1024.0)
-        };
-        let host = mib(Who::Host { extra_guests: 0 });
-        let go = mib(Who::ClientGo);
-        println!(
-            "| {m} | {host:.1} MiB | {:.1} MiB | {:.1} MiB | {go:.1} MiB | {:.2}x | {:.1} MiB |",
-            mib(Who::Host { extra_guests: 1 }),
-            mib(Who::KubeRs),
-            host / go,
-            mib(Who::ClientGoStripped),
-        );
-    }
+    print_memory(&memory, settle);
     println!();
     println!(
         "| hot reload: new .wasm renamed into the guest directory → first status written by it | median | all trials |"
@@ -1152,6 +1125,40 @@ async fn orchestrate() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The resident-memory table: a row per M, a column per contestant, and the host's ratio to
+/// client-go's.
+// KiB, far below 2^52.
+#[allow(clippy::cast_precision_loss)]
+fn print_memory(rows: &[(usize, Vec<(Who, u64)>)], settle: Duration) {
+    if rows.is_empty() {
+        return;
+    }
+    let labels: Vec<&str> = MEMORY_CONTESTANTS.iter().map(|w| w.label()).collect();
+    println!();
+    println!(
+        "| objects cached (VmRSS {}s after sync) | {} | host / client-go |",
+        settle.as_secs(),
+        labels.join(" | ")
+    );
+    println!("|---|{}---|", "---|".repeat(labels.len()));
+    for (m, row) in rows {
+        let mib = |who: Who| {
+            row.iter()
+                .find(|(w, _)| *w == who)
+                .map_or(0.0, |(_, kib)| *kib as f64 / 1024.0)
+        };
+        let cells: Vec<String> = MEMORY_CONTESTANTS
+            .iter()
+            .map(|&who| format!("{:.1} MiB", mib(who)))
+            .collect();
+        println!(
+            "| {m} | {} | {:.2}x |",
+            cells.join(" | "),
+            mib(Who::Host { extra_guests: 0 }) / mib(Who::ClientGo)
+        );
+    }
 }
 
 /// The latency-under-backlog table: per controller, its probes' p50, p99 and max, and its

@@ -8,10 +8,12 @@
 //!   initial sync is the largest sample up to the sync (and `VmHWM`, the kernel's own peak, at
 //!   the sync); the steady state is the median of the samples in the window's second half. The
 //!   workers reconcile the backlog meanwhile, as in production. Compared: the host (streaming
-//!   list), the host in pages (`RECONCILER_INITIAL_LIST=paged`, its fallback), client-go (its
-//!   reflector streams too: `WatchListClient` is on by default since v0.35) and a kube-rs
+//!   list), the host in pages (`RECONCILER_INITIAL_LIST=paged`, its fallback), client-go v0.37
+//!   (its reflector streams too: `WatchListClient` is on by default since v0.35), a kube-rs
 //!   reflector with kube-rs' default list (one list at `resourceVersion=0`, answered in one
-//!   response whatever the page size: what the host did before). With `BENCH_HOST_BEFORE=path`
+//!   response whatever the page size: what the host did before) and controller-runtime v0.23
+//!   and v0.25 with their defaults and v0.25 with its read-your-writes mode
+//!   (`live/baselines.rs`). With `BENCH_HOST_BEFORE=path`
 //!   that binary runs as one more row (e.g. a build of the commit before streaming lists).
 //! - **secondaries** (`BENCH_SECONDARY_OBJECTS`, default 50,000, of `BENCH_SECONDARY_KIB`
 //!   KiB each, default 2): one Widget owns N `ConfigMap`s. The host runs the widget guest, which
@@ -19,7 +21,7 @@
 //!   host holds them as metadata. `VmRSS` `BENCH_SETTLE_SECS` (default 5) after the sync, for:
 //!   the host; the host with `RECONCILER_METADATA_SECONDARIES=0` (whole `ConfigMap`s); client-go
 //!   with a typed `ConfigMap` informer (whole objects, as a controller owning `ConfigMap`s has);
-//!   controller-runtime v0.23 owning `ConfigMap`s with `builder.OnlyMetadata`. Then the host's
+//!   the three controller-runtime builds owning `ConfigMap`s with `builder.OnlyMetadata`. Then the host's
 //!   guest is made to read a `ConfigMap`: the time until the read is answered (the upgrade to
 //!   whole objects) and the host's `VmRSS` after it.
 //!
@@ -45,7 +47,8 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher};
-use live::{create_widgets, env_usize, http_get, proc_status_kib, retrying, sh};
+use live::baselines::{Baselines, CLIENT_GO, ControllerRuntime};
+use live::{create_widgets, env_usize, http_get, proc_status_kib, retrying};
 use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::{repo_root, widget_resource};
 use serde_json::json;
@@ -64,23 +67,17 @@ fn main() -> anyhow::Result<()> {
 struct Bench {
     kubeconfig: PathBuf,
     client: kube::Client,
-    client_go: PathBuf,
-    controller_runtime: PathBuf,
+    baselines: Baselines,
     host_before: Option<PathBuf>,
     run_id: u32,
 }
 
 async fn setup() -> anyhow::Result<Bench> {
     let live::Plane { kubeconfig, client } = live::plane().await?;
-    let built = |tool: &str| -> anyhow::Result<PathBuf> {
-        let script = repo_root().join(format!("tools/{tool}/build.sh"));
-        Ok(PathBuf::from(sh(&mut Command::new(script))?.trim()))
-    };
     Ok(Bench {
         kubeconfig,
         client,
-        client_go: built("bench-client-go")?,
-        controller_runtime: built("bench-controller-runtime")?,
+        baselines: Baselines::build()?,
         host_before: std::env::var_os("BENCH_HOST_BEFORE").map(PathBuf::from),
         run_id: std::process::id(),
     })
@@ -100,7 +97,7 @@ enum Who {
     ClientGo,
     /// A kube-rs reflector with kube-rs' default list.
     KubeRs,
-    ControllerRuntime,
+    ControllerRuntime(ControllerRuntime),
 }
 
 impl Who {
@@ -110,9 +107,9 @@ impl Who {
             Who::HostPaged => "reconciler-host, paged list",
             Who::HostWhole => "reconciler-host, whole secondaries",
             Who::HostBefore => "reconciler-host, BENCH_HOST_BEFORE",
-            Who::ClientGo => "client-go",
+            Who::ClientGo => CLIENT_GO,
             Who::KubeRs => "kube-rs reflector, list at resourceVersion=0",
-            Who::ControllerRuntime => "controller-runtime v0.23, metadata-only",
+            Who::ControllerRuntime(which) => which.label(),
         }
     }
 }
@@ -161,15 +158,15 @@ impl Bench {
                 (self.spawn_host(who, guest, ns, port)?, Some(port))
             }
             Who::ClientGo => {
-                let mut command = Command::new(&self.client_go);
+                let mut command = Command::new(&self.baselines.client_go);
                 command.args(["-namespace", ns, "-workers", "4"]);
                 if matches!(guest, Guest::Widget) {
                     command.arg("-configmaps");
                 }
                 (self.piped(&mut command)?, None)
             }
-            Who::ControllerRuntime => {
-                let mut command = Command::new(&self.controller_runtime);
+            Who::ControllerRuntime(which) => {
+                let mut command = self.baselines.controller_runtime(which);
                 command.args(["-namespace", ns, "-workers", "4"]);
                 if matches!(guest, Guest::Widget) {
                     command.arg("-configmaps-metadata");
@@ -592,6 +589,7 @@ async fn orchestrate() -> anyhow::Result<()> {
             created.elapsed().as_secs_f64()
         );
         let mut whos = vec![Who::Host, Who::HostPaged, Who::ClientGo, Who::KubeRs];
+        whos.extend(ControllerRuntime::ALL.map(Who::ControllerRuntime));
         if bench.host_before.is_some() {
             whos.insert(2, Who::HostBefore);
         }
@@ -616,7 +614,10 @@ async fn orchestrate() -> anyhow::Result<()> {
         let ns = bench.namespace("secondaries").await?;
         warm_compile_cache(&bench, Guest::Widget, &ns).await?;
         // What each costs with nothing to cache: the per-object cost is the difference.
-        for who in [Who::Host, Who::ClientGo, Who::ControllerRuntime] {
+        for who in [Who::Host, Who::ClientGo]
+            .into_iter()
+            .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
+        {
             let (none, _) = secondaries(&bench, who, &ns, 0, settle).await?;
             empty.push((who, none));
         }
@@ -626,12 +627,10 @@ async fn orchestrate() -> anyhow::Result<()> {
             "{m} ConfigMaps of {kib} KiB created in {:.0} s",
             created.elapsed().as_secs_f64()
         );
-        for who in [
-            Who::Host,
-            Who::HostWhole,
-            Who::ClientGo,
-            Who::ControllerRuntime,
-        ] {
+        for who in [Who::Host, Who::HostWhole, Who::ClientGo]
+            .into_iter()
+            .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
+        {
             let (rss, upgrade) = secondaries(&bench, who, &ns, m, settle).await?;
             eprintln!(
                 "secondaries M={m} {}: {:.1} MiB",
@@ -690,7 +689,7 @@ async fn orchestrate() -> anyhow::Result<()> {
 
 /// The secondaries table: each controller's memory with `m` `ConfigMap`s, its file-backed part,
 /// its memory with none, the difference per `ConfigMap`, and its ratios to client-go's and
-/// controller-runtime's.
+/// controller-runtime v0.25's (metadata only, its defaults).
 // KiB far below 2^52.
 #[allow(clippy::cast_precision_loss)]
 fn print_secondaries(
@@ -707,7 +706,10 @@ fn print_secondaries(
             .find(|(w, _)| *w == who)
             .map_or(1, |(_, r)| r.rss_kib.max(1))
     };
-    let (go, cr) = (of(Who::ClientGo), of(Who::ControllerRuntime));
+    let (go, cr) = (
+        of(Who::ClientGo),
+        of(Who::ControllerRuntime(ControllerRuntime::V025)),
+    );
     let none = |who: Who| {
         let base = match who {
             Who::HostWhole | Who::HostBefore | Who::HostPaged => Who::Host,
@@ -717,7 +719,7 @@ fn print_secondaries(
     };
     println!();
     println!(
-        "| M = {m} ConfigMaps of {kib} KiB owned by one Widget (VmRSS {}s after sync) | VmRSS | of which file-backed | with no ConfigMap | per ConfigMap | vs client-go (whole objects) | vs controller-runtime (metadata only) |",
+        "| M = {m} ConfigMaps of {kib} KiB owned by one Widget (VmRSS {}s after sync) | VmRSS | of which file-backed | with no ConfigMap | per ConfigMap | vs client-go (whole objects) | vs controller-runtime v0.25 (metadata only) |",
         settle.as_secs()
     );
     println!("|---|---|---|---|---|---|---|");
@@ -742,7 +744,11 @@ fn print_secondaries(
         );
     };
     for (who, r) in rows {
-        row(who.label(), *who, *r);
+        if matches!(who, Who::ControllerRuntime(_)) {
+            row(&format!("{}, metadata only", who.label()), *who, *r);
+        } else {
+            row(who.label(), *who, *r);
+        }
     }
     if let Some(u) = upgraded {
         let label = format!(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the client-go baseline of the controller benchmark (main.go) from the Go module proxy,
-# with the Kubernetes version the local control plane runs (../control-plane/version.env; go.mod
-# pins the matching client-go) and the control plane's Go settings. Prints the binary's path.
-# Go's own caches make a second build instant.
+# with the client-go of the Kubernetes release the control plane runs by default
+# (../control-plane/version.env; go.mod pins it) and the control plane's Go settings. Prints the
+# binary's path, one per client-go version; Go's own caches make a second build instant.
 #
 #   tools/bench-client-go/build.sh          # build, print the binary
 set -euo pipefail
@@ -12,13 +12,16 @@ PROG=bench-client-go/build.sh
 source "$HERE/../lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../control-plane/version.env
 source "$HERE/../control-plane/version.env"
-want="k8s.io/client-go v0.${K8S_VERSION#v1.}"
+# The default release, not K8S_VERSION: the baseline stays the client-go a team would pick today
+# when K8S_VERSION selects the release before it for the control plane.
+release=${K8S_DEFAULT_VERSION:-$K8S_VERSION}
+want="k8s.io/client-go v0.${release#v1.}"
 grep -q "^	$want$" "$HERE/go.mod" ||
-  die "$HERE/go.mod does not pin $want (control plane $K8S_VERSION); update its require block"
+  die "$HERE/go.mod does not pin $want (control plane $release); update its require block"
 command -v go >/dev/null || die "go is not on PATH; install Go >= 1.26"
 # As tools/control-plane/build.sh: go.sum pins every hash, the proxy serves no checksum database.
 export GOSUMDB=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
-OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-client-go/$K8S_VERSION
+OUT=${XDG_CACHE_HOME:-$HOME/.cache}/reconciler-host/bench-client-go/v0.${release#v1.}
 mkdir -p "$OUT"
 cd "$HERE"
 go build -trimpath -ldflags "-s -w" -o "$OUT/bench-client-go" . >&2

@@ -2,15 +2,22 @@
 // controller a kubebuilder user would write instead of a guest — a manager, a cache, a
 // reconciler for Widgets with MaxConcurrentReconciles workers, Status().Update — running the
 // bench guest's status logic (guests/testing/bench/src/logic.rs), the same as the client-go
-// baseline (tools/bench-client-go). Its work queue is controller-runtime's priority queue
-// (the default since v0.23, set explicitly here): events from the initial list go in at low
-// priority, so changes made meanwhile overtake the backlog.
+// baseline (tools/bench-client-go). Besides the workers and the client's rate, everything is left
+// at controller-runtime's defaults, so its work queue is the priority queue (the default since
+// v0.23): events from the initial list go in at low priority, so changes made meanwhile overtake
+// the backlog.
+//
+// One main.go, built against each controller-runtime release the bench compares: go.mod pins
+// v0.25, go.v0.23.mod v0.23 (build.sh picks one). With -read-your-writes (v0.25 on) the manager's
+// client reads from its cache only once the cache has seen the client's own earlier writes: a Get
+// those to the object, a List those to the kind (client.CacheOptions.
+// EnableReadYourWritesConsistency, experimental).
 //
 // With -configmaps-metadata the controller also owns ConfigMaps with builder.OnlyMetadata:
 // controller-runtime's metadata-only informer, the baseline of the host's metadata-only
 // secondaries (host/benches/informers.rs).
 //
-// Usage: KUBECONFIG=... bench-controller-runtime -namespace NS [-workers 4] [-fifo] [-configmaps-metadata]
+// Usage: KUBECONFIG=... bench-controller-runtime -namespace NS [-workers 4] [-fifo] [-read-your-writes] [-configmaps-metadata]
 // Prints "synced" on stdout once the caches have synced, then works until killed.
 package main
 
@@ -56,6 +63,7 @@ func main() {
 	namespace := flag.String("namespace", "", "namespace to watch")
 	workers := flag.Int("workers", 4, "MaxConcurrentReconciles")
 	fifo := flag.Bool("fifo", false, "client-go's FIFO work queue instead of the priority queue")
+	consistent := flag.Bool("read-your-writes", false, "reads from the cache wait for the client's own writes (v0.25 on)")
 	configMaps := flag.Bool("configmaps-metadata", false, "also own ConfigMaps, watched as metadata only")
 	flag.Parse()
 	// Errors only, to stderr: the bench reads stdout.
@@ -69,9 +77,6 @@ func main() {
 		os.Exit(1)
 	}
 
-	config := ctrl.GetConfigOrDie()
-	// As the client-go baseline: the limiter must not be what is measured.
-	config.QPS, config.Burst = 2000, 4000
 	options := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -80,17 +85,25 @@ func main() {
 	if *namespace != "" {
 		options.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}}
 	}
+	if *consistent {
+		if err := readYourWrites(&options); err != nil {
+			log.Error(err, "read-your-writes")
+			os.Exit(2)
+		}
+	}
+	config := ctrl.GetConfigOrDie()
+	// As the client-go baseline: the limiter must not be what is measured.
+	config.QPS, config.Burst = 2000, 4000
 	mgr, err := ctrl.NewManager(config, options)
 	if err != nil {
 		log.Error(err, "manager")
 		os.Exit(1)
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
-		For(&bw.Widget{}).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: *workers,
-			UsePriorityQueue:        ptr.To(!*fifo),
-		})
+	controllerOptions := controller.Options{MaxConcurrentReconciles: *workers}
+	if *fifo {
+		controllerOptions.UsePriorityQueue = ptr.To(false)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).For(&bw.Widget{}).WithOptions(controllerOptions)
 	if *configMaps {
 		b = b.Owns(&corev1.ConfigMap{}, builder.OnlyMetadata)
 	}

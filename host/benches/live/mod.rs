@@ -3,7 +3,9 @@
 //! memory, their HTTP endpoints. Bringing up the control plane, building and starting the host
 //! are the tests' support library's (`reconciler-host-tests`), with the benches' own directory
 //! and release build as arguments; what is here is what only a bench needs. The in-process
-//! benches share `common/` instead.
+//! benches share `common/` instead. The Go baselines are in `baselines`.
+
+pub mod baselines;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
