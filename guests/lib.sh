@@ -229,7 +229,7 @@ c_toolchain() {
   c_sdk="${repo:+$repo/guests/sdk-c}"
   c_sdk="${c_sdk:-$here/sdk}"
   toolchain="$(
-    clang-19 --version | head -1
+    clang-19 --version | sed -n 1p # not head: SIGPIPE under pipefail
     echo "$componentize_id"
     c_sdk_files | while IFS= read -r file; do
       echo "sdk $file"

@@ -77,7 +77,8 @@ if ! have_control_plane; then
   go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
   echo "$K8S_VERSION" >"$stamp"
   "$OUT/kube-apiserver" --version
-  "$OUT/etcd" --version | head -1
+  # sed, not head: head leaves after one line and etcd, still writing, dies of SIGPIPE (pipefail).
+  "$OUT/etcd" --version | sed -n 1p
 fi
 if [[ "$CLUSTER" == 1 ]] && ! have_cluster; then
   echo "building kubelet, kube-scheduler, kube-controller-manager $K8S_VERSION into $OUT (cold: about 5 minutes on 2 cores)"
