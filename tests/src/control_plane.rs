@@ -406,3 +406,42 @@ pub async fn client_for_kubeconfig(path: &Path) -> Result<Client> {
     Client::try_from(config)
         .with_context(|| format!("building a client from kubeconfig {}", path.display()))
 }
+
+/// How many `verb` requests on `resource` (`widgets`, or `widgets/status` for a subresource)
+/// the API server has served since it started, by every client: its own
+/// `apiserver_request_total`, summed over response codes, groups and scopes.
+///
+/// # Errors
+///
+/// When `/metrics` cannot be read.
+pub async fn apiserver_requests(client: &Client, verb: &str, resource: &str) -> Result<u64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .context("building the /metrics request")?;
+    let text = client
+        .request_text(request)
+        .await
+        .context("reading the API server's /metrics")?;
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    let wanted = [
+        format!("verb=\"{verb}\""),
+        format!("resource=\"{resource}\""),
+        format!("subresource=\"{subresource}\""),
+    ];
+    let mut total = 0.0;
+    for line in text.lines() {
+        let Some((labels, value)) = line
+            .strip_prefix("apiserver_request_total{")
+            .and_then(|rest| rest.rsplit_once("} "))
+        else {
+            continue;
+        };
+        let labels: Vec<&str> = labels.split(',').collect();
+        if wanted.iter().all(|w| labels.contains(&w.as_str())) {
+            total += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    // Counters are whole numbers, exact in an f64 far beyond what a test sends.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(total as u64)
+}

@@ -2,7 +2,8 @@
 //! `reconciler-host run` and kube-apiserver: a guest that writes the status of N objects
 //! reconciles each of them once before it reconciles any twice, whether the watch or the
 //! write's answer reaches the host first, and a change someone else makes meanwhile is
-//! reconciled, never lost. (`informers.rs` pins the window itself: an echo that beats the
+//! reconciled, never lost; and the second pass over its own writes sends nothing (the API
+//! server's request counter says so). (`informers.rs` pins the window itself: an echo that beats the
 //! answer, and a change made in that window.)
 
 use std::collections::HashSet;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use reconciler_host_tests::control_plane::apiserver_requests;
 use reconciler_host_tests::{
     ControlPlane, HostOptions, HostProcess, apply_crd_file, test_namespace, wait_until, widgets,
 };
@@ -77,6 +79,8 @@ async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and
         .buffer_unordered(8)
         .try_collect::<Vec<_>>()
         .await?;
+    // Only this test writes Widgets' status while its binary runs.
+    let patches_before = apiserver_requests(&client, "PATCH", "widgets/status").await?;
     let host = HostProcess::start_with_env(
         HostOptions {
             kubeconfig: plane.kubeconfig(),
@@ -121,6 +125,37 @@ async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and
             widget.data["status"]
         );
     }
+
+    // Each reconcile of a write's echo finds its status already there: nothing is sent. Once
+    // no status PATCH has come for 3 s, the API server has served one per change (a Widget's
+    // first status, and a second for a Widget changed after it), not one more per echo.
+    let (mut patches, mut since) = (0, std::time::Instant::now());
+    let started = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the host never went quiet"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = apiserver_requests(&client, "PATCH", "widgets/status").await? - patches_before;
+        if now != patches {
+            (patches, since) = (now, std::time::Instant::now());
+        }
+    }
+    let most = N + changed.len();
+    ensure!(
+        usize::try_from(patches)? <= most,
+        "the API server served {patches} status PATCHes for {N} Widgets, {} of them changed \
+         once (at most {most}): the host sent writes that changed nothing",
+        changed.len()
+    );
+    let unchanged = host
+        .metric(r#"reconciler_writes_unchanged_total{guest="bench"}"#)
+        .await?;
+    ensure!(
+        unchanged >= f64::from(u32::try_from(N)?),
+        "{unchanged} writes left unsent: every Widget's last echo should be one"
+    );
 
     // Every key once before any key twice, give or take the other change and the keys in
     // progress: the echo of each status write (and of the changes' reconciles) waits behind

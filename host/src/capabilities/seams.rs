@@ -42,6 +42,11 @@ pub trait Cluster: Send + Sync {
         object: &ObjectRef,
         patch: &Value,
     ) -> Result<Value, HostError>;
+    /// The object as the cache holds it, when `patch` (a merge patch of its status) would
+    /// change nothing there, so the write need not be sent; none: send it.
+    fn unchanged_by_status_patch(&self, _object: &ObjectRef, _patch: &Value) -> Option<Value> {
+        None
+    }
     async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
     async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
     async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;

@@ -241,6 +241,47 @@ impl fmt::Debug for Informer {
 }
 
 impl Informer {
+    /// An informer of `gvk` (`ConfigMap`s' resource) that listed `objects` once, whole or, when
+    /// `metadata_only`, as metadata: no watch, no registry (other rooms' unit tests).
+    #[cfg(test)]
+    pub(crate) fn listed(
+        gvk: GroupVersionKind,
+        objects: Vec<DynamicObject>,
+        metadata_only: bool,
+    ) -> Informer {
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let form = if metadata_only {
+            watch::Form::Metadata
+        } else {
+            watch::Form::Full
+        };
+        let cache = Arc::new(watch::Cache::new(
+            &resource,
+            store::Store::new(std::time::Duration::from_mins(1)),
+            4,
+            false,
+            None,
+            InformerMetrics::unregistered(),
+            form,
+        ));
+        let origin = watch::Origin {
+            metadata: metadata_only,
+            list: InitialList::Stream,
+        };
+        cache.handle(watcher::Event::Init, origin);
+        for object in objects {
+            cache.handle(watcher::Event::InitApply(object), origin);
+        }
+        cache.handle(watcher::Event::InitDone, origin);
+        let key = Key {
+            gvk,
+            scope: WatchScope::all(),
+        };
+        Informer {
+            shared: Arc::new(InformerState::unwatched(key, resource, cache)),
+        }
+    }
+
     pub(crate) fn gvk(&self) -> &GroupVersionKind {
         &self.shared.key.gvk
     }

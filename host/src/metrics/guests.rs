@@ -190,6 +190,7 @@ pub(super) struct GuestFamilies {
     finalizer_released: Family<GuestLabels, Counter>,
     shadow_diffs: Family<GuestLabels, Counter>,
     shadow_agreements: Family<GuestLabels, Counter>,
+    writes_unchanged: Family<GuestLabels, Counter>,
 }
 
 impl GuestFamilies {
@@ -248,6 +249,10 @@ impl GuestFamilies {
             shadow_agreements: r.add(
                 "reconciler_shadow_agreements",
                 "Reconciles in shadow mode whose intended changes all matched the live state",
+            ),
+            writes_unchanged: r.add(
+                "reconciler_writes_unchanged",
+                "Status patches not sent because the cached object already held every value they set",
             ),
         }
     }
@@ -315,6 +320,7 @@ impl GuestFamilies {
             &self.finalizer_released,
             &self.shadow_diffs,
             &self.shadow_agreements,
+            &self.writes_unchanged,
         ] {
             let _ = counters.get_or_create(&labels);
         }
@@ -347,6 +353,12 @@ impl GuestFamilies {
         self.finalizer_released
             .get_or_create(&GuestLabels::new(guest))
             .inc_by(objects as u64);
+    }
+
+    pub(super) fn write_unchanged(&self, guest: &str) {
+        self.writes_unchanged
+            .get_or_create(&GuestLabels::new(guest))
+            .inc();
     }
 
     pub(super) fn shadow_verdict(&self, guest: &str, agreed: bool) {

@@ -14,7 +14,7 @@
 //! | `workqueue.rs` | `workqueue_depth`, `workqueue_adds_total`, `workqueue_retries_total`, `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | `name` |
 //! | `workqueue.rs` | `reconciler_workqueue_depth` (the depth split by priority) | `name`, `priority` |
 //! | `guests.rs` | `reconciler_reconcile_total` | `guest`, `result` |
-//! | | `reconciler_reconcile_duration_seconds`, `reconciler_instantiate_duration_seconds`, `reconciler_deadline_hits_total`, `reconciler_memory_limit_hits_total`, `reconciler_finalizer_orphaned`, `reconciler_finalizer_released_total`, `reconciler_shadow_diffs_total`, `reconciler_shadow_agreements_total` | `guest` |
+//! | | `reconciler_reconcile_duration_seconds`, `reconciler_instantiate_duration_seconds`, `reconciler_deadline_hits_total`, `reconciler_memory_limit_hits_total`, `reconciler_finalizer_orphaned`, `reconciler_finalizer_released_total`, `reconciler_shadow_diffs_total`, `reconciler_shadow_agreements_total`, `reconciler_writes_unchanged_total` | `guest` |
 //! | | `reconciler_guest_loaded` | `guest`, `hash` |
 //! | | `reconciler_guest_load_failures_total` | `file` |
 //! | | `reconciler_host_calls_total` | `guest`, `interface`, `function`, `outcome` |
@@ -44,7 +44,8 @@
 //! 0: `reconciler_reconcile_total` (every result), `reconciler_deadline_hits_total`,
 //! `reconciler_memory_limit_hits_total`, `reconciler_finalizer_orphaned`,
 //! `reconciler_finalizer_released_total`, `reconciler_shadow_diffs_total`,
-//! `reconciler_shadow_agreements_total` and `reconciler_shard_foreign_keys_total`. So `rate()`
+//! `reconciler_shadow_agreements_total`, `reconciler_writes_unchanged_total` and
+//! `reconciler_shard_foreign_keys_total`. So `rate()`
 //! sees the first event, and an alert can tell "none yet" (0) from "not running" (absent).
 //! Zeroing only creates: a series that exists keeps its value. Exempt, created by their first
 //! update:
@@ -268,6 +269,11 @@ impl Metrics {
     }
 
     /// A reconcile in shadow mode agreed with the live state, or differed from it.
+    /// A status patch of `guest`'s was not sent: the cache held every value it set.
+    pub(crate) fn write_unchanged(&self, guest: &str) {
+        self.inner.guests.write_unchanged(guest);
+    }
+
     pub(crate) fn shadow_verdict(&self, guest: &str, agreed: bool) {
         self.inner.guests.shadow_verdict(guest, agreed);
     }
