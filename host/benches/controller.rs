@@ -55,6 +55,11 @@
 //! `BENCH_SECTIONS` (default `throughput,memory,reload,backlog`) picks the sections run.
 //! `BENCH_CONTESTANTS` (labels as printed, comma-separated) runs only those controllers in the
 //! throughput section; `BENCH_TRACE_LIMIT=1` prints the host's write limit every 250 ms.
+//! `BENCH_RUNS` (default 1) repeats the throughput section's every entrant at every N that many
+//! times, in alternating order (forward, then backward), and adds a table of medians with
+//! min–max: wall time, its ratio to the best raw loop of the same run, the controller's CPU
+//! and kube-apiserver + etcd's CPU per object (until all written, and until the controller's
+//! last request), requests and RSS.
 //!
 //! `cargo bench -p reconciler-host --bench controller` (or `./dev bench controllers`). Prints
 //! figures; asserts nothing. Starts (or reuses) a control plane in target/bench-control-plane
@@ -187,6 +192,42 @@ impl Who {
             Who::ControllerRuntime(which) => which.label(),
         }
     }
+
+    /// What its namespaces are named after.
+    fn slug(self) -> &'static str {
+        match self {
+            Who::Host { .. } | Who::HostFifo => "host",
+            Who::HostCapped => "host-capped",
+            Who::HostUnderAttack => "hostile",
+            Who::KubeRs => "kube-rs",
+            Who::ClientGo | Who::ClientGoStripped => "client-go",
+            Who::ControllerRuntime(which) => which.slug(),
+        }
+    }
+}
+
+/// One entrant of the throughput section: a raw loop with that many writers, or a controller.
+#[derive(Clone, Copy)]
+enum Entrant {
+    Raw(usize),
+    Controller(Who),
+}
+
+impl Entrant {
+    fn label(self) -> String {
+        match self {
+            Entrant::Raw(1) => "raw loop, one writer".to_owned(),
+            Entrant::Raw(writers) => format!("raw loop, {writers} writers"),
+            Entrant::Controller(who) => who.label().to_owned(),
+        }
+    }
+}
+
+/// One entrant's figures in one run (0-based) of the throughput section.
+struct Row {
+    label: String,
+    run: usize,
+    figures: Figures,
 }
 
 /// One controller process and how to tell it has synced.
@@ -397,11 +438,15 @@ impl Bench {
         // (Scrapes of /metrics are not in `apiserver_request_total`.)
         let at_done = self.apiserver_requests().await?;
         let (mut last, mut quiet_since) = (at_done.total(), Instant::now());
+        // The control plane's CPU until the poll that saw the last request: its idle 2 s after
+        // it are left out.
+        let mut plane_cpu_quiet = plane_cpu_seconds() - plane_before;
         while quiet_since.elapsed() < Duration::from_secs(2) && started.elapsed() < WAIT_LIMIT {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let now = self.apiserver_requests().await?.total();
             if now > last {
                 quiet_since = Instant::now();
+                plane_cpu_quiet = plane_cpu_seconds() - plane_before;
             }
             last = now;
         }
@@ -423,6 +468,7 @@ impl Bench {
             cpu: Some(cpu_done),
             cpu_quiet: Some(cpu),
             plane_cpu,
+            plane_cpu_quiet: Some(plane_cpu_quiet),
             rss_kib: rss,
             gets,
             limits,
@@ -469,6 +515,7 @@ impl Bench {
             cpu: None,
             cpu_quiet: None,
             plane_cpu,
+            plane_cpu_quiet: None,
             rss_kib: 0,
             gets: prober.stop().await.0,
             limits: Vec::new(),
@@ -727,6 +774,8 @@ struct Figures {
     cpu_quiet: Option<f64>,
     /// CPU seconds of kube-apiserver and etcd until the last status was written.
     plane_cpu: f64,
+    /// The same until the controller's last request (the second pass included).
+    plane_cpu_quiet: Option<f64>,
     rss_kib: u64,
     /// The second client's GET latencies during the run.
     gets: Vec<Duration>,
@@ -907,25 +956,9 @@ async fn orchestrate() -> anyhow::Result<()> {
     );
 
     let writer_counts = env_list("BENCH_WRITERS", &[1, 4, 8, 16]);
+    let runs = env_usize("BENCH_RUNS", 1).max(1);
     let mut table = Vec::new();
     for &n in sizes.iter().filter(|_| section("throughput")) {
-        let mut rows = Vec::new();
-        let mut idle = Vec::new();
-        for &writers in &writer_counts {
-            let label = if writers == 1 {
-                "raw loop, one writer".to_owned()
-            } else {
-                format!("raw loop, {writers} writers")
-            };
-            let ns = bench.populated(&format!("raw-{writers}-{n}"), n).await?;
-            if idle.is_empty() {
-                idle = bench.idle_gets(&ns, 10).await?;
-            }
-            let raw = bench.raw_loop(&ns, writers).await?;
-            bench.clean(&ns).await?;
-            eprintln!("N={n} {label}: {:.2} s", raw.wall.as_secs_f64());
-            rows.push((label, raw));
-        }
         let mut whos: Vec<Who> = [
             Who::Host { extra_guests: 0 },
             Who::HostCapped,
@@ -939,23 +972,53 @@ async fn orchestrate() -> anyhow::Result<()> {
         if hostile && n == sizes[0] {
             whos.push(Who::HostUnderAttack);
         }
-        for who in whos {
-            let what = match who {
-                Who::Host { .. } | Who::HostFifo => "host",
-                Who::HostCapped => "host-capped",
-                Who::HostUnderAttack => "hostile",
-                Who::KubeRs => "kube-rs",
-                Who::ClientGo | Who::ClientGoStripped => "client-go",
-                Who::ControllerRuntime(which) => which.slug(),
+        let entrants: Vec<Entrant> = writer_counts
+            .iter()
+            .map(|&w| Entrant::Raw(w))
+            .chain(whos.into_iter().map(Entrant::Controller))
+            .collect();
+        let mut rows = Vec::new();
+        let mut idle = Vec::new();
+        for run in 0..runs {
+            // Alternating order: a drift of the machine over a run favours no one.
+            let order: Vec<&Entrant> = if run % 2 == 0 {
+                entrants.iter().collect()
+            } else {
+                entrants.iter().rev().collect()
             };
-            let ns = bench.populated(&format!("{what}-{n}"), n).await?;
-            if who == Who::HostUnderAttack {
-                start_attacks(&bench.client, &ns).await?;
+            for entrant in order {
+                let label = entrant.label();
+                let figures = match *entrant {
+                    Entrant::Raw(writers) => {
+                        let ns = bench.populated(&format!("raw-{writers}-{n}"), n).await?;
+                        if idle.is_empty() {
+                            idle = bench.idle_gets(&ns, 10).await?;
+                        }
+                        let raw = bench.raw_loop(&ns, writers).await?;
+                        bench.clean(&ns).await?;
+                        raw
+                    }
+                    Entrant::Controller(who) => {
+                        let ns = bench.populated(&format!("{}-{n}", who.slug()), n).await?;
+                        if who == Who::HostUnderAttack {
+                            start_attacks(&bench.client, &ns).await?;
+                        }
+                        let figures = bench.throughput(who, &ns, n).await?;
+                        bench.clean(&ns).await?;
+                        figures
+                    }
+                };
+                eprintln!(
+                    "N={n} run {} of {runs}: {label}: {:.2} s",
+                    run + 1,
+                    figures.wall.as_secs_f64()
+                );
+                rows.push(Row {
+                    label,
+                    run,
+                    figures,
+                });
             }
-            let figures = bench.throughput(who, &ns, n).await?;
-            bench.clean(&ns).await?;
-            eprintln!("N={n} {}: {:.2} s", who.label(), figures.wall.as_secs_f64());
-            rows.push((who.label().to_owned(), figures));
         }
         table.push((n, rows, idle));
     }
@@ -1022,20 +1085,25 @@ async fn orchestrate() -> anyhow::Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (n, rows, idle) in &table {
-        let best = rows
-            .iter()
-            .filter(|(label, _)| label.starts_with("raw loop"))
-            .map(|(_, f)| f.wall.as_secs_f64())
-            .fold(f64::INFINITY, f64::min);
         let idle_p99 = quantile(idle, 0.99).as_secs_f64();
-        for (label, f) in rows {
+        for Row {
+            label,
+            run,
+            figures: f,
+        } in rows
+        {
+            let label = if runs > 1 {
+                format!("{label} (run {})", run + 1)
+            } else {
+                label.clone()
+            };
             let p99 = quantile(&f.gets, 0.99).as_secs_f64();
             let mut limits = f.limits.clone();
             limits.sort_by(f64::total_cmp);
             println!(
                 "| N = {n}: {label} | {:.2} s | {:.2}x | {:.1} ms ({:.1}x) | {} | {} | {} | {:.2} s | {:.2} of {cpus} | {} | {} |",
                 f.wall.as_secs_f64(),
-                f.wall.as_secs_f64() / best,
+                f.wall.as_secs_f64() / best_raw(rows, *run),
                 p99 * 1000.0,
                 p99 / idle_p99,
                 f.synced
@@ -1064,7 +1132,12 @@ async fn orchestrate() -> anyhow::Result<()> {
                 },
             );
         }
-        for (label, f) in rows {
+        for Row {
+            label,
+            run,
+            figures: f,
+        } in rows
+        {
             if f.request_kinds.0.is_empty() {
                 continue;
             }
@@ -1075,16 +1148,20 @@ async fn orchestrate() -> anyhow::Result<()> {
                 .map(|(kind, count)| format!("{kind} {count}"))
                 .collect();
             println!(
-                "(N = {n}: {label}: requests until all written, by kind, the bench's own included: {})",
+                "(N = {n}: {label}, run {}: requests until all written, by kind, the bench's own included: {})",
+                run + 1,
                 kinds.join(", ")
             );
         }
         println!(
-            "(N = {n}: time vs best raw loop is this time over the fastest raw loop's; cores busy is the controller's and the control plane's CPU seconds over the wall time; the second client's GETs on the idle server: p50 {:.1} ms, p99 {:.1} ms, {} GETs)",
+            "(N = {n}: time vs best raw loop is this time over the fastest raw loop's of the same run; cores busy is the controller's and the control plane's CPU seconds over the wall time; the second client's GETs on the idle server: p50 {:.1} ms, p99 {:.1} ms, {} GETs)",
             quantile(idle, 0.5).as_secs_f64() * 1000.0,
             idle_p99 * 1000.0,
             idle.len()
         );
+    }
+    if runs > 1 {
+        print_spread(&table, runs);
     }
     print_memory(&memory, settle);
     println!();
@@ -1125,6 +1202,91 @@ async fn orchestrate() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The fastest raw loop's wall time in run `run`.
+fn best_raw(rows: &[Row], run: usize) -> f64 {
+    rows.iter()
+        .filter(|r| r.run == run && r.label.starts_with("raw loop"))
+        .map(|r| r.figures.wall.as_secs_f64())
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// `median (min–max)` of `values`, each shown by `show`; the median of an even count is the
+/// mean of the middle two.
+fn spread(values: &[f64], show: impl Fn(f64) -> String) -> String {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return "–".into();
+    }
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    let median = if sorted.len().is_multiple_of(2) {
+        f64::midpoint(sorted[mid - 1], sorted[mid])
+    } else {
+        sorted[mid]
+    };
+    format!(
+        "**{}** ({}–{})",
+        show(median),
+        show(sorted[0]),
+        show(sorted[sorted.len() - 1])
+    )
+}
+
+/// The repeated runs, one line per entrant and N: medians with min–max.
+#[allow(clippy::cast_precision_loss)] // counts and sizes far below 2^52
+fn print_spread(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usize) {
+    println!();
+    println!(
+        "| N, entrant ({runs} runs in alternating order: median (min–max)) | wall time | vs best raw loop of its run | controller CPU per object, all written | until quiet | kube-apiserver + etcd CPU per written object, all written | until quiet | API requests, all written / until quiet | RSS when all written |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (n, rows, _) in table {
+        let per_object = 1e6 / *n as f64;
+        let mut labels: Vec<&str> = Vec::new();
+        for row in rows {
+            if !labels.contains(&row.label.as_str()) {
+                labels.push(&row.label);
+            }
+        }
+        for label in labels {
+            let mine: Vec<&Row> = rows.iter().filter(|r| r.label == label).collect();
+            let of = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
+                mine.iter().filter_map(|r| f(r)).collect()
+            };
+            let secs = |v: f64| format!("{v:.2} s");
+            let micros = |v: f64| format!("{v:.0} µs");
+            let count = |v: f64| format!("{v:.0}");
+            let requests = format!(
+                "{} / {}",
+                spread(&of(&|r| r.figures.requests.map(|q| q as f64)), count),
+                spread(&of(&|r| r.figures.requests_quiet.map(|q| q as f64)), count)
+            );
+            println!(
+                "| N = {n}: {label} | {} | {} | {} | {} | {} | {} | {requests} | {} |",
+                spread(&of(&|r| Some(r.figures.wall.as_secs_f64())), secs),
+                spread(
+                    &of(&|r| Some(r.figures.wall.as_secs_f64() / best_raw(rows, r.run))),
+                    |v| format!("{v:.2}x")
+                ),
+                spread(&of(&|r| r.figures.cpu.map(|c| c * per_object)), micros),
+                spread(
+                    &of(&|r| r.figures.cpu_quiet.map(|c| c * per_object)),
+                    micros
+                ),
+                spread(&of(&|r| Some(r.figures.plane_cpu * per_object)), micros),
+                spread(
+                    &of(&|r| r.figures.plane_cpu_quiet.map(|c| c * per_object)),
+                    micros
+                ),
+                spread(
+                    &of(&|r| (r.figures.rss_kib > 0).then(|| r.figures.rss_kib as f64 / 1024.0)),
+                    |v| format!("{v:.1} MiB")
+                ),
+            );
+        }
+    }
 }
 
 /// The resident-memory table: a row per M, a column per contestant, and the host's ratio to
