@@ -990,7 +990,9 @@ async fn orchestrate() -> anyhow::Result<()> {
                 let label = entrant.label();
                 let figures = match *entrant {
                     Entrant::Raw(writers) => {
-                        let ns = bench.populated(&format!("raw-{writers}-{n}-r{run}"), n).await?;
+                        let ns = bench
+                            .populated(&format!("raw-{writers}-{n}-r{run}"), n)
+                            .await?;
                         if idle.is_empty() {
                             idle = bench.idle_gets(&ns, 10).await?;
                         }
@@ -999,7 +1001,9 @@ async fn orchestrate() -> anyhow::Result<()> {
                         raw
                     }
                     Entrant::Controller(who) => {
-                        let ns = bench.populated(&format!("{}-{n}-r{run}", who.slug()), n).await?;
+                        let ns = bench
+                            .populated(&format!("{}-{n}-r{run}", who.slug()), n)
+                            .await?;
                         if who == Who::HostUnderAttack {
                             start_attacks(&bench.client, &ns).await?;
                         }
