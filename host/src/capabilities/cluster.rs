@@ -339,8 +339,11 @@ impl wit::Host for CallContext {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::capabilities::context::Scope;
+    use crate::capabilities::EventRecord;
+    use crate::capabilities::context::{GuestContext, Providers, Scope};
     use crate::capabilities::testing::Harness;
     use crate::objects::Gvk;
     use wit::Host as _;
@@ -792,11 +795,6 @@ mod tests {
             );
         }
     }
-
-    use std::sync::Arc;
-
-    use crate::capabilities::EventRecord;
-    use crate::capabilities::context::{GuestContext, Providers};
 
     /// A cluster whose cache already shows whatever status patch comes: one sent is an error.
     struct AlreadySo(Value);
