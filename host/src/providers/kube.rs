@@ -333,8 +333,9 @@ impl Cluster for KubeCluster {
     /// by the API server (its RBAC is the server's to apply, even to a write that changes
     /// nothing). Only a patch of `status` alone (one that carries `metadata`, a resourceVersion
     /// precondition say, is sent), only against a cache of whole objects, and never once the
-    /// fence is closed (the write then fails as every write does). The cache may trail the server: a change it has
-    /// not seen yet arrives as an event, and its reconcile writes again, against that change.
+    /// fence is closed (the write then fails as every write does). The cache may trail the
+    /// server: a change it has not seen yet arrives as an event, and its reconcile writes again,
+    /// against that change.
     fn unchanged_by_status_patch(&self, object: &ObjectRef, patch: &Value) -> Option<Value> {
         /// Only the status of a cached object: the rest of the text is skipped, not built.
         #[derive(serde::Deserialize)]
