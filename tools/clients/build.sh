@@ -164,7 +164,8 @@ if [[ "$NAME" == wkg ]]; then
 else
   go_env
   export GOFLAGS=
-  GOBIN="$OUT" go install "$PACKAGE@$VERSION"
+  # Without the symbol table and DWARF, as the shared build links: less for the linker to write.
+  GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "$PACKAGE@$VERSION"
 fi
 echo "$VERSION" >"$OUT/.built"
 echo "$NAME $VERSION built in $OUT in $(($(date +%s) - started)) s"
