@@ -1,5 +1,5 @@
-//! HTTP endpoints: `/healthz` (the process serves), `/readyz` (every running controller's
-//! caches have synced), `/metrics` (Prometheus/OpenMetrics text) and `/guests` (per-file load
+//! HTTP endpoints: `/healthz` (the process serves), `/readyz` (the guests the sources held at
+//! start are loaded or refused, and every running controller's caches have synced), `/metrics` (Prometheus/OpenMetrics text) and `/guests` (per-file load
 //! status: loaded or refused with the reason, content hashes) and, in sharded mode, `/shards`
 //! (the ring as this replica sees it: members, owned slots and hash ranges, keys per guest).
 //!
@@ -18,14 +18,15 @@
 //! runtime ([`serve`]), and the endpoints that take locks shared with the rest of the host
 //! (`/metrics`, `/guests`, `/shards`) run on that runtime's blocking threads, so a wait there
 //! never delays a probe. The probes themselves read only atomics and short-held locks:
-//! `/readyz` the readiness map (held by the manager only to insert or remove a guest) and
-//! each controller's synced flag, and while a cache has not synced, the informers' registry and
+//! `/readyz` the first-pass flag, the readiness map (held by the manager only to insert or
+//! remove a guest) and each controller's synced flag, and while a cache has not synced, the informers' registry and
 //! their last errors (`Informers::unsynced`: why a cache is still waiting, such as an API server
 //! holding its list back with `Retry-After`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -39,19 +40,36 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::guest_set::Guests;
+use crate::guest_set::{FirstPass, Guests};
 use crate::informers::Informers;
 use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::shards::ShardStatus;
 
-/// What `/readyz` looks at: each running controller's synced flag, by guest.
-pub(crate) type Readiness = Arc<Mutex<BTreeMap<String, watch::Receiver<bool>>>>;
+/// What `/readyz` looks at, written by the manager.
+#[derive(Default)]
+pub(crate) struct Readiness {
+    /// The manager has applied the guest set's first pass ([`crate::guest_set::FirstPass`]):
+    /// the guests its sources held at start are loaded (their controllers started) or refused.
+    guests_applied: AtomicBool,
+    /// Each running controller's synced flag, by guest.
+    pub(crate) controllers: Mutex<BTreeMap<String, watch::Receiver<bool>>>,
+}
+
+impl Readiness {
+    pub(crate) fn set_guests_applied(&self) {
+        self.guests_applied.store(true, Ordering::Release);
+    }
+
+    fn guests_applied(&self) -> bool {
+        self.guests_applied.load(Ordering::Acquire)
+    }
+}
 
 #[derive(Clone)]
 struct AppState {
     metrics: Metrics,
     directory: Arc<Guests>,
-    readiness: Readiness,
+    readiness: Arc<Readiness>,
     /// Why caches wait, for `/readyz`; none in tests of the server alone.
     informers: Option<Informers>,
     shards: Option<Arc<ShardStatus>>,
@@ -104,7 +122,7 @@ pub(crate) fn serve(
     listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
-    (readiness, informers): (Readiness, Informers),
+    (readiness, informers): (Arc<Readiness>, Informers),
     shards: Option<Arc<ShardStatus>>,
 ) -> anyhow::Result<(SocketAddr, Server)> {
     serve_with(
@@ -122,7 +140,7 @@ pub(crate) fn serve_with(
     listener: std::net::TcpListener,
     metrics: Metrics,
     directory: Arc<Guests>,
-    (readiness, informers): (Readiness, Option<Informers>),
+    (readiness, informers): (Arc<Readiness>, Option<Informers>),
     shards: Option<Arc<ShardStatus>>,
     options: ServerOptions,
 ) -> anyhow::Result<(SocketAddr, Server)> {
@@ -228,8 +246,16 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(Err(why)) = state.shards.as_ref().map(|s| s.ready()) {
         return (StatusCode::SERVICE_UNAVAILABLE, why);
     }
+    if !state.readiness.guests_applied() {
+        let why = match &*state.directory.first_pass().borrow() {
+            FirstPass::Waiting(why) => format!("guests not loaded yet: {why}"),
+            FirstPass::Done => "guests loaded; their controllers are starting".to_owned(),
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, why);
+    }
     let waiting: Vec<String> = state
         .readiness
+        .controllers
         .lock()
         .iter()
         .filter(|(_, synced)| !*synced.borrow())

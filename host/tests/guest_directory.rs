@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_host::config::HostConfig;
-use reconciler_host::guest_set::{Directory, FileState, GuestEvent, Guests};
+use reconciler_host::guest_set::{
+    Artefact, Changes, Directory, FileState, FirstPass, GuestEvent, GuestSource, Guests, Origin,
+    SourceError,
+};
 use reconciler_host::runtime::{Runtime, RuntimeOptions, content_hash};
 use reconciler_host::shadow::{Mode, Shadows};
 use tokio::sync::broadcast::Receiver;
@@ -1079,5 +1082,80 @@ fn a_finalizer_is_one_across_a_kinds_versions_and_a_freed_one_is_taken_at_once()
         ["widget@op2"],
         "{:?}",
         world.guests.statuses()
+    );
+}
+
+/// The first pass (what `/readyz` waits for) ends once every file present at start has a
+/// verdict: loaded, or refused, which does not hold readiness back.
+#[test]
+fn the_first_pass_ends_when_every_file_present_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    copy("widget", &dir.path().join("widget.wasm"));
+    std::fs::write(dir.path().join("broken.wasm"), b"not a component").unwrap();
+    let guests = directory(dir.path(), &grants());
+    let pass = guests.first_pass();
+    assert!(
+        matches!(&*pass.borrow(), FirstPass::Waiting(why) if why.contains("not been read")),
+        "{:?}",
+        *pass.borrow()
+    );
+    guests.rescan();
+    assert_eq!(*pass.borrow(), FirstPass::Done);
+    let states: Vec<FileState> = guests.statuses().into_iter().map(|s| s.state).collect();
+    assert!(states.contains(&FileState::Loaded), "{states:?}");
+    assert!(
+        states.iter().any(|s| matches!(s, FileState::Failed(_))),
+        "{states:?}"
+    );
+}
+
+/// A directory that says it is not listed whole yet, as the `ClusterReconciler` objects are
+/// before their first list arrives.
+struct NotListedYet(Directory);
+
+impl GuestSource for NotListedYet {
+    fn list(&self) -> Result<Vec<Origin>, SourceError> {
+        self.0.list()
+    }
+    fn read(&self, origin: &Origin) -> Result<Artefact, SourceError> {
+        self.0.read(origin)
+    }
+    fn watch(&self) -> Result<Box<dyn Changes>, SourceError> {
+        self.0.watch()
+    }
+    fn holds(&self, origin: &Origin) -> bool {
+        self.0.holds(origin)
+    }
+    fn unsettled(&self) -> Option<String> {
+        Some("the objects are not listed yet".into())
+    }
+}
+
+/// Loading what a source listed so far does not end the first pass while the source says
+/// its list is not whole; the reason is the source's.
+#[test]
+fn the_first_pass_waits_for_a_source_listed_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    copy("widget", &dir.path().join("widget.wasm"));
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeOptions {
+            cache_dir: Some(common::cache_dir()),
+            ..RuntimeOptions::default()
+        })
+        .unwrap(),
+    );
+    let config = Arc::new(HostConfig::parse(&grants(), "host.yaml".as_ref()).unwrap());
+    let guests = Guests::new(
+        NotListedYet(Directory::new(dir.path().to_owned())),
+        runtime,
+        config,
+        None,
+        Arc::new(Shadows::new(None)),
+    );
+    guests.rescan();
+    assert_eq!(guests.active().len(), 1, "what was listed is loaded");
+    assert_eq!(
+        *guests.first_pass().borrow(),
+        FirstPass::Waiting("the objects are not listed yet".into())
     );
 }

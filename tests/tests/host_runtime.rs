@@ -225,6 +225,56 @@ async fn reconciles_sets_finalizer_writes_status_applies_secondary_and_records_e
     Ok(())
 }
 
+/// `/readyz` waits for the guests the directory held at start, not only for the caches of those
+/// already running: while one is still being judged (here a guest whose `manifest()` outlasts
+/// the 5 s load deadline, judged before `widget.wasm` in name order) it answers 503 and says
+/// why; once that one is refused and the widget guest's caches synced, `ok`.
+#[tokio::test]
+async fn readyz_waits_for_the_guests_present_at_start() -> Result<()> {
+    let cp = ControlPlane::shared().await?;
+    let client = cp.client().await?;
+    apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
+    let ns = test_namespace(&client, "ready").await?;
+    let host = HostProcess::start(HostOptions {
+        kubeconfig: cp.kubeconfig(),
+        config: GRANTS.into(),
+        guests: vec!["widget", "slow-manifest"],
+        namespace: Some(&ns),
+        extra_args: vec![],
+    })
+    .await?;
+    // `start` returned on the first `/healthz`, within a second of the host's start.
+    let (code, body) = host.get_any("/readyz").await?;
+    anyhow::ensure!(
+        code == 503 && body.starts_with("guests not loaded yet"),
+        "/readyz answered {code} {body:?} while a guest was still being loaded\n{}",
+        host.log_tail()
+    );
+    wait_until("/readyz to answer ok", Duration::from_secs(60), || async {
+        let (code, body) = host.get_any("/readyz").await?;
+        anyhow::ensure!(code == 200 && body == "ok", "{code} {body}");
+        Ok(())
+    })
+    .await?;
+    let guests: Value = serde_json::from_str(&host.get("/guests").await?)?;
+    let states: Vec<(&str, &str)> = guests
+        .as_array()
+        .context("/guests is a list")?
+        .iter()
+        .filter_map(|g| Some((g["file"].as_str()?, g["state"]["state"].as_str()?)))
+        .collect();
+    anyhow::ensure!(
+        states
+            .iter()
+            .any(|(f, s)| f.ends_with("slow-manifest.wasm") && *s == "failed")
+            && states
+                .iter()
+                .any(|(f, s)| f.ends_with("widget.wasm") && *s == "loaded"),
+        "ready with the guests in these states: {states:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn rapid_updates_are_deduplicated_and_each_key_runs_on_one_worker_at_a_time() -> Result<()> {
     let s = setup("dedup").await?;

@@ -92,6 +92,17 @@ pub struct Guests {
     finalizer_freed: AtomicBool,
     /// Where guests whose grant sets `record` keep their records; `/guests` lists them.
     record_directory: RwLock<Option<PathBuf>>,
+    /// Whether a pass over the sources has judged every item they held, the operator's
+    /// (tenants' `Reconciler`s never hold readiness back); until then, why not.
+    first_pass: tokio::sync::watch::Sender<FirstPass>,
+}
+
+/// How far the guest set is from having judged what its sources held at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstPass {
+    /// Not yet, and why.
+    Waiting(String),
+    Done,
 }
 
 impl Guests {
@@ -115,7 +126,16 @@ impl Guests {
             retry_soon: AtomicBool::new(false),
             finalizer_freed: AtomicBool::new(false),
             record_directory: RwLock::new(None),
+            first_pass: tokio::sync::watch::Sender::new(FirstPass::Waiting(
+                "the guests have not been read yet".into(),
+            )),
         })
+    }
+
+    /// Follows [`FirstPass`]: `Done` once a pass over the sources judged (loaded or refused)
+    /// every operator's item they listed; every `Loaded` of that pass was broadcast before.
+    pub fn first_pass(&self) -> tokio::sync::watch::Receiver<FirstPass> {
+        self.first_pass.subscribe()
     }
 
     /// From now on, a guest naming a ServiceAccount is admitted only once `review` says the
@@ -205,6 +225,13 @@ impl Guests {
             Ok(origins) => origins,
             Err(e) => {
                 tracing::error!("{e}");
+                self.first_pass.send_if_modified(|pass| match pass {
+                    FirstPass::Waiting(why) => {
+                        *why = format!("the guests cannot be listed: {e}");
+                        true
+                    }
+                    FirstPass::Done => false,
+                });
                 return;
             }
         };
@@ -257,6 +284,32 @@ impl Guests {
             }
         }
         self.retry_freed_finalizers();
+        self.note_first_pass(&present);
+    }
+
+    /// Ends the first pass once the source is listed whole and every operator's item it
+    /// listed has a verdict; an item without one yet (a module still pulling, a file
+    /// unreadable, a load refused for a passing reason) holds it until a later pass judges it.
+    fn note_first_pass(&self, present: &[Origin]) {
+        if *self.first_pass.borrow() == FirstPass::Done {
+            return;
+        }
+        let waiting = self.source.unsettled().or_else(|| {
+            let ledger = self.ledger.lock();
+            let unread: Vec<&str> = present
+                .iter()
+                .filter(|o| o.tenant().is_none() && !ledger.entries.contains_key(o.name()))
+                .map(Origin::name)
+                .collect();
+            (!unread.is_empty()).then(|| {
+                format!(
+                    "not judged yet (a module still pulling, a file unreadable, a load to retry): {}",
+                    unread.join(", ")
+                )
+            })
+        });
+        self.first_pass
+            .send_replace(waiting.map_or(FirstPass::Done, FirstPass::Waiting));
     }
 
     /// Judges again the items refused because a guest now gone held their finalizer (a

@@ -47,6 +47,11 @@ pub trait GuestSource: Send + Sync {
     fn watch(&self) -> Result<Box<dyn Changes>, SourceError>;
     /// Whether `origin` is one of this source's items (see [`Sources`]).
     fn holds(&self, origin: &Origin) -> bool;
+    /// Why `list` may not show everything the source holds yet (the `Reconciler` objects'
+    /// first list has not arrived); none once it does.
+    fn unsettled(&self) -> Option<String> {
+        None
+    }
     /// The content hash of `origin` if the source knows it without reading the content (a
     /// module pulled by digest): the guest set then reads only what it has not judged.
     fn known_hash(&self, _origin: &Origin) -> Option<String> {
@@ -117,6 +122,10 @@ impl GuestSource for Sources {
 
     fn holds(&self, origin: &Origin) -> bool {
         self.0.iter().any(|s| s.holds(origin))
+    }
+
+    fn unsettled(&self) -> Option<String> {
+        self.0.iter().find_map(|s| s.unsettled())
     }
 
     fn known_hash(&self, origin: &Origin) -> Option<String> {

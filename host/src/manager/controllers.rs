@@ -19,7 +19,7 @@ pub(super) struct ControllerSet {
     controllers: BTreeMap<String, Controller>,
     /// Guests whose controller failed to start, retried every [`START_RETRY`].
     pending: BTreeMap<String, Arc<ActiveGuest>>,
-    readiness: Readiness,
+    readiness: Arc<Readiness>,
     /// Sharded: `/shards` and the keys gauge read each guest's primary cache from here.
     shards: Option<Arc<ShardStatus>>,
     /// Whether controllers start their workers: false while a warm standby waits for the lease.
@@ -27,7 +27,7 @@ pub(super) struct ControllerSet {
 }
 
 impl ControllerSet {
-    pub(super) fn new(readiness: Readiness, shards: Option<Arc<ShardStatus>>) -> Self {
+    pub(super) fn new(readiness: Arc<Readiness>, shards: Option<Arc<ShardStatus>>) -> Self {
         Self {
             controllers: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -90,6 +90,7 @@ impl ControllerSet {
             Ok(controller) => {
                 self.pending.remove(&name);
                 self.readiness
+                    .controllers
                     .lock()
                     .insert(name.clone(), controller.synced());
                 self.controllers.insert(name, controller);
@@ -116,7 +117,7 @@ impl ControllerSet {
     }
 
     async fn stop(&mut self, name: &str) {
-        self.readiness.lock().remove(name);
+        self.readiness.controllers.lock().remove(name);
         if let Some(controller) = self.controllers.remove(name) {
             controller.stop().await;
             self.report_primaries();
@@ -155,7 +156,7 @@ impl ControllerSet {
 
     /// Aborts every controller now: running reconciles are cancelled where they are.
     pub(super) async fn abort_all(&mut self) {
-        self.readiness.lock().clear();
+        self.readiness.controllers.lock().clear();
         for (_, controller) in std::mem::take(&mut self.controllers) {
             controller.abort().await;
         }
@@ -170,7 +171,7 @@ impl ControllerSet {
         grace: Duration,
         fence: &crate::fence::WriteFence,
     ) {
-        self.readiness.lock().clear();
+        self.readiness.controllers.lock().clear();
         let controllers = std::mem::take(&mut self.controllers);
         let drain = futures::future::join_all(controllers.values().map(Controller::drain));
         if tokio::time::timeout(grace, drain).await.is_err() {

@@ -34,14 +34,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::backends::NetworkBackend;
 use crate::config::HostConfig;
 use crate::controller::Shared;
-use crate::guest_set::{Directory, GuestEvent, GuestSource, Guests, Sources};
+use crate::guest_set::{Directory, FirstPass, GuestEvent, GuestSource, Guests, Sources};
 use crate::informers::{Informers, Options};
 use crate::metrics::Metrics;
 use crate::providers::http::LiveOutbound;
@@ -240,7 +239,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut watcher = tokio::spawn(guests.clone().watch());
     let config_watcher = tokio::spawn(config::follow_config(args.config.clone(), guests.clone()));
 
-    let readiness: Readiness = Arc::new(Mutex::new(BTreeMap::new()));
+    let readiness = Arc::new(Readiness::default());
     // On a thread of its own: probes are answered whatever guests keep the workers doing.
     let (addr, _server) = crate::server::serve(
         listener,
@@ -274,6 +273,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut manager = Manager {
         shared,
         guests: guests.clone(),
+        readiness: readiness.clone(),
         controllers: ControllerSet::new(readiness, ownership.status()),
         orphans: Orphans::new(guests, metrics.clone()),
         owned: Owned::Nothing,
@@ -439,6 +439,8 @@ struct Manager {
     /// What the controllers run with now.
     owned: Owned,
     controllers: ControllerSet,
+    /// What `/readyz` reads: set here once the guest set's first pass is applied.
+    readiness: Arc<Readiness>,
     orphans: Orphans,
     /// Whether this replica writes the status of `Reconciler` objects: the one that
     /// coordinates.
@@ -456,9 +458,22 @@ impl Manager {
         let mut retry = tokio::time::interval(START_RETRY);
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
+        let mut first_pass = self.guests.first_pass();
+        // Read at the first turn too: the pass may have ended before this loop began.
+        first_pass.mark_changed();
+        let mut applied = false;
         loop {
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
+                Ok(()) = first_pass.changed(), if !applied => {
+                    if *first_pass.borrow_and_update() == FirstPass::Done {
+                        // Every `Loaded` of the first pass was sent before it ended: apply
+                        // those still queued, so `/readyz` then waits for their caches.
+                        self.drain(guest_events).await;
+                        self.readiness.set_guests_applied();
+                        applied = true;
+                    }
+                }
                 change = self.ownership.changed() => self.follow(change?).await,
                 event = guest_events.recv() => match event {
                     Ok(event) => self.on_guest_event(event).await,
@@ -484,6 +499,17 @@ impl Manager {
                         self.orphans.release_due(&shared.client, discovery, namespace).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// Applies the guest events already queued.
+    async fn drain(&mut self, guest_events: &mut broadcast::Receiver<GuestEvent>) {
+        loop {
+            match guest_events.try_recv() {
+                Ok(event) => self.on_guest_event(event).await,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.resync().await,
+                Err(_) => return,
             }
         }
     }

@@ -36,7 +36,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -596,6 +596,15 @@ impl GuestSource for Objects {
 
     fn holds(&self, origin: &Origin) -> bool {
         matches!(origin.kind(), OriginKind::Reconciler { .. })
+    }
+
+    fn unsettled(&self) -> Option<String> {
+        // Polled once: ready is a future that resolves when the reflector's first list landed.
+        let listed = self.store.wait_until_ready().now_or_never();
+        (!matches!(listed, Some(Ok(())))).then(|| {
+            "the ClusterReconciler objects are not listed yet (is the CRD installed? see the log)"
+                .to_owned()
+        })
     }
 
     fn reconfigured(&self, config: &HostConfig) {
