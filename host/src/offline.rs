@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::backends::{MemoryBackend, NetworkBackend};
 use crate::capabilities::{Call, CallContext, GuestContext, HostError, Scope};
 use crate::config::{Grant, HostConfig};
+use crate::controller::failure_event;
 use crate::controller::sync::{Primary, Step, sync};
 use crate::guest_set::{ActiveGuest, GrantError, Origin};
 use crate::informers::CachedObject;
@@ -194,6 +195,12 @@ impl Inputs {
         let primary = ShownWrites::new(&cluster);
         let handle = tokio::runtime::Handle::current();
         let key = &self.key;
+        let object_ref = ObjectRef {
+            kind: self.kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        let existed = cache.get(&object_ref).is_some();
         let synced = sync(step, &primary, key, self.attempt, async |request| {
             let call = CallContext::new(context.clone(), key.to_string(), Some(handle)).recording();
             let loaded = loaded.clone();
@@ -205,7 +212,19 @@ impl Inputs {
         let run = synced
             .run
             .context("the reconcile step ended before the guest ran")?;
-        let calls = primary.around(run.calls.unwrap_or_default());
+        let mut calls = primary.around(run.calls.unwrap_or_default());
+        // The Warning event `run` leaves on the primary after a failed reconcile (none in
+        // shadow mode), as the last of the host's writes.
+        if !step.shadow
+            && let Some(event) = failure_event(&run.outcome, &object_ref, existed)
+        {
+            calls.push(Call {
+                interface: "host",
+                function: "record-event",
+                args: serde_json::to_value(&event)?,
+                returned: json!({ "ok": null }),
+            });
+        }
         Ok(json!({ "result": run.outcome, "calls": calls }))
     }
 }

@@ -963,7 +963,11 @@ async fn run(
 /// The `Warning` event a failed reconcile leaves on its primary, so a user with only kubectl
 /// sees why nothing happened: a permanent error, a trap, the deadline or the memory cap.
 /// Transient errors are retried and leave none. None when the object is gone.
-fn failure_event(outcome: &Outcome, object: &ObjectRef, exists: bool) -> Option<EventRecord> {
+pub(crate) fn failure_event(
+    outcome: &Outcome,
+    object: &ObjectRef,
+    exists: bool,
+) -> Option<EventRecord> {
     let (reason, message) = match outcome {
         Outcome::Permanent(m) => ("ReconcileFailed", m),
         Outcome::Trap(m) => ("GuestTrapped", m),

@@ -312,9 +312,24 @@ impl RecordingCluster {
         }
     }
 
+    /// A write's new `resourceVersion`: above every loaded object's, as the API server's
+    /// versions only grow (a fixture saved from a cluster carries the cluster's).
     fn bump(&self, object: &mut Value) {
         let mut next = self.next_version.lock();
-        *next += 1;
+        let loaded = self
+            .cache
+            .objects
+            .lock()
+            .values()
+            .filter_map(|o| {
+                o.pointer("/metadata/resourceVersion")?
+                    .as_str()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0);
+        *next = (*next).max(loaded) + 1;
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(next.to_string()));
         }
@@ -744,6 +759,35 @@ mod tests {
         // Unless asked, any namespace is taken (the capabilities' own tests load nothing).
         let lax = RecordingCluster::new(Arc::new(MemoryCache::default()));
         assert!(lax.apply("g", &config_map("anywhere")).await.is_ok());
+    }
+
+    /// A fixture saved from a cluster carries its versions: a write goes above the highest of
+    /// them, as the API server's versions only grow.
+    #[tokio::test]
+    async fn a_write_gets_a_resource_version_above_every_loaded_one() {
+        let cache = Arc::new(MemoryCache::default());
+        let loaded = |name: &str, version: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "apps", "resourceVersion": version}})
+        };
+        cache.put(loaded("a", "3001"));
+        cache.put(loaded("b", "17"));
+        let cluster = RecordingCluster::new(cache.clone());
+        let version = |v: &Value| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let first = cluster.apply("g", &config_map("apps")).await.unwrap();
+        assert_eq!(version(&first), "3002");
+        let second = cluster.apply("g", &config_map("apps")).await.unwrap();
+        assert_eq!(version(&second), "3003");
+
+        // With nothing loaded, versions start where they always did.
+        let empty = RecordingCluster::new(Arc::new(MemoryCache::default()));
+        let applied = empty.apply("g", &config_map("apps")).await.unwrap();
+        assert_eq!(version(&applied), "1001");
     }
 
     fn get(url: &str) -> OutboundRequest {
