@@ -49,7 +49,9 @@ pub fn journal(logs: &[Log<'_>], guest: &str) -> BTreeMap<String, Vec<Interval>>
             });
         };
         for (at, line) in log.lines {
-            if line["target"] != "guest" || line["fields"]["guest"] != guest {
+            // A line in a reconcile names its guest through the span, one elsewhere itself.
+            let named = [&line["span"]["guest"], &line["fields"]["guest"]];
+            if line["target"] != "guest" || !named.iter().any(|g| **g == guest) {
                 continue;
             }
             let message = line["fields"]["message"].as_str().unwrap_or_default();

@@ -533,7 +533,8 @@ async fn reads_outside_the_grant_are_denied_at_call_time() -> Result<()> {
 #[tokio::test]
 async fn a_trapping_guest_is_retried_and_the_host_keeps_serving() -> Result<()> {
     let s = setup("trap").await?;
-    s.create("bad", json!({"mode": "trap"})).await?;
+    s.create("bad", json!({"mode": "trap", "journal": true}))
+        .await?;
     s.create("good", json!({"message": "fine"})).await?;
     s.wait_status(
         "good",
@@ -550,10 +551,25 @@ async fn a_trapping_guest_is_retried_and_the_host_keeps_serving() -> Result<()> 
         Ok(())
     })
     .await?;
+    let log = s.host.log();
     assert!(
-        s.host.log().contains("widget was asked to trap"),
+        log.contains("widget was asked to trap"),
         "the log says what happened"
     );
+    // A line the guest logs (target `guest`: `journal begin <key>`, before it traps) names
+    // guest and key once, in the reconcile span.
+    let lines: Vec<String> = log
+        .lines()
+        .map(reconciler_host_tests::host::strip_ansi)
+        .filter(|l| l.contains(" guest: journal begin "))
+        .collect();
+    anyhow::ensure!(!lines.is_empty(), "no guest line in the log:\n{log}");
+    for line in &lines {
+        anyhow::ensure!(
+            line.matches("guest=").count() == 1 && line.matches("key=").count() == 1,
+            "a guest line names its guest or key other than once: {line}"
+        );
+    }
     Ok(())
 }
 

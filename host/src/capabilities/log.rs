@@ -11,6 +11,9 @@ use super::error::HostError;
 use crate::validation;
 use crate::wit::reconciler::api::log::{self as wit, Level};
 
+/// The name of the span a reconcile runs in, which names its guest and key.
+pub(crate) const RECONCILE_SPAN: &str = "reconcile";
+
 pub(super) const CAPABILITY: Capability = Capability {
     interface: "log",
     requirement: |_: &LoadCheck<'_>| Vec::new(),
@@ -51,12 +54,27 @@ impl CallContext {
         }
         let message = validation::message(message);
         let (guest, key) = (self.guest.name.as_str(), self.key.as_str());
+        // Inside a reconcile the host's `reconcile` span already names guest and key, so the
+        // line carries only its message (else each line named them twice); a line from
+        // elsewhere (a watch's map function) names them itself.
+        let in_reconcile = tracing::Span::current()
+            .metadata()
+            .is_some_and(|m| m.name() == RECONCILE_SPAN);
+        macro_rules! line {
+            ($level:ident) => {
+                if in_reconcile {
+                    tracing::$level!(target: "guest", "{message}")
+                } else {
+                    tracing::$level!(target: "guest", guest, key, "{message}")
+                }
+            };
+        }
         match level {
-            Level::Trace => tracing::trace!(target: "guest", guest, key, "{message}"),
-            Level::Debug => tracing::debug!(target: "guest", guest, key, "{message}"),
-            Level::Info => tracing::info!(target: "guest", guest, key, "{message}"),
-            Level::Warn => tracing::warn!(target: "guest", guest, key, "{message}"),
-            Level::Error => tracing::error!(target: "guest", guest, key, "{message}"),
+            Level::Trace => line!(trace),
+            Level::Debug => line!(debug),
+            Level::Info => line!(info),
+            Level::Warn => line!(warn),
+            Level::Error => line!(error),
         }
         Ok(())
     }

@@ -78,6 +78,7 @@ pub use context::{CallContext, GuestContext, Providers};
 pub(crate) use context::{Pinned, Scope};
 pub use error::HostError;
 pub(crate) use lister::Lister;
+pub(crate) use log::RECONCILE_SPAN;
 pub(crate) use network::NETWORK_BACKEND;
 pub use queue::Enqueuer;
 pub use replay::Call;

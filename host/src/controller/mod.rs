@@ -812,7 +812,7 @@ async fn process_next(
     }
     let version = version.borrow().clone();
     let attempt = queue.num_requeues(&key);
-    let span = tracing::info_span!("reconcile", guest = %version.guest.name(), key = %key, attempt);
+    let span = tracing::info_span!(crate::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt);
     let warm = kept.for_version(&version);
     let next = sync(shared, caches, &version, &key, attempt, warm)
         .instrument(span)
