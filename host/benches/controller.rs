@@ -71,7 +71,7 @@ mod live;
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -1289,6 +1289,48 @@ fn print_spread(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usize) {
                     |v| format!("{v:.1} MiB")
                 ),
             );
+        }
+    }
+    print_requests_by_kind(table, runs);
+}
+
+/// The requests until all was written, by verb and resource, one line per entrant and N:
+/// medians with min–max, the bench's own included (its watch, the second client's GETs).
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+fn print_requests_by_kind(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usize) {
+    println!();
+    println!(
+        "| N, entrant ({runs} runs: median (min–max)) | API requests until all written, by verb and resource (the bench's own included: its watch, the second client's GETs of a ConfigMap) |"
+    );
+    println!("|---|---|");
+    for (n, rows, _) in table {
+        let mut labels: Vec<&str> = Vec::new();
+        for row in rows {
+            if !labels.contains(&row.label.as_str()) {
+                labels.push(&row.label);
+            }
+        }
+        for label in labels {
+            let mine: Vec<&Row> = rows.iter().filter(|r| r.label == label).collect();
+            let kinds: BTreeSet<&String> = mine
+                .iter()
+                .flat_map(|r| r.figures.request_kinds.0.keys())
+                .collect();
+            if kinds.is_empty() {
+                continue;
+            }
+            // A kind a run did not send counts 0 in that run.
+            let cells: Vec<String> = kinds
+                .into_iter()
+                .map(|kind| {
+                    let counts: Vec<f64> = mine
+                        .iter()
+                        .map(|r| r.figures.request_kinds.0.get(kind).copied().unwrap_or(0) as f64)
+                        .collect();
+                    format!("{kind} {}", spread(&counts, |v| format!("{v:.0}")))
+                })
+                .collect();
+            println!("| N = {n}: {label} | {} |", cells.join(", "));
         }
     }
 }
