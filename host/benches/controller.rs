@@ -1238,6 +1238,18 @@ fn spread(values: &[f64], show: impl Fn(f64) -> String) -> String {
     )
 }
 
+/// The rows of each entrant, entrants in the order they first ran.
+fn by_entrant(rows: &[Row]) -> Vec<(&str, Vec<&Row>)> {
+    let mut entrants: Vec<(&str, Vec<&Row>)> = Vec::new();
+    for row in rows {
+        match entrants.iter_mut().find(|(label, _)| *label == row.label) {
+            Some((_, mine)) => mine.push(row),
+            None => entrants.push((&row.label, vec![row])),
+        }
+    }
+    entrants
+}
+
 /// The repeated runs, one line per entrant and N: medians with min–max.
 #[allow(clippy::cast_precision_loss)] // counts and sizes far below 2^52
 fn print_spread(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usize) {
@@ -1248,14 +1260,7 @@ fn print_spread(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usize) {
     println!("|---|---|---|---|---|---|---|---|---|");
     for (n, rows, _) in table {
         let per_object = 1e6 / *n as f64;
-        let mut labels: Vec<&str> = Vec::new();
-        for row in rows {
-            if !labels.contains(&row.label.as_str()) {
-                labels.push(&row.label);
-            }
-        }
-        for label in labels {
-            let mine: Vec<&Row> = rows.iter().filter(|r| r.label == label).collect();
+        for (label, mine) in by_entrant(rows) {
             let of = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
                 mine.iter().filter_map(|r| f(r)).collect()
             };
@@ -1304,14 +1309,7 @@ fn print_requests_by_kind(table: &[(usize, Vec<Row>, Vec<Duration>)], runs: usiz
     );
     println!("|---|---|");
     for (n, rows, _) in table {
-        let mut labels: Vec<&str> = Vec::new();
-        for row in rows {
-            if !labels.contains(&row.label.as_str()) {
-                labels.push(&row.label);
-            }
-        }
-        for label in labels {
-            let mine: Vec<&Row> = rows.iter().filter(|r| r.label == label).collect();
+        for (label, mine) in by_entrant(rows) {
             let kinds: BTreeSet<&String> = mine
                 .iter()
                 .flat_map(|r| r.figures.request_kinds.0.keys())
