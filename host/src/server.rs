@@ -1,7 +1,8 @@
 //! HTTP endpoints: `/healthz` (the process serves), `/readyz` (the guests the sources held at
-//! start are loaded or refused, and every running controller's caches have synced), `/metrics` (Prometheus/OpenMetrics text) and `/guests` (per-file load
-//! status: loaded or refused with the reason, content hashes) and, in sharded mode, `/shards`
-//! (the ring as this replica sees it: members, owned slots and hash ranges, keys per guest).
+//! start are loaded or refused, and every running controller's caches have synced), `/metrics`
+//! (Prometheus/OpenMetrics text) and `/guests` (per-file load status: loaded or refused with the
+//! reason, content hashes) and, in sharded mode, `/shards` (the ring as this replica sees it:
+//! members, owned slots and hash ranges, keys per guest).
 //!
 //! The port is open to the pod network, so no client may hold the server (slowloris and the
 //! like): each connection serves one request (no keep-alive: probes and scrapers gain nothing
@@ -19,9 +20,9 @@
 //! (`/metrics`, `/guests`, `/shards`) run on that runtime's blocking threads, so a wait there
 //! never delays a probe. The probes themselves read only atomics and short-held locks:
 //! `/readyz` the first-pass flag, the readiness map (held by the manager only to insert or
-//! remove a guest) and each controller's synced flag, and while a cache has not synced, the informers' registry and
-//! their last errors (`Informers::unsynced`: why a cache is still waiting, such as an API server
-//! holding its list back with `Retry-After`).
+//! remove a guest) and each controller's synced flag, and while a cache has not synced, the
+//! informers' registry and their last errors (`Informers::unsynced`: why a cache is still
+//! waiting, such as an API server holding its list back with `Retry-After`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
