@@ -1168,11 +1168,14 @@ async fn orchestrate() -> anyhow::Result<()> {
         print_spread(&table, runs);
     }
     print_memory(&memory, settle);
-    println!();
-    println!(
-        "| hot reload: new .wasm renamed into the guest directory → first status written by it | median | all trials |"
-    );
-    println!("|---|---|---|");
+    // Without the reload section (`BENCH_SECTIONS`), no table, not an empty one.
+    if !reload.is_empty() {
+        println!();
+        println!(
+            "| hot reload: new .wasm renamed into the guest directory → first status written by it | median | all trials |"
+        );
+        println!("|---|---|---|");
+    }
     for (label, times) in &reload {
         let mut sorted = times.clone();
         sorted.sort();
