@@ -53,7 +53,8 @@ fn repository_configs() -> Result<Vec<(String, Value)>> {
 /// Configurations that reach every branch of the derivation (host/src/rbac/): plurals, trial
 /// grants, subresources of core and named groups, identities, Reconciler ceilings with and
 /// without required identities, pull Secrets, HTTP credentials of grants, ceilings and tenant
-/// rules, tenant rules by name and by selector, unmatched Reconcilers reported.
+/// rules, tenant rules by name and by selector, unmatched Reconcilers reported, and write verbs
+/// named for a kind in each place a grant or a ceiling is written.
 const CONFIGS: &[&str] = &[
     r"
 guests:
@@ -70,6 +71,10 @@ guests:
   policy@trial:
     read: [example.com/v1/Policy, networking.k8s.io/v1/Ingress, example.com/v1alpha1/Policy, v1/Pod]
     write: [v1/Pod/status, apps/v1/Deployment/scale, example.com/v1/Policy]
+  reloader:
+    read: [apps/v1/Deployment, v1/ConfigMap]
+    write: [apps/v1/Deployment, v1/ConfigMap, v1/Secret]
+    writeVerbs: {apps/v1/Deployment: [patch], v1/ConfigMap: [delete, patch]}
 ",
     r"
 guests:
@@ -77,6 +82,7 @@ guests:
     serviceAccount: guests/widget
     read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
     write: [test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
+    writeVerbs: {v1/ConfigMap: [create, patch]}
   plain:
     read: [v1/ConfigMap]
   dns:
@@ -99,6 +105,7 @@ reconcilers:
     serviceAccounts: [team-a/*, team-b/one, team-b/two, team-a/x]
     read: [v1/ConfigMap]
     write: [v1/ConfigMap, test.reconciler.dev/v1/Widget/status]
+    writeVerbs: {v1/ConfigMap: [patch]}
     http:
     - prefix: https://api.example.com/
       bearerToken: {secretKeyRef: {name: tok, key: token}}
@@ -112,6 +119,7 @@ reconcilers:
   allow:
     read: [test.reconciler.dev/v1/Widget]
     write: [test.reconciler.dev/v1/Widget/status, test.reconciler.dev/v1/Widget]
+    writeVerbs: {test.reconciler.dev/v1/Widget: [delete]}
 ",
     "reconcilers: {}\n",
     "guests: {}\n",
@@ -125,6 +133,7 @@ reconcilers:
     allow:
       read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
       write: [test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
+      writeVerbs: {v1/ConfigMap: [patch, delete]}
   - namespaceSelector: tenant=true
     serviceAccount: guest-writer
     allow:
@@ -333,6 +342,10 @@ fn the_values_schema_refuses_what_the_host_would_refuse_before_anything_is_insta
         (
             json!({"guests": {"x": {"write": ["v1/ConfigMap/status/x"]}}}),
             "/config/guests/x/write/0",
+        ),
+        (
+            json!({"guests": {"x": {"write": ["v1/ConfigMap"], "writeVerbs": {"v1/ConfigMap": ["update"]}}}}),
+            "/config/guests/x/writeVerbs",
         ),
         (
             json!({"guests": {"x": {"limits": {"deadline": "soon"}}}}),

@@ -697,6 +697,78 @@ const BOUNDARY: &[Expect] = &[
     ),
 ];
 
+/// The attacks of `guests/testing/hostile/src/verbs.rs`, with PodTemplates granted `patch` alone.
+const VERBS: &[Expect] = &[
+    denied("verbs-create", "may patch v1/PodTemplate but not create it"),
+    Expect {
+        attack: "verbs-create-uid",
+        outcome: "conflict",
+        starts: &[],
+        contains: "uid mismatch",
+    },
+    answered("verbs-patch", "ok"),
+    denied("verbs-delete", "may not delete v1/PodTemplate"),
+];
+
+#[tokio::test]
+async fn write_verbs_let_through_only_the_verbs_they_name() -> Result<()> {
+    use k8s_openapi::api::core::v1::PodTemplate;
+
+    let cp = ControlPlane::shared().await?;
+    let arena = Arena::new(cp).await?;
+    let templates = Api::<PodTemplate>::namespaced(arena.client.clone(), &arena.attacker);
+    let existing: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "existing"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]}},
+    }))?;
+    let before = templates.create(&PostParams::default(), &existing).await?;
+    let config = {
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&config("{deadline: 5s}")?)?;
+        let grant = &mut config["guests"]["hostile"];
+        grant["read"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
+        grant["write"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
+        grant["writeVerbs"] = serde_yaml::from_str("{v1/PodTemplate: [patch]}")?;
+        serde_yaml::to_string(&config)?
+    };
+    let host = HostProcess::start(HostOptions {
+        kubeconfig: cp.kubeconfig(),
+        config,
+        guests: vec!["hostile"],
+        namespace: Some(&arena.attacker),
+        extra_args: vec![],
+    })
+    .await?;
+    let (_, mut failures) = arena
+        .run_attacks(VERBS, &host, Duration::from_secs(120))
+        .await?;
+
+    // On the API server: nothing created, the existing object patched and still there.
+    for name in ["fresh", "fresh-uid"] {
+        if let Some(created) = templates.get_opt(name).await? {
+            failures.push(format!(
+                "PodTemplate {name} was created: {:?}",
+                created.metadata
+            ));
+        }
+    }
+    let after = templates.get("existing").await?;
+    if after.metadata.uid != before.metadata.uid {
+        failures.push("PodTemplate existing was deleted and created again".to_owned());
+    }
+    let patched = after.metadata.labels.unwrap_or_default();
+    if patched.get("patched").map(String::as_str) != Some("yes") {
+        failures.push(format!(
+            "PodTemplate existing was not patched: labels {patched:?}"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "the host let a verb through that the grant leaves out, or refused one it names:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}
+
 /// The victim of the status attacks (`guests/testing/hostile/victim-crd.yaml`).
 const VICTIM_CRD: &str = "victims.hostile.reconciler.dev";
 /// What the readback victims hold: the guest must never see it.

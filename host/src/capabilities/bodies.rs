@@ -242,7 +242,12 @@ impl CallContext {
             if owner.block_owner_deletion {
                 self.guest
                     .grant
-                    .may_write(self.name(), &owner.kind.kind, None)
+                    .may_write(
+                        self.name(),
+                        &owner.kind.kind,
+                        None,
+                        crate::config::Verb::Patch,
+                    )
                     .map_err(|d| {
                         HostError::Denied(format!(
                             "{field}.blockOwnerDeletion holds up the deletion of {}: {d}",
@@ -392,7 +397,7 @@ fn owner_reference(field: &str, entry: &Value) -> Result<OwnerReference, HostErr
 }
 
 /// `metadata.uid` of a cached object's JSON text, reading nothing else into memory.
-fn uid_of(text: &str) -> Option<String> {
+pub(super) fn uid_of(text: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Object {
         metadata: Metadata,

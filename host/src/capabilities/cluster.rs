@@ -9,6 +9,7 @@ use super::error::HostError;
 use super::replay;
 pub(crate) use super::seams::EventType;
 pub use super::seams::{Cluster, EventRecord};
+use crate::config::Verb;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 use crate::wit::reconciler::api::cluster as wit;
@@ -27,11 +28,11 @@ fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
         Some(_)
             if check
                 .grant
-                .may_write(guest, &manifest.primary, None)
+                .may_write(guest, &manifest.primary, None, Verb::Patch)
                 .is_err() =>
         {
             vec![format!(
-                "write {} (to add and remove its finalizer; add it to {})",
+                "patch {} (to add and remove its finalizer; add it to {}, and patch to its writeVerbs if they name it)",
                 manifest.primary,
                 check.grant.place(guest, "write")
             )]
@@ -122,14 +123,53 @@ pub(crate) fn skip_write_grant() -> bool {
 
 impl CallContext {
     /// The grant and scope checks every write shares, once its arguments are valid.
-    fn may_write(&self, object: &ObjectRef, subresource: Option<&str>) -> Result<(), HostError> {
+    fn may_write(
+        &self,
+        object: &ObjectRef,
+        subresource: Option<&str>,
+        verb: Verb,
+    ) -> Result<(), HostError> {
         let grant = &self.guest.grant;
         if !(grant.service_account.is_some() && skip_write_grant()) {
-            grant.may_write(self.name(), &object.kind, subresource)?;
+            grant.may_write(self.name(), &object.kind, subresource, verb)?;
         }
         self.guest
             .scope
             .check(self.name(), object.namespace.as_deref(), "write")
+    }
+
+    /// `body` to apply, made unable to create its object when the grant gives `patch` on the
+    /// kind but not `create`: with `metadata.uid` set the API server refuses to create
+    /// (409, "uid mismatch") instead of creating. A uid the guest wrote stays (the API server
+    /// checks it); otherwise the cached object's is added, so an object the cache does not
+    /// hold is refused here.
+    fn existing_only(&self, mut body: Value, target: &ObjectRef) -> Result<Value, HostError> {
+        let grant = &self.guest.grant;
+        if grant.may_create(&target.kind) || body["metadata"].get("uid").is_some() {
+            return Ok(body);
+        }
+        let refused = |why: String| {
+            HostError::Denied(format!(
+                "guest `{}` may patch {} but not create it ({}): {why}",
+                self.name(),
+                target.kind,
+                grant.place(self.name(), "writeVerbs")
+            ))
+        };
+        if grant.may_read(self.name(), &target.kind).is_err() {
+            return Err(refused(format!(
+                "the host cannot tell whether {target} exists, since the guest does not read {}; set metadata.uid to the object's",
+                target.kind
+            )));
+        }
+        let cached = self.guest.providers.lister.get(target)?;
+        let Some(uid) = cached.as_deref().and_then(super::bodies::uid_of) else {
+            return Err(refused(format!(
+                "{target} is not in the guest's cache, so the apply would create it"
+            )));
+        };
+        body["metadata"]["uid"] = Value::String(uid);
+        Ok(body)
     }
 
     /// Why shadow mode may not read `kind` live for a comparison, if it may not: the guest's
@@ -148,7 +188,7 @@ impl CallContext {
         validation::object_ref("ref", object)?;
         let (patch, _body) = self.parse_body("patch", patch).await?;
         super::bodies::status_patch(&patch)?;
-        self.may_write(object, Some("status"))?;
+        self.may_write(object, Some("status"), Verb::Patch)?;
         let provider = self.guest.providers.cluster.clone();
         // A patch that would change nothing costs the API server as much as one that does (and
         // every controller's status write comes back as an event, reconciled once more): not
@@ -188,8 +228,9 @@ impl CallContext {
     async fn cluster_apply(&mut self, body: &str) -> Result<Value, HostError> {
         let (value, _body) = self.parse_body("object", body).await?;
         let target = applied_ref(&value, self.guest.scope.finalizer.as_deref())?;
-        self.may_write(&target, None)?;
+        self.may_write(&target, None, Verb::Patch)?;
         self.apply_metadata(&value, &target)?;
+        let value = self.existing_only(value, &target)?;
         self.write_token().await;
         let provider = self.guest.providers.cluster.clone();
         let what = format!("apply of {target}");
@@ -213,7 +254,7 @@ impl CallContext {
 
     async fn cluster_delete(&mut self, object: &ObjectRef) -> Result<bool, HostError> {
         validation::object_ref("ref", object)?;
-        self.may_write(object, None)?;
+        self.may_write(object, None, Verb::Delete)?;
         self.write_token().await;
         let provider = self.guest.providers.cluster.clone();
         let what = format!("delete of {object}");

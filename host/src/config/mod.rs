@@ -3,7 +3,6 @@
 //! `guests:` is refused, and every read, write and backend call is checked against its entry.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,11 +14,13 @@ mod http;
 mod http_path;
 mod record;
 mod service_account;
+mod writes;
 
 pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom};
 pub use http_path::normalise_path;
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
+pub use writes::{Verb, WriteTarget, WriteVerbs};
 
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -107,6 +108,12 @@ impl HostConfig {
         })?;
         let cap = config.max_concurrency();
         for (guest, grant) in &config.guests {
+            if let Err(message) = grant.write_verbs.check(&grant.write) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message: format!("guests.{guest}.{message}"),
+                });
+            }
             if let Some(Err(message)) = grant.record.as_ref().map(RecordPolicy::check) {
                 return Err(ConfigError::Invalid {
                     path: path.to_owned(),
@@ -158,6 +165,11 @@ impl HostConfig {
             }
             crate::validation::dns1123_label("serviceAccount", &rule.service_account)
                 .map_err(|e| invalid(e.to_string()))?;
+            let allow = &rule.allow;
+            allow
+                .write_verbs
+                .check(&allow.write)
+                .map_err(|e| invalid(format!("allow.{e}")))?;
         }
         let mut config = config;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -172,6 +184,14 @@ impl HostConfig {
             reconcilers.read_tenant_verify(base, path)?;
         }
         if let Some(reconcilers) = &config.reconcilers {
+            let allow = &reconcilers.allow;
+            allow
+                .write_verbs
+                .check(&allow.write)
+                .map_err(|e| ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message: format!("reconcilers.allow.{e}"),
+                })?;
             for backend in &reconcilers.allow.backends {
                 if !config.backends.contains_key(backend) {
                     return Err(ConfigError::Invalid {
@@ -428,6 +448,9 @@ pub(crate) struct Allow {
     pub(crate) read_selectors: ReadSelectors,
     #[serde(default)]
     pub(crate) write: BTreeSet<WriteTarget>,
+    /// The verbs a Reconciler may be given on each kind of `write` (every one when unnamed).
+    #[serde(default)]
+    pub(crate) write_verbs: WriteVerbs,
     #[serde(default)]
     pub(crate) backends: BTreeSet<String>,
     #[serde(default)]
@@ -878,50 +901,6 @@ impl Rates {
     }
 }
 
-/// A write target: a kind, or one subresource of it (`samplecrd.k8s.io/v1/Network/status`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(try_from = "String")]
-pub struct WriteTarget {
-    pub(crate) kind: Gvk,
-    pub(crate) subresource: Option<String>,
-}
-
-impl fmt::Display for WriteTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.subresource {
-            Some(sub) => write!(f, "{}/{sub}", self.kind),
-            None => write!(f, "{}", self.kind),
-        }
-    }
-}
-
-impl TryFrom<String> for WriteTarget {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        // A kind starts with an upper-case letter, so a lower-case last segment after it is a
-        // subresource: `v1/Pod/status`, `apps/v1/Deployment/scale`.
-        if let Some((head, last)) = s.rsplit_once('/')
-            && last.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-            && head
-                .rsplit('/')
-                .next()
-                .is_some_and(|k| k.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
-        {
-            let kind = head.parse::<Gvk>().map_err(|e| e.to_string())?;
-            return Ok(Self {
-                kind,
-                subresource: Some(last.to_owned()),
-            });
-        }
-        let kind = s.parse::<Gvk>().map_err(|e| e.to_string())?;
-        Ok(Self {
-            kind,
-            subresource: None,
-        })
-    }
-}
-
 /// `guests.<name>.primaryReads`: see [`Grant::primary_reads`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -958,6 +937,10 @@ pub struct Grant {
     /// Kinds (apply, delete, finalizers) and subresources (`.../status`) it may write.
     #[serde(default)]
     pub write: BTreeSet<WriteTarget>,
+    /// The verbs it gets on a kind of `write` (`{apps/v1/Deployment: [patch]}`): `create`,
+    /// `patch`, `delete` (see `writes`); a kind not named here gets every one.
+    #[serde(default)]
+    pub write_verbs: WriteVerbs,
     /// Label keys the guest may set on objects it applies: each a key or a prefix ending in
     /// `*` (`example.com/*`). A list is the complete set. Unset: every key outside Kubernetes'
     /// own domains (`kubernetes.io`, `k8s.io` and their subdomains), whose keys act
@@ -1060,28 +1043,38 @@ impl Grant {
         })
     }
 
+    /// Whether `verb` on `kind` (or its `subresource`, whose one write is `patch`) is granted.
     pub(crate) fn may_write(
         &self,
         guest: &str,
         kind: &Gvk,
         subresource: Option<&str>,
+        verb: Verb,
     ) -> Result<(), Denied> {
-        // Compared in place: this runs on every write a guest makes, and building a
-        // `WriteTarget` to look up would copy four strings.
-        let granted = |t: &WriteTarget| t.kind == *kind && t.subresource.as_deref() == subresource;
-        if self.unrestricted || self.write.iter().any(granted) {
+        if self.unrestricted || self.write_verbs.allow(&self.write, kind, subresource, verb) {
             return Ok(());
         }
         let wanted = WriteTarget {
             kind: kind.clone(),
             subresource: subresource.map(str::to_owned),
         };
+        let listed = self.write.contains(&wanted);
+        let (what, field) = if listed {
+            (format!("{verb} {wanted}"), "writeVerbs")
+        } else {
+            (format!("write {wanted}"), "write")
+        };
         Err(Denied {
             guest: guest.to_owned(),
-            what: format!("write {wanted}"),
-            field: "write",
-            place: self.place_in_full(guest, "write"),
+            what,
+            field,
+            place: self.place_in_full(guest, field),
         })
+    }
+
+    /// Whether an apply may create `kind`'s objects, not only change existing ones.
+    pub(crate) fn may_create(&self, kind: &Gvk) -> bool {
+        self.unrestricted || self.write_verbs.of(kind).contains(&Verb::Create)
     }
 
     pub(crate) fn may_call_backend(&self, guest: &str, backend: &str) -> Result<(), Denied> {
@@ -1353,11 +1346,22 @@ guests:
         assert_eq!(grant.limits.memory_bytes(), 48 << 20);
         let network = Gvk::new("samplecrd.k8s.io", "v1", "Network");
         assert!(grant.may_read("network", &network).is_ok());
-        assert!(grant.may_write("network", &network, None).is_ok());
-        assert!(grant.may_write("network", &network, Some("status")).is_ok());
+        for verb in Verb::ALL {
+            assert!(grant.may_write("network", &network, None, verb).is_ok());
+        }
         assert!(
             grant
-                .may_write("network", &Gvk::new("", "v1", "Pod"), Some("status"))
+                .may_write("network", &network, Some("status"), Verb::Patch)
+                .is_ok()
+        );
+        assert!(
+            grant
+                .may_write(
+                    "network",
+                    &Gvk::new("", "v1", "Pod"),
+                    Some("status"),
+                    Verb::Patch
+                )
                 .is_ok()
         );
         assert!(grant.may_call_backend("network", "network").is_ok());
@@ -1375,9 +1379,52 @@ guests:
         );
         let pod = Gvk::new("", "v1", "Pod");
         assert_eq!(
-            grant.may_write("network", &pod, None).unwrap_err().what,
+            grant
+                .may_write("network", &pod, None, Verb::Patch)
+                .unwrap_err()
+                .what,
             "write v1/Pod"
         );
+    }
+
+    #[test]
+    fn write_verbs_narrow_a_kind_and_are_checked_against_write_where_they_are_written() {
+        let yaml = "guests:\n  reloader:\n    write: [apps/v1/Deployment]\n    writeVerbs: {apps/v1/Deployment: [patch]}\n";
+        let config = HostConfig::parse(yaml, Path::new("host.yaml")).unwrap();
+        let grant = config.grant("reloader").unwrap();
+        let deployment = Gvk::new("apps", "v1", "Deployment");
+        assert!(
+            grant
+                .may_write("reloader", &deployment, None, Verb::Patch)
+                .is_ok()
+        );
+        assert!(!grant.may_create(&deployment));
+        assert_eq!(
+            grant
+                .may_write("reloader", &deployment, None, Verb::Delete)
+                .unwrap_err()
+                .to_string(),
+            "guest `reloader` may not delete apps/v1/Deployment: add it to guests.reloader.writeVerbs in the host configuration"
+        );
+        for (yaml, says) in [
+            (
+                "guests:\n  a:\n    write: [v1/ConfigMap]\n    writeVerbs: {v1/Secret: [patch]}\n",
+                "guests.a.writeVerbs names v1/Secret, which write does not list",
+            ),
+            (
+                "reconcilers:\n  allow:\n    writeVerbs: {v1/Secret: [delete]}\n",
+                "reconcilers.allow.writeVerbs names v1/Secret",
+            ),
+            (
+                "reconcilers:\n  tenants:\n  - namespaces: [a]\n    allow:\n      writeVerbs: {v1/Secret: [delete]}\n",
+                "reconcilers.tenants[0]: allow.writeVerbs names v1/Secret",
+            ),
+        ] {
+            let error = HostConfig::parse(yaml, Path::new("host.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]

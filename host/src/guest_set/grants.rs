@@ -245,6 +245,11 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
     );
     beyond.extend(
         grant
+            .write_verbs
+            .beyond(&grant.write, &allow.write_verbs, &allow.write),
+    );
+    beyond.extend(
+        grant
             .backends
             .difference(&allow.backends)
             .map(|backend| format!("backend {backend}")),
@@ -560,6 +565,29 @@ reconcilers:
                 "limits.memoryMiB 64 (at most 48)",
                 "limits.concurrency 5 (at most 4)",
                 "limits.cpuMillicores 2000 (at most 1000)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reconciler_gets_no_verb_on_a_kind_beyond_those_the_ceiling_names() {
+        let config = config(
+            &format!("{HOST}    writeVerbs: {{apps/v1/Deployment: [patch]}}\n").replace(
+                "write: [test.reconciler.dev/v1/Widget/status]",
+                "write: [test.reconciler.dev/v1/Widget/status, apps/v1/Deployment]",
+            ),
+        );
+        let allow = &config.reconcilers.as_ref().unwrap().allow;
+        let patch =
+            grant("{write: [apps/v1/Deployment], writeVerbs: {apps/v1/Deployment: [patch]}}");
+        assert_eq!(beyond_allowed(&patch, allow, &config), Vec::<String>::new());
+        // Unchanged grants keep their meaning: every verb, so beyond this ceiling.
+        let every = grant("{write: [apps/v1/Deployment]}");
+        assert_eq!(
+            beyond_allowed(&every, allow, &config),
+            [
+                "writeVerbs create apps/v1/Deployment",
+                "writeVerbs delete apps/v1/Deployment"
             ]
         );
     }

@@ -390,6 +390,7 @@ impl Cluster for RecordingCluster {
         if let Some(refusal) = self.missing_namespace(&r, current.is_some()) {
             return Err(refusal);
         }
+        preconditions(object, current.as_ref())?;
         let mut merged = current.unwrap_or(Value::Null);
         merge_patch(&mut merged, object);
         self.bump(&mut merged);
@@ -405,6 +406,35 @@ impl Cluster for RecordingCluster {
     async fn record_event(&self, _manager: &str, _event: &EventRecord) -> Result<(), HostError> {
         Ok(())
     }
+}
+
+/// The API server's answers to an apply whose `metadata.uid` or `resourceVersion` does not
+/// match the object (a uid with no object: it refuses to create, 409).
+fn preconditions(applied: &Value, current: Option<&Value>) -> Result<(), HostError> {
+    let field = |object: &Value, name: &str| object["metadata"][name].as_str().map(str::to_owned);
+    if let Some(uid) = field(applied, "uid") {
+        match current.and_then(|c| field(c, "uid")) {
+            None => {
+                return Err(HostError::Conflict(format!(
+                    "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                )));
+            }
+            Some(theirs) if theirs != uid => {
+                return Err(HostError::Conflict(format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {theirs}"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(version) = field(applied, "resourceVersion")
+        && current.and_then(|c| field(c, "resourceVersion")) != Some(version)
+    {
+        return Err(HostError::Conflict(
+            "the object has been modified; please apply your changes to the latest version and try again".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl RecordingCluster {

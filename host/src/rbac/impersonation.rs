@@ -85,16 +85,17 @@ pub(super) fn guest_objects(
         metadata: meta(&account.name, Some(&account.namespace)),
         ..ServiceAccount::default()
     })];
+    let writes = grant.write_verbs.each(&grant.write);
     out.extend(bound_cluster_role(
         &name,
-        rules(&grant.read, &grant.write, resources, events()),
+        rules(&grant.read, &writes, resources, events()),
         &own,
     ));
-    let mut host_rules = rules(&grant.read, &BTreeSet::new(), resources, Vec::new());
+    let mut host_rules = rules(&grant.read, &[], resources, Vec::new());
     if options.impersonation == Impersonation::Constrained {
         host_rules.extend(impersonate_on(rules(
             &BTreeSet::new(),
-            &grant.write,
+            &writes,
             resources,
             events(),
         )));
@@ -122,7 +123,8 @@ pub(super) fn reconciler_impersonation(
     if allow.service_accounts.is_empty() || options.impersonation == Impersonation::Legacy {
         return Vec::new();
     }
-    impersonate_on(rules(&BTreeSet::new(), &allow.write, resources, events()))
+    let writes = allow.write_verbs.each(&allow.write);
+    impersonate_on(rules(&BTreeSet::new(), &writes, resources, events()))
 }
 
 /// One Role per namespace of `reconcilers.allow.serviceAccounts`, letting the host impersonate
@@ -213,12 +215,13 @@ pub(super) fn tenant_objects(
     let mut out = Vec::new();
     for (i, rule) in reconcilers.tenants.iter().enumerate() {
         let allow = &rule.allow;
-        let mut host_rules = rules(&allow.read, &BTreeSet::new(), resources, Vec::new());
+        let writes = allow.write_verbs.each(&allow.write);
+        let mut host_rules = rules(&allow.read, &[], resources, Vec::new());
         let account = impersonate(options.impersonation, Some(&rule.service_account));
         if options.impersonation == Impersonation::Constrained {
             host_rules.extend(impersonate_on(rules(
                 &BTreeSet::new(),
-                &allow.write,
+                &writes,
                 resources,
                 events(),
             )));
@@ -232,7 +235,7 @@ pub(super) fn tenant_objects(
         let tenant_role = format!("{prefix}-tenant-{i}");
         out.push(cluster_role(
             &tenant_role,
-            rules(&allow.read, &allow.write, resources, events()),
+            rules(&allow.read, &writes, resources, events()),
         ));
         let accounts = format!("{tenant_role}-accounts");
         out.push(cluster_role(

@@ -9,7 +9,7 @@
 //! | grant | verbs on the kind's resource |
 //! |---|---|
 //! | `read: [Kind]` | `get`, `list`, `watch` |
-//! | `write: [Kind]` | `create`, `patch` (server-side apply, finalizers), `delete` |
+//! | `write: [Kind]` | `create`, `patch` (server-side apply, finalizers), `delete`; only those `writeVerbs` names for the kind, when it names it |
 //! | `write: [Kind/sub]` | `patch` on `resource/sub` (status merge patches) |
 //!
 //! A kind's resource name comes from discovery with `--discover`, else from the API machinery's
@@ -25,7 +25,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
-use crate::config::{HostConfig, ValueFrom, WriteTarget};
+use crate::config::{HostConfig, ValueFrom, Verb, WriteTarget};
 use crate::objects::Gvk;
 
 mod impersonation;
@@ -124,14 +124,15 @@ pub(crate) fn guest_rules(
     let Some(grant) = config.guests.get(guest) else {
         return Vec::new();
     };
-    rules(&grant.read, &grant.write, resources, Vec::new())
+    let writes = grant.write_verbs.each(&grant.write);
+    rules(&grant.read, &writes, resources, Vec::new())
 }
 
-/// The rules of `read` and `write` entries (see the module docs), after `extra` rules keyed
-/// by group and resource, merged per API group and resource and sorted.
+/// The rules of `read` and `write` entries with their verbs (see the module docs), after
+/// `extra` rules keyed by group and resource, merged per API group and resource and sorted.
 fn rules(
     read: &BTreeSet<Gvk>,
-    write: &BTreeSet<WriteTarget>,
+    write: &[(WriteTarget, Vec<Verb>)],
     resources: &dyn Resources,
     extra: Vec<((String, String), Vec<&'static str>)>,
 ) -> Vec<PolicyRule> {
@@ -145,18 +146,16 @@ fn rules(
             .or_default()
             .extend(["get", "list", "watch"]);
     }
-    for target in write {
+    for (target, granted) in write {
         let plural = resources.plural(&target.kind);
-        match &target.subresource {
-            None => verbs
-                .entry((target.kind.group.clone(), plural))
-                .or_default()
-                .extend(["create", "patch", "delete"]),
-            Some(sub) => verbs
-                .entry((target.kind.group.clone(), format!("{plural}/{sub}")))
-                .or_default()
-                .extend(["patch"]),
-        }
+        let resource = match &target.subresource {
+            None => plural,
+            Some(sub) => format!("{plural}/{sub}"),
+        };
+        verbs
+            .entry((target.kind.group.clone(), resource))
+            .or_default()
+            .extend(granted.iter().map(|v| v.as_str()));
     }
     // Rules with the same verbs in the same group share one entry, as people write them.
     let mut grouped: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
@@ -243,13 +242,12 @@ pub(crate) fn objects(
         // guest writes as its own account.
         let own = reconciler_objects_rules(reconcilers);
         let allow = &reconcilers.allow;
-        let none = BTreeSet::new();
         let writes = if config.identity.required {
-            &none
+            Vec::new()
         } else {
-            &allow.write
+            allow.write_verbs.each(&allow.write)
         };
-        let mut role_rules = rules(&allow.read, writes, resources, own);
+        let mut role_rules = rules(&allow.read, &writes, resources, own);
         role_rules.extend(impersonation::reconciler_impersonation(
             allow, resources, options,
         ));
@@ -532,6 +530,22 @@ guests:
             ]
         );
         assert!(guest_rules(&config, "empty", &Guess).is_empty());
+    }
+
+    #[test]
+    fn write_verbs_print_only_the_verbs_they_name() {
+        let config = HostConfig::parse(
+            "guests:\n  reloader:\n    read: [apps/v1/Deployment]\n    write: [apps/v1/Deployment, v1/ConfigMap]\n    writeVerbs: {apps/v1/Deployment: [patch], v1/ConfigMap: [delete]}\n",
+            std::path::Path::new("host.yaml"),
+        )
+        .unwrap();
+        assert_eq!(
+            guest_rules(&config, "reloader", &Guess),
+            vec![
+                rule("", &["configmaps"], &["delete"]),
+                rule("apps", &["deployments"], &["get", "list", "patch", "watch"]),
+            ]
+        );
     }
 
     #[test]

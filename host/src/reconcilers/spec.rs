@@ -76,6 +76,10 @@ impl Spec {
         } else {
             serde_json::from_value::<Grant>(raw.grant).map_err(|e| format!("spec.grant: {e}"))?
         };
+        grant
+            .write_verbs
+            .check(&grant.write)
+            .map_err(|e| format!("spec.grant.{e}"))?;
         Ok(Self {
             module,
             grant,
@@ -135,6 +139,16 @@ mod tests {
                 "spec.grant",
             ),
             (serde_json::json!({"grant": {}}), "spec:"),
+            (
+                serde_json::json!({"module": "oci://r.example/g", "grant": {
+                    "write": ["v1/ConfigMap"], "writeVerbs": {"v1/Secret": ["patch"]}}}),
+                "spec.grant.writeVerbs names v1/Secret",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g", "grant": {
+                    "write": ["v1/ConfigMap"], "writeVerbs": {"v1/ConfigMap": ["update"]}}}),
+                "spec.grant: `update` is not a verb here",
+            ),
         ] {
             let err = Spec::of(&object(&spec)).unwrap_err();
             assert!(err.starts_with(field), "{spec}: {err}");

@@ -46,10 +46,12 @@ or a verb, and the comma before every character of a verb.
 {{- end -}}
 
 {{/*
-Rules of `read` and `write` entries after `extra` ([[group, resource, [verbs]]...]), merged per
-group and resource, grouped per group and verbs: a JSON list of PolicyRules.
+Rules of `read` and `write` entries (a kind's verbs: its `writeVerbs` entry, else all three) after
+`extra` ([[group, resource, [verbs]]...]), merged per group and resource, grouped per group and
+verbs: a JSON list of PolicyRules.
 */}}
 {{- define "reconciler-host.rbac.rules" -}}
+{{- $writeVerbs := .writeVerbs | default dict -}}
 {{- $verbs := dict -}}
 {{- range .extra -}}
 {{- $key := printf "%s %s" (index . 0) (index . 1) -}}
@@ -63,7 +65,8 @@ group and resource, grouped per group and verbs: a JSON list of PolicyRules.
 {{- range .write -}}
 {{- $target := include "reconciler-host.rbac.target" . | fromJson -}}
 {{- $key := printf "%s %s" $target.group $target.resource -}}
-{{- $more := ternary (list "patch") (list "create" "patch" "delete") (ne $target.sub "") -}}
+{{- $more := list "patch" -}}
+{{- if eq $target.sub "" -}}{{- $more = get $writeVerbs . | default (list "create" "patch" "delete") -}}{{- end -}}
 {{- $_ := set $verbs $key (concat (get $verbs $key | default (list)) $more) -}}
 {{- end -}}
 {{- $grouped := dict -}}
@@ -150,23 +153,24 @@ group and resource, grouped per group and verbs: a JSON list of PolicyRules.
 {{- $grant := get $guests $guest | default dict -}}
 {{- $read := $grant.read | default (list) -}}
 {{- $write := $grant.write | default (list) -}}
+{{- $writeVerbs := $grant.writeVerbs | default dict -}}
 {{- $role := printf "%s-guest-%s" $prefix (replace "@" "-at-" $guest) -}}
 {{- if $grant.serviceAccount -}}
 {{- $account := splitn "/" 2 $grant.serviceAccount -}}
 {{- $subject := dict "kind" "ServiceAccount" "name" $account._1 "namespace" $account._0 -}}
 {{- $objects = append $objects (dict "apiVersion" "v1" "kind" "ServiceAccount" "metadata" (dict "name" $account._1 "namespace" $account._0)) -}}
-{{- $rules := include "reconciler-host.rbac.rules" (dict "read" $read "write" $write "extra" $events) | fromJsonArray -}}
+{{- $rules := include "reconciler-host.rbac.rules" (dict "read" $read "write" $write "writeVerbs" $writeVerbs "extra" $events) | fromJsonArray -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" $role "namespace" "" "rules" $rules "subject" $subject) | fromJsonArray) -}}
 {{- $hostRules := include "reconciler-host.rbac.rules" (dict "read" $read "write" (list) "extra" (list)) | fromJsonArray -}}
 {{- if ne $mode "legacy" -}}
-{{- $writes := include "reconciler-host.rbac.rules" (dict "read" (list) "write" $write "extra" $events) | fromJsonArray -}}
+{{- $writes := include "reconciler-host.rbac.rules" (dict "read" (list) "write" $write "writeVerbs" $writeVerbs "extra" $events) | fromJsonArray -}}
 {{- $hostRules = concat $hostRules (include "reconciler-host.rbac.impersonateOn" $writes | fromJsonArray) -}}
 {{- end -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" (printf "%s-host" $role) "namespace" "" "rules" $hostRules "subject" $host) | fromJsonArray) -}}
 {{- $impersonate := include "reconciler-host.rbac.impersonate" (dict "mode" $mode "names" (list $account._1)) | fromJson -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" (printf "%s-impersonate-%s" $prefix (replace "@" "-at-" $guest)) "namespace" $account._0 "rules" (list $impersonate) "subject" $host) | fromJsonArray) -}}
 {{- else -}}
-{{- $rules := include "reconciler-host.rbac.rules" (dict "read" $read "write" $write "extra" (list)) | fromJsonArray -}}
+{{- $rules := include "reconciler-host.rbac.rules" (dict "read" $read "write" $write "writeVerbs" $writeVerbs "extra" (list)) | fromJsonArray -}}
 {{- if $rules -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" $role "namespace" "" "rules" $rules "subject" $host) | fromJsonArray) -}}
 {{- end -}}
@@ -188,10 +192,10 @@ unless every guest writes as its own account; impersonation of the accounts it l
 {{- $required := false -}}
 {{- if $config.identity -}}{{- $required = $config.identity.required | default false -}}{{- end -}}
 {{- $writes := ternary (list) ($allow.write | default (list)) $required -}}
-{{- $rules := include "reconciler-host.rbac.rules" (dict "read" ($allow.read | default (list)) "write" $writes "extra" $own) | fromJsonArray -}}
+{{- $rules := include "reconciler-host.rbac.rules" (dict "read" ($allow.read | default (list)) "write" $writes "writeVerbs" ($allow.writeVerbs | default dict) "extra" $own) | fromJsonArray -}}
 {{- $accounts := $allow.serviceAccounts | default (list) -}}
 {{- if and $accounts (ne $mode "legacy") -}}
-{{- $on := include "reconciler-host.rbac.rules" (dict "read" (list) "write" ($allow.write | default (list)) "extra" $events) | fromJsonArray -}}
+{{- $on := include "reconciler-host.rbac.rules" (dict "read" (list) "write" ($allow.write | default (list)) "writeVerbs" ($allow.writeVerbs | default dict) "extra" $events) | fromJsonArray -}}
 {{- $rules = concat $rules (include "reconciler-host.rbac.impersonateOn" $on | fromJsonArray) -}}
 {{- end -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" (printf "%s-reconcilers" $prefix) "namespace" "" "rules" $rules "subject" $host) | fromJsonArray) -}}
@@ -219,13 +223,13 @@ selector chooses, the administrator binds both). */ -}}
 {{- $account := $rule.serviceAccount | default "reconciler" -}}
 {{- $hostRules := include "reconciler-host.rbac.rules" (dict "read" ($ruleAllow.read | default (list)) "write" (list) "extra" (list)) | fromJsonArray -}}
 {{- if ne $mode "legacy" -}}
-{{- $on := include "reconciler-host.rbac.rules" (dict "read" (list) "write" ($ruleAllow.write | default (list)) "extra" $events) | fromJsonArray -}}
+{{- $on := include "reconciler-host.rbac.rules" (dict "read" (list) "write" ($ruleAllow.write | default (list)) "writeVerbs" ($ruleAllow.writeVerbs | default dict) "extra" $events) | fromJsonArray -}}
 {{- $hostRules = concat $hostRules (include "reconciler-host.rbac.impersonateOn" $on | fromJsonArray) -}}
 {{- end -}}
 {{- $hostRules = append $hostRules (include "reconciler-host.rbac.impersonate" (dict "mode" $mode "names" (list $account)) | fromJson) -}}
 {{- $objects = concat $objects (include "reconciler-host.rbac.bound" (dict "name" (printf "%s-tenant-%d-host" $prefix $i) "namespace" "" "rules" $hostRules "subject" $host) | fromJsonArray) -}}
 {{- $tenantRole := printf "%s-tenant-%d" $prefix $i -}}
-{{- $tenantRules := include "reconciler-host.rbac.rules" (dict "read" ($ruleAllow.read | default (list)) "write" ($ruleAllow.write | default (list)) "extra" $events) | fromJsonArray -}}
+{{- $tenantRules := include "reconciler-host.rbac.rules" (dict "read" ($ruleAllow.read | default (list)) "write" ($ruleAllow.write | default (list)) "writeVerbs" ($ruleAllow.writeVerbs | default dict) "extra" $events) | fromJsonArray -}}
 {{- $objects = append $objects (dict "apiVersion" "rbac.authorization.k8s.io/v1" "kind" "ClusterRole" "metadata" (dict "name" $tenantRole) "rules" $tenantRules) -}}
 {{- $accounts := printf "%s-accounts" $tenantRole -}}
 {{- $anyAccount := include "reconciler-host.rbac.impersonate" (dict "mode" $mode "names" (list)) | fromJson -}}

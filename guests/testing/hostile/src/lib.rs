@@ -57,13 +57,14 @@
 //!
 //! Attacks through the API server's own semantics (status patches carrying metadata, owner
 //! references, reserved keys, writes that hand back unreadable objects) are in `boundary.rs`,
-//! attacks on what the host spends for the guest (bodies, lists, selectors) in `costs.rs`, each
-//! with its own table.
+//! attacks on what the host spends for the guest (bodies, lists, selectors) in `costs.rs`, on a
+//! grant that names verbs in `verbs.rs`, each with its own table.
 //!
 //! Anything else is answered with outcome `unknown-attack`.
 
 mod boundary;
 mod costs;
+mod verbs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -479,7 +480,7 @@ const ATTACKS: &[(&str, Attack)] = &[
 ];
 
 /// Every table of attacks: this file's, then those of the modules beside it.
-const TABLES: &[&[(&str, Attack)]] = &[ATTACKS, boundary::ATTACKS, costs::ATTACKS];
+const TABLES: &[&[(&str, Attack)]] = &[ATTACKS, boundary::ATTACKS, costs::ATTACKS, verbs::ATTACKS];
 
 fn run(attack: &str, target: &Target) -> Answer {
     match TABLES
