@@ -1,0 +1,315 @@
+//! config-reloader on the Rust SDK, a port of the Go guest `guests/go/config-reloader` with the
+//! same behaviour (docs/examples/config-reloader.md; `tests/tests/config_reloader.rs` runs both
+//! live). A Deployment lists `ConfigMaps` of its namespace in the annotation
+//! `reloader.example/configmaps: "a,b"`; the guest keeps `reloader.example/config-hash` on its
+//! Pod template equal to a hash of those `ConfigMaps`' `data` and `binaryData`, so a change to one
+//! rolls the Pods.
+//!
+//! - Its grant writes Deployments with `writeVerbs: {apps/v1/Deployment: [patch]}`, and it
+//!   applies a partial object (name, namespace, the hash annotation) so every other field stays
+//!   its owner's.
+//! - A `ConfigMap` change reconciles the Deployments whose annotation lists it (a `function`
+//!   watch, [`Reloader::map`]).
+//! - A malformed list or a missing `ConfigMap` keeps the last hash and says so: condition
+//!   `reloader.example/ConfigHashed` False (`InvalidAnnotation`, `ConfigMapNotFound`) and a
+//!   Warning event. Without the annotation, the hash and the condition are removed.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use reconciler_guest::serde_json::{Value, json};
+use reconciler_guest::{
+    Action, Guest, Gvk, Json, Manifest, ObjectKey, ObjectRef, ReconcileError, Request, Watch,
+    Watches, cluster, event, gvk, lister, transient,
+};
+use sha2::{Digest, Sha256};
+
+/// The list a user writes on the Deployment.
+pub const LIST_ANNOTATION: &str = "reloader.example/configmaps";
+/// The hash the guest writes on the Pod template.
+pub const HASH_ANNOTATION: &str = "reloader.example/config-hash";
+/// The condition it keeps among the Deployment's.
+pub const CONDITION_TYPE: &str = "reloader.example/ConfigHashed";
+
+fn deployment_kind() -> Gvk {
+    gvk!("apps", "v1", "Deployment")
+}
+
+fn config_map_kind() -> Gvk {
+    gvk!("", "v1", "ConfigMap")
+}
+
+struct Reloader;
+
+impl Guest for Reloader {
+    fn manifest() -> Manifest {
+        Manifest::new("config-reloader", deployment_kind())
+    }
+
+    fn reconcile(req: Request) -> Result<Action, ReconcileError> {
+        let Some(deployment) = req.object_value()? else {
+            return Ok(Action::await_change());
+        };
+        let conditions = deployment["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let current = deployment["spec"]["template"]["metadata"]["annotations"][HASH_ANNOTATION]
+            .as_str()
+            .map(str::to_owned);
+        let Some(list) = deployment["metadata"]["annotations"][LIST_ANNOTATION].as_str() else {
+            // Not (or no longer) ours: drop the hash and the condition if they are there.
+            if current.is_some() {
+                apply_hash(&req.ref_, None)?;
+            }
+            write_condition(&req.ref_, &conditions, None)?;
+            return Ok(Action::await_change());
+        };
+        let namespace = req.ref_.namespace.clone().unwrap_or_default();
+        let outcome = desired(&namespace, list)?;
+        if let Some(hash) = &outcome.hash
+            && current.as_deref() != Some(hash.as_str())
+        {
+            apply_hash(&req.ref_, Some(hash))?;
+        }
+        if !outcome.ok {
+            event::warning(&req.ref_, outcome.reason, outcome.message.clone());
+        }
+        let condition = json!({
+            "type": CONDITION_TYPE,
+            "status": if outcome.ok { "True" } else { "False" },
+            "reason": outcome.reason,
+            "message": outcome.message,
+        });
+        write_condition(&req.ref_, &conditions, Some(condition))?;
+        Ok(Action::await_change())
+    }
+}
+
+impl Watches for Reloader {
+    fn watches() -> Vec<Watch> {
+        vec![Watch::new(config_map_kind()).by_function()]
+    }
+
+    fn map(_kind: Gvk, object: Json) -> Vec<ObjectKey> {
+        let Ok(object) = reconciler_guest::serde_json::from_str::<Value>(&object) else {
+            return Vec::new();
+        };
+        let Some(config_map) = ObjectRef::from_json(&object) else {
+            return Vec::new();
+        };
+        let namespace = config_map.namespace.as_deref();
+        let Ok(deployments) = lister::list(&deployment_kind(), namespace, None) else {
+            return Vec::new();
+        };
+        deployments
+            .iter()
+            .filter(|d| {
+                d["metadata"]["annotations"][LIST_ANNOTATION]
+                    .as_str()
+                    .and_then(|list| parse_list(list).ok())
+                    .is_some_and(|names| names.contains(&config_map.name))
+            })
+            .filter_map(ObjectRef::from_json)
+            .map(|d| d.key())
+            .collect()
+    }
+}
+
+/// The `ConfigMap` names of an annotation value (`a, b`), sorted and once each, or why it is
+/// malformed: an empty entry or one that is not a `ConfigMap` name.
+///
+/// # Errors
+///
+/// The first malformed entry, described.
+pub fn parse_list(value: &str) -> Result<BTreeSet<String>, String> {
+    let mut names = BTreeSet::new();
+    for entry in value.split(',') {
+        let name = entry.trim();
+        if name.is_empty() {
+            return Err(format!("{LIST_ANNOTATION} {value:?} has an empty entry"));
+        }
+        if !is_subdomain(name) {
+            return Err(format!(
+                "{LIST_ANNOTATION} lists {name:?}, which is not a ConfigMap name"
+            ));
+        }
+        names.insert(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// A DNS-1123 subdomain, as a `ConfigMap`'s name must be.
+fn is_subdomain(name: &str) -> bool {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    name.len() <= 253 && name.split('.').all(label)
+}
+
+/// The hash of `ConfigMaps` (name and contents, in name order): hex of SHA-256's first 16 bytes.
+#[must_use]
+pub fn hash<'a>(contents: impl IntoIterator<Item = (&'a str, &'a Value)>) -> String {
+    let mut digest = Sha256::new();
+    for (name, content) in contents {
+        digest.update(name.as_bytes());
+        digest.update([0]);
+        digest.update(content.to_string().as_bytes()); // serde_json's maps keep keys sorted
+        digest.update([0]);
+    }
+    digest.finalize()[..16]
+        .iter()
+        .fold(String::with_capacity(32), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// The condition a reconcile leaves, and the hash to apply (none: keep the last one).
+struct Outcome {
+    hash: Option<String>,
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// What the annotation `list` asks for in `namespace`.
+fn desired(namespace: &str, list: &str) -> Result<Outcome, ReconcileError> {
+    let names = match parse_list(list) {
+        Ok(names) => names,
+        Err(why) => {
+            return Ok(Outcome {
+                hash: None,
+                ok: false,
+                reason: "InvalidAnnotation",
+                message: format!("{why}; the last hash is kept"),
+            });
+        }
+    };
+    let mut contents = Vec::new();
+    let mut missing = Vec::new();
+    for name in &names {
+        let at = ObjectRef::namespaced(config_map_kind(), namespace, name.as_str());
+        match lister::get(&at).map_err(|e| transient(format!("reading {at}: {}", e.describe())))? {
+            Some(config_map) => contents.push((
+                name.as_str(),
+                json!({"data": config_map["data"], "binaryData": config_map["binaryData"]}),
+            )),
+            None => missing.push(name.as_str()),
+        }
+    }
+    if !missing.is_empty() {
+        return Ok(Outcome {
+            hash: None,
+            ok: false,
+            reason: "ConfigMapNotFound",
+            message: format!(
+                "ConfigMap {} not found in namespace {namespace}; the last hash is kept",
+                missing.join(", ")
+            ),
+        });
+    }
+    let listed: Vec<&str> = names.iter().map(String::as_str).collect();
+    Ok(Outcome {
+        hash: Some(hash(contents.iter().map(|(n, c)| (*n, c)))),
+        ok: true,
+        reason: "Hashed",
+        message: format!("hash of ConfigMap {}", listed.join(", ")),
+    })
+}
+
+/// Applies the Deployment with only the Pod template's hash annotation (none: server-side apply
+/// then removes the one it set before).
+fn apply_hash(deployment: &ObjectRef, hash: Option<&str>) -> Result<(), ReconcileError> {
+    let mut body = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment.name, "namespace": deployment.namespace},
+    });
+    if let Some(hash) = hash {
+        body["spec"] = json!({"template": {"metadata": {"annotations": {HASH_ANNOTATION: hash}}}});
+    }
+    cluster::apply(&body).map(drop).map_err(|e| {
+        transient(format!(
+            "applying the hash to {deployment}: {}",
+            e.describe()
+        ))
+    })
+}
+
+/// Sets (none: removes) the guest's condition among the Deployment's, keeping the others as
+/// written and the transition time while the status holds; writes nothing when nothing
+/// changes. The list is written whole (a merge patch replaces lists).
+fn write_condition(
+    deployment: &ObjectRef,
+    conditions: &[Value],
+    condition: Option<Value>,
+) -> Result<(), ReconcileError> {
+    let previous = conditions.iter().find(|c| c["type"] == CONDITION_TYPE);
+    let mut kept: Vec<Value> = conditions
+        .iter()
+        .filter(|c| c["type"] != CONDITION_TYPE)
+        .cloned()
+        .collect();
+    match (condition, previous) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => {}
+        (Some(mut condition), previous) => {
+            let now = reconciler_guest::conditions::now();
+            condition["lastTransitionTime"] = json!(now);
+            if let Some(previous) = previous
+                && previous["status"] == condition["status"]
+            {
+                condition["lastTransitionTime"] = previous["lastTransitionTime"].clone();
+                if previous["reason"] == condition["reason"]
+                    && previous["message"] == condition["message"]
+                {
+                    return Ok(());
+                }
+            }
+            kept.push(condition);
+        }
+    }
+    cluster::patch_status(deployment, &json!({ "conditions": kept }))
+        .map(drop)
+        .map_err(|e| {
+            transient(format!(
+                "status write of {deployment} failed: {}",
+                e.describe()
+            ))
+        })
+}
+
+reconciler_guest::export_watching!(Reloader);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_is_names_sorted_once_each_and_a_malformed_one_says_where() {
+        let names: Vec<String> = parse_list(" b,a , b").unwrap().into_iter().collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(parse_list("a,,b").unwrap_err().contains("empty entry"));
+        assert!(parse_list("a,B_c").unwrap_err().contains("\"B_c\""));
+        assert!(parse_list("").unwrap_err().contains("empty entry"));
+        assert!(parse_list("a.b-c,x").is_ok());
+        assert!(parse_list("-a").is_err());
+    }
+
+    #[test]
+    fn the_hash_follows_every_name_and_byte_of_the_contents() {
+        let one = json!({"data": {"k": "v"}, "binaryData": null});
+        let other = json!({"data": {"k": "w"}, "binaryData": null});
+        let h = hash([("a", &one)]);
+        assert_eq!(h.len(), 32);
+        assert_eq!(h, hash([("a", &one)]));
+        assert_ne!(h, hash([("a", &other)]));
+        assert_ne!(h, hash([("b", &one)]));
+        assert_ne!(h, hash([("a", &one), ("b", &one)]));
+    }
+}
