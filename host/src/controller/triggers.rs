@@ -159,15 +159,19 @@ impl FunctionMapper {
     }
 }
 
-/// The keys a guest's `map` returned that can name a primary: a valid name, and the primary
-/// watch's namespace when that is restricted. The others are dropped with a log line.
+/// The keys a guest's `map` returned that can name a primary, once each: a valid name, and the
+/// primary watch's namespace when that is restricted. The others are dropped with a log line.
+/// A key named twice is enqueued once: a worker may take the first before the second arrives,
+/// and would reconcile it twice for one event.
 fn valid_keys(
     guest: &str,
     what: &str,
     keys: Vec<ObjectKey>,
     namespace: Option<&str>,
 ) -> Vec<ObjectKey> {
+    let mut seen = std::collections::BTreeSet::new();
     keys.into_iter()
+        .filter(|key| seen.insert(key.clone()))
         .filter(|key| {
             let checked = crate::validation::object_name("key.name", &key.name)
                 .and_then(|()| crate::validation::namespace("key.namespace", key.namespace.as_deref()));
@@ -632,6 +636,18 @@ mod tests {
             .to_vec();
         let kept = valid_keys("g", "ConfigMap team/cm", keys, Some(TEAM));
         assert_eq!(kept, ["team/mine".parse::<ObjectKey>().unwrap()]);
+    }
+
+    #[test]
+    fn a_key_a_function_names_twice_is_enqueued_once() {
+        let keys = ["team/a", "team/b", "team/a"]
+            .map(|k| k.parse::<ObjectKey>().unwrap())
+            .to_vec();
+        let kept = valid_keys("g", "ConfigMap team/cm", keys, Some(TEAM));
+        assert_eq!(
+            kept,
+            ["team/a", "team/b"].map(|k| k.parse::<ObjectKey>().unwrap())
+        );
     }
 
     #[test]
