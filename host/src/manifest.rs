@@ -50,6 +50,19 @@ pub enum IndexValue {
 }
 
 /// A path into an object: fields, and `[*]` for every item of a list (`spec.refs[*].name`).
+///
+/// The grammar (`docs/guests/contract.md`, "Field paths"):
+///
+/// ```text
+/// path  = first *( "." name / quoted / "[*]" )
+/// first = name / quoted
+/// name  = 1*63( ALPHA / DIGIT / "-" / "_" )
+/// quoted = "[" JSON-string "]"      ; any key: ["app.kubernetes.io/name"], ["a\"b"]
+/// ```
+///
+/// A quoted step names a key as written, whatever it holds (dots, slashes, any character, up to
+/// 316 bytes: the longest label or annotation key), so annotations and labels can be indexed:
+/// `metadata.annotations["reloader.example/configmaps"]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(into = "String")]
 pub struct FieldPath {
@@ -64,38 +77,73 @@ enum Step {
 }
 
 /// Longest field path accepted: a path is configuration, not data.
-const MAX_FIELD_PATH: usize = 256;
+const MAX_FIELD_PATH: usize = 512;
+/// Longest key a quoted step names: a qualified name's prefix (253) and name (63), and the slash.
+const MAX_QUOTED_KEY: usize = 317;
 
 impl FieldPath {
-    /// Parses `a.b[*].c`. A field is 1 to 63 letters, digits, `-` and `_`.
+    /// Parses a path (see the type's grammar).
     pub fn parse(field: &str, text: &str) -> Result<Self, Invalid> {
         let invalid = |reason: String| Invalid::new(field, reason);
         if text.is_empty() || text.len() > MAX_FIELD_PATH {
             return Err(invalid(format!(
-                "a field path is 1 to {MAX_FIELD_PATH} characters, e.g. `spec.source` or `spec.targetNamespaces[*]`"
+                "a field path is 1 to {MAX_FIELD_PATH} characters, e.g. `spec.source`, `spec.targetNamespaces[*]` or `metadata.labels[\"app.kubernetes.io/name\"]`"
             )));
         }
+        let wrong = |at: usize, what: &str| {
+            invalid(format!(
+                "{} is not a field path: {what} at byte {at}; steps are names (letters, digits, `-`, `_`) after a `.`, `[*]` for every item of a list, and `[\"any key\"]` (a JSON string) for a key with other characters",
+                validation::shown(text)
+            ))
+        };
         let mut steps = Vec::new();
-        for part in text.split('.') {
-            let (name, each) = match part.strip_suffix("[*]") {
-                Some(name) => (name, true),
-                None => (part, false),
-            };
-            let good = !name.is_empty()
-                && name.len() <= 63
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !good {
-                return Err(invalid(format!(
-                    "{} is not a field path: each step is a field name (letters, digits, `-`, `_`), optionally followed by `[*]`",
-                    validation::shown(text)
-                )));
-            }
-            steps.push(Step::Field(name.to_owned()));
-            if each {
+        let mut rest = text;
+        let mut first = true;
+        while !rest.is_empty() {
+            let at = text.len() - rest.len();
+            if let Some(after) = rest.strip_prefix("[*]") {
+                if first {
+                    return Err(wrong(at, "`[*]` before any field"));
+                }
                 steps.push(Step::Each);
+                rest = after;
+            } else if rest.starts_with("[\"") {
+                let (key, after) = quoted(&rest[1..]).ok_or_else(|| {
+                    wrong(
+                        at,
+                        "a quoted key that is not one JSON string followed by `]`",
+                    )
+                })?;
+                if key.is_empty() || key.len() > MAX_QUOTED_KEY {
+                    return Err(wrong(
+                        at,
+                        &format!("a quoted key must be 1 to {MAX_QUOTED_KEY} bytes"),
+                    ));
+                }
+                steps.push(Step::Field(key));
+                rest = after;
+            } else {
+                let name_at = if first {
+                    rest
+                } else {
+                    rest.strip_prefix('.').ok_or_else(|| {
+                        wrong(at, "a step that is not `.name`, `[*]` or `[\"key\"]`")
+                    })?
+                };
+                let end = name_at
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                    .unwrap_or(name_at.len());
+                let name = &name_at[..end];
+                if name.is_empty() || name.len() > 63 {
+                    return Err(wrong(
+                        at,
+                        "a field name of 1 to 63 letters, digits, `-` or `_` expected",
+                    ));
+                }
+                steps.push(Step::Field(name.to_owned()));
+                rest = &name_at[end..];
             }
+            first = false;
         }
         Ok(Self {
             text: text.to_owned(),
@@ -121,6 +169,16 @@ impl FieldPath {
             .filter_map(serde_json::Value::as_str)
             .collect()
     }
+}
+
+/// The JSON string `text` starts with, decoded, and what follows its closing `]`; none when it
+/// is not one (or no `]` follows it).
+fn quoted(text: &str) -> Option<(String, &str)> {
+    // serde_json reads one string and stops; the stream's offset says where it ended.
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<String>();
+    let key = stream.next()?.ok()?;
+    let rest = text.get(stream.byte_offset()..)?;
+    Some((key, rest.strip_prefix(']')?))
 }
 
 impl std::fmt::Display for FieldPath {
@@ -461,5 +519,56 @@ mod tests {
         ]}});
         assert_eq!(path.values(&object), vec!["a", "b", "d"]);
         assert!(path.values(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn a_quoted_step_names_any_key() {
+        let object = serde_json::json!({"metadata": {
+            "annotations": {"reloader.example/configmaps": "a,b"},
+            "labels": {"app.kubernetes.io/name": "web", "a\"b]": "odd"},
+        }, "spec": {"items": [{"x.y": "1"}, {"x.y": "2"}]}});
+        for (text, values) in [
+            (
+                r#"metadata.annotations["reloader.example/configmaps"]"#,
+                vec!["a,b"],
+            ),
+            (r#"metadata.labels["app.kubernetes.io/name"]"#, vec!["web"]),
+            (r#"metadata.labels["a\"b]"]"#, vec!["odd"]),
+            (
+                r#"["metadata"].labels["app.kubernetes.io/name"]"#,
+                vec!["web"],
+            ),
+            (r#"spec.items[*]["x.y"]"#, vec!["1", "2"]),
+            (r#"metadata.labels["missing"]"#, vec![]),
+        ] {
+            let path = FieldPath::parse("f", text).unwrap();
+            assert_eq!(path.values(&object), values, "{text}");
+            assert_eq!(path.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn a_path_written_wrong_says_where() {
+        for (text, says) in [
+            ("", "1 to 512 characters"),
+            ("spec..x", "byte 4"),
+            ("spec.", "byte 4"),
+            ("[*].x", "`[*]` before any field"),
+            (r#"metadata.labels["unterminated]"#, "quoted key"),
+            (r#"metadata.labels[""]"#, "1 to 317 bytes"),
+            (r#"metadata.labels["a"]x"#, "byte 20"),
+            ("metadata.labels.app.kubernetes.io/name", "byte 33"),
+            ("spec.a b", "byte 6"),
+        ] {
+            let err = FieldPath::parse("f", text).unwrap_err();
+            assert!(err.reason.contains(says), "{text}: {}", err.reason);
+        }
+        let long = format!("metadata.labels[\"{}\"]", "k".repeat(318));
+        assert!(
+            FieldPath::parse("f", &long)
+                .unwrap_err()
+                .reason
+                .contains("317 bytes")
+        );
     }
 }
