@@ -400,6 +400,19 @@ rg_err_t rg_cluster_apply(const char *object, const rg_json_t **returned) {
   return RG_OK;
 }
 
+rg_err_t rg_cluster_apply_with(const char *object, rg_apply_options_t options,
+                               const rg_json_t **returned) {
+  wit_string_t body = borrow(object), applied;
+  reconciler_api_cluster_apply_options_t wit_options = {.force = options.force};
+  reconciler_api_types_error_t err;
+  if (returned != NULL) *returned = NULL;
+  if (!reconciler_api_cluster_apply_with(&body, &wit_options, &applied, &err))
+    return take_error(&err);
+  const rg_json_t *value = take_json(&applied, returned != NULL, "the applied object");
+  if (returned != NULL) *returned = value;
+  return RG_OK;
+}
+
 rg_err_t rg_cluster_delete(const rg_ref_t *ref, bool *existed) {
   reconciler_api_types_object_ref_t wit_ref = borrow_ref(ref);
   bool deleted;

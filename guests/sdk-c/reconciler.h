@@ -29,7 +29,8 @@
 //   json         reading (rg_json_get, rg_json_path, ...) and writing (rg_format, rg_json_quote)
 //   log          rg_info("...%s", ...) and friends: printf-style, into the host's log stream
 //   lister       cache reads: rg_lister_get, rg_lister_list
-//   cluster      writes: rg_cluster_patch_status, rg_cluster_apply, rg_cluster_delete
+//   cluster      writes: rg_cluster_patch_status, rg_cluster_apply, rg_cluster_apply_with,
+//                rg_cluster_delete
 //   event        Kubernetes events: rg_event_normal, rg_event_warning (best effort), rg_event_record
 //   queue        rg_queue_enqueue, rg_queue_enqueue_after_ms
 //   conditions   status.conditions with a stable lastTransitionTime
@@ -497,9 +498,32 @@ rg_err_t rg_lister_list(rg_gvk_t kind, const char *namespace, const char *label_
 rg_err_t rg_cluster_patch_status(const rg_ref_t *ref, const char *patch,
                                  const rg_json_t **returned);
 
-// Server-side apply of a whole object (`apiVersion`, `kind`, `metadata.name` required), the
-// guest owning every field it sets. *returned: the applied object, filtered as above.
+// Server-side apply (`apiVersion`, `kind`, `metadata.name` required) with the guest as field
+// manager, forced: the guest takes every field it sets, from any other manager. It owns the
+// fields it sends and nothing else, so send an object of the guest's own whole; on an object
+// others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields the
+// guest manages, or use rg_cluster_apply_with without `force`. *returned: the applied object,
+// filtered as above.
 rg_err_t rg_cluster_apply(const char *object, const rg_json_t **returned);
+
+// How rg_cluster_apply_with applies; zero fields are the defaults.
+typedef struct rg_apply_options {
+  // Take fields another field manager owns. Without it, a field `object` sets that another
+  // manager owns is RG_CONFLICT, whose text (the API server's) names the field and the manager,
+  // and nothing is written.
+  bool force;
+} rg_apply_options_t;
+
+// Server-side apply of the fields the guest manages, as its own field manager: `object` carries
+// `apiVersion`, `kind`, `metadata.name` (and `namespace`) and only the fields the guest sets,
+// e.g. one annotation of a Deployment's Pod template. Every other field stays its owner's; a
+// field the guest applied before and leaves out now is removed. Errors as for rg_cluster_apply,
+// and RG_CONFLICT as rg_apply_options_t says (transient with rg_from_error: retried with backoff
+// until the other manager lets go). *returned: as for rg_cluster_apply.
+//
+//     err = rg_cluster_apply_with(fields, (rg_apply_options_t){0}, NULL);
+rg_err_t rg_cluster_apply_with(const char *object, rg_apply_options_t options,
+                               const rg_json_t **returned);
 
 // Deletes an object; *existed (may be NULL) false when it was already gone.
 rg_err_t rg_cluster_delete(const rg_ref_t *ref, bool *existed);

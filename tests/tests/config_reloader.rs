@@ -10,7 +10,9 @@
 //! list it, promptly (a `function` watch, no resync); the guest's apply owns that annotation and
 //! nothing else (replicas set by another manager stay); a malformed list or a missing ConfigMap
 //! keeps the last hash and says so in the condition and a Warning event; the ConfigMap appearing
-//! heals it; removing the annotation removes the hash and the condition.
+//! heals it; a hash annotation another manager owns is not taken (the apply is unforced) and the
+//! condition names that manager and the field, until it lets go; removing the annotation
+//! removes the hash and the condition.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -295,6 +297,55 @@ async fn scenario(guest: &str) -> Result<()> {
         .wait("d-b to hash b and late", "d-b", PROMPTLY, |s| {
             hashed(s) && s.hash != b2.hash
         })
+        .await?;
+
+    // Another manager owns the hash annotation itself: the guest's unforced apply does not take
+    // it, and the condition says whose it is; once that manager lets go, the guest sets it.
+    let taken = |hash: Option<&str>| {
+        let mut d = serde_json::to_value(deployment("d-taken", Some("a")).expect("a Deployment"))
+            .expect("JSON");
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        if let Some(hash) = hash {
+            d["spec"]["template"]["metadata"]["annotations"] = json!({HASH: hash});
+        }
+        d
+    };
+    let someone_else = PatchParams::apply("someone-else").force();
+    arena
+        .deployments
+        .patch("d-taken", &someone_else, &Patch::Apply(taken(Some("mine"))))
+        .await?;
+    arena
+        .wait("d-taken's conflict to show", "d-taken", PROMPTLY, |s| {
+            s.condition == Some(("False".into(), "HashConflict".into()))
+        })
+        .await?;
+    let conflict = serde_json::to_value(arena.deployments.get("d-taken").await?)?;
+    let message = conflict["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == CONDITION))
+        .map(|c| c["message"].to_string())
+        .unwrap_or_default();
+    ensure!(
+        message.contains("someone-else") && message.contains(HASH),
+        "the conflict does not name the manager and the field: {message}"
+    );
+    ensure!(
+        arena.seen("d-taken").await?.hash.as_deref() == Some("mine"),
+        "the guest took the annotation"
+    );
+    arena
+        .deployments
+        .patch("d-taken", &someone_else, &Patch::Apply(taken(None)))
+        .await?;
+    arena
+        .wait(
+            "d-taken to be hashed once free",
+            "d-taken",
+            PROMPTLY * 4,
+            hashed,
+        )
         .await?;
 
     // The annotation removed: the hash and the condition go.

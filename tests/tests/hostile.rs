@@ -706,6 +706,8 @@ const VERBS: &[Expect] = &[
         starts: &[],
         contains: "uid mismatch",
     },
+    invalid("verbs-create-empty-uid", &["object.metadata.uid:"]),
+    denied("verbs-owner-new", "would let the garbage collector delete"),
     answered("verbs-patch", "ok"),
     denied("verbs-delete", "may not delete v1/PodTemplate"),
 ];
@@ -743,7 +745,7 @@ async fn write_verbs_let_through_only_the_verbs_they_name() -> Result<()> {
         .await?;
 
     // On the API server: nothing created, the existing object patched and still there.
-    for name in ["fresh", "fresh-uid"] {
+    for name in ["fresh", "fresh-uid", "fresh-empty"] {
         if let Some(created) = templates.get_opt(name).await? {
             failures.push(format!(
                 "PodTemplate {name} was created: {:?}",
@@ -754,6 +756,13 @@ async fn write_verbs_let_through_only_the_verbs_they_name() -> Result<()> {
     let after = templates.get("existing").await?;
     if after.metadata.uid != before.metadata.uid {
         failures.push("PodTemplate existing was deleted and created again".to_owned());
+    }
+    if after
+        .metadata
+        .owner_references
+        .is_some_and(|o| !o.is_empty())
+    {
+        failures.push("PodTemplate existing was given an owner".to_owned());
     }
     let patched = after.metadata.labels.unwrap_or_default();
     if patched.get("patched").map(String::as_str) != Some("yes") {

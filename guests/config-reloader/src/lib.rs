@@ -6,8 +6,10 @@
 //! rolls the Pods.
 //!
 //! - Its grant writes Deployments with `writeVerbs: {apps/v1/Deployment: [patch]}`, and it
-//!   applies a partial object (name, namespace, the hash annotation) so every other field stays
-//!   its owner's.
+//!   applies a partial object (name, namespace, the hash annotation) without `force`
+//!   ([`cluster::apply_with`]), so every other field stays its owner's; if another manager owns
+//!   the annotation itself, the condition turns False (`HashConflict`, naming it) and the
+//!   reconcile is retried with backoff.
 //! - A `ConfigMap` change reconciles the Deployments whose annotation lists it (a `function`
 //!   watch, [`Reloader::map`]).
 //! - A malformed list or a missing `ConfigMap` keeps the last hash and says so: condition
@@ -19,8 +21,8 @@ use std::fmt::Write as _;
 
 use reconciler_guest::serde_json::{Value, json};
 use reconciler_guest::{
-    Action, Guest, Gvk, Json, Manifest, ObjectKey, ObjectRef, ReconcileError, Request, Watch,
-    Watches, cluster, event, gvk, lister, transient,
+    Action, Guest, Gvk, HostError, Json, Manifest, ObjectKey, ObjectRef, ReconcileError, Request,
+    Watch, Watches, cluster, event, gvk, lister, transient,
 };
 use sha2::{Digest, Sha256};
 
@@ -60,7 +62,8 @@ impl Guest for Reloader {
         let Some(list) = deployment["metadata"]["annotations"][LIST_ANNOTATION].as_str() else {
             // Not (or no longer) ours: drop the hash and the condition if they are there.
             if current.is_some() {
-                apply_hash(&req.ref_, None)?;
+                apply_hash(&req.ref_, None)
+                    .map_err(|e| transient(format!("removing the hash: {}", e.describe())))?;
             }
             write_condition(&req.ref_, &conditions, None)?;
             return Ok(Action::await_change());
@@ -70,7 +73,19 @@ impl Guest for Reloader {
         if let Some(hash) = &outcome.hash
             && current.as_deref() != Some(hash.as_str())
         {
-            apply_hash(&req.ref_, Some(hash))?;
+            match apply_hash(&req.ref_, Some(hash)) {
+                Ok(()) => {}
+                Err(HostError::Conflict(why)) => {
+                    // Another field manager owns the annotation: say who, and retry with backoff.
+                    let message = format!("the hash annotation is another field manager's: {why}");
+                    event::warning(&req.ref_, "HashConflict", message.clone());
+                    let condition = json!({"type": CONDITION_TYPE, "status": "False",
+                        "reason": "HashConflict", "message": message});
+                    write_condition(&req.ref_, &conditions, Some(condition))?;
+                    return Err(transient(message));
+                }
+                Err(e) => return Err(transient(format!("applying the hash: {}", e.describe()))),
+            }
         }
         if !outcome.ok {
             event::warning(&req.ref_, outcome.reason, outcome.message.clone());
@@ -223,8 +238,8 @@ fn desired(namespace: &str, list: &str) -> Result<Outcome, ReconcileError> {
 }
 
 /// Applies the Deployment with only the Pod template's hash annotation (none: server-side apply
-/// then removes the one it set before).
-fn apply_hash(deployment: &ObjectRef, hash: Option<&str>) -> Result<(), ReconcileError> {
+/// then removes the one it set before), never taking a field from another manager.
+fn apply_hash(deployment: &ObjectRef, hash: Option<&str>) -> Result<(), HostError> {
     let mut body = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -233,12 +248,7 @@ fn apply_hash(deployment: &ObjectRef, hash: Option<&str>) -> Result<(), Reconcil
     if let Some(hash) = hash {
         body["spec"] = json!({"template": {"metadata": {"annotations": {HASH_ANNOTATION: hash}}}});
     }
-    cluster::apply(&body).map(drop).map_err(|e| {
-        transient(format!(
-            "applying the hash to {deployment}: {}",
-            e.describe()
-        ))
-    })
+    cluster::apply_with(&body, cluster::ApplyOptions { force: false }).map(drop)
 }
 
 /// Sets (none: removes) the guest's condition among the Deployment's, keeping the others as

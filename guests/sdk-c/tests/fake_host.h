@@ -24,8 +24,8 @@ void fake_reset(void);
 // The next import call (log excepted) fails with the WIT error case `tag` and `text`.
 void fake_next_error(uint8_t tag, const char *text);
 
-// The next import call succeeds with `text` (get: NULL for none; patch-status and apply: the
-// returned object).
+// The next import call succeeds with `text` (get: NULL for none; patch-status, apply and
+// apply-with: the returned object).
 void fake_next_text(const char *text);
 
 // The next lister.list returns these objects.

@@ -469,6 +469,26 @@ static void returned_objects_are_parsed_only_when_asked_for(void) {
   CHECK(rg_cluster_delete(&ref, &existed) == RG_OK && !existed);
 }
 
+static void apply_with_sends_the_fields_and_the_force_asked_for(void) {
+  const char *fields = "{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}";
+  const rg_json_t *returned = NULL;
+  fake_next_text("{\"metadata\":{\"resourceVersion\":\"8\"}}");
+  CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){0}, &returned) == RG_OK);
+  CHECK_STR(rg_json_string(rg_json_path(returned, "metadata", "resourceVersion")), "8");
+  CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){.force = true}, NULL) == RG_OK);
+  CHECK(fake_call_count == 2);
+  CHECK_STR(fake_calls[0],
+            "cluster.apply-with force=false {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}");
+  CHECK_STR(fake_calls[1],
+            "cluster.apply-with force=true {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}");
+
+  const char *conflict = "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas";
+  fake_next_error(RECONCILER_API_TYPES_ERROR_CONFLICT, conflict);
+  CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){0}, &returned) == RG_CONFLICT);
+  CHECK(returned == NULL);
+  CHECK_STR(rg_last_error(), conflict);
+}
+
 static void the_lister_reads_one_object_or_a_list_as_json(void) {
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, "ns", "a"};
   const rg_json_t *object = (const rg_json_t *)&ref;  // to see it set
@@ -912,6 +932,7 @@ static const struct {
     TEST(cluster_writes_and_events_reach_the_host_as_written),
     TEST(a_failed_write_is_an_error_with_the_hosts_kind_and_text),
     TEST(returned_objects_are_parsed_only_when_asked_for),
+    TEST(apply_with_sends_the_fields_and_the_force_asked_for),
     TEST(the_lister_reads_one_object_or_a_list_as_json),
     TEST(the_queue_takes_keys_with_and_without_delay),
     TEST(log_lines_are_formatted_at_their_level),

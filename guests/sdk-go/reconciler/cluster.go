@@ -32,8 +32,11 @@ func PatchStatus(ref ObjectRef, status any) (*Object, error) {
 	return &Object{text: text, ref: ref}, nil
 }
 
-// Apply is a server-side apply of a whole object (apiVersion, kind and metadata.name
-// required), the guest owning every field it sets. object is anything [json.Marshal] takes;
+// Apply is a server-side apply (apiVersion, kind and metadata.name required) with the guest
+// as field manager, forced: the guest takes every field it sets, from any other manager. It
+// owns the fields it sends and nothing else, so an object of the guest's own send whole; on an
+// object others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields
+// the guest manages, or use [ApplyWith] without Force. object is anything [json.Marshal] takes;
 // pass JSON text as [json.RawMessage]. An object that does not marshal is [Permanent].
 func Apply(object any) (*Object, error) {
 	body, err := json.Marshal(object)
@@ -41,6 +44,32 @@ func Apply(object any) (*Object, error) {
 		return nil, Permanentf("the object to apply does not serialise: %w", err)
 	}
 	text, err := host().apply(string(body))
+	if err != nil {
+		return nil, err
+	}
+	return &Object{text: text, what: "the object returned by apply"}, nil
+}
+
+// ApplyOptions says how [ApplyWith] applies.
+type ApplyOptions struct {
+	// Force takes fields another field manager owns. Without it, a field object sets that
+	// another manager owns is a `conflict` whose text names the field and the manager
+	// (the API server's), and nothing is written.
+	Force bool
+}
+
+// ApplyWith is a server-side apply of the fields the guest manages, as its own field manager:
+// object carries apiVersion, kind, metadata.name (and namespace) and only the fields the guest
+// sets, e.g. one annotation of a Deployment's Pod template. Every other field stays its
+// owner's; a field the guest applied before and leaves out now is removed. Errors as for
+// [Apply], and `conflict` as [ApplyOptions] says (transient: retried with backoff until the
+// other manager lets go).
+func ApplyWith(object any, options ApplyOptions) (*Object, error) {
+	body, err := json.Marshal(object)
+	if err != nil {
+		return nil, Permanentf("the object to apply does not serialise: %w", err)
+	}
+	text, err := host().applyWith(string(body), options.Force)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,14 @@ func (f *fakeHost) apply(object string) (string, error) {
 	return object, nil
 }
 
+func (f *fakeHost) applyWith(object string, force bool) (string, error) {
+	f.record("apply-with force=%t %s", force, object)
+	if f.fail != nil {
+		return "", f.fail
+	}
+	return object, nil
+}
+
 func (f *fakeHost) delete(ref ObjectRef) (bool, error) {
 	f.record("delete %s", ref)
 	return f.fail == nil, f.fail

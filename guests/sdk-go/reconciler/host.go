@@ -14,6 +14,7 @@ type imports interface {
 	// cluster
 	patchStatus(ref ObjectRef, patch string) (string, error)
 	apply(object string) (string, error)
+	applyWith(object string, force bool) (string, error)
 	delete(ref ObjectRef) (bool, error)
 	recordEvent(event Event) error
 	// queue

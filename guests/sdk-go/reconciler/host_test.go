@@ -53,6 +53,20 @@ func TestApplySendsJSONTextAsItIs(t *testing.T) {
 	}
 }
 
+func TestApplyWithSendsTheFieldsAndTheForceAsAsked(t *testing.T) {
+	fake := useFake(t)
+	fields := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web"}}
+	for _, force := range []bool{false, true} {
+		if _, err := ApplyWith(fields, ApplyOptions{Force: force}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"}}`
+	if fake.calls[0] != "apply-with force=false "+want || fake.calls[1] != "apply-with force=true "+want {
+		t.Errorf("calls %q", fake.calls)
+	}
+}
+
 func TestHostErrorsReachTheGuestAsTheyCame(t *testing.T) {
 	fake := useFake(t)
 	fake.fail = &HostError{Kind: Conflict, Message: "Widget demo/w1 changed"}

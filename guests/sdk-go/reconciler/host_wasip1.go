@@ -47,6 +47,10 @@ func (bindings) apply(object string) (string, error) {
 	return text(reconciler_api_cluster.Apply(object))
 }
 
+func (bindings) applyWith(object string, force bool) (string, error) {
+	return text(reconciler_api_cluster.ApplyWith(object, reconciler_api_cluster.ApplyOptions{Force: force}))
+}
+
 func (bindings) delete(ref ObjectRef) (bool, error) {
 	deleted := reconciler_api_cluster.Delete(witRef(ref))
 	if deleted.Tag() == witTypes.ResultErr {

@@ -6,6 +6,7 @@
 
 import {
   apply as hostApply,
+  applyWith as hostApplyWith,
   delete as hostDelete,
   patchStatus as hostPatchStatus,
 } from "reconciler:api/cluster@0.1.0";
@@ -41,14 +42,35 @@ export function patchStatusRaw(ref, patch) {
 }
 
 /**
- * Server-side apply of a whole object (an object or its JSON text, with `apiVersion`, `kind`
- * and `metadata.name`), the guest owning every field it sets, with forced ownership. Returns
- * the applied object, parsed (filtered as for `patchStatus`).
+ * Server-side apply (an object or its JSON text, with `apiVersion`, `kind` and `metadata.name`)
+ * with the guest as field manager, forced: the guest takes every field it sets, from any other
+ * manager. It owns the fields it sends and nothing else, so send an object of the guest's own
+ * whole; on an object others manage too (a Deployment kubectl, Helm or an HPA writes), send only
+ * the fields the guest manages, or use `applyWith` without `force`. Returns the applied object,
+ * parsed (filtered as for `patchStatus`).
  * @param {object | string} object
  */
 export function apply(object) {
-  const body = typeof object === "string" ? object : JSON.stringify(object);
-  return parse(hostCall(() => hostApply(body)), "the object returned by apply");
+  return parse(hostCall(() => hostApply(jsonText(object))), "the object returned by apply");
+}
+
+/**
+ * Server-side apply of the fields the guest manages, as its own field manager: `object` (or its
+ * JSON text) carries `apiVersion`, `kind`, `metadata.name` (and `namespace`) and only the fields
+ * the guest sets, e.g. one annotation of a Deployment's Pod template. Every other field stays
+ * its owner's; a field the guest applied before and leaves out now is removed. Without `force`,
+ * a field another manager owns is a HostError `conflict` whose text names the field and the
+ * manager (the API server's), and nothing is written; thrown out of `reconcile`, it is retried
+ * with backoff until the other manager lets go. Otherwise as `apply`.
+ * @param {object | string} object
+ * @param {{force?: boolean}} [options] `force`: take fields another manager owns (default false)
+ */
+export function applyWith(object, { force = false } = {}) {
+  return parse(hostCall(() => hostApplyWith(jsonText(object), { force })), "the object returned by apply");
+}
+
+function jsonText(object) {
+  return typeof object === "string" ? object : JSON.stringify(object);
 }
 
 /**

@@ -289,8 +289,19 @@ export const cluster: {
   patchStatus(ref: ObjectRef, status: KubeObject): KubeObject;
   /** Like `patchStatus` with the patch as JSON text (`{"status": ...}`); the answer as text. */
   patchStatusRaw(ref: ObjectRef, patch: string): string;
-  /** Server-side apply of a whole object (or its JSON text); the applied object. */
+  /**
+   * Server-side apply of an object (or its JSON text), forced: the guest takes every field it
+   * sets. On an object others manage too, send only the fields the guest manages, or use
+   * `applyWith`. The applied object.
+   */
   apply(object: KubeObject | string): KubeObject;
+  /**
+   * Server-side apply of only the fields the guest manages; every other field stays its owner's,
+   * one the guest applied before and leaves out is removed. Without `force`, a field another
+   * manager owns is a HostError `conflict` naming the field and the manager; nothing is written.
+   * The applied object.
+   */
+  applyWith(object: KubeObject | string, options?: { force?: boolean }): KubeObject;
   /** Deletes an object; false when it was already gone. */
   delete(ref: ObjectRef): boolean;
 };

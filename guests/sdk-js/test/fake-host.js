@@ -40,6 +40,7 @@ export const list = (...args) => call("list", args, () => []);
 // reconciler:api/cluster
 export const patchStatus = (...args) => call("patchStatus", args, (ref, patch) => patch);
 export const apply = (...args) => call("apply", args, (object) => object);
+export const applyWith = (...args) => call("applyWith", args, (object) => object);
 const remove = (...args) => call("delete", args, () => true);
 export { remove as delete };
 export const recordEvent = (...args) => call("recordEvent", args, () => undefined);

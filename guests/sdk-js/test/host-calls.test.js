@@ -69,6 +69,21 @@ test("cluster.apply takes an object or its JSON; cluster.delete reports whether 
   assert.equal(cluster.delete(ref), false);
 });
 
+test("cluster.applyWith sends the fields and the force asked for, not forcing by default", () => {
+  const fields = { apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "web", namespace: "demo" } };
+  assert.deepEqual(cluster.applyWith(fields), fields);
+  cluster.applyWith(fields, { force: false });
+  cluster.applyWith(JSON.stringify(fields), { force: true });
+  const text = JSON.stringify(fields);
+  assert.deepEqual(callsOf("applyWith"), [
+    [text, { force: false }],
+    [text, { force: false }],
+    [text, { force: true }],
+  ]);
+  answer("applyWith", failWith("conflict", 'Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas'));
+  assert.throws(() => cluster.applyWith(fields), { kind: "conflict", text: /"kubectl": \.spec\.replicas/ });
+});
+
 test("queue.enqueue takes a key or a ref, and a delay as whole milliseconds", () => {
   queue.enqueue(ref);
   queue.enqueue({ name: "w2" }, 1500.4);

@@ -70,6 +70,8 @@ export const reconciler = defineReconciler({
     }
     const applied = cluster.apply({ apiVersion: apiVersionOf(configMap), kind: "ConfigMap", metadata: { name: request.name } });
     log.debug("applied %j", applied.metadata);
+    cluster.applyWith({ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: request.name } }, { force: false });
+    cluster.applyWith("{}");
     const got = lister.get(objectRef(configMap, request.namespace, "x"));
     if (got === null) queue.enqueue(keyOf(request.ref), 1000);
     queue.enqueue(request.key);

@@ -49,7 +49,7 @@ class FakeHost:
 def host(monkeypatch):
     fake = FakeHost()
     for module, names in [
-        (cluster, ["patch_status", "apply", "delete", "record_event"]),
+        (cluster, ["patch_status", "apply", "apply_with", "delete", "record_event"]),
         (lister, ["get", "list"]),
         (queue, ["enqueue"]),
         (log, ["log"]),

@@ -8,6 +8,7 @@ from wit_world.imports import network_backend as wit_network
 from wit_world.imports import types
 
 from reconciler_guest import (
+    ConflictError,
     Gvk,
     InvalidError,
     ObjectKey,
@@ -113,6 +114,23 @@ def test_apply_serialises_the_object_and_refuses_what_is_not_json(host):
     assert json.loads(host.calls[0][1][0]) == obj
     with pytest.raises(InvalidError, match="does not serialise"):
         cluster.apply({"data": {1, 2}})
+
+
+def test_apply_with_sends_the_fields_and_the_force_asked_for_not_forcing_by_default(host):
+    host.replies["cluster.apply_with"] = '{"kind":"Deployment"}'
+    fields = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    assert cluster.apply_with(fields) == {"kind": "Deployment"}
+    cluster.apply_with(fields, force=True)
+    sent = [(name, json.loads(obj), options) for name, (obj, options) in host.calls]
+    assert sent == [
+        ("cluster.apply_with", fields, wit_cluster.ApplyOptions(force=False)),
+        ("cluster.apply_with", fields, wit_cluster.ApplyOptions(force=True)),
+    ]
+    host.replies["cluster.apply_with"] = types.Error_Conflict(
+        'Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas'
+    )
+    with pytest.raises(ConflictError, match=r'"kubectl": \.spec\.replicas'):
+        cluster.apply_with(fields)
 
 
 def test_delete_reports_whether_the_object_was_there(host):

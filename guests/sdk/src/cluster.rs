@@ -39,9 +39,12 @@ pub fn patch_status_raw(target: &ObjectRef, patch: &str) -> Result<String, HostE
     wit::patch_status(target, patch)
 }
 
-/// Server-side apply of a whole object (with `apiVersion`, `kind` and `metadata.name`), the
-/// guest owning every field it sets. `k8s-openapi` types serialise with `apiVersion` and
-/// `kind`, so they can be passed as they are.
+/// Server-side apply (with `apiVersion`, `kind` and `metadata.name`) with the guest as field
+/// manager, forced: the guest takes every field it sets, from any other manager. It owns the
+/// fields it sends and nothing else, so send an object of the guest's own whole; on an object
+/// others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields the
+/// guest manages, or use [`apply_with`] without `force`. `k8s-openapi` types serialise with
+/// `apiVersion` and `kind`, so they can be passed as they are (every field they hold is sent).
 ///
 /// # Errors
 ///
@@ -50,6 +53,26 @@ pub fn apply<T: Serialize>(object: &T) -> Result<Value, HostError> {
     let body = serde_json::to_string(object)
         .map_err(|e| HostError::Invalid(format!("object to apply does not serialise: {e}")))?;
     let returned = wit::apply(&body)?;
+    parse(&returned, "the object returned by apply")
+}
+
+pub use crate::bindings::reconciler::api::cluster::ApplyOptions;
+
+/// Server-side apply of the fields the guest manages, as its own field manager: `object`
+/// carries `apiVersion`, `kind`, `metadata.name` (and `namespace`) and only the fields the guest
+/// sets, e.g. one annotation of a Deployment's Pod template. Every other field stays its
+/// owner's; a field the guest applied before and leaves out now is removed. Without
+/// [`ApplyOptions::force`], a field another manager owns is a `conflict` whose text names the
+/// field and the manager (the API server's), and nothing is written.
+///
+/// # Errors
+///
+/// As [`apply`]; `conflict` as above (transient: retried with backoff until the other manager
+/// lets go of the field).
+pub fn apply_with<T: Serialize>(object: &T, options: ApplyOptions) -> Result<Value, HostError> {
+    let body = serde_json::to_string(object)
+        .map_err(|e| HostError::Invalid(format!("object to apply does not serialise: {e}")))?;
+    let returned = wit::apply_with(&body, options)?;
     parse(&returned, "the object returned by apply")
 }
 

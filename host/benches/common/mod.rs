@@ -13,7 +13,7 @@ impl Cluster for NullCluster {
     async fn patch_status(&self, _: &str, _: &ObjectRef, _: &Value) -> Result<Value, HostError> {
         Ok(self.0.clone())
     }
-    async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
+    async fn apply(&self, _: &str, _: &Value, _: bool) -> Result<Value, HostError> {
         Ok(self.0.clone())
     }
     async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {

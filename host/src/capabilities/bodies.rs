@@ -17,9 +17,16 @@
 //!   (`guests.<name>.labels` / `.annotations`; a list there is the complete set of keys it may
 //!   set). An owner reference names an object the guest may read, in the dependent's namespace
 //!   (or cluster-scoped), with the uid the guest's cache holds: never dangling, so the garbage
-//!   collector never deletes an object on a guest's word. `blockOwnerDeletion` holds up the
-//!   owner's deletion, so it needs a write grant for the owner's kind (as the API server's
-//!   `OwnerReferencesPermissionEnforcement` admission would ask).
+//!   collector never deletes an object on a guest's word. A new owner is a deferred delete of
+//!   the dependent (it goes when the owner does), so it needs `delete` on the dependent's kind;
+//!   without it, only the owners the cached object carries may be applied (the API server's
+//!   `OwnerReferencesPermissionEnforcement` admission likewise asks `delete` on the dependent).
+//!   `blockOwnerDeletion` holds up the owner's deletion, so it needs `patch` on the owner's kind
+//!   (the host's rule; the admission asks `update` on the owner's `finalizers`).
+//! - **An apply under `patch` without `create` never creates**: `metadata.uid` and
+//!   `resourceVersion` must be non-empty when set (an empty uid is no precondition to the API
+//!   server), and the host adds the cached object's uid (`cluster::existing_only`).
+//! - **The declared finalizer goes only on the primary kind**, the one the host removes it from.
 //! - **A write returns only what the guest may read.** The object the API server returns is
 //!   handed back whole for a kind in the grant's `read`; for a kind the guest may only write,
 //!   it gets the object's identity and concurrency fields (no labels, annotations, spec, data,
@@ -31,6 +38,7 @@ use serde_json::{Map, Value};
 
 use super::context::CallContext;
 use super::error::HostError;
+use crate::config::Verb;
 use crate::objects::{Gvk, ObjectRef};
 use crate::validation;
 
@@ -209,9 +217,11 @@ impl CallContext {
                     metadata_keys(self.name(), grant, field, patterns, value)?;
                 }
                 "ownerReferences" => self.owner_references(value, target)?,
-                "resourceVersion" | "uid" if !value.is_string() => {
+                // An empty one is no precondition to the API server (an apply naming uid "" still
+                // creates), so it would slip an apply past `existing_only`.
+                "resourceVersion" | "uid" if value.as_str().is_none_or(str::is_empty) => {
                     return Err(HostError::Invalid(format!(
-                        "object.metadata.{key}: must be a string"
+                        "object.metadata.{key}: must be a non-empty string"
                     )));
                 }
                 known if APPLY_METADATA.contains(&known) => {}
@@ -234,20 +244,35 @@ impl CallContext {
                 "object.metadata.ownerReferences: must be a list".into(),
             ));
         };
+        // An owner reference is a deferred delete: the garbage collector deletes the dependent
+        // once its owners are gone. Without `delete` on the dependent's kind, only the owners
+        // the object already carries may be applied (as the API server's
+        // OwnerReferencesPermissionEnforcement asks delete on the dependent to change them).
+        let may_delete =
+            self.guest
+                .grant
+                .may_write(self.name(), &dependent.kind, None, Verb::Delete);
+        let carried = match &may_delete {
+            Ok(()) => None,
+            Err(_) => Some(self.carried_owners(dependent)?),
+        };
         let mut uids = BTreeSet::new();
         for (i, entry) in list.iter().enumerate() {
             let field = format!("object.metadata.ownerReferences[{i}]");
             let owner = owner_reference(&field, entry)?;
+            if let (Some(carried), Err(denied)) = (&carried, &may_delete)
+                && !carried.contains(&owner.uid)
+            {
+                return Err(HostError::Denied(format!(
+                    "{field} would let the garbage collector delete {dependent} once {} is gone, which only a guest that may delete it may arrange: {denied}",
+                    owner.kind
+                )));
+            }
             self.guest.grant.may_read(self.name(), &owner.kind.kind)?;
             if owner.block_owner_deletion {
                 self.guest
                     .grant
-                    .may_write(
-                        self.name(),
-                        &owner.kind.kind,
-                        None,
-                        crate::config::Verb::Patch,
-                    )
+                    .may_write(self.name(), &owner.kind.kind, None, Verb::Patch)
                     .map_err(|d| {
                         HostError::Denied(format!(
                             "{field}.blockOwnerDeletion holds up the deletion of {}: {d}",
@@ -267,6 +292,29 @@ impl CallContext {
 
     /// The owner as the guest's cache holds it: in the dependent's namespace, or cluster-scoped
     /// (the only owner a cluster-scoped dependent may have), with the same uid.
+    /// The uids of the owners `dependent` carries as the guest's cache holds it (none when
+    /// it is not cached, or its kind not read).
+    fn carried_owners(&self, dependent: &ObjectRef) -> Result<BTreeSet<String>, HostError> {
+        if self
+            .guest
+            .grant
+            .may_read(self.name(), &dependent.kind)
+            .is_err()
+        {
+            return Ok(BTreeSet::new());
+        }
+        let Some(text) = self.guest.providers.lister.get(dependent)? else {
+            return Ok(BTreeSet::new());
+        };
+        let object: Value = serde_json::from_str(&text).unwrap_or_default();
+        let owners = object["metadata"]["ownerReferences"].as_array();
+        Ok(owners
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["uid"].as_str().map(str::to_owned))
+            .collect())
+    }
+
     fn owner_exists(
         &self,
         field: &str,

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use wasmtime::component::{HasSelf, Linker};
 
 use super::capability::{Capability, LoadCheck};
-use super::context::{CallContext, as_json, embed};
+use super::context::{CallContext, Scope, as_json, embed};
 use super::error::HostError;
 use super::replay;
 pub(crate) use super::seams::EventType;
@@ -50,7 +50,8 @@ pub(super) fn add_to_linker<T: Send + 'static>(
 
 /// The object a body names, checked: apiVersion, kind and metadata.name present and valid,
 /// metadata.namespace valid when present, and no finalizer but the guest's declared one.
-fn applied_ref(body: &Value, declared_finalizer: Option<&str>) -> Result<ObjectRef, HostError> {
+fn applied_ref(body: &Value, scope: &Scope) -> Result<ObjectRef, HostError> {
+    let declared_finalizer = scope.finalizer.as_deref();
     if !body.is_object() {
         return Err(HostError::Invalid("object: must be a JSON object".into()));
     }
@@ -100,6 +101,17 @@ fn applied_ref(body: &Value, declared_finalizer: Option<&str>) -> Result<ObjectR
                     declared_finalizer.unwrap_or("none")
                 )));
             }
+            // The host removes it from objects of the primary kind alone (on deletion, and
+            // when the guest is unloaded): on another kind it would hold up deletion for good.
+            if let Some(primary) = &scope.primary
+                && *primary != target.kind
+            {
+                return Err(HostError::Invalid(format!(
+                    "object.metadata.finalizers: {} goes only on the guest's primary kind {primary}, which the host removes it from; on {} nothing would",
+                    validation::shown(name),
+                    target.kind
+                )));
+            }
         }
     }
     Ok(target)
@@ -145,7 +157,10 @@ impl CallContext {
     /// hold is refused here.
     fn existing_only(&self, mut body: Value, target: &ObjectRef) -> Result<Value, HostError> {
         let grant = &self.guest.grant;
-        if grant.may_create(&target.kind) || body["metadata"].get("uid").is_some() {
+        let named = body["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty());
+        if grant.may_create(&target.kind) || named {
             return Ok(body);
         }
         let refused = |why: String| {
@@ -162,10 +177,14 @@ impl CallContext {
                 target.kind
             )));
         }
-        let cached = self.guest.providers.lister.get(target)?;
-        let Some(uid) = cached.as_deref().and_then(super::bodies::uid_of) else {
+        let Some(cached) = self.guest.providers.lister.get(target)? else {
             return Err(refused(format!(
                 "{target} is not in the guest's cache, so the apply would create it"
+            )));
+        };
+        let Some(uid) = super::bodies::uid_of(&cached) else {
+            return Err(refused(format!(
+                "{target} is cached without metadata.uid (an offline fixture written without one?), so the apply could not be kept from creating it"
             )));
         };
         body["metadata"]["uid"] = Value::String(uid);
@@ -225,9 +244,9 @@ impl CallContext {
         }
     }
 
-    async fn cluster_apply(&mut self, body: &str) -> Result<Value, HostError> {
+    async fn cluster_apply(&mut self, body: &str, force: bool) -> Result<Value, HostError> {
         let (value, _body) = self.parse_body("object", body).await?;
-        let target = applied_ref(&value, self.guest.scope.finalizer.as_deref())?;
+        let target = applied_ref(&value, &self.guest.scope)?;
         self.may_write(&target, None, Verb::Patch)?;
         self.apply_metadata(&value, &target)?;
         let value = self.existing_only(value, &target)?;
@@ -246,7 +265,7 @@ impl CallContext {
             self.differs(crate::shadow::apply(what, live.as_ref(), &value));
             return Ok(self.returned(&target.kind, live.unwrap_or(value)));
         }
-        match provider.apply(self.name(), &value).await {
+        match provider.apply(self.name(), &value, force).await {
             Ok(written) => Ok(self.returned(&target.kind, written)),
             Err(e) => Err(self.withheld(&what, &target.kind, e)),
         }
@@ -335,7 +354,25 @@ impl wit::Host for CallContext {
             ("cluster", "apply"),
             || json!({ "object": embed(&object) }),
             Ok,
-            async |this| this.cluster_apply(&object).await,
+            async |this| this.cluster_apply(&object, true).await,
+            Value::clone,
+        )
+        .await
+        .map(|v| v.to_string())
+        .map_err(Into::into)
+    }
+
+    async fn apply_with(
+        &mut self,
+        object: String,
+        options: wit::ApplyOptions,
+    ) -> Result<String, types::Error> {
+        let force = options.force;
+        self.recorded(
+            ("cluster", "apply-with"),
+            || json!({ "object": embed(&object), "force": force }),
+            Ok,
+            async |this| this.cluster_apply(&object, force).await,
             Value::clone,
         )
         .await
@@ -476,6 +513,82 @@ mod tests {
             call.apply(secret.to_string()).await,
             Err(types::Error::Denied(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_declared_finalizer_goes_on_the_primary_kind_alone_and_preconditions_are_not_empty()
+    {
+        let h = Harness::new();
+        let mut call = h.call(
+            GRANT,
+            Scope {
+                finalizer: Some("example.com/mine".into()),
+                primary: Some(Gvk::new("samplecrd.k8s.io", "v1", "Network")),
+                ..Scope::default()
+            },
+        );
+        let held = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "finalizers": ["example.com/mine"]}});
+        let err = call.apply(held.to_string()).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Invalid(m) if m.contains("goes only on the guest's primary kind samplecrd.k8s.io/v1/Network")),
+            "{err:?}"
+        );
+        for field in ["uid", "resourceVersion"] {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", field: ""}});
+            let err = call.apply(body.to_string()).await.unwrap_err();
+            assert!(
+                matches!(&err, types::Error::Invalid(m) if m.starts_with(&format!("object.metadata.{field}: must be a non-empty string"))),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_patch_only_grant_neither_creates_deletes_nor_adds_owners() {
+        let h = Harness::new();
+        for (name, uid) in [("a", "uid-a"), ("b", "uid-b")] {
+            h.cache.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "uid": uid}}));
+        }
+        let patch_only =
+            "{read: [v1/ConfigMap], write: [v1/ConfigMap], writeVerbs: {v1/ConfigMap: [patch]}}";
+        let mut call = h.call(patch_only, Scope::default());
+        let ghost = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ghost", "namespace": "ns"}});
+        let err = call.apply(ghost.to_string()).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Denied(m) if m.contains("may patch v1/ConfigMap but not create it") && m.contains("not in the guest's cache")),
+            "{err:?}"
+        );
+        assert!(h.cache.get(&cm(Some("ns"), "ghost").into()).is_none());
+        // A uid the guest names itself reaches the server, which refuses to create (offline too).
+        let named = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ghost", "namespace": "ns", "uid": "made-up"}});
+        let err = call.apply(named.to_string()).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Conflict(m) if m.contains("uid mismatch")),
+            "{err:?}"
+        );
+        // An existing object: patched, under the uid the cache holds.
+        let existing = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "v"}});
+        let applied: Value =
+            serde_json::from_str(&call.apply(existing.to_string()).await.unwrap()).unwrap();
+        assert_eq!(applied["metadata"]["uid"], "uid-a");
+        assert_eq!(applied["data"]["k"], "v");
+        let err = call.delete(cm(Some("ns"), "a")).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Denied(m) if m.contains("may not delete v1/ConfigMap")),
+            "{err:?}"
+        );
+        // A new owner is a deferred delete.
+        let owned = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "b", "uid": "uid-b"}]}});
+        let err = call.apply(owned.to_string()).await.unwrap_err();
+        assert!(
+            matches!(&err, types::Error::Denied(m) if m.contains("would let the garbage collector delete")),
+            "{err:?}"
+        );
+        // ... which a grant with delete may arrange.
+        let mut call = h.call(GRANT, Scope::default());
+        call.apply(owned.to_string()).await.unwrap();
     }
 
     #[tokio::test]
@@ -855,7 +968,7 @@ mod tests {
         fn unchanged_by_status_patch(&self, _: &ObjectRef, _: &Value) -> Option<Value> {
             Some(self.0.clone())
         }
-        async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
+        async fn apply(&self, _: &str, _: &Value, _: bool) -> Result<Value, HostError> {
             Err(HostError::Other("sent".into()))
         }
         async fn delete(&self, _: &str, _: &ObjectRef) -> Result<bool, HostError> {

@@ -15,6 +15,7 @@ use super::seams::{Cluster, Enqueuer, Lister};
 use crate::config::{Grant, Rates};
 use crate::manifest::Manifest;
 use crate::metrics::{HostCallOutcome, Metrics};
+use crate::objects::Gvk;
 use crate::wit::types;
 
 /// The providers behind the capabilities, chosen by the host: built by
@@ -49,6 +50,9 @@ pub(crate) struct Scope {
     pub(crate) primary_namespace: Option<String>,
     /// The finalizer the guest's manifest declares: the only one its applied objects may carry.
     pub(crate) finalizer: Option<String>,
+    /// The guest's primary kind: the only kind whose objects may carry that finalizer (none:
+    /// not checked, for tests that build a scope by hand).
+    pub(crate) primary: Option<Gvk>,
     /// A namespaced `Reconciler`'s namespace: every write and event names an object in it
     /// (never a cluster-scoped one).
     pub(crate) tenant: Option<String>,
@@ -64,6 +68,7 @@ impl Scope {
                 .clone()
                 .or_else(|| watch_namespace.map(str::to_owned)),
             finalizer: manifest.finalizer.clone(),
+            primary: Some(manifest.primary.clone()),
             tenant: None,
         }
     }

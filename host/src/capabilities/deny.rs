@@ -73,7 +73,7 @@ impl Cluster for DenyAll {
     ) -> Result<Value, HostError> {
         Err(HostError::Denied(self.0.into()))
     }
-    async fn apply(&self, _: &str, _: &Value) -> Result<Value, HostError> {
+    async fn apply(&self, _: &str, _: &Value, _: bool) -> Result<Value, HostError> {
         Err(HostError::Denied(self.0.into()))
     }
     async fn delete(&self, _: &str, _: &crate::objects::ObjectRef) -> Result<bool, HostError> {

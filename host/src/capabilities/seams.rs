@@ -47,7 +47,9 @@ pub trait Cluster: Send + Sync {
     fn unchanged_by_status_patch(&self, _object: &ObjectRef, _patch: &Value) -> Option<Value> {
         None
     }
-    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError>;
+    /// Server-side apply of `object` with `manager` as field manager; `force` takes fields
+    /// another manager owns, else such a field is a conflict naming it and its manager.
+    async fn apply(&self, manager: &str, object: &Value, force: bool) -> Result<Value, HostError>;
     async fn delete(&self, manager: &str, object: &ObjectRef) -> Result<bool, HostError>;
     async fn record_event(&self, manager: &str, event: &EventRecord) -> Result<(), HostError>;
     /// The object as the API server has it now (not the cache), or none: what shadow mode

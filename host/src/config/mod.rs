@@ -139,38 +139,7 @@ impl HostConfig {
                 }
             }
         }
-        for (i, rule) in config
-            .reconcilers
-            .iter()
-            .flat_map(|r| r.tenants.iter())
-            .enumerate()
-        {
-            let invalid = |message: String| ConfigError::Invalid {
-                path: path.to_owned(),
-                message: format!("{}: {message}", rule.label(i)),
-            };
-            if let Some(selector) = &rule.namespace_selector {
-                let parsed = crate::selector::parse_selector(selector)
-                    .map_err(|e| invalid(format!("namespaceSelector: {e}")))?;
-                if parsed.selects_all() {
-                    return Err(invalid(
-                        "namespaceSelector selects every namespace; name a label the administrator sets".into(),
-                    ));
-                }
-            }
-            if rule.namespace_selector.is_none() && rule.namespaces.is_empty() {
-                return Err(invalid(
-                    "selects no namespace: set namespaceSelector or namespaces".into(),
-                ));
-            }
-            crate::validation::dns1123_label("serviceAccount", &rule.service_account)
-                .map_err(|e| invalid(e.to_string()))?;
-            let allow = &rule.allow;
-            allow
-                .write_verbs
-                .check(&allow.write)
-                .map_err(|e| invalid(format!("allow.{e}")))?;
-        }
+        config.check_tenant_rules(path)?;
         let mut config = config;
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(verify) = config.reconcilers.as_mut().and_then(|r| r.verify.as_mut()) {
@@ -204,6 +173,43 @@ impl HostConfig {
             }
         }
         Ok(config)
+    }
+
+    /// Each tenant rule selects some namespaces, and not all; its account and verbs are valid.
+    fn check_tenant_rules(&self, path: &Path) -> Result<(), ConfigError> {
+        for (i, rule) in self
+            .reconcilers
+            .iter()
+            .flat_map(|r| r.tenants.iter())
+            .enumerate()
+        {
+            let invalid = |message: String| ConfigError::Invalid {
+                path: path.to_owned(),
+                message: format!("{}: {message}", rule.label(i)),
+            };
+            if let Some(selector) = &rule.namespace_selector {
+                let parsed = crate::selector::parse_selector(selector)
+                    .map_err(|e| invalid(format!("namespaceSelector: {e}")))?;
+                if parsed.selects_all() {
+                    return Err(invalid(
+                        "namespaceSelector selects every namespace; name a label the administrator sets".into(),
+                    ));
+                }
+            }
+            if rule.namespace_selector.is_none() && rule.namespaces.is_empty() {
+                return Err(invalid(
+                    "selects no namespace: set namespaceSelector or namespaces".into(),
+                ));
+            }
+            crate::validation::dns1123_label("serviceAccount", &rule.service_account)
+                .map_err(|e| invalid(e.to_string()))?;
+            let allow = &rule.allow;
+            allow
+                .write_verbs
+                .check(&allow.write)
+                .map_err(|e| invalid(format!("allow.{e}")))?;
+        }
+        Ok(())
     }
 
     /// The host-wide cap on one guest's concurrency.

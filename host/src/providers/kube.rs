@@ -374,19 +374,19 @@ impl Cluster for KubeCluster {
             .transpose()
     }
 
-    async fn apply(&self, manager: &str, object: &Value) -> Result<Value, HostError> {
+    async fn apply(&self, manager: &str, object: &Value, force: bool) -> Result<Value, HostError> {
         let target = ObjectRef::of_object(object).ok_or_else(|| {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
         })?;
         let api = self.api(&target).await?;
+        let params = PatchParams {
+            force,
+            ..PatchParams::apply(manager)
+        };
         let send = async {
-            api.patch(
-                &path_segment(&target.name),
-                &PatchParams::apply(manager).force(),
-                &Patch::Apply(object),
-            )
-            .await
-            .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))
+            api.patch(&path_segment(&target.name), &params, &Patch::Apply(object))
+                .await
+                .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))
         };
         self.write(&target, send).await
     }
@@ -645,7 +645,7 @@ mod tests {
         let status = serde_json::json!({"status": {}});
         assert!(fenced(cluster.patch_status("g", &cm(), &status).await));
         let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
-        assert!(fenced(cluster.apply("g", &body).await));
+        assert!(fenced(cluster.apply("g", &body, true).await));
         assert!(fenced(cluster.delete("g", &cm()).await));
         let event = EventRecord {
             regarding: cm(),

@@ -382,7 +382,14 @@ impl Cluster for RecordingCluster {
         Ok(self.cache.get(object))
     }
 
-    async fn apply(&self, _manager: &str, object: &Value) -> Result<Value, HostError> {
+    /// Field ownership is not modelled: an unforced apply is written as a forced one (a
+    /// conflict with another manager shows only against a real API server).
+    async fn apply(
+        &self,
+        _manager: &str,
+        object: &Value,
+        _force: bool,
+    ) -> Result<Value, HostError> {
         let r = ObjectRef::of_object(object).ok_or_else(|| {
             HostError::Invalid("the applied object needs apiVersion, kind and metadata.name".into())
         })?;
@@ -409,9 +416,16 @@ impl Cluster for RecordingCluster {
 }
 
 /// The API server's answers to an apply whose `metadata.uid` or `resourceVersion` does not
-/// match the object (a uid with no object: it refuses to create, 409).
+/// match the object (a uid with no object: it refuses to create, 409; an empty one is no
+/// precondition).
 fn preconditions(applied: &Value, current: Option<&Value>) -> Result<(), HostError> {
-    let field = |object: &Value, name: &str| object["metadata"][name].as_str().map(str::to_owned);
+    // Empty is no precondition, as on the API server.
+    let field = |object: &Value, name: &str| {
+        object["metadata"][name]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
     if let Some(uid) = field(applied, "uid") {
         match current.and_then(|c| field(c, "uid")) {
             None => {
@@ -427,8 +441,10 @@ fn preconditions(applied: &Value, current: Option<&Value>) -> Result<(), HostErr
             Some(_) => {}
         }
     }
-    if let Some(version) = field(applied, "resourceVersion")
-        && current.and_then(|c| field(c, "resourceVersion")) != Some(version)
+    // Against an existing object only: an apply carrying a resourceVersion of an object that
+    // does not exist creates it (Kubernetes 1.37, checked with kubectl).
+    if let (Some(version), Some(current)) = (field(applied, "resourceVersion"), current)
+        && field(current, "resourceVersion") != Some(version)
     {
         return Err(HostError::Conflict(
             "the object has been modified; please apply your changes to the latest version and try again".into(),
@@ -768,10 +784,13 @@ mod tests {
             "metadata": {"name": "mirror-a"}}));
         let cluster = RecordingCluster::new(cache.clone()).with_namespaces();
         for namespace in ["apps", "mirror-a", "default", "kube-system"] {
-            let applied = cluster.apply("g", &config_map(namespace)).await;
+            let applied = cluster.apply("g", &config_map(namespace), true).await;
             assert!(applied.is_ok(), "{namespace}: {applied:?}");
         }
-        let err = cluster.apply("g", &config_map("ghost")).await.unwrap_err();
+        let err = cluster
+            .apply("g", &config_map("ghost"), true)
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, HostError::NotFound(m)
                 if m.starts_with("apply of v1/ConfigMap ghost/copy: namespaces \"ghost\" not found (404)")),
@@ -782,13 +801,13 @@ mod tests {
 
         let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "ghost"}});
-        cluster.apply("g", &namespace).await.unwrap();
-        let applied = cluster.apply("g", &config_map("ghost")).await;
+        cluster.apply("g", &namespace, true).await.unwrap();
+        let applied = cluster.apply("g", &config_map("ghost"), true).await;
         assert!(applied.is_ok(), "after its Namespace: {applied:?}");
 
         // Unless asked, any namespace is taken (the capabilities' own tests load nothing).
         let lax = RecordingCluster::new(Arc::new(MemoryCache::default()));
-        assert!(lax.apply("g", &config_map("anywhere")).await.is_ok());
+        assert!(lax.apply("g", &config_map("anywhere"), true).await.is_ok());
     }
 
     /// A fixture saved from a cluster carries its versions: a write goes above the highest of
@@ -809,14 +828,14 @@ mod tests {
                 .unwrap()
                 .to_owned()
         };
-        let first = cluster.apply("g", &config_map("apps")).await.unwrap();
+        let first = cluster.apply("g", &config_map("apps"), true).await.unwrap();
         assert_eq!(version(&first), "3002");
-        let second = cluster.apply("g", &config_map("apps")).await.unwrap();
+        let second = cluster.apply("g", &config_map("apps"), true).await.unwrap();
         assert_eq!(version(&second), "3003");
 
         // With nothing loaded, versions start where they always did.
         let empty = RecordingCluster::new(Arc::new(MemoryCache::default()));
-        let applied = empty.apply("g", &config_map("apps")).await.unwrap();
+        let applied = empty.apply("g", &config_map("apps"), true).await.unwrap();
         assert_eq!(version(&applied), "1001");
     }
 

@@ -11,8 +11,10 @@
 //   - its grant writes Deployments with `writeVerbs: {apps/v1/Deployment: [patch]}`: it cannot
 //     create or delete one, and an apply of a Deployment that does not exist is refused;
 //   - it applies only the one field it manages (a partial object: name, namespace and the Pod
-//     template's hash annotation), so replicas, images and everything kubectl, Helm or an HPA
-//     set stay theirs; the apply is forced only over that annotation.
+//     template's hash annotation, [reconciler.ApplyWith] without Force), so replicas, images
+//     and everything kubectl, Helm or an HPA set stay theirs; if another manager owns the
+//     annotation itself, the apply is a conflict naming it, the condition turns False
+//     (`HashConflict`, the API server's text) and the reconcile is retried with backoff.
 //
 // A ConfigMap change reconciles the Deployments of its namespace whose annotation lists it (a
 // `function` watch: the host calls MapConfigMap, which reads the cached Deployments). A
@@ -172,7 +174,20 @@ func reconcile(req *reconciler.Request) (reconciler.Action, error) {
 	}
 	if result.hash != nil && (*result.hash != current || !hashed) {
 		if err := applyHash(req.Ref, *result.hash); err != nil {
-			return reconciler.Action{}, err
+			e, conflict := reconciler.AsHostError(err)
+			if !conflict || e.Kind != reconciler.Conflict {
+				return reconciler.Action{}, err
+			}
+			// Another field manager owns the annotation: say who, and retry with backoff.
+			message := "the hash annotation is another field manager's: " + e.Message
+			reconciler.WarningEvent(req.Ref, "HashConflict", message)
+			condition := map[string]any{
+				"type": conditionType, "status": reconciler.ConditionFalse, "reason": "HashConflict", "message": message,
+			}
+			if err := writeCondition(req.Ref, d.Status.Conditions, condition); err != nil {
+				return reconciler.Action{}, err
+			}
+			return reconciler.Action{}, reconciler.Transient(err)
 		}
 	}
 	status := reconciler.ConditionTrue
@@ -221,7 +236,8 @@ func desired(namespace, value string) (outcome, error) {
 }
 
 // applyHash applies the Deployment with only the Pod template's hash annotation (none for "":
-// server-side apply then removes the one it set before).
+// server-side apply then removes the one it set before), never taking a field from another
+// manager.
 func applyHash(ref reconciler.ObjectRef, hash string) error {
 	template := map[string]any{}
 	if hash != "" {
@@ -235,10 +251,8 @@ func applyHash(ref reconciler.ObjectRef, hash string) error {
 	if hash != "" {
 		body["spec"] = map[string]any{"template": template}
 	}
-	if _, err := reconciler.Apply(body); err != nil {
-		return reconciler.Transientf("applying the hash to %s: %w", ref, err)
-	}
-	return nil
+	_, err := reconciler.ApplyWith(body, reconciler.ApplyOptions{})
+	return err
 }
 
 // writeCondition sets (nil: removes) the guest's condition among the Deployment's, keeping the

@@ -39,10 +39,28 @@ def patch_status_raw(ref: ObjectRef, patch: str) -> str:
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply of a whole object (with `apiVersion`, `kind` and `metadata.name`), the
-    guest owning every field it sets; returns the applied object, filtered as for
-    `patch_status`. `InvalidError` also when `obj` does not serialise to JSON."""
+    """Server-side apply (with `apiVersion`, `kind` and `metadata.name`) with the guest as field
+    manager, forced: the guest takes every field it sets, from any other manager. It owns the
+    fields it sends and nothing else, so send an object of the guest's own whole; on an object
+    others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields the
+    guest manages, or use `apply_with` without `force`. Returns the applied object, filtered as
+    for `patch_status`. `InvalidError` also when `obj` does not serialise to JSON."""
     returned = _bindings.call(_wit.apply, _bindings.dumps(obj))
+    return _bindings.parse(returned, "the object returned by apply")
+
+
+def apply_with(obj: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
+    """Server-side apply of the fields the guest manages, as its own field manager: `obj`
+    carries `apiVersion`, `kind`, `metadata.name` (and `namespace`) and only the fields the
+    guest sets, e.g. one annotation of a Deployment's Pod template. Every other field stays its
+    owner's; a field the guest applied before and leaves out now is removed.
+
+    Without `force`, a field another manager owns is a `ConflictError` whose text names the
+    field and the manager (the API server's), and nothing is written; raised out of
+    `reconcile`, it is retried with backoff until the other manager lets go. `force=True` takes
+    the field, as `apply` does. Otherwise as `apply`."""
+    options = _wit.ApplyOptions(force=force)
+    returned = _bindings.call(_wit.apply_with, _bindings.dumps(obj), options)
     return _bindings.parse(returned, "the object returned by apply")
 
 

@@ -59,7 +59,7 @@ fn owned_by(kind: &str, name: &str, uid: &str) -> Value {
 }
 
 /// The uid of the guest's own attack `ConfigMap`, as its cache holds it.
-fn own_uid(t: &Target) -> String {
+pub(super) fn own_uid(t: &Target) -> String {
     lister::get(&t.me)
         .ok()
         .flatten()

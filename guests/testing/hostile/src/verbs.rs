@@ -7,6 +7,8 @@
 //! |---|---|---|
 //! | `verbs-create` | apply PodTemplate `fresh`, which does not exist | `denied` (patch, not create): nothing is created |
 //! | `verbs-create-uid` | the same for `fresh-uid`, carrying a made-up `metadata.uid` | `conflict` from the API server, which refuses to create an object an apply names by uid |
+//! | `verbs-create-empty-uid` | the same for `fresh-empty`, carrying `metadata.uid: ""` (no precondition to the API server) | `invalid`, `object.metadata.uid:` |
+//! | `verbs-owner-new` | apply `existing` with an owner reference to the attack's own `ConfigMap` (a deferred delete of `existing`) | `denied` |
 //! | `verbs-patch` | apply only a label to PodTemplate `existing` | `ok` |
 //! | `verbs-delete` | delete PodTemplate `existing` | `denied` |
 
@@ -42,6 +44,14 @@ pub const ATTACKS: &[(&str, Attack)] = &[
     ("verbs-create-uid", |t| {
         let uid = json!({"uid": "00000000-0000-4000-8000-000000000009"});
         apply_value(&new_pod_template(t, "fresh-uid", &uid))
+    }),
+    ("verbs-create-empty-uid", |t| {
+        apply_value(&new_pod_template(t, "fresh-empty", &json!({"uid": ""})))
+    }),
+    ("verbs-owner-new", |t| {
+        let owner = json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+            "name": t.me.name, "uid": super::boundary::own_uid(t)}]});
+        apply_value(&pod_template(t, "existing", &owner))
     }),
     ("verbs-patch", |t| {
         apply_value(&pod_template(
