@@ -294,7 +294,7 @@ fn host_call<T>(
             let (kind, message) = match e {
                 HostError::Denied(m) | HostError::Forbidden(m) => ("denied", m),
                 HostError::NotFound(m) => ("not-found", m),
-                HostError::Conflict(m) => ("conflict", m),
+                HostError::Conflict(m) | HostError::FieldConflict(m) => ("conflict", m),
                 HostError::Invalid(m) => ("invalid", m),
                 HostError::Unavailable(m) | HostError::Limited(m) => ("unavailable", m),
                 HostError::Other(m) => ("other", m),

@@ -239,6 +239,20 @@ fn a_guest_without_a_grant_or_beyond_it_is_refused_at_load() {
         "{reason}"
     );
 
+    // Writes its primary, but verbs that leave out the patch its finalizer takes.
+    let no_patch = directory(
+        dir.path(),
+        "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget]\n    writeVerbs: {test.reconciler.dev/v1/Widget: [delete]}\n",
+    );
+    no_patch.rescan();
+    let FileState::Failed(reason) = &no_patch.statuses()[0].state else {
+        panic!()
+    };
+    assert!(
+        reason.contains("patch test.reconciler.dev/v1/Widget (to add and remove its finalizer; add patch to guests.widget.writeVerbs)"),
+        "{reason}"
+    );
+
     // Asks for 2 workers where the host allows 1 per guest.
     let capped = directory(
         dir.path(),

@@ -670,6 +670,7 @@ const BOUNDARY: &[Expect] = &[
     },
     answered("readback-apply-secret", "ok"),
     answered("readback-patch-pod", "ok"),
+    denied("readback-guess-secret", "an unforced apply of v1/Secret"),
     Expect {
         attack: "readback-error-secret",
         outcome: "invalid",

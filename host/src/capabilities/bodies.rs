@@ -378,6 +378,7 @@ impl CallContext {
             HostError::Forbidden(_) => HostError::Forbidden(text),
             HostError::NotFound(_) => HostError::NotFound(text),
             HostError::Conflict(_) => HostError::Conflict(text),
+            HostError::FieldConflict(_) => HostError::FieldConflict(text),
             HostError::Invalid(_) => HostError::Invalid(text),
             HostError::Unavailable(_) => HostError::Unavailable(text),
             HostError::Limited(_) => HostError::Limited(text),

@@ -20,24 +20,29 @@ pub(super) const CAPABILITY: Capability = Capability {
     requirement,
 };
 
-/// A declared finalizer is written by the host on the primary kind: the guest needs that write.
+/// A declared finalizer is written by the host on the primary kind: the guest needs that write
+/// (`patch`, where `writeVerbs` names the kind).
 fn requirement(check: &LoadCheck<'_>) -> Vec<String> {
     let manifest = check.manifest;
     let guest = &manifest.name;
-    match &manifest.finalizer {
-        Some(_)
-            if check
-                .grant
-                .may_write(guest, &manifest.primary, None, Verb::Patch)
-                .is_err() =>
-        {
-            vec![format!(
-                "patch {} (to add and remove its finalizer; add it to {}, and patch to its writeVerbs if they name it)",
-                manifest.primary,
-                check.grant.place(guest, "write")
-            )]
-        }
-        _ => Vec::new(),
+    if manifest.finalizer.is_none() {
+        return Vec::new();
+    }
+    match check
+        .grant
+        .may_write(guest, &manifest.primary, None, Verb::Patch)
+    {
+        Ok(()) => Vec::new(),
+        Err(denied) if denied.field == "writeVerbs" => vec![format!(
+            "patch {} (to add and remove its finalizer; add patch to {})",
+            manifest.primary,
+            check.grant.place(guest, "writeVerbs")
+        )],
+        Err(_) => vec![format!(
+            "write {} (to add and remove its finalizer; add it to {})",
+            manifest.primary,
+            check.grant.place(guest, "write")
+        )],
     }
 }
 
@@ -248,6 +253,14 @@ impl CallContext {
         let (value, _body) = self.parse_body("object", body).await?;
         let target = applied_ref(&value, &self.guest.scope)?;
         self.may_write(&target, None, Verb::Patch)?;
+        // Without force, the API server answers `conflict` exactly when a field the guest sets
+        // holds another manager's different value: on a kind it may not read, an oracle.
+        if !force && let Err(denied) = self.guest.grant.may_read(self.name(), &target.kind) {
+            return Err(HostError::Denied(format!(
+                "an unforced apply of {} would tell by its conflicts whether the stored values are the ones it guesses, and {denied}; apply with force, or grant read",
+                target.kind
+            )));
+        }
         self.apply_metadata(&value, &target)?;
         let value = self.existing_only(value, &target)?;
         self.write_token().await;

@@ -19,6 +19,11 @@ pub enum HostError {
     NotFound(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// An unforced apply met fields another field manager owns (the API server's 409 "Apply
+    /// failed with N conflicts"): the guest sees `conflict`, but the object was not stale, so
+    /// the host does not retry the reconcile for it (see `CallContext::conflicted`).
+    #[error("conflict: {0}")]
+    FieldConflict(String),
     #[error("invalid: {0}")]
     Invalid(String),
     #[error("unavailable: {0}")]
@@ -46,7 +51,7 @@ impl From<HostError> for types::Error {
         match e {
             HostError::Denied(m) | HostError::Forbidden(m) => types::Error::Denied(m),
             HostError::NotFound(m) => types::Error::NotFound(m),
-            HostError::Conflict(m) => types::Error::Conflict(m),
+            HostError::Conflict(m) | HostError::FieldConflict(m) => types::Error::Conflict(m),
             HostError::Invalid(m) => types::Error::Invalid(m),
             HostError::Unavailable(m) | HostError::Limited(m) => types::Error::Unavailable(m),
             HostError::Other(m) => types::Error::Other(m),
@@ -60,7 +65,7 @@ impl HostError {
         match self {
             HostError::Denied(_) | HostError::Forbidden(_) => "denied",
             HostError::NotFound(_) => "not-found",
-            HostError::Conflict(_) => "conflict",
+            HostError::Conflict(_) | HostError::FieldConflict(_) => "conflict",
             HostError::Invalid(_) => "invalid",
             HostError::Unavailable(_) | HostError::Limited(_) => "unavailable",
             HostError::Other(_) => "other",
@@ -73,6 +78,7 @@ impl HostError {
             | HostError::Forbidden(m)
             | HostError::NotFound(m)
             | HostError::Conflict(m)
+            | HostError::FieldConflict(m)
             | HostError::Invalid(m)
             | HostError::Unavailable(m)
             | HostError::Limited(m)

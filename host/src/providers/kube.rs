@@ -386,7 +386,16 @@ impl Cluster for KubeCluster {
         let send = async {
             api.patch(&path_segment(&target.name), &params, &Patch::Apply(object))
                 .await
-                .map_err(|e| self.write_error(e, &format!("apply of {target}"), "patch"))
+                .map_err(|e| {
+                    // Fields another manager owns (the apiserver's fieldmanager words it so):
+                    // not a stale object, so not the reconcile-wide retry a 409 brings.
+                    let owned = matches!(&e, kube::Error::Api(s)
+                        if s.code == 409 && s.message.starts_with("Apply failed with"));
+                    match self.write_error(e, &format!("apply of {target}"), "patch") {
+                        HostError::Conflict(m) if owned => HostError::FieldConflict(m),
+                        other => other,
+                    }
+                })
         };
         self.write(&target, send).await
     }

@@ -12,6 +12,7 @@
 //! | `readback-apply-secret` | a no-op apply of Secret `readback` in its own namespace (grant: write Secret, no read) | `ok`; `detail` is the object handed back, which must hold no data |
 //! | `readback-patch-pod` | an empty status patch of Pod `readback` (grant: Pod `/status`, no read) | `ok`; `detail` is the object handed back, which must hold no spec |
 //! | `readback-error-secret` | apply Secret `readback` with another `type` (immutable) | `invalid`, the server's text withheld |
+//! | `readback-guess-secret` | `apply-with` Secret `readback` without force, guessing its `data` (a conflict would say the guess is wrong) | `denied`: an unforced apply needs a read grant |
 //! | `apply-owner-dangling` | apply `ConfigMap owned` owned by a `ConfigMap` that does not exist | `invalid`, `object.metadata.ownerReferences[0]:` |
 //! | `apply-owner-stale-uid` | … owned by its own `ConfigMap keep` under another uid | `invalid`, `object.metadata.ownerReferences[0].uid:` |
 //! | `apply-owner-unreadable` | … owned by a `Secret` | `denied` |
@@ -129,6 +130,15 @@ pub const ATTACKS: &[(&str, Attack)] = &[
     ("readback-patch-pod", |t| {
         let pod = ObjectRef::namespaced(Gvk::new("", "v1", "Pod"), t.own.clone(), "readback");
         patch_status(&pod, &json!({"status": {}}))
+    }),
+    ("readback-guess-secret", |t| {
+        let body = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "readback", "namespace": t.own},
+            "data": {"password": "Z3Vlc3M="},
+        });
+        let unforced = cluster::ApplyOptions { force: false };
+        answer(cluster::apply_with(&body.to_string(), unforced), |o| o)
     }),
     ("readback-error-secret", |t| {
         readback_secret(t, &json!({"type": "kubernetes.io/tls"}))
