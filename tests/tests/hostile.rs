@@ -310,6 +310,25 @@ impl Arena {
 
     /// Launches every attack in `expected`, waits for all their results and checks each
     /// against its expectation: the results, and what did not match.
+    /// A host running the hostile guest alone in the attacker namespace, under the test's grant
+    /// (limits `{deadline: 5s}`) as `regrant` changes it.
+    async fn hostile_host(
+        &self,
+        cp: &ControlPlane,
+        regrant: impl FnOnce(&mut serde_yaml::Value) -> Result<()>,
+    ) -> Result<HostProcess> {
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&config("{deadline: 5s}")?)?;
+        regrant(&mut config["guests"]["hostile"])?;
+        HostProcess::start(HostOptions {
+            kubeconfig: cp.kubeconfig(),
+            config: serde_yaml::to_string(&config)?,
+            guests: vec!["hostile"],
+            namespace: Some(&self.attacker),
+            extra_args: vec![],
+        })
+        .await
+    }
+
     async fn run_attacks(
         &self,
         expected: &[Expect],
@@ -725,22 +744,14 @@ async fn write_verbs_let_through_only_the_verbs_they_name() -> Result<()> {
         "template": {"spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]}},
     }))?;
     let before = templates.create(&PostParams::default(), &existing).await?;
-    let config = {
-        let mut config: serde_yaml::Value = serde_yaml::from_str(&config("{deadline: 5s}")?)?;
-        let grant = &mut config["guests"]["hostile"];
-        grant["read"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
-        grant["write"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
-        grant["writeVerbs"] = serde_yaml::from_str("{v1/PodTemplate: [patch]}")?;
-        serde_yaml::to_string(&config)?
-    };
-    let host = HostProcess::start(HostOptions {
-        kubeconfig: cp.kubeconfig(),
-        config,
-        guests: vec!["hostile"],
-        namespace: Some(&arena.attacker),
-        extra_args: vec![],
-    })
-    .await?;
+    let host = arena
+        .hostile_host(cp, |grant| {
+            grant["read"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
+            grant["write"] = serde_yaml::from_str("[v1/ConfigMap, v1/PodTemplate]")?;
+            grant["writeVerbs"] = serde_yaml::from_str("{v1/PodTemplate: [patch]}")?;
+            Ok(())
+        })
+        .await?;
     let (_, mut failures) = arena
         .run_attacks(VERBS, &host, Duration::from_secs(120))
         .await?;
@@ -823,21 +834,14 @@ async fn a_status_grant_changes_status_only_and_a_write_grant_reads_nothing() ->
     let namespace_before = guarded_metadata(&namespaces.get(&arena.victim).await?.metadata);
     let secret_before = secrets.get("readback").await?;
 
-    let config = {
-        let mut config: serde_yaml::Value = serde_yaml::from_str(&config("{deadline: 5s}")?)?;
-        config["guests"]["hostile"]["write"] = serde_yaml::from_str(
-            "[v1/ConfigMap, v1/Secret, v1/Pod/status, v1/Namespace/status, apiextensions.k8s.io/v1/CustomResourceDefinition/status]",
-        )?;
-        serde_yaml::to_string(&config)?
-    };
-    let host = HostProcess::start(HostOptions {
-        kubeconfig: cp.kubeconfig(),
-        config,
-        guests: vec!["hostile"],
-        namespace: Some(&arena.attacker),
-        extra_args: vec![],
-    })
-    .await?;
+    let host = arena
+        .hostile_host(cp, |grant| {
+            grant["write"] = serde_yaml::from_str(
+                "[v1/ConfigMap, v1/Secret, v1/Pod/status, v1/Namespace/status, apiextensions.k8s.io/v1/CustomResourceDefinition/status]",
+            )?;
+            Ok(())
+        })
+        .await?;
     let (results, mut failures) = arena
         .run_attacks(BOUNDARY, &host, Duration::from_secs(120))
         .await?;
