@@ -269,8 +269,10 @@ fn write_condition(
         (None, None) => return Ok(()),
         (None, Some(_)) => {}
         (Some(mut condition), previous) => {
-            let now = reconciler_guest::conditions::now();
-            condition["lastTransitionTime"] = json!(now);
+            // A DeploymentCondition's two times: the last change of status, and the last write.
+            let now = json!(reconciler_guest::conditions::now());
+            condition["lastTransitionTime"] = now.clone();
+            condition["lastUpdateTime"] = now;
             if let Some(previous) = previous
                 && previous["status"] == condition["status"]
             {

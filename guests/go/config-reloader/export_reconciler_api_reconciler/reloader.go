@@ -272,7 +272,9 @@ func writeCondition(ref reconciler.ObjectRef, conditions []map[string]any, condi
 		return nil
 	}
 	if condition != nil {
+		// A DeploymentCondition's two times: the last change of status, and the last write.
 		condition["lastTransitionTime"] = reconciler.Now()
+		condition["lastUpdateTime"] = reconciler.Now()
 		if previous != nil && previous["status"] == condition["status"] {
 			condition["lastTransitionTime"] = previous["lastTransitionTime"]
 			if previous["reason"] == condition["reason"] && previous["message"] == condition["message"] {
