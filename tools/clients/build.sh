@@ -35,6 +35,7 @@
 #
 #   tools/clients/build.sh cosign|cosign3|oras|wkg|helm          # build (or reuse) the pinned version
 #   tools/clients/build.sh cosign|cosign3|oras|wkg|helm --print  # print the binary's path and exit
+#   tools/clients/build.sh shared                       # cosign3, oras and helm (one go build)
 #   tools/clients/build.sh all                          # every client
 set -euo pipefail
 
@@ -131,6 +132,10 @@ build_shared() {
 }
 
 case "${1:-}" in
+  shared)
+    build_shared "${SHARED[@]}"
+    exit 0
+    ;;
   all)
     "$HERE/build.sh" cosign
     (build_shared "${SHARED[@]}") # a subshell: its locks go when it ends, before wkg's build
