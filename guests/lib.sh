@@ -284,11 +284,13 @@ go_sources() {
 
 # go_sdk_files: the repository's Go SDK (guests/sdk-go) as paths inside a guest's module, where
 # it is copied: package `reconciler` (and `reconciler/networkbackend`), and the files of packages
-# export_reconciler_api_reconciler and export_reconciler_api_watches that hand the component's
-# exports to the guest registered with reconciler.Register. Part of every Go guest's stamp.
+# export_reconciler_api_reconciler, export_reconciler_api_watches and
+# export_reconciler_api_indexes that hand the component's exports to the guest registered with
+# reconciler.Register. Part of every Go guest's stamp.
 go_sdk_files() {
   (cd "$repo/guests/sdk-go" &&
-    find reconciler export_reconciler_api_reconciler export_reconciler_api_watches -type f \
+    find reconciler export_reconciler_api_reconciler export_reconciler_api_watches \
+      export_reconciler_api_indexes -type f \
       -name '*.go' ! -name '*_test.go' | LC_ALL=C sort)
 }
 
@@ -335,9 +337,11 @@ go_build() {
   "${componentize[@]}" bindings --lang go --wit "$wit" --world "$world" --out "$build/bindings" || return
   rm "$build/bindings/go.mod"
   cp -r "$build/bindings/." "$build/module/" || return
-  # The SDK's `watches` export, in a world without it: it would import bindings that are not
-  # there, which `go build .` ignores but `go mod tidy` (the hint below) does not.
+  # The SDK's `watches` and `indexes` exports, in a world without them: they would import
+  # bindings that are not there, which `go build .` ignores but `go mod tidy` (the hint below)
+  # does not.
   [[ -d "$build/module/reconciler_api_watches" ]] || rm -rf "$build/module/export_reconciler_api_watches"
+  [[ -d "$build/module/reconciler_api_indexes" ]] || rm -rf "$build/module/export_reconciler_api_indexes"
   # A project is itself the module that holds gc.go.
   [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
   if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \

@@ -5,11 +5,18 @@
 //!   event, against the baseline without an index: a pass over every primary reading its field;
 //! - **map function**: one call of the mapper guest's `map` (a fresh instance, the object's JSON
 //!   in, keys out) against one reconcile of the same guest on the same machine, and against the
-//!   owner-reference mapping the host does natively.
+//!   owner-reference mapping the host does natively;
+//! - **computed index against map**, config-reloader's case (primaries list, in a field the
+//!   guest must parse, the `ConfigMap`s they read): a `ConfigMap` event mapped by the guest's
+//!   `map` (a fresh instance listing the namespace's primaries and keeping those that list it,
+//!   what config-reloader's first version did) against the same event looked up in a computed
+//!   index, side by side per event; and what the index costs instead, one `index` call per
+//!   primary change.
 //!
 //! `cargo bench -p reconciler-host --bench watches` (or `./dev bench watches`); needs the guests
 //! built (`./dev build`). `BENCH_PRIMARIES` (default 100,000) primaries, `BENCH_CALLS` (default
-//! 300) map calls and reconciles, interleaved. Prints figures; asserts nothing.
+//! 300) map calls and reconciles, interleaved; `BENCH_LISTING` (default 100) primaries in the
+//! namespace of the computed-index comparison. Prints figures; asserts nothing.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -19,10 +26,10 @@ use std::time::{Duration, Instant};
 use kube::api::{ApiResource, DynamicObject};
 use reconciler_host::capabilities::{CallContext, GuestContext};
 use reconciler_host::config::Grant;
-use reconciler_host::controller::FieldIndex;
+use reconciler_host::controller::{FieldIndex, Held};
 use reconciler_host::objects::{Gvk, ObjectKey, ObjectRef};
 use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{Mapped, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::runtime::{Indexed, Mapped, Outcome, Request, Runtime, RuntimeOptions};
 use reconciler_host_tests::repo_root;
 use serde_json::json;
 
@@ -238,7 +245,99 @@ fn bench_map(calls: usize) {
     );
 }
 
+/// A `ConfigMap` event of config-reloader's kind: through `map` (a fresh instance that lists the
+/// namespace's `listing` Widgets and keeps those whose `spec.listed` names it) against a lookup
+/// in the computed index the host keeps from `index` calls, and the `index` call a Widget's
+/// change costs instead.
+#[allow(clippy::cast_precision_loss)] // figures for printing
+fn bench_computed(calls: usize, listing: usize) {
+    let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+    let path = repo_root().join("target/guests/mapper.wasm");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; build the guests first (./dev build)",
+            path.display()
+        )
+    });
+    let loaded = runtime.load(&bytes, &path).unwrap();
+    let grant: Grant = serde_yaml::from_str(
+        "read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\nwrite: [test.reconciler.dev/v1/Widget/status]\nlimits: {deadline: 60s}\n",
+    )
+    .unwrap();
+    let cache = Arc::new(MemoryCache::default());
+    let context = Arc::new(GuestContext::new(
+        "mapper",
+        grant,
+        offline::providers(cache.clone(), None),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let call = || CallContext::new(context.clone(), "bench".into(), Some(rt.handle().clone()));
+    // `listing` Widgets in one namespace, each listing two of 20 ConfigMaps.
+    let index = FieldIndex::parse("spec.listed").unwrap();
+    let mut widgets = Vec::new();
+    for i in 0..listing {
+        let widget = json!({
+            "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+            "metadata": {"name": format!("w-{i}"), "namespace": "team", "uid": format!("u{i}"),
+                         "resourceVersion": "1", "generation": 1},
+            "spec": {"listed": format!("cm-{}, cm-{}", i % 20, (i + 7) % 20)},
+        });
+        cache.put(widget.clone());
+        let key = ObjectKey::namespaced("team", format!("w-{i}"));
+        match runtime.index(&loaded, call(), "listed", widget.to_string()) {
+            Indexed::Values { values, .. } => assert_eq!(index.set(&key, values), Held::More),
+            failed @ Indexed::Failed { .. } => panic!("{failed:?}"),
+        }
+        widgets.push(widget);
+    }
+    let listed = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm-3", "namespace": "team", "uid": "c", "resourceVersion": "1",
+                     "labels": {"mapper.test/role": "listed"}},
+        "data": {"value": "x"},
+    });
+    let kind = Gvk::new("", "v1", "ConfigMap");
+    let (mut maps, mut lookups, mut calls_of_index) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..calls {
+        let started = Instant::now();
+        let mapped = runtime.map(&loaded, call(), &kind, listed.to_string());
+        maps.push(started.elapsed());
+        let started = Instant::now();
+        let found = index.lookup("cm-3", Some("team"));
+        lookups.push(started.elapsed());
+        let Mapped::Keys { keys, .. } = &mapped else {
+            panic!("{mapped:?}")
+        };
+        assert_eq!(keys.len(), found.len(), "map and the index disagree");
+        let widget = &widgets[i % widgets.len()];
+        let started = Instant::now();
+        let values = runtime.index(&loaded, call(), "listed", widget.to_string());
+        calls_of_index.push(started.elapsed());
+        assert!(matches!(values, Indexed::Values { ref values, .. } if values.len() == 2));
+    }
+    let (map, lookup, index_call) = (median(maps), median(lookups), median(calls_of_index));
+    let found = index.lookup("cm-3", Some("team")).len();
+    println!(
+        "computed index against map, config-reloader's case: {listing} primaries in the namespace, \
+         each listing 2 of 20 ConfigMaps ({found} list the one that changes); median of {calls}"
+    );
+    println!(
+        "  per ConfigMap event: map {:>8.1} µs, computed-index lookup {:>6.2} µs ({:.0}x less); \
+         per primary change: one index call {:>8.1} µs ({:.2}x a map call)",
+        map.as_secs_f64() * 1e6,
+        lookup.as_secs_f64() * 1e6,
+        map.as_secs_f64() / lookup.as_secs_f64().max(1e-12),
+        index_call.as_secs_f64() * 1e6,
+        index_call.as_secs_f64() / map.as_secs_f64(),
+    );
+}
+
 fn main() {
     bench_index(env("BENCH_PRIMARIES", 100_000));
     bench_map(env("BENCH_CALLS", 300));
+    bench_computed(env("BENCH_CALLS", 300), env("BENCH_LISTING", 100));
 }

@@ -11,9 +11,11 @@ use serde::Serialize;
 use crate::objects::Gvk;
 use crate::validation::{self, Invalid};
 use crate::wit::guest;
+use crate::wit::indexing::indexes;
 use crate::wit::watching::watches;
 
-/// Secondary watches one guest may ask for (the manifest's and `watches()`'s together).
+/// Secondary watches one guest may ask for (the manifest's, `watches()`'s and `indexes()`'s
+/// together).
 pub(crate) const MAX_SECONDARY_WATCHES: usize = 16;
 
 /// How secondary objects map to primary keys.
@@ -35,6 +37,9 @@ pub enum Mapping {
     Field { path: FieldPath, value: IndexValue },
     /// The guest's `map` export, called per event.
     Function,
+    /// The primaries among whose values, computed by the guest's `index` export for index
+    /// `index`, is the object's `value`, from an index the host keeps over the primary cache.
+    Computed { index: String, value: IndexValue },
 }
 
 /// What of a watched object a field index compares with the primary's field.
@@ -226,11 +231,12 @@ pub struct Manifest {
 
 impl Manifest {
     /// Converts and validates what the guest's `manifest()` returned, and what its
-    /// `watches()` returned when it exports that (`secondary[N]` numbers both together, the
-    /// manifest's first).
+    /// `watches()` and `indexes()` returned when it exports them (`secondary[N]` numbers the
+    /// manifest's and the watches together, the manifest's first; `indexes[N]` the indexes).
     pub fn from_wit(
         m: guest::ControllerManifest,
         watches: Vec<watches::Watch>,
+        indexes: Vec<indexes::ComputedIndex>,
     ) -> Result<Self, Invalid> {
         // The name is the grant key, the field manager and a metric label.
         validation::dns1123_label("name", &m.name).map_err(|e| {
@@ -247,11 +253,11 @@ impl Manifest {
             crate::informers::parse_selector(selector)
                 .map_err(|e| Invalid::new("label-selector", e.to_string()))?;
         }
-        if m.secondary.len() + watches.len() > MAX_SECONDARY_WATCHES {
+        if m.secondary.len() + watches.len() + indexes.len() > MAX_SECONDARY_WATCHES {
             return Err(Invalid::new(
                 "secondary",
                 format!(
-                    "at most {MAX_SECONDARY_WATCHES} secondary watches, the manifest's and watches()'s together"
+                    "at most {MAX_SECONDARY_WATCHES} secondary watches, the manifest's, watches()'s and indexes()'s together"
                 ),
             ));
         }
@@ -264,11 +270,25 @@ impl Manifest {
             namespace: None,
             label_selector: None,
         });
-        let secondary = declared
+        let mut secondary = declared
             .chain(watches)
             .enumerate()
             .map(|(i, w)| secondary_watch(&format!("secondary[{i}]"), w))
             .collect::<Result<Vec<_>, _>>()?;
+        for (i, index) in indexes.into_iter().enumerate() {
+            let watch = computed_index(&format!("indexes[{i}]"), index)?;
+            if let Mapping::Computed { index, .. } = &watch.mapping
+                && secondary.iter().any(|w| {
+                    matches!(&w.mapping, Mapping::Computed { index: other, .. } if other == index)
+                })
+            {
+                return Err(Invalid::new(
+                    format!("indexes[{i}].name"),
+                    format!("`{index}` names two indexes"),
+                ));
+            }
+            secondary.push(watch);
+        }
         if let Some(finalizer) = &m.finalizer {
             validation::finalizer("finalizer", finalizer)?;
         }
@@ -285,6 +305,30 @@ impl Manifest {
             generation_changed_only: m.generation_changed_only,
         })
     }
+}
+
+/// One computed index as the secondary watch it is, checked; `at` names it in refusals.
+fn computed_index(at: &str, c: indexes::ComputedIndex) -> Result<SecondaryWatch, Invalid> {
+    // The name is a metric label and a log field.
+    validation::dns1123_label(&format!("{at}.name"), &c.name)?;
+    let mut watch = secondary_watch(
+        at,
+        watches::Watch {
+            kind: c.kind,
+            mapping: watches::WatchMapping::Function,
+            namespace: c.namespace,
+            label_selector: c.label_selector,
+        },
+    )?;
+    watch.mapping = Mapping::Computed {
+        index: c.name,
+        value: match c.lookup {
+            indexes::Lookup::Name => IndexValue::Name,
+            indexes::Lookup::Namespace => IndexValue::Namespace,
+            indexes::Lookup::NamespacedName => IndexValue::NamespacedName,
+        },
+    };
+    Ok(watch)
 }
 
 /// One secondary watch, checked; `at` names it in refusals.
@@ -354,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_good_manifest_converts() {
-        let m = Manifest::from_wit(manifest(), Vec::new()).unwrap();
+        let m = Manifest::from_wit(manifest(), Vec::new(), Vec::new()).unwrap();
         assert_eq!(m.primary.to_string(), "test.reconciler.dev/v1/Widget");
     }
 
@@ -411,7 +455,7 @@ mod tests {
         for (field, change) in cases {
             let mut m = manifest();
             change(&mut m);
-            let err = Manifest::from_wit(m, Vec::new()).unwrap_err();
+            let err = Manifest::from_wit(m, Vec::new(), Vec::new()).unwrap_err();
             assert!(err.field.starts_with(field), "{field}: {err}");
         }
     }
@@ -427,6 +471,66 @@ mod tests {
             namespace: None,
             label_selector: Some("app=web".into()),
         }
+    }
+
+    fn computed(name: &str) -> indexes::ComputedIndex {
+        indexes::ComputedIndex {
+            name: name.into(),
+            kind: types::Gvk {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            lookup: indexes::Lookup::Name,
+            namespace: None,
+            label_selector: Some("app=web".into()),
+        }
+    }
+
+    #[test]
+    fn computed_indexes_follow_the_watches_and_count_among_them() {
+        let m = Manifest::from_wit(
+            manifest(),
+            vec![watch(watches::WatchMapping::Owner)],
+            vec![computed("configmaps"), computed("secrets")],
+        )
+        .unwrap();
+        assert_eq!(m.secondary.len(), 3);
+        assert_eq!(
+            m.secondary[1].mapping,
+            Mapping::Computed {
+                index: "configmaps".into(),
+                value: IndexValue::Name
+            }
+        );
+        assert_eq!(m.secondary[1].kind.kind, "ConfigMap");
+        assert_eq!(m.secondary[1].label_selector.as_deref(), Some("app=web"));
+        let too_many = (0..MAX_SECONDARY_WATCHES)
+            .map(|i| computed(&format!("i{i}")))
+            .collect();
+        let err = Manifest::from_wit(
+            manifest(),
+            vec![watch(watches::WatchMapping::Owner)],
+            too_many,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "secondary");
+        let err = Manifest::from_wit(
+            manifest(),
+            Vec::new(),
+            vec![computed("configmaps"), computed("configmaps")],
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "indexes[1].name");
+        assert!(err.reason.contains("names two indexes"), "{err}");
+        for (name, field) in [("Bad_Name", "indexes[0].name"), ("", "indexes[0].name")] {
+            let err = Manifest::from_wit(manifest(), Vec::new(), vec![computed(name)]).unwrap_err();
+            assert_eq!(err.field, field, "{name:?}: {err}");
+        }
+        let mut bad = computed("configmaps");
+        bad.label_selector = Some("a in (".into());
+        let err = Manifest::from_wit(manifest(), Vec::new(), vec![bad]).unwrap_err();
+        assert_eq!(err.field, "indexes[0].label-selector");
     }
 
     #[test]
@@ -447,6 +551,7 @@ mod tests {
         let m = Manifest::from_wit(
             m,
             vec![field, labels, watch(watches::WatchMapping::Function)],
+            Vec::new(),
         )
         .unwrap();
         assert_eq!(m.secondary.len(), 4);
@@ -501,13 +606,13 @@ mod tests {
             }),
         ];
         for (field, w) in cases {
-            let err = Manifest::from_wit(manifest(), vec![w]).unwrap_err();
+            let err = Manifest::from_wit(manifest(), vec![w], Vec::new()).unwrap_err();
             assert_eq!(err.field, field, "{err}");
         }
         let too_many = (0..=MAX_SECONDARY_WATCHES)
             .map(|_| watch(watches::WatchMapping::Owner))
             .collect();
-        let err = Manifest::from_wit(manifest(), too_many).unwrap_err();
+        let err = Manifest::from_wit(manifest(), too_many, Vec::new()).unwrap_err();
         assert_eq!(err.field, "secondary");
     }
 

@@ -406,6 +406,7 @@ fn go_sdk() -> Vec<File> {
         "reconciler/queue.go",
         "export_reconciler_api_reconciler/reconciler_exports.go",
         "export_reconciler_api_watches/watches_exports.go",
+        "export_reconciler_api_indexes/indexes_exports.go",
     )
 }
 
@@ -677,6 +678,7 @@ mod tests {
                 "package-lock.json",
                 "export_reconciler_api_reconciler/reconciler_exports.go",
                 "export_reconciler_api_watches/watches_exports.go",
+                "export_reconciler_api_indexes/indexes_exports.go",
             ]
             .contains(&path)
     }

@@ -79,3 +79,25 @@ pub(crate) mod watching {
 
     pub(crate) use exports::reconciler::api::watches;
 }
+
+/// Bindings of the `indexing-controller` world, for its one addition over `watching-controller`:
+/// the optional `indexes` export (computed indexes). Types shared with the worlds above map to
+/// their bindings, as in [`watching`].
+pub(crate) mod indexing {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "indexing-controller",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "reconciler:api/types": super::reconciler::api::types,
+            "reconciler:api/lister": super::reconciler::api::lister,
+            "reconciler:api/cluster": super::reconciler::api::cluster,
+            "reconciler:api/queue": super::reconciler::api::queue,
+            "reconciler:api/log": super::reconciler::api::log,
+            "reconciler:api/watches": super::watching::exports::reconciler::api::watches,
+        },
+    });
+
+    pub(crate) use exports::reconciler::api::indexes;
+}

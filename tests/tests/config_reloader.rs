@@ -7,7 +7,7 @@
 //! Deployments list ConfigMaps in `reloader.example/configmaps`; the guest keeps
 //! `reloader.example/config-hash` on their Pod templates. The scenario: hashes appear on the
 //! annotated Deployments only; a ConfigMap's change moves the hash of exactly the Deployments that
-//! list it, promptly (a `function` watch, no resync); the guest's apply owns that annotation and
+//! list it, promptly (a computed index, no resync); the guest's apply owns that annotation and
 //! nothing else (replicas set by another manager stay); a malformed list or a missing ConfigMap
 //! keeps the last hash and says so in the condition and a Warning event; the ConfigMap appearing
 //! heals it; a hash annotation another manager owns is not taken (the apply is unforced) and the

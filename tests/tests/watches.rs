@@ -391,3 +391,98 @@ async fn changes_of_objects_the_guest_does_not_own_reach_the_widgets_they_affect
     );
     Ok(())
 }
+
+/// A computed index: the guest's `index` gives each Widget's values (the names its
+/// `spec.listed` holds), the host keeps them, and a listed ConfigMap's change wakes exactly the
+/// Widgets whose values name it, with no guest call per event. The index follows a Widget's
+/// change; an `index` that traps, runs past its deadline or tries to read leaves only that
+/// Widget out (the read is refused), and the host counts the failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computed_index_wakes_the_widgets_whose_values_name_the_configmap() -> Result<()> {
+    let s = Setup::start().await?;
+    let ns = s.ns.clone();
+    let role = [(ROLE, "listed")];
+    for (name, spec) in [
+        ("both", json!({"listed": "a, b"})),
+        ("only-b", json!({"listed": "b"})),
+        ("reads", json!({"listed": "a", "index": "read"})),
+        ("traps", json!({"listed": "a", "index": "trap"})),
+        ("loops", json!({"listed": "a", "index": "loop"})),
+    ] {
+        s.create_widget(name, true, spec).await?;
+    }
+    for name in ["both", "only-b", "reads", "traps", "loops"] {
+        s.wait_status("a first reconcile", name, |st| {
+            field_is(st, "listed", &json!([]))
+        })
+        .await?;
+    }
+
+    // a appears: the Widgets whose values name it wake; the one whose index read was refused
+    // kept its values.
+    s.config_maps(&ns)
+        .create(&Default::default(), &config_map("a", &role, &[], "1"))
+        .await?;
+    for name in ["both", "reads"] {
+        s.wait_status("a's creation through the index", name, |st| {
+            field_is(st, "listed", &json!(["a=1"]))
+        })
+        .await?;
+    }
+    s.set_value(&ns, "a", "2").await?;
+    s.wait_status("a's edit through the index", "both", |st| {
+        field_is(st, "listed", &json!(["a=2"]))
+    })
+    .await?;
+
+    // The index follows the primary: only-b now lists a too.
+    widgets(&s.client, &ns)
+        .patch(
+            "only-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"listed": "a,b"}})),
+        )
+        .await?;
+    s.wait_status("only-b's own change", "only-b", |st| {
+        field_is(st, "listed", &json!(["a=2"]))
+    })
+    .await?;
+    s.set_value(&ns, "a", "3").await?;
+    for name in ["both", "only-b", "reads"] {
+        s.wait_status("a's next edit through the moved index", name, |st| {
+            field_is(st, "listed", &json!(["a=3"]))
+        })
+        .await?;
+    }
+
+    // A failed index leaves its Widget out, counted; the events reached the others first.
+    for result in ["trap", "deadline"] {
+        let series = format!(r#"reconciler_index_calls_total{{guest="mapper",result="{result}"}}"#);
+        let n = s.host.metric(&series).await?;
+        ensure!(n >= 1.0, "{series} is {n}");
+    }
+    for name in ["traps", "loops"] {
+        let status = s.wait_status("unchanged", name, |_| Ok(())).await?;
+        ensure!(
+            status["listed"] == json!([]),
+            "{name}'s index failed, yet a's change reached it: {status}"
+        );
+    }
+    // A listed ConfigMap no Widget names wakes none: after it, a's edit is both's one reconcile.
+    let before = s.wait_status("settled", "both", |_| Ok(())).await?;
+    s.config_maps(&ns)
+        .create(&Default::default(), &config_map("c", &role, &[], "x"))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.set_value(&ns, "a", "4").await?;
+    let after = s
+        .wait_status("a's last edit", "both", |st| {
+            field_is(st, "listed", &json!(["a=4"]))
+        })
+        .await?;
+    ensure!(
+        after["reconciles"].as_u64() == before["reconciles"].as_u64().map(|n| n + 1),
+        "c, which no Widget lists, reconciled both: {before} then {after}"
+    );
+    Ok(())
+}

@@ -10,8 +10,9 @@
 //!   ([`cluster::apply_with`]), so every other field stays its owner's; if another manager owns
 //!   the annotation itself, the condition turns False (`HashConflict`, naming it) and the
 //!   reconcile is retried with backoff.
-//! - A `ConfigMap` change reconciles the Deployments whose annotation lists it (a `function`
-//!   watch, [`Reloader::map`]).
+//! - A `ConfigMap` change reconciles the Deployments whose annotation lists it: a computed index
+//!   ([`INDEX`], [`index_values`]) the host keeps over the Deployments, so a `ConfigMap` event is
+//!   a lookup in the host's memory, not a guest call.
 //! - A malformed list or a missing `ConfigMap` keeps the last hash and says so: condition
 //!   `reloader.example/ConfigHashed` False (`InvalidAnnotation`, `ConfigMapNotFound`) and a
 //!   Warning event. Without the annotation, the hash and the condition are removed.
@@ -21,8 +22,8 @@ use std::fmt::Write as _;
 
 use reconciler_guest::serde_json::{Value, json};
 use reconciler_guest::{
-    Action, Guest, Gvk, HostError, Json, Manifest, ObjectKey, ObjectRef, ReconcileError, Request,
-    Watch, Watches, cluster, event, gvk, lister, transient,
+    Action, ComputedIndex, Guest, Gvk, HostError, Indexes, Json, Manifest, ObjectRef,
+    ReconcileError, Request, cluster, event, gvk, lister, transient,
 };
 use sha2::{Digest, Sha256};
 
@@ -101,34 +102,32 @@ impl Guest for Reloader {
     }
 }
 
-impl Watches for Reloader {
-    fn watches() -> Vec<Watch> {
-        vec![Watch::new(config_map_kind()).by_function()]
+/// The index of the `ConfigMaps` each Deployment lists: a `ConfigMap` event is looked up in it
+/// by name, among the Deployments of its namespace.
+pub const INDEX: &str = "configmaps";
+
+impl Indexes for Reloader {
+    fn indexes() -> Vec<ComputedIndex> {
+        vec![ComputedIndex::new(INDEX, config_map_kind())]
     }
 
-    fn map(_kind: Gvk, object: Json) -> Vec<ObjectKey> {
-        let Ok(object) = reconciler_guest::serde_json::from_str::<Value>(&object) else {
-            return Vec::new();
-        };
-        let Some(config_map) = ObjectRef::from_json(&object) else {
-            return Vec::new();
-        };
-        let namespace = config_map.namespace.as_deref();
-        let Ok(deployments) = lister::list(&deployment_kind(), namespace, None) else {
-            return Vec::new();
-        };
-        deployments
-            .iter()
-            .filter(|d| {
-                d["metadata"]["annotations"][LIST_ANNOTATION]
-                    .as_str()
-                    .and_then(|list| parse_list(list).ok())
-                    .is_some_and(|names| names.contains(&config_map.name))
-            })
-            .filter_map(ObjectRef::from_json)
-            .map(|d| d.key())
-            .collect()
+    fn index(_name: String, primary: Json) -> Vec<String> {
+        index_values(&primary)
     }
+}
+
+/// The `ConfigMaps` a Deployment (its JSON) lists; none when its list is missing or malformed
+/// (its reconcile says so, and the next change of the Deployment indexes it again).
+#[must_use]
+pub fn index_values(deployment: &str) -> Vec<String> {
+    let Ok(deployment) = reconciler_guest::serde_json::from_str::<Value>(deployment) else {
+        return Vec::new();
+    };
+    deployment["metadata"]["annotations"][LIST_ANNOTATION]
+        .as_str()
+        .and_then(|list| parse_list(list).ok())
+        .map(|names| names.into_iter().collect())
+        .unwrap_or_default()
 }
 
 /// The `ConfigMap` names of an annotation value (`a, b`), sorted and once each, or why it is
@@ -296,7 +295,7 @@ fn write_condition(
         })
 }
 
-reconciler_guest::export_watching!(Reloader);
+reconciler_guest::export_indexing!(Reloader);
 
 #[cfg(test)]
 mod tests {
@@ -311,6 +310,21 @@ mod tests {
         assert!(parse_list("").unwrap_err().contains("empty entry"));
         assert!(parse_list("a.b-c,x").is_ok());
         assert!(parse_list("-a").is_err());
+    }
+
+    #[test]
+    fn a_deployment_is_indexed_by_the_configmaps_it_lists_and_a_bad_list_by_none() {
+        let deployment = |annotations: Value| {
+            json!({"metadata": {"name": "web", "namespace": "apps", "annotations": annotations}})
+                .to_string()
+        };
+        assert_eq!(
+            index_values(&deployment(json!({LIST_ANNOTATION: "b, a"}))),
+            ["a", "b"]
+        );
+        assert!(index_values(&deployment(json!({LIST_ANNOTATION: "a,,b"}))).is_empty());
+        assert!(index_values(&deployment(json!({"other": "a"}))).is_empty());
+        assert!(index_values("not json").is_empty());
     }
 
     #[test]

@@ -83,6 +83,14 @@ var watchesExported bool
 // export_reconciler_api_watches calls it from its init. Guests do not call it.
 func ExportsWatches() { watchesExported = true }
 
+// indexesExported is set by the `indexes` export's package (export_reconciler_api_indexes,
+// present only when the component's world has it).
+var indexesExported bool
+
+// ExportsIndexes records that the component exports `indexes`; the export's package calls it.
+// Guests do not.
+func ExportsIndexes() { indexesExported = true }
+
 // exportedManifest is the registered manifest for the `manifest` export. Watches the component
 // cannot export would be lost without a word, so it panics (the host refuses the guest at load
 // with this message) when the guest declares some and the component was built for a world
@@ -94,6 +102,11 @@ func exportedManifest() Manifest {
 			"export reconciler:api/watches: build it for the world `watching-controller` (a `wit-world` "+
 			"file beside go.mod holding that name)", len(m.Watches)))
 	}
+	if len(IndexesExport()) > 0 && !indexesExported {
+		panic("reconciler: the manifest declares a ByIndex watch, but this component does not " +
+			"export reconciler:api/indexes: build it for the world `indexing-controller` (a `wit-world` " +
+			"file beside go.mod holding that name)")
+	}
 	return m
 }
 
@@ -101,17 +114,63 @@ func exportedManifest() Manifest {
 // manifest's Watches, checked. Guests do not call it.
 func WatchesExport() []Watch {
 	m := registered()
+	var watches []Watch
 	for i, watch := range m.Watches {
-		if watch.Mapping.By > MapFunction {
+		if watch.Mapping.By > MapIndex {
 			panic(fmt.Sprintf("reconciler: Watches[%d] (%s) has no mapping %d: use ByOwner, ByLabel, "+
-				"ByOwnerLabels, ByField or ByFunc", i, describeKind(watch.Kind), watch.Mapping.By))
+				"ByOwnerLabels, ByField, ByFunc or ByIndex", i, describeKind(watch.Kind), watch.Mapping.By))
 		}
 		if watch.Mapping.By == MapFunction && watch.Mapping.Func == nil {
 			panic(fmt.Sprintf("reconciler: Watches[%d] (%s) maps ByFunc(nil): give it the function "+
 				"that maps an object to primary keys", i, describeKind(watch.Kind)))
 		}
+		if watch.Mapping.By != MapIndex {
+			watches = append(watches, watch)
+		}
 	}
-	return m.Watches
+	return watches
+}
+
+// IndexesExport is the component's `indexes` export in the SDK's types: the registered
+// manifest's [ByIndex] watches, checked. Guests do not call it.
+func IndexesExport() []Watch {
+	var indexes []Watch
+	for i, watch := range registered().Watches {
+		if watch.Mapping.By != MapIndex {
+			continue
+		}
+		if watch.Mapping.IndexFunc == nil {
+			panic(fmt.Sprintf("reconciler: Watches[%d] (%s) maps ByIndex(%q, ..., nil): give it the "+
+				"function that computes a primary's values", i, describeKind(watch.Kind), watch.Mapping.Index))
+		}
+		indexes = append(indexes, watch)
+	}
+	return indexes
+}
+
+// IndexExport is the component's `index` export in the SDK's types: the values index name's
+// function computes for the primary (JSON text). A function's error is logged and traps the
+// instance (see [IndexFunc]). Guests do not call it.
+func IndexExport(name string, primary string) []string {
+	obj := &Object{text: primary, what: "the primary to index"}
+	for _, watch := range IndexesExport() {
+		if watch.Mapping.Index != name {
+			continue
+		}
+		values, err := watch.Mapping.IndexFunc(obj)
+		if err != nil {
+			what := "a primary"
+			if ref, ok := obj.Ref(); ok {
+				what = ref.String()
+			}
+			message := fmt.Sprintf("index %s of %s: %v", name, what, err)
+			Log(LevelError, message)
+			panic(message)
+		}
+		return values
+	}
+	LogWarnf("index was called for %q, which no ByIndex watch declares: no values", name)
+	return nil
 }
 
 // MapExport is the component's `map` export in the SDK's types: the keys of every [ByFunc]

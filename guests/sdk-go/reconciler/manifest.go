@@ -51,7 +51,7 @@ type SecondaryWatch struct {
 type Watch struct {
 	Kind GVK
 	// How an object of Kind leads to primary keys: [ByOwner] (the zero value), [ByLabel],
-	// [ByOwnerLabels], [ByField] or [ByFunc].
+	// [ByOwnerLabels], [ByField], [ByFunc] or [ByIndex].
 	Mapping WatchMapping
 	// Watch only this namespace; "" = the manifest's Namespace when set, every namespace
 	// otherwise. Ignored for cluster-scoped kinds.
@@ -76,6 +76,10 @@ type WatchMapping struct {
 	Field FieldIndex
 	// MapFunction: the function that maps an object of the kind to primary keys.
 	Func MapFunc
+	// MapIndex: the index's name, what of the watched object is looked up (Field.Value), and
+	// the function that computes a primary's values.
+	Index     string
+	IndexFunc IndexFunc
 }
 
 // MappingKind names one of the contract's watch mappings.
@@ -95,6 +99,10 @@ const (
 	MapField
 	// Through the guest's [MapFunc]: one call of the guest, in a fresh instance, per event.
 	MapFunction
+	// Through an index of values the guest's [IndexFunc] computes from each primary, kept by
+	// the host: one call of the guest per change of a primary, none per event of the kind
+	// (the contract's optional `indexes` export, not a `watch-mapping`).
+	MapIndex
 )
 
 // FieldIndex is "the primaries whose Field equals this object's Value", an index the host
@@ -129,6 +137,14 @@ const (
 // drops that event's keys (the next change or resync repairs them). At most 1,000 keys count.
 type MapFunc func(object *Object) ([]ObjectKey, error)
 
+// IndexFunc is the values of a [ByIndex] index for one primary object: for an [IndexName]
+// index, the names of the watched objects the primary depends on. The host calls it when a
+// primary is added or changes (and for every primary when a new version of the guest loads),
+// in a fresh instance in which every host call is refused: compute from the object alone. An
+// error is logged and traps the instance: the host leaves that primary out of the index until
+// its next change or resync. At most 100 values of at most 317 bytes each count.
+type IndexFunc func(primary *Object) ([]string, error)
+
 // ByOwner maps through metadata.ownerReferences entries whose kind is the primary kind.
 func ByOwner() WatchMapping { return WatchMapping{By: MapOwner} }
 
@@ -151,6 +167,17 @@ func ByField(field string, value IndexValue) WatchMapping {
 // ByFunc maps through map, one call of the guest per event of the kind: the most general
 // mapping, and the most expensive.
 func ByFunc(mapper MapFunc) WatchMapping { return WatchMapping{By: MapFunction, Func: mapper} }
+
+// ByIndex maps through index name (1-63 lowercase letters, digits and `-`), whose values
+// values computes from each primary (controller-runtime's IndexField with an extractor): an
+// object of the watched kind wakes the primaries that have its name (lookup [IndexName],
+// among the primaries of its namespace), its namespace ([IndexNamespace]) or its
+// `namespace/name` ([IndexNamespacedName]) among their values. The host keeps the index; an
+// event of the kind is a lookup in its memory, no guest call. The component must be built for
+// the world `indexing-controller`.
+func ByIndex(name string, lookup IndexValue, values IndexFunc) WatchMapping {
+	return WatchMapping{By: MapIndex, Index: name, Field: FieldIndex{Value: lookup}, IndexFunc: values}
+}
 
 // NewManifest is a guest named name reconciling every object of primary in all namespaces,
 // with no secondaries, no finalizer, the host's default concurrency and no resync.

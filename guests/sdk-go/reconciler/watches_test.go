@@ -179,3 +179,71 @@ func TestAMapFunctionsDecodeErrorNamesTheKind(t *testing.T) {
 		t.Errorf("panic %q", message)
 	}
 }
+
+func TestByIndexWatchesGoToTheIndexesExportAndTheirFunctionsComputeValues(t *testing.T) {
+	listed := func(primary *Object) ([]string, error) {
+		var m struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := primary.Decode(&m); err != nil {
+			return nil, err
+		}
+		if list := m.Metadata.Annotations["list"]; list != "" {
+			return strings.Split(list, ","), nil
+		}
+		return nil, errors.New("no list")
+	}
+	fake := useFake(t)
+	byField := Watch{Kind: configMapKind, Mapping: ByField("spec.source", IndexName)}
+	byIndex := Watch{Kind: configMapKind, Mapping: ByIndex("configmaps", IndexNamespacedName, listed), Namespace: "apps"}
+	registerWatching(t, NewManifest("reloader", mirrorKind).Watch(byField, byIndex), true)
+	indexesExported = true
+	t.Cleanup(func() { indexesExported = false })
+
+	if got := WatchesExport(); len(got) != 1 || got[0].Mapping.By != MapField {
+		t.Errorf("watches: %+v, want the field watch alone", got)
+	}
+	got := IndexesExport()
+	if len(got) != 1 || got[0].Mapping.Index != "configmaps" || got[0].Mapping.Field.Value != IndexNamespacedName || got[0].Namespace != "apps" {
+		t.Fatalf("indexes: %+v, want the ByIndex watch", got)
+	}
+	primary := `{"metadata":{"name":"web","namespace":"apps","annotations":{"list":"a,b"}}}`
+	if values := IndexExport("configmaps", primary); !reflect.DeepEqual(values, []string{"a", "b"}) {
+		t.Errorf("values %q, want a and b", values)
+	}
+	if len(fake.calls) != 0 {
+		t.Errorf("an index function called the host: %q", fake.calls)
+	}
+	if values := IndexExport("other", primary); values != nil {
+		t.Errorf("an undeclared index gave %q", values)
+	}
+	message := panicOf(func() { IndexExport("configmaps", `{"metadata":{"name":"web"}}`) })
+	if !strings.Contains(message, "index configmaps of") || !strings.Contains(message, "no list") {
+		t.Errorf("a failing function: panic %q", message)
+	}
+	want := []string{`log 3 index was called for "other", which no ByIndex watch declares: no values`, "log 4 " + message}
+	if !reflect.DeepEqual(fake.calls, want) {
+		t.Errorf("calls %q", fake.calls)
+	}
+	if MapIndex != 5 {
+		t.Errorf("MapIndex %d follows the contract's mappings", MapIndex)
+	}
+}
+
+func TestAByIndexWatchNeedsItsFunction(t *testing.T) {
+	byIndex := Watch{Kind: configMapKind, Mapping: ByIndex("configmaps", IndexName, nil)}
+	registerWatching(t, NewManifest("reloader", mirrorKind).Watch(byIndex), true)
+	if message := panicOf(func() { IndexesExport() }); !strings.Contains(message, "ByIndex(\"configmaps\", ..., nil)") {
+		t.Errorf("a nil function: panic %q", message)
+	}
+}
+
+func TestAByIndexWatchNeedsTheIndexingWorld(t *testing.T) {
+	values := func(*Object) ([]string, error) { return nil, nil }
+	registerWatching(t, NewManifest("reloader", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByIndex("configmaps", IndexName, values)}), true)
+	if message := panicOf(func() { exportedManifest() }); !strings.Contains(message, "indexing-controller") {
+		t.Errorf("built without `indexes`: panic %q", message)
+	}
+}

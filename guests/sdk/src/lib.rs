@@ -156,6 +156,30 @@ pub mod watching_bindings {
     });
 }
 
+/// Bindings of the optional export `indexes` alone, which [`export_indexing!`] exports beside
+/// [`bindings`]' `reconciler` (and, when asked, [`watching_bindings`]' `watches`), as
+/// [`watching_bindings`] does for `watches`.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod indexing_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        inline: "
+            package reconciler:sdk-indexing;
+            world indexing {
+                export reconciler:api/indexes@0.1.0;
+            }
+        ",
+        world: "reconciler:sdk-indexing/indexing",
+        with: {
+            "reconciler:api/types@0.1.0": crate::bindings::reconciler::api::types,
+        },
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "::reconciler_guest::indexing_bindings",
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
 pub use bindings::exports::reconciler::api::reconciler::{
     ControllerManifest as Manifest, Mapping, Request, SecondaryWatch,
 };
@@ -164,6 +188,7 @@ pub use bindings::reconciler::api::types::{
     Action, Error as HostError, Gvk, Json, ObjectKey, ObjectRef, ReconcileError,
 };
 pub use error::{permanent, transient};
+pub use indexing_bindings::exports::reconciler::api::indexes::{ComputedIndex, Lookup};
 pub use watching_bindings::exports::reconciler::api::watches::{
     FieldIndex, IndexValue, OwnerLabels, Watch, WatchMapping,
 };
@@ -272,6 +297,58 @@ macro_rules! export_watching {
     ($ty:ident) => {
         $crate::bindings::export!($ty with_types_in $crate::bindings);
         $crate::watching_bindings::export!($ty with_types_in $crate::watching_bindings);
+    };
+}
+
+/// A guest's computed indexes (controller-runtime's `IndexField` with an extractor): the
+/// contract's optional export `indexes`. Implement it beside [`Guest`] and export both with
+/// [`export_indexing!`].
+///
+/// Each [`ComputedIndex`] is a watch of its kind whose events are looked up among the values
+/// [`Indexes::index`] computed from each primary object: a secondary event costs a lookup in
+/// the host's memory, no guest call. The host calls [`Indexes::indexes`] once at load (every
+/// host call denied) and [`Indexes::index`] when a primary is added or changes, and for every
+/// primary when a new version of the guest loads. Indexes count among the 16 watches.
+pub trait Indexes: Guest {
+    /// The indexes, built with [`ComputedIndex::new`].
+    fn indexes() -> Vec<ComputedIndex>;
+
+    /// The values of index `name` for one primary object (`primary` is its JSON): for a
+    /// [`Lookup::Name`] index, the names of the watched objects it depends on. Called in a
+    /// fresh instance under the guest's deadline and memory cap, with every host call denied:
+    /// compute from the object alone. The host keeps at most 100 values of at most 317 bytes;
+    /// a panic leaves the primary out of the index until its next change or resync.
+    fn index(name: String, primary: Json) -> Vec<String>;
+}
+
+impl<T: Indexes> indexing_bindings::exports::reconciler::api::indexes::Guest for T {
+    fn indexes() -> Vec<ComputedIndex> {
+        log::report_panics();
+        <T as Indexes>::indexes()
+    }
+
+    fn index(name: String, primary: Json) -> Vec<String> {
+        log::report_panics();
+        <T as Indexes>::index(name, primary)
+    }
+}
+
+/// Exports a guest that implements [`Guest`] and [`Indexes`]: the component's `reconciler` and
+/// `indexes` interfaces (the world `indexing-controller`, less `watches`), or with
+/// `+ watches`, one that also implements [`Watches`].
+///
+/// Call it once, at the top level of the guest crate, instead of [`export!`]:
+/// `reconciler_guest::export_indexing!(MyGuest);` or
+/// `reconciler_guest::export_indexing!(MyGuest + watches);`.
+#[macro_export]
+macro_rules! export_indexing {
+    ($ty:ident) => {
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+        $crate::indexing_bindings::export!($ty with_types_in $crate::indexing_bindings);
+    };
+    ($ty:ident + watches) => {
+        $crate::export_watching!($ty);
+        $crate::indexing_bindings::export!($ty with_types_in $crate::indexing_bindings);
     };
 }
 

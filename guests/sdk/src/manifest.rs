@@ -1,8 +1,8 @@
 //! Building a [`Manifest`] and [`Watch`]es: what a guest asks the host to watch.
 
 use crate::{
-    FieldIndex, Gvk, IndexValue, Manifest, Mapping, OwnerLabels, SecondaryWatch, Watch,
-    WatchMapping,
+    ComputedIndex, FieldIndex, Gvk, IndexValue, Lookup, Manifest, Mapping, OwnerLabels,
+    SecondaryWatch, Watch, WatchMapping,
 };
 
 impl Manifest {
@@ -173,10 +173,65 @@ impl Watch {
     }
 }
 
+impl ComputedIndex {
+    /// Index `name` over the primaries, looked up by the name of each object of `kind` that
+    /// changes (among the primaries of its namespace), in the primary watch's namespace (or
+    /// every namespace), whatever its labels. `name`: 1-63 lowercase letters, digits and `-`.
+    #[must_use]
+    pub fn new(name: impl Into<String>, kind: Gvk) -> Self {
+        ComputedIndex {
+            name: name.into(),
+            kind,
+            lookup: Lookup::Name,
+            namespace: None,
+            label_selector: None,
+        }
+    }
+
+    /// Look up by the watched object's namespace, or its `namespace/name`, instead of its name
+    /// ([`Lookup`]).
+    #[must_use]
+    pub fn by(mut self, lookup: Lookup) -> Self {
+        self.lookup = lookup;
+        self
+    }
+
+    /// Watch this namespace only, as [`Watch::in_namespace`].
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Take only events of objects matching this label selector, as [`Watch::selecting`].
+    #[must_use]
+    pub fn selecting(mut self, label_selector: impl Into<String>) -> Self {
+        self.label_selector = Some(label_selector.into());
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gvk;
+
+    #[test]
+    fn a_computed_index_looks_up_names_everywhere_unless_told_otherwise() {
+        let i = ComputedIndex::new("configmaps", gvk!("", "v1", "ConfigMap"));
+        assert_eq!(
+            (i.name.as_str(), &i.kind, i.lookup),
+            ("configmaps", &gvk!("", "v1", "ConfigMap"), Lookup::Name)
+        );
+        assert_eq!((&i.namespace, &i.label_selector), (&None, &None));
+        let i = i
+            .by(Lookup::NamespacedName)
+            .in_namespace("apps")
+            .selecting("app=web");
+        assert_eq!(i.lookup, Lookup::NamespacedName);
+        assert_eq!(i.namespace.as_deref(), Some("apps"));
+        assert_eq!(i.label_selector.as_deref(), Some("app=web"));
+    }
 
     #[test]
     fn builder_sets_exactly_what_was_asked() {

@@ -15,7 +15,17 @@ use super::seams::{Listed, Lister};
 impl Providers {
     /// Providers that refuse everything: a guest may not call the host while loading.
     pub(crate) fn deny_all() -> Self {
-        let deny = Arc::new(DenyAll(LOADING));
+        Self::refusing(LOADING)
+    }
+
+    /// Providers that refuse everything: what a guest's `index` may call (its values come from
+    /// the primary object alone, or the host could not know when they change).
+    pub(crate) fn deny_indexing() -> Self {
+        Self::refusing(INDEXING)
+    }
+
+    fn refusing(why: &'static str) -> Self {
+        let deny = Arc::new(DenyAll(why));
         Self {
             lister: deny.clone(),
             cluster: deny.clone(),
@@ -43,6 +53,8 @@ impl Providers {
 struct DenyAll(&'static str);
 
 const LOADING: &str = "host calls are not available while the guest is being loaded (manifest)";
+const INDEXING: &str =
+    "host calls are not available in index(): its values come from the primary object alone";
 const MAPPING: &str =
     "only the lister is available in map(): it names keys, and their reconciles write";
 

@@ -1,27 +1,58 @@
 //! Field indexes over a primary cache (client-go's `Indexer`, controller-runtime's
-//! `IndexField`): for a `field` watch, which primaries' field at a path holds a value, so an
-//! event of the watched kind finds its primaries without a scan and without a guest call.
+//! `IndexField`): for a `field` watch, which primaries' field at a path holds a value; for a
+//! computed index, which primaries the guest's `index` export gave a value. An event of the
+//! watched kind then finds its primaries without a scan and without a guest call.
 //!
-//! One index per path per controller, fed by its own subscription to the primary informer
-//! (the list, then every change), so it holds what that cache holds (in sharded mode, this
-//! replica's share). Cost: one entry per distinct value per primary object, plus the key kept
-//! twice (value → keys, key → values); `reconciler_field_index_entries` counts the entries.
+//! One index per path (or computed index) per controller, fed by its own subscription to the
+//! primary informer (the list, then every change), so it holds what that cache holds (in
+//! sharded mode, this replica's share). Cost: one entry per distinct value per primary object,
+//! plus the key kept twice (value → keys, key → values); `reconciler_field_index_entries`
+//! counts the entries. A computed index also costs one guest call per primary change (none per
+//! event of the watched kind), and one per primary when a new guest version loads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
-use crate::informers::{InformerEvent, Subscription};
+use super::GuestVersion;
+use crate::capabilities::CallContext;
+use crate::informers::{Informer, InformerEvent, Subscription};
 use crate::manifest::FieldPath;
 use crate::objects::ObjectKey;
+use crate::queue::Priority;
+use crate::runtime::{Indexed, Runtime};
 
-/// Which primaries hold which value at one path.
+/// Which primaries hold which value: at one path, or as the guest computed them.
 pub struct FieldIndex {
-    path: FieldPath,
+    source: Source,
     entries: Mutex<Entries>,
+}
+
+/// What [`FieldIndex::set`] did with a key's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// They were what it held.
+    Same,
+    /// It holds them now, among them one it did not hold.
+    More,
+    /// It holds them now, all of them held before (some it held are gone).
+    Fewer,
+    /// A computed index past its budget with them: it holds none for the key.
+    OverBudget,
+}
+
+/// Where an index's values come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The strings at a path of each primary.
+    Path(FieldPath),
+    /// The guest's `index` export, for the index of this name.
+    Computed(String),
 }
 
 /// Each key and value is allocated once and shared by both maps; a value's primaries are a
@@ -32,12 +63,26 @@ struct Entries {
     by_value: HashMap<Arc<str>, Vec<Arc<ObjectKey>>>,
     by_key: HashMap<Arc<ObjectKey>, Vec<Arc<str>>>,
     count: usize,
+    /// What the entries weigh by [`weight`]: what a computed index's budget bounds.
+    bytes: usize,
+}
+
+/// The most a computed index holds, by [`weight`]: its values come from the guest, not from the
+/// cache (whose objects a path index reads), so a guest that returns the most values it may
+/// for every primary must not grow the host without bound. 16 MiB holds 100,000 primaries of
+/// three 40-byte names with room to spare.
+pub(super) const COMPUTED_INDEX_BYTES: usize = 16 << 20;
+
+/// What one entry costs the host, about: the value's bytes and the bookkeeping around it (a
+/// key and a value pointer in each map).
+fn weight(value: &str) -> usize {
+    value.len() + 48
 }
 
 impl FieldIndex {
-    pub(super) fn new(path: FieldPath) -> Self {
+    pub(super) fn new(source: Source) -> Self {
         Self {
-            path,
+            source,
             entries: Mutex::default(),
         }
     }
@@ -46,19 +91,28 @@ impl FieldIndex {
     /// path is not one.
     pub fn parse(path: &str) -> Result<Self, String> {
         FieldPath::parse("field", path)
-            .map(Self::new)
+            .map(|path| Self::new(Source::Path(path)))
             .map_err(|e| e.to_string())
     }
 
-    pub(crate) fn path(&self) -> &FieldPath {
-        &self.path
+    pub(crate) fn source(&self) -> &Source {
+        &self.source
     }
 
-    /// Indexes `object` (none: the key's object is gone) in place of what the key held.
+    /// Indexes `object` (none: the key's object is gone) in place of what the key held, by the
+    /// index's path; a computed index takes its values from [`FieldIndex::set`].
     pub fn update(&self, key: &ObjectKey, object: Option<&DynamicObject>) {
-        let mut values: Vec<String> = object
-            .map(|o| self.path.object_values(o))
-            .unwrap_or_default();
+        let values = match (&self.source, object) {
+            (Source::Path(path), Some(object)) => path.object_values(object),
+            _ => Vec::new(),
+        };
+        // A path index has no budget: it holds what the cached objects hold.
+        self.set(key, values);
+    }
+
+    /// Holds `values` for `key` in place of what it held (none: it leaves the index). A
+    /// computed index past [`COMPUTED_INDEX_BYTES`] with them holds none for the key instead.
+    pub fn set(&self, key: &ObjectKey, mut values: Vec<String>) -> Held {
         values.sort_unstable();
         values.dedup();
         let mut entries = self.entries.lock();
@@ -66,20 +120,27 @@ impl FieldIndex {
             by_value,
             by_key,
             count,
+            bytes,
         } = &mut *entries;
-        if by_key.get(key).is_some_and(|old| {
+        let old = by_key.get(key);
+        if old.map_or(values.is_empty(), |old| {
             old.iter()
                 .map(|v| &**v)
                 .eq(values.iter().map(String::as_str))
         }) {
-            return;
+            return Held::Same;
         }
+        // Both sorted: a value the key did not hold is one a lookup could have missed.
+        let more = values.iter().any(|v| {
+            old.is_none_or(|old| old.binary_search_by(|o| (**o).cmp(v.as_str())).is_err())
+        });
         let shared = match by_key.remove_entry(key) {
             Some((shared, old)) => {
                 for value in old {
                     if let Some(keys) = by_value.get_mut(&value) {
                         keys.retain(|k| **k != *key);
                         *count -= 1;
+                        *bytes -= weight(&value);
                         if keys.is_empty() {
                             by_value.remove(&value);
                         }
@@ -89,8 +150,12 @@ impl FieldIndex {
             }
             None => Arc::new(key.clone()),
         };
+        let adding: usize = values.iter().map(|v| weight(v)).sum();
+        if matches!(self.source, Source::Computed(_)) && *bytes + adding > COMPUTED_INDEX_BYTES {
+            return Held::OverBudget;
+        }
         if values.is_empty() {
-            return;
+            return Held::Fewer;
         }
         let mut held = Vec::with_capacity(values.len());
         for value in values {
@@ -105,7 +170,9 @@ impl FieldIndex {
             held.push(value);
         }
         *count += held.len();
+        *bytes += adding;
         by_key.insert(shared, held);
+        if more { Held::More } else { Held::Fewer }
     }
 
     /// The primaries whose field holds `value`; only those in `namespace` when it is given.
@@ -138,10 +205,7 @@ impl FieldIndex {
     pub(super) async fn follow(&self, mut events: Subscription, changed: impl Fn()) {
         while let Some(event) = events.next().await {
             let object = event.object();
-            let key = ObjectKey {
-                namespace: object.metadata.namespace.clone(),
-                name: object.metadata.name.clone().unwrap_or_default(),
-            };
+            let key = key_of(object);
             match &event {
                 InformerEvent::Deleted { .. } => self.update(&key, None),
                 InformerEvent::Applied { .. } | InformerEvent::Resync { .. } => {
@@ -150,6 +214,150 @@ impl FieldIndex {
             }
             changed();
         }
+    }
+}
+
+/// What a computed index's values take: the guest version of the moment (a hot swap
+/// re-indexes every primary with the new version) and the engine; and the queue, for the
+/// primaries whose values changed.
+pub(super) struct Indexer {
+    pub(super) name: String,
+    pub(super) keys: super::keys::Keys,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) version: watch::Receiver<Arc<GuestVersion>>,
+    pub(super) metrics: crate::metrics::Metrics,
+    /// The primary cache, read whole when a new version loads.
+    pub(super) primary: Informer,
+}
+
+impl FieldIndex {
+    /// Keeps a computed index in step with the primary informer's events and the guest's
+    /// versions, calling the guest's `index` for each primary added or changed (a resync of
+    /// an object already indexed at its resourceVersion calls nothing) and for every primary
+    /// when a new version loads; `changed` is told after each update.
+    pub(super) async fn follow_computed(
+        &self,
+        mut events: Subscription,
+        mut indexer: Indexer,
+        changed: impl Fn(),
+    ) {
+        // The resourceVersion each key was indexed at by the current version.
+        let mut at: HashMap<ObjectKey, String> = HashMap::new();
+        indexer.version.mark_unchanged();
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else { return };
+                    let object = event.object();
+                    let key = key_of(object);
+                    if let InformerEvent::Deleted { .. } = &event {
+                        at.remove(&key);
+                        self.set(&key, Vec::new());
+                    } else {
+                        let version = object.metadata.resource_version.clone().unwrap_or_default();
+                        if at.get(&key) == Some(&version) {
+                            continue;
+                        }
+                        let priority = match &event {
+                            InformerEvent::Applied { listed: false, .. } => Priority::Normal,
+                            _ => Priority::Low,
+                        };
+                        self.index_one(&indexer, &key, object, version, priority, &mut at).await;
+                    }
+                    changed();
+                }
+                Ok(()) = indexer.version.changed() => {
+                    indexer.version.mark_unchanged();
+                    at.clear();
+                    for object in indexer.primary.list(None, None) {
+                        let key = key_of(&object);
+                        let version = object.metadata.resource_version.clone().unwrap_or_default();
+                        self.index_one(&indexer, &key, &object, version, Priority::Low, &mut at).await;
+                    }
+                    changed();
+                }
+            }
+        }
+    }
+
+    /// Asks the guest for `object`'s values and holds them; a key whose values changed is
+    /// queued at `priority`. A failed call leaves the key out of the index (logged and
+    /// counted) and unmarked, so its next event calls again.
+    async fn index_one(
+        &self,
+        indexer: &Indexer,
+        key: &ObjectKey,
+        object: &DynamicObject,
+        resource_version: String,
+        priority: Priority,
+        at: &mut HashMap<ObjectKey, String>,
+    ) {
+        let version = indexer.version.borrow().clone();
+        let guest = version.guest.name();
+        let what = format!("{} {key}", indexer.primary.gvk().kind);
+        let json = match serde_json::to_string(object) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index not called: the object does not serialise: {e}");
+                return;
+            }
+        };
+        let call = CallContext::new(
+            version.index_context.clone(),
+            format!("index {} {what}", indexer.name),
+            Some(tokio::runtime::Handle::current()),
+        );
+        let started = Instant::now();
+        let result = indexer
+            .runtime
+            .index_async(&version.guest.loaded, call, &indexer.name, json)
+            .await;
+        match result {
+            Indexed::Values { values, dropped } => {
+                indexer.metrics.index_called(
+                    guest,
+                    crate::metrics::ReconcileResult::Success,
+                    started.elapsed(),
+                );
+                if dropped > 0 {
+                    tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::runtime::MAX_INDEX_VALUE_BYTES, crate::runtime::MAX_INDEX_VALUES);
+                }
+                let held = self.set(key, values);
+                if held == Held::More {
+                    // An event of the watched kind between the primary's change and this call
+                    // was looked up among its old values, without the new one: its reconcile,
+                    // queued now, reads what that event changed.
+                    indexer
+                        .keys
+                        .add(key.clone(), priority, &"a new index value");
+                }
+                if held == Held::OverBudget {
+                    indexer.metrics.index_called(
+                        guest,
+                        crate::metrics::ReconcileResult::Error,
+                        Duration::ZERO,
+                    );
+                    tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index values left out: the index holds {} MiB, its most; the object is out of the index until its next change or resync", COMPUTED_INDEX_BYTES >> 20);
+                } else {
+                    at.insert(key.clone(), resource_version);
+                }
+            }
+            Indexed::Failed { result, message } => {
+                indexer
+                    .metrics
+                    .index_called(guest, result, started.elapsed());
+                tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index failed ({}); the object is left out of the index until its next change or resync: {message}", result.as_str());
+                self.set(key, Vec::new());
+                at.remove(key);
+            }
+        }
+    }
+}
+
+fn key_of(object: &DynamicObject) -> ObjectKey {
+    ObjectKey {
+        namespace: object.metadata.namespace.clone(),
+        name: object.metadata.name.clone().unwrap_or_default(),
     }
 }
 
@@ -195,8 +403,67 @@ mod tests {
     }
 
     #[test]
+    fn a_computed_index_holds_what_it_is_given_up_to_its_budget() {
+        let index = FieldIndex::new(Source::Computed("listed".into()));
+        assert_eq!(
+            index.set(
+                &key("apps", "web"),
+                vec!["b".into(), "a".into(), "a".into()]
+            ),
+            Held::More
+        );
+        assert_eq!(index.lookup("a", Some("apps")), [key("apps", "web")]);
+        assert_eq!(index.len(), 2);
+        // The same values again are no new entries.
+        assert_eq!(
+            index.set(&key("apps", "web"), vec!["a".into(), "b".into()]),
+            Held::Same
+        );
+        assert_eq!(index.len(), 2);
+        // Only a value it did not hold is more; nothing for a key that held nothing is the same.
+        assert_eq!(
+            index.set(&key("apps", "web"), vec!["a".into()]),
+            Held::Fewer
+        );
+        assert_eq!(
+            index.set(&key("apps", "web"), vec!["a".into(), "b".into()]),
+            Held::More
+        );
+        assert_eq!(index.set(&key("apps", "none"), Vec::new()), Held::Same);
+        // A guest returning the most it may for every primary fills the budget, then no more.
+        let value = |k: usize, v: usize| format!("{k:04}-{v:02}-{}", "x".repeat(290));
+        let mut refused = None;
+        for k in 0..1000 {
+            let values = (0..100).map(|v| value(k, v)).collect();
+            if index.set(&key("apps", &format!("p{k}")), values) == Held::OverBudget {
+                refused = Some(k);
+                break;
+            }
+        }
+        let refused = refused.expect("the budget ends the index before 1,000 primaries");
+        assert!(refused > 100, "refused only at {refused}");
+        assert!(index.lookup(&value(refused, 0), None).is_empty());
+        assert_eq!(index.lookup(&value(0, 0), None), [key("apps", "p0")]);
+        // What leaves makes room again.
+        for k in 0..refused {
+            index.set(&key("apps", &format!("p{k}")), Vec::new());
+        }
+        assert_eq!(index.len(), 2);
+        assert_eq!(
+            index.set(&key("apps", "late"), vec![value(0, 0)]),
+            Held::More
+        );
+        // A path index has no budget: it holds what the cached objects hold.
+        let path = FieldIndex::new(Source::Path(path("spec.source")));
+        assert_eq!(
+            path.set(&key("apps", "big"), (0..100).map(|v| value(0, v)).collect()),
+            Held::More
+        );
+    }
+
+    #[test]
     fn a_list_field_indexes_every_item_and_an_update_replaces_the_old_values() {
-        let index = FieldIndex::new(path("spec.targetNamespaces[*]"));
+        let index = FieldIndex::new(Source::Path(path("spec.targetNamespaces[*]")));
         let a = mirror(
             "team",
             "a",
@@ -220,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_lookup_in_a_namespace_finds_only_that_namespaces_primaries() {
-        let index = FieldIndex::new(path("spec.source"));
+        let index = FieldIndex::new(Source::Path(path("spec.source")));
         for (ns, name) in [("a", "m1"), ("a", "m2"), ("b", "m3")] {
             let m = mirror(ns, name, serde_json::json!({"source": "settings"}));
             index.update(&key(ns, name), Some(&m));
@@ -234,7 +501,7 @@ mod tests {
 
     #[test]
     fn values_that_are_not_strings_and_missing_fields_are_not_indexed() {
-        let index = FieldIndex::new(path("spec.refs[*].name"));
+        let index = FieldIndex::new(Source::Path(path("spec.refs[*].name")));
         let m = mirror(
             "ns",
             "m",
@@ -250,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_metadata_path_reads_the_metadata() {
-        let index = FieldIndex::new(path("metadata.name"));
+        let index = FieldIndex::new(Source::Path(path("metadata.name")));
         let m = mirror("ns", "m", serde_json::json!({}));
         index.update(&key("ns", "m"), Some(&m));
         assert_eq!(index.lookup("m", Some("ns")), vec![key("ns", "m")]);

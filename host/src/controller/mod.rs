@@ -50,7 +50,8 @@ use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
-pub use index::FieldIndex;
+pub use index::{FieldIndex, Held};
+use index::{Indexer, Source as IndexSource};
 use keys::Keys;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
@@ -133,6 +134,8 @@ struct GuestVersion {
     context: Arc<GuestContext>,
     /// What the guest's `map` calls see: its lister, and refusals for everything else.
     map_context: Arc<GuestContext>,
+    /// What the guest's `index` calls see: refusals only (the values come from the object).
+    index_context: Arc<GuestContext>,
     /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
     cluster: Arc<KubeCluster>,
     /// When the grant sets `record`: which reconciles are written down for replay.
@@ -144,7 +147,7 @@ struct Caches {
     primary: Informer,
     /// Each secondary watch with the informer its events come from and what of them it takes.
     secondaries: Vec<(Informer, SecondaryWatch, WatchFilter)>,
-    /// The field indexes the `field` watches look up, one per path.
+    /// The indexes the `field` and computed watches look up, one per path or computed index.
     indexes: Vec<Arc<FieldIndex>>,
     readable: BTreeMap<Gvk, Informer>,
     /// Sharded mode: primary keys seen deleted and not yet reconciled. Any other key whose
@@ -334,6 +337,7 @@ impl Controller {
             .in_tenant(guest.tenant());
         let version = GuestVersion {
             map_context: map_context(shared, &guest, &context.providers, scope.clone()),
+            index_context: index_context(shared, &guest, scope.clone()),
             context: Arc::new(
                 GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
                     .with_scope(scope)
@@ -395,19 +399,33 @@ fn spawn_secondaries(
             caches.clone(),
             name.to_owned(),
         );
-        let events = caches.primary.subscribe();
-        tasks.spawn(async move {
-            index
-                .follow(events, || {
-                    metrics.field_index_entries(&name, caches.index_entries());
-                })
-                .await;
-        });
+        let (events, primary) = (caches.primary.subscribe(), caches.primary.clone());
+        let changed = move || metrics.field_index_entries(&name, caches.index_entries());
+        match index.source().clone() {
+            IndexSource::Path(_) => {
+                tasks.spawn(async move { index.follow(events, changed).await });
+            }
+            IndexSource::Computed(computed) => {
+                let indexer = Indexer {
+                    name: computed,
+                    keys: keys.clone(),
+                    runtime: shared.runtime.clone(),
+                    version: version.subscribe(),
+                    metrics: shared.metrics.clone(),
+                    primary,
+                };
+                tasks.spawn(async move { index.follow_computed(events, indexer, changed).await });
+            }
+        }
     }
     for (informer, watch, filter) in &caches.secondaries {
         let mapper = match &watch.mapping {
             Mapping::Field { path, value } => Mapper::Index {
-                index: caches.index(path),
+                index: caches.index(&IndexSource::Path(path.clone())),
+                value: *value,
+            },
+            Mapping::Computed { index, value } => Mapper::Index {
+                index: caches.index(&IndexSource::Computed(index.clone())),
                 value: *value,
             },
             Mapping::Function => Mapper::Function(FunctionMapper {
@@ -543,10 +561,15 @@ impl Caches {
                 }
             };
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
-            if let Mapping::Field { path, .. } = &secondary.mapping
-                && !indexes.iter().any(|i| i.path() == path)
+            let source = match &secondary.mapping {
+                Mapping::Field { path, .. } => Some(IndexSource::Path(path.clone())),
+                Mapping::Computed { index, .. } => Some(IndexSource::Computed(index.clone())),
+                _ => None,
+            };
+            if let Some(source) = source
+                && !indexes.iter().any(|i| *i.source() == source)
             {
-                indexes.push(Arc::new(FieldIndex::new(path.clone())));
+                indexes.push(Arc::new(FieldIndex::new(source)));
             }
             secondaries.push((informer, secondary.clone(), filter));
         }
@@ -640,6 +663,7 @@ impl GuestVersion {
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
             .in_tenant(guest.tenant());
         let map_context = map_context(shared, guest, &providers, scope.clone());
+        let index_context = index_context(shared, guest, scope.clone());
         let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
             .with_scope(scope)
             .with_metrics(shared.metrics.clone());
@@ -647,6 +671,7 @@ impl GuestVersion {
             guest: guest.clone(),
             context: Arc::new(context),
             map_context,
+            index_context,
             cluster,
             recorder: recorder(shared, guest),
         }
@@ -665,6 +690,20 @@ fn map_context(
         GuestContext::new(guest.name(), guest.grant.clone(), providers.read_only())
             .with_scope(scope)
             .with_metrics(shared.metrics.clone()),
+    )
+}
+
+/// The context of the guest's `index` calls: every host call refused, so an index's values
+/// come from the primary object alone.
+fn index_context(shared: &Shared, guest: &ActiveGuest, scope: Scope) -> Arc<GuestContext> {
+    Arc::new(
+        GuestContext::new(
+            guest.name(),
+            guest.grant.clone(),
+            crate::capabilities::Providers::deny_indexing(),
+        )
+        .with_scope(scope)
+        .with_metrics(shared.metrics.clone()),
     )
 }
 
@@ -712,7 +751,7 @@ async fn acquire_scoped(
     }
 }
 
-/// Secondary kinds whose every watch maps events by owner reference, label or field index:
+/// Secondary kinds whose every watch maps events by owner reference, label or an index:
 /// their events need only metadata, so their informers start metadata-only, and the guest's
 /// first read of the kind makes them whole (`Informers::acquire_metadata`). A `map` call takes
 /// the whole object; the primary kind is always whole.
@@ -1015,13 +1054,13 @@ impl Caches {
         foreign
     }
 
-    /// The field index over `path` (made in `acquire` for every `field` watch).
-    fn index(&self, path: &crate::manifest::FieldPath) -> Arc<FieldIndex> {
+    /// The index of `source` (made in `acquire` for every `field` and computed watch).
+    fn index(&self, source: &IndexSource) -> Arc<FieldIndex> {
         self.indexes
             .iter()
-            .find(|i| i.path() == path)
+            .find(|i| i.source() == source)
             .cloned()
-            .expect("an index for every field watch's path")
+            .expect("an index for every field and computed watch")
     }
 
     /// Entries across the field indexes.

@@ -332,7 +332,7 @@ fn primary_keys(object: &DynamicObject, mapping: &Mapping, primary: &Gvk) -> Vec
             }]
         }
         // Mapped by the index or the guest, never read off the object.
-        Mapping::Field { .. } | Mapping::Function => Vec::new(),
+        Mapping::Field { .. } | Mapping::Computed { .. } | Mapping::Function => Vec::new(),
     }
 }
 

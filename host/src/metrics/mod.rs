@@ -209,6 +209,11 @@ impl Metrics {
         self.inner.watches.map_called(guest, result, took);
     }
 
+    /// One call of `guest`'s `index` export ended with `result` after `took`.
+    pub(crate) fn index_called(&self, guest: &str, result: ReconcileResult, took: Duration) {
+        self.inner.watches.index_called(guest, result, took);
+    }
+
     /// `guest`'s field indexes hold `entries` entries now.
     pub(crate) fn field_index_entries(&self, guest: &str, entries: usize) {
         self.inner.watches.index_entries(guest, entries);

@@ -286,26 +286,27 @@ pub(super) async fn map(
     engine: &Engine,
     slots: u32,
     guest: &LoadedGuest,
-    mut call: CallContext,
+    call: CallContext,
     kind: &Gvk,
     object: String,
 ) -> Mapped {
-    let limits = &call.guest.grant.limits;
-    let memory_bytes = limits.memory_bytes();
-    call.deadline = Instant::now() + limits.deadline();
-    let deadline = call.deadline;
-    let mut store = new_store(engine, call, memory_bytes);
     let kind = crate::wit::types::Gvk::from(kind.clone());
-    let result = tokio::time::timeout_at(deadline.into(), async {
-        let instance = guest.instance_pre().instantiate_async(&mut store).await?;
-        let Some(export) = guest.watches_export(&instance, &mut store) else {
-            wasmtime::bail!("the guest does not export reconciler:api/watches");
-        };
-        export?.call_map(&mut store, &kind, &object).await
-    })
+    let called = call_export(
+        engine,
+        slots,
+        guest,
+        call,
+        "map",
+        async |store, instance| {
+            let Some(export) = guest.watches_export(instance, store) else {
+                wasmtime::bail!("the guest does not export reconciler:api/watches");
+            };
+            export?.call_map(store, &kind, &object).await
+        },
+    )
     .await;
-    match result {
-        Ok(Ok(keys)) => {
+    match called {
+        Ok(keys) => {
             let cut = keys.len() > MAX_MAPPED_KEYS;
             let keys = keys
                 .into_iter()
@@ -317,29 +318,116 @@ pub(super) async fn map(
                 .collect();
             Mapped::Keys { keys, cut }
         }
-        Ok(Err(e)) => {
-            let (result, message) = if e.is::<wasmtime::PoolConcurrencyLimitError>() {
-                (
-                    crate::metrics::ReconcileResult::Error,
-                    format!("no free instance slot (the host runs at most {slots} at once)"),
-                )
-            } else {
-                let (kind, message) = describe_failure(&e, &store);
-                let result = match kind {
-                    FailureKind::Deadline => crate::metrics::ReconcileResult::Deadline,
-                    FailureKind::MemoryLimit => crate::metrics::ReconcileResult::MemoryLimit,
-                    FailureKind::Trap => crate::metrics::ReconcileResult::Trap,
-                };
-                (result, message)
+        Err((result, message)) => Mapped::Failed { result, message },
+    }
+}
+
+/// At most this many values are taken from one `index` call.
+pub const MAX_INDEX_VALUES: usize = 100;
+
+/// The longest value an index keeps: `namespace/name`, the longest thing a lookup compares.
+pub const MAX_INDEX_VALUE_BYTES: usize = 317;
+
+/// How a call of the guest's `index` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Indexed {
+    /// The values it returned, at most [`MAX_INDEX_VALUES`] of at most
+    /// [`MAX_INDEX_VALUE_BYTES`] each; `dropped` counts those left out.
+    Values { values: Vec<String>, dropped: usize },
+    /// It trapped, ran past its deadline or its memory cap; the text says which and how.
+    Failed {
+        result: crate::metrics::ReconcileResult,
+        message: String,
+    },
+}
+
+/// Calls the guest's `index` export for index `name` on one primary object, in a fresh
+/// instance under the guest's deadline and memory cap. `call` decides what its imports answer
+/// (for an index, nothing: its values come from the object alone).
+pub(super) async fn index(
+    engine: &Engine,
+    slots: u32,
+    guest: &LoadedGuest,
+    call: CallContext,
+    name: &str,
+    object: String,
+) -> Indexed {
+    let called = call_export(
+        engine,
+        slots,
+        guest,
+        call,
+        "index",
+        async |store, instance| {
+            let Some(export) = guest.indexes_export(instance, store) else {
+                wasmtime::bail!("the guest does not export reconciler:api/indexes");
             };
-            Mapped::Failed { result, message }
+            export?.call_index(store, name, &object).await
+        },
+    )
+    .await;
+    match called {
+        Ok(values) => {
+            let total = values.len();
+            let values: Vec<String> = values
+                .into_iter()
+                .filter(|v| !v.is_empty() && v.len() <= MAX_INDEX_VALUE_BYTES)
+                .take(MAX_INDEX_VALUES)
+                .collect();
+            Indexed::Values {
+                dropped: total - values.len(),
+                values,
+            }
         }
-        Err(_) => Mapped::Failed {
-            result: crate::metrics::ReconcileResult::Deadline,
-            message: format!(
-                "map ran past its deadline of {:?} while waiting in a host or WASI call, and was cancelled",
+        Err((result, message)) => Indexed::Failed { result, message },
+    }
+}
+
+/// How a call of an optional export failed, and what the store saw.
+type CallFailure = (crate::metrics::ReconcileResult, String);
+
+/// Calls one function of an optional export (`what` names it in the deadline's message) in a
+/// fresh instance of `guest` under its deadline and memory cap. `slots` is the pool's size, for
+/// the failure when every slot is busy.
+async fn call_export<T>(
+    engine: &Engine,
+    slots: u32,
+    guest: &LoadedGuest,
+    mut call: CallContext,
+    what: &str,
+    run: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<T>,
+) -> Result<T, CallFailure> {
+    let limits = &call.guest.grant.limits;
+    let memory_bytes = limits.memory_bytes();
+    call.deadline = Instant::now() + limits.deadline();
+    let deadline = call.deadline;
+    let mut store = new_store(engine, call, memory_bytes);
+    let result = tokio::time::timeout_at(deadline.into(), async {
+        let instance = guest.instance_pre().instantiate_async(&mut store).await?;
+        run(&mut store, &instance).await
+    })
+    .await;
+    match result {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) if e.is::<wasmtime::PoolConcurrencyLimitError>() => Err((
+            crate::metrics::ReconcileResult::Error,
+            format!("no free instance slot (the host runs at most {slots} at once)"),
+        )),
+        Ok(Err(e)) => {
+            let (kind, message) = describe_failure(&e, &store);
+            let result = match kind {
+                FailureKind::Deadline => crate::metrics::ReconcileResult::Deadline,
+                FailureKind::MemoryLimit => crate::metrics::ReconcileResult::MemoryLimit,
+                FailureKind::Trap => crate::metrics::ReconcileResult::Trap,
+            };
+            Err((result, message))
+        }
+        Err(_) => Err((
+            crate::metrics::ReconcileResult::Deadline,
+            format!(
+                "{what} ran past its deadline of {:?} while waiting in a host or WASI call, and was cancelled",
                 store.data().call().guest.grant.limits.deadline()
             ),
-        },
+        )),
     }
 }

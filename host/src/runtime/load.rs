@@ -18,12 +18,15 @@ use super::store::{HostState, describe_failure, new_store};
 use crate::capabilities::CallContext;
 use crate::compile_cache::CompileCache;
 use crate::manifest::Manifest;
+use crate::wit::indexing::indexes;
 use crate::wit::watching::watches;
 use crate::wit::{NetworkController, NetworkControllerPre, guest};
 
 const RECONCILER_EXPORT: &str = "reconciler:api/reconciler@0.1.0";
 /// The optional export of the `watching-controller` world.
 const WATCHES_EXPORT: &str = "reconciler:api/watches@0.1.0";
+/// The optional export of the `indexing-controller` world.
+const INDEXES_EXPORT: &str = "reconciler:api/indexes@0.1.0";
 /// Interfaces of the contract, as a component's imports name them.
 const API_PACKAGE: &str = "reconciler:api/";
 /// The import of the `http-controller` world, as [`LoadedGuest::imports`] lists it.
@@ -72,6 +75,8 @@ pub struct LoadedGuest {
     reconcile: ComponentExportIndex,
     /// Where the optional `watches` export's functions are, when the guest has it.
     watches: Option<watches::GuestIndices>,
+    /// Where the optional `indexes` export's functions are, when the guest has it.
+    indexes: Option<indexes::GuestIndices>,
     /// SHA-256 of the component bytes, hex.
     pub hash: String,
     pub manifest: Manifest,
@@ -105,7 +110,11 @@ impl LoadedGuest {
                 "network-controller",
             ),
             (self.imports.contains(HTTP_IMPORT), "http-controller"),
-            (self.watches.is_some(), "watching-controller"),
+            (
+                self.watches.is_some() && self.indexes.is_none(),
+                "watching-controller",
+            ),
+            (self.indexes.is_some(), "indexing-controller"),
         ]
         .into_iter()
         .filter_map(|(has, world)| has.then_some(world))
@@ -124,6 +133,16 @@ impl LoadedGuest {
         store: &mut Store<HostState>,
     ) -> Option<wasmtime::Result<watches::Guest>> {
         let indices = self.watches.as_ref()?;
+        Some(indices.load(store, instance))
+    }
+
+    /// The guest's `indexes` export in `instance`, when it has one.
+    pub(super) fn indexes_export(
+        &self,
+        instance: &Instance,
+        store: &mut Store<HostState>,
+    ) -> Option<wasmtime::Result<indexes::Guest>> {
+        let indices = self.indexes.as_ref()?;
         Some(indices.load(store, instance))
     }
 
@@ -226,6 +245,13 @@ impl Compiler {
     }
 }
 
+/// What a guest says of itself at load: `manifest()`, `watches()` and `indexes()`.
+type Described = (
+    guest::ControllerManifest,
+    Vec<watches::Watch>,
+    Vec<indexes::ComputedIndex>,
+);
+
 /// A component that exports the contract's `reconcile` and whose imports the host's linker
 /// resolves: what is left to learn is its manifest.
 pub(super) struct Checked {
@@ -233,6 +259,7 @@ pub(super) struct Checked {
     pre: NetworkControllerPre<HostState>,
     reconcile: ComponentExportIndex,
     watches: Option<watches::GuestIndices>,
+    indexes: Option<indexes::GuestIndices>,
     imports: BTreeSet<String>,
 }
 
@@ -284,12 +311,20 @@ pub(super) fn check_world(
         ),
         None => None,
     };
+    let indexes = match component.get_export(None, INDEXES_EXPORT) {
+        Some(_) => Some(
+            indexes::GuestIndices::new(&instance_pre)
+                .map_err(|e| wrong_world(format!("its {INDEXES_EXPORT} export: {e:#}")))?,
+        ),
+        None => None,
+    };
     let pre = NetworkControllerPre::new(instance_pre).map_err(|e| wrong_world(format!("{e:#}")))?;
     Ok(Checked {
         name: name.to_owned(),
         pre,
         reconcile,
         watches,
+        indexes,
         imports,
     })
 }
@@ -305,8 +340,8 @@ impl Checked {
         hash: String,
         file: &Path,
     ) -> Result<LoadedGuest, LoadError> {
-        let (manifest, watches) = self.manifest(engine, slots).await?;
-        let manifest = Manifest::from_wit(manifest, watches).map_err(|invalid| {
+        let (manifest, watches, indexes) = self.manifest(engine, slots).await?;
+        let manifest = Manifest::from_wit(manifest, watches, indexes).map_err(|invalid| {
             LoadError::InvalidManifest {
                 file: self.name.clone(),
                 reason: invalid.to_string(),
@@ -321,6 +356,7 @@ impl Checked {
             pre: self.pre,
             reconcile: self.reconcile,
             watches: self.watches,
+            indexes: self.indexes,
             hash,
             manifest,
             imports: self.imports,
@@ -328,13 +364,10 @@ impl Checked {
         }
     }
 
-    /// Instantiates the guest once and calls `manifest()`, then `watches()` when it exports
-    /// that, all under the manifest deadline, in a store whose host calls are all denied.
-    async fn manifest(
-        &self,
-        engine: &Engine,
-        slots: u32,
-    ) -> Result<(guest::ControllerManifest, Vec<watches::Watch>), LoadError> {
+    /// Instantiates the guest once and calls `manifest()`, then `watches()` and `indexes()`
+    /// when it exports them, all under the manifest deadline, in a store whose host calls are
+    /// all denied.
+    async fn manifest(&self, engine: &Engine, slots: u32) -> Result<Described, LoadError> {
         let call = CallContext::loading(&self.name, MANIFEST_DEADLINE);
         let deadline = call.deadline;
         let mut store = new_store(engine, call, crate::config::DEFAULT_MEMORY_MIB << 20);
@@ -354,15 +387,23 @@ impl Checked {
                 .call_manifest(&mut store)
                 .await
                 .map_err(|e| (false, e))?;
-            let Some(indices) = &self.watches else {
-                return Ok((manifest, Vec::new()));
-            };
-            let exported = indices.load(&mut store, &instance).map_err(|e| (true, e))?;
-            let watches = exported
-                .call_watches(&mut store)
-                .await
-                .map_err(|e| (false, e))?;
-            Ok((manifest, watches))
+            let mut watches = Vec::new();
+            if let Some(indices) = &self.watches {
+                let exported = indices.load(&mut store, &instance).map_err(|e| (true, e))?;
+                watches = exported
+                    .call_watches(&mut store)
+                    .await
+                    .map_err(|e| (false, e))?;
+            }
+            let mut indexes = Vec::new();
+            if let Some(indices) = &self.indexes {
+                let exported = indices.load(&mut store, &instance).map_err(|e| (true, e))?;
+                indexes = exported
+                    .call_indexes(&mut store)
+                    .await
+                    .map_err(|e| (false, e))?;
+            }
+            Ok((manifest, watches, indexes))
         })
         .await;
         let file = self.name.clone();

@@ -56,7 +56,10 @@ mod store;
 pub use crate::config::EPOCH_TICK;
 pub use crate::config::Reuse;
 pub(crate) use call::Run;
-pub use call::{MAX_MAPPED_KEYS, Mapped, Outcome, Request, Warm};
+pub use call::{
+    Indexed, MAX_INDEX_VALUE_BYTES, MAX_INDEX_VALUES, MAX_MAPPED_KEYS, Mapped, Outcome, Request,
+    Warm,
+};
 pub use engine::RuntimeOptions;
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
 pub(crate) use store::HostState;
@@ -213,6 +216,32 @@ impl Runtime {
         object: String,
     ) -> Mapped {
         call::map(&self.engine, self.slots, guest, call, kind, object).await
+    }
+
+    /// Calls the guest's `index` export for index `name` on one primary object in a fresh
+    /// instance, under the deadline and memory cap of the context's grant. Blocks the calling
+    /// thread, as [`Runtime::reconcile`] does.
+    pub fn index(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        name: &str,
+        object: String,
+    ) -> Indexed {
+        let handle = call.runtime.clone();
+        self.reactor
+            .drive(handle, self.index_async(guest, call, name, object))
+    }
+
+    /// [`Runtime::index`] as a future (see [`call::index`]).
+    pub(crate) async fn index_async(
+        &self,
+        guest: &LoadedGuest,
+        call: CallContext,
+        name: &str,
+        object: String,
+    ) -> Indexed {
+        call::index(&self.engine, self.slots, guest, call, name, object).await
     }
 
     pub fn engine(&self) -> &Engine {

@@ -16,8 +16,10 @@
 //     annotation itself, the apply is a conflict naming it, the condition turns False
 //     (`HashConflict`, the API server's text) and the reconcile is retried with backoff.
 //
-// A ConfigMap change reconciles the Deployments of its namespace whose annotation lists it (a
-// `function` watch: the host calls MapConfigMap, which reads the cached Deployments). A
+// A ConfigMap change reconciles the Deployments of its namespace whose annotation lists it: a
+// computed index (ByIndex, the world `indexing-controller`) whose values ConfigMapsOf computes
+// from each Deployment when it changes, so a ConfigMap event is a lookup in the host's memory,
+// not a guest call. A
 // malformed list or a listed ConfigMap that does not exist keeps the last hash (rolling the
 // Pods on a typo would be worse) and says so: the Deployment's condition
 // `reloader.example/ConfigHashed` turns False with the reason (`InvalidAnnotation`,
@@ -54,7 +56,7 @@ var (
 
 func init() {
 	reconciler.Register(reconciler.NewManifest("config-reloader", deploymentKind).Watch(
-		reconciler.Watch{Kind: configMapKind, Mapping: reconciler.ByFunc(MapConfigMap)},
+		reconciler.Watch{Kind: configMapKind, Mapping: reconciler.ByIndex("configmaps", reconciler.IndexName, ConfigMapsOf)},
 	), reconcile)
 }
 
@@ -98,36 +100,21 @@ func ParseList(value string) ([]string, error) {
 	return names, nil
 }
 
-// MapConfigMap is the Deployments of the ConfigMap's namespace whose annotation lists it.
-func MapConfigMap(object *reconciler.Object) ([]reconciler.ObjectKey, error) {
-	ref, ok := object.Ref()
-	if !ok {
+// ConfigMapsOf is the ConfigMaps a Deployment lists, the values of the index "configmaps": the
+// host keeps them and looks a ConfigMap's event up among them, with no guest call. None when
+// the list is missing or malformed (the reconcile says so; the Deployment's next change indexes
+// it again).
+func ConfigMapsOf(primary *reconciler.Object) ([]string, error) {
+	var d deployment
+	if primary.Decode(&d) != nil {
 		return nil, nil
 	}
-	listed, err := reconciler.List(deploymentKind, ref.Namespace, "")
-	if err != nil {
-		return nil, err
+	value, annotated := d.Metadata.Annotations[listAnnotation]
+	if !annotated {
+		return nil, nil
 	}
-	var keys []reconciler.ObjectKey
-	for _, candidate := range listed {
-		var d deployment
-		at, named := candidate.Ref()
-		if !named || candidate.Decode(&d) != nil {
-			continue
-		}
-		value, annotated := d.Metadata.Annotations[listAnnotation]
-		if !annotated {
-			continue
-		}
-		names, _ := ParseList(value) // a malformed list still names what it can: none here
-		for _, name := range names {
-			if name == ref.Name {
-				keys = append(keys, at.Key())
-				break
-			}
-		}
-	}
-	return keys, nil
+	names, _ := ParseList(value) // a malformed list names nothing
+	return names, nil
 }
 
 // Hash is the hash of ConfigMaps (their data and binaryData) in the order given: hex of

@@ -1,7 +1,7 @@
-//! Test guest for the contract's optional `watches` export (the `watching-controller` world),
-//! built without the SDK so it pins the export as the WIT spells it. It reconciles
-//! `test.reconciler.dev/v1` `Widget`s (see `../widget/crd.yaml`) and declares one watch of
-//! each kind of mapping, each with a label selector:
+//! Test guest for the contract's optional `watches` and `indexes` exports (the
+//! `indexing-controller` world), built without the SDK so it pins the exports as the WIT spells
+//! them. It reconciles `test.reconciler.dev/v1` `Widget`s (see `../widget/crd.yaml`) and
+//! declares one watch of each kind of mapping, each with a label selector:
 //!
 //! | watched | selector | mapping |
 //! |---|---|---|
@@ -9,17 +9,26 @@
 //! | `ConfigMap` | `mapper.test/owner-name` | owner labels `mapper.test/owner-namespace`, `-name` |
 //! | `ConfigMap` | `mapper.test/role=pointer` | function: `map` reads its annotations |
 //! | `Namespace` | none | field index: `spec.targets[*]` = its name |
+//! | `ConfigMap` | `mapper.test/role=listed` | computed index `listed`: the names `spec.listed` (`"a,b"`) holds |
 //!
 //! `map` of a pointer `ConfigMap` returns the keys its annotation `mapper.test/widgets` lists
 //! (`ns/name ns/name`); its annotation `mapper.test/map` makes it misbehave: `trap` panics,
 //! `loop` spins past the deadline, `write` first tries to write the `Widget`'s status (the host
 //! must refuse: only the lister answers in `map`), `read` first reads the Widget through the
-//! lister (which must answer).
+//! lister (which must answer). `map` of a listed `ConfigMap` (no watch asks for it; the watches
+//! bench calls it, as config-reloader's first version did) lists the `Widget`s of its namespace
+//! and keeps those whose `spec.listed` names it.
+//!
+//! `index("listed", widget)` splits the Widget's `spec.listed` at commas; its `spec.index` makes
+//! it misbehave: `trap` panics, `loop` spins past the deadline, `read` first lists `ConfigMap`s
+//! through the lister and, if that answers (it must not: no host call answers in `index`),
+//! returns no value.
 //!
 //! A reconcile patches the `Widget`'s status with what it read, so a test sees, on the API
 //! server, that a change of a watched object reached it:
 //! - `source`: `data.value` of the `ConfigMap` `spec.source` in its namespace (null if absent);
 //! - `pointers`: `NAME=VALUE` of each pointer `ConfigMap` whose annotation names the Widget;
+//! - `listed`: `NAME=VALUE` of each listed `ConfigMap` of its namespace its `spec.listed` names;
 //! - `copies`: the namespaces of `spec.targets` that exist, where it applies the `ConfigMap`
 //!   `<widget>-copy` (owner labels, `data.value` = the source's value);
 //! - `peek`: `present` or `absent`, whether the lister has the `ConfigMap` `spec.peek`;
@@ -32,10 +41,11 @@
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "watching-controller",
+        world: "indexing-controller",
     });
 }
 
+use bindings::exports::reconciler::api::indexes::{ComputedIndex, Guest as Indexes, Lookup};
 use bindings::exports::reconciler::api::reconciler::{
     ControllerManifest, Guest as Reconciler, Request,
 };
@@ -127,6 +137,7 @@ impl Reconciler for Mapper {
                 })
                 .collect();
         pointers.sort();
+        let listed = listed_values(namespace.as_deref(), &object)?;
         let mut copies = Vec::new();
         for target in spec["targets"].as_array().into_iter().flatten() {
             let Some(target) = target.as_str() else {
@@ -161,6 +172,7 @@ impl Reconciler for Mapper {
         let status = json!({ "status": {
             "source": source,
             "pointers": pointers,
+            "listed": listed,
             "copies": copies,
             "peek": peek,
             "reconciles": reconciles,
@@ -213,6 +225,9 @@ impl Watches for Mapper {
         let Ok(object) = serde_json::from_str::<Value>(&object) else {
             return Vec::new();
         };
+        if object["metadata"]["labels"]["mapper.test/role"] == "listed" {
+            return listing(&object);
+        }
         let keys: Vec<ObjectKey> = names(&object)
             .iter()
             .filter_map(|k| k.split_once('/'))
@@ -254,6 +269,96 @@ impl Watches for Mapper {
         }
         keys
     }
+}
+
+impl Indexes for Mapper {
+    fn indexes() -> Vec<ComputedIndex> {
+        vec![ComputedIndex {
+            name: "listed".to_owned(),
+            kind: config_map(),
+            lookup: Lookup::Name,
+            namespace: None,
+            label_selector: Some("mapper.test/role=listed".to_owned()),
+        }]
+    }
+
+    fn index(name: String, primary: String) -> Vec<String> {
+        let Ok(widget) = serde_json::from_str::<Value>(&primary) else {
+            return Vec::new();
+        };
+        assert_eq!(name, "listed", "an index this guest did not declare");
+        match widget["spec"]["index"].as_str() {
+            Some("trap") => panic!("told to trap in index"),
+            Some("loop") => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            Some("read") if lister::list(&config_map(), None, None).is_ok() => {
+                // Must not happen: no host call answers in index.
+                return Vec::new();
+            }
+            _ => {}
+        }
+        listed(&widget)
+    }
+}
+
+/// `NAME=VALUE` of each listed `ConfigMap` of `namespace` the Widget's `spec.listed` names.
+fn listed_values(namespace: Option<&str>, widget: &Value) -> Result<Vec<String>, ReconcileError> {
+    let names = listed(widget);
+    let mut values: Vec<String> =
+        lister::list(&config_map(), namespace, Some("mapper.test/role=listed"))
+            .map_err(transient)?
+            .iter()
+            .filter_map(|text| serde_json::from_str::<Value>(text).ok())
+            .filter_map(|cm| {
+                let name = cm["metadata"]["name"].as_str()?;
+                names.iter().any(|n| n == name).then(|| {
+                    format!(
+                        "{name}={}",
+                        cm["data"]["value"].as_str().unwrap_or_default()
+                    )
+                })
+            })
+            .collect();
+    values.sort();
+    Ok(values)
+}
+
+/// The `ConfigMap` names a Widget's `spec.listed` (`"a,b"`) holds.
+fn listed(widget: &Value) -> Vec<String> {
+    widget["spec"]["listed"]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The Widgets of a listed `ConfigMap`'s namespace whose `spec.listed` names it: a pass over the
+/// cached Widgets, what a `map` must do without an index.
+fn listing(config_map: &Value) -> Vec<ObjectKey> {
+    let name = config_map["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = config_map["metadata"]["namespace"].as_str();
+    let Ok(widgets) = lister::list(&widget(), namespace, None) else {
+        return Vec::new();
+    };
+    widgets
+        .iter()
+        .filter_map(|text| serde_json::from_str::<Value>(text).ok())
+        .filter(|w| listed(w).iter().any(|n| n == name))
+        .map(|w| ObjectKey {
+            namespace: w["metadata"]["namespace"].as_str().map(str::to_owned),
+            name: w["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect()
 }
 
 /// The keys (`ns/name`) a pointer `ConfigMap`'s annotation names.
