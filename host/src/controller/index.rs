@@ -258,9 +258,12 @@ impl FieldIndex {
                         if at.get(&key) == Some(&version) {
                             continue;
                         }
+                        // The echo of the guest's own write queues nothing: values drawn from
+                        // what its reconcile writes would otherwise queue it after every write.
                         let priority = match &event {
-                            InformerEvent::Applied { listed: false, .. } => Priority::Normal,
-                            _ => Priority::Low,
+                            InformerEvent::Applied { echo: true, .. } => None,
+                            InformerEvent::Applied { listed: false, .. } => Some(Priority::Normal),
+                            _ => Some(Priority::Low),
                         };
                         self.index_one(&indexer, &key, object, version, priority, &mut at).await;
                     }
@@ -272,7 +275,7 @@ impl FieldIndex {
                     for object in indexer.primary.list(None, None) {
                         let key = key_of(&object);
                         let version = object.metadata.resource_version.clone().unwrap_or_default();
-                        self.index_one(&indexer, &key, &object, version, Priority::Low, &mut at).await;
+                        self.index_one(&indexer, &key, &object, version, Some(Priority::Low), &mut at).await;
                     }
                     changed();
                 }
@@ -280,8 +283,8 @@ impl FieldIndex {
         }
     }
 
-    /// Asks the guest for `object`'s values and holds them; a key whose values changed is
-    /// queued at `priority`. A failed call leaves the key out of the index (logged and
+    /// Asks the guest for `object`'s values and holds them; a key that gained a value is
+    /// queued at `priority` (none: not queued). A failed call leaves the key out of the index (logged and
     /// counted) and unmarked, so its next event calls again.
     async fn index_one(
         &self,
@@ -289,7 +292,7 @@ impl FieldIndex {
         key: &ObjectKey,
         object: &DynamicObject,
         resource_version: String,
-        priority: Priority,
+        priority: Option<Priority>,
         at: &mut HashMap<ObjectKey, String>,
     ) {
         let version = indexer.version.borrow().clone();
@@ -323,7 +326,7 @@ impl FieldIndex {
                     tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::runtime::MAX_INDEX_VALUE_BYTES, crate::runtime::MAX_INDEX_VALUES);
                 }
                 let held = self.set(key, values);
-                if held == Held::More {
+                if let (Held::More, Some(priority)) = (held, priority) {
                     // An event of the watched kind between the primary's change and this call
                     // was looked up among its old values, without the new one: its reconcile,
                     // queued now, reads what that event changed.
