@@ -399,7 +399,7 @@ async fn changes_of_objects_the_guest_does_not_own_reach_the_widgets_they_affect
 /// Widget out (the read is refused), and the host counts the failures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_computed_index_wakes_the_widgets_whose_values_name_the_configmap() -> Result<()> {
-    let s = Setup::start().await?;
+    let mut s = Setup::start().await?;
     let ns = s.ns.clone();
     let role = [(ROLE, "listed")];
     for (name, spec) in [
@@ -484,5 +484,44 @@ async fn a_computed_index_wakes_the_widgets_whose_values_name_the_configmap() ->
         after["reconciles"].as_u64() == before["reconciles"].as_u64().map(|n| n + 1),
         "c, which no Widget lists, reconciled both: {before} then {after}"
     );
+
+    // A restart: the new host builds both kinds of index from what it lists, and a's and a
+    // field index's source's next edits still wake the Widgets that name them.
+    s.config_maps(&ns)
+        .create(
+            &Default::default(),
+            &config_map("src2", &[(ROLE, "source")], &[], "s1"),
+        )
+        .await?;
+    s.create_widget("sourced", true, json!({"source": "src2"}))
+        .await?;
+    s.wait_status("sourced's first reconcile", "sourced", |st| {
+        field_is(st, "source", &json!("s1"))
+    })
+    .await?;
+    s.host.terminate().await?;
+    s.host = HostProcess::start(HostOptions {
+        kubeconfig: ControlPlane::shared().await?.kubeconfig(),
+        config: grants(&s.run),
+        guests: vec!["mapper"],
+        namespace: None,
+        extra_args: Vec::new(),
+    })
+    .await?;
+    s.wait_status("the restarted host's first pass", "both", |st| {
+        field_is(st, "listed", &json!(["a=4"]))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.set_value(&ns, "a", "5").await?;
+    s.set_value(&ns, "src2", "s2").await?;
+    s.wait_status("a's edit after the restart", "both", |st| {
+        field_is(st, "listed", &json!(["a=5"]))
+    })
+    .await?;
+    s.wait_status("the source's edit after the restart", "sourced", |st| {
+        field_is(st, "source", &json!("s2"))
+    })
+    .await?;
     Ok(())
 }

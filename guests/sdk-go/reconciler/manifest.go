@@ -140,9 +140,9 @@ type MapFunc func(object *Object) ([]ObjectKey, error)
 // IndexFunc is the values of a [ByIndex] index for one primary object: for an [IndexName]
 // index, the names of the watched objects the primary depends on. The host calls it when a
 // primary is added or changes (and for every primary when a new version of the guest loads),
-// in a fresh instance in which every host call is refused: compute from the object alone. An
+// in a fresh instance in which every host call but Log is refused: compute from the object alone. An
 // error is logged and traps the instance: the host leaves that primary out of the index until
-// its next change or resync. At most 100 values of at most 317 bytes each count.
+// its next change. At most 100 values of at most 317 bytes each count.
 type IndexFunc func(primary *Object) ([]string, error)
 
 // ByOwner maps through metadata.ownerReferences entries whose kind is the primary kind.

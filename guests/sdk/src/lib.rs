@@ -317,7 +317,7 @@ pub trait Indexes: Guest {
     /// [`Lookup::Name`] index, the names of the watched objects it depends on. Called in a
     /// fresh instance under the guest's deadline and memory cap, with every host call denied:
     /// compute from the object alone. The host keeps at most 100 values of at most 317 bytes;
-    /// a panic leaves the primary out of the index until its next change or resync.
+    /// a panic leaves the primary out of the index until its next change.
     fn index(name: String, primary: Json) -> Vec<String>;
 }
 

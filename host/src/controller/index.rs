@@ -10,8 +10,9 @@
 //! counts the entries. A computed index also costs one guest call per primary change (none per
 //! event of the watched kind), and one per primary when a new guest version loads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -31,6 +32,8 @@ use crate::runtime::{Indexed, Runtime};
 pub struct FieldIndex {
     source: Source,
     entries: Mutex<Entries>,
+    /// A computed index's: the budget it shares with the guest's other computed indexes.
+    budget: Option<Arc<IndexBudget>>,
 }
 
 /// What [`FieldIndex::set`] did with a key's values.
@@ -55,6 +58,11 @@ pub(crate) enum Source {
     Computed(String),
 }
 
+/// What a guest's computed indexes hold together, by [`weight`], against
+/// [`COMPUTED_INDEX_BYTES`]: one per controller, shared by its computed indexes.
+#[derive(Debug, Default)]
+pub struct IndexBudget(AtomicUsize);
+
 /// Each key and value is allocated once and shared by both maps; a value's primaries are a
 /// plain list, since most values name one or a few (a set per value cost 200 bytes more per
 /// primary, measured with `./dev bench watches`).
@@ -63,20 +71,19 @@ struct Entries {
     by_value: HashMap<Arc<str>, Vec<Arc<ObjectKey>>>,
     by_key: HashMap<Arc<ObjectKey>, Vec<Arc<str>>>,
     count: usize,
-    /// What the entries weigh by [`weight`]: what a computed index's budget bounds.
-    bytes: usize,
 }
 
-/// The most a computed index holds, by [`weight`]: its values come from the guest, not from the
-/// cache (whose objects a path index reads), so a guest that returns the most values it may
-/// for every primary must not grow the host without bound. 16 MiB holds 100,000 primaries of
-/// three 40-byte names with room to spare.
-pub(super) const COMPUTED_INDEX_BYTES: usize = 16 << 20;
+/// The most a guest's computed indexes hold together, by [`weight`]: their values come from
+/// the guest, not from the cache (whose objects a path index reads), so a guest that returns
+/// the most values it may for every primary, in all its indexes, must not grow the host
+/// without bound. 32 MiB holds some 60,000 primaries of three 20-byte names.
+pub(super) const COMPUTED_INDEX_BYTES: usize = 32 << 20;
 
-/// What one entry costs the host, about: the value's bytes and the bookkeeping around it (a
-/// key and a value pointer in each map).
+/// What one entry costs the host when its value is held by no other key, as measured by a
+/// hostile guest's run (RSS against entries): the value's own allocation, its slot in the
+/// value map, the list of its keys, and its place in the key's list, some 160 bytes around it.
 fn weight(value: &str) -> usize {
-    value.len() + 48
+    value.len() + 160
 }
 
 impl FieldIndex {
@@ -84,6 +91,16 @@ impl FieldIndex {
         Self {
             source,
             entries: Mutex::default(),
+            budget: None,
+        }
+    }
+
+    /// An empty computed index `name`, holding its entries against `budget`.
+    pub fn computed(name: &str, budget: Arc<IndexBudget>) -> Self {
+        Self {
+            source: Source::Computed(name.to_owned()),
+            entries: Mutex::default(),
+            budget: Some(budget),
         }
     }
 
@@ -111,7 +128,8 @@ impl FieldIndex {
     }
 
     /// Holds `values` for `key` in place of what it held (none: it leaves the index). A
-    /// computed index past [`COMPUTED_INDEX_BYTES`] with them holds none for the key instead.
+    /// computed index whose guest's indexes would pass [`COMPUTED_INDEX_BYTES`] with them holds
+    /// none for the key instead.
     pub fn set(&self, key: &ObjectKey, mut values: Vec<String>) -> Held {
         values.sort_unstable();
         values.dedup();
@@ -120,7 +138,6 @@ impl FieldIndex {
             by_value,
             by_key,
             count,
-            bytes,
         } = &mut *entries;
         let old = by_key.get(key);
         if old.map_or(values.is_empty(), |old| {
@@ -140,7 +157,9 @@ impl FieldIndex {
                     if let Some(keys) = by_value.get_mut(&value) {
                         keys.retain(|k| **k != *key);
                         *count -= 1;
-                        *bytes -= weight(&value);
+                        if let Some(budget) = &self.budget {
+                            budget.0.fetch_sub(weight(&value), Ordering::Relaxed);
+                        }
                         if keys.is_empty() {
                             by_value.remove(&value);
                         }
@@ -150,9 +169,14 @@ impl FieldIndex {
             }
             None => Arc::new(key.clone()),
         };
-        let adding: usize = values.iter().map(|v| weight(v)).sum();
-        if matches!(self.source, Source::Computed(_)) && *bytes + adding > COMPUTED_INDEX_BYTES {
-            return Held::OverBudget;
+        if let Some(budget) = &self.budget {
+            // Under the entries' lock, so two sets of this index cannot both take the room;
+            // the guest's other indexes are updated by the same task, one at a time.
+            let adding: usize = values.iter().map(|v| weight(v)).sum();
+            if budget.0.load(Ordering::Relaxed) + adding > COMPUTED_INDEX_BYTES {
+                return Held::OverBudget;
+            }
+            budget.0.fetch_add(adding, Ordering::Relaxed);
         }
         if values.is_empty() {
             return Held::Fewer;
@@ -170,7 +194,6 @@ impl FieldIndex {
             held.push(value);
         }
         *count += held.len();
-        *bytes += adding;
         by_key.insert(shared, held);
         if more { Held::More } else { Held::Fewer }
     }
@@ -202,12 +225,26 @@ impl FieldIndex {
 
     /// Keeps the index in step with the primary informer's events; `changed` is told after
     /// each update (for the entries gauge).
-    pub(super) async fn follow(&self, mut events: Subscription, changed: impl Fn()) {
+    pub(super) async fn follow(
+        &self,
+        mut events: Subscription,
+        primary: &Informer,
+        changed: impl Fn(),
+    ) {
         while let Some(event) = events.next().await {
             let object = event.object();
             let key = key_of(object);
             match &event {
                 InformerEvent::Deleted { .. } => self.update(&key, None),
+                // Replayed from the cache (a subscription's first snapshot, a resync): the head
+                // only, so a path into the body is read from the whole cached object.
+                InformerEvent::Applied { .. } | InformerEvent::Resync { .. }
+                    if object.data.is_null() =>
+                {
+                    if let Some(whole) = primary.get(key.namespace.as_deref(), &key.name) {
+                        self.update(&key, Some(&whole));
+                    }
+                }
                 InformerEvent::Applied { .. } | InformerEvent::Resync { .. } => {
                     self.update(&key, Some(object));
                 }
@@ -217,142 +254,233 @@ impl FieldIndex {
     }
 }
 
-/// What a computed index's values take: the guest version of the moment (a hot swap
-/// re-indexes every primary with the new version) and the engine; and the queue, for the
-/// primaries whose values changed.
+/// What a guest's computed indexes take: the indexes, the guest version of the moment (a hot
+/// swap re-indexes every primary with the new version), the engine, the queue (for primaries
+/// that gain a value) and the primary cache (whole objects: events replayed from the cache
+/// carry only the head).
 pub(super) struct Indexer {
-    pub(super) name: String,
+    pub(super) indexes: Vec<Arc<FieldIndex>>,
     pub(super) keys: super::keys::Keys,
     pub(super) runtime: Arc<Runtime>,
     pub(super) version: watch::Receiver<Arc<GuestVersion>>,
     pub(super) metrics: crate::metrics::Metrics,
-    /// The primary cache, read whole when a new version loads.
     pub(super) primary: Informer,
 }
 
-impl FieldIndex {
-    /// Keeps a computed index in step with the primary informer's events and the guest's
-    /// versions, calling the guest's `index` for each primary added or changed (a resync of
-    /// an object already indexed at its resourceVersion calls nothing) and for every primary
-    /// when a new version loads; `changed` is told after each update.
-    pub(super) async fn follow_computed(
-        &self,
-        mut events: Subscription,
-        mut indexer: Indexer,
-        changed: impl Fn(),
-    ) {
-        // The resourceVersion each key was indexed at by the current version.
-        let mut at: HashMap<ObjectKey, String> = HashMap::new();
-        indexer.version.mark_unchanged();
-        loop {
-            tokio::select! {
-                event = events.next() => {
-                    let Some(event) = event else { return };
-                    let object = event.object();
-                    let key = key_of(object);
-                    if let InformerEvent::Deleted { .. } = &event {
-                        at.remove(&key);
-                        self.set(&key, Vec::new());
-                    } else {
-                        let version = object.metadata.resource_version.clone().unwrap_or_default();
-                        if at.get(&key) == Some(&version) {
-                            continue;
-                        }
-                        // The echo of the guest's own write queues nothing: values drawn from
-                        // what its reconcile writes would otherwise queue it after every write.
-                        let priority = match &event {
-                            InformerEvent::Applied { echo: true, .. } => None,
-                            InformerEvent::Applied { listed: false, .. } => Some(Priority::Normal),
-                            _ => Some(Priority::Low),
-                        };
-                        self.index_one(&indexer, &key, object, version, priority, &mut at).await;
+/// How often primaries whose `index` call found no free instance slot (the host's limit, not
+/// the guest's fault) are tried again.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// Keeps a guest's computed indexes in step with the primary informer's events and the guest's
+/// versions, in one task (so a guest runs at most one `index` call at a time): for each primary added or changed, every index's values (a resync of an object
+/// already indexed at its resourceVersion calls nothing); for every primary, when a new
+/// version loads. `changed` is told after each update.
+pub(super) async fn follow_computed(
+    mut events: Subscription,
+    mut indexer: Indexer,
+    changed: impl Fn(),
+) {
+    let mut state = Followed::default();
+    let mut tick = tokio::time::interval(RETRY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    indexer.version.mark_unchanged();
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return };
+                let key = key_of(event.object());
+                if let InformerEvent::Deleted { .. } = &event {
+                    state.forget(&key);
+                    for index in &indexer.indexes {
+                        index.set(&key, Vec::new());
                     }
-                    changed();
+                } else {
+                    let priority = match &event {
+                        InformerEvent::Applied { listed: false, echo: false, .. } => Priority::Normal,
+                        _ => Priority::Low,
+                    };
+                    index_key(&indexer, &key, priority, &mut state).await;
                 }
-                Ok(()) = indexer.version.changed() => {
+                changed();
+            }
+            Ok(()) = indexer.version.changed() => {
+                // Every primary again with the new version; a newer one starts it over.
+                'versions: loop {
                     indexer.version.mark_unchanged();
-                    at.clear();
-                    for object in indexer.primary.list(None, None) {
-                        let key = key_of(&object);
-                        let version = object.metadata.resource_version.clone().unwrap_or_default();
-                        self.index_one(&indexer, &key, &object, version, Some(Priority::Low), &mut at).await;
+                    state.at.clear();
+                    for cached in indexer.primary.list_cached(None, None) {
+                        if indexer.version.has_changed().unwrap_or(false) {
+                            continue 'versions;
+                        }
+                        let Some(head) = cached.to_head() else { continue };
+                        let key = key_of(&head);
+                        index_key(&indexer, &key, Priority::Low, &mut state).await;
                     }
-                    changed();
+                    break;
                 }
+                changed();
+            }
+            _ = tick.tick(), if !state.retry.is_empty() => {
+                for key in std::mem::take(&mut state.retry) {
+                    index_key(&indexer, &key, Priority::Low, &mut state).await;
+                }
+                changed();
             }
         }
     }
+}
 
-    /// Asks the guest for `object`'s values and holds them; a key that gained a value is
-    /// queued at `priority` (none: not queued). A failed call leaves the key out of the index (logged and
-    /// counted) and unmarked, so its next event calls again.
-    async fn index_one(
-        &self,
-        indexer: &Indexer,
-        key: &ObjectKey,
-        object: &DynamicObject,
-        resource_version: String,
-        priority: Option<Priority>,
-        at: &mut HashMap<ObjectKey, String>,
-    ) {
-        let version = indexer.version.borrow().clone();
-        let guest = version.guest.name();
-        let what = format!("{} {key}", indexer.primary.gvk().kind);
-        let json = match serde_json::to_string(object) {
-            Ok(json) => json,
-            Err(e) => {
-                tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index not called: the object does not serialise: {e}");
-                return;
+/// What the task that follows a guest's computed indexes remembers of each primary.
+#[derive(Default)]
+struct Followed {
+    /// The resourceVersion each key was indexed at by the current version.
+    at: HashMap<ObjectKey, String>,
+    /// Keys whose call found no free instance slot: tried again every [`RETRY`].
+    retry: HashSet<ObjectKey>,
+    /// When each key was last queued for a value it gained.
+    queued: HashMap<ObjectKey, Instant>,
+}
+
+impl Followed {
+    fn forget(&mut self, key: &ObjectKey) {
+        self.at.remove(key);
+        self.retry.remove(key);
+        self.queued.remove(key);
+    }
+}
+
+/// A key that gains values again and again (values drawn from what its own reconcile writes,
+/// or from the clock) is queued for them at most this often: a loop of one reconcile per
+/// write becomes one per this, and no value's event is lost, only later.
+const REQUEUE_GAINED: Duration = Duration::from_secs(10);
+
+/// Indexes the cached primary `key` in each of the guest's indexes, unless it is already
+/// indexed at its resourceVersion; queues it at `priority` when it gained a value.
+async fn index_key(indexer: &Indexer, key: &ObjectKey, priority: Priority, state: &mut Followed) {
+    // The whole object, from the cache: an event replayed from it carries only the head. Gone:
+    // its Deleted event follows.
+    let Some(object) = indexer.primary.get(key.namespace.as_deref(), &key.name) else {
+        return;
+    };
+    let version = object.metadata.resource_version.clone().unwrap_or_default();
+    if state.at.get(key) == Some(&version) {
+        return;
+    }
+    let (mut gained, mut complete) = (false, true);
+    for index in &indexer.indexes {
+        match index_one(indexer, index, key, &object).await {
+            Outcome::Held(held) => gained |= held == Held::More,
+            Outcome::Left => complete = false,
+            Outcome::NoSlot => {
+                complete = false;
+                state.retry.insert(key.clone());
             }
-        };
-        let call = CallContext::new(
-            version.index_context.clone(),
-            format!("index {} {what}", indexer.name),
-            Some(tokio::runtime::Handle::current()),
-        );
-        let started = Instant::now();
-        let result = indexer
-            .runtime
-            .index_async(&version.guest.loaded, call, &indexer.name, json)
-            .await;
-        match result {
-            Indexed::Values { values, dropped } => {
-                indexer.metrics.index_called(
-                    guest,
-                    crate::metrics::ReconcileResult::Success,
-                    started.elapsed(),
-                );
-                if dropped > 0 {
-                    tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::runtime::MAX_INDEX_VALUE_BYTES, crate::runtime::MAX_INDEX_VALUES);
-                }
-                let held = self.set(key, values);
-                if let (Held::More, Some(priority)) = (held, priority) {
-                    // An event of the watched kind between the primary's change and this call
-                    // was looked up among its old values, without the new one: its reconcile,
-                    // queued now, reads what that event changed.
-                    indexer
-                        .keys
-                        .add(key.clone(), priority, &"a new index value");
-                }
-                if held == Held::OverBudget {
+        }
+    }
+    if complete {
+        state.at.insert(key.clone(), version);
+    } else {
+        state.at.remove(key);
+    }
+    if gained {
+        // An event of the watched kind between the primary's change and this call was looked
+        // up among its old values, without the new one: its reconcile, queued now, reads what
+        // that event changed.
+        let now = Instant::now();
+        match state.queued.get(key).map(|last| now.duration_since(*last)) {
+            Some(since) if since < REQUEUE_GAINED => {
+                let wait = REQUEUE_GAINED.saturating_sub(since);
+                indexer.keys.add_after(key.clone(), wait);
+                state.queued.insert(key.clone(), now + wait);
+            }
+            _ => {
+                indexer
+                    .keys
+                    .add(key.clone(), priority, &"a new index value");
+                state.queued.insert(key.clone(), now);
+            }
+        }
+    }
+}
+
+/// What one `index` call came to.
+enum Outcome {
+    /// The values are held, as [`FieldIndex::set`] says.
+    Held(Held),
+    /// The call failed, or the values were past the budget: the key is out of the index.
+    Left,
+    /// No instance slot was free: the key keeps its values, to be tried again.
+    NoSlot,
+}
+
+/// Asks the guest for `object`'s values in `index` and holds them.
+async fn index_one(
+    indexer: &Indexer,
+    index: &FieldIndex,
+    key: &ObjectKey,
+    object: &DynamicObject,
+) -> Outcome {
+    let Source::Computed(name) = index.source() else {
+        return Outcome::Left;
+    };
+    let version = indexer.version.borrow().clone();
+    let guest = version.guest.name();
+    let what = format!("{} {key}", indexer.primary.gvk().kind);
+    let json = match serde_json::to_string(object) {
+        Ok(json) => json,
+        Err(e) => {
+            tracing::warn!(guest = %guest, index = %name, object = %what, "index not called: the object does not serialise: {e}");
+            return Outcome::Left;
+        }
+    };
+    let call = CallContext::new(
+        version.index_context.clone(),
+        format!("index {name} {what}"),
+        Some(tokio::runtime::Handle::current()),
+    );
+    let started = Instant::now();
+    let result = indexer
+        .runtime
+        .index_async(&version.guest.loaded, call, name, json)
+        .await;
+    match result {
+        Indexed::Values { values, dropped } => {
+            indexer.metrics.index_called(
+                guest,
+                crate::metrics::ReconcileResult::Success,
+                started.elapsed(),
+            );
+            if dropped > 0 {
+                tracing::warn!(guest = %guest, index = %name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::runtime::MAX_INDEX_VALUE_BYTES, crate::runtime::MAX_INDEX_VALUES);
+            }
+            match index.set(key, values) {
+                Held::OverBudget => {
                     indexer.metrics.index_called(
                         guest,
                         crate::metrics::ReconcileResult::Error,
                         Duration::ZERO,
                     );
-                    tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index values left out: the index holds {} MiB, its most; the object is out of the index until its next change or resync", COMPUTED_INDEX_BYTES >> 20);
-                } else {
-                    at.insert(key.clone(), resource_version);
+                    tracing::warn!(guest = %guest, index = %name, object = %what, "index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", COMPUTED_INDEX_BYTES >> 20);
+                    index.set(key, Vec::new());
+                    Outcome::Left
                 }
+                held => Outcome::Held(held),
             }
-            Indexed::Failed { result, message } => {
-                indexer
-                    .metrics
-                    .index_called(guest, result, started.elapsed());
-                tracing::warn!(guest = %guest, index = %indexer.name, object = %what, "index failed ({}); the object is left out of the index until its next change or resync: {message}", result.as_str());
-                self.set(key, Vec::new());
-                at.remove(key);
-            }
+        }
+        Indexed::Failed { result, message } if result == crate::metrics::ReconcileResult::Error => {
+            indexer
+                .metrics
+                .index_called(guest, result, started.elapsed());
+            tracing::warn!(guest = %guest, index = %name, object = %what, "index not run ({message}); the object keeps its values and is tried again in {RETRY:?}");
+            Outcome::NoSlot
+        }
+        Indexed::Failed { result, message } => {
+            indexer
+                .metrics
+                .index_called(guest, result, started.elapsed());
+            tracing::warn!(guest = %guest, index = %name, object = %what, "index failed ({}); the object is left out of the index until its next change: {message}", result.as_str());
+            index.set(key, Vec::new());
+            Outcome::Left
         }
     }
 }
@@ -407,7 +535,8 @@ mod tests {
 
     #[test]
     fn a_computed_index_holds_what_it_is_given_up_to_its_budget() {
-        let index = FieldIndex::new(Source::Computed("listed".into()));
+        let budget = Arc::new(IndexBudget::default());
+        let index = FieldIndex::computed("listed", budget.clone());
         assert_eq!(
             index.set(
                 &key("apps", "web"),
@@ -447,6 +576,15 @@ mod tests {
         assert!(refused > 100, "refused only at {refused}");
         assert!(index.lookup(&value(refused, 0), None).is_empty());
         assert_eq!(index.lookup(&value(0, 0), None), [key("apps", "p0")]);
+        // The guest's other indexes share the budget: what did not fit here fits there neither.
+        let other = FieldIndex::computed("other", budget.clone());
+        assert_eq!(
+            other.set(
+                &key("apps", "p0"),
+                (0..100).map(|v| value(refused, v)).collect()
+            ),
+            Held::OverBudget
+        );
         // What leaves makes room again.
         for k in 0..refused {
             index.set(&key("apps", &format!("p{k}")), Vec::new());

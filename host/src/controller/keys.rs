@@ -54,6 +54,13 @@ impl Keys {
         }
     }
 
+    /// Queues `key` after `delay` if the guest may be handed it.
+    pub(crate) fn add_after(&self, key: ObjectKey, delay: Duration) {
+        if self.admits(&key, &"a new index value") {
+            self.queue.add_after(key, delay);
+        }
+    }
+
     /// Whether the guest may be handed `key`. One it may not is counted
     /// (`reconciler_keys_outside_namespace_total`) and logged at debug: a tenant decides how
     /// many such keys its objects name, so a line per key at a louder level would let it fill

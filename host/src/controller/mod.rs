@@ -51,7 +51,7 @@ use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
 pub use index::{FieldIndex, Held};
-use index::{Indexer, Source as IndexSource};
+use index::{IndexBudget, Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
@@ -392,31 +392,37 @@ fn spawn_secondaries(
 ) {
     let gvk = caches.primary.gvk();
     let guest_primary = Gvk::new(&gvk.group, &gvk.version, &gvk.kind);
+    // A guest runs at most one `map` call at a time, however many function watches it
+    // declares, and one `index` call (its computed indexes share one task): two instances
+    // beside its reconciles, whatever it declares.
+    let map_calls = Arc::new(tokio::sync::Semaphore::new(1));
+    let entries = {
+        let (metrics, caches, name) = (shared.metrics.clone(), caches.clone(), name.to_owned());
+        move || metrics.field_index_entries(&name, caches.index_entries())
+    };
+    let mut computed = Vec::new();
     for index in &caches.indexes {
-        let (index, metrics, caches, name) = (
-            index.clone(),
-            shared.metrics.clone(),
-            caches.clone(),
-            name.to_owned(),
-        );
-        let (events, primary) = (caches.primary.subscribe(), caches.primary.clone());
-        let changed = move || metrics.field_index_entries(&name, caches.index_entries());
-        match index.source().clone() {
+        match index.source() {
             IndexSource::Path(_) => {
-                tasks.spawn(async move { index.follow(events, changed).await });
+                let (index, primary, entries) =
+                    (index.clone(), caches.primary.clone(), entries.clone());
+                let events = primary.subscribe();
+                tasks.spawn(async move { index.follow(events, &primary, entries).await });
             }
-            IndexSource::Computed(computed) => {
-                let indexer = Indexer {
-                    name: computed,
-                    keys: keys.clone(),
-                    runtime: shared.runtime.clone(),
-                    version: version.subscribe(),
-                    metrics: shared.metrics.clone(),
-                    primary,
-                };
-                tasks.spawn(async move { index.follow_computed(events, indexer, changed).await });
-            }
+            IndexSource::Computed(_) => computed.push(index.clone()),
         }
+    }
+    if !computed.is_empty() {
+        let indexer = Indexer {
+            indexes: computed,
+            keys: keys.clone(),
+            runtime: shared.runtime.clone(),
+            version: version.subscribe(),
+            metrics: shared.metrics.clone(),
+            primary: caches.primary.clone(),
+        };
+        let events = caches.primary.subscribe();
+        tasks.spawn(follow_computed(events, indexer, entries));
     }
     for (informer, watch, filter) in &caches.secondaries {
         let mapper = match &watch.mapping {
@@ -433,6 +439,7 @@ fn spawn_secondaries(
                 runtime: shared.runtime.clone(),
                 version: version.subscribe(),
                 metrics: shared.metrics.clone(),
+                calls: map_calls.clone(),
             }),
             read => Mapper::Read(read.clone()),
         };
@@ -523,6 +530,8 @@ impl Caches {
         let readable = Self::readable(shared, guest, &primary).await;
         let mut secondaries = Vec::new();
         let mut indexes: Vec<Arc<FieldIndex>> = Vec::new();
+        // What the guest's computed indexes hold together.
+        let budget = Arc::new(IndexBudget::default());
         for secondary in &manifest.secondary {
             let watched = match (&secondary.namespace, &shared.namespace) {
                 (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
@@ -561,15 +570,19 @@ impl Caches {
                 }
             };
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
-            let source = match &secondary.mapping {
-                Mapping::Field { path, .. } => Some(IndexSource::Path(path.clone())),
-                Mapping::Computed { index, .. } => Some(IndexSource::Computed(index.clone())),
+            let index = match &secondary.mapping {
+                Mapping::Field { path, .. } => {
+                    Some(FieldIndex::new(IndexSource::Path(path.clone())))
+                }
+                Mapping::Computed { index, .. } => {
+                    Some(FieldIndex::computed(index, budget.clone()))
+                }
                 _ => None,
             };
-            if let Some(source) = source
-                && !indexes.iter().any(|i| *i.source() == source)
+            if let Some(index) = index
+                && !indexes.iter().any(|i| i.source() == index.source())
             {
-                indexes.push(Arc::new(FieldIndex::new(source)));
+                indexes.push(Arc::new(index));
             }
             secondaries.push((informer, secondary.clone(), filter));
         }

@@ -84,6 +84,8 @@ pub(super) struct FunctionMapper {
     pub(super) runtime: Arc<Runtime>,
     pub(super) version: watch::Receiver<Arc<GuestVersion>>,
     pub(super) metrics: crate::metrics::Metrics,
+    /// The guest's one permit for `map` calls, shared by its function watches.
+    pub(super) calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl Mapper {
@@ -128,6 +130,9 @@ impl FunctionMapper {
             format!("map {what}"),
             Some(tokio::runtime::Handle::current()),
         );
+        let Ok(_permit) = self.calls.acquire().await else {
+            return Vec::new();
+        };
         let started = Instant::now();
         let mapped = self
             .runtime
