@@ -29,7 +29,9 @@ use reconciler_host::config::Grant;
 use reconciler_host::controller::{FieldIndex, Held};
 use reconciler_host::objects::{Gvk, ObjectKey, ObjectRef};
 use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{Indexed, Mapped, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::runtime::{
+    Indexed, LoadedGuest, Mapped, Outcome, Request, Runtime, RuntimeOptions,
+};
 use reconciler_host_tests::repo_root;
 use serde_json::json;
 
@@ -150,26 +152,51 @@ fn bench_index(n: usize) {
     }
 }
 
-fn bench_map(calls: usize) {
-    let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
-    let path = repo_root().join("target/guests/mapper.wasm");
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; build the guests first (./dev build)",
-            path.display()
+/// The mapper test guest loaded, with an in-memory cache behind its lister.
+struct Mapper {
+    runtime: Runtime,
+    loaded: LoadedGuest,
+    cache: Arc<MemoryCache>,
+    context: Arc<GuestContext>,
+}
+
+impl Mapper {
+    fn load() -> Self {
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        let path = repo_root().join("target/guests/mapper.wasm");
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; build the guests first (./dev build)",
+                path.display()
+            )
+        });
+        let loaded = runtime.load(&bytes, &path).unwrap();
+        let grant: Grant = serde_yaml::from_str(
+            "read: [test.reconciler.dev/v1/Widget, v1/ConfigMap, v1/Namespace]\nwrite: [v1/ConfigMap, test.reconciler.dev/v1/Widget/status]\nlimits: {deadline: 60s}\n",
         )
-    });
-    let loaded = runtime.load(&bytes, &path).unwrap();
-    let grant: Grant = serde_yaml::from_str(
-        "read: [test.reconciler.dev/v1/Widget, v1/ConfigMap, v1/Namespace]\nwrite: [v1/ConfigMap, test.reconciler.dev/v1/Widget/status]\nlimits: {deadline: 60s}\n",
-    )
-    .unwrap();
-    let cache = Arc::new(MemoryCache::default());
-    let context = Arc::new(GuestContext::new(
-        "mapper",
-        grant,
-        offline::providers(cache.clone(), None),
-    ));
+        .unwrap();
+        let cache = Arc::new(MemoryCache::default());
+        let context = Arc::new(GuestContext::new(
+            "mapper",
+            grant,
+            offline::providers(cache.clone(), None),
+        ));
+        Self {
+            runtime,
+            loaded,
+            cache,
+            context,
+        }
+    }
+}
+
+fn bench_map(calls: usize) {
+    let Mapper {
+        runtime,
+        loaded,
+        cache,
+        context,
+    } = Mapper::load();
     let widget = json!({
         "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
         "metadata": {"name": "w", "namespace": "team", "generation": 1, "uid": "u", "resourceVersion": "1"},
@@ -251,25 +278,12 @@ fn bench_map(calls: usize) {
 /// change costs instead.
 #[allow(clippy::cast_precision_loss)] // figures for printing
 fn bench_computed(calls: usize, listing: usize) {
-    let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
-    let path = repo_root().join("target/guests/mapper.wasm");
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; build the guests first (./dev build)",
-            path.display()
-        )
-    });
-    let loaded = runtime.load(&bytes, &path).unwrap();
-    let grant: Grant = serde_yaml::from_str(
-        "read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\nwrite: [test.reconciler.dev/v1/Widget/status]\nlimits: {deadline: 60s}\n",
-    )
-    .unwrap();
-    let cache = Arc::new(MemoryCache::default());
-    let context = Arc::new(GuestContext::new(
-        "mapper",
-        grant,
-        offline::providers(cache.clone(), None),
-    ));
+    let Mapper {
+        runtime,
+        loaded,
+        cache,
+        context,
+    } = Mapper::load();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

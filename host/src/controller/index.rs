@@ -272,9 +272,10 @@ pub(super) struct Indexer {
 const RETRY: Duration = Duration::from_secs(10);
 
 /// Keeps a guest's computed indexes in step with the primary informer's events and the guest's
-/// versions, in one task (so a guest runs at most one `index` call at a time): for each primary added or changed, every index's values (a resync of an object
-/// already indexed at its resourceVersion calls nothing); for every primary, when a new
-/// version loads. `changed` is told after each update.
+/// versions, in one task (so a guest runs at most one `index` call at a time): for each
+/// primary added or changed, every index's values (a resync of an object already indexed at
+/// its resourceVersion calls nothing); for every primary, when a new version loads. `changed`
+/// is told after each update.
 pub(super) async fn follow_computed(
     mut events: Subscription,
     mut indexer: Indexer,
