@@ -36,14 +36,45 @@ fn name(i: usize) -> String {
     format!("w-{i:03}")
 }
 
-/// The keys of the host's reconciles, in the order they ended (its JSON log's `reconciled`
-/// lines, in the `reconcile` span that names the key).
-fn reconciled_keys(host: &HostProcess) -> Vec<String> {
-    host.json_log()
-        .into_iter()
-        .filter(|(_, line)| line["fields"]["message"] == "reconciled")
-        .filter_map(|(_, line)| line["span"]["key"].as_str().map(ToOwned::to_owned))
-        .collect()
+/// The keys of the host's reconciles, in the order they started, which is the order the queue
+/// handed them out (its JSON log's `reconciled` lines, in the `reconcile` span that names the
+/// key, each stamped when it ended with how long it took). The order they ended would not do:
+/// while one worker's reconcile waits on its status write, the other can end a dozen that
+/// send nothing (the echoes' second passes), on a loaded machine more.
+fn reconciled_keys(host: &HostProcess) -> Result<Vec<String>> {
+    let mut started = Vec::new();
+    for (ended, line) in host.json_log() {
+        if line["fields"]["message"] != "reconciled" {
+            continue;
+        }
+        let Some(key) = line["span"]["key"].as_str() else {
+            continue;
+        };
+        let took = line["fields"]["took"]
+            .as_str()
+            .context("a `reconciled` line without `took`")?;
+        let took = debug_duration(took).with_context(|| format!("`took` {took:?}"))?;
+        started.push((ended - took, key.to_owned()));
+    }
+    started.sort_by_key(|(at, _)| *at);
+    Ok(started.into_iter().map(|(_, key)| key).collect())
+}
+
+/// A `Duration` as its `Debug` writes it (`1.5ms`, `812.3µs`, `2s`).
+fn debug_duration(text: &str) -> Result<Duration> {
+    let at = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .context("no unit")?;
+    let (number, unit) = text.split_at(at);
+    let number: f64 = number.parse()?;
+    let seconds = match unit {
+        "s" => number,
+        "ms" => number / 1e3,
+        "µs" => number / 1e6,
+        "ns" => number / 1e9,
+        other => anyhow::bail!("unit {other:?}"),
+    };
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// Whether a Widget's status reflects its spec as the bench guest writes it.
@@ -157,10 +188,10 @@ async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and
         "{unchanged} writes left unsent: every Widget's last echo should be one"
     );
 
-    // Every key once before any key twice, give or take the other change and the keys in
-    // progress: the echo of each status write (and of the changes' reconciles) waits behind
-    // the backlog, wherever it arrives from.
-    let keys = reconciled_keys(&host);
+    // Every key handed out once before any key twice, give or take the other change and the
+    // keys in progress: the echo of each status write (and of the changes' reconciles) waits
+    // behind the backlog, wherever it arrives from.
+    let keys = reconciled_keys(&host)?;
     let mut seen = HashSet::new();
     let first_pass = keys
         .iter()
@@ -168,11 +199,19 @@ async fn a_status_writing_guest_reconciles_each_object_once_before_any_twice_and
         .map(|at| at + 1)
         .context("the log names fewer keys than Widgets")?;
     let bound = N + changed.len() + (CONCURRENCY - 1);
+    // The keys reconciled again within the first pass, each with the positions of its
+    // reconciles: the evidence a failure needs.
+    let mut at: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for (i, key) in keys[..first_pass].iter().enumerate() {
+        at.entry(key.as_str()).or_default().push(i);
+    }
+    at.retain(|_, positions| positions.len() > 1);
     ensure!(
         first_pass <= bound,
         "{first_pass} reconciles until each of the {N} Widgets had one (at most {bound}: \
          {} changed by someone else, {CONCURRENCY} in progress): echoes of the host's own \
-         writes were reconciled ahead of the backlog",
+         writes were reconciled ahead of the backlog; reconciled again within the first \
+         pass (key: positions): {at:?}",
         changed.len()
     );
     Ok(())
