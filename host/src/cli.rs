@@ -168,7 +168,8 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Run one reconcile offline and print `{"result": ..., "calls": [...]}` as JSON.
+    /// Run one reconcile offline and print `{"result": ..., "calls": [...]}` as JSON; with
+    /// --events, also which keys each event wakes through the guest's watches.
     ///
     /// Objects are loaded into an in-memory cache; cluster writes are recorded (and applied to
     /// that cache, as the API server would), never sent; the network backend is in memory;
@@ -190,17 +191,24 @@ enum Command {
         /// Credentials the grant names are read from the loaded Secret and ConfigMap objects.
         #[arg(long)]
         http: Option<PathBuf>,
-        /// Kind of the key: group/version/Kind (version/Kind for the core group).
-        #[arg(long, required_unless_present = "replay")]
+        /// Events of watched kinds (objects, or `{type, object}` watch events as `kubectl get
+        /// --watch --output-watch-events -o json` prints them; YAML or JSON): each is mapped
+        /// through the guest's watches, and the output's `watches` says which keys it wakes
+        /// and through which watch (`indexes`: each computed index's values per primary).
+        #[arg(long, conflicts_with = "replay")]
+        events: Option<PathBuf>,
+        /// Kind of the key: group/version/Kind (version/Kind for the core group). Default: the
+        /// guest's primary kind.
+        #[arg(long)]
         kind: Option<Gvk>,
-        /// The key: [namespace/]name.
-        #[arg(long, required_unless_present = "replay")]
+        /// The key: [namespace/]name. Optional with --events (then only the events are mapped).
+        #[arg(long, required_unless_present_any = ["replay", "events"])]
         key: Option<ObjectKey>,
         /// Replay a reconcile `run` recorded (a grant's `record`): every host call answered
         /// from the record, with the recorded clock and random seed. Prints the result, the
         /// calls and `replay` (identical or where the build diverged); exits 1 when it
         /// diverged. Takes the recorded build unless --guest names another.
-        #[arg(long, conflicts_with_all = ["objects", "http", "kind", "key", "backend_state", "attempt", "now"])]
+        #[arg(long, conflicts_with_all = ["objects", "http", "events", "kind", "key", "backend_state", "attempt", "now"])]
         replay: Option<PathBuf>,
         #[arg(long)]
         config: Option<PathBuf>,
@@ -217,8 +225,9 @@ enum Command {
     /// Run every offline case in folders of fixtures, compare each output with the one pinned
     /// beside it and print a line per case; exits 1 when any differs.
     ///
-    /// A case is a folder with case.yaml (kind, key; optionally guest, attempt, now),
-    /// objects.yaml and expected.json, optionally host.yaml, http.yaml and backend-state.json;
+    /// A case is a folder with case.yaml (key, kind; optionally guest, attempt, now),
+    /// objects.yaml and expected.json, optionally events.yaml (then the key is optional),
+    /// host.yaml, http.yaml and backend-state.json;
     /// each runs as `reconcile` runs it from inside that folder.
     Test(TestArgs),
     /// Validate a guest (as `check` does) and push it to a registry as a Wasm OCI artifact
@@ -309,6 +318,7 @@ pub fn main() -> ExitCode {
                 registry,
                 objects,
                 http,
+                events,
                 kind,
                 key,
                 config,
@@ -332,8 +342,8 @@ pub fn main() -> ExitCode {
                     })
                     .await;
                 }
-                let (Some(guest), Some(kind), Some(key)) = (guest, kind, key) else {
-                    unreachable!("clap requires --guest, --kind and --key without --replay");
+                let Some(guest) = guest else {
+                    unreachable!("clap requires --guest without --replay");
                 };
                 let run = OfflineRun {
                     guest,
@@ -341,6 +351,7 @@ pub fn main() -> ExitCode {
                     pull: registry.pull_options()?,
                     objects,
                     http,
+                    events,
                     kind,
                     key,
                     config,

@@ -28,6 +28,7 @@ use crate::providers::offline::{FixtureOutbound, MemoryCache, RecordingCluster};
 use crate::runtime::{LoadedGuest, Request, Runtime, RuntimeOptions};
 
 mod fixtures;
+mod watches;
 
 pub(crate) use fixtures::{FixtureRun, Guests};
 
@@ -61,9 +62,12 @@ pub(crate) struct OfflineRun {
     pub objects: Vec<PathBuf>,
     /// The HTTP exchanges that answer the guest's outbound requests (`--http`).
     pub http: Option<PathBuf>,
-    /// The key's kind (the guest's primary kind, usually) and the key.
-    pub kind: Gvk,
-    pub key: ObjectKey,
+    /// Events of watched kinds to map to keys (`--events`).
+    pub events: Option<PathBuf>,
+    /// The key's kind (default: the guest's primary kind) and the key (none: only the events
+    /// are mapped).
+    pub kind: Option<Gvk>,
+    pub key: Option<ObjectKey>,
     /// With a configuration, the guest's grant applies as in `run`; without, every call is
     /// allowed.
     pub config: Option<HostConfig>,
@@ -85,7 +89,8 @@ pub(crate) struct PullOptions {
 
 impl OfflineRun {
     /// Runs the reconcile step `run` runs (the finalizer writes included, on the loaded
-    /// objects); returns `{"result": ..., "calls": [...]}`.
+    /// objects) and maps the events; returns `{"result": ..., "calls": [...]}` and
+    /// `{"indexes": ..., "watches": [...]}`.
     pub(crate) async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
         let OfflineRun {
             guest,
@@ -93,6 +98,7 @@ impl OfflineRun {
             pull,
             objects,
             http,
+            events,
             kind,
             key,
             config,
@@ -106,6 +112,7 @@ impl OfflineRun {
             objects,
             http,
             http_name: None,
+            events,
             kind,
             key,
             config,
@@ -125,8 +132,12 @@ pub(crate) struct Inputs {
     pub http: Option<PathBuf>,
     /// How answers name the `http` file (a case's own `http.yaml`); default: as given.
     pub http_name: Option<PathBuf>,
-    pub kind: Gvk,
-    pub key: ObjectKey,
+    /// Events of watched kinds to map to keys.
+    pub events: Option<PathBuf>,
+    /// The key's kind (default: the guest's primary kind) and the key (none: only the events
+    /// are mapped).
+    pub kind: Option<Gvk>,
+    pub key: Option<ObjectKey>,
     /// With a configuration, the guest's grant applies as in `run`; without, every call is
     /// allowed.
     pub config: Option<HostConfig>,
@@ -139,7 +150,8 @@ pub(crate) struct Inputs {
 
 impl Inputs {
     /// Runs the reconcile step `run` runs on these inputs with `loaded` (from `origin`, whose
-    /// grant applies), the host's finalizer writes shown among the calls.
+    /// grant applies), the host's finalizer writes shown among the calls, when there is a key;
+    /// maps the events through the guest's watches when there are events.
     ///
     /// # Panics
     ///
@@ -151,12 +163,48 @@ impl Inputs {
         origin: &Origin,
     ) -> anyhow::Result<serde_json::Value> {
         let cache = Arc::new(MemoryCache::load(&self.objects)?);
+        let (loaded, grant) = admit(origin, loaded, self.config.as_ref())?;
+        let mut output = serde_json::Map::new();
+        if let Some(key) = &self.key {
+            let ran = self
+                .reconcile_key(runtime.clone(), &loaded, grant.clone(), cache.clone(), key)
+                .await?;
+            output.extend(ran);
+        }
+        if let Some(events) = &self.events {
+            // Before the reconcile's writes reach the cache, so the events meet the loaded
+            // objects.
+            let watches = watches::Watches {
+                runtime,
+                loaded: &loaded,
+                grant: &grant,
+                cache: Arc::new(MemoryCache::load(&self.objects)?),
+            };
+            if let serde_json::Value::Object(mapped) = watches.map(events).await? {
+                output.extend(mapped);
+            }
+        }
+        Ok(serde_json::Value::Object(output))
+    }
+
+    /// One reconcile of `key`: `{"result": ..., "calls": [...]}`.
+    async fn reconcile_key(
+        &self,
+        runtime: Arc<Runtime>,
+        loaded: &LoadedGuest,
+        grant: Grant,
+        cache: Arc<MemoryCache>,
+        key: &ObjectKey,
+    ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
         let mut outbound = FixtureOutbound::load(self.http.as_deref(), cache.clone())?;
         if let Some(name) = &self.http_name {
             outbound = outbound.shown_as(name);
         }
-        let (loaded, grant) = admit(origin, loaded, self.config.as_ref())?;
         let manifest = &loaded.manifest;
+        let kind = self
+            .kind
+            .clone()
+            .unwrap_or_else(|| manifest.primary.clone());
         // Offline, networks live in memory whatever the configuration's provider; its
         // `allowedCidrs` apply as in `run`.
         let allowed = self
@@ -188,22 +236,21 @@ impl Inputs {
 
         // The reconcile step `run` takes, finalizer writes included, on the loaded objects.
         let step = Step {
-            kind: &self.kind,
+            kind: &kind,
             finalizer: manifest.finalizer.as_deref(),
             shadow: context.grant.mode == crate::shadow::Mode::Shadow,
         };
         let primary = ShownWrites::new(&cluster);
         let handle = tokio::runtime::Handle::current();
-        let key = &self.key;
         let object_ref = ObjectRef {
-            kind: self.kind.clone(),
+            kind: kind.clone(),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
         };
         let existed = cache.get(&object_ref).is_some();
         let synced = sync(step, &primary, key, self.attempt, async |request| {
             let call = CallContext::new(context.clone(), key.to_string(), Some(handle)).recording();
-            let loaded = loaded.clone();
+            let (loaded, runtime) = (loaded.clone(), runtime.clone());
             tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request))
                 .await
                 .expect("the reconcile task panicked")
@@ -225,7 +272,10 @@ impl Inputs {
                 returned: json!({ "ok": null }),
             });
         }
-        Ok(json!({ "result": run.outcome, "calls": calls }))
+        let mut output = serde_json::Map::new();
+        output.insert("result".into(), serde_json::to_value(&run.outcome)?);
+        output.insert("calls".into(), serde_json::to_value(&calls)?);
+        Ok(output)
     }
 }
 

@@ -4,7 +4,8 @@
 //! `greeter-go-preinit`; `network` in Rust and `network-go`): one fixture set, the same expected output for all of them. A case is
 //! a folder
 //! under `tests/fixtures/` with `case.yaml` (guest, kind, key, attempt), `objects.yaml`,
-//! optionally `host.yaml` (grants), `http.yaml` (the exchanges answering outbound HTTP) and
+//! optionally `events.yaml` (events mapped through the guest's watches; a case with them may
+//! have no key), `host.yaml` (grants), `http.yaml` (the exchanges answering outbound HTTP) and
 //! `backend-state.json` (the in-memory network backend before the run), and the pinned `expected.json` (stdout) and, where a backend is involved,
 //! `expected-backend-state.json` (the backend after the run).
 //!
@@ -25,8 +26,9 @@ const NOW: &str = "2026-01-02T03:04:05Z";
 #[serde(deny_unknown_fields)]
 struct Case {
     guest: String,
-    kind: String,
-    key: String,
+    kind: Option<String>,
+    /// None in a case that only maps `events.yaml`.
+    key: Option<String>,
     #[serde(default)]
     attempt: u32,
 }
@@ -113,11 +115,20 @@ fn run_build(name: &str, case: &Case, guest: &str, bless: bool) {
         .arg(&file)
         .arg("--objects")
         .arg(dir.join("objects.yaml"))
-        .args(["--kind", &case.kind, "--key", &case.key, "--now", NOW])
+        .args(["--now", NOW])
         .args(["--attempt", &case.attempt.to_string()])
         .arg("--backend-state")
         .arg(&state)
         .env("XDG_CACHE_HOME", common::cache_dir());
+    if let Some(kind) = &case.kind {
+        command.args(["--kind", kind]);
+    }
+    if let Some(key) = &case.key {
+        command.args(["--key", key]);
+    }
+    if dir.join("events.yaml").exists() {
+        command.arg("--events").arg(dir.join("events.yaml"));
+    }
     if dir.join("host.yaml").exists() {
         command.arg("--config").arg(dir.join("host.yaml"));
     }
@@ -385,6 +396,32 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     // One line per cause, no byte dumps.
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!err.contains("expected=["), "{err}");
+
+    // Events: neither a key nor events is a usage error; an event that is no event says where.
+    let err = run(&["reconcile", "--guest", guest, "--objects", objects]);
+    assert!(err.contains("--key <KEY>"), "{err}");
+    let events = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        events.path(),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\ntype: CHANGED\nobject: {}\n",
+    )
+    .unwrap();
+    let events = events.path().to_str().unwrap();
+    let err = run(&[
+        "reconcile",
+        "--guest",
+        guest,
+        "--objects",
+        objects,
+        "--events",
+        events,
+    ]);
+    assert!(
+        err.contains(&format!(
+            "{events}: document 2: event type \"CHANGED\": ADDED, MODIFIED or DELETED"
+        )),
+        "{err}"
+    );
 
     // Each cause once.
     let err = run(&["check", guest, "--config", "/nonexistent-host.yaml"]);

@@ -95,6 +95,11 @@ impl FieldIndex {
         }
     }
 
+    /// An empty index over `path`.
+    pub(crate) fn of_path(path: FieldPath) -> Self {
+        Self::new(Source::Path(path))
+    }
+
     /// An empty computed index `name`, holding its entries against `budget`.
     pub fn computed(name: &str, budget: Arc<IndexBudget>) -> Self {
         Self {

@@ -50,11 +50,12 @@ use crate::providers::kube::KubeCluster;
 use crate::queue::{QueueConfig, WorkQueue};
 use crate::records::Recorder;
 use crate::runtime::{Outcome, Request, Run, Runtime};
-pub use index::{FieldIndex, Held};
-use index::{IndexBudget, Indexer, Source as IndexSource, follow_computed};
+pub use index::{FieldIndex, Held, IndexBudget};
+use index::{Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
 use sync::{Next, Primary, Step};
-use triggers::{FunctionMapper, Mapper, Route, WatchFilter, map_events};
+use triggers::{FunctionMapper, Mapper, Route, map_events};
+pub(crate) use triggers::{WatchFilter, index_keys, kept_generation, primary_keys, valid_keys};
 
 /// Everything a controller needs from the host.
 #[derive(Clone)]

@@ -37,13 +37,13 @@ pub(super) enum Route {
 /// Which of an informer's objects a secondary watch takes: its namespace and label selector,
 /// applied to the events of the lister's (broader) informer of the kind.
 #[derive(Clone)]
-pub(super) struct WatchFilter {
+pub(crate) struct WatchFilter {
     namespace: Option<String>,
     selector: Option<kube::core::Selector>,
 }
 
 impl WatchFilter {
-    pub(super) fn new(namespace: Option<String>, selector: Option<&str>) -> anyhow::Result<Self> {
+    pub(crate) fn new(namespace: Option<String>, selector: Option<&str>) -> anyhow::Result<Self> {
         let selector = selector.map(crate::informers::parse_selector).transpose()?;
         Ok(Self {
             namespace,
@@ -52,7 +52,7 @@ impl WatchFilter {
     }
 
     /// Whether the watch takes `object`: a cluster-scoped object ignores the namespace.
-    fn takes(&self, object: &DynamicObject) -> bool {
+    pub(crate) fn takes(&self, object: &DynamicObject) -> bool {
         let namespace = object.metadata.namespace.as_deref();
         let in_namespace = match (&self.namespace, namespace) {
             (Some(wanted), Some(ns)) => wanted == ns,
@@ -93,21 +93,28 @@ impl Mapper {
     async fn keys(&self, object: &DynamicObject, primary: &Gvk) -> Vec<ObjectKey> {
         match self {
             Mapper::Read(mapping) => primary_keys(object, mapping, primary),
-            Mapper::Index { index, value } => {
-                let namespace = object.metadata.namespace.as_deref();
-                let name = object.metadata.name.as_deref().unwrap_or_default();
-                match (value, namespace) {
-                    (IndexValue::Name, namespace) => index.lookup(name, namespace),
-                    (IndexValue::Namespace, Some(namespace)) => index.lookup(namespace, None),
-                    (IndexValue::Namespace, None) => Vec::new(),
-                    (IndexValue::NamespacedName, Some(namespace)) => {
-                        index.lookup(&format!("{namespace}/{name}"), None)
-                    }
-                    (IndexValue::NamespacedName, None) => index.lookup(name, None),
-                }
-            }
+            Mapper::Index { index, value } => index_keys(index, *value, object),
             Mapper::Function(function) => function.call(object).await,
         }
+    }
+}
+
+/// The primaries a field or computed index holds under the watched `object`'s `value`.
+pub(crate) fn index_keys(
+    index: &FieldIndex,
+    value: IndexValue,
+    object: &DynamicObject,
+) -> Vec<ObjectKey> {
+    let namespace = object.metadata.namespace.as_deref();
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    match (value, namespace) {
+        (IndexValue::Name, namespace) => index.lookup(name, namespace),
+        (IndexValue::Namespace, Some(namespace)) => index.lookup(namespace, None),
+        (IndexValue::Namespace, None) => Vec::new(),
+        (IndexValue::NamespacedName, Some(namespace)) => {
+            index.lookup(&format!("{namespace}/{name}"), None)
+        }
+        (IndexValue::NamespacedName, None) => index.lookup(name, None),
     }
 }
 
@@ -168,7 +175,7 @@ impl FunctionMapper {
 /// primary watch's namespace when that is restricted. The others are dropped with a log line.
 /// A key named twice is enqueued once: a worker may take the first before the second arrives,
 /// and would reconcile it twice for one event.
-fn valid_keys(
+pub(crate) fn valid_keys(
     guest: &str,
     what: &str,
     keys: Vec<ObjectKey>,
@@ -266,7 +273,13 @@ fn same_generation(event: &InformerEvent) -> bool {
     else {
         return false;
     };
-    let (new, old) = (&object.metadata, &old.metadata);
+    kept_generation(object, old)
+}
+
+/// Whether `new` left the generation and the deletion timestamp of `old` as they were: an
+/// update a `generation-changed-only` guest is not woken by. False for kinds without one.
+pub(crate) fn kept_generation(new: &DynamicObject, old: &DynamicObject) -> bool {
+    let (new, old) = (&new.metadata, &old.metadata);
     new.generation.is_some()
         && new.generation == old.generation
         && new.deletion_timestamp == old.deletion_timestamp
@@ -290,7 +303,11 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 }
 
 /// The primary keys a secondary object maps to.
-fn primary_keys(object: &DynamicObject, mapping: &Mapping, primary: &Gvk) -> Vec<ObjectKey> {
+pub(crate) fn primary_keys(
+    object: &DynamicObject,
+    mapping: &Mapping,
+    primary: &Gvk,
+) -> Vec<ObjectKey> {
     let namespace = object.metadata.namespace.clone();
     match mapping {
         Mapping::Owner => object

@@ -4,9 +4,11 @@
 //! the repository's own pinned cases (`host/tests/fixtures/*/`) and a scaffold's
 //! `fixtures/hello/` are:
 //!
-//! - `case.yaml`: `kind` and `key`; optionally `guest` (the guest's file is `NAME.wasm` in
-//!   `--guests DIR`), `attempt` and `now` (the guest's clock; else `--now`, else the real one);
+//! - `case.yaml`: `key` (none: the case only maps its events) and `kind` (default: the guest's
+//!   primary); optionally `guest` (the guest's file is `NAME.wasm` in `--guests DIR`),
+//!   `attempt` and `now` (the guest's clock; else `--now`, else the real one);
 //! - `objects.yaml`: the objects loaded;
+//! - `events.yaml` (optional): events mapped through the guest's watches (`reconcile --events`);
 //! - `host.yaml` (optional): the configuration whose grant applies (else `--config`; without
 //!   either, every call is allowed);
 //! - `http.yaml` (optional): the exchanges answering outbound HTTP;
@@ -37,14 +39,57 @@ use crate::runtime::{LoadedGuest, Runtime};
 struct CaseFile {
     /// With `--guests DIR`, the guest is `DIR/<guest>.wasm`.
     guest: Option<String>,
-    /// group/version/Kind (version/Kind for the core group).
-    kind: String,
-    /// `[namespace/]name`.
-    key: String,
+    /// group/version/Kind (version/Kind for the core group); default: the guest's primary.
+    kind: Option<String>,
+    /// `[namespace/]name`; none in a case that only maps `events.yaml`.
+    key: Option<String>,
     #[serde(default)]
     attempt: u32,
     /// RFC 3339.
     now: Option<String>,
+}
+
+impl CaseFile {
+    /// What `reconcile` is given for the case in `dir` (its `case.yaml` is `case_file`).
+    fn inputs(
+        &self,
+        dir: &Path,
+        case_file: &Path,
+        config: Option<HostConfig>,
+        now: Option<std::time::SystemTime>,
+        state: &Path,
+    ) -> anyhow::Result<Inputs> {
+        let http = dir.join("http.yaml");
+        let events = dir.join("events.yaml");
+        if self.key.is_none() && !events.exists() {
+            anyhow::bail!(
+                "{}: no key, and no events.yaml beside it: a case reconciles a key, maps events, or both",
+                case_file.display()
+            );
+        }
+        Ok(Inputs {
+            objects: vec![dir.join("objects.yaml")],
+            http: http.exists().then_some(http),
+            http_name: Some(PathBuf::from("http.yaml")),
+            events: events.exists().then_some(events),
+            kind: self
+                .kind
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .with_context(|| format!("{}: kind", case_file.display()))?,
+            key: self
+                .key
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .with_context(|| format!("{}: key", case_file.display()))?,
+            config,
+            backend_state: Some(state.to_owned()),
+            attempt: self.attempt,
+            now,
+        })
+    }
 }
 
 /// Which guest runs a case.
@@ -174,7 +219,7 @@ impl FixtureRun {
             .with_context(|| format!("cannot read {}", case_file.display()))?;
         let case: CaseFile = serde_yaml::from_str(&text).with_context(|| {
             format!(
-                "{}: not a case (kind, key; optionally guest, attempt, now)",
+                "{}: not a case (key, kind; optionally guest, attempt, now)",
                 case_file.display()
             )
         })?;
@@ -196,24 +241,7 @@ impl FixtureRun {
             std::fs::copy(dir.join("backend-state.json"), &state)
                 .with_context(|| format!("cannot copy {}/backend-state.json", dir.display()))?;
         }
-        let http = dir.join("http.yaml");
-        let inputs = Inputs {
-            objects: vec![dir.join("objects.yaml")],
-            http: http.exists().then_some(http),
-            http_name: Some(PathBuf::from("http.yaml")),
-            kind: case
-                .kind
-                .parse()
-                .with_context(|| format!("{}: kind", case_file.display()))?,
-            key: case
-                .key
-                .parse()
-                .with_context(|| format!("{}: key", case_file.display()))?,
-            config,
-            backend_state: Some(state.clone()),
-            attempt: case.attempt,
-            now,
-        };
+        let inputs = case.inputs(dir, &case_file, config, now, &state)?;
         let output = inputs
             .reconcile(guests.runtime.clone(), loaded, &origin)
             .await?;

@@ -160,6 +160,11 @@ impl MemoryCache {
         self.objects.lock().get(&cache_key(r)).cloned()
     }
 
+    /// Every loaded object.
+    pub(crate) fn all(&self) -> Vec<Value> {
+        self.objects.lock().values().cloned().collect()
+    }
+
     fn remove(&self, r: &ObjectRef) -> Option<Value> {
         self.objects.lock().remove(&cache_key(r))
     }
