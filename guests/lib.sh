@@ -413,39 +413,59 @@ js_toolchain() {
   fi
 }
 
-# js_check_watches SRC WORLD: that app.js exports `watches` (defineWatches) exactly when the world
-# does. jco checks neither way: an export the world lacks is dropped without a word (the guest
-# would run without its watches), and a world export app.js lacks traps when the host calls it.
-js_check_watches() {
-  local exports=false
-  if grep -Eq '^[[:space:]]*export[[:space:]]+((const|let|var|function)[[:space:]]+watches\b|\{[^}]*\bwatches\b)' "$1/app.js"; then
-    exports=true
-  fi
-  if [[ "$2" == watching-controller && "$exports" == false ]]; then
-    say "the world $2 exports \`watches\`, but $1/app.js does not: add \`export const watches = defineWatches([...])\`, or build for \`controller\` (no wit-world file)"
-    return 1
-  fi
-  if [[ "$2" != watching-controller && "$exports" == true ]]; then
-    say "$1/app.js exports \`watches\`, but the world $2 does not, so the host would never see them: write \`watching-controller\` into $1/wit-world"
-    return 1
-  fi
+# js_exports SRC NAME: whether SRC/app.js exports NAME (`export const NAME = ...`, or NAME in an
+# `export {...}` list).
+js_exports() {
+  grep -Eq "^[[:space:]]*export[[:space:]]+((const|let|var|function)[[:space:]]+$2\\b|\\{[^}]*\\b$2\\b)" "$1/app.js"
 }
 
-# js_wit BUILD WORLD: a WIT directory in BUILD whose world `guest` is the contract's WORLD and
+# js_check_exports SRC WORLD: that app.js makes the optional exports its world has, and no
+# others: `watches` (defineWatches) in `watching-controller`; `indexes` (defineIndexes) in
+# `indexing-controller`, with `watches` there when it has watches beyond its indexes. jco checks
+# neither way: an export the world lacks is dropped without a word (the guest would run without
+# its watches or indexes), and a world export app.js lacks traps when the host calls it.
+js_check_exports() {
+  local src=$1 world=$2 name wants needs
+  for name in watches indexes; do
+    case "$name $world" in
+      "watches watching-controller" | "indexes indexing-controller") wants=true ;;
+      "watches indexing-controller") continue ;; # either way: js_wit
+      *) wants=false ;;
+    esac
+    if [[ "$wants" == true ]] && ! js_exports "$src" "$name"; then
+      say "the world $world exports \`$name\`, but $src/app.js does not: add \`export const $name = define${name^}([...])\`, or build for \`controller\` (no wit-world file)"
+      return 1
+    fi
+    if [[ "$wants" == false ]] && js_exports "$src" "$name"; then
+      needs=watching-controller
+      [[ "$name" == watches ]] || needs=indexing-controller
+      say "$src/app.js exports \`$name\`, but the world $world does not, so the host would never see them: write \`$needs\` into $src/wit-world"
+      return 1
+    fi
+  done
+}
+
+# js_wit BUILD WORLD SRC: a WIT directory in BUILD whose world `guest` is the contract's WORLD and
 # wasi:cli/environment. jco binds only what the world imports, and the SDK's `getenv` (env.js,
-# which imports this version) reads the grant's `env` through it.
+# which imports this version) reads the grant's `env` through it. An `indexing-controller` guest
+# whose app.js exports no `watches` gets `controller` and the `indexes` export alone: the host
+# asks a component for watches only when it exports them.
 js_wit() {
-  local build=$1 world=$2
+  local build=$1 world=$2 src=$3 contract
   mkdir -p "$build/wit/deps" || return
   cp "$wit"/*.wit "$wit"/deps/*.wit "$build/wit/deps/" || return
-  printf 'package local:guest;\n\nworld guest {\n  include reconciler:api/%s@0.1.0;\n  import wasi:cli/environment@0.2.12;\n}\n' \
-    "$world" >"$build/wit/guest.wit"
+  contract="include reconciler:api/$world@0.1.0;"
+  if [[ "$world" == indexing-controller ]] && ! js_exports "$src" watches; then
+    contract=$'include reconciler:api/controller@0.1.0;\n  export reconciler:api/indexes@0.1.0;'
+  fi
+  printf 'package local:guest;\n\nworld guest {\n  %s\n  import wasi:cli/environment@0.2.12;\n}\n' \
+    "$contract" >"$build/wit/guest.wit"
 }
 
 js_build() {
   local src=$1 world=$2 build=$3 out=$4 file
-  js_check_watches "$src" "$world" || return
-  js_wit "$build" "$world" || return
+  js_check_exports "$src" "$world" || return
+  js_wit "$build" "$world" "$src" || return
   while IFS= read -r file; do
     mkdir -p "$build/src/$(dirname "$file")"
     cp "$src/$file" "$build/src/$file" || return

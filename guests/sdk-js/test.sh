@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Unit tests of the JavaScript SDK (reconciler-guest/), natively, with no component toolchain:
-#   1. node's test runner over test/*.test.js, the component imports (`reconciler:api/...`)
-#      answered by a fake host (test/fake-host.js, wired in by test/setup.js);
-#   2. `tsc` over the types (reconciler-guest/index.d.ts), a file using every export
-#      (test/types.ts) and the repository's JavaScript guests (tsconfig.json).
+#   1. node's test runner over test/*.test.js (the SDK's tests, and those of the repository's
+#      JavaScript guests), the component imports (`reconciler:api/...`) answered by the public
+#      fake host (testing/, `reconciler-guest/testing`, wired in by test/setup.js);
+#   2. `tsc` over the types (reconciler-guest/index.d.ts, testing/index.d.ts), a file using every
+#      export (test/types.ts) and the repository's JavaScript guests (tsconfig.json).
 # TypeScript is pinned by package-lock.json here and installed from npm into
 # ${XDG_CACHE_HOME:-~/.cache}/reconciler-host/sdk-js-<lock hash>/ when missing. Node 20+.
 set -euo pipefail

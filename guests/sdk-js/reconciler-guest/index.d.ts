@@ -57,7 +57,10 @@ export type LabelSelector = string | Record<string, string>;
 /** How a secondary object leads to its primary's key (the manifest's `secondary`). */
 export type Mapping = { tag: "owner" } | { tag: "label"; val: string };
 
-/** What of a watched object a `Mapping.field` index compares with the primary's field. */
+/**
+ * What of a watched object a `Mapping.field` index compares with the primary's field, and a
+ * computed index (`defineIndexes`) looks up among a primary's values.
+ */
 export type IndexValue = "name" | "namespace" | "namespaced-name";
 
 export const IndexValue: {
@@ -124,6 +127,47 @@ export interface WatchRecord {
 export function defineWatches(watches: Watch[]): {
   watches(): WatchRecord[];
   map(kind: Gvk, object: string): Array<{ namespace: string | undefined; name: string }>;
+};
+
+/**
+ * The values of a computed index for one primary object (parsed), e.g. the names of the objects
+ * it depends on; called when the primary is added or changes, in a fresh instance where every
+ * host call but `log` is refused. A throw is logged and traps the instance.
+ */
+export type IndexFunction = (primary: KubeObject) => string[];
+
+/** An index whose values the guest computes from each primary, for `defineIndexes`. */
+export interface Index {
+  /** 1-63 lowercase letters, digits and `-`, unique among the guest's indexes. */
+  name: string;
+  /** The watched kind whose events the index maps to primaries. */
+  kind: Gvk;
+  /** The primary's values. */
+  index: IndexFunction;
+  /** What of a watched object is looked up among the values (default: its name). */
+  lookup?: IndexValue | null;
+  /** Watch this namespace only, as a watch's `namespace`. */
+  namespace?: string | null;
+  /** Take only events of objects matching this selector, as a watch's `labelSelector`. */
+  labelSelector?: LabelSelector | null;
+}
+
+/** The contract's `computed-index` record, as the `indexes` export returns it. */
+export interface ComputedIndexRecord {
+  name: string;
+  kind: Gvk;
+  lookup: IndexValue;
+  namespace: string | undefined;
+  labelSelector: string | undefined;
+}
+
+/**
+ * The component's optional `indexes` export, for a guest whose world is `indexing-controller`:
+ * `export const indexes = defineIndexes([...])`. A bad index is a TypeError naming it.
+ */
+export function defineIndexes(indexes: Index[]): {
+  indexes(): ComputedIndexRecord[];
+  index(name: string, primary: string): string[];
 };
 
 /** Another kind whose changes enqueue a primary key. */

@@ -24,7 +24,9 @@
 //
 // Watches beyond the manifest's owner and label mappings (field indexes, owner labels, map
 // functions, a namespace and selector per kind) are the optional `watches` export, made by
-// `defineWatches` for a guest whose world is `watching-controller`.
+// `defineWatches` for a guest whose world is `watching-controller`. Indexes whose values the
+// guest computes from each primary are the optional `indexes` export, made by `defineIndexes`
+// for a guest whose world is `indexing-controller`.
 //
 // Outbound HTTP is the standard `fetch` in an `async reconcile`, for a guest whose world is
 // `http-controller` (error.js says how its failures are reported).
@@ -51,7 +53,7 @@ export { HOST_ERROR_KINDS, HostError, ReconcileError, hostCall, permanent, trans
 export * as events from "./event.js";
 export * as lister from "./lister.js";
 export * as log from "./log.js";
-export { IndexValue, Mapping, defineWatches, manifest } from "./manifest.js";
+export { IndexValue, Mapping, defineIndexes, defineWatches, manifest } from "./manifest.js";
 export { Request, apiVersionOf, describe, gvk, gvkFromApiVersion, keyOf, objectRef, refOf, selector } from "./object.js";
 export * as queue from "./queue.js";
 

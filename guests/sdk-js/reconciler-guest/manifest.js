@@ -1,5 +1,6 @@
 // The manifest: what a guest asks the host to watch, with the contract's defaults filled in;
-// and the optional `watches` export (defineWatches), for watches a manifest cannot say.
+// the optional `watches` export (defineWatches), for watches a manifest cannot say; and the
+// optional `indexes` export (defineIndexes), for indexes whose values the guest computes.
 
 import { error as logError, warn as logWarn } from "./log.js";
 import { describe, selector } from "./object.js";
@@ -46,7 +47,10 @@ export const Mapping = Object.freeze({
   },
 });
 
-/** What of a watched object a `Mapping.field` index compares with the primary's field. */
+/**
+ * What of a watched object a `Mapping.field` index compares with the primary's field, and a
+ * computed index (`defineIndexes`) looks up among a primary's values (the contract's `lookup`).
+ */
 export const IndexValue = Object.freeze({
   /** Its name; a cluster-scoped object (a Namespace) matches primaries in every namespace. */
   name: "name",
@@ -135,6 +139,7 @@ export function manifest(options) {
 }
 
 const WATCH_OPTIONS = ["kind", "mapping", "namespace", "labelSelector"];
+const INDEX_OPTIONS = ["name", "kind", "index", "lookup", "namespace", "labelSelector"];
 const INDEX_VALUES = Object.values(IndexValue);
 
 /**
@@ -174,10 +179,7 @@ export function defineWatches(watches) {
           mapped = map(object, kind);
           if (!Array.isArray(mapped)) throw new TypeError(`a map function must return a list of keys, not ${typeof mapped}`);
         } catch (thrown) {
-          const name = object?.metadata?.name;
-          const what = typeof name === "string" ? describe({ kind, namespace: object.metadata.namespace, name }) : describeKind(kind);
-          const reason = thrown instanceof Error ? `${thrown.name}: ${thrown.message}` : String(thrown);
-          logError(`map ${what}: ${reason}`);
+          logTrap(`map ${named(object, kind, describeKind(kind))}`, thrown);
           throw thrown; // traps: the host drops this event's keys, and counts it
         }
         for (const key of mapped) {
@@ -192,23 +194,32 @@ export function defineWatches(watches) {
 
 function checkWatches(watches) {
   if (!Array.isArray(watches)) throw new TypeError("defineWatches: expected a list of {kind, mapping}");
-  watches.forEach((watch, i) => {
-    const what = `watches[${i}]`;
-    for (const option of Object.keys(watch ?? {})) {
-      if (!WATCH_OPTIONS.includes(option)) {
-        throw new TypeError(`defineWatches: unknown option \`${what}.${option}\` (known: ${WATCH_OPTIONS.join(", ")})`);
+  return checkList("defineWatches", "watches", watches, WATCH_OPTIONS, (watch, what) => {
+    checkKind(`${what}.kind`, watch.kind, "defineWatches");
+    checkMapping(`${what}.mapping`, watch.mapping);
+  });
+}
+
+// Checks each of a list of watches or indexes: it has only the `options` named, `check(item,
+// what)` finds its own fields right, and its namespace and label selector are a watch's. The
+// first fault is a TypeError naming the item (`watches[2].mapping`).
+function checkList(where, name, list, options, check) {
+  list.forEach((item, i) => {
+    const what = `${name}[${i}]`;
+    for (const option of Object.keys(item ?? {})) {
+      if (!options.includes(option)) {
+        throw new TypeError(`${where}: unknown option \`${what}.${option}\` (known: ${options.join(", ")})`);
       }
     }
-    checkKind(`${what}.kind`, watch?.kind, "defineWatches");
-    checkMapping(`${what}.mapping`, watch.mapping);
-    if (watch.namespace != null && typeof watch.namespace !== "string") {
-      throw new TypeError(`defineWatches: \`${what}.namespace\` must be a string`);
+    check(item ?? {}, what);
+    if (item.namespace != null && typeof item.namespace !== "string") {
+      throw new TypeError(`${where}: \`${what}.namespace\` must be a string`);
     }
-    if (watch.labelSelector != null && typeof watch.labelSelector !== "string" && typeof watch.labelSelector !== "object") {
-      throw new TypeError(`defineWatches: \`${what}.labelSelector\` must be a string or {label: value}`);
+    if (item.labelSelector != null && typeof item.labelSelector !== "string" && typeof item.labelSelector !== "object") {
+      throw new TypeError(`${where}: \`${what}.labelSelector\` must be a string or {label: value}`);
     }
   });
-  return watches;
+  return list;
 }
 
 function checkMapping(what, mapping) {
@@ -226,6 +237,88 @@ function checkMapping(what, mapping) {
         "Mapping.field(path, IndexValue.name | .namespace | .namespacedName) or Mapping.function(map)",
     );
   }
+}
+
+/**
+ * The component's optional `indexes` export, for a guest whose world is `indexing-controller`
+ * (a `wit-world` file beside app.js saying so): `export const indexes = defineIndexes([...])`.
+ * controller-runtime's `IndexField` with an extractor function: each index is
+ * `{name, kind, index, lookup?, namespace?, labelSelector?}`, where `index(primary)` returns the
+ * values of one primary object (its parsed JSON), e.g. the names of the `kind` objects it
+ * depends on; an event of a `kind` object (in `namespace` only, and matching `labelSelector`
+ * only, when given) wakes the primaries among whose values is its `lookup` (an `IndexValue`:
+ * its name by default, its namespace, or its `namespace/name`). The host keeps the values, so
+ * such an event costs a lookup in its memory, no guest call.
+ *
+ * The host asks for the indexes once, at load (they count among the 16 watches), and calls
+ * `index` for each primary added or changed, and for every primary when a new version of the
+ * guest loads, in a fresh instance where every host call but `log` is refused: compute from
+ * the object alone. A throw is logged and traps the instance: the host leaves that primary out
+ * of the index until its next change. At most 100 values of at most 317 bytes count. A bad
+ * index is a TypeError naming it, and the host refuses the guest with that message.
+ */
+export function defineIndexes(indexes) {
+  return {
+    indexes() {
+      return checkIndexes(indexes).map(({ name, kind, lookup, namespace, labelSelector }) => ({
+        name,
+        kind,
+        lookup: lookup ?? IndexValue.name,
+        namespace: namespace ?? undefined,
+        labelSelector: labelSelector == null ? undefined : selector(labelSelector),
+      }));
+    },
+
+    index(name, primaryJson) {
+      const declared = checkIndexes(indexes).find((i) => i.name === name);
+      if (declared === undefined) {
+        logWarn(`index was called for "${name}", which no index of defineIndexes declares: no values`);
+        return [];
+      }
+      let primary;
+      try {
+        primary = JSON.parse(primaryJson);
+        const values = declared.index(primary);
+        if (!Array.isArray(values)) throw new TypeError(`an index function must return a list of strings, not ${typeof values}`);
+        const odd = values.findIndex((value) => typeof value !== "string");
+        if (odd >= 0) throw new TypeError(`an index function must return strings, but value ${odd} is ${typeof values[odd]}`);
+        return values;
+      } catch (thrown) {
+        logTrap(`index ${name} of ${named(primary, { kind: primary?.kind }, "a primary")}`, thrown);
+        throw thrown; // traps: the host leaves the primary out of the index until its next change
+      }
+    },
+  };
+}
+
+function checkIndexes(indexes) {
+  if (!Array.isArray(indexes)) throw new TypeError("defineIndexes: expected a list of {name, kind, index}");
+  // The host checks the name's spelling and that it is unique, and says so.
+  return checkList("defineIndexes", "indexes", indexes, INDEX_OPTIONS, (index, what) => {
+    if (typeof index.name !== "string") {
+      throw new TypeError(`defineIndexes: \`${what}.name\` must be the index's name (1-63 lowercase letters, digits and -)`);
+    }
+    checkKind(`${what}.kind`, index.kind, "defineIndexes");
+    if (typeof index.index !== "function") {
+      throw new TypeError(`defineIndexes: \`${what}.index\` must be a function computing a primary's values`);
+    }
+    if (index.lookup != null && !INDEX_VALUES.includes(index.lookup)) {
+      throw new TypeError(`defineIndexes: \`${what}.lookup\` must be IndexValue.name, .namespace or .namespacedName`);
+    }
+  });
+}
+
+// `Kind namespace/name` of an object a guest's function was handed, or `fallback` when it has no
+// name (or was not JSON).
+function named(object, kind, fallback) {
+  const name = object?.metadata?.name;
+  return typeof name === "string" ? describe({ kind, namespace: object.metadata.namespace, name }) : fallback;
+}
+
+// A guest's `map` or `index` function threw: logged at error level (the host shows the line with
+// the trap), before the throw goes on and traps the instance.
+function logTrap(what, thrown) {
+  logError(`${what}: ${thrown instanceof Error ? `${thrown.name}: ${thrown.message}` : String(thrown)}`);
 }
 
 function describeKind(kind) {

@@ -1,16 +1,22 @@
-// The repository's JavaScript courier (guests/js/courier/app.js) on this SDK, natively, its
-// `fetch` a stub: what it sends and how it answers each outcome. host/tests/http_guests.rs runs the
-// built component in the host against a local server, through the grant's http: rules.
+// The repository's JavaScript courier (guests/js/courier/app.js) on this SDK, natively, against
+// the public fake host, its `fetch` a stub: what it sends and how it answers each outcome.
+// host/tests/http_guests.rs runs the built component in the host against a local server,
+// through the grant's http: rules.
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
 import { reconciler } from "../../js/courier/app.js";
 import { marking } from "../reconciler-guest/error.js";
-import { answer, callsOf, hostError, reset } from "./fake-host.js";
+import { host, hostError } from "reconciler-guest/testing";
 
 const ref = { kind: { group: "test.reconciler.dev", version: "v1", kind: "Widget" }, namespace: "demo", name: "w1" };
 const url = "http://api.test/greetings";
-const widget = { metadata: { name: "w1", namespace: "demo", generation: 3 }, spec: { url, message: "world" } };
+const widget = {
+  apiVersion: "test.reconciler.dev/v1",
+  kind: "Widget",
+  metadata: { name: "w1", namespace: "demo", generation: 3 },
+  spec: { url, message: "world" },
+};
 const request = (object) => ({ ref, object: object === null ? null : JSON.stringify(object), deleting: false, attempt: 0 });
 
 const engineFetch = globalThis.fetch;
@@ -25,7 +31,8 @@ function server(respond) {
 }
 
 beforeEach(() => {
-  reset();
+  host.reset();
+  host.load(widget);
   sent = [];
 });
 afterEach(() => {
@@ -38,7 +45,7 @@ test("POSTs the widget as JSON and writes the answer into the status", async () 
   assert.deepEqual(sent, [
     { method: "POST", url, type: "application/json", body: '{"widget":"demo/w1","message":"world"}' },
   ]);
-  assert.deepEqual(callsOf("patchStatus"), [
+  assert.deepEqual(host.callsOf("patchStatus"), [
     [ref, '{"status":{"observedGeneration":3,"reply":"hello, world","requestId":"r-1","httpStatus":200}}'],
   ]);
 });
@@ -51,7 +58,7 @@ test("a 5xx answer is transient, any other failure status permanent", async () =
   });
   server(() => new Response("no such zone", { status: 404 }));
   await assert.rejects(reconciler.reconcile(request(widget)), { tag: "permanent" });
-  assert.deepEqual(callsOf("patchStatus"), []);
+  assert.deepEqual(host.callsOf("patchStatus"), []);
 });
 
 test("a failed fetch is transient and names the request", async () => {
@@ -72,7 +79,7 @@ test("a widget without a URL is permanent; a gone one asks for nothing", async (
 
 test("a failed status write is transient", async () => {
   server(() => Response.json({ reply: "hello, world" }));
-  answer("patchStatus", () => {
+  host.answer("patchStatus", () => {
     throw hostError("conflict", "resourceVersion changed");
   });
   await assert.rejects(reconciler.reconcile(request(widget)), {

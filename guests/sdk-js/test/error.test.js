@@ -3,7 +3,7 @@ import { test } from "node:test";
 
 import { HOST_ERROR_KINDS, HostError, ReconcileError, hostCall, permanent, transient } from "../reconciler-guest/index.js";
 import { asHostError, reconcileErrorVariant } from "../reconciler-guest/error.js";
-import { hostError } from "./fake-host.js";
+import { hostError } from "reconciler-guest/testing";
 
 test("retryable host errors become transient and the rest permanent", () => {
   const expected = {

@@ -5,14 +5,14 @@ import { beforeEach, test } from "node:test";
 
 import { defineReconciler, gvk } from "../reconciler-guest/index.js";
 import { failedRequest, marking } from "../reconciler-guest/error.js";
-import { callsOf, reset } from "./fake-host.js";
+import { host } from "reconciler-guest/testing";
 
 const widget = gvk("test.reconciler.dev", "v1", "Widget");
 const witRequest = { ref: { kind: widget, namespace: "demo", name: "w1" }, object: "{}", deleting: false, attempt: 0 };
 // StarlingMonkey's one rejection for every failure, a refusal by the grant included.
 const networkError = () => new TypeError("NetworkError when attempting to fetch resource");
 
-beforeEach(reset);
+beforeEach(host.reset);
 
 test("the SDK puts the marking fetch in place of the engine's", () => {
   assert.equal(marking(globalThis.fetch), globalThis.fetch);
@@ -54,5 +54,5 @@ test("a failed fetch out of reconcile is a transient error naming the request", 
       "PATCH https://dns.test/zones/a: NetworkError when attempting to fetch resource " +
       "(the reason is in the host's log; a URL outside the grant's http: rules fails so too)",
   });
-  assert.deepEqual(callsOf("log"), []);
+  assert.deepEqual(host.callsOf("log"), []);
 });

@@ -3,13 +3,13 @@ import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
 import { Action, HostError, Request, defineReconciler, gvk, permanent, transient } from "../reconciler-guest/index.js";
-import { callsOf, reset } from "./fake-host.js";
+import { host } from "reconciler-guest/testing";
 
 const widget = gvk("test.reconciler.dev", "v1", "Widget");
 const witRequest = { ref: { kind: widget, namespace: "demo", name: "w1" }, object: '{"spec":{}}', deleting: false, attempt: 0 };
 const guest = (reconcile) => defineReconciler({ manifest: { name: "g", primary: widget }, reconcile });
 
-beforeEach(reset);
+beforeEach(host.reset);
 
 test("the manifest is built from options or from a function returning them", () => {
   assert.equal(guest(() => {}).manifest().concurrency, 0);
@@ -71,7 +71,7 @@ test("any other exception is logged at error level and thrown on, so the instanc
       }).reconcile(witRequest),
     (e) => e === bug,
   );
-  const [[level, line]] = callsOf("log");
+  const [[level, line]] = host.callsOf("log");
   assert.equal(level, "error");
   assert.match(line, /^guest threw TypeError: cannot read properties of undefined\n/);
 });
@@ -106,7 +106,7 @@ test("an async reconcile rejects with the contract's variant, or with a bug as i
     }).reconcile(witRequest),
     (e) => e === bug,
   );
-  assert.match(callsOf("log")[0][1], /^guest threw RangeError: too deep\n/);
+  assert.match(host.callsOf("log")[0][1], /^guest threw RangeError: too deep\n/);
 });
 
 test("without an event loop (the QuickJS build) a Promise is refused as a bug", () => {
@@ -117,7 +117,7 @@ test("without an event loop (the QuickJS build) a Promise is refused as a bug", 
   } finally {
     globalThis.setTimeout = setTimeout;
   }
-  assert.match(callsOf("log")[0][1], /reconcile returned a Promise, but this build \(QuickJS\)/);
+  assert.match(host.callsOf("log")[0][1], /reconcile returned a Promise, but this build \(QuickJS\)/);
 });
 
 test("defineReconciler wants a reconcile function", () => {

@@ -11,6 +11,7 @@ import {
   apiVersionOf,
   cluster,
   conditions,
+  defineIndexes,
   defineReconciler,
   defineWatches,
   describe,
@@ -33,6 +34,7 @@ import {
   type ControllerManifest,
   type HostErrorKind,
 } from "../reconciler-guest/index.js";
+import { host, hostError, type Write } from "reconciler-guest/testing";
 
 const widget = gvk("test.reconciler.dev", "v1", "Widget");
 const configMap = gvkFromApiVersion("v1", "ConfigMap");
@@ -109,6 +111,29 @@ export const watches = defineWatches([
 ]);
 export const mapped: string[] = watches.map(configMap, "{}").map((key) => key.name);
 
+// An indexing-controller guest's `indexes` export.
+export const indexes = defineIndexes([
+  { name: "configmaps", kind: configMap, index: (primary) => primary.metadata.annotations?.["a"]?.split(",") ?? [] },
+  { name: "secrets", kind: gvk("", "v1", "Secret"), index: () => [], lookup: IndexValue.namespacedName, namespace: "demo", labelSelector: { a: "b" } },
+]);
+export const values: string[] = indexes.index("configmaps", "{}").concat(indexes.indexes().map((i) => i.lookup));
+
+// A guest's native test against the fake host.
+host.load({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "a" } }, "[]", ["{}"]);
+host.answer("patchStatus", () => {
+  throw hostError("conflict", "moved");
+});
+host.setEnv({ GREETING: "hi" });
+export const written: Write[] = host.writes;
+export const tested = [
+  reconciler.reconcile(host.request(objectRef(widget, "demo", "w1"), { attempt: 1 })),
+  host.get(objectRef(configMap, "demo", "a"))?.metadata,
+  host.list(configMap, { namespace: "demo", labelSelector: { app: "web" } }).length,
+  host.logs.map((l) => l.level),
+  host.callsOf("get").length + host.calls.length,
+];
+host.reset();
+
 const m: ControllerManifest = manifest({ name: "n", primary: widget });
 const kinds: readonly HostErrorKind[] = HOST_ERROR_KINDS;
 const failure: ReconcileError = new HostError(kinds[0], "x").toReconcileError();
@@ -132,5 +157,13 @@ manifest({ name: "n", primary: widget, secondary: [{ kind: configMap, mapping: M
 defineWatches([{ kind: configMap, mapping: Mapping.field("spec.a", "uid") }]);
 // @ts-expect-error a map function returns keys
 defineWatches([{ kind: configMap, mapping: Mapping.function(() => "demo/a") }]);
+// @ts-expect-error an index function returns strings
+defineIndexes([{ name: "i", kind: configMap, index: () => [1] }]);
+// @ts-expect-error not a lookup
+defineIndexes([{ name: "i", kind: configMap, index: () => [], lookup: "uid" }]);
+// @ts-expect-error an index needs its function
+defineIndexes([{ name: "i", kind: configMap }]);
+// @ts-expect-error the fake answers the contract's imports only
+host.answer("patch", () => null);
 // @ts-expect-error an unset variable is undefined, not a string
 export const region: string = getenv("REGION");

@@ -3,13 +3,13 @@ import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
 import { IndexValue, Mapping, defineWatches, gvk, manifest, objectRef } from "../reconciler-guest/index.js";
-import { callsOf, reset } from "./fake-host.js";
+import { host } from "reconciler-guest/testing";
 
 const mirror = gvk("mirror.reconciler.dev", "v1alpha1", "Mirror");
 const configMap = gvk("", "v1", "ConfigMap");
 const namespace = gvk("", "v1", "Namespace");
 
-beforeEach(reset);
+beforeEach(host.reset);
 
 test("each mapping is the contract's case, as jco's bindings take it", () => {
   assert.deepEqual(Mapping.ownerLabels("o/namespace", "o/name"), {
@@ -43,7 +43,7 @@ test("watches() is the list as the contract's records, a function watch without 
     { kind: namespace, mapping: { tag: "function" }, namespace: "demo", labelSelector: "team=a,tier=b" },
     { kind: configMap, mapping: { tag: "owner" }, namespace: undefined, labelSelector: undefined },
   ]);
-  assert.deepEqual(callsOf("log"), []);
+  assert.deepEqual(host.callsOf("log"), []);
 });
 
 test("a bad watch is a TypeError that names it", () => {
@@ -90,13 +90,13 @@ test("map calls the function watches of the kind with the parsed object and retu
     { namespace: undefined, name: "cluster-wide" },
   ]);
   assert.deepEqual(seen, [["a", "ConfigMap"]]);
-  assert.deepEqual(callsOf("log"), []);
+  assert.deepEqual(host.callsOf("log"), []);
 });
 
 test("map of a kind no function watch declares warns and returns no keys", () => {
   const keys = defineWatches([{ kind: configMap, mapping: Mapping.owner }]).map(configMap, "{}");
   assert.deepEqual(keys, []);
-  assert.deepEqual(callsOf("log"), [["warn", "map was called for ConfigMap v1, which no Mapping.function watch declares: no keys"]]);
+  assert.deepEqual(host.callsOf("log"), [["warn", "map was called for ConfigMap v1, which no Mapping.function watch declares: no keys"]]);
 });
 
 test("a map function that throws is logged with the object and traps (the throw goes on)", () => {
@@ -109,13 +109,13 @@ test("a map function that throws is logged with the object and traps (the throw 
     },
   ]);
   assert.throws(() => watches.map(configMap, '{"metadata":{"namespace":"demo","name":"a"}}'), /spec\.owner is missing/);
-  assert.deepEqual(callsOf("log"), [["error", "map ConfigMap demo/a: Error: spec.owner is missing"]]);
+  assert.deepEqual(host.callsOf("log"), [["error", "map ConfigMap demo/a: Error: spec.owner is missing"]]);
 });
 
 test("a map function that returns no list, or an object that is not JSON, traps the same way", () => {
   const watches = defineWatches([{ kind: configMap, mapping: Mapping.function(() => "demo/a") }]);
   assert.throws(() => watches.map(configMap, '{"metadata":{"name":"a"}}'), /must return a list of keys, not string/);
   assert.throws(() => watches.map(configMap, "not json"), SyntaxError);
-  const logged = callsOf("log").map(([level, line]) => `${level} ${line.split(":").slice(0, 2).join(":")}`);
+  const logged = host.callsOf("log").map(([level, line]) => `${level} ${line.split(":").slice(0, 2).join(":")}`);
   assert.deepEqual(logged, ["error map ConfigMap a: TypeError", "error map ConfigMap v1: SyntaxError"]);
 });
