@@ -156,6 +156,11 @@ impl FieldPath {
         })
     }
 
+    /// Whether the path's first step is `metadata` (written `metadata` or `["metadata"]`).
+    pub(crate) fn starts_at_metadata(&self) -> bool {
+        matches!(self.steps.first(), Some(Step::Field(name)) if name == "metadata")
+    }
+
     /// Every string the path reaches in `object` (none when a step is missing; values that
     /// are not strings are skipped).
     pub fn values<'a>(&self, object: &'a serde_json::Value) -> Vec<&'a str> {

@@ -58,8 +58,8 @@ pub(crate) enum Source {
     Computed(String),
 }
 
-/// What a guest's computed indexes hold together, by [`weight`], against
-/// [`COMPUTED_INDEX_BYTES`]: one per controller, shared by its computed indexes.
+/// What a guest's indexes hold together, by [`weight`], against [`INDEX_BYTES`]: one per
+/// controller, shared by its field and computed indexes.
 #[derive(Debug, Default)]
 pub struct IndexBudget(AtomicUsize);
 
@@ -73,11 +73,12 @@ struct Entries {
     count: usize,
 }
 
-/// The most a guest's computed indexes hold together, by [`weight`]: their values come from
-/// the guest, not from the cache (whose objects a path index reads), so a guest that returns
-/// the most values it may for every primary, in all its indexes, must not grow the host
-/// without bound. 32 MiB holds some 60,000 primaries of three 20-byte names.
-pub(super) const COMPUTED_INDEX_BYTES: usize = 32 << 20;
+/// The most a guest's indexes hold together, field and computed, by [`weight`]: a computed
+/// index's values come from the guest, and a field index's from primaries a tenant may write
+/// (a list of 130,000 short strings in one object cost the host 12 MB as index entries, nine
+/// times the object), so a guest must not grow the host without bound through either. 32 MiB
+/// holds some 60,000 primaries of three 20-byte names.
+pub(super) const INDEX_BYTES: usize = 32 << 20;
 
 /// What one entry costs the host when its value is held by no other key, as measured by a
 /// hostile guest's run (RSS against entries): the value's own allocation, its slot in the
@@ -95,9 +96,12 @@ impl FieldIndex {
         }
     }
 
-    /// An empty index over `path`.
-    pub(crate) fn of_path(path: FieldPath) -> Self {
-        Self::new(Source::Path(path))
+    /// An empty index over `path`, holding its entries against `budget`.
+    pub(crate) fn of_path(path: FieldPath, budget: Arc<IndexBudget>) -> Self {
+        Self {
+            budget: Some(budget),
+            ..Self::new(Source::Path(path))
+        }
     }
 
     /// An empty computed index `name`, holding its entries against `budget`.
@@ -123,18 +127,17 @@ impl FieldIndex {
 
     /// Indexes `object` (none: the key's object is gone) in place of what the key held, by the
     /// index's path; a computed index takes its values from [`FieldIndex::set`].
-    pub fn update(&self, key: &ObjectKey, object: Option<&DynamicObject>) {
+    pub fn update(&self, key: &ObjectKey, object: Option<&DynamicObject>) -> Held {
         let values = match (&self.source, object) {
             (Source::Path(path), Some(object)) => path.object_values(object),
             _ => Vec::new(),
         };
-        // A path index has no budget: it holds what the cached objects hold.
-        self.set(key, values);
+        self.set(key, values)
     }
 
-    /// Holds `values` for `key` in place of what it held (none: it leaves the index). A
-    /// computed index whose guest's indexes would pass [`COMPUTED_INDEX_BYTES`] with them holds
-    /// none for the key instead.
+    /// Holds `values` for `key` in place of what it held (none: it leaves the index). An index
+    /// with a budget whose guest's indexes would pass [`INDEX_BYTES`] with them holds none
+    /// for the key instead.
     pub fn set(&self, key: &ObjectKey, mut values: Vec<String>) -> Held {
         values.sort_unstable();
         values.dedup();
@@ -178,7 +181,7 @@ impl FieldIndex {
             // Under the entries' lock, so two sets of this index cannot both take the room;
             // the guest's other indexes are updated by the same task, one at a time.
             let adding: usize = values.iter().map(|v| weight(v)).sum();
-            if budget.0.load(Ordering::Relaxed) + adding > COMPUTED_INDEX_BYTES {
+            if budget.0.load(Ordering::Relaxed) + adding > INDEX_BYTES {
                 return Held::OverBudget;
             }
             budget.0.fetch_add(adding, Ordering::Relaxed);
@@ -239,20 +242,27 @@ impl FieldIndex {
         while let Some(event) = events.next().await {
             let object = event.object();
             let key = key_of(object);
-            match &event {
+            let held = match &event {
                 InformerEvent::Deleted { .. } => self.update(&key, None),
                 // Replayed from the cache (a subscription's first snapshot, a resync): the head
                 // only, so a path into the body is read from the whole cached object.
                 InformerEvent::Applied { .. } | InformerEvent::Resync { .. }
                     if object.data.is_null() =>
                 {
-                    if let Some(whole) = primary.get(key.namespace.as_deref(), &key.name) {
-                        self.update(&key, Some(&whole));
+                    match primary.get(key.namespace.as_deref(), &key.name) {
+                        Some(whole) => self.update(&key, Some(&whole)),
+                        None => Held::Same,
                     }
                 }
                 InformerEvent::Applied { .. } | InformerEvent::Resync { .. } => {
-                    self.update(&key, Some(object));
+                    self.update(&key, Some(object))
                 }
+            };
+            if held == Held::OverBudget {
+                let Source::Path(path) = &self.source else {
+                    continue;
+                };
+                tracing::warn!(field = %path, object = %key, "field index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", INDEX_BYTES >> 20);
             }
             changed();
         }
@@ -466,7 +476,7 @@ async fn index_one(
                         crate::metrics::ReconcileResult::Error,
                         Duration::ZERO,
                     );
-                    tracing::warn!(guest = %guest, index = %name, object = %what, "index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", COMPUTED_INDEX_BYTES >> 20);
+                    tracing::warn!(guest = %guest, index = %name, object = %what, "index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", INDEX_BYTES >> 20);
                     index.set(key, Vec::new());
                     Outcome::Left
                 }
@@ -503,7 +513,7 @@ impl FieldPath {
     /// `metadata`, else its body (`spec`, `status`, ...), which needs no conversion.
     pub(crate) fn object_values(&self, object: &DynamicObject) -> Vec<String> {
         let owned;
-        let root = if self.to_string().starts_with("metadata") {
+        let root = if self.starts_at_metadata() {
             owned = serde_json::json!({ "metadata": object.metadata });
             &owned
         } else {
@@ -600,12 +610,21 @@ mod tests {
             index.set(&key("apps", "late"), vec![value(0, 0)]),
             Held::More
         );
-        // A path index has no budget: it holds what the cached objects hold.
-        let path = FieldIndex::new(Source::Path(path("spec.source")));
+        // A field index of the same guest shares the budget too: a primary whose list holds
+        // more than fits is out of it, and one that fits is in.
+        let refs = FieldIndex::of_path(path("spec.refs[*]"), budget.clone());
+        let mut big = mirror("apps", "big", serde_json::json!({}));
+        let many: Vec<String> = (0..200_000).map(|v| format!("{v:08}")).collect();
+        big.data = serde_json::json!({ "spec": { "refs": many } });
         assert_eq!(
-            path.set(&key("apps", "big"), (0..100).map(|v| value(0, v)).collect()),
-            Held::More
+            refs.update(&key("apps", "big"), Some(&big)),
+            Held::OverBudget
         );
+        assert!(refs.lookup("00000000", None).is_empty());
+        let mut small = mirror("apps", "small", serde_json::json!({}));
+        small.data = serde_json::json!({ "spec": { "refs": ["a"] } });
+        assert_eq!(refs.update(&key("apps", "small"), Some(&small)), Held::More);
+        assert_eq!(refs.lookup("a", None), [key("apps", "small")]);
     }
 
     #[test]
@@ -668,5 +687,15 @@ mod tests {
         let m = mirror("ns", "m", serde_json::json!({}));
         index.update(&key("ns", "m"), Some(&m));
         assert_eq!(index.lookup("m", Some("ns")), vec![key("ns", "m")]);
+        // Quoted, the first step is the same step; a body field whose name begins with
+        // `metadata` is the body's.
+        let quoted = FieldIndex::new(Source::Path(path(r#"["metadata"].name"#)));
+        quoted.update(&key("ns", "m"), Some(&m));
+        assert_eq!(quoted.lookup("m", Some("ns")), vec![key("ns", "m")]);
+        let body = FieldIndex::new(Source::Path(path("metadataRef.name")));
+        let mut n = mirror("ns", "n", serde_json::json!({}));
+        n.data = serde_json::json!({"metadataRef": {"name": "x"}});
+        body.update(&key("ns", "n"), Some(&n));
+        assert_eq!(body.lookup("x", Some("ns")), vec![key("ns", "n")]);
     }
 }

@@ -531,7 +531,7 @@ impl Caches {
         let readable = Self::readable(shared, guest, &primary).await;
         let mut secondaries = Vec::new();
         let mut indexes: Vec<Arc<FieldIndex>> = Vec::new();
-        // What the guest's computed indexes hold together.
+        // What the guest's indexes hold together.
         let budget = Arc::new(IndexBudget::default());
         for secondary in &manifest.secondary {
             let watched = match (&secondary.namespace, &shared.namespace) {
@@ -573,7 +573,7 @@ impl Caches {
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
             let index = match &secondary.mapping {
                 Mapping::Field { path, .. } => {
-                    Some(FieldIndex::new(IndexSource::Path(path.clone())))
+                    Some(FieldIndex::of_path(path.clone(), budget.clone()))
                 }
                 Mapping::Computed { index, .. } => {
                     Some(FieldIndex::computed(index, budget.clone()))

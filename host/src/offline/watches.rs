@@ -79,6 +79,16 @@ fn read_events(path: &Path, cache: &MemoryCache) -> anyhow::Result<Vec<Event>> {
                     where_()
                 );
             };
+            // As the API server would hold it: a kind, a name and a namespace it accepts.
+            crate::validation::gvk("kind", &object_ref.kind)
+                .and_then(|()| crate::validation::object_name("metadata.name", &object_ref.name))
+                .and_then(|()| {
+                    crate::validation::namespace(
+                        "metadata.namespace",
+                        object_ref.namespace.as_deref(),
+                    )
+                })
+                .map_err(|e| anyhow::anyhow!("{}: {e}", where_()))?;
             let kind = kind.unwrap_or(if cache.get(&object_ref).is_some() {
                 "MODIFIED"
             } else {
@@ -179,7 +189,7 @@ impl Watches<'_> {
                         .and_then(|v| v.as_str().map(ToOwned::to_owned))
                         .unwrap_or_default();
                     indexes.by_path.entry(text).or_insert_with(|| {
-                        let index = FieldIndex::of_path(path.clone());
+                        let index = FieldIndex::of_path(path.clone(), budget.clone());
                         for object in primaries {
                             index.update(&key_of(object), Some(object));
                         }

@@ -82,7 +82,10 @@ pub(crate) struct Guess;
 impl Resources for Guess {
     fn plural(&self, kind: &Gvk) -> String {
         let singular = kind.kind.to_lowercase();
-        if singular.ends_with('s') {
+        // The machinery's `unpluralizedSuffixes`: a kind already plural.
+        if singular.ends_with("endpoints") {
+            singular
+        } else if singular.ends_with('s') {
             format!("{singular}es")
         } else if let Some(stem) = singular.strip_suffix('y') {
             format!("{stem}ies")
@@ -554,6 +557,7 @@ guests:
         assert_eq!(Guess.plural(&kind("Policy")), "policies");
         assert_eq!(Guess.plural(&kind("Ingress")), "ingresses");
         assert_eq!(Guess.plural(&kind("Network")), "networks");
+        assert_eq!(Guess.plural(&kind("Endpoints")), "endpoints");
         let found = Discovered(BTreeMap::from([(kind("Octopus"), "octopodes".to_owned())]));
         assert_eq!(found.plural(&kind("Octopus")), "octopodes");
         assert_eq!(found.plural(&kind("Network")), "networks");
