@@ -297,9 +297,12 @@ fn write_condition(
 
 reconciler_guest::export_indexing!(Reloader);
 
-#[cfg(test)]
+// Natively only (`cargo test --target x86_64-unknown-linux-gnu`), where the SDK's fake host is.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+    use reconciler_guest::event::EventType;
+    use reconciler_guest::testing::{Call, FakeHost};
 
     #[test]
     fn a_list_is_names_sorted_once_each_and_a_malformed_one_says_where() {
@@ -337,5 +340,114 @@ mod tests {
         assert_ne!(h, hash([("a", &other)]));
         assert_ne!(h, hash([("b", &one)]));
         assert_ne!(h, hash([("a", &one), ("b", &one)]));
+    }
+
+    fn web() -> ObjectRef {
+        ObjectRef::namespaced(deployment_kind(), "apps", "web")
+    }
+
+    /// The Deployment `apps/web` listing `list`, and the `ConfigMaps` `a` and `b` of its namespace
+    /// (and an `a` elsewhere, which it must not read).
+    fn cluster(list: &str) -> FakeHost {
+        let config_map = |namespace: &str, name: &str, value: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"namespace": namespace, "name": name}, "data": {"k": value}})
+        };
+        FakeHost::new().with_objects([
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"namespace": "apps", "name": "web",
+                                "annotations": {LIST_ANNOTATION: list}},
+                   "spec": {"replicas": 2}}),
+            config_map("apps", "a", "1"),
+            config_map("apps", "b", "2"),
+            config_map("other", "a", "elsewhere"),
+        ])
+    }
+
+    /// The guest's condition in a status patch, as `status reason: message`.
+    fn condition(call: &Call) -> String {
+        let Call::PatchStatus { target, patch } = call else {
+            panic!("not a status patch: {call:?}");
+        };
+        assert_eq!(*target, web());
+        let [condition] = patch["status"]["conditions"].as_array().unwrap().as_slice() else {
+            panic!("not one condition: {patch}");
+        };
+        assert_eq!(condition["type"], CONDITION_TYPE);
+        let text = |field: &str| condition[field].as_str().unwrap_or_default().to_owned();
+        format!("{} {}: {}", text("status"), text("reason"), text("message"))
+    }
+
+    #[test]
+    fn a_reconcile_applies_the_hash_of_the_listed_configmaps_and_says_so() {
+        let host = cluster("b, a").install();
+        Reloader::reconcile(host.request(&web())).unwrap();
+
+        let expected = hash([
+            ("a", &json!({"data": {"k": "1"}, "binaryData": null})),
+            ("b", &json!({"data": {"k": "2"}, "binaryData": null})),
+        ]);
+        let writes = host.writes();
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        assert_eq!(
+            writes[0],
+            Call::ApplyWith {
+                object: json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                               "metadata": {"name": "web", "namespace": "apps"},
+                               "spec": {"template": {"metadata": {"annotations": {HASH_ANNOTATION: expected}}}}}),
+                force: false,
+            }
+        );
+        assert_eq!(condition(&writes[1]), "True Hashed: hash of ConfigMap a, b");
+        // The apply merged into the Deployment: the next reconcile finds the hash and the
+        // condition in place and writes nothing.
+        let deployment = host.object(&web()).unwrap();
+        assert_eq!(deployment["spec"]["replicas"], 2);
+        Reloader::reconcile(host.request(&web())).unwrap();
+        assert_eq!(host.writes().len(), 2, "{:?}", host.writes());
+    }
+
+    #[test]
+    fn a_missing_configmap_keeps_the_hash_and_warns() {
+        let host = cluster("a,missing").install();
+        Reloader::reconcile(host.request(&web())).unwrap();
+        let writes = host.writes();
+        let message = "ConfigMap missing not found in namespace apps; the last hash is kept";
+        assert!(
+            matches!(&writes[0], Call::RecordEvent(e) if e.event_type == EventType::Warning
+                && e.reason == "ConfigMapNotFound" && e.message == message),
+            "{writes:?}"
+        );
+        assert_eq!(
+            condition(&writes[1]),
+            format!("False ConfigMapNotFound: {message}")
+        );
+        assert_eq!(writes.len(), 2, "no apply: {writes:?}");
+    }
+
+    #[test]
+    fn a_hash_annotation_another_manager_owns_is_a_retried_conflict_that_names_it() {
+        let host = cluster("a").install();
+        host.fail(
+            &["apply-with"],
+            HostError::Conflict("conflict with \"kubectl\"".into()),
+        );
+        let Err(ReconcileError::Transient(why)) = Reloader::reconcile(host.request(&web())) else {
+            panic!("a conflict must be retried");
+        };
+        assert!(why.contains("kubectl"), "{why}");
+        let writes = host.writes();
+        assert!(
+            matches!(&writes[0], Call::ApplyWith { force: false, .. }),
+            "{writes:?}"
+        );
+        assert!(
+            matches!(&writes[1], Call::RecordEvent(e) if e.reason == "HashConflict"),
+            "{writes:?}"
+        );
+        assert!(
+            condition(&writes[2]).starts_with("False HashConflict: "),
+            "{writes:?}"
+        );
     }
 }

@@ -27,6 +27,7 @@
 //	log.go         Log, LogInfof and friends: the host's log stream
 //	conditions.go  SetCondition and friends: status.conditions with a stable lastTransitionTime
 //	errors.go      HostError, Transient, Permanent: how failures are retried
+//	fakehost.go    UseFakeHost: the host of native tests (go test), never built into a component
 //
 // and two subpackages for the other worlds: networkbackend for the Network sample's backend
 // (`network-controller`), and wasihttp, outbound HTTP through the standard http.Client

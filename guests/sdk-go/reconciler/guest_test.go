@@ -15,7 +15,7 @@ func register(t *testing.T, r ReconcileFunc) {
 }
 
 func TestRunCallsTheRegisteredReconcile(t *testing.T) {
-	useFake(t)
+	UseFakeHost(t)
 	register(t, func(req *Request) (Action, error) {
 		return Action{RequeueAfter: time.Second}, errors.New(req.Ref.Name)
 	})

@@ -8,15 +8,28 @@ import (
 	"time"
 )
 
+var widget = ObjectRef{Kind: GVK{Group: "test.reconciler.dev", Version: "v1", Kind: "Widget"}, Namespace: "demo", Name: "w1"}
+
+const widgetJSON = `{"apiVersion":"test.reconciler.dev/v1","kind":"Widget","metadata":{"name":"w1","namespace":"demo"}}`
+
+// lines is each call of the fake as its one line.
+func lines(fake *FakeHost) []string {
+	var lines []string
+	for _, call := range fake.Calls() {
+		lines = append(lines, call.String())
+	}
+	return lines
+}
+
 func TestPatchStatusSendsAMergePatchOfStatusAndDecodesTheReplyOnlyWhenAsked(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t, widgetJSON)
 	returned, err := PatchStatus(widget, map[string]any{"greeting": "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{`patch-status Widget demo/w1 {"status":{"greeting":"hi"}}`}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	if !reflect.DeepEqual(lines(fake), want) {
+		t.Errorf("calls %q", lines(fake))
 	}
 	if returned.parsed {
 		t.Error("the reply was decoded before anyone asked")
@@ -30,7 +43,7 @@ func TestPatchStatusSendsAMergePatchOfStatusAndDecodesTheReplyOnlyWhenAsked(t *t
 }
 
 func TestAValueThatDoesNotMarshalIsPermanentAndNeverSent(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	_, err := PatchStatus(widget, map[string]any{"bad": make(chan int)})
 	if permanent, _ := classify(err); err == nil || !permanent {
 		t.Errorf("PatchStatus: got %v", err)
@@ -39,22 +52,22 @@ func TestAValueThatDoesNotMarshalIsPermanentAndNeverSent(t *testing.T) {
 	if permanent, _ := classify(err); err == nil || !permanent {
 		t.Errorf("Apply: got %v", err)
 	}
-	if len(fake.calls) != 0 {
-		t.Errorf("calls %q", fake.calls)
+	if len(fake.Calls()) != 0 {
+		t.Errorf("calls %q", lines(fake))
 	}
 }
 
 func TestApplySendsJSONTextAsItIs(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	text := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}`
 	returned, err := Apply(json.RawMessage(text))
-	if err != nil || returned.JSON() != text || fake.calls[0] != "apply "+text {
-		t.Errorf("got %v, %v, calls %q", returned, err, fake.calls)
+	if err != nil || returned.JSON() != text || fake.Calls()[0].JSON != text {
+		t.Errorf("got %v, %v, calls %q", returned, err, lines(fake))
 	}
 }
 
 func TestApplyWithSendsTheFieldsAndTheForceAsAsked(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	fields := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web"}}
 	for _, force := range []bool{false, true} {
 		if _, err := ApplyWith(fields, ApplyOptions{Force: force}); err != nil {
@@ -62,33 +75,33 @@ func TestApplyWithSendsTheFieldsAndTheForceAsAsked(t *testing.T) {
 		}
 	}
 	want := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"}}`
-	if fake.calls[0] != "apply-with force=false "+want || fake.calls[1] != "apply-with force=true "+want {
-		t.Errorf("calls %q", fake.calls)
+	if got := lines(fake); got[0] != "apply-with force=false "+want || got[1] != "apply-with force=true "+want {
+		t.Errorf("calls %q", got)
 	}
 }
 
 func TestHostErrorsReachTheGuestAsTheyCame(t *testing.T) {
-	fake := useFake(t)
-	fake.fail = &HostError{Kind: Conflict, Message: "Widget demo/w1 changed"}
-	if _, err := PatchStatus(widget, map[string]any{}); err != fake.fail {
+	fake := UseFakeHost(t)
+	conflict := &HostError{Kind: Conflict, Message: "Widget demo/w1 changed"}
+	fake.Fail(conflict)
+	if _, err := PatchStatus(widget, map[string]any{}); err != conflict {
 		t.Errorf("PatchStatus: got %v", err)
 	}
-	if _, err := Get(widget); err != fake.fail {
+	if _, err := Get(widget); err != conflict {
 		t.Errorf("Get: got %v", err)
 	}
-	if _, err := Delete(widget); err != fake.fail {
+	if _, err := Delete(widget); err != conflict {
 		t.Errorf("Delete: got %v", err)
 	}
-	if err := Enqueue(widget.Key(), 0); err != fake.fail {
+	if err := Enqueue(widget.Key(), 0); err != conflict {
 		t.Errorf("Enqueue: got %v", err)
 	}
 }
 
 func TestGetIsNilForAnObjectNotInTheCache(t *testing.T) {
-	fake := useFake(t)
-	fake.objects[widget] = `{"metadata":{"name":"w1"}}`
+	UseFakeHost(t, widgetJSON)
 	found, err := Get(widget)
-	if err != nil || found == nil || found.JSON() != fake.objects[widget] {
+	if err != nil || found == nil || found.JSON() != widgetJSON {
 		t.Errorf("got %v, %v", found, err)
 	}
 	missing, err := Get(widget.Sibling("w2"))
@@ -98,12 +111,14 @@ func TestGetIsNilForAnObjectNotInTheCache(t *testing.T) {
 }
 
 func TestListDecodesEveryObjectAndNamesTheOneThatDoesNotFit(t *testing.T) {
-	fake := useFake(t)
-	fake.listed = []string{`{"data":{"k":"a"}}`, `{"data":{"k":"b"}}`}
 	configMap := GVK{Version: "v1", Kind: "ConfigMap"}
+	fake := UseFakeHost(t,
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"demo","name":"a","labels":{"app":"web"}},"data":{"k":"a"}}`,
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"demo","name":"b","labels":{"app":"web"}},"data":{"k":"b"}}`,
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"other","name":"c"},"data":5}`)
 	objects, err := List(configMap, "demo", "app=web")
-	if err != nil || fake.calls[0] != `list ConfigMap "demo" "app=web"` {
-		t.Fatalf("got %v, calls %q", err, fake.calls)
+	if err != nil || lines(fake)[0] != `list ConfigMap v1 in demo selecting app=web` {
+		t.Fatalf("got %v, calls %q", err, lines(fake))
 	}
 	type configMapData struct {
 		Data map[string]string `json:"data"`
@@ -112,7 +127,6 @@ func TestListDecodesEveryObjectAndNamesTheOneThatDoesNotFit(t *testing.T) {
 	if err != nil || len(decoded) != 2 || decoded[1].Data["k"] != "b" {
 		t.Errorf("got %+v, %v", decoded, err)
 	}
-	fake.listed = []string{`{"data":5}`}
 	objects, _ = List(configMap, "", "")
 	if _, err := DecodeAll[configMapData](objects); err == nil || err.Error()[:32] != "a ConfigMap from the cache does " {
 		t.Errorf("got %v", err)
@@ -120,15 +134,15 @@ func TestListDecodesEveryObjectAndNamesTheOneThatDoesNotFit(t *testing.T) {
 }
 
 func TestBestEffortEventsLogARefusalAndCarryOn(t *testing.T) {
-	fake := useFake(t)
-	fake.fail = &HostError{Kind: Unavailable, Message: "event rate exceeded"}
+	fake := UseFakeHost(t)
+	fake.Fail(&HostError{Kind: Unavailable, Message: "event rate exceeded"}, "record-event")
 	WarningEvent(widget, "BackendFailed", "down")
 	want := []string{
-		"event 1 BackendFailed on Widget demo/w1: down",
-		"log 3 could not record event BackendFailed on Widget demo/w1: unavailable: event rate exceeded",
+		"record-event Warning BackendFailed on Widget demo/w1: down",
+		"log warn: could not record event BackendFailed on Widget demo/w1: unavailable: event rate exceeded",
 	}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	if !reflect.DeepEqual(lines(fake), want) {
+		t.Errorf("calls %q", lines(fake))
 	}
 	if err := RecordEvent(Event{Regarding: widget, Reason: "Synced"}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("RecordEvent must return the refusal, got %v", err)
@@ -136,25 +150,25 @@ func TestBestEffortEventsLogARefusalAndCarryOn(t *testing.T) {
 }
 
 func TestEnqueueRoundsTheDelayUpToMilliseconds(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	key := ObjectKey{Name: "cluster-scoped"}
 	_ = Enqueue(key, 0)
 	_ = Enqueue(key, 1500*time.Microsecond)
 	_ = Enqueue(key, time.Minute)
-	want := []string{"enqueue cluster-scoped 0 false", "enqueue cluster-scoped 2 true", "enqueue cluster-scoped 60000 true"}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	want := []string{"enqueue cluster-scoped", "enqueue cluster-scoped after 2ms", "enqueue cluster-scoped after 1m0s"}
+	if !reflect.DeepEqual(lines(fake), want) {
+		t.Errorf("calls %q", lines(fake))
 	}
 }
 
 func TestLogLinesAreFormattedAndLevelled(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	LogInfof("created %s (%d)", "demo/w1", 3)
 	LogErrorf("100%% done")
 	Log(LevelTrace, "raw %d")
-	want := []string{"log 2 created demo/w1 (3)", "log 4 100% done", "log 0 raw %d"}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	want := []string{"info: created demo/w1 (3)", "error: 100% done", "trace: raw %d"}
+	if !reflect.DeepEqual(fake.Logs(), want) {
+		t.Errorf("logs %q", fake.Logs())
 	}
 }
 

@@ -112,7 +112,7 @@ func TestWatchesRefusesAMappingOutsideTheContract(t *testing.T) {
 }
 
 func TestMapCallsTheFunctionsOfTheKindAndReturnsEachKeyOnce(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	var seen []string
 	byNamespace := func(object *Object) ([]ObjectKey, error) {
 		seen = append(seen, object.JSON())
@@ -138,37 +138,37 @@ func TestMapCallsTheFunctionsOfTheKindAndReturnsEachKeyOnce(t *testing.T) {
 	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(seen, []string{object}) {
 		t.Errorf("got %v (the function saw %v), want %v", got, seen, want)
 	}
-	if len(fake.calls) != 0 {
-		t.Errorf("host calls %v", fake.calls)
+	if len(fake.Calls()) != 0 {
+		t.Errorf("host calls %q", lines(fake))
 	}
 }
 
 func TestMapOfAKindWithoutAFunctionWarnsAndReturnsNoKeys(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByLabel("m")}), true)
 	if got := MapExport(configMapKind, `{}`); got != nil {
 		t.Errorf("got %v", got)
 	}
-	want := []string{"log 3 map was called for ConfigMap v1, which no ByFunc watch declares: no keys"}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	want := []string{"log warn: map was called for ConfigMap v1, which no ByFunc watch declares: no keys"}
+	if !reflect.DeepEqual(lines(fake), want) {
+		t.Errorf("calls %q", lines(fake))
 	}
 }
 
 func TestAFailedMapIsLoggedAndTrapsNamingTheObject(t *testing.T) {
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	failing := func(*Object) ([]ObjectKey, error) { return nil, errors.New("spec.owner is missing") }
 	registerWatching(t, NewManifest("mirror", mirrorKind).Watch(Watch{Kind: configMapKind, Mapping: ByFunc(failing)}), true)
 	object := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"demo","name":"a"}}`
 	message := panicOf(func() { MapExport(configMapKind, object) })
 	want := "map ConfigMap demo/a: spec.owner is missing"
-	if message != want || !reflect.DeepEqual(fake.calls, []string{"log 4 " + want}) {
-		t.Errorf("panic %q, calls %q", message, fake.calls)
+	if message != want || !reflect.DeepEqual(lines(fake), []string{"log error: " + want}) {
+		t.Errorf("panic %q, calls %q", message, lines(fake))
 	}
 }
 
 func TestAMapFunctionsDecodeErrorNamesTheKind(t *testing.T) {
-	useFake(t)
+	UseFakeHost(t)
 	decoding := func(object *Object) ([]ObjectKey, error) {
 		var into struct{}
 		return nil, object.Decode(&into)
@@ -195,7 +195,7 @@ func TestByIndexWatchesGoToTheIndexesExportAndTheirFunctionsComputeValues(t *tes
 		}
 		return nil, errors.New("no list")
 	}
-	fake := useFake(t)
+	fake := UseFakeHost(t)
 	byField := Watch{Kind: configMapKind, Mapping: ByField("spec.source", IndexName)}
 	byIndex := Watch{Kind: configMapKind, Mapping: ByIndex("configmaps", IndexNamespacedName, listed), Namespace: "apps"}
 	registerWatching(t, NewManifest("reloader", mirrorKind).Watch(byField, byIndex), true)
@@ -213,8 +213,8 @@ func TestByIndexWatchesGoToTheIndexesExportAndTheirFunctionsComputeValues(t *tes
 	if values := IndexExport("configmaps", primary); !reflect.DeepEqual(values, []string{"a", "b"}) {
 		t.Errorf("values %q, want a and b", values)
 	}
-	if len(fake.calls) != 0 {
-		t.Errorf("an index function called the host: %q", fake.calls)
+	if len(fake.Calls()) != 0 {
+		t.Errorf("an index function called the host: %q", lines(fake))
 	}
 	if values := IndexExport("other", primary); values != nil {
 		t.Errorf("an undeclared index gave %q", values)
@@ -223,9 +223,9 @@ func TestByIndexWatchesGoToTheIndexesExportAndTheirFunctionsComputeValues(t *tes
 	if !strings.Contains(message, "index configmaps of") || !strings.Contains(message, "no list") {
 		t.Errorf("a failing function: panic %q", message)
 	}
-	want := []string{`log 3 index was called for "other", which no ByIndex watch declares: no values`, "log 4 " + message}
-	if !reflect.DeepEqual(fake.calls, want) {
-		t.Errorf("calls %q", fake.calls)
+	want := []string{`log warn: index was called for "other", which no ByIndex watch declares: no values`, "log error: " + message}
+	if !reflect.DeepEqual(lines(fake), want) {
+		t.Errorf("calls %q", lines(fake))
 	}
 	if MapIndex != 5 {
 		t.Errorf("MapIndex %d follows the contract's mappings", MapIndex)

@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::bindings::reconciler::api::cluster as wit;
+use crate::host as wit;
 use crate::lister::parse;
 use crate::{HostError, ObjectRef};
 

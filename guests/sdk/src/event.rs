@@ -6,7 +6,7 @@
 
 pub use crate::bindings::reconciler::api::cluster::{Event, EventType};
 
-use crate::bindings::reconciler::api::cluster as wit;
+use crate::host as wit;
 use crate::{HostError, ObjectRef};
 
 /// Records a `Normal` event; `reason` is `UpperCamelCase`, e.g. `Synced`.

@@ -65,6 +65,7 @@
 //! | [`network_backend`] | the Network sample's backend (only for `network-controller` guests) |
 //! | [`http`] | outbound HTTP through `wasi:http`, within the grant's `http:` (`http-controller` guests) |
 //! | [`conditions`] | `metav1.Condition` bookkeeping with stable `lastTransitionTime` |
+//! | `testing` | natively only: a fake host for a guest's unit tests (`cargo test`), so `map`, `index` and `reconcile` run outside a component |
 //!
 //! Host calls fail with [`HostError`]; `?` turns one into a [`ReconcileError`] (see
 //! [`error`] for which failures are retried). A guest that never calls an interface does not
@@ -96,6 +97,28 @@ pub mod log;
 mod manifest;
 mod object;
 pub mod queue;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
+
+/// The contract's imports as the SDK's modules call them. In a component they are the generated
+/// bindings themselves (re-exported: the component is the code it was without this module);
+/// natively, where wit-bindgen's imports have no host behind them, the [`testing::FakeHost`] a
+/// test installed answers them. Inline rather than a file of its own because a component's
+/// build needs it, and `reconciler-host new` copies a fixed list of this crate's files.
+mod host {
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) use crate::bindings::reconciler::api::{
+        cluster::{apply, apply_with, delete, patch_status, record_event},
+        lister::{get, list},
+        log::log,
+        queue::enqueue,
+    };
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) use crate::testing::imports::{
+        apply, apply_with, delete, enqueue, get, list, log, patch_status, record_event,
+    };
+}
 
 /// Bindings generated from `wit/` for every world of the contract at once (`network-controller`
 /// and `http-controller`, whose `wasi:http` imports [`http`] wraps). A component imports only

@@ -7,7 +7,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::bindings::reconciler::api::lister as wit;
+use crate::host as wit;
 use crate::{Gvk, HostError, ObjectRef};
 
 /// The cached object, or none when it does not exist (or is not cached yet).
@@ -68,4 +68,39 @@ pub(crate) fn parse<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, Ho
             std::any::type_name::<T>()
         ))
     })
+}
+
+// Natively only, where the fake host is.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use crate::gvk;
+    use crate::testing::FakeHost;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    #[test]
+    fn typed_reads_decode_each_object_and_name_the_one_that_does_not_fit() {
+        let _host = FakeHost::new()
+            .with_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"namespace": "a", "name": "good"}, "data": {"k": "v"}}))
+            .with_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"namespace": "b", "name": "bad"}, "data": 5}))
+            .install();
+        let kind = gvk!(ConfigMap);
+        let good: ConfigMap = get_as(&ObjectRef::namespaced(kind.clone(), "a", "good"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(good.data.unwrap()["k"], "v");
+        let listed = list_as::<ConfigMap>(&kind, Some("a"), None).unwrap();
+        assert_eq!(listed.len(), 1);
+        let err = list_as::<ConfigMap>(&kind, None, None).unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        assert!(
+            err.message()
+                .starts_with("a ConfigMap from the cache does not match"),
+            "{}",
+            err.message()
+        );
+    }
 }

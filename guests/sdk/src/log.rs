@@ -5,7 +5,7 @@
 
 pub use crate::bindings::reconciler::api::log::Level;
 
-use crate::bindings::reconciler::api::log as wit;
+use crate::host as wit;
 
 /// Logs `message` at `level`.
 pub fn log(level: Level, message: &str) {

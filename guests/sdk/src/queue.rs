@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bindings::reconciler::api::queue as wit;
+use crate::host as wit;
 use crate::{HostError, ObjectKey};
 
 /// Adds a key (now, or not before `after`); duplicate adds collapse, and the host never runs

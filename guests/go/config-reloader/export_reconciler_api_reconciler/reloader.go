@@ -28,6 +28,7 @@
 package export_reconciler_api_reconciler
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -118,12 +119,17 @@ func ConfigMapsOf(primary *reconciler.Object) ([]string, error) {
 }
 
 // Hash is the hash of ConfigMaps (their data and binaryData) in the order given: hex of
-// SHA-256's first 16 bytes over each name and its contents as JSON (keys sorted).
+// SHA-256's first 16 bytes over each name and its contents as compact JSON (keys sorted, `<`,
+// `>` and `&` as themselves), the bytes the Rust and Python builds hash, so that moving a
+// Deployment from one build to another rolls no Pod.
 func Hash(names []string, contents []map[string]any) string {
 	digest := sha256.New()
 	for i, name := range names {
-		text, _ := json.Marshal(contents[i]) // maps marshal with sorted keys
-		fmt.Fprintf(digest, "%s\x00%s\x00", name, text)
+		var text bytes.Buffer
+		encoder := json.NewEncoder(&text) // maps encode with sorted keys
+		encoder.SetEscapeHTML(false)
+		_ = encoder.Encode(contents[i])
+		fmt.Fprintf(digest, "%s\x00%s\x00", name, bytes.TrimSuffix(text.Bytes(), []byte("\n")))
 	}
 	return hex.EncodeToString(digest.Sum(nil)[:16])
 }
