@@ -1,8 +1,8 @@
 // The SDK's only contact with the generated bindings (`reconciler-host componentize bindings
 // --lang c`, i.e. wit-bindgen's C generator): the exports that call the guest's `manifest` and
-// `reconcile` (and, in a world that exports `watches`, answer it from the manifest's watches),
-// and one thin wrapper per import. Everything else in the SDK is plain C that the SDK's tests
-// run natively.
+// `reconcile` (and, in a world that exports `watches` or `indexes`, answer them from the
+// manifest's watches and indexes), and one thin wrapper per import. Everything else in the SDK is
+// plain C that the SDK's tests run natively.
 //
 // Ownership, as the generated code has it: what an export returns (the manifest's strings, an
 // error's message) must be malloc'd, because the generated post-return functions free it; the
@@ -27,6 +27,13 @@ typedef reconciler_api_types_json_t wit_string_t;  // the world's string type, b
 #define RG_EXPORTS_WATCHES 1
 #else
 #define RG_EXPORTS_WATCHES 0
+#endif
+
+// Whether the world exports `indexes` (indexing-controller): its header defines the lookup cases.
+#ifdef EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAME
+#define RG_EXPORTS_INDEXES 1
+#else
+#define RG_EXPORTS_INDEXES 0
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -118,15 +125,36 @@ static size_t count_watches(const rg_manifest_t *m) {
   return count;
 }
 
+// Whether an entry of .indexes is set at all (any of its name, kind and function): a partly set
+// one is a mistake the `indexes` export names, not an entry to skip.
+static bool index_is_set(const rg_index_t *x) {
+  return x->name != NULL || x->kind.kind != NULL || x->index != NULL;
+}
+
+static size_t count_indexes(const rg_manifest_t *m) {
+  size_t count = 0;
+  for (size_t i = 0; i < RG_MAX_INDEXES; i++) count += index_is_set(&m->indexes[i]);
+  return count;
+}
+
 void exports_reconciler_api_reconciler_manifest(
     exports_reconciler_api_reconciler_controller_manifest_t *ret) {
   rg_manifest_t m = manifest();
-  // Watches the component cannot export would be lost without a word: refuse to load instead.
+  // Watches or indexes the component cannot export would be lost without a word: refuse to
+  // load instead.
   if (!RG_EXPORTS_WATCHES && count_watches(&m) > 0) {
     rg_fatal(rg_format("the manifest declares %zu watches, but this component does not export "
                        "reconciler:api/watches: build it for the world `watching-controller` (a "
                        "`wit-world` file beside the guest's .c files holding that name)",
                        count_watches(&m)));
+  }
+  if (!RG_EXPORTS_INDEXES && count_indexes(&m) > 0) {
+    size_t count = count_indexes(&m);
+    rg_fatal(rg_format("the manifest declares %zu computed index%s, but this component does not "
+                       "export reconciler:api/indexes: build it for the world "
+                       "`indexing-controller` (a `wit-world` file beside the guest's .c files "
+                       "holding that name)",
+                       count, count == 1 ? "" : "es"));
   }
   *ret = (exports_reconciler_api_reconciler_controller_manifest_t){
       .name = give(m.name),
@@ -218,12 +246,22 @@ bool exports_reconciler_api_reconciler_reconcile(
   return ok;
 }
 
-#if RG_EXPORTS_WATCHES
+#if RG_EXPORTS_WATCHES || RG_EXPORTS_INDEXES
 static void give_option(bool *is_some, wit_string_t *val, const char *text) {
   *is_some = text != NULL;
   if (text != NULL) *val = give(text);
 }
 
+// "Kind ns/name" of an object being mapped or indexed, for a trap's message.
+static const char *describe(rg_gvk_t kind, const rg_json_t *object) {
+  rg_ref_t ref = {.kind = kind, .name = ""};
+  rg_ref_from_json(object, &ref);
+  return rg_format("%s %s%s%s", kind.kind, ref.namespace != NULL ? ref.namespace : "",
+                   ref.namespace != NULL ? "/" : "", ref.name);
+}
+#endif
+
+#if RG_EXPORTS_WATCHES
 // What a watch lacks for its mapping, or NULL when it is complete.
 static const char *incomplete(const rg_watch_t *w) {
   switch (w->mapping) {
@@ -313,11 +351,7 @@ void exports_reconciler_api_watches_map(exports_reconciler_api_watches_gvk_t *ki
       continue;
     mapped = true;
     if (!w->map(value, &keys)) {
-      rg_ref_t ref = {.kind = k, .name = ""};
-      rg_ref_from_json(value, &ref);
-      rg_fatal(rg_format("map %s %s%s%s: the map function of watches[%zu] failed", k.kind,
-                         ref.namespace != NULL ? ref.namespace : "",
-                         ref.namespace != NULL ? "/" : "", ref.name, i));
+      rg_fatal(rg_format("map %s: the map function of watches[%zu] failed", describe(k, value), i));
     }
   }
   if (!mapped) {
@@ -334,6 +368,87 @@ void exports_reconciler_api_watches_map(exports_reconciler_api_watches_gvk_t *ki
     give_option(&out->namespace_.is_some, &out->namespace_.val, keys.items[i].namespace);
     out->name = give(keys.items[i].name);
   }
+  rg_arena_free();
+}
+#endif
+
+#if RG_EXPORTS_INDEXES
+// The generator names list<string> after the world (`<world>_list_string_t`), so the `index`
+// export's answer is the one type here without an interface-prefixed name. indexing-controller
+// is the world that has `indexes`; a world that includes it names its own with
+// -DRG_WORLD_LIST_STRING=<world>_list_string_t.
+#ifndef RG_WORLD_LIST_STRING
+#define RG_WORLD_LIST_STRING indexing_controller_list_string_t
+#endif
+
+// What an index lacks, or NULL when it is complete.
+static const char *index_lacks(const rg_index_t *x) {
+  if (x->name == NULL) return "no .name";
+  if (x->kind.kind == NULL) return "no .kind";
+  if (x->index == NULL) return "no .index function";
+  return x->lookup > RG_LOOKUP_NAMESPACED_NAME ? "a .lookup that is no rg_lookup_t" : NULL;
+}
+
+void exports_reconciler_api_indexes_indexes(
+    exports_reconciler_api_indexes_list_computed_index_t *ret) {
+  rg_manifest_t m = manifest();
+  *ret = (exports_reconciler_api_indexes_list_computed_index_t){0};
+  size_t count = count_indexes(&m);
+  if (count > 0) {
+    ret->ptr = calloc(count, sizeof *ret->ptr);
+    if (ret->ptr == NULL) rg_fatal("out of memory");
+  }
+  for (size_t i = 0; i < RG_MAX_INDEXES; i++) {
+    const rg_index_t *x = &m.indexes[i];
+    if (!index_is_set(x)) continue;
+    const char *lacks = index_lacks(x);
+    if (lacks != NULL) {
+      rg_fatal(rg_format("indexes[%zu] (%s) has %s", i,
+                         x->name != NULL ? x->name : x->kind.kind != NULL ? x->kind.kind : "?",
+                         lacks));
+    }
+    exports_reconciler_api_indexes_computed_index_t *out = &ret->ptr[ret->len++];
+    out->name = give(x->name);
+    out->kind = (reconciler_api_types_gvk_t){give(x->kind.group), give(x->kind.version),
+                                             give(x->kind.kind)};
+    // rg_lookup_t follows the WIT's cases (the _Static_assert below).
+    out->lookup = (exports_reconciler_api_indexes_lookup_t)x->lookup;
+    give_option(&out->namespace_.is_some, &out->namespace_.val, x->namespace);
+    give_option(&out->label_selector.is_some, &out->label_selector.val, x->label_selector);
+  }
+  rg_arena_free();
+}
+
+_Static_assert(EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAME == RG_LOOKUP_NAME &&
+                   EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAMESPACE == RG_LOOKUP_NAMESPACE &&
+                   EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAMESPACED_NAME ==
+                       RG_LOOKUP_NAMESPACED_NAME,
+               "rg_lookup_t no longer follows the WIT's lookup enum");
+
+void exports_reconciler_api_indexes_index(wit_string_t *name,
+                                          exports_reconciler_api_indexes_json_t *primary,
+                                          RG_WORLD_LIST_STRING *ret) {
+  const char *wanted = rg_strndup((const char *)name->ptr, name->len);
+  reconciler_api_types_json_free(name);  // a string like any other
+  const rg_json_t *value = take_json(primary, true, "the primary to index");
+  rg_manifest_t m = manifest();
+  rg_values_t values = {0};
+  size_t i = 0;
+  while (i < RG_MAX_INDEXES &&
+         (m.indexes[i].name == NULL || strcmp(m.indexes[i].name, wanted) != 0))
+    i++;
+  if (i == RG_MAX_INDEXES || m.indexes[i].index == NULL) {
+    rg_warn("index was called for `%s`, which no entry of .indexes declares: no values", wanted);
+  } else if (!m.indexes[i].index(value, &values)) {
+    rg_fatal(rg_format("index %s of %s: the index function of indexes[%zu] failed", wanted,
+                       describe(m.primary, value), i));
+  }
+  *ret = (RG_WORLD_LIST_STRING){0};
+  if (values.len > 0) {
+    ret->ptr = calloc(values.len, sizeof *ret->ptr);
+    if (ret->ptr == NULL) rg_fatal("out of memory");
+  }
+  for (size_t v = 0; v < values.len; v++) ret->ptr[ret->len++] = give(values.items[v]);
   rg_arena_free();
 }
 #endif

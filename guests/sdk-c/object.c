@@ -1,4 +1,5 @@
-// Naming objects (kinds, references, keys) and reading the object a request carries.
+// Naming objects (kinds, references, keys), reading the object a request carries, and the
+// answers of map and index functions.
 #include <string.h>
 
 #include "rg_internal.h"
@@ -61,4 +62,20 @@ void rg_keys_add(rg_keys_t *keys, const char *namespace, const char *name) {
       .namespace = namespace != NULL ? rg_strndup(namespace, strlen(namespace)) : NULL,
       .name = rg_strndup(name, strlen(name)),
   };
+}
+
+void rg_values_add(rg_values_t *values, const char *value) {
+  if (value == NULL) return;
+  // Linear: an index function gives a few values (the host keeps at most 100).
+  for (size_t i = 0; i < values->len; i++) {
+    if (strcmp(values->items[i], value) == 0) return;
+  }
+  if (values->len == values->cap) {
+    size_t cap = values->cap > 0 ? values->cap * 2 : 8;
+    const char **items = rg_alloc(cap * sizeof *items);
+    if (values->len > 0) memcpy(items, values->items, values->len * sizeof *items);
+    values->items = items;  // the old array stays in the arena until the call returns
+    values->cap = cap;
+  }
+  values->items[values->len++] = rg_strndup(value, strlen(value));
 }

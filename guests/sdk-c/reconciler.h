@@ -22,7 +22,8 @@
 // Everything else is à la carte, one section below per concept (and per host interface):
 //
 //   manifest     rg_manifest_t: defaults are zero, set only what you need; rg_watch_t for
-//                watches beyond owner and label (world watching-controller)
+//                watches beyond owner and label (world watching-controller); rg_index_t for
+//                indexes the guest computes from each primary (world indexing-controller)
 //   request      rg_request_t, its object parsed on first use (rg_request_object)
 //   results      rg_await_change, rg_requeue_after_ms, rg_transient, rg_permanent, rg_from_error
 //   errors       rg_err_t: what every host call returns (RG_OK = 0), rg_last_error() its text
@@ -34,6 +35,9 @@
 //   event        Kubernetes events: rg_event_normal, rg_event_warning (best effort), rg_event_record
 //   queue        rg_queue_enqueue, rg_queue_enqueue_after_ms
 //   conditions   status.conditions with a stable lastTransitionTime
+//
+// A guest's native unit tests link the fake host in testing/ (reconciler_testing.h), which runs
+// its map, index and reconcile functions as the host would, against objects the test loads.
 //
 // Memory: nothing the SDK hands you is yours to free. Every string and value it returns (the
 // request, parsed JSON, rg_format's text, the host's error text, objects the host returns)
@@ -192,6 +196,63 @@ typedef struct rg_watch {
   const char *label_selector;
 } rg_watch_t;
 
+// At most this many computed indexes (each is a watch of its kind: the host takes at most 16
+// secondaries, watches and indexes together).
+#define RG_MAX_INDEXES 16
+
+// What of a watched object is looked up among a computed index's values (the contract's
+// `lookup`; as RG_MAP_FIELD's rg_index_value_t).
+typedef enum rg_lookup {
+  // Its name, among the primaries of its own namespace (of every namespace when it is
+  // cluster-scoped).
+  RG_LOOKUP_NAME = 0,
+  // Its namespace, among the primaries of every namespace.
+  RG_LOOKUP_NAMESPACE,
+  // Its `namespace/name` (its name alone when cluster-scoped), among the primaries of every
+  // namespace.
+  RG_LOOKUP_NAMESPACED_NAME,
+} rg_lookup_t;
+
+// The values an index function gives (rg_values_add).
+typedef struct rg_values rg_values_t;
+
+// Adds a value to an index function's answer; NULL is ignored, and a value already there is not
+// added again. The string is copied, so rg_format and rg_strndup results (and literals) do.
+void rg_values_add(rg_values_t *values, const char *value);
+
+// A computed index's function: adds to `values` the values of the index for one primary object,
+// e.g. the names of the watched objects it depends on (for RG_LOOKUP_NAME). The host calls it
+// when a primary is added or changes (not per event of the watched kind, not on a resync that
+// changed nothing), and for every primary when a new version of the guest loads, in a fresh
+// instance where every host call but log is refused: compute from the object alone. The host
+// keeps at most 100 values of 1 to 317 bytes each (others are dropped and logged). Return false
+// when the object cannot be indexed, after logging why: the SDK traps, and the host leaves the
+// primary out of the index (logged and counted) until its next change.
+typedef bool (*rg_index_fn)(const struct rg_json *primary, rg_values_t *values);
+
+// An index whose values the guest computes from each primary (controller-runtime's `IndexField`
+// with an extractor), for a dependency no field path can say: names in a comma-separated
+// annotation, a value built from two fields. An event of `kind` is then a lookup among the
+// values the host keeps, with no guest call. Zero fields are defaults, as in the manifest:
+//
+//     {.name = "configmaps", .kind = {"", "v1", "ConfigMap"}, .index = configmaps_of},
+typedef struct rg_index {
+  // Names the index in `index` calls, logs and metrics: 1-63 lowercase letters, digits and `-`,
+  // unique among the guest's indexes. Entries whose name, kind and function are all unset (the
+  // rest of the array) are skipped.
+  const char *name;
+  // The watched kind whose events the index maps to primaries.
+  rg_gvk_t kind;
+  // What of a watched object is looked up. Default: its name.
+  rg_lookup_t lookup;
+  // The function that computes a primary's values.
+  rg_index_fn index;
+  // As a watch's: this namespace only (default, NULL: the manifest's when set, else all).
+  const char *namespace;
+  // As a watch's: only events of objects matching this label selector (default, NULL: all).
+  const char *label_selector;
+} rg_index_t;
+
 // Returned by the guest's `manifest`. `name` and `primary` are required; every other field's
 // zero value is its default, so a designated initializer names only what differs:
 //
@@ -231,6 +292,12 @@ typedef struct rg_manifest {
   // so); in a component without that export the manifest traps at load, naming the fix. The
   // SDK calls `manifest` again to answer `watches` and `map`. Default: none.
   rg_watch_t watches[RG_MAX_WATCHES];
+  // Indexes computed from each primary, for watches no field path can say. They are the
+  // contract's optional `indexes` export, so a guest that declares any is built for the world
+  // `indexing-controller` (which includes `watching-controller`); in a component without that
+  // export the manifest traps at load, naming the fix. The SDK calls `manifest` again to answer
+  // `indexes` and `index`. Default: none.
+  rg_index_t indexes[RG_MAX_INDEXES];
 } rg_manifest_t;
 
 // ---------------------------------------------------------------------------------------------

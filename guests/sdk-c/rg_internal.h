@@ -46,6 +46,13 @@ struct rg_keys {
   size_t cap;
 };
 
+// An index function's answer: values in the arena, each once.
+struct rg_values {
+  const char **items;
+  size_t len;
+  size_t cap;
+};
+
 // Makes (kind, text) the last error; returns kind.
 rg_err_t rg_fail(rg_err_t kind, const char *text, size_t len);
 // Back to "" (the arena that held the text is gone).

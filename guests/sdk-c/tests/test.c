@@ -1,6 +1,7 @@
-// The C SDK's unit tests, natively against a fake of the generated imports (fake_host.c); run by
-// ../test.sh, under AddressSanitizer's leak checker when the compiler has it, so that a binding
-// string the SDK forgets to free, or frees twice, fails the run.
+// The C SDK's unit tests, natively against the fake host of ../testing (rg_fake_host.c: the
+// generated imports answered from loaded objects); run by ../test.sh, under AddressSanitizer's
+// leak checker when the compiler has it, so that a binding string the SDK forgets to free, or
+// frees twice, fails the run. The fake's own tests are in fake_host_test.c.
 //
 // The guest's two functions are defined here and call whatever the test in progress set.
 #define _POSIX_C_SOURCE 200809L  // fork, waitpid, pipe, strdup
@@ -16,42 +17,22 @@
 #define RG_WORLD_H "controller.h"
 #endif
 #include RG_WORLD_H
-#include "fake_host.h"
+#include "check.h"
+#include "reconciler_testing.h"
 #include "rg_internal.h"
-
-static const char *current;
-static int failures;
-
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      failures++;                                                                     \
-      fprintf(stderr, "%s:%d: %s: CHECK(%s) failed\n", __FILE__, __LINE__, current, #cond); \
-    }                                                                                 \
-  } while (0)
-
-#define CHECK_STR(actual, expected)                                                         \
-  do {                                                                                      \
-    const char *a_ = (actual), *e_ = (expected);                                            \
-    if (a_ == NULL || e_ == NULL ? a_ != e_ : strcmp(a_, e_) != 0) {                        \
-      failures++;                                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n  is:  %s\n  not: %s\n", __FILE__, __LINE__, current, \
-              #actual, a_ ? a_ : "(NULL)", e_ ? e_ : "(NULL)");                             \
-    }                                                                                       \
-  } while (0)
 
 // ---------------------------------------------------------------------------------------------
 // The guest, as each test wants it
 
-static rg_manifest_t (*guest_manifest)(void);
-static rg_result_t (*guest_reconcile)(rg_request_t *req);
+rg_manifest_t (*guest_manifest)(void);
+rg_result_t (*guest_reconcile)(rg_request_t *req);
 
 rg_manifest_t manifest(void) { return guest_manifest(); }
 rg_result_t reconcile(rg_request_t *req) { return guest_reconcile(req); }
 
 typedef reconciler_api_types_json_t wit_string_t;  // the world's string type
 
-void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);  // fake_host.c
+void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);  // the fake's
 
 // As the generated `<world>_string_dup` makes it.
 static wit_string_t wit(const char *text) {
@@ -207,21 +188,17 @@ static void times_are_rfc3339_in_whole_seconds(void) {
 
 static void host_errors_become_transient_or_permanent_by_kind(void) {
   static const struct {
-    uint8_t tag;
     rg_err_t err;
     const char *name;
     bool transient;
   } cases[] = {
-      {RECONCILER_API_TYPES_ERROR_CONFLICT, RG_CONFLICT, "conflict", true},
-      {RECONCILER_API_TYPES_ERROR_UNAVAILABLE, RG_UNAVAILABLE, "unavailable", true},
-      {RECONCILER_API_TYPES_ERROR_OTHER, RG_OTHER, "other", true},
-      {RECONCILER_API_TYPES_ERROR_INVALID, RG_INVALID, "invalid", false},
-      {RECONCILER_API_TYPES_ERROR_DENIED, RG_DENIED, "denied", false},
-      {RECONCILER_API_TYPES_ERROR_NOT_FOUND, RG_NOT_FOUND, "not-found", false},
+      {RG_CONFLICT, "conflict", true},  {RG_UNAVAILABLE, "unavailable", true},
+      {RG_OTHER, "other", true},        {RG_INVALID, "invalid", false},
+      {RG_DENIED, "denied", false},     {RG_NOT_FOUND, "not-found", false},
   };
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, "ns", "a"};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    fake_next_error(cases[i].tag, "ConfigMap ns/a: the host's text");
+    rg_fake_fail_next(NULL, cases[i].err, "ConfigMap ns/a: the host's text");
     bool existed = true;
     rg_err_t err = rg_cluster_delete(&ref, &existed);
     CHECK(err == cases[i].err);
@@ -236,19 +213,19 @@ static void host_errors_become_transient_or_permanent_by_kind(void) {
   }
   CHECK_STR(rg_err_name(RG_OK), "ok");
   // An empty text comes as cabi_realloc's answer to size 0, which is no buffer.
-  fake_next_error(RECONCILER_API_TYPES_ERROR_OTHER, "");
+  rg_fake_fail_next("cluster.delete", RG_OTHER, "");
   CHECK(rg_cluster_delete(&ref, NULL) == RG_OTHER);
   CHECK_STR(rg_last_error(), "");
 }
 
 static void the_last_error_keeps_its_text_until_the_call_returns(void) {
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, NULL, "a"};
-  fake_next_error(RECONCILER_API_TYPES_ERROR_DENIED, "first");
+  rg_fake_fail_next("cluster.delete", RG_DENIED, "first");
   rg_cluster_delete(&ref, NULL);
   const char *first = rg_last_error();
   CHECK(rg_cluster_delete(&ref, NULL) == RG_OK);
   CHECK_STR(rg_last_error(), "first");  // a success leaves it
-  fake_next_error(RECONCILER_API_TYPES_ERROR_OTHER, "second");
+  rg_fake_fail_next("cluster.delete", RG_OTHER, "second");
   rg_cluster_delete(&ref, NULL);
   CHECK_STR(rg_last_error(), "second");
   CHECK_STR(first, "first");
@@ -336,7 +313,7 @@ static void the_request_object_is_parsed_lazily_and_once(void) {
   // Not JSON, never asked for: the reconcile does not notice.
   outcome_t out = run(ignores_the_object, "demo", "w1", "{not json");
   CHECK(out.ok && !out.action.requeue_after_ms.is_some);
-  CHECK(fake_call_count == 0);
+  CHECK_STR(rg_fake_calls(), "");
 
   out = run(reads_the_object_twice, "demo", "w1", "{\"spec\":{\"message\":\"hi\"}}");
   CHECK(out.ok && out.action.requeue_after_ms.is_some && out.action.requeue_after_ms.val == 5000);
@@ -410,6 +387,10 @@ static void an_object_that_is_not_json_traps_after_logging_why(void) {
 // ---------------------------------------------------------------------------------------------
 // Host calls
 
+#define WIDGET_W1                                                                               \
+  "{\"apiVersion\":\"test.reconciler.dev/v1\",\"kind\":\"Widget\",\"metadata\":{\"namespace\":" \
+  "\"demo\",\"name\":\"w1\"}}"
+
 static rg_result_t greets(rg_request_t *req) {
   const char *name = rg_json_string(rg_json_path(rg_request_object(req), "metadata", "name"));
   rg_err_t err = rg_cluster_patch_status(
@@ -420,70 +401,71 @@ static rg_result_t greets(rg_request_t *req) {
 }
 
 static void cluster_writes_and_events_reach_the_host_as_written(void) {
+  rg_fake_load(WIDGET_W1);
   outcome_t out = run(greets, "demo", "w1", "{\"metadata\":{\"name\":\"w1\"}}");
   CHECK(out.ok);
-  CHECK(fake_call_count == 2);
-  CHECK_STR(fake_calls[0],
+  CHECK_STR(rg_fake_calls(),
             "cluster.patch-status test.reconciler.dev/v1/Widget demo/w1 "
-            "{\"status\":{\"greeting\":\"w1\"}}");
-  CHECK_STR(fake_calls[1],
-            "cluster.record-event Normal Greeted test.reconciler.dev/v1/Widget demo/w1: hello, w1");
+            "{\"status\":{\"greeting\":\"w1\"}}\n"
+            "cluster.record-event Normal Greeted test.reconciler.dev/v1/Widget demo/w1: hello, "
+            "w1\n");
 
   // A refused event is logged, not returned.
-  fake_reset();
+  rg_fake_reset();
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, "ns", "a"};
-  fake_next_error(RECONCILER_API_TYPES_ERROR_UNAVAILABLE, "event rate exceeded");
+  rg_fake_fail_next("cluster.record-event", RG_UNAVAILABLE, "event rate exceeded");
   rg_event_warning(&ref, "Broken", "%d things", 2);
-  CHECK(fake_call_count == 2);
-  CHECK_STR(fake_calls[0], "cluster.record-event Warning Broken v1/ConfigMap ns/a: 2 things");
-  CHECK_STR(fake_calls[1],
+  CHECK_STR(rg_fake_calls(),
+            "cluster.record-event Warning Broken v1/ConfigMap ns/a: 2 things\n"
             "log warn could not record event Broken on ConfigMap ns/a: unavailable: event rate "
-            "exceeded");
+            "exceeded\n");
 }
 
 static void a_failed_write_is_an_error_with_the_hosts_kind_and_text(void) {
-  fake_next_error(RECONCILER_API_TYPES_ERROR_CONFLICT, "Widget demo/w1 changed");
+  rg_fake_fail_next("cluster.patch-status", RG_CONFLICT, "Widget demo/w1 changed");
   outcome_t out = run(greets, "demo", "w1", "{\"metadata\":{\"name\":\"w1\"}}");
   CHECK(!out.ok && out.error.tag == RECONCILER_API_TYPES_RECONCILE_ERROR_TRANSIENT);
   CHECK_STR(message_of(&out), "status write: conflict: Widget demo/w1 changed");
-  CHECK(fake_call_count == 1);  // no event
+  CHECK_STR(rg_fake_writes(),  // no event
+            "cluster.patch-status test.reconciler.dev/v1/Widget demo/w1 "
+            "{\"status\":{\"greeting\":\"w1\"}}\n");
 }
 
 static void returned_objects_are_parsed_only_when_asked_for(void) {
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, "ns", "a"};
-  fake_next_text("not JSON, and never parsed");
+  rg_fake_answer_next("cluster.patch-status", "not JSON, and never parsed");
   CHECK(rg_cluster_patch_status(&ref, "{\"status\":{}}", NULL) == RG_OK);
 
   const rg_json_t *returned = NULL;
-  fake_next_text("{\"metadata\":{\"resourceVersion\":\"7\"}}");
+  rg_fake_answer_next("cluster.apply", "{\"metadata\":{\"resourceVersion\":\"7\"}}");
   CHECK(rg_cluster_apply("{\"apiVersion\":\"v1\"}", &returned) == RG_OK);
   CHECK_STR(rg_json_string(rg_json_path(returned, "metadata", "resourceVersion")), "7");
-  CHECK_STR(fake_calls[1], "cluster.apply {\"apiVersion\":\"v1\"}");
+  CHECK_STR(rg_fake_writes(),
+            "cluster.patch-status v1/ConfigMap ns/a {\"status\":{}}\n"
+            "cluster.apply {\"apiVersion\":\"v1\"}\n");
 
-  fake_next_error(RECONCILER_API_TYPES_ERROR_INVALID, "metadata.name: required");
+  rg_fake_fail_next("cluster.apply", RG_INVALID, "metadata.name: required");
   CHECK(rg_cluster_apply("{}", &returned) == RG_INVALID);
   CHECK(returned == NULL);
 
   bool existed = true;
-  fake_next_bool(false);
-  CHECK(rg_cluster_delete(&ref, &existed) == RG_OK && !existed);
+  CHECK(rg_cluster_delete(&ref, &existed) == RG_OK && !existed);  // nothing loaded
 }
 
 static void apply_with_sends_the_fields_and_the_force_asked_for(void) {
   const char *fields = "{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}";
   const rg_json_t *returned = NULL;
-  fake_next_text("{\"metadata\":{\"resourceVersion\":\"8\"}}");
+  rg_fake_answer_next("cluster.apply-with", "{\"metadata\":{\"resourceVersion\":\"8\"}}");
   CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){0}, &returned) == RG_OK);
   CHECK_STR(rg_json_string(rg_json_path(returned, "metadata", "resourceVersion")), "8");
+  rg_fake_answer_next("cluster.apply-with", "{}");
   CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){.force = true}, NULL) == RG_OK);
-  CHECK(fake_call_count == 2);
-  CHECK_STR(fake_calls[0],
-            "cluster.apply-with force=false {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}");
-  CHECK_STR(fake_calls[1],
-            "cluster.apply-with force=true {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}");
+  CHECK_STR(rg_fake_calls(),
+            "cluster.apply-with force=false {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}\n"
+            "cluster.apply-with force=true {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\"}\n");
 
   const char *conflict = "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas";
-  fake_next_error(RECONCILER_API_TYPES_ERROR_CONFLICT, conflict);
+  rg_fake_fail_next("cluster.apply-with", RG_CONFLICT, conflict);
   CHECK(rg_cluster_apply_with(fields, (rg_apply_options_t){0}, &returned) == RG_CONFLICT);
   CHECK(returned == NULL);
   CHECK_STR(rg_last_error(), conflict);
@@ -493,48 +475,55 @@ static void the_lister_reads_one_object_or_a_list_as_json(void) {
   rg_ref_t ref = {{"", "v1", "ConfigMap"}, "ns", "a"};
   const rg_json_t *object = (const rg_json_t *)&ref;  // to see it set
   CHECK(rg_lister_get(&ref, &object) == RG_OK && object == NULL);
-  fake_next_text("{\"data\":{\"k\":\"v\"}}");
+  rg_fake_load(
+      "[{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\","
+      "\"namespace\":\"ns\",\"labels\":{\"app\":\"web\"}},\"data\":{\"k\":\"v\"}},"
+      "{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{\"name\":\"b\"}}]");
   CHECK(rg_lister_get(&ref, &object) == RG_OK);
   CHECK_STR(rg_json_string(rg_json_path(object, "data", "k")), "v");
-  CHECK_STR(fake_calls[0], "lister.get v1/ConfigMap ns/a");
 
-  static const char *const items[] = {
-      "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\"}}",
-      "{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{\"name\":\"b\"}}",
-  };
-  fake_next_list(items, 2);
   const rg_json_t *list = NULL;
   CHECK(rg_lister_list((rg_gvk_t){"", "v1", "ConfigMap"}, "ns", "app=web", &list) == RG_OK);
-  CHECK_STR(fake_calls[2], "lister.list v1 ConfigMap namespace=ns selector=app=web");
-  CHECK(rg_json_type(list) == RG_JSON_ARRAY && rg_json_len(list) == 2);
+  CHECK(rg_json_type(list) == RG_JSON_ARRAY && rg_json_len(list) == 1);
   rg_ref_t found;
-  CHECK(rg_ref_from_json(rg_json_at(list, 1), &found));
-  CHECK_STR(found.kind.group, "apps");
-  CHECK_STR(found.kind.version, "v1");
-  CHECK(found.namespace == NULL);
   CHECK(rg_ref_from_json(rg_json_first(list), &found));
   CHECK_STR(found.namespace, "ns");
   CHECK_STR(found.kind.group, "");
   CHECK_STR(rg_gvk_api_version(found.kind), "v1");
+  CHECK(rg_lister_list((rg_gvk_t){"apps", "v1", "Deployment"}, NULL, NULL, &list) == RG_OK);
+  CHECK(rg_ref_from_json(rg_json_at(list, 0), &found));
+  CHECK_STR(found.kind.group, "apps");
+  CHECK_STR(found.kind.version, "v1");
+  CHECK(found.namespace == NULL);
   CHECK_STR(rg_gvk_api_version((rg_gvk_t){"apps", "v1", "Deployment"}), "apps/v1");
   CHECK(!rg_ref_from_json(rg_json_parse("{\"kind\":\"X\"}", 12), &found));
 
   CHECK(rg_lister_list((rg_gvk_t){"", "v1", "Secret"}, NULL, NULL, &list) == RG_OK);
   CHECK(rg_json_len(list) == 0);
-  CHECK_STR(fake_calls[3], "lister.list v1 Secret namespace=(all) selector=(all)");
 
-  fake_next_error(RECONCILER_API_TYPES_ERROR_INVALID, "label-selector: bad");
   CHECK(rg_lister_list((rg_gvk_t){"", "v1", "Secret"}, NULL, "!!", &list) == RG_INVALID);
   CHECK(list == NULL);
+  CHECK_STR(rg_last_error(),
+            "label-selector: invalid label selector \"!!\" at byte 1: expected a label key, found "
+            "'!'");
+  CHECK_STR(rg_fake_calls(),
+            "lister.get v1/ConfigMap ns/a\n"
+            "lister.get v1/ConfigMap ns/a\n"
+            "lister.list v1/ConfigMap namespace=ns selector=app=web\n"
+            "lister.list apps/v1/Deployment namespace=(all) selector=(all)\n"
+            "lister.list v1/Secret namespace=(all) selector=(all)\n"
+            "lister.list v1/Secret namespace=(all) selector=!!\n");
 }
 
 static void the_queue_takes_keys_with_and_without_delay(void) {
   CHECK(rg_queue_enqueue((rg_key_t){"demo", "w2"}) == RG_OK);
   CHECK(rg_queue_enqueue_after_ms((rg_key_t){NULL, "cluster-wide"}, 1500) == RG_OK);
-  CHECK_STR(fake_calls[0], "queue.enqueue demo/w2 after=none");
-  CHECK_STR(fake_calls[1], "queue.enqueue cluster-wide after=1500");
-  fake_next_error(RECONCILER_API_TYPES_ERROR_UNAVAILABLE, "10000 keys waiting");
+  rg_fake_fail_next("queue.enqueue", RG_UNAVAILABLE, "10000 keys waiting");
   CHECK(rg_queue_enqueue((rg_key_t){"demo", "w3"}) == RG_UNAVAILABLE);
+  CHECK_STR(rg_fake_writes(),
+            "queue.enqueue demo/w2 after=none\n"
+            "queue.enqueue cluster-wide after=1500\n"
+            "queue.enqueue demo/w3 after=none\n");
 }
 
 static void log_lines_are_formatted_at_their_level(void) {
@@ -543,12 +532,13 @@ static void log_lines_are_formatted_at_their_level(void) {
   rg_info("reconciling %s/%s", "demo", "w1");
   rg_warn("w");
   rg_error("e %s", "!");
-  CHECK(fake_call_count == 5);
-  CHECK_STR(fake_calls[0], "log trace t");
-  CHECK_STR(fake_calls[1], "log debug d 1");
-  CHECK_STR(fake_calls[2], "log info reconciling demo/w1");
-  CHECK_STR(fake_calls[3], "log warn w");
-  CHECK_STR(fake_calls[4], "log error e !");
+  CHECK_STR(rg_fake_logs(),
+            "log trace t\n"
+            "log debug d 1\n"
+            "log info reconciling demo/w1\n"
+            "log warn w\n"
+            "log error e !\n");
+  CHECK_STR(rg_fake_writes(), "");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -705,7 +695,7 @@ static bool traps(void (*fn)(void), char *log, size_t cap) {
   pid_t child = fork();
   if (child == 0) {
     close(fds[0]);
-    fake_log_fd = fds[1];
+    rg_fake_log_fd(fds[1]);
     fn();
     _exit(0);
   }
@@ -776,15 +766,10 @@ static void load_manifest(void) {
 }
 
 #ifdef EXPORTS_RECONCILER_API_WATCHES_WATCH_MAPPING_OWNER
-static const char *key_text(const reconciler_api_types_object_key_t *key) {
-  return rg_format("%s/%s", key->namespace_.is_some ? text_of(&key->namespace_.val) : "(none)",
-                   text_of(&key->name));
-}
-
 static void a_manifest_with_watches_loads_where_the_component_exports_them(void) {
   guest_manifest = watching;
   load_manifest();
-  CHECK(fake_call_count == 0);
+  CHECK_STR(rg_fake_calls(), "");
 }
 
 static void watches_are_the_contracts_records_with_unset_entries_skipped(void) {
@@ -837,36 +822,20 @@ static void an_incomplete_watch_traps_naming_what_it_lacks(void) {
   CHECK_STR(log, "log error watches[7] (Pod) has no .label for its mapping 1\n");
 }
 
-static exports_reconciler_api_watches_list_object_key_t map(const char *kind, const char *object) {
-  exports_reconciler_api_watches_gvk_t wit_kind = {wit(""), wit("v1"), wit(kind)};
-  exports_reconciler_api_watches_json_t wit_object = wit(object);
-  exports_reconciler_api_watches_list_object_key_t keys;
-  exports_reconciler_api_watches_map(&wit_kind, &wit_object, &keys);  // frees both
-  return keys;
-}
-
 static void map_calls_the_functions_of_the_kind_and_gives_each_key_once(void) {
   guest_manifest = watching;
-  exports_reconciler_api_watches_list_object_key_t keys =
-      map("ConfigMap", "{\"metadata\":{\"namespace\":\"demo\",\"name\":\"a\"}}");
-  CHECK(keys.len == 3);
-  if (keys.len == 3) {
-    CHECK_STR(key_text(&keys.ptr[0]), "demo/m1");
-    CHECK_STR(key_text(&keys.ptr[1]), "demo/m2");
-    CHECK_STR(key_text(&keys.ptr[2]), "(none)/cluster-wide");
-  }
-  CHECK(fake_call_count == 0);
-  exports_reconciler_api_watches_list_object_key_free(&keys);
+  CHECK_STR(rg_fake_map((rg_gvk_t){"", "v1", "ConfigMap"},
+                        "{\"metadata\":{\"namespace\":\"demo\",\"name\":\"a\"}}"),
+            "demo/m1\ndemo/m2\ncluster-wide\n");
+  CHECK_STR(rg_fake_calls(), "");
 }
 
 static void map_of_a_kind_without_a_function_warns_and_gives_no_keys(void) {
   guest_manifest = watching;
-  exports_reconciler_api_watches_list_object_key_t keys = map("Namespace", "{}");
-  CHECK(keys.len == 0);
-  CHECK(fake_call_count == 1);
-  CHECK_STR(fake_calls[0],
-            "log warn map was called for Namespace v1, which no RG_MAP_FUNCTION watch declares: no keys");
-  exports_reconciler_api_watches_list_object_key_free(&keys);
+  CHECK_STR(rg_fake_map((rg_gvk_t){"", "v1", "Namespace"}, "{}"), "");
+  CHECK_STR(rg_fake_calls(),
+            "log warn map was called for Namespace v1, which no RG_MAP_FUNCTION watch declares: "
+            "no keys\n");
 }
 
 static bool fails_to_map(const rg_json_t *object, rg_keys_t *keys) {
@@ -885,7 +854,9 @@ static rg_manifest_t failing_map(void) {
 
 static void map_with_a_failing_function(void) {
   guest_manifest = failing_map;
-  map("ConfigMap", "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"namespace\":\"demo\",\"name\":\"a\"}}");
+  rg_fake_map((rg_gvk_t){"", "v1", "ConfigMap"},
+              "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"namespace\":\"demo\","
+              "\"name\":\"a\"}}");
 }
 
 static void a_failed_map_traps_naming_the_object_after_the_guests_reason(void) {
@@ -908,12 +879,174 @@ static void a_manifest_with_watches_traps_in_a_world_without_the_export(void) {
 #endif
 
 // ---------------------------------------------------------------------------------------------
+// Computed indexes: the optional `indexes` export (world indexing-controller), or its absence
 
-static const struct {
-  const char *name;
-  void (*run)(void);
-} tests[] = {
-#define TEST(name) {#name, name}
+#define CONFIG_MAPS_ANNOTATION "test.reconciler.dev/configmaps"
+
+// The ConfigMaps a Widget's annotation lists ("a,b"), each once; NULL entries are ignored.
+static bool config_maps_of(const rg_json_t *widget, rg_values_t *values) {
+  const char *list = rg_json_string(
+      rg_json_path(widget, "metadata", "annotations", CONFIG_MAPS_ANNOTATION));
+  for (const char *p = list; p != NULL && *p != '\0';) {
+    size_t len = strcspn(p, ",");
+    rg_values_add(values, rg_strndup(p, len));
+    p += len + (p[len] == ',');
+  }
+  rg_values_add(values, NULL);
+  return true;
+}
+
+// The Widget's own namespace/name, for a lookup by namespaced name.
+static bool own_name(const rg_json_t *widget, rg_values_t *values) {
+  const rg_json_t *metadata = rg_json_get(widget, "metadata");
+  rg_values_add(values, rg_format("%s/%s", rg_json_string(rg_json_get(metadata, "namespace")),
+                                  rg_json_string(rg_json_get(metadata, "name"))));
+  return true;
+}
+
+static rg_manifest_t indexing(void) {
+  return (rg_manifest_t){
+      .name = "reloader",
+      .primary = {"test.reconciler.dev", "v1", "Widget"},
+      .indexes =
+          {
+              {.name = "configmaps", .kind = {"", "v1", "ConfigMap"}, .index = config_maps_of},
+              [2] = {.name = "secrets",
+                     .kind = {"", "v1", "Secret"},
+                     .lookup = RG_LOOKUP_NAMESPACED_NAME,
+                     .index = own_name,
+                     .namespace = "demo",
+                     .label_selector = "reloader=yes"},
+          },
+  };
+}
+
+#ifdef EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAME
+static const char *const ANNOTATED =
+    "{\"apiVersion\":\"test.reconciler.dev/v1\",\"kind\":\"Widget\",\"metadata\":{\"namespace\":"
+    "\"demo\",\"name\":\"w1\",\"annotations\":{\"" CONFIG_MAPS_ANNOTATION "\":\"b,a,b\"}}}";
+
+static void a_manifest_with_indexes_loads_where_the_component_exports_them(void) {
+  guest_manifest = indexing;
+  load_manifest();
+  CHECK_STR(rg_fake_calls(), "");
+}
+
+static void indexes_are_the_contracts_records_with_unset_entries_skipped(void) {
+  guest_manifest = indexing;
+  exports_reconciler_api_indexes_list_computed_index_t list;
+  exports_reconciler_api_indexes_indexes(&list);
+  CHECK(list.len == 2);
+  if (list.len == 2) {
+    exports_reconciler_api_indexes_computed_index_t *x = list.ptr;
+    CHECK_STR(text_of(&x[0].name), "configmaps");
+    CHECK_STR(text_of(&x[0].kind.group), "");
+    CHECK_STR(text_of(&x[0].kind.version), "v1");
+    CHECK_STR(text_of(&x[0].kind.kind), "ConfigMap");
+    CHECK(x[0].lookup == EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAME);
+    CHECK(!x[0].namespace_.is_some && !x[0].label_selector.is_some);
+    CHECK_STR(text_of(&x[1].name), "secrets");  // [1] was unset
+    CHECK(x[1].lookup == EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAMESPACED_NAME);
+    CHECK(x[1].namespace_.is_some && x[1].label_selector.is_some);
+    CHECK_STR(text_of(&x[1].namespace_.val), "demo");
+    CHECK_STR(text_of(&x[1].label_selector.val), "reloader=yes");
+  }
+  exports_reconciler_api_indexes_list_computed_index_free(&list);  // what the post-return frees
+  // A world with `indexes` has `watches` too, answered with none here.
+  exports_reconciler_api_watches_list_watch_t watches;
+  exports_reconciler_api_watches_watches(&watches);
+  CHECK(watches.len == 0);
+  exports_reconciler_api_watches_list_watch_free(&watches);
+}
+
+static void index_calls_the_function_of_the_index_named_and_gives_each_value_once(void) {
+  guest_manifest = indexing;
+  CHECK_STR(rg_fake_index("configmaps", ANNOTATED), "b\na\n");
+  CHECK_STR(rg_fake_index("secrets", ANNOTATED), "demo/w1\n");
+  CHECK_STR(rg_fake_index("configmaps", "{\"metadata\":{}}"), "");
+  CHECK_STR(rg_fake_calls(), "");
+}
+
+static void index_of_a_name_no_index_declares_warns_and_gives_no_values(void) {
+  guest_manifest = indexing;
+  CHECK_STR(rg_fake_index("other", ANNOTATED), "");
+  CHECK_STR(rg_fake_calls(),
+            "log warn index was called for `other`, which no entry of .indexes declares: no "
+            "values\n");
+}
+
+static rg_manifest_t index_without_a_function(void) {
+  rg_manifest_t m = indexing();
+  m.indexes[2].index = NULL;
+  return m;
+}
+
+static void export_the_incomplete_indexes(void) {
+  guest_manifest = index_without_a_function;
+  exports_reconciler_api_indexes_list_computed_index_t list;
+  exports_reconciler_api_indexes_indexes(&list);
+}
+
+static rg_manifest_t index_without_a_kind(void) {
+  rg_manifest_t m = indexing();
+  m.indexes[5] = (rg_index_t){.name = "half", .index = own_name};
+  return m;
+}
+
+static void export_the_kindless_index(void) {
+  guest_manifest = index_without_a_kind;
+  exports_reconciler_api_indexes_list_computed_index_t list;
+  exports_reconciler_api_indexes_indexes(&list);
+}
+
+static void an_incomplete_index_traps_naming_what_it_lacks(void) {
+  char log[1024];
+  CHECK(traps(export_the_incomplete_indexes, log, sizeof log));
+  CHECK_STR(log, "log error indexes[2] (secrets) has no .index function\n");
+  CHECK(traps(export_the_kindless_index, log, sizeof log));
+  CHECK_STR(log, "log error indexes[5] (half) has no .kind\n");
+}
+
+static bool fails_to_index(const rg_json_t *primary, rg_values_t *values) {
+  (void)primary;
+  (void)values;
+  rg_error("metadata.annotations is not an object");
+  return false;
+}
+
+static rg_manifest_t failing_index(void) {
+  rg_manifest_t m = indexing();
+  m.indexes[2].index = fails_to_index;
+  return m;
+}
+
+static void index_with_a_failing_function(void) {
+  guest_manifest = failing_index;
+  rg_fake_index("secrets", ANNOTATED);
+}
+
+static void a_failed_index_traps_naming_the_primary_after_the_guests_reason(void) {
+  char log[1024];
+  CHECK(traps(index_with_a_failing_function, log, sizeof log));
+  CHECK_STR(log,
+            "log error metadata.annotations is not an object\n"
+            "log error index secrets of Widget demo/w1: the index function of indexes[2] failed\n");
+}
+#else
+static void a_manifest_with_indexes_traps_in_a_world_without_the_export(void) {
+  guest_manifest = indexing;
+  char log[1024];
+  CHECK(traps(load_manifest, log, sizeof log));
+  CHECK_STR(log,
+            "log error the manifest declares 2 computed indexes, but this component does not "
+            "export reconciler:api/indexes: build it for the world `indexing-controller` (a "
+            "`wit-world` file beside the guest's .c files holding that name)\n");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+
+static const test_t tests[] = {
     TEST(conditions_set_adds_a_missing_type),
     TEST(conditions_set_keeps_transition_time_while_status_is_unchanged),
     TEST(conditions_set_moves_transition_time_when_status_flips),
@@ -953,18 +1086,36 @@ static const struct {
 #else
     TEST(a_manifest_with_watches_traps_in_a_world_without_the_export),
 #endif
+#ifdef EXPORTS_RECONCILER_API_INDEXES_LOOKUP_NAME
+    TEST(a_manifest_with_indexes_loads_where_the_component_exports_them),
+    TEST(indexes_are_the_contracts_records_with_unset_entries_skipped),
+    TEST(index_calls_the_function_of_the_index_named_and_gives_each_value_once),
+    TEST(index_of_a_name_no_index_declares_warns_and_gives_no_values),
+    TEST(an_incomplete_index_traps_naming_what_it_lacks),
+    TEST(a_failed_index_traps_naming_the_primary_after_the_guests_reason),
+#else
+    TEST(a_manifest_with_indexes_traps_in_a_world_without_the_export),
+#endif
 };
 
-int main(void) {
-  size_t count = sizeof tests / sizeof *tests;
+const char *current;
+int failures;
+
+static size_t run_tests(const test_t *list, size_t count) {
   for (size_t i = 0; i < count; i++) {
-    current = tests[i].name;
+    current = list[i].name;
     int before = failures;
-    tests[i].run();
+    list[i].run();
     rg_arena_free();  // what the export wrappers do when the guest returns
-    fake_reset();
+    rg_fake_reset();
     printf("%s %s\n", failures == before ? "ok  " : "FAIL", current);
   }
+  return count;
+}
+
+int main(void) {
+  size_t count = run_tests(tests, sizeof tests / sizeof *tests);
+  count += run_tests(fake_host_tests, fake_host_test_count);
   printf("%zu tests, %d failed checks\n", count, failures);
   return failures == 0 ? 0 : 1;
 }
