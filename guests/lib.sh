@@ -522,8 +522,20 @@ python_toolchain() {
   fi
 }
 
+# python_build SRC WORLD BUILD OUT. componentize-py wants a class in app.py for every export of
+# the world; an `indexing-controller` guest that binds no `Watches` (computed indexes, no watches
+# of its own) is built for `controller` and the `indexes` export alone, as the Rust SDK's
+# export_indexing! builds one: the host asks a component for watches only when it exports them.
 python_build() {
-  local src=$1 world=$2 out=$4 path=(-p .)
+  local src=$1 world=$2 build=$3 out=$4 path=(-p .) contract=$wit
   [[ "$python_sdk" -ef "$src" ]] || path+=(-p "$python_sdk")
-  (cd "$src" && "$componentize_py" -d "$wit" -w "$world" componentize app "${path[@]}" -o "$out" >/dev/null)
+  if [[ "$world" == indexing-controller ]] && ! grep -Eq '^Watches[[:space:]]*=' "$src/app.py"; then
+    contract="$build/wit"
+    mkdir -p "$contract/deps" || return
+    cp "$wit"/*.wit "$wit"/deps/*.wit "$contract/deps/" || return
+    printf 'package local:guest;\n\nworld guest {\n  include reconciler:api/controller@0.1.0;\n  export reconciler:api/indexes@0.1.0;\n}\n' \
+      >"$contract/guest.wit"
+    world=guest
+  fi
+  (cd "$src" && "$componentize_py" -d "$contract" -w "$world" componentize app "${path[@]}" -o "$out" >/dev/null)
 }

@@ -1,5 +1,8 @@
 """The tests run natively against the bindings componentize-py generates from wit/ (test.sh
-puts them on the path), with the host's side of every import replaced by `FakeHost`."""
+puts them on the path), with the host's side of every import replaced by `FakeHost`. They pin
+what crosses the boundary (the generated records), so this fake replaces the generated import
+functions themselves; the public `reconciler_guest.testing.FakeHost` answers above them, with
+the SDK's values (tests/watches, tests/indexes and tests/native use that one)."""
 
 import pytest
 from componentize_py_types import Err

@@ -4,7 +4,16 @@ from conftest import W1_WIT, WIDGET
 from wit_world.exports import reconciler
 from wit_world.imports import types
 
-from reconciler_guest import Guest, Manifest, PermanentError, TransientError, export
+from reconciler_guest import (
+    Guest,
+    Gvk,
+    Manifest,
+    PermanentError,
+    TransientError,
+    Watch,
+    export,
+    export_watches,
+)
 
 
 def raising(error):
@@ -56,3 +65,18 @@ def test_a_manifest_that_is_not_a_manifest_is_reported(host):
     assert host.logged()[0][1].startswith(
         "guest manifest raised TypeError: manifest() must return a Manifest"
     )
+
+
+def test_watches_are_refused_when_the_world_being_built_lacks_them():
+    class Watching(Guest):
+        def manifest(self):
+            return Manifest("watching", WIDGET)
+
+        def reconcile(self, request):
+            return None
+
+        def watches(self):
+            return [Watch(Gvk("", "v1", "ConfigMap"))]
+
+    with pytest.raises(TypeError, match="write `watching-controller` into the `wit-world` file"):
+        export_watches(Watching)

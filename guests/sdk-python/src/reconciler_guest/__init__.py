@@ -31,6 +31,18 @@ bind `Watches = export_watches(Hello)` beside `Reconciler`, and build for the wo
     def watches(self):
         return [Watch(Gvk("", "v1", "ConfigMap")).by_field("spec.source", IndexValue.NAME)]
 
+Indexes whose values the guest computes from each primary (names in an annotation, a value
+built from two fields) are the optional `indexes` export: override `Guest.indexes()` and
+`Guest.index(name, primary)`, bind `Watches = export_watches(Hello)` and
+`Indexes = export_indexes(Hello)`, and build for the world `indexing-controller`:
+
+    def indexes(self):
+        return [ComputedIndex("configmaps", Gvk("", "v1", "ConfigMap"))]
+
+    def index(self, name, primary):
+        listed = primary["metadata"].get("annotations", {}).get("example.com/configmaps")
+        return listed.split(",") if listed else []
+
 Everything else is a la carte, one module per host interface of `wit/reconciler.wit`:
 
 | module | what it wraps |
@@ -42,6 +54,7 @@ Everything else is a la carte, one module per host interface of `wit/reconciler.
 | `log` | logging into the host's stream, `%`-formatted |
 | `conditions` | `status.conditions` with a stable `lastTransitionTime` |
 | `network_backend` | the Network sample's backend (only `network-controller` guests; import it yourself) |
+| `testing` | `FakeHost`, for unit tests natively (import it yourself; no component carries it) |
 
 Host calls raise a `HostError` subclass per kind of failure (`DeniedError`, `NotFoundError`,
 `ConflictError`, `InvalidError`, `UnavailableError`, `OtherError`); one that escapes
@@ -67,12 +80,13 @@ from .errors import (
     TransientError,
     UnavailableError,
 )
-from .guest import Guest, export, export_watches
-from .manifest import IndexValue, Manifest, SecondaryWatch, Watch
+from .guest import Guest, export, export_indexes, export_watches
+from .manifest import ComputedIndex, IndexValue, Manifest, SecondaryWatch, Watch
 from .objects import Action, Gvk, ObjectKey, ObjectRef, Request
 
 __all__ = [
     "Action",
+    "ComputedIndex",
     "ConflictError",
     "DeniedError",
     "Guest",
@@ -96,6 +110,7 @@ __all__ = [
     "conditions",
     "event",
     "export",
+    "export_indexes",
     "export_watches",
     "lister",
     "log",

@@ -1,10 +1,17 @@
-"""The binding layer: converts between the SDK's types and the records componentize-py
-generates from the WIT (`wit_world`, `componentize_py_types`), and turns an import's `Err`
-into a `HostError`. With `lister`, `cluster`, `event`, `queue`, `log`, `network_backend` and
-`guest`, the only code that touches the bindings; everything else is plain Python.
+"""The binding layer, the only module of the package that imports what componentize-py
+generates from the WIT (`wit_world`, `componentize_py_types`; `network_backend` and `http`,
+which a guest imports itself for the worlds that have them, import theirs): it converts between
+the SDK's types and the generated records, turns an import's `Err` into a `HostError`, and holds
+`host`, what the interface modules (`lister`, `cluster`, `event`, `queue`, `log`) call.
 
-The generated import functions are looked up at each call (`module.function`), never bound at
-import time, so the native tests can replace them.
+`host` takes the SDK's values and the JSON text that crosses the boundary, so the SDK's own
+checks (JSON serialisation, delays, log formatting) run before any implementation of it:
+
+- in a component, `WitHost`: the generated imports, looked up at each call (`module.function`),
+  never bound at import time, so tests with generated bindings can replace them;
+- natively without generated bindings (a guest's unit tests under plain pytest), a host that
+  refuses every call until a `reconciler_guest.testing.FakeHost` takes its place. The exports,
+  which only the host calls, are not called there.
 """
 
 from __future__ import annotations
@@ -13,15 +20,39 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from componentize_py_types import Err
-from wit_world.exports import reconciler as wit_reconciler
-
 try:
-    from wit_world.imports import types as wit
-except ImportError:
-    # A world that also imports wasi:http (`http-controller`) has two interfaces named `types`;
-    # componentize-py then names each module after its package.
-    from wit_world.imports import reconciler_api_types as wit  # type: ignore[no-redef]
+    from componentize_py_types import Err
+    from wit_world.exports import reconciler as wit_reconciler
+    from wit_world.imports import cluster as wit_cluster
+    from wit_world.imports import lister as wit_lister
+    from wit_world.imports import log as wit_log
+    from wit_world.imports import queue as wit_queue
+
+    try:
+        from wit_world.imports import types as wit
+    except ImportError:
+        # A world that also imports wasi:http (`http-controller`) has two interfaces named
+        # `types`; componentize-py then names each module after its package.
+        from wit_world.imports import reconciler_api_types as wit  # type: ignore[no-redef]
+    GENERATED = True
+    """Whether componentize-py's bindings are importable: always in a component."""
+    Level, EventType = wit_log.Level, wit_cluster.EventType
+except ModuleNotFoundError as missing:
+    if missing.name not in ("componentize_py_types", "wit_world"):
+        raise
+    GENERATED = False
+    from enum import Enum
+
+    class Err(Exception):  # type: ignore[no-redef]
+        """Stands in for `componentize_py_types.Err`, which nothing raises natively."""
+
+    # Stand in for the generated enums, with their names and values.
+    class Level(Enum):  # type: ignore[no-redef]
+        TRACE, DEBUG, INFO, WARN, ERROR = range(5)
+
+    class EventType(Enum):  # type: ignore[no-redef]
+        NORMAL, WARNING = range(2)
+
 
 from .errors import (
     ConflictError,
@@ -35,6 +66,7 @@ from .errors import (
     UnavailableError,
 )
 from .manifest import (
+    ComputedIndex,
     FieldIndex,
     Function,
     Label,
@@ -46,15 +78,6 @@ from .manifest import (
 from .objects import Action, Gvk, ObjectKey, ObjectRef, Request, millis
 
 T = TypeVar("T")
-
-_HOST_ERRORS: dict[type, type[HostError]] = {
-    wit.Error_Denied: DeniedError,
-    wit.Error_NotFound: NotFoundError,
-    wit.Error_Conflict: ConflictError,
-    wit.Error_Invalid: InvalidError,
-    wit.Error_Unavailable: UnavailableError,
-    wit.Error_Other: OtherError,
-}
 
 
 def call(function: Callable[..., T], *args: Any) -> T:
@@ -81,6 +104,77 @@ def parse(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise OtherError(f"{what}: the host returned text that is not JSON: {e}") from None
+
+
+class WitHost:
+    """The host of a component: each method is one generated import, its `Err` raised as a
+    `HostError`."""
+
+    def get(self, r: ObjectRef) -> str | None:
+        return call(wit_lister.get, ref(r))
+
+    def list(self, kind: Gvk, namespace: str | None, label_selector: str | None) -> list[str]:
+        return call(wit_lister.list, gvk(kind), namespace, label_selector)
+
+    def patch_status(self, r: ObjectRef, patch: str) -> str:
+        return call(wit_cluster.patch_status, ref(r), patch)
+
+    def apply(self, obj: str) -> str:
+        return call(wit_cluster.apply, obj)
+
+    def apply_with(self, obj: str, force: bool) -> str:
+        return call(wit_cluster.apply_with, obj, wit_cluster.ApplyOptions(force=force))
+
+    def delete(self, r: ObjectRef) -> bool:
+        return call(wit_cluster.delete, ref(r))
+
+    def record_event(self, regarding: ObjectRef, event_type: Any, reason: str, message: str):
+        event = wit_cluster.Event(ref(regarding), event_type, reason, message)
+        call(wit_cluster.record_event, event)
+
+    def enqueue(self, k: ObjectKey, after_ms: int | None) -> None:
+        call(wit_queue.enqueue, key(k), after_ms)
+
+    def log(self, level: Any, message: str) -> None:
+        wit_log.log(level, message)
+
+
+class NoHost:
+    """Natively, without generated bindings and before a `FakeHost` is active: every host call
+    is a mistake of the test's set-up, said as such (not a `HostError` a guest would handle)."""
+
+    def __getattr__(self, function: str) -> Any:
+        raise RuntimeError(
+            f"reconciler_guest: a host call ({function}) outside a component, with no host to "
+            "answer it: run the code under `with reconciler_guest.testing.FakeHost(...)` "
+            "(docs/guests/python.md, Testing natively)"
+        )
+
+
+host: Any = WitHost() if GENERATED else NoHost()
+"""What the interface modules call; `reconciler_guest.testing.FakeHost` replaces it."""
+
+if GENERATED:
+    _HOST_ERRORS: dict[type, type[HostError]] = {
+        wit.Error_Denied: DeniedError,
+        wit.Error_NotFound: NotFoundError,
+        wit.Error_Conflict: ConflictError,
+        wit.Error_Invalid: InvalidError,
+        wit.Error_Unavailable: UnavailableError,
+        wit.Error_Other: OtherError,
+    }
+
+
+def world_exports(interface: str) -> bool | None:
+    """Whether the world the bindings were generated for exports `interface` (`watches`,
+    `indexes`); `None` natively, without bindings."""
+    if not GENERATED:
+        return None
+    try:
+        __import__(f"wit_world.exports.{interface}")
+    except ModuleNotFoundError:
+        return False
+    return True
 
 
 def gvk(g: Gvk) -> wit.Gvk:
@@ -134,7 +228,7 @@ def manifest(m: Manifest) -> wit_reconciler.ControllerManifest:
 
 def watches(ws: list[Watch]) -> list:
     """The WIT's `watch` records. Imported here, not at the top: only a `watching-controller`
-    guest has the module."""
+    guest (or an `indexing-controller` one) has the module."""
     from wit_world.exports import watches as wit_watches
 
     return [
@@ -167,18 +261,27 @@ def _mapping(wit_watches: Any, m: Any) -> Any:
     raise TypeError(f"not a watch mapping: {m!r}")
 
 
-def object_keys(keys: Any) -> list[wit.ObjectKey]:
-    """`map`'s answer for the host: `ObjectKey`s, or `ObjectRef`s standing for their keys."""
-    if not isinstance(keys, (list, tuple)):
-        raise TypeError(f"map() must return a list of ObjectKey or ObjectRef, not {keys!r}")
-    out = []
-    for k in keys:
-        if isinstance(k, ObjectRef):
-            k = k.key
-        if not isinstance(k, ObjectKey):
-            raise TypeError(f"map() must return ObjectKeys or ObjectRefs, not {k!r}")
-        out.append(key(k))
-    return out
+def computed_indexes(indexes: list[ComputedIndex]) -> list:
+    """The WIT's `computed-index` records. Imported here, not at the top: only an
+    `indexing-controller` guest has the module."""
+    from wit_world.exports import indexes as wit_indexes
+
+    return [
+        wit_indexes.ComputedIndex(
+            name=i.name,
+            kind=gvk(i.kind),
+            # The contract's `lookup` has the cases of `index-value`, and the SDK's IndexValue
+            # names them as the generated enum does.
+            lookup=wit_indexes.Lookup[i.lookup.name],
+            namespace=i.namespace,
+            label_selector=i.label_selector,
+        )
+        for i in indexes
+    ]
+
+
+def object_keys(keys: list[ObjectKey]) -> list[wit.ObjectKey]:
+    return [key(k) for k in keys]
 
 
 def action(a: Action | None) -> wit.Action:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from wit_world.imports import cluster as _wit
-
 from . import _bindings
 from .objects import ObjectRef
 
@@ -28,14 +26,14 @@ def patch_status(ref: ObjectRef, status: dict[str, Any]) -> dict[str, Any]:
     field, and lists (such as `conditions`) are replaced whole.
     """
     patch = _bindings.dumps({"status": status})
-    returned = _bindings.call(_wit.patch_status, _bindings.ref(ref), patch)
+    returned = _bindings.host.patch_status(ref, patch)
     return _bindings.parse(returned, "the object returned by the status patch")
 
 
 def patch_status_raw(ref: ObjectRef, patch: str) -> str:
     """Like `patch_status`, with the whole merge patch (`{"status": ...}`) as JSON text, and
     the returned object as the host's JSON text, unparsed."""
-    return _bindings.call(_wit.patch_status, _bindings.ref(ref), patch)
+    return _bindings.host.patch_status(ref, patch)
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +43,7 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
     others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields the
     guest manages, or use `apply_with` without `force`. Returns the applied object, filtered as
     for `patch_status`. `InvalidError` also when `obj` does not serialise to JSON."""
-    returned = _bindings.call(_wit.apply, _bindings.dumps(obj))
+    returned = _bindings.host.apply(_bindings.dumps(obj))
     return _bindings.parse(returned, "the object returned by apply")
 
 
@@ -59,11 +57,10 @@ def apply_with(obj: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
     field and the manager (the API server's), and nothing is written; raised out of
     `reconcile`, it is retried with backoff until the other manager lets go. `force=True` takes
     the field, as `apply` does. Otherwise as `apply`."""
-    options = _wit.ApplyOptions(force=force)
-    returned = _bindings.call(_wit.apply_with, _bindings.dumps(obj), options)
+    returned = _bindings.host.apply_with(_bindings.dumps(obj), force)
     return _bindings.parse(returned, "the object returned by apply")
 
 
 def delete(ref: ObjectRef) -> bool:
     """Deletes an object; `False` when it was already gone."""
-    return _bindings.call(_wit.delete, _bindings.ref(ref))
+    return _bindings.host.delete(ref)

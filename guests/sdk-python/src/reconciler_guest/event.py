@@ -8,13 +8,11 @@ handle it yourself.
 
 from __future__ import annotations
 
-from wit_world.imports import cluster as _wit
-
 from . import _bindings, log
 from .errors import HostError
 from .objects import ObjectRef
 
-EventType = _wit.EventType
+EventType = _bindings.EventType
 """`NORMAL` or `WARNING`."""
 
 
@@ -31,20 +29,11 @@ def warning(regarding: ObjectRef, reason: str, message: str) -> None:
 def record(regarding: ObjectRef, event_type: EventType, reason: str, message: str) -> None:
     """Records an event; raises the host's `HostError`, e.g. `DeniedError` when the guest may
     not read `regarding`, `UnavailableError` beyond its event rate."""
-    _bindings.call(
-        _wit.record_event,
-        _wit.Event(
-            regarding=_bindings.ref(regarding),
-            event_type=event_type,
-            reason=reason,
-            message=message,
-        ),
-    )
+    _bindings.host.record_event(regarding, event_type, reason, message)
 
 
 def _best_effort(regarding: ObjectRef, event_type: EventType, reason: str, message: str) -> None:
-    event = _wit.Event(_bindings.ref(regarding), event_type, reason, message)
     try:
-        _bindings.call(_wit.record_event, event)
+        _bindings.host.record_event(regarding, event_type, reason, message)
     except HostError as e:
         log.warn("could not record event %s on %s: %s", reason, regarding, e)

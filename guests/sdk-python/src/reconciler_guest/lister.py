@@ -10,8 +10,6 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from wit_world.imports import lister as _wit
-
 from . import _bindings
 from .objects import Gvk, ObjectRef
 
@@ -21,7 +19,7 @@ def get(ref: ObjectRef) -> dict[str, Any] | None:
 
     Raises the host's `HostError`.
     """
-    text = _bindings.call(_wit.get, _bindings.ref(ref))
+    text = _bindings.host.get(ref)
     return None if text is None else _bindings.parse(text, str(ref))
 
 
@@ -33,5 +31,5 @@ def list(
 
     Raises the host's `HostError` (`InvalidError` for a bad selector).
     """
-    texts = _bindings.call(_wit.list, _bindings.gvk(kind), namespace, label_selector)
+    texts = _bindings.host.list(kind, namespace, label_selector)
     return [_bindings.parse(text, f"a {kind.kind} from the cache") for text in texts]

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from wit_world.imports import log as _wit
+from . import _bindings
 
-Level = _wit.Level
+Level = _bindings.Level
 """`TRACE`, `DEBUG`, `INFO`, `WARN`, `ERROR`."""
 
 
 def log(level: Level, message: str, *args: Any) -> None:
     """Logs `message % args` (or `message` as it is, without `args`) at `level`."""
-    _wit.log(level, message % args if args else message)
+    _bindings.host.log(level, message % args if args else message)
 
 
 def trace(message: str, *args: Any) -> None:

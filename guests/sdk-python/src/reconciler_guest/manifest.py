@@ -1,5 +1,5 @@
-"""What a guest asks the host to watch: `Manifest`, its `SecondaryWatch`es, and the `Watch`es
-of the optional `watches` export.
+"""What a guest asks the host to watch: `Manifest`, its `SecondaryWatch`es, the `Watch`es of
+the optional `watches` export, and the `ComputedIndex`es of the optional `indexes` export.
 
 Only the name and the primary kind are required; every other field has the WIT's neutral
 value, so a guest names only what it wants:
@@ -14,7 +14,13 @@ namespace, a map function, a namespace and label selector per kind); a guest ret
     Watch(CONFIG_MAP).by_owner_labels("example.com/owner-namespace", "example.com/owner-name")
         .selecting("example.com/owner-name")
 
-Pure Python: the binding layer turns them into the WIT's `controller-manifest` and `watch`.
+A `ComputedIndex` is a watch whose values no field path can reach: the guest computes them from
+each primary (`Guest.index`), and is exported with `export_indexes` too:
+
+    ComputedIndex("configmaps", CONFIG_MAP)   # its ConfigMaps' names, looked up by name
+
+Pure Python: the binding layer turns them into the WIT's `controller-manifest`, `watch` and
+`computed-index`.
 """
 
 from __future__ import annotations
@@ -183,4 +189,49 @@ class Watch:
 
     def selecting(self, label_selector: str) -> Watch:
         """Take only events of objects matching `label_selector` (`app=web,tier!=db`)."""
+        return replace(self, label_selector=label_selector)
+
+
+@dataclass(frozen=True)
+class ComputedIndex:
+    """An index over the primaries whose values the guest computes from each one
+    (`Guest.index(name, primary)`), and a watch of `kind` whose objects are looked up among
+    them: by name (the default; among the primaries of the object's namespace), namespace, or
+    `namespace/name` (`lookup`, an `IndexValue`). controller-runtime's `IndexField` with an
+    extractor function, for what a field path cannot say: names in a comma-separated
+    annotation, a value built from two fields.
+
+    `name` (a DNS-1123 label, unique among the guest's indexes; the host checks both at load)
+    names it in `index` calls, logs and metrics. Each method returns a changed copy:
+
+        ComputedIndex("configmaps", CONFIG_MAP).by(IndexValue.NAMESPACED_NAME).selecting("app")
+    """
+
+    name: str
+    kind: Gvk
+    lookup: IndexValue = IndexValue.NAME
+    _: KW_ONLY
+    namespace: str | None = None
+    """As a `Watch`'s: watch this namespace only."""
+    label_selector: str | None = None
+    """As a `Watch`'s: take only events of objects matching this selector."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"ComputedIndex name must be a non-empty str, not {self.name!r}")
+        if not isinstance(self.kind, Gvk):
+            raise TypeError(f"ComputedIndex kind must be a Gvk, not {self.kind!r}")
+        if not isinstance(self.lookup, IndexValue):
+            raise TypeError(f"ComputedIndex lookup must be an IndexValue, not {self.lookup!r}")
+
+    def by(self, lookup: IndexValue) -> ComputedIndex:
+        """Look up the watched object's namespace or `namespace/name` instead of its name."""
+        return replace(self, lookup=lookup)
+
+    def in_namespace(self, namespace: str) -> ComputedIndex:
+        """Watch this namespace only."""
+        return replace(self, namespace=namespace)
+
+    def selecting(self, label_selector: str) -> ComputedIndex:
+        """Take only events of objects matching `label_selector`."""
         return replace(self, label_selector=label_selector)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from wit_world.imports import queue as _wit
-
 from . import _bindings
 from .objects import Delay, ObjectKey, ObjectRef, millis
 
@@ -18,4 +16,4 @@ def enqueue(key: ObjectKey | ObjectRef, after: Delay | None = None) -> None:
     """
     if isinstance(key, ObjectRef):
         key = key.key
-    _bindings.call(_wit.enqueue, _bindings.key(key), None if after is None else millis(after))
+    _bindings.host.enqueue(key, None if after is None else millis(after))
