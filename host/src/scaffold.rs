@@ -281,6 +281,7 @@ fn language_files(
             ]
             .into_iter()
             .chain(js_sdk())
+            .chain(js_testing())
             .collect(),
         ),
         Language::C => (
@@ -374,7 +375,9 @@ fn rust_sdk() -> Vec<File> {
         "log.rs",
         "manifest.rs",
         "object.rs",
-        "queue.rs"
+        "queue.rs",
+        "testing/mod.rs",
+        "testing/selector.rs"
     );
     std::iter::once(plain("reconciler-guest/Cargo.toml", manifest))
         .chain(sources.into_iter().map(|mut file| {
@@ -395,9 +398,11 @@ fn go_sdk() -> Vec<File> {
         "reconciler/errors.go",
         "reconciler/event.go",
         "reconciler/exports_wasip1.go",
+        "reconciler/fakehost.go",
         "reconciler/guest.go",
         "reconciler/host.go",
         "reconciler/host_wasip1.go",
+        "reconciler/labelselector.go",
         "reconciler/lister.go",
         "reconciler/log.go",
         "reconciler/manifest.go",
@@ -428,6 +433,7 @@ fn python_sdk() -> Vec<File> {
         "network_backend.py",
         "objects.py",
         "queue.py",
+        "testing.py",
     )
 }
 
@@ -450,7 +456,22 @@ fn js_sdk() -> Vec<File> {
     )
 }
 
-/// The C SDK (`guests/sdk-c`) in `sdk/`, where the recipe looks for it in a project; its tests
+/// The JavaScript SDK's fake host for a project's native tests (`guests/sdk-js/testing`), in
+/// `testing/`: `node --import ./testing/register.js --test` (never part of a component).
+fn js_testing() -> Vec<File> {
+    vendored!("sdk-js/testing/" => "testing/":
+        "bindings.js",
+        "hooks.js",
+        "host.js",
+        "index.d.ts",
+        "index.js",
+        "register.js",
+        "selector.js",
+    )
+}
+
+/// The C SDK (`guests/sdk-c`) in `sdk/`, where the recipe looks for it in a project, with its
+/// fake host for native tests in `sdk/testing/` (the recipe compiles only `sdk/*.c`); its tests
 /// stay in the repository.
 fn c_sdk() -> Vec<File> {
     vendored!("sdk-c/" => "sdk/":
@@ -463,6 +484,10 @@ fn c_sdk() -> Vec<File> {
         "format.c",
         "json.c",
         "object.c",
+        "testing/reconciler_testing.h",
+        "testing/rg_fake_host.c",
+        "testing/rg_fake_selector.c",
+        "testing/rg_fake_selector.h",
     )
 }
 
@@ -667,6 +692,7 @@ mod tests {
             "reconciler_guest/",
             "reconciler/",
             "sdk/",
+            "testing/",
             "wit/",
         ]
         .iter()
