@@ -110,11 +110,29 @@ for pair in "${artefacts[@]}"; do
   replace_if_changed "$partial" "$out/$name"
 done
 
-# Guests in other languages, against the same WIT.
+# Guests in other languages, against the same WIT, in two lanes at once: each build is mostly one
+# process at a time (componentize-py, jco, clang, Go's linker), and a cold run first installs
+# componentize-py, jco and Go modules, so Python beside the rest uses both cores (every language
+# guest rebuilt, tools installed: 36.9 s in one lane, 32.4 s in two, on 2 cores). Each lane
+# writes its own log, shown once it ends.
 if [[ -z "$only" ]]; then
-  for language in python js c go; do
-    "$guests/$language/build.sh"
-  done
+  logs="$(mktemp -d)"
+  lane() {
+    local language
+    for language in "$@"; do
+      "$guests/$language/build.sh" || return
+    done
+  }
+  lane python >"$logs/python" 2>&1 &
+  python_lane=$!
+  lane js c go >"$logs/js-c-go" 2>&1 &
+  others_lane=$!
+  failed=()
+  wait "$python_lane" || failed+=(python)
+  wait "$others_lane" || failed+=("js, c or go")
+  cat "$logs/python" "$logs/js-c-go"
+  rm -rf "$logs"
+  ((${#failed[@]} == 0)) || die "the ${failed[*]} guests did not build (their output is above)"
 elif [[ "$only" != rust ]]; then
   die "--only $only: only \`rust\` can be built alone"
 fi
