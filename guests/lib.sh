@@ -150,8 +150,10 @@ build_guest() {
   build="$(mktemp -d "$work/$(basename "$dst" .wasm).XXXXXX")"
   partial="$(mktemp "$(dirname "$dst")/.$(basename "$dst").XXXXXX")"
   if ! "${lang}_build" "$src" "$world" "$build" "$partial" || [[ ! -s "$partial" ]]; then
-    rm -f "$partial"
-    die "building $src failed (the message is above; the build directory is $build)"
+    # The last build's component would otherwise pass for this source's (a `check` after a
+    # failed build checked the old one).
+    rm -f "$partial" "$dst" "$stamp_file"
+    die "building $src failed (the message is above; the build directory is $build; $dst removed)"
   fi
   chmod 644 "$partial"
   replace_if_changed "$partial" "$dst"
@@ -345,10 +347,14 @@ go_build() {
   # A project is itself the module that holds gc.go.
   [[ "$src" -ef "$here" ]] || cp "$here/gc.go" "$build/module/reconciler_gc.go"
   if ! (cd "$build/module" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath \
-    "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .); then
-    say "a missing go.sum entry? run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
+    "${tags[@]}" -ldflags='-checklinkname=0 -s -w' -o "../$core" .) 2>"$build/go-build.err"; then
+    cat "$build/go-build.err" >&2
+    if grep -q 'go\.sum' "$build/go-build.err"; then
+      say "a missing go.sum entry: run \`GONOSUMDB=go.bytecodealliance.org go mod tidy\` in $build/module and copy its go.sum to $src"
+    fi
     return 1
   fi
+  cat "$build/go-build.err" >&2
   if [[ "$core" != core.wasm ]]; then
     "${componentize[@]}" preinit "$build/$core" --out "$build/core.wasm" || return
   fi

@@ -646,7 +646,7 @@ fn the_test_command_fails_on_a_difference_until_blessed() {
         "/changed ... FAILED",
         "/new ... FAILED",
         r#"  /calls/0/args/patch/status/greeting: expected "hello, there", got "hello, world""#,
-        "expected.json is missing: `--bless` writes the output as it",
+        "expected.json is missing: `--bless` writes the output as the expected one",
         "test result: FAILED. 0 passed; 2 failed; 0 blessed",
     ] {
         assert!(

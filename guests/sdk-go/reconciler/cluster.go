@@ -36,12 +36,13 @@ func PatchStatus(ref ObjectRef, status any) (*Object, error) {
 // as field manager, forced: the guest takes every field it sets, from any other manager. It
 // owns the fields it sends and nothing else, so an object of the guest's own send whole; on an
 // object others manage too (a Deployment kubectl, Helm or an HPA writes), send only the fields
-// the guest manages, or use [ApplyWith] without Force. object is anything [json.Marshal] takes;
-// pass JSON text as [json.RawMessage]. An object that does not marshal is [Permanent].
+// the guest manages, or use [ApplyWith] without Force. object is JSON text (a string,
+// []byte or [json.RawMessage], as [UseFakeHost] takes objects) or anything else
+// [json.Marshal] takes. An object that does not marshal is [Permanent].
 func Apply(object any) (*Object, error) {
-	body, err := json.Marshal(object)
+	body, err := applied(object)
 	if err != nil {
-		return nil, Permanentf("the object to apply does not serialise: %w", err)
+		return nil, err
 	}
 	text, err := host().apply(string(body))
 	if err != nil {
@@ -65,15 +66,31 @@ type ApplyOptions struct {
 // [Apply], and `conflict` as [ApplyOptions] says (transient: retried with backoff until the
 // other manager lets go).
 func ApplyWith(object any, options ApplyOptions) (*Object, error) {
-	body, err := json.Marshal(object)
+	body, err := applied(object)
 	if err != nil {
-		return nil, Permanentf("the object to apply does not serialise: %w", err)
+		return nil, err
 	}
 	text, err := host().applyWith(string(body), options.Force)
 	if err != nil {
 		return nil, err
 	}
 	return &Object{text: text, what: "the object returned by apply"}, nil
+}
+
+// applied is the text of an object to apply: JSON text as it is (a JSON string is never an
+// object, so a string argument can only mean its text), anything else marshalled.
+func applied(object any) ([]byte, error) {
+	switch text := object.(type) {
+	case string:
+		return []byte(text), nil
+	case []byte:
+		return text, nil
+	}
+	body, err := json.Marshal(object)
+	if err != nil {
+		return nil, Permanentf("the object to apply does not serialise: %w", err)
+	}
+	return body, nil
 }
 
 // Delete deletes an object; false when it was already gone.

@@ -60,9 +60,14 @@ func TestAValueThatDoesNotMarshalIsPermanentAndNeverSent(t *testing.T) {
 func TestApplySendsJSONTextAsItIs(t *testing.T) {
 	fake := UseFakeHost(t)
 	text := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}`
-	returned, err := Apply(json.RawMessage(text))
-	if err != nil || returned.JSON() != text || fake.Calls()[0].JSON != text {
-		t.Errorf("got %v, %v, calls %q", returned, err, lines(fake))
+	for i, object := range []any{json.RawMessage(text), text, []byte(text)} {
+		returned, err := Apply(object)
+		if err != nil || returned.JSON() != text || fake.Calls()[i].JSON != text {
+			t.Errorf("%T: got %v, %v, calls %q", object, returned, err, lines(fake))
+		}
+	}
+	if _, err := ApplyWith(text, ApplyOptions{}); err != nil || fake.Calls()[3].JSON != text {
+		t.Errorf("ApplyWith of text: %v, calls %q", err, lines(fake))
 	}
 }
 

@@ -272,7 +272,7 @@ impl FixtureRun {
                 None => {
                     let _ = writeln!(
                         differences,
-                        "{name} is missing: `--bless` writes the output as it"
+                        "{name} is missing: `--bless` writes the output as the expected one"
                     );
                 }
                 Some(expected) => {
