@@ -13,7 +13,8 @@
 //! - rules that change: `host.yaml` rewritten under a running host (a rule added, its quota,
 //!   registries and pull Secrets narrowed and widened, an invalid file, a rule given keys);
 //! - a host without `reportUnmatched` that stops serving a namespace marks the statuses it
-//!   wrote (`status.host`) `NoTenantRule`, and no other host's.
+//!   wrote (`status.host`) `NoTenantRule`; no host, with `reportUnmatched` or without, marks a
+//!   status another host wrote.
 //!
 //! The host runs as its ServiceAccount bound to exactly what `reconciler-host rbac` prints for
 //! its `host.yaml` (printed and applied again before each reload, what it no longer prints
@@ -641,7 +642,9 @@ async fn namespaces_labelled_in_or_out_start_or_stop_their_reconcilers_without_a
         .condition(&born, "widget", "Ready", "True", "Ready")
         .await?;
     world.reconciled(&born, "after").await?;
-    Ok(())
+
+    // A host with `reportUnmatched` marks no status another host wrote.
+    another_hosts_status_stays(&mut world, &module).await
 }
 
 /// Every part of `reconcilers.tenants` follows a reload of `host.yaml`: a rule added to a host
@@ -980,8 +983,15 @@ async fn a_host_that_stops_serving_a_namespace_leaves_no_stale_ready() -> Result
         .await?;
 
     // A status another host wrote, in a namespace this host does not serve: not this host's.
+    another_hosts_status_stays(&mut world, &module).await
+}
+
+/// A Reconciler in a namespace no rule of the world's host selects, whose status another host
+/// wrote: read back from the API server after 5 s, that status is still the other host's, so
+/// two hosts sharing a cluster never take turns rewriting it (with `reportUnmatched` or not).
+async fn another_hosts_status_stays(world: &mut World, module: &str) -> Result<()> {
     let foreign = world.namespace("foreign-tenant", &[]).await?;
-    world.reconciler(&foreign, "widget", &module).await?;
+    world.reconciler(&foreign, "widget", module).await?;
     let theirs = json!({"status": {"host": "elsewhere/other-host", "conditions": [{
         "type": "Ready", "status": "True", "reason": "Ready", "message": "runs elsewhere",
         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}});

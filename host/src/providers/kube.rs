@@ -102,6 +102,10 @@ pub(crate) struct KubeCluster {
     /// Kinds it writes without reading them: resolved through the run's one discovery cache.
     discovery: crate::discovery::Resolver,
     recorder: Recorder,
+    /// Held while an event is published. kube's recorder finds a repeat by its cache, filled
+    /// only once the create returns, so two repeats at once (a trap retried within the create's
+    /// round trip) made two events where one series belongs.
+    publishing: tokio::sync::Mutex<()>,
     fence: WriteFence,
 }
 
@@ -133,6 +137,7 @@ impl KubeCluster {
             informers,
             discovery,
             recorder,
+            publishing: tokio::sync::Mutex::new(()),
             fence,
         }
     }
@@ -451,6 +456,7 @@ impl Cluster for KubeCluster {
             action: truncate(manager, 128),
             secondary: None,
         };
+        let _one_at_a_time = self.publishing.lock().await;
         self.recorder
             .publish(&published, &reference)
             .await

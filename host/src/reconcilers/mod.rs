@@ -252,6 +252,11 @@ impl Tenants {
                 let key = format!("{namespace}.{name}");
                 let generation = object.metadata.generation.unwrap_or(0);
                 let Some((index, rule)) = rule else {
+                    // Another host's status: that host serves the namespace (or did, and marks
+                    // it when it stops), so two hosts never take turns rewriting it.
+                    if written_by_another(&object, host) {
+                        continue;
+                    }
                     if settings.report_unmatched {
                         records.observe_held(&key, generation, "NoTenantRule", format!(
                             "no rule of reconcilers.tenants selects namespace {namespace} (by its name or labels): this host neither pulls nor runs its Reconcilers; a platform administrator adds the namespace to a rule"
@@ -376,11 +381,19 @@ fn quota_order(objects: &mut [Arc<DynamicObject>], served: impl Fn(&DynamicObjec
 
 /// Whether `object`'s status was last written by `host`.
 fn written_by(object: &DynamicObject, host: &str) -> bool {
+    status_host(object) == Some(host)
+}
+
+/// Whether the object's status names a host other than `host`.
+fn written_by_another(object: &DynamicObject, host: &str) -> bool {
+    status_host(object).is_some_and(|writer| writer != host)
+}
+
+fn status_host(object: &DynamicObject) -> Option<&str> {
     object
         .data
         .pointer("/status/host")
         .and_then(serde_json::Value::as_str)
-        == Some(host)
 }
 
 /// What one namespace's Reconcilers hold so far, against its rule's quota.

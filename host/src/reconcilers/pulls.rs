@@ -74,6 +74,11 @@ pub(super) struct Record {
 }
 
 impl Record {
+    /// Whether it is held back because no tenant rule of this host selects its namespace.
+    pub(super) fn unserved(&self) -> bool {
+        matches!(self.held, Some(("NoTenantRule", _)))
+    }
+
     /// Whether a version of it runs (or is being loaded): its spec could run when last seen
     /// valid, and nothing held it back since.
     pub(super) fn runs(&self) -> bool {

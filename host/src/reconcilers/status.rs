@@ -13,7 +13,8 @@
 //! last good one (the `Ready` message says so); `status.observedGeneration` the generation the
 //! host has decided on; `status.shadow` a shadow-mode guest's agreement and difference counts;
 //! `status.host` the host that wrote it (`NAMESPACE/LEASE-NAME`), so that a host that stops
-//! serving a namespace knows which statuses are its to mark `NoTenantRule`.
+//! serving a namespace knows which statuses are its to mark `NoTenantRule`, and no host marks one
+//! another host wrote. A status is written only onto the `resourceVersion` it was decided from.
 //! An event is recorded on the object whenever `Ready` changes status or reason.
 //!
 //! One replica writes (see `crate::manager`); the others compute the same and stay quiet. A status
@@ -111,6 +112,11 @@ impl StatusWriter {
                     let Some(record) = records.objects.get(&name) else {
                         continue;
                     };
+                    // Another host's, in a namespace this one does not serve: the record may
+                    // predate that host's write, which the next listing drops it for.
+                    if record.unserved() && super::written_by_another(&object, &self.shared.host) {
+                        continue;
+                    }
                     let entry = running(&statuses, &name);
                     let generation = object.metadata.generation.unwrap_or(0);
                     let runs = entry.and_then(|e| e.active_hash.as_deref());
@@ -368,12 +374,23 @@ async fn write(
         return Ok(());
     }
     let name = object.name_any();
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": desired })),
-    )
-    .await?;
+    // Only onto the version the status was decided from: a status another host wrote since,
+    // or a new spec, is not overwritten by a decision about what was there before. Its watch
+    // event brings the next pass, which decides again.
+    let patch = json!({
+        "metadata": {"resourceVersion": object.metadata.resource_version},
+        "status": desired,
+    });
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Err(kube::Error::Api(refused)) if refused.code == 409 => {
+            tracing::debug!(reconciler = %name, "changed since this status was decided; deciding again");
+            return Ok(());
+        }
+        written => written?,
+    };
     let ready = |status: &Value| {
         status["conditions"]
             .as_array()

@@ -21,7 +21,7 @@
 //! | `apply-annotation-sa-token` | apply a `ConfigMap` annotated `kubernetes.io/service-account.name` | `denied` |
 //! | `apply-metadata-deletion` | apply a `ConfigMap` with `metadata.deletionTimestamp` | `invalid`, `object.metadata.deletionTimestamp:` |
 
-use reconciler_guest::bindings::reconciler::api::{cluster, lister};
+use reconciler_guest::bindings::reconciler::api::cluster;
 use reconciler_guest::serde_json::{Value, json};
 use reconciler_guest::{Gvk, ObjectRef};
 
@@ -59,14 +59,11 @@ fn owned_by(kind: &str, name: &str, uid: &str) -> Value {
     json!({"ownerReferences": [{"apiVersion": "v1", "kind": kind, "name": name, "uid": uid}]})
 }
 
-/// The uid of the guest's own attack `ConfigMap`, as its cache holds it.
+/// The uid of the guest's own attack `ConfigMap`, from the object the reconcile was handed: the
+/// lister's cache of every `ConfigMap` is another watch than the primary's (label-selected),
+/// and may not hold it yet.
 pub(super) fn own_uid(t: &Target) -> String {
-    lister::get(&t.me)
-        .ok()
-        .flatten()
-        .and_then(|text| reconciler_guest::serde_json::from_str::<Value>(&text).ok())
-        .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_owned))
-        .unwrap_or_default()
+    t.uid.clone()
 }
 
 fn readback_secret(t: &Target, extra: &Value) -> Answer {

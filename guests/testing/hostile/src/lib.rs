@@ -111,6 +111,10 @@ impl Guest for Hostile {
                 .to_owned(),
             me: req.ref_.clone(),
             args: object["data"].clone(),
+            uid: object["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         };
         let answer = run(attack, &target);
         if object["data"]["record"] != "no" {
@@ -136,6 +140,8 @@ struct Target {
     me: ObjectRef,
     /// The attack object's `data`: the probes' parameters.
     args: Value,
+    /// The attack object's `metadata.uid`.
+    uid: String,
 }
 
 impl Target {
