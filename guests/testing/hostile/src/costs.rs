@@ -124,6 +124,7 @@ mod tests {
             victim: "victim".into(),
             me: reconciler_guest::ObjectRef::namespaced(config_map_kind(), "attacker", "x"),
             args: Value::Null,
+            uid: String::new(),
         }
     }
 

@@ -694,6 +694,7 @@ mod tests {
             victim: "victim".into(),
             me: config_map(Some("attacker"), "apply-deep"),
             args: Value::Null,
+            uid: String::new(),
         }
     }
 
