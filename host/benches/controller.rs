@@ -941,13 +941,15 @@ async fn orchestrate() -> anyhow::Result<()> {
     let sections = std::env::var("BENCH_SECTIONS")
         .unwrap_or_else(|_| "throughput,memory,reload,backlog".into());
     let section = |name: &str| sections.split(',').any(|s| s.trim() == name);
-    // `BENCH_CONTESTANTS`: the throughput section's controllers whose label starts with one of
-    // these (default: all).
+    // `BENCH_CONTESTANTS`: the throughput section's controllers named in this comma-separated
+    // list (default: all). Labels hold commas too ("reconciler-host, grant concurrency 4"), so a
+    // label is named when its parts appear in the list one after another.
     let contestants = std::env::var("BENCH_CONTESTANTS").ok();
+    let parts = |text: &str| text.split(',').map(str::trim).collect::<Vec<_>>().join(",");
     let contestant = |label: &str| {
         contestants
             .as_deref()
-            .is_none_or(|c| c.split(',').any(|p| label == p.trim()))
+            .is_none_or(|c| format!(",{},", parts(c)).contains(&format!(",{},", parts(label))))
     };
     let bench = setup().await?;
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
