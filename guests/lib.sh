@@ -12,7 +12,7 @@
 #                   build/).
 # Artefacts are named `<name>-<lang>.wasm` in the repository whatever the language, so that no
 # build of a guest overwrites another language's (Rust's is `<name>.wasm`); each is deployed as
-# the `<name>.wasm` of the guest it declares (host/src/source.rs).
+# the `<name>.wasm` of the guest it declares (host/src/supply/guest_set/source.rs).
 #
 # Every language, the same way:
 #   world      `controller`, or the one named in the guest's `wit-world` file

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::cluster::objects::ObjectRef;
 use reconciler_host::config::{Grant, KeyRef, ValueFrom};
-use reconciler_host::objects::ObjectRef;
-use reconciler_host::providers::http::LiveOutbound;
-use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::sandbox::capabilities::{CallContext, GuestContext};
+use reconciler_host::sandbox::providers::http::LiveOutbound;
+use reconciler_host::sandbox::providers::offline::{self, MemoryCache};
+use reconciler_host::sandbox::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use reconciler_host_tests::repo_root;
 use serde_json::json;
 

@@ -233,10 +233,16 @@ impl Bench {
         );
         match who {
             Who::HostPaged => {
-                command.env(reconciler_host::informers::INITIAL_LIST_ENV, "paged");
+                command.env(
+                    reconciler_host::cluster::informers::INITIAL_LIST_ENV,
+                    "paged",
+                );
             }
             Who::HostWhole => {
-                command.env(reconciler_host::informers::METADATA_SECONDARIES_ENV, "0");
+                command.env(
+                    reconciler_host::cluster::informers::METADATA_SECONDARIES_ENV,
+                    "0",
+                );
             }
             Who::HostBefore => {
                 let before = self.host_before.as_ref().expect("BENCH_HOST_BEFORE");

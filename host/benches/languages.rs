@@ -16,12 +16,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_host::capabilities::{CallContext, Enqueuer, GuestContext, Providers};
+use reconciler_host::cli::scaffold::{self, Language};
+use reconciler_host::cluster::objects::ObjectRef;
 use reconciler_host::config::Grant;
-use reconciler_host::objects::ObjectRef;
-use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
-use reconciler_host::runtime::{Outcome, Request, Reuse, Runtime, RuntimeOptions, Warm};
-use reconciler_host::scaffold::{self, Language};
+use reconciler_host::sandbox::capabilities::{CallContext, Enqueuer, GuestContext, Providers};
+use reconciler_host::sandbox::providers::offline::{MemoryCache, RecordingQueue};
+use reconciler_host::sandbox::runtime::{Outcome, Request, Reuse, Runtime, RuntimeOptions, Warm};
 use serde_json::json;
 
 mod common;

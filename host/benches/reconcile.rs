@@ -16,11 +16,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_host::capabilities::{CallContext, Cluster, Enqueuer, GuestContext, Providers};
+use reconciler_host::cluster::objects::ObjectRef;
 use reconciler_host::config::Grant;
-use reconciler_host::objects::ObjectRef;
-use reconciler_host::providers::offline::{MemoryCache, RecordingQueue};
-use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::sandbox::capabilities::{
+    CallContext, Cluster, Enqueuer, GuestContext, Providers,
+};
+use reconciler_host::sandbox::providers::offline::{MemoryCache, RecordingQueue};
+use reconciler_host::sandbox::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
 mod common;

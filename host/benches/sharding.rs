@@ -34,7 +34,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use live::{create_widgets, env_list, env_usize, http_get, proc_status_kib};
-use reconciler_host::shards::{SlotSet, slot_of};
+use reconciler_host::cluster::shard_ranges::{SlotSet, slot_of};
 use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::{repo_root, test_namespace, widget_resource};
 use serde_json::Value;

@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, DynamicObject};
-use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::cluster::objects::{Gvk, ObjectKey, ObjectRef};
 use reconciler_host::config::Grant;
 use reconciler_host::controller::{FieldIndex, Held};
-use reconciler_host::objects::{Gvk, ObjectKey, ObjectRef};
-use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{
+use reconciler_host::sandbox::capabilities::{CallContext, GuestContext};
+use reconciler_host::sandbox::providers::offline::{self, MemoryCache};
+use reconciler_host::sandbox::runtime::{
     Indexed, LoadedGuest, Mapped, Outcome, Request, Runtime, RuntimeOptions,
 };
 use reconciler_host_tests::repo_root;

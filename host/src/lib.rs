@@ -2,65 +2,39 @@
 //! `reconcile(key)`, in sandboxed WebAssembly components.
 //!
 //! Newcomers start with [`controller`] (the control loop, read top to bottom like client-go's
-//! sample-controller), then [`runtime`] (how a guest is compiled and called) and
-//! [`capabilities`] (what a guest may call, one module per WIT interface, with the recipe for
-//! adding one). The contract itself is `wit/reconciler.wit`; [`wit`] holds the generated
-//! bindings.
+//! sample-controller), then [`sandbox::runtime`] (how a guest is compiled and called) and
+//! [`sandbox::capabilities`] (what a guest may call, one module per WIT interface, with the
+//! recipe for adding one). The contract itself is `wit/reconciler.wit`.
 //!
-//! The data path, in module order:
+//! The house is in wings, each a folder, in the order a key travels (top to bottom; a wing
+//! imports only wings below it):
 //!
 //! ```text
-//! informers ──events──▶ controller (triggers, workers) ──keys──▶ queue
-//!                             │ worker pops a key
-//!                             ▼
-//!                 guests (sources, hot reload) ─▶ runtime (wasmtime, deadline, memory cap)
-//!                                                       │ imports
-//!                                                       ▼
-//!                 capabilities (validate · grant · budget) ─▶ providers (kube | offline)
-//!                                                                 └─▶ backends (networks)
+//! cli         the edge: arguments, every command, the offline runner, `new`, `rbac`
+//! manager     `run`: wires the host, follows guests and ownership, serves /metrics
+//! controller  one per active guest: triggers → queue → workers → the reconcile step
+//! supply      where guests come from: the guest set, the directory, Reconcilers
+//! sandbox     runtime ─▶ capabilities (validate · grant · budget) ─▶ providers ─▶ backends
+//! config      the host configuration and every grant
+//! oci         guests as OCI artifacts: references, pull, signatures, the cache
+//! replicas    leader election, the shard ring, the write fence
+//! cluster     informers, flow control, kinds and names, discovery, finalizers
+//! metrics     every metric family
 //! ```
 //!
-//! Every other module, the room it belongs to and which rooms may import which are listed once,
-//! in `docs/architecture.md`.
-//!
-//! Dependencies point one way: the runtime links the capabilities, the capabilities call
-//! provider traits, and no capability imports the runtime or a provider.
+//! Every room of every wing, and which may import which, is listed once in
+//! `docs/architecture.md`; `host/tests/layering.rs` holds the code to it.
 
 // `pub` only for what the binary, the tests and the benches use; `pub(crate)` otherwise.
 #![warn(unreachable_pub)]
 
-pub mod backends;
-pub mod capabilities;
 pub mod cli;
-pub(crate) mod compile_cache;
+pub mod cluster;
 pub mod config;
 pub mod controller;
-pub(crate) mod dir_watch;
-pub(crate) mod discovery;
-pub mod fence;
-pub(crate) mod finalizer;
-pub mod flowcontrol;
-pub mod guest_set;
-pub mod identity;
-pub mod informers;
-pub mod leader;
 pub(crate) mod manager;
-pub(crate) mod manifest;
 pub mod metrics;
-pub mod objects;
 pub mod oci;
-pub(crate) mod offline;
-pub mod providers;
-pub mod queue;
-pub(crate) mod rbac;
-pub(crate) mod reconcilers;
-pub(crate) mod records;
-pub(crate) mod retry_after;
-pub mod runtime;
-pub mod scaffold;
-pub(crate) mod selector;
-pub(crate) mod server;
-pub mod shadow;
-pub mod shards;
-pub(crate) mod validation;
-pub(crate) mod wit;
+pub mod replicas;
+pub mod sandbox;
+pub mod supply;

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_host::config::HostConfig;
-use reconciler_host::guest_set::{
+use reconciler_host::config::Mode;
+use reconciler_host::sandbox::runtime::{Runtime, RuntimeOptions, content_hash};
+use reconciler_host::sandbox::shadow::Shadows;
+use reconciler_host::supply::guest_set::{
     Artefact, Changes, Directory, FileState, FirstPass, GuestEvent, GuestSource, Guests, Origin,
     SourceError,
 };
-use reconciler_host::runtime::{Runtime, RuntimeOptions, content_hash};
-use reconciler_host::shadow::{Mode, Shadows};
 use tokio::sync::broadcast::Receiver;
 
 fn grants() -> String {
@@ -189,7 +190,7 @@ fn a_half_written_guest_is_neither_loaded_nor_refused_and_loads_once_whole() {
 
     // Cut short and left so for longer than a write takes: judged, and refused.
     std::fs::write(&file, &v2[..v2.len() / 2]).unwrap();
-    let old = std::time::SystemTime::now() - reconciler_host::guest_set::WRITING * 2;
+    let old = std::time::SystemTime::now() - reconciler_host::supply::guest_set::WRITING * 2;
     std::fs::File::options()
         .write(true)
         .open(&file)
@@ -700,7 +701,7 @@ fn a_grant_for_one_file_runs_a_second_version_beside_the_first() {
 #[test]
 fn an_items_own_grant_swaps_without_a_new_content_and_a_refused_one_keeps_the_last_good() {
     use reconciler_host::config::Grant;
-    use reconciler_host::guest_set::Verdict;
+    use reconciler_host::supply::guest_set::Verdict;
 
     const ALLOW: &str = "reconcilers:\n  allow:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n";
     let source = common::objects::Objects::default();
@@ -840,58 +841,65 @@ fn a_second_active_guest_holding_anothers_finalizer_is_refused() {
 }
 
 /// Declared items: each origin and its component's bytes.
-type Items = Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>;
+type Items = Vec<(reconciler_host::supply::guest_set::Origin, Vec<u8>)>;
 
 /// Items of both kinds, held in memory: an operator's `ClusterReconciler`s and tenants'
 /// namespaced `Reconciler`s, each with its grant and component.
 #[derive(Default, Clone)]
 struct Declared {
     items: Arc<parking_lot::Mutex<Items>>,
-    verdicts: Arc<parking_lot::Mutex<Vec<(String, reconciler_host::guest_set::Verdict)>>>,
+    verdicts: Arc<parking_lot::Mutex<Vec<(String, reconciler_host::supply::guest_set::Verdict)>>>,
 }
 
-impl reconciler_host::guest_set::GuestSource for Declared {
+impl reconciler_host::supply::guest_set::GuestSource for Declared {
     fn list(
         &self,
-    ) -> Result<Vec<reconciler_host::guest_set::Origin>, reconciler_host::guest_set::SourceError>
-    {
+    ) -> Result<
+        Vec<reconciler_host::supply::guest_set::Origin>,
+        reconciler_host::supply::guest_set::SourceError,
+    > {
         Ok(self.items.lock().iter().map(|(o, _)| o.clone()).collect())
     }
 
     fn read(
         &self,
-        origin: &reconciler_host::guest_set::Origin,
-    ) -> Result<reconciler_host::guest_set::Artefact, reconciler_host::guest_set::SourceError> {
+        origin: &reconciler_host::supply::guest_set::Origin,
+    ) -> Result<
+        reconciler_host::supply::guest_set::Artefact,
+        reconciler_host::supply::guest_set::SourceError,
+    > {
         let items = self.items.lock();
         let (_, bytes) = items
             .iter()
             .find(|(o, _)| o.stem() == origin.stem())
             .unwrap();
-        Ok(reconciler_host::guest_set::Artefact {
+        Ok(reconciler_host::supply::guest_set::Artefact {
             origin: origin.clone(),
             bytes: bytes.clone(),
-            hash: reconciler_host::runtime::content_hash(bytes),
+            hash: reconciler_host::sandbox::runtime::content_hash(bytes),
             signed_by: None,
         })
     }
 
     fn watch(
         &self,
-    ) -> Result<Box<dyn reconciler_host::guest_set::Changes>, reconciler_host::guest_set::SourceError>
-    {
-        Err(reconciler_host::guest_set::SourceError::Stopped {
+    ) -> Result<
+        Box<dyn reconciler_host::supply::guest_set::Changes>,
+        reconciler_host::supply::guest_set::SourceError,
+    > {
+        Err(reconciler_host::supply::guest_set::SourceError::Stopped {
             what: "an in-memory source".into(),
         })
     }
 
-    fn holds(&self, _origin: &reconciler_host::guest_set::Origin) -> bool {
+    fn holds(&self, _origin: &reconciler_host::supply::guest_set::Origin) -> bool {
         true
     }
 
     fn judged(
         &self,
-        origin: &reconciler_host::guest_set::Origin,
-        verdict: &reconciler_host::guest_set::Verdict,
+        origin: &reconciler_host::supply::guest_set::Origin,
+        verdict: &reconciler_host::supply::guest_set::Verdict,
     ) {
         self.verdicts
             .lock()
@@ -928,7 +936,7 @@ impl FinalizerWorld {
     }
 
     /// The items now, then a rescan.
-    fn set(&self, items: Vec<(reconciler_host::guest_set::Origin, Vec<u8>)>) {
+    fn set(&self, items: Vec<(reconciler_host::supply::guest_set::Origin, Vec<u8>)>) {
         *self.source.items.lock() = items;
         self.guests.rescan();
     }
@@ -947,7 +955,7 @@ impl FinalizerWorld {
 
     /// The last verdict on `item`, in a word.
     fn cause_of(&self, item: &str) -> Option<String> {
-        use reconciler_host::guest_set::Verdict;
+        use reconciler_host::supply::guest_set::Verdict;
         self.source
             .verdicts
             .lock()
@@ -968,12 +976,12 @@ fn widget_grant_at(version: &str, mode: &str) -> reconciler_host::config::Grant 
 }
 
 /// A tenant's Reconciler `name` in namespace `team-a`.
-fn team_a(name: &str, version: &str) -> reconciler_host::guest_set::Origin {
-    reconciler_host::guest_set::Origin::tenant_reconciler(
+fn team_a(name: &str, version: &str) -> reconciler_host::supply::guest_set::Origin {
+    reconciler_host::supply::guest_set::Origin::tenant_reconciler(
         name,
         1,
         widget_grant_at(version, "active"),
-        reconciler_host::guest_set::Tenant::new(
+        reconciler_host::supply::guest_set::Tenant::new(
             "team-a",
             std::collections::BTreeMap::default(),
             None,
@@ -988,7 +996,7 @@ fn team_a(name: &str, version: &str) -> reconciler_host::guest_set::Origin {
 /// again as soon as its holder goes, without another change.
 #[test]
 fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_at_once() {
-    use reconciler_host::guest_set::Origin;
+    use reconciler_host::supply::guest_set::Origin;
     let world = FinalizerWorld::new();
     // Both declare finalizer test.reconciler.dev/cleanup on Widgets.
     let tenant = team_a("w", "v1");
@@ -1059,7 +1067,7 @@ fn a_tenants_guest_never_holds_an_operators_finalizer_and_a_freed_one_is_taken_a
 /// as the first goes.
 #[test]
 fn a_finalizer_is_one_across_a_kinds_versions_and_a_freed_one_is_taken_at_once() {
-    use reconciler_host::guest_set::Origin;
+    use reconciler_host::supply::guest_set::Origin;
     let world = FinalizerWorld::new();
     let operator = Origin::reconciler("op", 1, widget_grant_at("v1", "active"));
     let widget = std::fs::read(common::guest("widget")).unwrap();

@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use reconciler_host::cluster::objects::Gvk;
 use reconciler_host::config::{HostConfig, ServiceAccountRef};
-use reconciler_host::guest_set::{Directory, FileState, FileStatus, GuestEvent, Guests};
-use reconciler_host::identity::{AccessReview, ReviewOutcome};
-use reconciler_host::objects::Gvk;
-use reconciler_host::runtime::{Runtime, RuntimeOptions};
-use reconciler_host::shadow::Shadows;
+use reconciler_host::sandbox::identity::{AccessReview, ReviewOutcome};
+use reconciler_host::sandbox::runtime::{Runtime, RuntimeOptions};
+use reconciler_host::sandbox::shadow::Shadows;
+use reconciler_host::supply::guest_set::{Directory, FileState, FileStatus, GuestEvent, Guests};
 
 /// Allows every review but the (verb, kind) pairs listed; answers with an error when `down`.
 #[derive(Default)]
@@ -187,7 +187,7 @@ fn a_host_that_requires_identities_refuses_a_guest_without_one() {
 #[test]
 fn a_reconcilers_new_reads_refused_by_its_account_load_once_granted_while_the_old_ones_run() {
     use reconciler_host::config::Grant;
-    use reconciler_host::guest_set::Verdict;
+    use reconciler_host::supply::guest_set::Verdict;
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let _entered = runtime.enter();

@@ -12,12 +12,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::cluster::objects::ObjectRef;
 use reconciler_host::config::HostConfig;
-use reconciler_host::objects::ObjectRef;
-use reconciler_host::providers::http::LiveOutbound;
-use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::sandbox::capabilities::{CallContext, GuestContext};
+use reconciler_host::sandbox::providers::http::LiveOutbound;
+use reconciler_host::sandbox::providers::offline::{self, MemoryCache};
+use reconciler_host::sandbox::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
 /// One request as the server read it.
@@ -147,7 +147,7 @@ fn reconcile(
     guest: &LoadedGuest,
     server: &Server,
     spec: &Value,
-) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+) -> (Outcome, Vec<reconciler_host::sandbox::capabilities::Call>) {
     let config = HostConfig::parse(
         &format!(
             "
@@ -197,7 +197,7 @@ guests:
     (run.outcome, run.calls.unwrap_or_default())
 }
 
-fn status_patch(calls: &[reconciler_host::capabilities::Call]) -> Option<&Value> {
+fn status_patch(calls: &[reconciler_host::sandbox::capabilities::Call]) -> Option<&Value> {
     calls
         .iter()
         .find(|c| c.function == "patch-status")

@@ -15,9 +15,10 @@
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use reconciler_host::backends::conformance::spec;
-use reconciler_host::backends::{
-    BackendConfig, BackendError, LinuxBackend, NetworkBackend, bridge_name, from_config,
+use reconciler_host::config::BackendConfig;
+use reconciler_host::sandbox::backends::conformance::spec;
+use reconciler_host::sandbox::backends::{
+    BackendError, LinuxBackend, NetworkBackend, bridge_name, from_config,
 };
 use serde_json::Value;
 
@@ -474,7 +475,7 @@ async fn addresses_and_routes_of_the_namespace_are_never_covered() {
 /// own, followed by what the kernel shows of it where the scenario cannot see that.
 mod conformance {
     use super::*;
-    use reconciler_host::backends::conformance as scenario;
+    use reconciler_host::sandbox::backends::conformance as scenario;
 
     #[tokio::test]
     async fn ensure_reports_the_network_and_get_and_list_agree() {

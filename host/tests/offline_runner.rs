@@ -105,7 +105,7 @@ fn run_build(name: &str, case: &Case, guest: &str, bless: bool) {
         std::fs::copy(dir.join("backend-state.json"), &state).unwrap();
     }
     // Every build runs from a file named after the guest it ports, as it would be deployed: a
-    // grant belongs to the file's name (`host/src/guests/source.rs`), and a case's host.yaml grants
+    // grant belongs to the file's name (`host/src/supply/guest_set/source.rs`), and a case's host.yaml grants
     // the guest.
     let file = work.path().join(format!("{}.wasm", case.guest));
     std::fs::copy(common::guest(guest), &file).unwrap();

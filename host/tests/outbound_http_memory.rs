@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::cluster::objects::ObjectRef;
 use reconciler_host::config::{Grant, KeyRef, ValueFrom};
-use reconciler_host::objects::ObjectRef;
-use reconciler_host::providers::http::LiveOutbound;
-use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::sandbox::capabilities::{CallContext, GuestContext};
+use reconciler_host::sandbox::providers::http::LiveOutbound;
+use reconciler_host::sandbox::providers::offline::{self, MemoryCache};
+use reconciler_host::sandbox::runtime::{LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
 /// The guest's memory cap in these cases (`limits.memoryMiB`); its HTTP memory is half.

@@ -10,12 +10,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconciler_host::backends::{MemoryBackend, NetworkBackend};
-use reconciler_host::capabilities::{CallContext, GuestContext};
+use reconciler_host::cluster::objects::{Gvk, ObjectRef};
 use reconciler_host::config::{Grant, HostConfig, Limits};
-use reconciler_host::objects::{Gvk, ObjectRef};
-use reconciler_host::providers::offline::{self, MemoryCache};
-use reconciler_host::runtime::{LoadError, LoadedGuest, Outcome, Request, Runtime, RuntimeOptions};
+use reconciler_host::sandbox::backends::{MemoryBackend, NetworkBackend};
+use reconciler_host::sandbox::capabilities::{CallContext, GuestContext};
+use reconciler_host::sandbox::providers::offline::{self, MemoryCache};
+use reconciler_host::sandbox::runtime::{
+    LoadError, LoadedGuest, Outcome, Request, Runtime, RuntimeOptions,
+};
 use serde_json::{Value, json};
 
 fn runtime() -> Runtime {
@@ -81,7 +83,7 @@ fn reconcile(
     guest: &LoadedGuest,
     h: &Harness,
     object: &Value,
-) -> (Outcome, Vec<reconciler_host::capabilities::Call>) {
+) -> (Outcome, Vec<reconciler_host::sandbox::capabilities::Call>) {
     let (request, _rt, call) = prepare(h, object); // the runtime lives as long as the call
     let run = runtime.reconcile(guest, call, request);
     (run.outcome, run.calls.unwrap_or_default())
@@ -624,8 +626,8 @@ fn reconcile_reusing(
     guest: &LoadedGuest,
     h: &Harness,
     object: &Value,
-    warm: &mut Option<reconciler_host::runtime::Warm>,
-    reuse: reconciler_host::runtime::Reuse,
+    warm: &mut Option<reconciler_host::sandbox::runtime::Warm>,
+    reuse: reconciler_host::sandbox::runtime::Reuse,
 ) -> (Outcome, bool, Option<u64>) {
     let (request, rt, call) = prepare(h, object);
     let run = rt.block_on(runtime.reconcile_reusing(guest, call, request, warm, Some(reuse)));
@@ -638,8 +640,8 @@ fn reconcile_reusing(
     (run.outcome, run.reused, calls)
 }
 
-fn reuse(uses: u32, idle: Duration) -> reconciler_host::runtime::Reuse {
-    reconciler_host::runtime::Reuse { uses, idle }
+fn reuse(uses: u32, idle: Duration) -> reconciler_host::sandbox::runtime::Reuse {
+    reconciler_host::sandbox::runtime::Reuse { uses, idle }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use reconciler_host::runtime::{Runtime, RuntimeOptions};
+use reconciler_host::sandbox::runtime::{Runtime, RuntimeOptions};
 
 use crate::paths::{repo_root, target_dir};
 use crate::wait::wait_until;
@@ -98,7 +98,7 @@ pub fn guest_component(name: &str) -> Result<PathBuf> {
 
 /// The file a built guest runs from in a guest directory: `<the name it declares>.wasm`, as it
 /// is deployed. A grant belongs to the file's name, never to the name a guest declares
-/// (`host/src/guest_set/source.rs`), so a port or variant (`network-go`, `greeter-c`, `naming-altered`)
+/// (`host/src/supply/guest_set/source.rs`), so a port or variant (`network-go`, `greeter-c`, `naming-altered`)
 /// runs as the guest it stands in for, under that guest's grant, metrics and field manager.
 /// A component that does not load has no name of its own and keeps its build's.
 pub async fn deployed_file_name(component: &str) -> Result<String> {

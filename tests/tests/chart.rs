@@ -50,7 +50,7 @@ fn repository_configs() -> Result<Vec<(String, Value)>> {
     Ok(configs)
 }
 
-/// Configurations that reach every branch of the derivation (host/src/rbac/): plurals, trial
+/// Configurations that reach every branch of the derivation (host/src/cli/rbac/): plurals, trial
 /// grants, subresources of core and named groups, identities, Reconciler ceilings with and
 /// without required identities, pull Secrets, HTTP credentials of grants, ceilings and tenant
 /// rules, tenant rules by name and by selector, unmatched Reconcilers reported, and write verbs
@@ -266,7 +266,7 @@ fn the_charts_rbac_is_what_reconciler_host_rbac_prints_for_the_same_grants() -> 
                 differences.dedup();
                 bail!(
                     "{name}, release {release} in {namespace}, {values}: the chart's RBAC differs from `reconciler-host rbac {}` \
-                     (change deploy/helm/reconciler-host/templates/_rbac.tpl with host/src/rbac/):\n{}",
+                     (change deploy/helm/reconciler-host/templates/_rbac.tpl with host/src/cli/rbac/):\n{}",
                     flags.join(" "),
                     differences.join("\n")
                 );

@@ -193,8 +193,9 @@ async fn lease_holder(client: &kube::Client) -> Result<String> {
 
 /// Waits until `pod`'s `/guests` lists the widget guest built as `component`, by its digest.
 async fn widget_loaded(pods: &Api<Pod>, pod: &str, component: &str) -> Result<()> {
-    let digest =
-        reconciler_host::runtime::content_hash(&std::fs::read(guest_component(component)?)?);
+    let digest = reconciler_host::sandbox::runtime::content_hash(&std::fs::read(guest_component(
+        component,
+    )?)?);
     wait_until(&format!("{component} loaded on {pod}"), WAIT, || async {
         let guests = pod_get(pods, pod, "/guests").await?;
         ensure!(guests.contains(&digest), "{guests}");
@@ -1436,9 +1437,9 @@ async fn sharded_replicas_split_the_networks(
                 ));
             }
             ensure!(owned.len() == 3, "{} Pods", owned.len());
-            let mut all = reconciler_host::shards::SlotSet::empty();
+            let mut all = reconciler_host::cluster::shard_ranges::SlotSet::empty();
             for (pod, active, _) in &owned {
-                let set = reconciler_host::shards::SlotSet::from_text(active)
+                let set = reconciler_host::cluster::shard_ranges::SlotSet::from_text(active)
                     .map_err(anyhow::Error::msg)?;
                 ensure!(!set.is_empty(), "{pod} owns nothing yet");
                 ensure!(

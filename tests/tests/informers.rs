@@ -1,4 +1,4 @@
-//! Shared informers (`reconciler_host::informers`) against a real kube-apiserver.
+//! Shared informers (`reconciler_host::cluster::informers`) against a real kube-apiserver.
 //!
 //! Each test has its own `Informers`, namespace(s) and, where a CRD is needed, its own API group,
 //! so tests run in parallel on the shared control plane. Read-your-writes holds the informer's
@@ -22,7 +22,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::{Api, Client, Config, ResourceExt};
-use reconciler_host::informers::{
+use reconciler_host::cluster::informers::{
     Informer, InformerError, InformerEvent, Informers, InitialList, Options, Subscription,
     WatchScope, parse_selector,
 };

@@ -1,4 +1,4 @@
-//! The host's leader election (`host/src/leader.rs`) alone, against the real kube-apiserver: one
+//! The host's leader election (`host/src/replicas/leader.rs`) alone, against the real kube-apiserver: one
 //! candidate leads and holds its write fence to each renewal's deadline; a leader cut off from
 //! the API server (a relay blackholed) stops writing before the standby takes over; a healed
 //! former leader stays standby; a graceful release hands over at once.
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use reconciler_host::fence::WriteFence;
-use reconciler_host::leader::{Election, LeaderOptions};
+use reconciler_host::replicas::fence::WriteFence;
+use reconciler_host::replicas::leader::{Election, LeaderOptions};
 use reconciler_host_tests::robustness::relay::{Mode, Relay};
 use reconciler_host_tests::{ControlPlane, test_namespace, wait_until};
 

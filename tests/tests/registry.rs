@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
-use reconciler_host::runtime::content_hash;
+use reconciler_host::sandbox::runtime::content_hash;
 use reconciler_host_tests::{PrivateRegistry, Registry};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

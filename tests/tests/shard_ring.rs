@@ -1,4 +1,4 @@
-//! The shard ring (`reconciler_host::shards::Ring`) against a real kube-apiserver: several
+//! The shard ring (`reconciler_host::replicas::shards::Ring`) against a real kube-apiserver: several
 //! members in one process, each with a stand-in host that acknowledges its slots at once and
 //! records them, so the test can check at every change that no slot was active on two
 //! members, and that the ring covers every slot again after members die, join and leave.
@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use reconciler_host::fence::WriteFence;
-use reconciler_host::shards::{Ring, RingOptions, SlotSet};
+use reconciler_host::cluster::shard_ranges::SlotSet;
+use reconciler_host::replicas::fence::WriteFence;
+use reconciler_host::replicas::shards::{Ring, RingOptions};
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{ControlPlane, test_namespace, wait_until};
 use std::sync::Mutex;

@@ -16,11 +16,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
-use reconciler_host::informers::{
+use reconciler_host::cluster::informers::{
     FilterMode, Informer, Informers, Options, ShardFilter, WatchScope,
 };
+use reconciler_host::cluster::shard_ranges::{SlotSet, slot_of};
 use reconciler_host::metrics::Metrics;
-use reconciler_host::shards::{SlotSet, slot_of};
 use reconciler_host_tests::paths::target_dir;
 use reconciler_host_tests::{
     ControlPlane, apply_crd_file, client_for_kubeconfig, cp_script, test_namespace, wait_until,

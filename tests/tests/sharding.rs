@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail, ensure};
 use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use reconciler_host::shards::{SLOTS, SlotSet, slot_of};
+use reconciler_host::cluster::shard_ranges::{SLOTS, SlotSet, slot_of};
 use reconciler_host_tests::journal::{Interval, Log, describe, overlaps};
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{

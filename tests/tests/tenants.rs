@@ -480,7 +480,7 @@ async fn tenants_are_held_to_their_namespaces_by_the_host_and_the_api_server() -
         .await?;
     ensure!(beyond.contains("read v1/Secret"), "{beyond}");
     // Another namespace's account: refused by the API server at admission (the host refuses
-    // it too, behind that: host/src/guest_set/grants.rs).
+    // it too, behind that: host/src/supply/guest_set/grants.rs).
     let borrowed = world
         .reconciler(
             &team_c,

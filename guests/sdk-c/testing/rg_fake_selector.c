@@ -1,7 +1,7 @@
 // Label selectors in the Kubernetes string syntax (`a=b,c!=d,e in (x,y),f notin (z),g,!h`), for
-// the fake host's lister.list: a port of the host's parser (host/src/selector.rs, after
+// the fake host's lister.list: a port of the host's parser (host/src/cluster/selector.rs, after
 // apimachinery's labels.Parse) with its grammar, key and value rules and error texts, and the
-// text checks the host makes first (host/src/validation.rs, selector_text), so that a selector
+// text checks the host makes first (host/src/cluster/validation.rs, selector_text), so that a selector
 // the fake takes, the host takes. Written here because the fake is plain C beside the SDK, which
 // has no selector of its own (a guest only passes them on).
 #define _POSIX_C_SOURCE 200809L  // strndup

@@ -7,7 +7,7 @@
 
 typedef struct rg_fake_selector rg_fake_selector_t;
 
-// Parses `text` as the host's lister does (host/src/selector.rs, after apimachinery's
+// Parses `text` as the host's lister does (host/src/cluster/selector.rs, after apimachinery's
 // labels.Parse); the empty or blank text selects everything. NULL when it is not a selector, with
 // *error the host's text, `label-selector: invalid label selector "a=b," at byte 4: ...`
 // (malloc'd, the caller's to free).

@@ -1,6 +1,6 @@
 // The fake host's own tests (../testing/rg_fake_host.c, rg_fake_selector.c): what it answers is
 // what a guest's tests rely on, so its model is pinned here, through the SDK as a guest calls it.
-// Selectors against the host's own cases (host/src/selector.rs) and texts.
+// Selectors against the host's own cases (host/src/cluster/selector.rs) and texts.
 #include <stdlib.h>
 
 #include "check.h"

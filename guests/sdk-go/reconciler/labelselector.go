@@ -4,7 +4,7 @@ package reconciler
 
 // Label selectors in the Kubernetes string syntax (`a=b,c!=d,e in (x,y),f notin (z),g,!h`),
 // parsed and matched as the host's lister does, for the fake host (fakehost.go). Written here
-// because the host's parser (host/src/selector.rs, after apimachinery's labels.Parse) is Rust,
+// because the host's parser (host/src/cluster/selector.rs, after apimachinery's labels.Parse) is Rust,
 // and apimachinery's own would be the SDK's first dependency beyond the standard library; this
 // is a port of the host's, with the same grammar, key and value rules and error texts.
 

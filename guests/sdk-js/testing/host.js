@@ -2,7 +2,7 @@
 // how each import is answered. One per process, as the component imports a guest's modules bind
 // to are one per process; index.js is its public face, bindings.js the imports.
 //
-// Writes are answered as the offline runner answers them (host/src/providers/offline.rs): a
+// Writes are answered as the offline runner answers them (host/src/sandbox/providers/offline.rs): a
 // status patch and an apply are JSON merge patches (RFC 7386) of the object held, each giving it
 // a `resourceVersion` above every other; a delete removes it at once. Not modelled: field
 // ownership (an unforced apply never conflicts), `generation`, `uid`, defaults, admission,

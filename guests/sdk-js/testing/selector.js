@@ -1,4 +1,4 @@
-// Label selectors as the host reads them (host/src/selector.rs, itself apimachinery's
+// Label selectors as the host reads them (host/src/cluster/selector.rs, itself apimachinery's
 // `labels.Parse`): `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (z)`, `a`, `!a`, joined by
 // commas; keys and values checked as Kubernetes checks them; `>` and `<` refused. The fake host's
 // `list` filters with it, so a selector a guest's test passes is one the host takes, and one the

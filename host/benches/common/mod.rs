@@ -1,8 +1,8 @@
 //! What the in-process benches share (`mod common;` in `reconcile.rs` and `languages.rs`).
 
 use async_trait::async_trait;
-use reconciler_host::capabilities::{Cluster, EventRecord, HostError};
-use reconciler_host::objects::ObjectRef;
+use reconciler_host::cluster::objects::ObjectRef;
+use reconciler_host::sandbox::capabilities::{Cluster, EventRecord, HostError};
 use serde_json::Value;
 
 /// Answers every write with a small fixed object: the API round trip is not the guest's cost.

@@ -8,7 +8,7 @@
 //!    a finalizer is then listed on `/guests` with its `orphanedFinalizer`, as any unload lists it.
 //! 2. It waits until no host Pod reports a guest running.
 //! 3. It removes each of those finalizers from every object of its kind, with the patch of the
-//!    `release` policy ([`crate::finalizer::remove_ops`]): no guest is left to put one back.
+//!    `release` policy ([`crate::cluster::finalizer::remove_ops`]): no guest is left to put one back.
 //!    Objects are listed as the host; a guest with its own ServiceAccount (a grant's
 //!    `serviceAccount`, given as `--service-account GUEST=NS/NAME` or read from `/guests` before
 //!    the grants go) wrote its finalizer as that account, and the patch goes as it too, which
@@ -27,8 +27,8 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
+use crate::cluster::objects::Gvk;
 use crate::config::ServiceAccountRef;
-use crate::objects::Gvk;
 
 fn parse_account(text: &str) -> Result<(String, ServiceAccountRef), String> {
     let (guest, account) = text
@@ -299,14 +299,17 @@ async fn release(
     account: Option<&ServiceAccountRef>,
 ) -> Result<usize, kube::Error> {
     let gvk = kube::core::GroupVersionKind::from(&orphan.kind);
-    let kind = crate::discovery::Resolver::default()
+    let kind = crate::cluster::discovery::Resolver::default()
         .resolve(client, &gvk)
         .await?;
     let all = Api::<DynamicObject>::all_with(client.clone(), &kind.resource);
-    let writer = account.map_or_else(|| client.clone(), |a| crate::identity::client_as(client, a));
+    let writer = account.map_or_else(
+        || client.clone(),
+        |a| crate::sandbox::identity::client_as(client, a),
+    );
     let mut released = 0;
-    for object in crate::finalizer::carrying(&all, &orphan.finalizer).await? {
-        let Some(ops) = crate::finalizer::remove_ops(&object, &orphan.finalizer) else {
+    for object in crate::cluster::finalizer::carrying(&all, &orphan.finalizer).await? {
+        let Some(ops) = crate::cluster::finalizer::remove_ops(&object, &orphan.finalizer) else {
             continue;
         };
         let Ok(patch) = serde_json::from_value::<json_patch::Patch>(serde_json::Value::Array(ops))

@@ -1,7 +1,7 @@
 //! `http:` in a grant: the URLs a guest may call through `wasi:http/outgoing-handler`, the
 //! methods per URL prefix, and the credentials the host adds to matching requests (read from
 //! Secrets, never shown to the guest). The rules that apply them are in
-//! `crate::capabilities::http`; docs/http.md describes both.
+//! `crate::sandbox::capabilities::http`; docs/http.md describes both.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

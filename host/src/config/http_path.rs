@@ -2,7 +2,7 @@
 //! text; the server compares what it resolves the text to, and servers resolve differently
 //! (path parameters, decoding once or twice, backslashes, look-alikes, trimming). A path is
 //! refused unless every server we know of would serve it under the prefix its text is under.
-//! Used for every request (`crate::capabilities::http::policy`) and for every rule's prefix.
+//! Used for every request (`crate::sandbox::capabilities::http::policy`) and for every rule's prefix.
 
 /// The path a request may be sent to (the text itself, never rewritten, so what is sent is what
 /// was checked; `/` for an empty path), or why it is refused. It must be made of

@@ -8,16 +8,20 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::objects::Gvk;
+use crate::cluster::objects::Gvk;
 
+mod backends;
 mod http;
 mod http_path;
+mod queue;
 mod record;
 mod service_account;
 mod writes;
 
+pub use backends::{BackendConfig, DEFAULT_BRIDGE_PREFIX};
 pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom};
 pub use http_path::normalise_path;
+pub use queue::QueueConfig;
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
 pub use writes::{Verb, WriteTarget, WriteVerbs};
@@ -61,7 +65,7 @@ pub struct HostConfig {
     pub(crate) defaults: Limits,
     /// Providers of actual state, by name (`network`).
     #[serde(default)]
-    pub(crate) backends: BTreeMap<String, crate::backends::BackendConfig>,
+    pub(crate) backends: BTreeMap<String, BackendConfig>,
     /// What each guest (by manifest name) may do.
     #[serde(default)]
     pub(crate) guests: BTreeMap<String, Grant>,
@@ -86,9 +90,9 @@ pub struct HostConfig {
     /// guest). Default: `records/` in the host's cache directory (`run --cache-dir`).
     #[serde(default)]
     pub(crate) record_directory: Option<PathBuf>,
-    /// The adaptive limit on the host's API writes in flight (`crate::flowcontrol`).
+    /// The adaptive limit on the host's API writes in flight (`crate::cluster::flowcontrol`).
     #[serde(default)]
-    pub(crate) api_writes: crate::flowcontrol::Settings,
+    pub(crate) api_writes: crate::cluster::flowcontrol::Settings,
 }
 
 impl HostConfig {
@@ -188,7 +192,7 @@ impl HostConfig {
                 message: format!("{}: {message}", rule.label(i)),
             };
             if let Some(selector) = &rule.namespace_selector {
-                let parsed = crate::selector::parse_selector(selector)
+                let parsed = crate::cluster::selector::parse_selector(selector)
                     .map_err(|e| invalid(format!("namespaceSelector: {e}")))?;
                 if parsed.selects_all() {
                     return Err(invalid(
@@ -201,7 +205,7 @@ impl HostConfig {
                     "selects no namespace: set namespaceSelector or namespaces".into(),
                 ));
             }
-            crate::validation::dns1123_label("serviceAccount", &rule.service_account)
+            crate::cluster::validation::dns1123_label("serviceAccount", &rule.service_account)
                 .map_err(|e| invalid(e.to_string()))?;
             let allow = &rule.allow;
             allow
@@ -232,9 +236,10 @@ impl HostConfig {
     }
 }
 
-/// `reconcilers:`: guests declared as cluster-scoped `Reconciler` objects
-/// (`reconcilers.reconciler.dev`). Whoever may create one runs code with what it grants, so the
-/// operator bounds every such grant here; RBAC on `Reconciler` objects is an administrator's.
+/// `reconcilers:`: guests declared as `ClusterReconciler` objects (cluster-scoped) and as
+/// `Reconciler` objects in namespaces a tenant rule opens (`reconciler.dev`). Whoever may create
+/// one runs code with what it grants, so the operator bounds every such grant here; RBAC on
+/// those objects is an administrator's.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ReconcilerSettings {
@@ -338,7 +343,7 @@ impl TenantRule {
         }
         self.namespace_selector
             .as_deref()
-            .and_then(|s| crate::selector::parse_selector(s).ok())
+            .and_then(|s| crate::cluster::selector::parse_selector(s).ok())
             .is_some_and(|s| !s.selects_all() && s.matches(labels))
     }
 }
@@ -446,7 +451,10 @@ impl VerifySettings {
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Allow {
-    #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
+    #[serde(
+        default,
+        deserialize_with = "crate::cluster::objects::deserialize_kinds"
+    )]
     pub(crate) read: BTreeSet<Gvk>,
     /// Kinds a Reconciler may read only through a selector that includes this one (its
     /// `spec.grant.readSelectors` entry must carry every requirement written here).
@@ -473,7 +481,7 @@ pub(crate) struct Allow {
     /// The modes a Reconciler may run in (`[shadow]`: its guests only ever compare); unset,
     /// both.
     #[serde(default)]
-    pub(crate) modes: Option<BTreeSet<crate::shadow::Mode>>,
+    pub(crate) modes: Option<BTreeSet<Mode>>,
     /// The registries a Reconciler's `spec.module` may name: `HOST[:PORT]`, optionally with a
     /// repository prefix (`HOST[:PORT]/PATH`). None listed: no registry.
     #[serde(default)]
@@ -514,7 +522,7 @@ impl<'de> Deserialize<'de> for ReadSelectors {
         let mut selectors = BTreeMap::new();
         for (kind, selector) in written {
             let kind: Gvk = kind.parse().map_err(serde::de::Error::custom)?;
-            crate::selector::parse_selector(&selector)
+            crate::cluster::selector::parse_selector(&selector)
                 .map_err(|e| serde::de::Error::custom(format!("readSelectors {kind}: {e}")))?;
             selectors.insert(kind, selector);
         }
@@ -526,7 +534,7 @@ impl<'de> Deserialize<'de> for ReadSelectors {
 /// `outer`'s requirements (the parser sorts and removes repeats, so adding `outer`'s to
 /// `inner`'s changes nothing exactly then).
 pub(crate) fn selector_within(inner: &str, outer: &str) -> bool {
-    let parse = crate::selector::parse_selector;
+    let parse = crate::cluster::selector::parse_selector;
     match (parse(&format!("{inner},{outer}")), parse(inner)) {
         (Ok(both), Ok(inner)) => both == inner,
         _ => false,
@@ -664,7 +672,7 @@ impl Limits {
 
     /// The rates and bursts, each as (name, this value, the ceiling's, the built-in value).
     fn rate_limits(&self, ceiling: &Limits) -> [(&'static str, Option<u32>, Option<u32>, u32); 12] {
-        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
+        let (rates, queue) = (Rates::default(), QueueConfig::default());
         [
             (
                 "httpPerSecond",
@@ -744,7 +752,7 @@ impl Limits {
                 (mine, ceiling) => Some(mine.unwrap_or(built_in).min(ceiling.unwrap_or(built_in))),
             }
         }
-        let (rates, queue) = (Rates::default(), crate::queue::QueueConfig::default());
+        let (rates, queue) = (Rates::default(), QueueConfig::default());
         let concurrency = ceiling
             .concurrency
             .map_or(max_concurrency, |c| c.min(max_concurrency));
@@ -863,7 +871,7 @@ impl Default for Rates {
     /// 16 writers manage ~800/s on the dev machine; at the old default of 500/s the host was
     /// held under the server's pace), so a well-behaved guest is never slowed by default; the
     /// API server is protected by the adaptive limit on writes in flight
-    /// (`crate::flowcontrol`), not by this rate. Give an untrusted guest less in its grant.
+    /// (`crate::cluster::flowcontrol`), not by this rate. Give an untrusted guest less in its grant.
     ///
     /// Body bytes: 8 MiB/s, far above what an honest guest sends (the controller bench's
     /// guest writes ~0.2 KB status patches, under 0.1 MiB/s even at the full write rate; the
@@ -922,11 +930,14 @@ pub enum PrimaryReads {
 pub struct Grant {
     /// `active` (default) or `shadow`: in shadow mode the guest runs with this grant but
     /// changes nothing; each intended change is compared with the live state
-    /// (see `crate::shadow`). Changing it reloads the guest, without a restart.
+    /// (see `crate::sandbox::shadow`). Changing it reloads the guest, without a restart.
     #[serde(default)]
-    pub mode: crate::shadow::Mode,
+    pub mode: Mode,
     /// Kinds the guest may watch and read through the lister (and record events about).
-    #[serde(default, deserialize_with = "crate::objects::deserialize_kinds")]
+    #[serde(
+        default,
+        deserialize_with = "crate::cluster::objects::deserialize_kinds"
+    )]
     pub read: BTreeSet<Gvk>,
     /// A label selector per read kind (`{v1/ConfigMap: "app=web"}`): the guest reads and
     /// watches only objects of the kind that match it, and the host caches only those. Every
@@ -972,7 +983,7 @@ pub struct Grant {
     pub limits: Limits,
     /// The ServiceAccount (`NAMESPACE/NAME`) every API write of the guest is sent as, so the
     /// API server checks it against that account's RBAC too; its reads are reviewed against
-    /// the same account at load and periodically (see `crate::identity`).
+    /// the same account at load and periodically (see `crate::sandbox::identity`).
     #[serde(default)]
     pub service_account: Option<ServiceAccountRef>,
     /// Record reconciles for offline replay (`reconcile --replay`); none by default. Only the
@@ -1128,6 +1139,17 @@ impl FinalizerPolicy {
     pub(crate) fn grace(&self) -> Duration {
         self.grace.unwrap_or(Self::DEFAULT_GRACE)
     }
+}
+
+/// How a guest's changes reach the world (`guests.<name>.mode` in the host configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Writes, events and backend calls are made.
+    #[default]
+    Active,
+    /// Nothing is changed; intended changes are compared with the live state.
+    Shadow,
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! `guests.<name>.record`: which reconciles of a guest `run` writes down for replay
 //! (`reconciler-host reconcile --replay`), and how much disk they may take. See
-//! `crate::records` for what a record holds and docs/guests/replay.md for its use.
+//! `crate::sandbox::records` for what a record holds and docs/guests/replay.md for its use.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::objects::Gvk;
+use crate::cluster::objects::Gvk;
 
 /// Default bound of one guest's record directory.
 pub const DEFAULT_RECORD_BYTES: u64 = 64 << 20;
@@ -30,7 +30,7 @@ pub struct RecordPolicy {
     /// appear in a record (the request, reads, writes). Default: `[v1/Secret]`.
     #[serde(
         default = "default_sensitive",
-        deserialize_with = "crate::objects::deserialize_kinds"
+        deserialize_with = "crate::cluster::objects::deserialize_kinds"
     )]
     pub(crate) sensitive: BTreeSet<Gvk>,
     /// Store sensitive kinds' data as read. Default: false.

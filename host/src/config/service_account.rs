@@ -1,7 +1,7 @@
 //! Per-guest identity in the configuration: the ServiceAccount a grant names
 //! (`serviceAccount: NAMESPACE/NAME`), the host-wide `identity:` section, and the ServiceAccounts
 //! a `Reconciler` may name (`reconcilers.allow.serviceAccounts`). What the host does with them is
-//! `crate::identity`'s.
+//! `crate::sandbox::identity`'s.
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,9 +51,9 @@ impl FromStr for ServiceAccountRef {
         let (namespace, name) = s
             .split_once('/')
             .ok_or_else(|| format!("serviceAccount {s:?}: write it NAMESPACE/NAME"))?;
-        crate::validation::dns1123_label("serviceAccount namespace", namespace)
+        crate::cluster::validation::dns1123_label("serviceAccount namespace", namespace)
             .map_err(|e| e.to_string())?;
-        crate::validation::dns1123_subdomain("serviceAccount name", name)
+        crate::cluster::validation::dns1123_subdomain("serviceAccount name", name)
             .map_err(|e| e.to_string())?;
         Ok(Self {
             namespace: namespace.to_owned(),
@@ -97,7 +97,7 @@ impl TryFrom<String> for AllowedAccount {
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         if let Some(namespace) = s.strip_suffix("/*") {
-            crate::validation::dns1123_label("serviceAccounts namespace", namespace)
+            crate::cluster::validation::dns1123_label("serviceAccounts namespace", namespace)
                 .map_err(|e| e.to_string())?;
             return Ok(Self {
                 namespace: namespace.to_owned(),

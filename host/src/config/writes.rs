@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::objects::Gvk;
+use crate::cluster::objects::Gvk;
 
 /// A write target: a kind, or one subresource of it (`samplecrd.k8s.io/v1/Network/status`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]

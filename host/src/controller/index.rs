@@ -21,12 +21,12 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::GuestVersion;
-use crate::capabilities::CallContext;
-use crate::informers::{Informer, InformerEvent, Subscription};
-use crate::manifest::FieldPath;
-use crate::objects::ObjectKey;
-use crate::queue::Priority;
-use crate::runtime::{Indexed, Runtime};
+use crate::cluster::informers::{Informer, InformerEvent, Subscription};
+use crate::cluster::objects::ObjectKey;
+use crate::controller::queue::Priority;
+use crate::sandbox::capabilities::CallContext;
+use crate::sandbox::manifest::FieldPath;
+use crate::sandbox::runtime::{Indexed, Runtime};
 
 /// Which primaries hold which value: at one path, or as the guest computed them.
 pub struct FieldIndex {
@@ -467,7 +467,7 @@ async fn index_one(
                 started.elapsed(),
             );
             if dropped > 0 {
-                tracing::warn!(guest = %guest, index = %name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::runtime::MAX_INDEX_VALUE_BYTES, crate::runtime::MAX_INDEX_VALUES);
+                tracing::warn!(guest = %guest, index = %name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::sandbox::runtime::MAX_INDEX_VALUE_BYTES, crate::sandbox::runtime::MAX_INDEX_VALUES);
             }
             match index.set(key, values) {
                 Held::OverBudget => {

@@ -16,10 +16,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::capabilities::{Enqueuer, HostError};
+use crate::cluster::objects::ObjectKey;
+use crate::controller::queue::{Priority, WorkQueue};
 use crate::metrics::Metrics;
-use crate::objects::ObjectKey;
-use crate::queue::{Priority, WorkQueue};
+use crate::sandbox::capabilities::{Enqueuer, HostError};
 
 /// A controller's work queue as everything but its workers sees it.
 #[derive(Clone)]
@@ -103,7 +103,7 @@ impl Enqueuer for Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::QueueConfig;
+    use crate::controller::queue::QueueConfig;
 
     fn key(text: &str) -> ObjectKey {
         text.parse().unwrap()

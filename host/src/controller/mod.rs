@@ -18,7 +18,7 @@
 //!   import, so stopping a controller cancels its reconciles at once instead of waiting for
 //!   their deadlines.
 //! - A guest whose manifest leaves `concurrency` at 0 reconciles as many keys at once as the
-//!   host's adaptive limit on API writes allows (`crate::flowcontrol`), up to its cap: the API
+//!   host's adaptive limit on API writes allows (`crate::cluster::flowcontrol`), up to its cap: the API
 //!   server, not a number picked in advance, sets the pace.
 //! - A standby (a leader-elected replica without the lease) runs its controllers without
 //!   workers: caches synced, events mapped to keys, all of them queued low, so that on taking
@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 mod index;
 mod keys;
+pub mod queue;
 pub(crate) mod sync;
 mod triggers;
 
@@ -38,18 +39,20 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::backends::NetworkBackend;
-use crate::capabilities::{CallContext, EventRecord, GuestContext, NETWORK_BACKEND, Scope};
-use crate::fence::WriteFence;
-use crate::guest_set::ActiveGuest;
-use crate::informers::{Informer, Informers, WatchScope};
-use crate::manifest::{Mapping, SecondaryWatch};
+use crate::cluster::informers::{Informer, Informers, WatchScope};
+use crate::cluster::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::controller::queue::{QueueConfig, WorkQueue};
 use crate::metrics::Metrics;
-use crate::objects::{Gvk, ObjectKey, ObjectRef};
-use crate::providers::kube::KubeCluster;
-use crate::queue::{QueueConfig, WorkQueue};
-use crate::records::Recorder;
-use crate::runtime::{Outcome, Request, Run, Runtime};
+use crate::replicas::fence::WriteFence;
+use crate::sandbox::backends::NetworkBackend;
+use crate::sandbox::capabilities::{
+    CallContext, EventRecord, GuestContext, NETWORK_BACKEND, Scope,
+};
+use crate::sandbox::manifest::{Mapping, SecondaryWatch};
+use crate::sandbox::providers::kube::KubeCluster;
+use crate::sandbox::records::Recorder;
+use crate::sandbox::runtime::{Outcome, Request, Run, Runtime};
+use crate::supply::guest_set::ActiveGuest;
 pub use index::{FieldIndex, Held, IndexBudget};
 use index::{Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
@@ -71,16 +74,16 @@ pub(crate) struct Shared {
     /// Closed when the host loses its lease: no write is sent after that.
     pub(crate) fence: WriteFence,
     /// Where guests in shadow mode record their verdicts (`/guests`, metrics).
-    pub(crate) shadows: Arc<crate::shadow::Shadows>,
+    pub(crate) shadows: Arc<crate::sandbox::shadow::Shadows>,
     /// Sharded mode (`run --shards auto`): the slots this replica's controllers own. Primary
     /// informers watch only objects whose uid hashes into them; keys outside are dropped.
-    pub(crate) shard: Option<crate::shards::SlotSet>,
-    /// Where guests whose grant sets `record` write their records (`crate::records`).
+    pub(crate) shard: Option<crate::cluster::shard_ranges::SlotSet>,
+    /// Where guests whose grant sets `record` write their records (`crate::sandbox::records`).
     pub(crate) record_directory: Option<std::path::PathBuf>,
     /// Sends the outbound HTTP of guests whose grant has `http:` rules.
-    pub(crate) outbound: Arc<dyn crate::capabilities::http::Outbound>,
+    pub(crate) outbound: Arc<dyn crate::sandbox::capabilities::http::Outbound>,
     /// The host's limit on API writes in flight; adaptive guests take their keys under it.
-    pub(crate) flow: crate::flowcontrol::FlowControl,
+    pub(crate) flow: crate::cluster::flowcontrol::FlowControl,
     /// The configuration's `maxConcurrency`: an adaptive guest's cap unless its grant says less.
     pub(crate) max_concurrency: u32,
 }
@@ -282,7 +285,7 @@ impl Controller {
         self.primary
             .list(None, None)
             .iter()
-            .filter(|o| crate::finalizer::carries(o, finalizer))
+            .filter(|o| crate::cluster::finalizer::carries(o, finalizer))
             .count()
     }
 
@@ -490,7 +493,7 @@ impl Concurrency {
         self,
         shared: &Shared,
         guest: &str,
-    ) -> (usize, Option<Arc<crate::flowcontrol::Slots>>) {
+    ) -> (usize, Option<Arc<crate::cluster::flowcontrol::Slots>>) {
         match self {
             Concurrency::Fixed(n) => {
                 shared.metrics.guest_concurrency(guest, n);
@@ -498,7 +501,7 @@ impl Concurrency {
             }
             Concurrency::Adaptive { cap } => (
                 cap,
-                Some(Arc::new(crate::flowcontrol::Slots::new(
+                Some(Arc::new(crate::cluster::flowcontrol::Slots::new(
                     &shared.flow,
                     cap,
                     guest,
@@ -561,7 +564,7 @@ impl Caches {
                     Ok(informer) => informer,
                     // No object of a cluster-scoped kind is in a namespace: a tenant's watch
                     // of one takes no event, as its lister reads none.
-                    Err(crate::informers::InformerError::ClusterScoped { .. })
+                    Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
                         if guest.tenant().is_some() =>
                     {
                         tracing::warn!(guest = %manifest.name, kind = %secondary.kind, "secondary watch left out: a namespaced Reconciler's guest watches its namespace only, and this kind is cluster-scoped");
@@ -665,7 +668,7 @@ impl GuestVersion {
             .get(NETWORK_BACKEND)
             .filter(|_| guest.grant.backends.contains(NETWORK_BACKEND))
             .cloned();
-        let mut providers = crate::providers::kube::providers(
+        let mut providers = crate::sandbox::providers::kube::providers(
             caches.readable.clone(),
             Arc::new(keys.clone()),
             cluster.clone(),
@@ -697,7 +700,7 @@ impl GuestVersion {
 fn map_context(
     shared: &Shared,
     guest: &ActiveGuest,
-    providers: &crate::capabilities::Providers,
+    providers: &crate::sandbox::capabilities::Providers,
     scope: Scope,
 ) -> Arc<GuestContext> {
     Arc::new(
@@ -714,7 +717,7 @@ fn index_context(shared: &Shared, guest: &ActiveGuest, scope: Scope) -> Arc<Gues
         GuestContext::new(
             guest.name(),
             guest.grant.clone(),
-            crate::capabilities::Providers::deny_indexing(),
+            crate::sandbox::capabilities::Providers::deny_indexing(),
         )
         .with_scope(scope)
         .with_metrics(shared.metrics.clone()),
@@ -736,9 +739,9 @@ async fn acquire_scoped(
     kind: &Gvk,
     namespace: Option<String>,
     label_selector: Option<String>,
-    slots: Option<crate::shards::SlotSet>,
+    slots: Option<crate::cluster::shard_ranges::SlotSet>,
     guest: &ActiveGuest,
-) -> Result<Informer, crate::informers::InformerError> {
+) -> Result<Informer, crate::cluster::informers::InformerError> {
     let gvk = kube::core::GroupVersionKind::from(kind);
     let scope = WatchScope {
         namespace,
@@ -747,7 +750,9 @@ async fn acquire_scoped(
     };
     let metadata = metadata_kinds(&guest.loaded.manifest).contains(kind);
     match shared.informers.acquire_with(&gvk, scope, metadata).await {
-        Err(crate::informers::InformerError::ClusterScoped { .. }) if guest.tenant().is_none() => {
+        Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
+            if guest.tenant().is_none() =>
+        {
             shared
                 .informers
                 .acquire_with(
@@ -769,7 +774,9 @@ async fn acquire_scoped(
 /// their events need only metadata, so their informers start metadata-only, and the guest's
 /// first read of the kind makes them whole (`Informers::acquire_metadata`). A `map` call takes
 /// the whole object; the primary kind is always whole.
-fn metadata_kinds(manifest: &crate::manifest::Manifest) -> std::collections::BTreeSet<&Gvk> {
+fn metadata_kinds(
+    manifest: &crate::sandbox::manifest::Manifest,
+) -> std::collections::BTreeSet<&Gvk> {
     let whole = |kind: &Gvk| {
         *kind == manifest.primary
             || manifest
@@ -786,7 +793,7 @@ async fn run_worker(
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<GuestVersion>>,
-    slots: Option<Arc<crate::flowcontrol::Slots>>,
+    slots: Option<Arc<crate::cluster::flowcontrol::Slots>>,
 ) {
     let mut kept = Kept::default();
     loop {
@@ -807,12 +814,15 @@ async fn run_worker(
 #[derive(Default)]
 struct Kept {
     version: std::sync::Weak<GuestVersion>,
-    warm: Option<crate::runtime::Warm>,
+    warm: Option<crate::sandbox::runtime::Warm>,
 }
 
 impl Kept {
     /// The instance for a reconcile of `version`, if it is the one this was kept for.
-    fn for_version(&mut self, version: &Arc<GuestVersion>) -> &mut Option<crate::runtime::Warm> {
+    fn for_version(
+        &mut self,
+        version: &Arc<GuestVersion>,
+    ) -> &mut Option<crate::sandbox::runtime::Warm> {
         if !std::ptr::eq(self.version.as_ptr(), Arc::as_ptr(version)) {
             self.warm = None;
             self.version = Arc::downgrade(version);
@@ -865,7 +875,7 @@ async fn process_next(
     }
     let version = version.borrow().clone();
     let attempt = queue.num_requeues(&key);
-    let span = tracing::info_span!(crate::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt);
+    let span = tracing::info_span!(crate::sandbox::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt);
     let warm = kept.for_version(&version);
     let next = sync(shared, caches, &version, &key, attempt, warm)
         .instrument(span)
@@ -898,13 +908,13 @@ async fn sync(
     version: &Arc<GuestVersion>,
     key: &ObjectKey,
     attempt: u32,
-    warm: &mut Option<crate::runtime::Warm>,
+    warm: &mut Option<crate::sandbox::runtime::Warm>,
 ) -> Next {
     let guest = &version.guest;
     let step = Step {
         kind: &guest.loaded.manifest.primary,
         finalizer: guest.loaded.manifest.finalizer.as_deref(),
-        shadow: guest.grant.mode == crate::shadow::Mode::Shadow,
+        shadow: guest.grant.mode == crate::config::Mode::Shadow,
     };
     let primary = Cached {
         caches,
@@ -935,7 +945,7 @@ struct Cached<'a> {
 
 #[async_trait::async_trait]
 impl Primary for Cached<'_> {
-    fn cached(&self, object: &ObjectRef) -> Option<Arc<crate::informers::CachedObject>> {
+    fn cached(&self, object: &ObjectRef) -> Option<Arc<crate::cluster::informers::CachedObject>> {
         self.caches
             .primary
             .get_cached(object.namespace.as_deref(), &object.name)
@@ -950,7 +960,7 @@ impl Primary for Cached<'_> {
         object: &ObjectRef,
         current: &kube::api::DynamicObject,
         finalizer: &str,
-    ) -> Result<Option<serde_json::Value>, crate::capabilities::HostError> {
+    ) -> Result<Option<serde_json::Value>, crate::sandbox::capabilities::HostError> {
         self.cluster.add_finalizer(object, current, finalizer).await
     }
 
@@ -959,7 +969,7 @@ impl Primary for Cached<'_> {
         object: &ObjectRef,
         current: &kube::api::DynamicObject,
         finalizer: &str,
-    ) -> Result<bool, crate::capabilities::HostError> {
+    ) -> Result<bool, crate::sandbox::capabilities::HostError> {
         self.cluster
             .remove_finalizer(object, current, finalizer)
             .await
@@ -973,7 +983,7 @@ async fn run(
     version: &GuestVersion,
     key: &ObjectKey,
     request: Request,
-    warm: &mut Option<crate::runtime::Warm>,
+    warm: &mut Option<crate::sandbox::runtime::Warm>,
 ) -> Run {
     let name = version.guest.name();
     let call = CallContext::new(
@@ -1030,7 +1040,7 @@ pub(crate) fn failure_event(
     };
     exists.then(|| EventRecord {
         regarding: object.clone(),
-        event_type: crate::capabilities::EventType::Warning,
+        event_type: crate::sandbox::capabilities::EventType::Warning,
         reason: reason.to_owned(),
         message: message.clone(),
     })
@@ -1040,12 +1050,12 @@ pub(crate) fn failure_event(
 /// aggregates repeats of one object, type and reason into a series). Shadow mode sends none.
 fn warn_on_primary(version: &GuestVersion, event: EventRecord) {
     let guest = &version.guest;
-    if guest.grant.mode == crate::shadow::Mode::Shadow || !version.context.budget.take_event() {
+    if guest.grant.mode == crate::config::Mode::Shadow || !version.context.budget.take_event() {
         return;
     }
     let (cluster, name) = (version.cluster.clone(), guest.name().to_owned());
     tokio::spawn(async move {
-        use crate::capabilities::Cluster as _;
+        use crate::sandbox::capabilities::Cluster as _;
         if let Err(e) = cluster.record_event(&name, &event).await {
             tracing::debug!(guest = %name, object = %event.regarding, "warning event not written: {e}");
         }

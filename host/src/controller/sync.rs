@@ -18,11 +18,11 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::capabilities::HostError;
-use crate::informers::CachedObject;
-use crate::objects::{Gvk, ObjectKey, ObjectRef};
-use crate::runtime::{Outcome, Request, Run};
-use crate::shadow::Difference;
+use crate::cluster::informers::CachedObject;
+use crate::cluster::objects::{Gvk, ObjectKey, ObjectRef};
+use crate::sandbox::capabilities::HostError;
+use crate::sandbox::runtime::{Outcome, Request, Run};
+use crate::sandbox::shadow::Difference;
 
 /// Where a reconcile step reads its primary object and makes the host's own writes.
 #[async_trait::async_trait]
@@ -52,7 +52,7 @@ pub(crate) trait Primary: Send + Sync {
 /// The offline runner's primary: the loaded objects, the finalizer writes applied to them as
 /// JSON patches, as the API server would apply them.
 #[async_trait::async_trait]
-impl Primary for crate::providers::offline::RecordingCluster {
+impl Primary for crate::sandbox::providers::offline::RecordingCluster {
     fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>> {
         let object: DynamicObject = serde_json::from_value(self.object(object)?).ok()?;
         CachedObject::new(&object).ok().map(Arc::new)
@@ -68,7 +68,7 @@ impl Primary for crate::providers::offline::RecordingCluster {
         current: &DynamicObject,
         finalizer: &str,
     ) -> Result<Option<Value>, HostError> {
-        match crate::finalizer::add_ops(current, finalizer) {
+        match crate::cluster::finalizer::add_ops(current, finalizer) {
             Some(ops) => self.json_patch(object, ops).map(Some),
             None => Ok(None),
         }
@@ -80,7 +80,7 @@ impl Primary for crate::providers::offline::RecordingCluster {
         current: &DynamicObject,
         finalizer: &str,
     ) -> Result<bool, HostError> {
-        match crate::finalizer::remove_ops(current, finalizer) {
+        match crate::cluster::finalizer::remove_ops(current, finalizer) {
             Some(ops) => self.json_patch(object, ops).map(|_| true),
             None => Ok(false),
         }
@@ -248,9 +248,9 @@ impl<'a> HostWrites<'a> {
             return true;
         };
         if self.shadow {
-            self.differences.extend(crate::shadow::single(
+            self.differences.extend(crate::sandbox::shadow::single(
                 format!("finalizer add on {}", self.object_ref),
-                !crate::finalizer::carries(current, finalizer),
+                !crate::cluster::finalizer::carries(current, finalizer),
                 format!("metadata.finalizers: {finalizer} would be added"),
             ));
             return true;
@@ -313,9 +313,9 @@ impl<'a> HostWrites<'a> {
         let deleted = self.head.as_ref().filter(|_| self.deleting);
         // A finished reconcile of a deleted object would have removed the finalizer.
         if let (true, Some(finalizer), Some(object)) = (finished, self.finalizer, deleted) {
-            self.differences.extend(crate::shadow::single(
+            self.differences.extend(crate::sandbox::shadow::single(
                 format!("finalizer removal on {key}"),
-                crate::finalizer::carries(object, finalizer),
+                crate::cluster::finalizer::carries(object, finalizer),
                 format!("metadata.finalizers: {finalizer} would be removed"),
             ));
         }
@@ -328,7 +328,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::providers::offline::{MemoryCache, RecordingCluster};
+    use crate::sandbox::providers::offline::{MemoryCache, RecordingCluster};
 
     const FINALIZER: &str = "example.com/cleanup";
 
@@ -377,7 +377,7 @@ mod tests {
         let cache = Arc::new(MemoryCache::default());
         let mut object = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}});
-        crate::providers::offline::merge_patch(&mut object["metadata"], metadata);
+        crate::sandbox::providers::offline::merge_patch(&mut object["metadata"], metadata);
         cache.put(object);
         RecordingCluster::new(cache)
     }

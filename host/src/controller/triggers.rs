@@ -15,12 +15,12 @@ use tokio::sync::watch;
 use super::GuestVersion;
 use super::index::FieldIndex;
 use super::keys::Keys;
-use crate::capabilities::CallContext;
-use crate::informers::InformerEvent;
-use crate::manifest::{IndexValue, Mapping};
-use crate::objects::{Gvk, ObjectKey};
-use crate::queue::Priority;
-use crate::runtime::{Mapped, Runtime};
+use crate::cluster::informers::InformerEvent;
+use crate::cluster::objects::{Gvk, ObjectKey};
+use crate::controller::queue::Priority;
+use crate::sandbox::capabilities::CallContext;
+use crate::sandbox::manifest::{IndexValue, Mapping};
+use crate::sandbox::runtime::{Mapped, Runtime};
 
 /// How an informer's events become primary keys.
 pub(super) enum Route {
@@ -44,7 +44,9 @@ pub(crate) struct WatchFilter {
 
 impl WatchFilter {
     pub(crate) fn new(namespace: Option<String>, selector: Option<&str>) -> anyhow::Result<Self> {
-        let selector = selector.map(crate::informers::parse_selector).transpose()?;
+        let selector = selector
+            .map(crate::cluster::informers::parse_selector)
+            .transpose()?;
         Ok(Self {
             namespace,
             selector,
@@ -153,7 +155,7 @@ impl FunctionMapper {
                     started.elapsed(),
                 );
                 if cut {
-                    tracing::warn!(guest = %name, object = %what, "map returned more than {} keys; the rest were dropped", crate::runtime::MAX_MAPPED_KEYS);
+                    tracing::warn!(guest = %name, object = %what, "map returned more than {} keys; the rest were dropped", crate::sandbox::runtime::MAX_MAPPED_KEYS);
                 }
                 valid_keys(
                     name,
@@ -185,8 +187,8 @@ pub(crate) fn valid_keys(
     keys.into_iter()
         .filter(|key| seen.insert(key.clone()))
         .filter(|key| {
-            let checked = crate::validation::object_name("key.name", &key.name)
-                .and_then(|()| crate::validation::namespace("key.namespace", key.namespace.as_deref()));
+            let checked = crate::cluster::validation::object_name("key.name", &key.name)
+                .and_then(|()| crate::cluster::validation::namespace("key.namespace", key.namespace.as_deref()));
             let outside = namespace.is_some_and(|ns| key.namespace.as_deref() != Some(ns));
             match checked {
                 Err(e) => tracing::warn!(guest, object = %what, "map returned an invalid key {key}, dropped: {e}"),
@@ -476,7 +478,9 @@ mod tests {
     /// sorted. The route's filter takes every namespace: the rule must hold whatever the
     /// informer and the filter let through.
     async fn handed(route: Route, events: Vec<InformerEvent>) -> Vec<String> {
-        let queue = crate::queue::WorkQueue::new(crate::queue::QueueConfig::default());
+        let queue = crate::controller::queue::WorkQueue::new(
+            crate::controller::queue::QueueConfig::default(),
+        );
         let keys = Keys::new(
             queue.clone(),
             Some(TEAM),

@@ -1,7 +1,7 @@
 //! Following the configuration file: every valid change is applied to the running guests
 //! (grants, limits, modes; see [`Guests::reconfigure`]) without a restart. An invalid file is
 //! refused with its error and the running configuration stays. The file's directory is
-//! watched ([`crate::dir_watch`]), so editors' renames and ConfigMap volumes' `..data` swaps
+//! watched ([`crate::supply::dir_watch`]), so editors' renames and ConfigMap volumes' `..data` swaps
 //! are seen.
 
 use std::path::PathBuf;
@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::HostConfig;
-use crate::dir_watch::{DirWatch, Followed};
-use crate::guest_set::Guests;
+use crate::supply::dir_watch::{DirWatch, Followed};
+use crate::supply::guest_set::Guests;
 
 /// How often the configuration file is read again even without a change notification.
 const CONFIG_RESCAN: Duration = Duration::from_secs(30);

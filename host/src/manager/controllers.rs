@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::informers::Informer;
 use crate::controller::{Controller, Shared};
-use crate::guest_set::ActiveGuest;
-use crate::informers::Informer;
-use crate::server::Readiness;
-use crate::shards::ShardStatus;
+use crate::manager::server::Readiness;
+use crate::replicas::shards::ShardStatus;
+use crate::supply::guest_set::ActiveGuest;
 
 /// How often a guest whose controller could not start is retried.
 pub(super) const START_RETRY: Duration = Duration::from_secs(5);
@@ -169,7 +169,7 @@ impl ControllerSet {
     pub(super) async fn stop_all_within(
         &mut self,
         grace: Duration,
-        fence: &crate::fence::WriteFence,
+        fence: &crate::replicas::fence::WriteFence,
     ) {
         self.readiness.controllers.lock().clear();
         let controllers = std::mem::take(&mut self.controllers);
@@ -191,7 +191,8 @@ impl ControllerSet {
                 self.controllers
                     .iter()
                     .map(|(name, c)| {
-                        let share: Arc<dyn crate::shards::Share> = Arc::new(c.primary().clone());
+                        let share: Arc<dyn crate::cluster::informers::Share> =
+                            Arc::new(c.primary().clone());
                         (name.clone(), share)
                     })
                     .collect(),

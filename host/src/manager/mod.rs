@@ -16,7 +16,7 @@
 //! - [`orphans`]: finalizers left behind by unloaded guests, and their release;
 //! - [`config`]: following the configuration file.
 //!
-//! Sharded (`--shards auto`, see [`crate::shards`]): every change of the owned slots stops
+//! Sharded (`--shards auto`, see [`crate::replicas::shards`]): every change of the owned slots stops
 //! every controller (drained, then aborted after a grace) and starts them again with the new
 //! slots, so each primary informer relists its new share and every key in it is reconciled
 //! once. The ring releases a slot only after the controllers have stopped. The other informers
@@ -26,6 +26,7 @@ mod config;
 mod controllers;
 mod orphans;
 mod ownership;
+pub(crate) mod server;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,15 +38,15 @@ use anyhow::Context;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::backends::NetworkBackend;
+use crate::cluster::informers::{Informers, Options};
 use crate::config::HostConfig;
 use crate::controller::Shared;
-use crate::guest_set::{Directory, FirstPass, GuestEvent, GuestSource, Guests, Sources};
-use crate::informers::{Informers, Options};
+use crate::manager::server::Readiness;
 use crate::metrics::Metrics;
-use crate::providers::http::LiveOutbound;
-use crate::runtime::{Runtime, RuntimeOptions};
-use crate::server::Readiness;
+use crate::sandbox::backends::NetworkBackend;
+use crate::sandbox::providers::http::LiveOutbound;
+use crate::sandbox::runtime::{Runtime, RuntimeOptions};
+use crate::supply::guest_set::{Directory, FirstPass, GuestEvent, GuestSource, Guests, Sources};
 use controllers::{ControllerSet, START_RETRY};
 use orphans::Orphans;
 use ownership::{Change, Owned, Ownership};
@@ -100,7 +101,7 @@ pub(crate) struct RunArgs {
     /// Sharded mode: filter on the API server (`shardSelector`, needs the `ShardedListAndWatch`
     /// feature gate), on the client, or `auto` (the server when it honours it).
     #[arg(long, default_value = "auto")]
-    pub shard_filter: crate::informers::ShardFilter,
+    pub shard_filter: crate::cluster::informers::ShardFilter,
 }
 
 /// `run --standby`.
@@ -136,7 +137,7 @@ pub(crate) fn default_cache_dir() -> Option<PathBuf> {
 /// The task writing the Reconcilers' status, if there are Reconcilers, and its switch: one
 /// replica writes them, the one that coordinates (see `Manager::set_owned`).
 fn write_statuses(
-    status: Option<crate::reconcilers::StatusWriter>,
+    status: Option<crate::supply::reconcilers::StatusWriter>,
     args: &RunArgs,
     guests: &Arc<Guests>,
 ) -> (
@@ -197,7 +198,7 @@ fn informers(client: &kube::Client, metrics: &Metrics, args: &RunArgs) -> Inform
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(HostConfig::load(&args.config)?);
     // Before any task starts: an address in use ends the host with that error, and nothing else.
-    let listener = crate::server::bind(args.listen)?;
+    let listener = crate::manager::server::bind(args.listen)?;
     let dir = guest_directory(&args, &config)?;
 
     // Read once: the client, the lease's client and the backends' view of the API server.
@@ -206,8 +207,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = Metrics::new();
     // Every write of the host goes through the adaptive limit (the lease's client does not).
-    let flow = crate::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
-    let client = crate::flowcontrol::client(&kube_config, &flow)
+    let flow =
+        crate::cluster::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
+    let client = crate::cluster::flowcontrol::client(&kube_config, &flow)
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
     let informers = informers(&client, &metrics, &args);
     let ownership = Ownership::join(&args, &kube_config, &metrics)?;
@@ -231,7 +233,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
-        Arc::new(crate::shadow::Shadows::new(Some(metrics.clone()))),
+        Arc::new(crate::sandbox::shadow::Shadows::new(Some(metrics.clone()))),
     );
     guests.set_record_directory(record_directory.clone());
     let rechecks = follow_identities(&guests, &client, &informers, &args);
@@ -241,7 +243,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let readiness = Arc::new(Readiness::default());
     // On a thread of its own: probes are answered whatever guests keep the workers doing.
-    let (addr, _server) = crate::server::serve(
+    let (addr, _server) = crate::manager::server::serve(
         listener,
         metrics.clone(),
         guests.clone(),
@@ -310,16 +312,16 @@ fn follow_identities(
     args: &RunArgs,
 ) -> tokio::task::JoinHandle<()> {
     guests.set_access_review(
-        Arc::new(crate::identity::ApiServerReview::new(
+        Arc::new(crate::sandbox::identity::ApiServerReview::new(
             client.clone(),
             informers.resolver().clone(),
         )),
         args.watch_namespace.clone(),
     );
-    if crate::capabilities::skip_write_grant() {
+    if crate::sandbox::capabilities::skip_write_grant() {
         tracing::warn!(
             "{} is set: writes of guests with a ServiceAccount skip the host's grant check (a test-only switch); only the API server checks them",
-            crate::capabilities::SKIP_WRITE_GRANT_ENV
+            crate::sandbox::capabilities::SKIP_WRITE_GRANT_ENV
         );
     }
     tokio::spawn(recheck_identities(guests.clone()))
@@ -368,7 +370,7 @@ fn guest_sources(
     lease_name: &str,
     cache_dir: Option<PathBuf>,
     metrics: &Metrics,
-) -> anyhow::Result<(Sources, Option<crate::reconcilers::StatusWriter>)> {
+) -> anyhow::Result<(Sources, Option<crate::supply::reconcilers::StatusWriter>)> {
     let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
     if let Some(dir) = dir {
         sources.push(Box::new(Directory::new(dir.clone())));
@@ -381,7 +383,7 @@ fn guest_sources(
         // What `status.host` names: one for all replicas of a host (they share the lease),
         // another for each host that shares the cluster.
         let host = format!("{host_namespace}/{lease_name}");
-        let (objects, writer) = crate::reconcilers::Objects::start(
+        let (objects, writer) = crate::supply::reconcilers::Objects::start(
             client.clone(),
             config,
             &modules,
@@ -404,12 +406,12 @@ fn network_backends(
     if config.backends.is_empty() {
         return Ok(networks);
     }
-    let api_server = crate::backends::api_server_addresses(
+    let api_server = crate::sandbox::backends::api_server_addresses(
         cluster_url.host().unwrap_or(""),
         cluster_url.port_u16(),
     )?;
     for (name, backend) in &config.backends {
-        let provider = crate::backends::from_config(backend, &api_server)
+        let provider = crate::sandbox::backends::from_config(backend, &api_server)
             .with_context(|| format!("backend `{name}`"))?;
         networks.insert(name.clone(), provider);
     }
@@ -535,7 +537,7 @@ impl Manager {
     /// fence aborts them all at once (the fence is closed first: a reconcile still running
     /// writes nothing more), new slots restart them with the new share.
     async fn follow(&mut self, change: Change) {
-        if crate::fence::disabled_for_tests()
+        if crate::replicas::fence::disabled_for_tests()
             && matches!(change, Change::Lease(false) | Change::Fenced)
         {
             tracing::warn!(
@@ -583,7 +585,7 @@ impl Manager {
     /// Sharded: the slots the controllers may run with changed. Stops them all (running
     /// reconciles get the grace, then are cancelled), acknowledges, and starts them with the
     /// new slots. The other informers stay warm across the restart.
-    async fn reshard(&mut self, change: &Change, active: crate::shards::SlotSet) {
+    async fn reshard(&mut self, change: &Change, active: crate::cluster::shard_ranges::SlotSet) {
         let running = self.ownership.running();
         if self.owned.slots() == active && running == active {
             return;
@@ -599,7 +601,8 @@ impl Manager {
         }
         self.shared.metrics.shard_handover(true, gained.len());
         self.shared.metrics.shard_handover(false, lost.len());
-        self.ownership.set_running(crate::shards::SlotSet::empty());
+        self.ownership
+            .set_running(crate::cluster::shard_ranges::SlotSet::empty());
         let owned = self.ownership.settle(change);
         self.set_owned(owned);
         // A replica holding slots reconciles them: its controllers start with their workers.

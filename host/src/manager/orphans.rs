@@ -1,4 +1,4 @@
-//! Finalizers left behind by unloaded guests (see [`crate::finalizer`]): noted when a guest is
+//! Finalizers left behind by unloaded guests (see [`crate::cluster::finalizer`]): noted when a guest is
 //! unloaded, and with the `release` policy removed from every object after the grace period,
 //! by one replica (see [`super::ownership::Ownership::coordinates`]). A guest loaded again
 //! before then takes its objects back and nothing is released.
@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::discovery::Resolver;
-use crate::guest_set::{Guests, OrphanedFinalizer};
+use crate::cluster::discovery::Resolver;
 use crate::metrics::Metrics;
+use crate::supply::guest_set::{Guests, OrphanedFinalizer};
 
 pub(super) struct Orphans {
     guests: Arc<Guests>,
@@ -115,9 +115,9 @@ async fn release(
     // no write of its own on a kind whose guests write as their accounts.
     let writer = orphan.service_account.as_ref().map_or_else(
         || client.clone(),
-        |account| crate::identity::client_as(client, account),
+        |account| crate::sandbox::identity::client_as(client, account),
     );
-    crate::finalizer::release_all(&api, &writer, &orphan.finalizer).await
+    crate::cluster::finalizer::release_all(&api, &writer, &orphan.finalizer).await
 }
 
 #[cfg(test)]
@@ -171,7 +171,7 @@ mod tests {
     fn orphan(account: Option<&str>) -> OrphanedFinalizer {
         OrphanedFinalizer {
             finalizer: "cleanup".into(),
-            kind: crate::objects::Gvk::new("test.reconciler.dev", "v1", "Widget"),
+            kind: crate::cluster::objects::Gvk::new("test.reconciler.dev", "v1", "Widget"),
             namespace: Some("team-a".into()),
             service_account: account.map(|a| a.parse().unwrap()),
             policy: crate::config::OnUnload::Release,

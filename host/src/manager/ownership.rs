@@ -19,10 +19,11 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use super::RunArgs;
-use crate::fence::WriteFence;
-use crate::leader::{Election, LeaderOptions};
+use crate::cluster::shard_ranges::SlotSet;
 use crate::metrics::Metrics;
-use crate::shards::{FenceProbe, Ring, RingOptions, ShardState, ShardStatus, SlotSet};
+use crate::replicas::fence::WriteFence;
+use crate::replicas::leader::{Election, LeaderOptions};
+use crate::replicas::shards::{FenceProbe, Ring, RingOptions, ShardState, ShardStatus};
 
 /// What this replica's controllers may reconcile now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,10 +104,10 @@ impl Ownership {
         metrics: &Metrics,
     ) -> anyhow::Result<Self> {
         let fence = WriteFence::default();
-        if crate::fence::disabled_for_tests() {
+        if crate::replicas::fence::disabled_for_tests() {
             tracing::warn!(
                 "{} is set: the write fence never closes and a lost lease is ignored (a deliberately broken build for the robustness checker)",
-                crate::fence::BREAK_FENCE_ENV
+                crate::replicas::fence::BREAK_FENCE_ENV
             );
         }
         let mode = match (args.shards, args.leader_elect) {
@@ -271,8 +272,8 @@ fn join_election(
     fence.close();
     // A client of its own (its own connections): guests' writes, however many, never
     // queue ahead of a lease renewal.
-    // Its lease watch retries by itself, honouring `Retry-After` (`crate::retry_after`).
-    let lease_client = crate::retry_after::client(kube_config)
+    // Its lease watch retries by itself, honouring `Retry-After` (`crate::cluster::retry_after`).
+    let lease_client = crate::cluster::retry_after::client(kube_config)
         .context("cannot build the leader election's Kubernetes client")?;
     Ok(Election::start_counting(
         lease_client,

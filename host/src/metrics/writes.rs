@@ -1,4 +1,4 @@
-//! The host's API writes under its flow control (`crate::flowcontrol`): the adaptive limit,
+//! The host's API writes under its flow control (`crate::cluster::flowcontrol`): the adaptive limit,
 //! the writes in flight, their latency, the refusals that shrank the limit, and each guest's
 //! concurrency under it.
 

@@ -219,7 +219,7 @@ impl Keyless {
             Some(subject) => Ok(format!("{subject} ({issuer})")),
             None => Err(format!(
                 "its certificate names {} (issuer {issuer}), not an allowed identity",
-                crate::validation::message(&subjects.join(", "))
+                crate::cluster::validation::message(&subjects.join(", "))
             )),
         }
     }

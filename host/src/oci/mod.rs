@@ -21,6 +21,13 @@
 //!   only to allowed registries and never from HTTPS to HTTP, error bodies summarised.
 //! - `credentials.rs`: anonymous, basic or bearer auth, and credentials read from a
 //!   `kubernetes.io/dockerconfigjson` document (the imagePullSecret format).
+//! - `signatures.rs`: cosign signatures of a module's digest, as cosign 2 (a `.sig` tag) and
+//!   cosign 3 (a Sigstore bundle found through the referrers API) write them, checked against
+//!   the keys the operator trusts ([`TrustPolicy`]); `keyless.rs`: signatures whose certificate
+//!   chains to a trusted root and names an allowed identity, with the transparency log's proof
+//!   of the time of signing.
+//! - `settings.rs`: the configuration's `registries:` (plain-HTTP registries, the caps on
+//!   modules and on the cache).
 //!
 //! Blobs come from the registry the reference names only: a descriptor's `urls` are never
 //! fetched. `oci-client` is used to push only (the command line's `push`, to a registry its

@@ -428,7 +428,7 @@ async fn summary(response: &mut Response) -> String {
         return status;
     };
     let cut = |text: String| -> String {
-        let text = crate::validation::message(&text);
+        let text = crate::cluster::validation::message(&text);
         if text.chars().count() <= MAX_MESSAGE_CHARS {
             return text;
         }

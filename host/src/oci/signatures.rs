@@ -302,7 +302,7 @@ pub(super) fn check(
     if let Some(other) = other_digest {
         return Err(Refusal::Invalid(format!(
             "a trusted signature found for {digest} covers {}, not this digest",
-            crate::validation::message(&other)
+            crate::cluster::validation::message(&other)
         )));
     }
     why_not.sort();
@@ -310,7 +310,7 @@ pub(super) fn check(
     Err(Refusal::Invalid(format!(
         "{} signature(s) found for {digest}, none made by a trusted key or identity: {}",
         found.len(),
-        crate::validation::message(&why_not.join("; "))
+        crate::cluster::validation::message(&why_not.join("; "))
     )))
 }
 

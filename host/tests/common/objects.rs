@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use reconciler_host::config::Grant;
-use reconciler_host::guest_set::{
+use reconciler_host::supply::guest_set::{
     Artefact, Changes, GuestSource, Origin, OriginKind, SourceError, Verdict,
 };
 
@@ -37,7 +37,7 @@ impl GuestSource for Objects {
         Ok(Artefact {
             origin: origin.clone(),
             bytes: bytes.clone(),
-            hash: reconciler_host::runtime::content_hash(bytes),
+            hash: reconciler_host::sandbox::runtime::content_hash(bytes),
             signed_by: None,
         })
     }

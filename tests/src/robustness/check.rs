@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::history::{History, Mode, Reconcile, Write, Writer};
-use reconciler_host::shards::{SlotSet, slot_of};
+use reconciler_host::cluster::shard_ranges::{SlotSet, slot_of};
 
 /// Memory at the end may be this factor of memory before the faults…
 pub const MEMORY_FACTOR: f64 = 1.5;

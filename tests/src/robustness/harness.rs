@@ -482,12 +482,12 @@ impl Replica {
             // The informers' watch lines say when a 410 Gone made them relist.
             (
                 "RUST_LOG".to_owned(),
-                "info,reconciler_host::informers::watch=debug".to_owned(),
+                "info,reconciler_host::cluster::informers::watch=debug".to_owned(),
             ),
         ];
         if profile.break_fence {
             env.push((
-                reconciler_host::fence::BREAK_FENCE_ENV.to_owned(),
+                reconciler_host::replicas::fence::BREAK_FENCE_ENV.to_owned(),
                 "1".to_owned(),
             ));
         }

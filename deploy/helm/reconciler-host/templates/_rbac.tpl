@@ -1,6 +1,6 @@
 {{/*
 The RBAC of the grants in `config`, derived as `reconciler-host rbac` derives it
-(host/src/rbac/: mod.rs and impersonation.rs say why each rule is there). The chart runs nothing at
+(host/src/cli/rbac/: mod.rs and impersonation.rs say why each rule is there). The chart runs nothing at
 install, so the derivation is written twice; tests/tests/chart.rs renders both for a set of
 configurations and requires the same objects, rule for rule. Change one, change the other.
 

@@ -62,7 +62,7 @@ from .guest import (
 from .manifest import Function
 from .objects import Action, Gvk, ObjectKey, ObjectRef, Request
 
-# The host's words for the calls it refuses (host/src/capabilities/deny.rs).
+# The host's words for the calls it refuses (host/src/sandbox/capabilities/deny.rs).
 _MAPPING = "only the lister is available in map(): it names keys, and their reconciles write"
 _INDEXING = "host calls are not available in index(): its values come from the primary object alone"
 
@@ -448,7 +448,7 @@ def _preconditions(applied: dict, current: dict | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Label selectors, as the host parses them (host/src/selector.rs: apimachinery's `labels.Parse`,
+# Label selectors, as the host parses them (host/src/cluster/selector.rs: apimachinery's `labels.Parse`,
 # matched as kube-core matches). Written here because the SDK has no dependencies.
 
 _MAX_SELECTOR_BYTES = 4096

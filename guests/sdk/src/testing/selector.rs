@@ -1,7 +1,7 @@
 //! Label selectors in the Kubernetes string syntax (`a=b,c!=d,e in (x,y),f notin (z),g,!h`),
 //! parsed and matched as the host's lister does, so a selector the fake takes, the host takes.
 //!
-//! Written here because the host's parser (`host/src/selector.rs`, after apimachinery's
+//! Written here because the host's parser (`host/src/cluster/selector.rs`, after apimachinery's
 //! `labels.Parse`) lives in the host's crate and no crate offers one; this is a port of it,
 //! with the same grammar, key and value rules and error texts.
 

@@ -1,0 +1,644 @@
+//! What the source knows of each `Reconciler` object: the spec it last saw, its module's pull
+//! (memoised per module reference and pull Secret, failures retried with a backoff) and the
+//! guest set's latest verdict, which the status writer turns into the object's status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::spec::Spec;
+use super::trust::{Scope, Trust};
+use crate::cluster::validation;
+use crate::config::HostConfig;
+use crate::oci::{AllowedRegistry, Auth, DockerConfig, ModuleRef, PullError, Puller};
+use crate::supply::guest_set::{Artefact, Origin, SourceError, Verdict};
+
+/// The longest one pull (credentials, manifest, config and layer) may take before it is
+/// abandoned and retried with the backoff: a registry that answers a byte at a time holds up
+/// its own Reconciler for this long, and nothing else.
+pub(super) const PULL_DEADLINE: Duration = Duration::from_mins(2);
+/// The first retry of a failed pull; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+const MAX_RETRY: Duration = Duration::from_mins(5);
+/// The Secret type a pull Secret must have (the imagePullSecret format).
+const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+
+pub(super) struct Records {
+    puller: Arc<Puller>,
+    client: kube::Client,
+    /// Where pull Secrets are read: the host's namespace.
+    namespace: String,
+    /// The only Secrets a Reconciler may name (`reconcilers.pullSecrets`).
+    allowed_secrets: BTreeSet<String>,
+    /// The only registries a Reconciler's module may come from (`reconcilers.allow.registries`).
+    allowed_registries: Vec<AllowedRegistry>,
+    /// Where refused pulls are counted, by reason.
+    metrics: crate::metrics::Metrics,
+    /// Whose signatures each scope's modules must carry.
+    trust: Arc<Trust>,
+    pub objects: BTreeMap<String, Record>,
+    /// Objects whose signing policy a reload changed: left out of the next listing once, so
+    /// what runs under the old keys stops and is pulled and judged afresh under the new.
+    restart: BTreeSet<String>,
+}
+
+/// One object, as the source last saw it.
+pub(super) struct Record {
+    pub generation: i64,
+    /// Its spec at `generation`, or why the host cannot run it.
+    pub spec: Result<Spec, String>,
+    /// The item as it last went to the guest set with a spec that could run.
+    last_origin: Option<Origin>,
+    /// The spec of `last_origin`: what a tenant's kept version is judged by while a newer
+    /// spec cannot run.
+    last_spec: Option<Spec>,
+    pub pull: Pull,
+    /// The guest set's latest verdict and the generation it judged.
+    pub verdict: Option<(i64, Verdict)>,
+    /// The version last loaded, so the status names what runs by the digest a user pushed
+    /// (and the key that signed it), also while a newer spec is refused.
+    loaded: Option<LoadedVersion>,
+    /// Why the host holds the object back without pulling it (a namespaced Reconciler no
+    /// tenant rule selects, or one beyond its namespace's quota): the reason and message.
+    pub held: Option<(&'static str, String)>,
+    /// Whose signatures its module must carry now (its namespace's rule may change).
+    scope: Scope,
+    /// The tenant rule that admitted it (by index), none for a `ClusterReconciler`: whose
+    /// `verify` (its own, or the host's it inherits) a reload may change.
+    rule: Option<usize>,
+}
+
+impl Record {
+    /// Whether it is held back because no tenant rule of this host selects its namespace.
+    pub(super) fn unserved(&self) -> bool {
+        matches!(self.held, Some(("NoTenantRule", _)))
+    }
+
+    /// Whether a version of it runs (or is being loaded): its spec could run when last seen
+    /// valid, and nothing held it back since.
+    pub(super) fn runs(&self) -> bool {
+        self.last_origin.is_some()
+    }
+
+    /// What its module is pulled by under `spec`.
+    fn pull_key(&self, spec: &Spec) -> PullKey {
+        (spec.module.clone(), spec.pull_secret.clone(), self.scope)
+    }
+
+    /// The pull of its current spec: none while the spec cannot run or is not pulled yet.
+    pub(super) fn current_pull(&self) -> Option<&Pull> {
+        let spec = self.spec.as_ref().ok()?;
+        let key = match &self.pull {
+            Pull::Pending => return None,
+            Pull::Pulled { key, .. } | Pull::Failed { key, .. } | Pull::InFlight { key } => key,
+        };
+        (*key == self.pull_key(spec)).then_some(&self.pull)
+    }
+}
+
+/// A version of an object's module that the guest set loaded.
+struct LoadedVersion {
+    hash: String,
+    digest: String,
+    signed_by: Option<String>,
+    /// The spec it was loaded with: what a tenant rule judges while a newer spec is refused.
+    spec: Option<Spec>,
+}
+
+/// Where a module came from, and whose signatures it needed: its reference, pull Secret and
+/// trust scope. Pulled (and its signature checked) again only when one of them changes.
+type PullKey = (ModuleRef, Option<String>, Scope);
+
+pub(super) enum Pull {
+    /// Not pulled yet for this spec.
+    Pending,
+    /// Being pulled now, in a task of its own (never under a lock the guest set needs).
+    InFlight { key: PullKey },
+    /// Pulled into the module cache: its manifest digest and content hash (the bytes are
+    /// read from the cache when the guest set needs them).
+    Pulled {
+        key: PullKey,
+        digest: String,
+        hash: String,
+        from_cache: bool,
+        /// The trusted key that signed the digest, when signatures are required.
+        signed_by: Option<String>,
+    },
+    Failed {
+        key: PullKey,
+        /// The reason word of the object's conditions (`PullFailed`, `DigestMismatch`...).
+        cause: &'static str,
+        message: String,
+        attempts: u32,
+        retry_at: Instant,
+    },
+}
+
+impl Records {
+    pub(super) fn new(
+        puller: Puller,
+        client: kube::Client,
+        namespace: String,
+        allowed_secrets: BTreeSet<String>,
+        allowed_registries: Vec<AllowedRegistry>,
+        metrics: crate::metrics::Metrics,
+        trust: Trust,
+    ) -> Self {
+        Self {
+            puller: Arc::new(puller),
+            client,
+            namespace,
+            allowed_secrets,
+            allowed_registries,
+            metrics,
+            trust: Arc::new(trust),
+            objects: BTreeMap::new(),
+            restart: BTreeSet::new(),
+        }
+    }
+
+    /// Takes a reloaded configuration's registries, pull Secrets and signing policies
+    /// (`before` is the configuration they came from). An object whose policy changed is
+    /// pulled again, its signatures checked under the new one, after it has stopped.
+    pub(super) fn reconfigure(&mut self, before: &HostConfig, config: &HostConfig) {
+        let settings = config.reconcilers.as_ref();
+        self.allowed_secrets = settings.map(|r| r.pull_secrets.clone()).unwrap_or_default();
+        self.allowed_registries = settings
+            .map(|r| r.allow.registries.clone())
+            .unwrap_or_default();
+        self.trust = Arc::new(Trust::of(config));
+        for (name, record) in &mut self.objects {
+            if verify_of(before, record.rule) != verify_of(config, record.rule) {
+                record.pull = Pull::Pending;
+                self.restart.insert(name.clone());
+            }
+        }
+    }
+
+    /// The objects to leave out of this listing (see `restart`); taken once.
+    pub(super) fn take_restarts(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.restart)
+    }
+
+    /// The manifest digests Reconcilers use now: pulled for their current spec, or loaded
+    /// (the last good version, while a newer one is refused). The module cache keeps these.
+    fn in_use(&self) -> BTreeSet<String> {
+        let mut digests = BTreeSet::new();
+        for record in self.objects.values() {
+            if let Pull::Pulled { digest, .. } = &record.pull {
+                digests.insert(digest.clone());
+            }
+            if let Some(loaded) = &record.loaded {
+                digests.insert(loaded.digest.clone());
+            }
+        }
+        digests
+    }
+
+    /// Notes object `name` at `generation` with a spec that can run, listed as `origin`, its
+    /// module checked against `scope`'s signatures.
+    pub(super) fn observe(
+        &mut self,
+        name: &str,
+        generation: i64,
+        spec: Spec,
+        origin: &Origin,
+        rule: Option<usize>,
+    ) {
+        let scope = rule.map_or(Scope::Host, |index| self.trust.scope(index));
+        let record = self.record(name, generation);
+        record.spec = Ok(spec);
+        record.scope = scope;
+        record.rule = rule;
+        record.held = None;
+        record.last_origin = Some(origin.clone());
+        record.last_spec = record.spec.as_ref().ok().cloned();
+    }
+
+    /// Notes object `name` at `generation` as held back (`reason`, `message`): never pulled,
+    /// and whatever of it ran is unloaded (its item is no longer listed).
+    pub(super) fn observe_held(
+        &mut self,
+        name: &str,
+        generation: i64,
+        reason: &'static str,
+        message: String,
+    ) {
+        let record = self.record(name, generation);
+        record.spec = Err(message.clone());
+        record.held = Some((reason, message));
+        record.last_origin = None;
+        record.last_spec = None;
+    }
+
+    /// The spec of the version of object `name` that runs, when it is not `current`: a newer
+    /// spec's pull or grant failed and the last good version runs on.
+    pub(super) fn running_spec(&self, name: &str, current: &Spec) -> Option<Spec> {
+        let record = self.objects.get(name)?;
+        record.last_origin.as_ref()?;
+        let spec = record.loaded.as_ref()?.spec.as_ref()?;
+        (spec != current).then(|| spec.clone())
+    }
+
+    /// Whether object `name` at `generation` was held back (its status says why).
+    pub(super) fn held_at(&self, name: &str, generation: i64) -> bool {
+        self.objects
+            .get(name)
+            .is_some_and(|r| r.generation == generation && r.held.is_some())
+    }
+
+    /// What object `name` last ran as, while its spec cannot run: the item, its spec and the
+    /// tenant rule (by index) that admitted it.
+    pub(super) fn kept(&self, name: &str) -> Option<(Origin, Spec, Option<usize>)> {
+        let record = self.objects.get(name)?;
+        Some((
+            record.last_origin.clone()?,
+            record.last_spec.clone()?,
+            record.rule,
+        ))
+    }
+
+    /// Notes object `name` at `generation` with a spec the host cannot run; the item as it
+    /// last ran, which stays.
+    pub(super) fn observe_invalid(
+        &mut self,
+        name: &str,
+        generation: i64,
+        why: String,
+    ) -> Option<Origin> {
+        let record = self.record(name, generation);
+        record.spec = Err(why);
+        record.held = None;
+        record.last_origin.clone()
+    }
+
+    fn record(&mut self, name: &str, generation: i64) -> &mut Record {
+        let record = self.objects.entry(name.to_owned()).or_insert(Record {
+            generation,
+            spec: Err("not read yet".into()),
+            last_origin: None,
+            last_spec: None,
+            pull: Pull::Pending,
+            verdict: None,
+            loaded: None,
+            held: None,
+            scope: Scope::Host,
+            rule: None,
+        });
+        record.generation = generation;
+        record
+    }
+
+    /// Forgets the objects not in `names` (deleted).
+    pub(super) fn retain(&mut self, names: &BTreeSet<String>) {
+        self.objects.retain(|name, _| names.contains(name));
+    }
+
+    pub(super) fn judged(&mut self, name: &str, generation: i64, verdict: &Verdict) {
+        if let Some(record) = self.objects.get_mut(name) {
+            // A verdict on an older generation (a reconfiguration judging the version kept
+            // running) never hides the newer one's.
+            if record
+                .verdict
+                .as_ref()
+                .is_none_or(|(g, _)| *g <= generation)
+            {
+                record.verdict = Some((generation, verdict.clone()));
+            }
+            // A version loaded from the current pull: its digest is what runs now.
+            if let Verdict::Loaded { hash, .. } = verdict
+                && let Some(Pull::Pulled {
+                    hash: pulled,
+                    digest,
+                    signed_by,
+                    ..
+                }) = record.current_pull()
+                && pulled == hash
+            {
+                record.loaded = Some(LoadedVersion {
+                    hash: hash.clone(),
+                    digest: digest.clone(),
+                    signed_by: signed_by.clone(),
+                    spec: record.spec.as_ref().ok().cloned(),
+                });
+            }
+        }
+    }
+
+    /// The manifest digest of object `name`'s version with content `hash`, if it was loaded
+    /// from a pull of this host.
+    pub(super) fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
+        let loaded = self.objects.get(name)?.loaded.as_ref()?;
+        (loaded.hash == hash).then_some(loaded.digest.as_str())
+    }
+
+    /// The trusted key that signed object `name`'s version with content `hash`, if one did.
+    pub(super) fn signer_of(&self, name: &str, hash: &str) -> Option<&str> {
+        let loaded = self.objects.get(name)?.loaded.as_ref()?;
+        (loaded.hash == hash).then_some(loaded.signed_by.as_deref()?)
+    }
+
+    /// The content hash of object `name`'s module, if pulled for its current spec.
+    pub(super) fn known_hash(&self, name: &str) -> Option<String> {
+        match self.objects.get(name)?.current_pull()? {
+            Pull::Pulled { hash, .. } => Some(hash.clone()),
+            _ => None,
+        }
+    }
+
+    /// When the earliest failed pull of a current spec is due again.
+    pub(super) fn next_retry(&self) -> Option<Instant> {
+        self.objects
+            .values()
+            .filter_map(|r| match r.current_pull()? {
+                Pull::Failed { retry_at, .. } => Some(*retry_at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The module of object `name` for `origin`: the memoised pull when its reference and
+    /// Secret are unchanged. Otherwise a pull starts in a task of its own and this answers
+    /// that the module is not there yet; `on_end` is called when the pull ends (the source
+    /// then rescans). The caller (the guest set, under the lock that revocation, identity
+    /// rechecks and the guest directory also need) never waits for a registry: a registry
+    /// that trickles holds up only its own Reconciler, for at most [`PULL_DEADLINE`].
+    pub(super) fn read(
+        records: &Arc<Mutex<Self>>,
+        name: &str,
+        origin: &Origin,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> Result<Artefact, SourceError> {
+        let unreadable = |why: String| SourceError::Unreadable {
+            what: origin.name().to_owned(),
+            error: why.into(),
+        };
+        let (key, puller, client, namespace, memo, trust) = {
+            let mut this = records.lock();
+            let this = &mut *this;
+            let Some(record) = this.objects.get_mut(name) else {
+                return Err(unreadable("the object is gone".into()));
+            };
+            let Ok(spec) = &record.spec else {
+                return Err(unreadable("its spec cannot run".into()));
+            };
+            let key = record.pull_key(spec);
+            // Before any connection, the cache included: a module of another registry is not
+            // this host's to fetch, nor to run from what another Reconciler pulled.
+            if !this.allowed_registries.iter().any(|r| r.covers(&key.0)) {
+                let message = registry_not_allowed(&key.0, &this.allowed_registries);
+                record.failed(key, "RegistryNotAllowed", message.clone());
+                return Err(unreadable(message));
+            }
+            let mut memo = None;
+            match record.current_pull() {
+                Some(Pull::Pulled {
+                    digest,
+                    hash,
+                    signed_by,
+                    ..
+                }) => {
+                    memo = Some((digest.clone(), hash.clone(), signed_by.clone()));
+                }
+                Some(Pull::Failed {
+                    message, retry_at, ..
+                }) if Instant::now() < *retry_at => {
+                    return Err(unreadable(message.clone()));
+                }
+                Some(Pull::InFlight { .. }) => {
+                    return Err(unreadable(format!("pulling {} now", key.0)));
+                }
+                _ => {}
+            }
+            if let Some(secret) = &key.1
+                && !this.allowed_secrets.contains(secret)
+            {
+                let message = format!(
+                    "spec.pullSecretRef: Secret {secret} is not one the host may read for Reconcilers (reconcilers.pullSecrets in the host configuration)"
+                );
+                record.failed(key, "PullSecretInvalid", message.clone());
+                return Err(unreadable(message));
+            }
+            let (puller, client) = (this.puller.clone(), this.client.clone());
+            puller.set_in_use(this.in_use());
+            let trust = this.trust.clone();
+            (key, puller, client, this.namespace.clone(), memo, trust)
+        };
+        // Pulled before: the bytes are in the module cache (verified as they are read, and
+        // their signatures judged again under this record's scope), not kept in memory; a
+        // cache emptied since is pulled again.
+        if let Some((digest, hash, signed_by)) = memo
+            && let Ok(Some(bytes)) = puller.cached(&key.0, &digest, trust.policy(key.2))
+        {
+            return Ok(Artefact {
+                origin: origin.clone(),
+                bytes,
+                hash,
+                signed_by,
+            });
+        }
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
+        if let Some(record) = records.lock().objects.get_mut(name) {
+            record.pull = Pull::InFlight { key: key.clone() };
+        }
+        let (records, name) = (records.clone(), name.to_owned());
+        let message = format!("pulling {} now", key.0);
+        handle.spawn(async move {
+            let outcome = match tokio::time::timeout(
+                PULL_DEADLINE,
+                pull(&puller, &client, &namespace, &key, trust.policy(key.2)),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => Err((
+                    "PullFailed",
+                    format!(
+                        "{}: the pull took longer than {}s (the registry answers too slowly, or sends too much); retrying with a backoff",
+                        key.0,
+                        PULL_DEADLINE.as_secs()
+                    ),
+                )),
+            };
+            Self::pull_ended(&records, &name, key, outcome);
+            on_end();
+        });
+        Err(unreadable(message))
+    }
+
+    /// Records how the pull of `key` for object `name` ended, unless its spec moved on.
+    fn pull_ended(
+        records: &Mutex<Self>,
+        name: &str,
+        key: PullKey,
+        outcome: Result<(crate::oci::Pulled, String), (&'static str, String)>,
+    ) {
+        let mut this = records.lock();
+        let Some(record) = this.objects.get_mut(name) else {
+            return;
+        };
+        if !matches!(&record.pull, Pull::InFlight { key: k } if *k == key) {
+            return;
+        }
+        match outcome {
+            Ok((module, hash)) => {
+                tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
+                    from_cache = module.from_cache, "module pulled");
+                record.pull = Pull::Pulled {
+                    key,
+                    digest: module.digest,
+                    hash,
+                    from_cache: module.from_cache,
+                    signed_by: module.signed_by,
+                };
+            }
+            Err((cause, message)) => {
+                tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
+                this.metrics.module_refused(cause);
+                if let Some(record) = this.objects.get_mut(name) {
+                    record.failed(key, cause, message);
+                }
+            }
+        }
+    }
+}
+
+/// Why `module` may not be pulled, and how to allow it.
+/// The `verify` tenant rule `rule` (none: a `ClusterReconciler`) is held to in `config`: its
+/// own, else the host's.
+fn verify_of(config: &HostConfig, rule: Option<usize>) -> Option<&crate::config::VerifySettings> {
+    let settings = config.reconcilers.as_ref()?;
+    rule.and_then(|index| settings.tenants.get(index)?.verify.as_ref())
+        .or(settings.verify.as_ref())
+}
+
+fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> String {
+    let listed = if allowed.is_empty() {
+        "none is listed".to_owned()
+    } else {
+        let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+        format!("it lists {}", names.join(", "))
+    };
+    format!(
+        "spec.module: registry {} (repository {}) is not one Reconcilers may pull from: reconcilers.allow.registries in the host configuration decides, and {listed}; add \"{}\" (or HOST[:PORT]/PATH for one repository prefix) to allow it",
+        module.registry(),
+        module.reference().repository(),
+        module.registry()
+    )
+}
+
+impl Record {
+    /// Records a failed pull of `key`, due again after a backoff that doubles per attempt.
+    fn failed(&mut self, key: PullKey, cause: &'static str, message: String) {
+        let attempts = match &self.pull {
+            Pull::Failed {
+                key: before,
+                attempts,
+                ..
+            } if *before == key => attempts + 1,
+            _ => 1,
+        };
+        let backoff = FIRST_RETRY
+            .saturating_mul(1 << (attempts - 1).min(10))
+            .min(MAX_RETRY);
+        self.pull = Pull::Failed {
+            key,
+            cause,
+            message,
+            attempts,
+            retry_at: Instant::now() + backoff,
+        };
+    }
+}
+
+/// Pulls `key`'s module with its Secret's credentials; the pull and the content hash, or the
+/// cause word and the message.
+async fn pull(
+    puller: &Puller,
+    client: &kube::Client,
+    namespace: &str,
+    (module, secret, _): &PullKey,
+    trust: Option<&crate::oci::TrustPolicy>,
+) -> Result<(crate::oci::Pulled, String), (&'static str, String)> {
+    let auth = match secret {
+        Some(secret) => credentials(client, namespace, secret, module).await?,
+        None => Auth::Anonymous,
+    };
+    // A registry's error text is the registry's: bounded and escaped before it is kept,
+    // logged and written to the object's status.
+    let secret = secret.as_ref().map(|s| format!("{namespace}/{s}"));
+    let who = crate::oci::Requester {
+        auth: &auth,
+        secret: secret.as_deref(),
+        trust,
+    };
+    let fetched = puller
+        .pull(module, who)
+        .await
+        .map_err(|e| (cause(&e), validation::message(&e.to_string())))?;
+    let hash = crate::sandbox::runtime::content_hash(&fetched.bytes);
+    Ok((fetched, hash))
+}
+
+/// The credentials for `module`'s registry in the dockerconfigjson Secret `name`.
+async fn credentials(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    module: &ModuleRef,
+) -> Result<Auth, (&'static str, String)> {
+    let invalid = |why: String| {
+        (
+            "PullSecretInvalid",
+            format!("spec.pullSecretRef: Secret {namespace}/{name} {why}"),
+        )
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => return Err(invalid("does not exist".into())),
+        Err(e) => {
+            return Err((
+                "PullFailed",
+                format!("cannot read Secret {namespace}/{name}: {e}"),
+            ));
+        }
+    };
+    if secret.type_.as_deref() != Some(DOCKER_CONFIG_JSON) {
+        return Err(invalid(format!(
+            "has type {}, not {DOCKER_CONFIG_JSON}",
+            secret.type_.as_deref().unwrap_or("Opaque")
+        )));
+    }
+    let document = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .ok_or_else(|| invalid("has no .dockerconfigjson key".into()))?;
+    DockerConfig::parse(&document.0)
+        .and_then(|config| config.auth_for(module.registry()))
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// The reason word of a failed pull.
+fn cause(e: &PullError) -> &'static str {
+    match e {
+        PullError::DigestMismatch { .. } => "DigestMismatch",
+        PullError::TooLarge { .. } => "TooLarge",
+        PullError::NotAWasmArtifact { .. } => "NotAComponent",
+        PullError::Denied { .. } => "PullDenied",
+        PullError::NotFound { .. } => "ModuleNotFound",
+        PullError::CacheFull { .. } => "CacheFull",
+        PullError::SignatureMissing { .. } => "SignatureMissing",
+        PullError::SignatureInvalid { .. } => "SignatureInvalid",
+        PullError::Unreachable { .. } | PullError::Registry { .. } | PullError::Cache(_) => {
+            "PullFailed"
+        }
+    }
+}
