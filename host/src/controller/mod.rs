@@ -1,5 +1,11 @@
 //! One controller per active guest: its informers, its work queue, its workers. The loop reads
-//! as client-go's sample-controller does: `start` → `run_worker` → `process_next` → `sync`.
+//! as client-go's sample-controller does: `start` → `Worker::run` → `process_next` → `sync`.
+//!
+//! This file is the loop. Beside it: [`caches`] (the informers the controller holds),
+//! [`version`] (one version of the guest wired to its contexts and providers, and how many keys
+//! it reconciles at once), [`sync`] (the reconcile step, shared with the offline runner),
+//! [`triggers`] (event → keys), [`index`] (field and computed indexes), [`keys`] (the queue's
+//! door) and [`queue`].
 //!
 //! Why the pieces are there:
 //! - Workers start only after every informer the guest reads has synced (WaitForCacheSync):
@@ -29,36 +35,38 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod caches;
 mod index;
 mod keys;
 pub mod queue;
 pub(crate) mod sync;
 mod triggers;
+mod version;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::cluster::informers::{Informer, Informers, WatchScope};
+use crate::cluster::informers::{Informer, Informers};
 use crate::cluster::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::controller::queue::{QueueConfig, WorkQueue};
 use crate::metrics::Metrics;
 use crate::replicas::fence::WriteFence;
 use crate::sandbox::backends::NetworkBackend;
-use crate::sandbox::capabilities::{
-    CallContext, EventRecord, GuestContext, NETWORK_BACKEND, Scope,
-};
-use crate::sandbox::manifest::{Mapping, SecondaryWatch};
+use crate::sandbox::capabilities::{CallContext, EventRecord};
+use crate::sandbox::manifest::Mapping;
 use crate::sandbox::providers::kube::KubeCluster;
 use crate::sandbox::records::Recorder;
 use crate::sandbox::runtime::{Outcome, Request, Run, Runtime};
 use crate::supply::guest_set::ActiveGuest;
+use caches::Caches;
 pub use index::{FieldIndex, Held, IndexBudget};
 use index::{Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, map_events};
 pub(crate) use triggers::{WatchFilter, index_keys, kept_generation, primary_keys, valid_keys};
+use version::{GuestVersion, concurrency};
 
 /// Everything a controller needs from the host.
 #[derive(Clone)]
@@ -86,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) flow: crate::cluster::flowcontrol::FlowControl,
     /// The configuration's `maxConcurrency`: an adaptive guest's cap unless its grant says less.
     pub(crate) max_concurrency: u32,
+    /// Low-priority keys behind changes (the default); off with [`QUEUE_ENV`]`=fifo`.
+    pub(crate) queue_priorities: bool,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -132,33 +142,6 @@ impl Workers {
     }
 }
 
-/// One guest version with the capability context built for it.
-struct GuestVersion {
-    guest: Arc<ActiveGuest>,
-    context: Arc<GuestContext>,
-    /// What the guest's `map` calls see: its lister, and refusals for everything else.
-    map_context: Arc<GuestContext>,
-    /// What the guest's `index` calls see: refusals only (the values come from the object).
-    index_context: Arc<GuestContext>,
-    /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
-    cluster: Arc<KubeCluster>,
-    /// When the grant sets `record`: which reconciles are written down for replay.
-    recorder: Option<Recorder>,
-}
-
-/// The informers a controller holds: primary, secondaries, and every kind it may read.
-struct Caches {
-    primary: Informer,
-    /// Each secondary watch with the informer its events come from and what of them it takes.
-    secondaries: Vec<(Informer, SecondaryWatch, WatchFilter)>,
-    /// The indexes the `field` and computed watches look up, one per path or computed index.
-    indexes: Vec<Arc<FieldIndex>>,
-    readable: BTreeMap<Gvk, Informer>,
-    /// Sharded mode: primary keys seen deleted and not yet reconciled. Any other key whose
-    /// object is not in the (sharded) primary cache belongs to another replica.
-    gone: Option<Arc<parking_lot::Mutex<std::collections::HashSet<ObjectKey>>>>,
-}
-
 /// `RECONCILER_HOST_QUEUE=fifo`: every key at one priority (benches compare it with the
 /// priority queue, the default).
 pub const QUEUE_ENV: &str = "RECONCILER_HOST_QUEUE";
@@ -183,8 +166,7 @@ impl Controller {
         if let Some(burst) = limits.burst.and_then(NonZeroU32::new) {
             config.burst = burst;
         }
-        // The benches' switch: one FIFO, to measure what the priorities buy.
-        config.priorities = std::env::var_os(QUEUE_ENV).is_none_or(|v| v != "fifo");
+        config.priorities = shared.queue_priorities;
         let queue = WorkQueue::with_metrics(config, shared.metrics.workqueue(&name));
         // Everything but the workers adds keys through this door, which keeps a tenant's.
         let keys = Keys::new(queue.clone(), guest.tenant(), &name, shared.metrics.clone());
@@ -214,39 +196,26 @@ impl Controller {
         let concurrency = concurrency(&guest, shared.max_concurrency);
         let (count, slots) = concurrency.workers(shared, &name);
         let workers = Workers::default();
-        {
-            let (caches, queue, version, shared, name, workers, mut lead) = (
-                caches.clone(),
-                queue.clone(),
-                version.subscribe(),
-                shared.clone(),
-                name.clone(),
-                workers.clone(),
-                lead,
-            );
-            tasks.spawn(async move {
-                caches.wait_synced().await;
-                let _ = synced_tx.send(true);
-                if !*lead.borrow() {
-                    tracing::info!(guest = %name, "caches synced; standing by for the lease");
-                    if lead.wait_for(|l| *l).await.is_err() {
-                        return;
-                    }
+        let worker = Worker {
+            shared: shared.clone(),
+            caches: caches.clone(),
+            queue: queue.clone(),
+            version: version.subscribe(),
+            slots,
+        };
+        let (guest_name, starter, mut lead) = (name.clone(), workers.clone(), lead);
+        tasks.spawn(async move {
+            worker.caches.wait_synced().await;
+            let _ = synced_tx.send(true);
+            if !*lead.borrow() {
+                tracing::info!(guest = %guest_name, "caches synced; standing by for the lease");
+                if lead.wait_for(|l| *l).await.is_err() {
+                    return;
                 }
-                tracing::info!(guest = %name, workers = count, ?concurrency, "caches synced; starting workers");
-                workers
-                    .start(count, || {
-                        run_worker(
-                            shared.clone(),
-                            caches.clone(),
-                            queue.clone(),
-                            version.clone(),
-                            slots.clone(),
-                        )
-                    })
-                    .await;
-            });
-        }
+            }
+            tracing::info!(guest = %guest_name, workers = count, ?concurrency, "caches synced; starting workers");
+            starter.start(count, || worker.clone().run()).await;
+        });
         Ok(Self {
             name,
             queue,
@@ -333,25 +302,7 @@ impl Controller {
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
     pub(crate) fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
-        let (context, cluster) = {
-            let current = self.version.borrow();
-            (current.context.clone(), current.cluster.clone())
-        };
-        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
-            .in_tenant(guest.tenant());
-        let version = GuestVersion {
-            map_context: map_context(shared, &guest, &context.providers, scope.clone()),
-            index_context: index_context(shared, &guest, scope.clone()),
-            context: Arc::new(
-                GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
-                    .with_scope(scope)
-                    .with_metrics(shared.metrics.clone())
-                    .with_budget(context.budget.clone()),
-            ),
-            recorder: recorder(shared, &guest),
-            guest,
-            cluster,
-        };
+        let version = GuestVersion::swapped(shared, guest, &self.version.borrow());
         self.version.send_replace(Arc::new(version));
     }
 
@@ -457,355 +408,34 @@ fn spawn_secondaries(
     }
 }
 
-/// How many keys a guest reconciles at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Concurrency {
-    /// The manifest's `concurrency` (lowered by the grant's): that many workers.
-    Fixed(usize),
-    /// The manifest left it at 0: the host's adaptive limit on API writes, up to `cap` (the
-    /// grant's `concurrency`, else `maxConcurrency`).
-    Adaptive { cap: usize },
-}
-
-/// The guest's concurrency; a `max_concurrency` of 0 leaves the adaptive cap at the grant's
-/// (for comparing two versions of one guest, which share the host's).
-fn concurrency(guest: &ActiveGuest, max_concurrency: u32) -> Concurrency {
-    let granted = guest.grant.limits.concurrency;
-    match guest.loaded.manifest.concurrency {
-        0 => {
-            let max = if max_concurrency == 0 {
-                u32::MAX
-            } else {
-                max_concurrency
-            };
-            let cap = granted.map_or(max, |g| g.min(max));
-            Concurrency::Adaptive {
-                cap: cap.max(1) as usize,
-            }
-        }
-        asked => Concurrency::Fixed(asked.min(granted.unwrap_or(asked)).max(1) as usize),
-    }
-}
-
-impl Concurrency {
-    /// The workers to start and, for an adaptive guest, the slots they take keys under.
-    fn workers(
-        self,
-        shared: &Shared,
-        guest: &str,
-    ) -> (usize, Option<Arc<crate::cluster::flowcontrol::Slots>>) {
-        match self {
-            Concurrency::Fixed(n) => {
-                shared.metrics.guest_concurrency(guest, n);
-                (n, None)
-            }
-            Concurrency::Adaptive { cap } => (
-                cap,
-                Some(Arc::new(crate::cluster::flowcontrol::Slots::new(
-                    &shared.flow,
-                    cap,
-                    guest,
-                ))),
-            ),
-        }
-    }
-}
-
-impl Caches {
-    async fn acquire(shared: &Shared, guest: &ActiveGuest) -> anyhow::Result<Self> {
-        let manifest = &guest.loaded.manifest;
-        let namespace = match (&manifest.namespace, &shared.namespace) {
-            (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
-                "guest `{}` watches namespace {wanted} but the host is restricted to namespace {host}",
-                manifest.name
-            ),
-            (wanted, host) => wanted.clone().or_else(|| host.clone()),
-        };
-        let selectors = &guest.grant.read_selectors;
-        let primary = acquire_scoped(
-            shared,
-            &manifest.primary,
-            namespace.clone(),
-            selectors.narrow(&manifest.primary, manifest.label_selector.as_deref()),
-            shared.shard,
-            guest,
-        )
-        .await?;
-        let readable = Self::readable(shared, guest, &primary).await;
-        let mut secondaries = Vec::new();
-        let mut indexes: Vec<Arc<FieldIndex>> = Vec::new();
-        // What the guest's indexes hold together.
-        let budget = Arc::new(IndexBudget::default());
-        for secondary in &manifest.secondary {
-            let watched = match (&secondary.namespace, &shared.namespace) {
-                (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
-                    "guest `{}` watches {} in namespace {wanted} but the host is restricted to namespace {host}",
-                    manifest.name,
-                    secondary.kind
-                ),
-                (Some(wanted), _) => Some(wanted.clone()),
-                (None, _) => namespace.clone(),
-            };
-            // The lister's informer of the kind, not one of the watch's own: an event then
-            // reaches the guest only once the cache its reconcile reads holds the change (two
-            // informers of a kind see a change at different moments, and a reconcile woken by
-            // one read the other's older object). The grant's readSelectors bound that cache;
-            // the watch's namespace and selector choose among its events.
-            let informer = if let Some(informer) = readable.get(&secondary.kind) {
-                informer.clone()
-            } else {
-                let selector = selectors.get(&secondary.kind).map(str::to_owned);
-                // A tenant's informers, as its lister's, hold its namespace only.
-                let within = guest
-                    .tenant()
-                    .map(str::to_owned)
-                    .or_else(|| shared.namespace.clone());
-                match acquire_scoped(shared, &secondary.kind, within, selector, None, guest).await {
-                    Ok(informer) => informer,
-                    // No object of a cluster-scoped kind is in a namespace: a tenant's watch
-                    // of one takes no event, as its lister reads none.
-                    Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
-                        if guest.tenant().is_some() =>
-                    {
-                        tracing::warn!(guest = %manifest.name, kind = %secondary.kind, "secondary watch left out: a namespaced Reconciler's guest watches its namespace only, and this kind is cluster-scoped");
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            };
-            let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
-            let index = match &secondary.mapping {
-                Mapping::Field { path, .. } => {
-                    Some(FieldIndex::of_path(path.clone(), budget.clone()))
-                }
-                Mapping::Computed { index, .. } => {
-                    Some(FieldIndex::computed(index, budget.clone()))
-                }
-                _ => None,
-            };
-            if let Some(index) = index
-                && !indexes.iter().any(|i| i.source() == index.source())
-            {
-                indexes.push(Arc::new(index));
-            }
-            secondaries.push((informer, secondary.clone(), filter));
-        }
-        Ok(Self {
-            primary,
-            secondaries,
-            indexes,
-            readable,
-            gone: shared.shard.map(|_| Arc::default()),
-        })
-    }
-
-    /// The informers the lister serves: every kind in the grant, within its readSelectors. A
-    /// kind the server does not serve (yet) is logged and its reads return `unavailable`.
-    async fn readable(
-        shared: &Shared,
-        guest: &ActiveGuest,
-        primary: &Informer,
-    ) -> BTreeMap<Gvk, Informer> {
-        let manifest = &guest.loaded.manifest;
-        let selectors = &guest.grant.read_selectors;
-        let mut readable = BTreeMap::new();
-        // Sharded: lookups of the primary kind read this replica's share unless the grant
-        // asks for the whole kind (`primaryReads: whole`).
-        if shared.shard.is_some() && guest.grant.primary_reads == crate::config::PrimaryReads::Share
-        {
-            readable.insert(manifest.primary.clone(), primary.clone());
-        }
-        let whole: Vec<&Gvk> = guest
-            .grant
-            .read
-            .iter()
-            .filter(|k| !readable.contains_key(*k))
-            .collect();
-        // A namespaced Reconciler's guest reads only its namespace, and no cluster-scoped kind.
-        let namespace = guest
-            .tenant()
-            .map(str::to_owned)
-            .or_else(|| shared.namespace.clone());
-        for kind in whole {
-            let selector = selectors.get(kind).map(str::to_owned);
-            let acquired =
-                acquire_scoped(shared, kind, namespace.clone(), selector, None, guest).await;
-            match acquired {
-                Ok(informer) => {
-                    readable.insert(kind.clone(), informer);
-                }
-                Err(e) => {
-                    tracing::warn!(guest = %manifest.name, %kind, "granted kind cannot be cached: {e}");
-                }
-            }
-        }
-        readable
-    }
-
-    async fn wait_synced(&self) {
-        self.primary.wait_synced().await;
-        for (informer, _, _) in &self.secondaries {
-            informer.wait_synced().await;
-        }
-        for informer in self.readable.values() {
-            informer.wait_synced().await;
-        }
-    }
-}
-
-impl GuestVersion {
-    fn new(shared: &Shared, guest: &Arc<ActiveGuest>, caches: &Arc<Caches>, keys: &Keys) -> Self {
-        let cluster = Arc::new(KubeCluster::new(
-            shared.client.clone(),
-            caches.readable_with_primary(),
-            shared.informers.resolver().clone(),
-            guest.name(),
-            shared.fence.clone(),
-            guest.grant.service_account.as_ref(),
-        ));
-        let network = shared
-            .networks
-            .get(NETWORK_BACKEND)
-            .filter(|_| guest.grant.backends.contains(NETWORK_BACKEND))
-            .cloned();
-        let mut providers = crate::sandbox::providers::kube::providers(
-            caches.readable.clone(),
-            Arc::new(keys.clone()),
-            cluster.clone(),
-            network,
-        );
-        if !guest.grant.http.is_empty() {
-            providers = providers.with_http(shared.outbound.clone());
-        }
-        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
-            .in_tenant(guest.tenant());
-        let map_context = map_context(shared, guest, &providers, scope.clone());
-        let index_context = index_context(shared, guest, scope.clone());
-        let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
-            .with_scope(scope)
-            .with_metrics(shared.metrics.clone());
-        Self {
-            guest: guest.clone(),
-            context: Arc::new(context),
-            map_context,
-            index_context,
-            cluster,
-            recorder: recorder(shared, guest),
-        }
-    }
-}
-
-/// The context of the guest's `map` calls: its lister and nothing else, and a budget of their
-/// own, so mapping events never spends what its reconciles may write.
-fn map_context(
-    shared: &Shared,
-    guest: &ActiveGuest,
-    providers: &crate::sandbox::capabilities::Providers,
-    scope: Scope,
-) -> Arc<GuestContext> {
-    Arc::new(
-        GuestContext::new(guest.name(), guest.grant.clone(), providers.read_only())
-            .with_scope(scope)
-            .with_metrics(shared.metrics.clone()),
-    )
-}
-
-/// The context of the guest's `index` calls: every host call refused, so an index's values
-/// come from the primary object alone.
-fn index_context(shared: &Shared, guest: &ActiveGuest, scope: Scope) -> Arc<GuestContext> {
-    Arc::new(
-        GuestContext::new(
-            guest.name(),
-            guest.grant.clone(),
-            crate::sandbox::capabilities::Providers::deny_indexing(),
-        )
-        .with_scope(scope)
-        .with_metrics(shared.metrics.clone()),
-    )
-}
-
-fn recorder(shared: &Shared, guest: &ActiveGuest) -> Option<Recorder> {
-    Recorder::new(
-        guest.grant.record.as_ref(),
-        shared.record_directory.as_deref(),
-        guest.name(),
-    )
-}
-
-/// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit, except
-/// for a namespaced Reconciler's guest, which may not watch them.
-async fn acquire_scoped(
-    shared: &Shared,
-    kind: &Gvk,
-    namespace: Option<String>,
-    label_selector: Option<String>,
-    slots: Option<crate::cluster::shard_ranges::SlotSet>,
-    guest: &ActiveGuest,
-) -> Result<Informer, crate::cluster::informers::InformerError> {
-    let gvk = kube::core::GroupVersionKind::from(kind);
-    let scope = WatchScope {
-        namespace,
-        label_selector: label_selector.clone(),
-        shard: slots,
-    };
-    let metadata = metadata_kinds(&guest.loaded.manifest).contains(kind);
-    match shared.informers.acquire_with(&gvk, scope, metadata).await {
-        Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
-            if guest.tenant().is_none() =>
-        {
-            shared
-                .informers
-                .acquire_with(
-                    &gvk,
-                    WatchScope {
-                        namespace: None,
-                        label_selector,
-                        shard: slots,
-                    },
-                    metadata,
-                )
-                .await
-        }
-        other => other,
-    }
-}
-
-/// Secondary kinds whose every watch maps events by owner reference, label or an index:
-/// their events need only metadata, so their informers start metadata-only, and the guest's
-/// first read of the kind makes them whole (`Informers::acquire_metadata`). A `map` call takes
-/// the whole object; the primary kind is always whole.
-fn metadata_kinds(
-    manifest: &crate::sandbox::manifest::Manifest,
-) -> std::collections::BTreeSet<&Gvk> {
-    let whole = |kind: &Gvk| {
-        *kind == manifest.primary
-            || manifest
-                .secondary
-                .iter()
-                .any(|w| w.kind == *kind && matches!(w.mapping, Mapping::Function))
-    };
-    let watched = manifest.secondary.iter().map(|w| &w.kind);
-    watched.filter(|kind| !whole(kind)).collect()
-}
-
-async fn run_worker(
+/// What each worker of a controller holds (a clone each).
+#[derive(Clone)]
+struct Worker {
     shared: Shared,
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<GuestVersion>>,
+    /// An adaptive guest's slots under the host's write limit (see `version::Concurrency`).
     slots: Option<Arc<crate::cluster::flowcontrol::Slots>>,
-) {
-    let mut kept = Kept::default();
-    loop {
-        // An adaptive guest's worker takes a key only under the limit (see `Concurrency`).
-        let slot = match &slots {
-            Some(slots) => Some(slots.take().await),
-            None => None,
-        };
-        if !process_next(&shared, &caches, &queue, &version, &mut kept).await {
-            return;
+}
+
+impl Worker {
+    /// Takes keys until the queue shuts down.
+    async fn run(self) {
+        let mut kept = Kept::default();
+        loop {
+            // An adaptive guest's worker takes a key only under the limit.
+            let slot = match &self.slots {
+                Some(slots) => Some(slots.take().await),
+                None => None,
+            };
+            let (shared, caches, queue, version) =
+                (&self.shared, &self.caches, &self.queue, &self.version);
+            if !process_next(shared, caches, queue, version, &mut kept).await {
+                return;
+            }
+            drop(slot);
         }
-        drop(slot);
     }
 }
 
@@ -1060,46 +690,6 @@ fn warn_on_primary(version: &GuestVersion, event: EventRecord) {
             tracing::debug!(guest = %name, object = %event.regarding, "warning event not written: {e}");
         }
     });
-}
-
-impl Caches {
-    /// Sharded: a key whose object this replica neither caches nor saw deleted is another
-    /// replica's (a secondary object's owner, a guest's enqueue); its owner reconciles it.
-    /// Counted and logged here.
-    fn foreign(&self, key: &ObjectKey, metrics: &Metrics, guest: &str) -> bool {
-        let foreign = self
-            .gone
-            .as_ref()
-            .is_some_and(|gone| !gone.lock().contains(key));
-        if foreign {
-            tracing::debug!("owned by another replica; dropped");
-            metrics.shard_foreign_key(guest);
-        }
-        foreign
-    }
-
-    /// The index of `source` (made in `acquire` for every `field` and computed watch).
-    fn index(&self, source: &IndexSource) -> Arc<FieldIndex> {
-        self.indexes
-            .iter()
-            .find(|i| i.source() == source)
-            .cloned()
-            .expect("an index for every field and computed watch")
-    }
-
-    /// Entries across the field indexes.
-    fn index_entries(&self) -> usize {
-        self.indexes.iter().map(|i| i.len()).sum()
-    }
-
-    /// The readable informers plus the primary one (finalizer patches record into it).
-    fn readable_with_primary(&self) -> BTreeMap<Gvk, Informer> {
-        let mut all = self.readable.clone();
-        let gvk = self.primary.gvk();
-        all.entry(Gvk::new(&gvk.group, &gvk.version, &gvk.kind))
-            .or_insert_with(|| self.primary.clone());
-        all
-    }
 }
 
 #[cfg(test)]

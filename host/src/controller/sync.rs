@@ -49,44 +49,6 @@ pub(crate) trait Primary: Send + Sync {
     ) -> Result<bool, HostError>;
 }
 
-/// The offline runner's primary: the loaded objects, the finalizer writes applied to them as
-/// JSON patches, as the API server would apply them.
-#[async_trait::async_trait]
-impl Primary for crate::sandbox::providers::offline::RecordingCluster {
-    fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>> {
-        let object: DynamicObject = serde_json::from_value(self.object(object)?).ok()?;
-        CachedObject::new(&object).ok().map(Arc::new)
-    }
-
-    fn foreign(&self, _: &ObjectKey) -> bool {
-        false
-    }
-
-    async fn add_finalizer(
-        &self,
-        object: &ObjectRef,
-        current: &DynamicObject,
-        finalizer: &str,
-    ) -> Result<Option<Value>, HostError> {
-        match crate::cluster::finalizer::add_ops(current, finalizer) {
-            Some(ops) => self.json_patch(object, ops).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    async fn remove_finalizer(
-        &self,
-        object: &ObjectRef,
-        current: &DynamicObject,
-        finalizer: &str,
-    ) -> Result<bool, HostError> {
-        match crate::cluster::finalizer::remove_ops(current, finalizer) {
-            Some(ops) => self.json_patch(object, ops).map(|_| true),
-            None => Ok(false),
-        }
-    }
-}
-
 /// What the step needs to know of the guest.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Step<'a> {

@@ -271,6 +271,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         record_directory: record_directory.clone(),
         flow,
         max_concurrency: config.max_concurrency(),
+        // The benches' switch: one FIFO, to measure what the priorities buy.
+        queue_priorities: std::env::var_os(crate::controller::QUEUE_ENV)
+            .is_none_or(|v| v != "fifo"),
     };
     let mut manager = Manager {
         shared,

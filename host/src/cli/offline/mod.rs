@@ -363,6 +363,44 @@ fn host_call<T>(
     }
 }
 
+/// The offline runner's primary: the loaded objects, the finalizer writes applied to them as
+/// JSON patches, as the API server would apply them.
+#[async_trait::async_trait]
+impl Primary for RecordingCluster {
+    fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>> {
+        let object: DynamicObject = serde_json::from_value(self.object(object)?).ok()?;
+        CachedObject::new(&object).ok().map(Arc::new)
+    }
+
+    fn foreign(&self, _: &ObjectKey) -> bool {
+        false
+    }
+
+    async fn add_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<Option<serde_json::Value>, HostError> {
+        match crate::cluster::finalizer::add_ops(current, finalizer) {
+            Some(ops) => self.json_patch(object, ops).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn remove_finalizer(
+        &self,
+        object: &ObjectRef,
+        current: &DynamicObject,
+        finalizer: &str,
+    ) -> Result<bool, HostError> {
+        match crate::cluster::finalizer::remove_ops(current, finalizer) {
+            Some(ops) => self.json_patch(object, ops).map(|_| true),
+            None => Ok(false),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Primary for ShownWrites<'_> {
     fn cached(&self, object: &ObjectRef) -> Option<Arc<CachedObject>> {

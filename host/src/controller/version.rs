@@ -1,0 +1,192 @@
+//! One version of a guest as its controller runs it: the capability contexts of its reconciles,
+//! its `map` and its `index` calls, the providers behind them, its recorder, and how many keys
+//! it reconciles at once. A hot swap builds a new one; a reconcile keeps the one it started on.
+
+use std::sync::Arc;
+
+use super::Shared;
+use super::caches::Caches;
+use super::keys::Keys;
+use crate::sandbox::capabilities::{GuestContext, NETWORK_BACKEND, Providers, Scope};
+use crate::sandbox::providers::kube::KubeCluster;
+use crate::sandbox::records::Recorder;
+use crate::supply::guest_set::ActiveGuest;
+
+/// One guest version with the capability context built for it.
+pub(super) struct GuestVersion {
+    pub(super) guest: Arc<ActiveGuest>,
+    pub(super) context: Arc<GuestContext>,
+    /// What the guest's `map` calls see: its lister, and refusals for everything else.
+    pub(super) map_context: Arc<GuestContext>,
+    /// What the guest's `index` calls see: refusals only (the values come from the object).
+    pub(super) index_context: Arc<GuestContext>,
+    /// Long-lived per guest: its event recorder aggregates repeats across reconciles.
+    pub(super) cluster: Arc<KubeCluster>,
+    /// When the grant sets `record`: which reconciles are written down for replay.
+    pub(super) recorder: Option<Recorder>,
+}
+
+impl GuestVersion {
+    pub(super) fn new(
+        shared: &Shared,
+        guest: &Arc<ActiveGuest>,
+        caches: &Arc<Caches>,
+        keys: &Keys,
+    ) -> Self {
+        let cluster = Arc::new(KubeCluster::new(
+            shared.client.clone(),
+            caches.readable_with_primary(),
+            shared.informers.resolver().clone(),
+            guest.name(),
+            shared.fence.clone(),
+            guest.grant.service_account.as_ref(),
+        ));
+        let network = shared
+            .networks
+            .get(NETWORK_BACKEND)
+            .filter(|_| guest.grant.backends.contains(NETWORK_BACKEND))
+            .cloned();
+        let mut providers = crate::sandbox::providers::kube::providers(
+            caches.readable.clone(),
+            Arc::new(keys.clone()),
+            cluster.clone(),
+            network,
+        );
+        if !guest.grant.http.is_empty() {
+            providers = providers.with_http(shared.outbound.clone());
+        }
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
+            .in_tenant(guest.tenant());
+        let map_context = map_context(shared, guest, &providers, scope.clone());
+        let index_context = index_context(shared, guest, scope.clone());
+        let context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
+            .with_scope(scope)
+            .with_metrics(shared.metrics.clone());
+        Self {
+            guest: guest.clone(),
+            context: Arc::new(context),
+            map_context,
+            index_context,
+            cluster,
+            recorder: recorder(shared, guest),
+        }
+    }
+}
+
+impl GuestVersion {
+    /// A new version of the same guest in place of `current`: its providers, cluster writer
+    /// and budget carry over, so its rates and its event aggregation continue.
+    pub(super) fn swapped(
+        shared: &Shared,
+        guest: Arc<ActiveGuest>,
+        current: &GuestVersion,
+    ) -> Self {
+        let context = &current.context;
+        let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
+            .in_tenant(guest.tenant());
+        GuestVersion {
+            map_context: map_context(shared, &guest, &context.providers, scope.clone()),
+            index_context: index_context(shared, &guest, scope.clone()),
+            context: Arc::new(
+                GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
+                    .with_scope(scope)
+                    .with_metrics(shared.metrics.clone())
+                    .with_budget(context.budget.clone()),
+            ),
+            recorder: recorder(shared, &guest),
+            guest,
+            cluster: current.cluster.clone(),
+        }
+    }
+}
+
+/// The context of the guest's `map` calls: its lister and nothing else, and a budget of their
+/// own, so mapping events never spends what its reconciles may write.
+fn map_context(
+    shared: &Shared,
+    guest: &ActiveGuest,
+    providers: &Providers,
+    scope: Scope,
+) -> Arc<GuestContext> {
+    Arc::new(
+        GuestContext::new(guest.name(), guest.grant.clone(), providers.read_only())
+            .with_scope(scope)
+            .with_metrics(shared.metrics.clone()),
+    )
+}
+
+/// The context of the guest's `index` calls: every host call refused, so an index's values
+/// come from the primary object alone.
+fn index_context(shared: &Shared, guest: &ActiveGuest, scope: Scope) -> Arc<GuestContext> {
+    Arc::new(
+        GuestContext::new(
+            guest.name(),
+            guest.grant.clone(),
+            Providers::deny_indexing(),
+        )
+        .with_scope(scope)
+        .with_metrics(shared.metrics.clone()),
+    )
+}
+
+fn recorder(shared: &Shared, guest: &ActiveGuest) -> Option<Recorder> {
+    Recorder::new(
+        guest.grant.record.as_ref(),
+        shared.record_directory.as_deref(),
+        guest.name(),
+    )
+}
+
+/// How many keys a guest reconciles at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Concurrency {
+    /// The manifest's `concurrency` (lowered by the grant's): that many workers.
+    Fixed(usize),
+    /// The manifest left it at 0: the host's adaptive limit on API writes, up to `cap` (the
+    /// grant's `concurrency`, else `maxConcurrency`).
+    Adaptive { cap: usize },
+}
+
+/// The guest's concurrency; a `max_concurrency` of 0 leaves the adaptive cap at the grant's
+/// (for comparing two versions of one guest, which share the host's).
+pub(super) fn concurrency(guest: &ActiveGuest, max_concurrency: u32) -> Concurrency {
+    let granted = guest.grant.limits.concurrency;
+    match guest.loaded.manifest.concurrency {
+        0 => {
+            let max = if max_concurrency == 0 {
+                u32::MAX
+            } else {
+                max_concurrency
+            };
+            let cap = granted.map_or(max, |g| g.min(max));
+            Concurrency::Adaptive {
+                cap: cap.max(1) as usize,
+            }
+        }
+        asked => Concurrency::Fixed(asked.min(granted.unwrap_or(asked)).max(1) as usize),
+    }
+}
+
+impl Concurrency {
+    /// The workers to start and, for an adaptive guest, the slots they take keys under.
+    pub(super) fn workers(
+        self,
+        shared: &Shared,
+        guest: &str,
+    ) -> (usize, Option<Arc<crate::cluster::flowcontrol::Slots>>) {
+        match self {
+            Concurrency::Fixed(n) => {
+                shared.metrics.guest_concurrency(guest, n);
+                (n, None)
+            }
+            Concurrency::Adaptive { cap } => (
+                cap,
+                Some(Arc::new(crate::cluster::flowcontrol::Slots::new(
+                    &shared.flow,
+                    cap,
+                    guest,
+                ))),
+            ),
+        }
+    }
+}
