@@ -23,6 +23,7 @@ use crate::supply::guest_set::{ActiveGuest, GrantError, Origin};
 mod drain;
 pub(crate) mod offline;
 pub(crate) mod rbac;
+mod run;
 pub mod scaffold;
 
 #[derive(Parser)]
@@ -162,7 +163,7 @@ struct TestArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller host: load every guest in the directory and reconcile.
-    Run(crate::manager::RunArgs),
+    Run(run::RunArgs),
     /// Validate a guest against the WIT world (and a host configuration) and print its manifest.
     Check {
         /// The guest component.
@@ -309,7 +310,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match command {
-            Command::Run(args) => crate::manager::run(args).await,
+            Command::Run(args) => crate::manager::run(args.resolve().await?).await,
             Command::Check { file, config } => check(file, config).await,
             Command::Push {
                 file,

@@ -10,6 +10,7 @@
 //! (or leave the ring), exit.
 //!
 //! One file per concept:
+//! - [`settings`]: what `run` was asked for, resolved once by the command line;
 //! - [`ownership`]: what this replica may reconcile (alone, leader-elected or sharded), the
 //!   write fence, and the one [`ownership::Change`] event the manager follows;
 //! - [`controllers`]: the set of running controllers, one per active guest;
@@ -27,9 +28,9 @@ mod controllers;
 mod orphans;
 mod ownership;
 pub(crate) mod server;
+mod settings;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,73 +51,12 @@ use crate::supply::guest_set::{Directory, FirstPass, GuestEvent, GuestSource, Gu
 use controllers::{ControllerSet, START_RETRY};
 use orphans::Orphans;
 use ownership::{Change, Owned, Ownership};
+pub(crate) use settings::{
+    Lease, Replicas, Settings, Standby, default_cache_dir, default_identity,
+};
 
 /// How long a shutdown lets running reconciles finish before cancelling them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-#[derive(clap::Args, Debug)]
-pub(crate) struct RunArgs {
-    /// Host configuration (grants, limits, backends).
-    #[arg(long, env = "RECONCILER_CONFIG")]
-    pub config: PathBuf,
-    /// Directory of guest components; overrides guestDirectory in the configuration.
-    #[arg(long, env = "RECONCILER_GUESTS")]
-    pub guests: Option<PathBuf>,
-    /// Address of /healthz, /readyz, /metrics and /guests.
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    pub listen: SocketAddr,
-    /// Where compiled guests are cached (default: $XDG_CACHE_HOME/reconciler-host).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
-    /// Watch only this namespace (namespaced kinds); default: all namespaces.
-    #[arg(long)]
-    pub watch_namespace: Option<String>,
-    /// The host's own namespace, where Reconcilers' pull Secrets are read (default: the
-    /// in-cluster service account's, or the kubeconfig context's).
-    #[arg(long, env = "POD_NAMESPACE")]
-    pub namespace: Option<String>,
-    /// Take part in leader election; only the leader reconciles, and only while its last
-    /// renewal is younger than the lease duration less a third (`docs/reliability.md`).
-    #[arg(long)]
-    pub leader_elect: bool,
-    #[arg(long, default_value = "reconciler-host")]
-    pub lease_name: String,
-    #[arg(long, default_value = "default")]
-    pub lease_namespace: String,
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    pub lease_duration: Duration,
-    /// With `--leader-elect`: `warm`, a replica without the lease keeps its caches synced and
-    /// its queues filled, and only starts its workers when it takes the lease; `cold`, it
-    /// starts nothing until then (and lists every kind after taking over).
-    #[arg(long, value_enum, default_value = "warm")]
-    pub standby: Standby,
-    /// This replica's identity in the lease (default: hostname-pid).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-    /// `auto`: spread the keys of every guest's primary kind over the replicas of the ring
-    /// named `--lease-name` (each holds a member Lease in `--lease-namespace`). Exclusive with
-    /// `--leader-elect`.
-    #[arg(long, value_enum, default_value = "off")]
-    pub shards: ShardMode,
-    /// Sharded mode: filter on the API server (`shardSelector`, needs the `ShardedListAndWatch`
-    /// feature gate), on the client, or `auto` (the server when it honours it).
-    #[arg(long, default_value = "auto")]
-    pub shard_filter: crate::cluster::informers::ShardFilter,
-}
-
-/// `run --standby`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Standby {
-    Warm,
-    Cold,
-}
-
-/// `run --shards`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ShardMode {
-    Off,
-    Auto,
-}
 
 /// Where records are kept: `recordDirectory`, else `records/` in the cache directory.
 fn record_directory(config: &HostConfig, cache_dir: Option<&Path>) -> Option<PathBuf> {
@@ -126,108 +66,57 @@ fn record_directory(config: &HostConfig, cache_dir: Option<&Path>) -> Option<Pat
         .or_else(|| cache_dir.map(|d| d.join("records")))
 }
 
-/// The default compile cache directory.
-pub(crate) fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .map(|base| base.join("reconciler-host"))
-}
-
 /// The task writing the Reconcilers' status, if there are Reconcilers, and its switch: one
 /// replica writes them, the one that coordinates (see `Manager::set_owned`).
 fn write_statuses(
     status: Option<crate::supply::reconcilers::StatusWriter>,
-    args: &RunArgs,
+    writer: &str,
     guests: &Arc<Guests>,
 ) -> (
     tokio::sync::watch::Sender<bool>,
     Option<tokio::task::JoinHandle<()>>,
 ) {
     let (switch, on) = tokio::sync::watch::channel(false);
-    let task = status.map(|writer| {
-        let identity = args
-            .identity
-            .clone()
-            .unwrap_or_else(|| "reconciler-host".into());
-        tokio::spawn(writer.run(guests.clone(), identity, on))
-    });
+    let task = status.map(|status| tokio::spawn(status.run(guests.clone(), writer.to_owned(), on)));
     (switch, task)
 }
 
-/// The host's own namespace, where Reconcilers' pull Secrets and guests' HTTP credentials are
-/// read: `--namespace`, else the client configuration's.
-fn host_namespace(args: &RunArgs, kube_config: &kube::Config) -> String {
-    args.namespace
-        .clone()
-        .unwrap_or_else(|| kube_config.default_namespace.clone())
-}
-
-/// The client configuration (KUBECONFIG or in-cluster), every request carrying the user agent
-/// `reconciler-host/VERSION (IDENTITY)`: the API server's audit log then tells replicas apart
-/// (the robustness checker attributes every write with it).
-async fn kube_config(args: &RunArgs) -> anyhow::Result<kube::Config> {
-    let mut config = kube::Config::infer()
-        .await
-        .context("cannot read the Kubernetes client configuration (KUBECONFIG or in-cluster service account)")?;
-    let identity = args
-        .identity
-        .clone()
-        .unwrap_or_else(ownership::default_identity);
-    let agent = format!("reconciler-host/{} ({identity})", env!("CARGO_PKG_VERSION"));
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&agent)
-            .unwrap_or_else(|_| http::HeaderValue::from_static("reconciler-host")),
-    ));
-    Ok(config)
-}
-
 /// The host's shared informers: every guest's caches, counted in `metrics`.
-fn informers(client: &kube::Client, metrics: &Metrics, args: &RunArgs) -> Informers {
+fn informers(client: &kube::Client, metrics: &Metrics, settings: &Settings) -> Informers {
     Informers::with_options(
         client.clone(),
         Options {
             metrics: Some(metrics.clone()),
-            shard_filter: args.shard_filter,
+            shard_filter: settings.shard_filter,
             ..Options::default()
         },
     )
 }
 
-pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let config = Arc::new(HostConfig::load(&args.config)?);
+pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
+    let config = Arc::new(HostConfig::load(&settings.config)?);
     // Before any task starts: an address in use ends the host with that error, and nothing else.
-    let listener = crate::manager::server::bind(args.listen)?;
-    let dir = guest_directory(&args, &config)?;
+    let listener = crate::manager::server::bind(settings.listen)?;
+    let dir = guest_directory(&settings, &config)?;
 
-    // Read once: the client, the lease's client and the backends' view of the API server.
-    let kube_config = kube_config(&args).await?;
-    let networks = network_backends(&config, &kube_config.cluster_url)?;
+    let networks = network_backends(&config, &settings.kube.cluster_url)?;
 
     let metrics = Metrics::new();
     // Every write of the host goes through the adaptive limit (the lease's client does not).
     let flow =
         crate::cluster::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
-    let client = crate::cluster::flowcontrol::client(&kube_config, &flow)
+    let client = crate::cluster::flowcontrol::client(&settings.kube, &flow)
         .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
-    let informers = informers(&client, &metrics, &args);
-    let ownership = Ownership::join(&args, &kube_config, &metrics)?;
-    let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
+    let informers = informers(&client, &metrics, &settings);
+    let ownership = Ownership::join(&settings, &metrics)?;
+    let cache_dir = settings.cache_dir.clone();
     let record_directory = record_directory(&config, cache_dir.as_deref());
     let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir: cache_dir.clone(),
+        cache_dir,
         ..RuntimeOptions::default()
     })?);
-    let (sources, reconciler_status) = guest_sources(
-        &config,
-        dir.as_ref(),
-        &client,
-        &host_namespace(&args, &kube_config),
-        &args.lease_name,
-        cache_dir,
-        &metrics,
-    )?;
+    let (sources, reconciler_status) =
+        guest_sources(&config, dir.as_ref(), &client, &settings, &metrics)?;
     let guests = Guests::new(
         sources,
         runtime.clone(),
@@ -236,10 +125,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         Arc::new(crate::sandbox::shadow::Shadows::new(Some(metrics.clone()))),
     );
     guests.set_record_directory(record_directory.clone());
-    let rechecks = follow_identities(&guests, &client, &informers, &args);
+    let rechecks = follow_identities(&guests, &client, &informers, &settings);
     let mut guest_events = guests.subscribe();
     let mut watcher = tokio::spawn(guests.clone().watch());
-    let config_watcher = tokio::spawn(config::follow_config(args.config.clone(), guests.clone()));
+    let config_watcher = tokio::spawn(config::follow_config(
+        settings.config.clone(),
+        guests.clone(),
+    ));
 
     let readiness = Arc::new(Readiness::default());
     // On a thread of its own: probes are answered whatever guests keep the workers doing.
@@ -252,28 +144,27 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     )?;
     tracing::info!(%addr, guests = %dir.as_ref().map_or("-".into(), |d| d.display().to_string()),
         reconcilers = config.reconcilers.is_some(), "reconciler-host serving /healthz /readyz /metrics /guests");
-    let (status_writes, status_task) = write_statuses(reconciler_status, &args, &guests);
+    let (status_writes, status_task) =
+        write_statuses(reconciler_status, &settings.status_writer, &guests);
 
     let shared = Shared {
         outbound: Arc::new(LiveOutbound::new(
             Some(client.clone()),
-            host_namespace(&args, &kube_config),
+            settings.host_namespace.clone(),
         )),
         client,
         informers,
         runtime,
         metrics: metrics.clone(),
         networks,
-        namespace: args.watch_namespace.clone(),
+        namespace: settings.watch_namespace.clone(),
         fence: ownership.fence().clone(),
         shadows: guests.shadows(),
         shard: None,
         record_directory: record_directory.clone(),
         flow,
         max_concurrency: config.max_concurrency(),
-        // The benches' switch: one FIFO, to measure what the priorities buy.
-        queue_priorities: std::env::var_os(crate::controller::QUEUE_ENV)
-            .is_none_or(|v| v != "fifo"),
+        queue_priorities: settings.queue_priorities,
     };
     let mut manager = Manager {
         shared,
@@ -312,14 +203,14 @@ fn follow_identities(
     guests: &Arc<Guests>,
     client: &kube::Client,
     informers: &Informers,
-    args: &RunArgs,
+    settings: &Settings,
 ) -> tokio::task::JoinHandle<()> {
     guests.set_access_review(
         Arc::new(crate::sandbox::identity::ApiServerReview::new(
             client.clone(),
             informers.resolver().clone(),
         )),
-        args.watch_namespace.clone(),
+        settings.watch_namespace.clone(),
     );
     if crate::sandbox::capabilities::skip_write_grant() {
         tracing::warn!(
@@ -344,8 +235,8 @@ async fn recheck_identities(guests: Arc<Guests>) {
 
 /// The guest directory (`--guests`, else `guestDirectory`), which a host running only
 /// `Reconciler` objects may do without.
-fn guest_directory(args: &RunArgs, config: &HostConfig) -> anyhow::Result<Option<PathBuf>> {
-    let dir = args
+fn guest_directory(settings: &Settings, config: &HostConfig) -> anyhow::Result<Option<PathBuf>> {
+    let dir = settings
         .guests
         .clone()
         .or_else(|| config.guest_directory.clone());
@@ -369,9 +260,7 @@ fn guest_sources(
     config: &HostConfig,
     dir: Option<&PathBuf>,
     client: &kube::Client,
-    host_namespace: &str,
-    lease_name: &str,
-    cache_dir: Option<PathBuf>,
+    settings: &Settings,
     metrics: &Metrics,
 ) -> anyhow::Result<(Sources, Option<crate::supply::reconcilers::StatusWriter>)> {
     let mut sources: Vec<Box<dyn GuestSource>> = Vec::new();
@@ -380,12 +269,13 @@ fn guest_sources(
     }
     let mut status = None;
     if config.reconcilers.is_some() {
-        let modules =
-            cache_dir.context("no cache directory for pulled modules: pass --cache-dir")?;
-        let namespace = host_namespace.to_owned();
+        let modules = (settings.cache_dir.clone())
+            .context("no cache directory for pulled modules: pass --cache-dir")?;
+        let host_namespace = &settings.host_namespace;
+        let namespace = host_namespace.clone();
         // What `status.host` names: one for all replicas of a host (they share the lease),
         // another for each host that shares the cluster.
-        let host = format!("{host_namespace}/{lease_name}");
+        let host = format!("{host_namespace}/{}", settings.lease.name);
         let (objects, writer) = crate::supply::reconcilers::Objects::start(
             client.clone(),
             config,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use super::RunArgs;
+use super::{Lease, Replicas, Settings, Standby};
 use crate::cluster::shard_ranges::SlotSet;
 use crate::metrics::Metrics;
 use crate::replicas::fence::WriteFence;
@@ -73,7 +73,7 @@ pub(super) struct Ownership {
     fence: WriteFence,
     mode: Mode,
     /// `--standby`: whether a leader-elected replica runs its controllers while standing by.
-    standby: super::Standby,
+    standby: Standby,
 }
 
 enum Mode {
@@ -96,13 +96,9 @@ struct Sharding {
 }
 
 impl Ownership {
-    /// Joins the leader election or the shard ring, as `args` say. The ring starts fenced:
+    /// Joins the leader election or the shard ring, as `settings` say. The ring starts fenced:
     /// nothing is written until it says which slots are ours.
-    pub(super) fn join(
-        args: &RunArgs,
-        kube_config: &kube::Config,
-        metrics: &Metrics,
-    ) -> anyhow::Result<Self> {
+    pub(super) fn join(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Self> {
         let fence = WriteFence::default();
         if crate::replicas::fence::disabled_for_tests() {
             tracing::warn!(
@@ -110,29 +106,29 @@ impl Ownership {
                 crate::replicas::fence::BREAK_FENCE_ENV
             );
         }
-        let mode = match (args.shards, args.leader_elect) {
-            (super::ShardMode::Auto, true) => anyhow::bail!(
-                "--leader-elect and --shards auto exclude each other: a sharded host shares the work, a leader-elected one keeps a standby"
+        let (lease, identity, kube) = (&settings.lease, &settings.identity, &settings.kube);
+        let (mode, standby) = match settings.replicas {
+            Replicas::Sharded => (
+                Mode::Sharded(Box::new(join_ring(lease, identity, kube, &fence, metrics)?)),
+                Standby::Warm,
             ),
-            (super::ShardMode::Auto, false) => {
-                Mode::Sharded(Box::new(join_ring(args, kube_config, &fence, metrics)?))
-            }
-            (super::ShardMode::Off, true) => {
-                Mode::Elected(join_election(args, kube_config, &fence, metrics)?)
-            }
-            (super::ShardMode::Off, false) => Mode::Alone,
+            Replicas::Elected { standby } => (
+                Mode::Elected(join_election(lease, identity, kube, &fence, metrics)?),
+                standby,
+            ),
+            Replicas::Alone => (Mode::Alone, Standby::Warm),
         };
         Ok(Self {
             fence,
             mode,
-            standby: args.standby,
+            standby,
         })
     }
 
     /// Whether this replica, when it owns nothing, runs its controllers standing by: caches
     /// synced, queues filled, no workers (leader election with `--standby warm`).
     pub(super) fn warm_standby(&self) -> bool {
-        matches!(self.mode, Mode::Elected(_)) && self.standby == super::Standby::Warm
+        matches!(self.mode, Mode::Elected(_)) && self.standby == Standby::Warm
     }
 
     /// What the replica owns before the first [`Change`].
@@ -254,18 +250,18 @@ impl Ownership {
 }
 
 fn join_election(
-    args: &RunArgs,
+    lease: &Lease,
+    identity: &str,
     kube_config: &kube::Config,
     fence: &WriteFence,
     metrics: &Metrics,
 ) -> anyhow::Result<Election> {
-    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let options = LeaderOptions {
-        lease_name: args.lease_name.clone(),
-        namespace: args.lease_namespace.clone(),
-        identity: identity.clone(),
-        duration: args.lease_duration,
-        grace: args.lease_duration / 3,
+        lease_name: lease.name.clone(),
+        namespace: lease.namespace.clone(),
+        identity: identity.to_owned(),
+        duration: lease.duration,
+        grace: lease.duration / 3,
     };
     tracing::info!(%identity, lease = %options.lease_name, "joining leader election");
     // Nothing is written before the lease is won.
@@ -284,23 +280,15 @@ fn join_election(
 }
 
 fn join_ring(
-    args: &RunArgs,
+    lease: &Lease,
+    identity: &str,
     kube_config: &kube::Config,
     fence: &WriteFence,
     metrics: &Metrics,
 ) -> anyhow::Result<Sharding> {
-    let identity = args
-        .identity
-        .clone()
-        .unwrap_or_else(default_identity)
-        .to_lowercase();
-    let options = RingOptions::new(
-        &args.lease_name,
-        &args.lease_namespace,
-        &identity,
-        args.lease_duration,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let identity = identity.to_lowercase();
+    let options = RingOptions::new(&lease.name, &lease.namespace, &identity, lease.duration)
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(%identity, ring = %options.name, namespace = %options.namespace, "joining the shard ring");
     // As for the election: renewals never queue behind guests' writes.
     let client = kube::Client::try_from(kube_config.clone())
@@ -319,10 +307,4 @@ fn join_ring(
         running,
         grace,
     })
-}
-
-pub(super) fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "host".into(), |h| h.trim().to_owned());
-    format!("{host}-{}", std::process::id())
 }
