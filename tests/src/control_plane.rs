@@ -227,6 +227,9 @@ pub struct Restart {
     pub hard: bool,
     /// How long the server stays down before it is started again.
     pub pause: Duration,
+    /// kube-apiserver only: while it is down, one write to etcd and a compaction at its
+    /// revision (`cp restart-apiserver --compact`), so every watch must relist after 410 Gone.
+    pub compact: bool,
 }
 
 /// A control plane of one's own, in its own directory; stopped (and its state removed) on drop.
@@ -314,6 +317,9 @@ impl PrivateControlPlane {
         ];
         if how.hard {
             args.push("--hard".as_ref());
+        }
+        if how.compact {
+            args.push("--compact".as_ref());
         }
         run_cp(args).await
     }

@@ -349,6 +349,7 @@ async fn a_watch_misses_nothing_across_apiserver_and_etcd_restarts() -> Result<(
             Restart {
                 hard: true,
                 pause: Duration::from_secs(2),
+                compact: false,
             },
         ),
         ("a graceful etcd restart", true, Restart::default()),
@@ -358,6 +359,7 @@ async fn a_watch_misses_nothing_across_apiserver_and_etcd_restarts() -> Result<(
             Restart {
                 hard: true,
                 pause: Duration::from_secs(2),
+                compact: false,
             },
         ),
     ];

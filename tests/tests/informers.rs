@@ -895,10 +895,10 @@ async fn a_crd_installed_after_start_becomes_watchable() -> Result<()> {
     Ok(())
 }
 
-/// Restarting kube-apiserver starts its watch cache afresh, so the informer's resourceVersion
-/// is too old to resume from: the API server answers 410 Gone and the watcher lists again. The
-/// relist returns every object with the resourceVersion subscribers already saw; none of them
-/// may be announced again.
+/// etcd compacted while kube-apiserver is down (a fresh watch cache, a revision etcd no longer
+/// holds): the informer's resourceVersion is too old to resume from, the API server answers
+/// 410 Gone and the watcher lists again. The relist returns every object with the
+/// resourceVersion subscribers already saw; none of them may be announced again.
 #[tokio::test]
 async fn after_a_relist_unchanged_objects_are_not_announced_again() -> Result<()> {
     let plane = PrivateControlPlane::start("informers-relist").await?;
@@ -918,6 +918,7 @@ async fn after_a_relist_unchanged_objects_are_not_announced_again() -> Result<()
         .restart_apiserver(Restart {
             hard: false,
             pause: Duration::from_millis(500),
+            compact: true,
         })
         .await?;
     wait_until(

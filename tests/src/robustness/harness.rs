@@ -682,6 +682,7 @@ impl ClusterLane<'_> {
                         .restart_apiserver(Restart {
                             hard: true,
                             pause: fault.hold,
+                            compact: false,
                         })
                         .await?;
                     "kube-apiserver SIGKILL, restarted".to_owned()
@@ -691,20 +692,23 @@ impl ClusterLane<'_> {
                         .restart_etcd(Restart {
                             hard: true,
                             pause: fault.hold,
+                            compact: false,
                         })
                         .await?;
                     "etcd SIGKILL, restarted".to_owned()
                 }
                 FaultKind::Compaction => {
-                    let revision = compact(&self.plane.etcd_url()?).await?;
-                    // A graceful restart rebuilds the watch cache from now: every watch resumes
-                    // from a revision neither the cache nor etcd still holds, gets 410 Gone and
-                    // relists. (With the cache up, a compaction alone is invisible to watches
-                    // within its window.)
-                    self.plane.restart_apiserver(Restart::default()).await?;
-                    format!(
-                        "etcd compacted at revision {revision}; kube-apiserver restarted gracefully (watch cache rebuilt)"
-                    )
+                    // Compacted while kube-apiserver is down, after one write of its own: the
+                    // restarted watch cache starts past every watch's last revision, so each
+                    // one gets 410 Gone and relists. (With the cache up, a compaction alone is
+                    // invisible to watches within its window.)
+                    self.plane
+                        .restart_apiserver(Restart {
+                            compact: true,
+                            ..Restart::default()
+                        })
+                        .await?;
+                    "kube-apiserver stopped, etcd compacted, kube-apiserver started (watch cache rebuilt)".to_owned()
                 }
                 FaultKind::Competitor => {
                     let n = compete(self.plane.kubeconfig(), fault.hold, self.profile.seed).await?;
@@ -854,33 +858,6 @@ async fn put_guest(dir: &Path, component: &str) -> Result<()> {
     std::fs::copy(guest_component(component)?, &tmp)?;
     std::fs::rename(&tmp, guests.join(name))?;
     Ok(())
-}
-
-/// Compacts etcd's history up to its current revision, through etcd's JSON gateway.
-async fn compact(etcd: &str) -> Result<u64> {
-    let curl = |path: &str, body: String| {
-        let url = format!("{etcd}{path}");
-        async move {
-            let out = tokio::process::Command::new("curl")
-                .args(["-sf", "--max-time", "10", "-X", "POST", &url, "-d", &body])
-                .output()
-                .await?;
-            anyhow::ensure!(out.status.success(), "POST {url} failed");
-            Ok::<_, anyhow::Error>(serde_json::from_slice::<serde_json::Value>(&out.stdout)?)
-        }
-    };
-    // A range over one key answers with the store's current revision in its header.
-    let range = curl("/v3/kv/range", json!({"key": "AA=="}).to_string()).await?;
-    let revision: u64 = range["header"]["revision"]
-        .as_str()
-        .and_then(|r| r.parse().ok())
-        .context("etcd's range answer has no revision")?;
-    curl(
-        "/v3/kv/compaction",
-        json!({"revision": revision.to_string(), "physical": true}).to_string(),
-    )
-    .await?;
-    Ok(revision)
 }
 
 /// Patches `status.competitor` of random Widgets for `hold` (about 20 a second), with a client
