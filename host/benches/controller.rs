@@ -53,8 +53,8 @@
 //!   and lists, on taking the lease).
 //!
 //! `BENCH_SECTIONS` (default `throughput,memory,reload,backlog`) picks the sections run.
-//! `BENCH_CONTESTANTS` (labels as printed, comma-separated) runs only those controllers in the
-//! throughput section; `BENCH_TRACE_LIMIT=1` prints the host's write limit every 250 ms.
+//! `BENCH_CONTESTANTS` (labels as printed, comma-separated; each part is read as the longest
+//! label it starts) runs only those controllers in the throughput section; `BENCH_TRACE_LIMIT=1` prints the host's write limit every 250 ms.
 //! `BENCH_RUNS` (default 1) repeats the throughput section's every entrant at every N that many
 //! times, in alternating order (forward, then backward), and adds a table of medians with
 //! min–max: wall time, its ratio to the best raw loop of the same run, the controller's CPU
@@ -176,6 +176,48 @@ enum Who {
     /// client-go with `cache.TransformStripManagedFields()`, as the host drops them too.
     ClientGoStripped,
     ControllerRuntime(ControllerRuntime),
+}
+
+/// The controllers `list` (`BENCH_CONTESTANTS`) names among `labels`. Labels hold commas too
+/// ("reconciler-host, grant concurrency 4"), so the list is read part by part, each time taking
+/// the longest label whose parts come next: "reconciler-host, grant concurrency 4" names the
+/// capped host alone, not also "reconciler-host".
+fn named(list: &str, labels: &[&'static str]) -> Vec<&'static str> {
+    let parts =
+        |text: &str| -> Vec<String> { text.split(',').map(|p| p.trim().to_owned()).collect() };
+    let tokens = parts(list);
+    let mut chosen = Vec::new();
+    let mut at = 0;
+    while at < tokens.len() {
+        let longest = labels
+            .iter()
+            .map(|&label| (label, parts(label)))
+            .filter(|(_, label)| tokens[at..].starts_with(label))
+            .max_by_key(|(_, label)| label.len());
+        if let Some((label, label_parts)) = longest {
+            chosen.push(label);
+            at += label_parts.len();
+        } else {
+            eprintln!(
+                "BENCH_CONTESTANTS: no controller is labelled {:?}",
+                tokens[at]
+            );
+            at += 1;
+        }
+    }
+    chosen
+}
+
+/// The throughput section's controllers, in the order they run.
+fn throughput_contestants() -> impl Iterator<Item = Who> {
+    [
+        Who::Host { extra_guests: 0 },
+        Who::HostCapped,
+        Who::KubeRs,
+        Who::ClientGo,
+    ]
+    .into_iter()
+    .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
 }
 
 impl Who {
@@ -941,16 +983,13 @@ async fn orchestrate() -> anyhow::Result<()> {
     let sections = std::env::var("BENCH_SECTIONS")
         .unwrap_or_else(|_| "throughput,memory,reload,backlog".into());
     let section = |name: &str| sections.split(',').any(|s| s.trim() == name);
-    // `BENCH_CONTESTANTS`: the throughput section's controllers named in this comma-separated
-    // list (default: all). Labels hold commas too ("reconciler-host, grant concurrency 4"), so a
-    // label is named when its parts appear in the list one after another.
-    let contestants = std::env::var("BENCH_CONTESTANTS").ok();
-    let parts = |text: &str| text.split(',').map(str::trim).collect::<Vec<_>>().join(",");
-    let contestant = |label: &str| {
-        contestants
-            .as_deref()
-            .is_none_or(|c| format!(",{},", parts(c)).contains(&format!(",{},", parts(label))))
-    };
+    let contestants = std::env::var("BENCH_CONTESTANTS").ok().map(|list| {
+        named(
+            &list,
+            &throughput_contestants().map(Who::label).collect::<Vec<_>>(),
+        )
+    });
+    let contestant = |label: &str| contestants.as_ref().is_none_or(|c| c.contains(&label));
     let bench = setup().await?;
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!(
@@ -961,16 +1000,9 @@ async fn orchestrate() -> anyhow::Result<()> {
     let runs = env_usize("BENCH_RUNS", 1).max(1);
     let mut table = Vec::new();
     for &n in sizes.iter().filter(|_| section("throughput")) {
-        let mut whos: Vec<Who> = [
-            Who::Host { extra_guests: 0 },
-            Who::HostCapped,
-            Who::KubeRs,
-            Who::ClientGo,
-        ]
-        .into_iter()
-        .chain(ControllerRuntime::ALL.map(Who::ControllerRuntime))
-        .filter(|who| contestant(who.label()))
-        .collect();
+        let mut whos: Vec<Who> = throughput_contestants()
+            .filter(|who| contestant(who.label()))
+            .collect();
         if hostile && n == sizes[0] {
             whos.push(Who::HostUnderAttack);
         }
