@@ -619,7 +619,8 @@ fn a_new_configuration_reloads_changed_grants_and_unloads_withdrawn_ones() {
             "{grants}\nbackends:\n  network: {{provider: memory}}\n",
             grants = grants()
         )))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("backends:"), "{err}");
     assert_eq!(
         active(&guests),

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use reconciler_host::cluster::objects::Gvk;
 use reconciler_host::config::{HostConfig, ServiceAccountRef};
-use reconciler_host::sandbox::identity::{AccessReview, ReviewOutcome};
+use reconciler_host::sandbox::identity::{AccessReview, ReviewError, ReviewOutcome};
 use reconciler_host::sandbox::runtime::{Runtime, RuntimeOptions};
 use reconciler_host::sandbox::shadow::Shadows;
 use reconciler_host::supply::guest_set::{Directory, FileState, FileStatus, GuestEvent, Guests};
@@ -35,10 +35,13 @@ impl AccessReview for Table {
         kind: &Gvk,
         verb: &str,
         _namespace: Option<&str>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ReviewError> {
         self.asked_as.lock().insert(account.to_string());
         if *self.down.lock() {
-            return Err("connection refused".into());
+            return Err(ReviewError::Discovery {
+                kind: kind.clone(),
+                source: kube::Error::Service("connection refused".into()),
+            });
         }
         Ok(!self
             .denied

@@ -427,18 +427,26 @@ fn every_wing_and_room_imports_only_lower_floors_and_no_files_form_a_circle() {
     );
 }
 
+/// A fresh directory for a scan's own test.
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{name}-{}", std::process::id()))
+}
+
+/// Writes `text` to `path` under `src`, its directories made.
+fn put(src: &Path, path: &str, text: &str) {
+    let path = src.join(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
 /// The scan finds what it is for: an upward and a sideways import between rooms and between
 /// wings, a use tree, a `super::` path through a re-export, a circle inside one room, and a room
 /// the table does not list; test code and comments are left alone.
 #[test]
 fn the_scan_finds_upward_imports_and_circles_and_ignores_tests_and_comments() {
-    let dir = std::env::temp_dir().join(format!("layering-{}", std::process::id()));
+    let dir = scratch("layering");
     let src = dir.join("src");
-    let write = |path: &str, text: &str| {
-        let path = src.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    };
+    let write = |path: &str, text: &str| put(&src, path, text);
     write("lib.rs", "pub mod low;\npub mod high;\n");
     write(
         "low/mod.rs",
@@ -475,6 +483,105 @@ fn the_scan_finds_upward_imports_and_circles_and_ignores_tests_and_comments() {
             "low/other.rs: in no room of the rooms table",
             "low/side.rs: room `low/side.rs` (floor 2) names `high/up.rs` (floor 2)",
             "low/side.rs: wing `low/` (floor 1) names `high/` (floor 2)",
+        ]
+    );
+}
+
+/// Where the library's errors are not typed: `anyhow` outside the edge (`cli/`, `manager/`,
+/// `main.rs`), and a `Result` whose error is a `String` anywhere (a `type Err = String` too);
+/// test code and comments left alone. One line per place, `file:line: what`.
+fn untyped_errors(src: &Path) -> Vec<String> {
+    let edge = |file: &Path| {
+        file.starts_with("cli") || file.starts_with("manager") || file == Path::new("main.rs")
+    };
+    let mut found = Vec::new();
+    for file in sources(src, src) {
+        if test_only(src, &file) {
+            continue;
+        }
+        let text = code(&std::fs::read_to_string(src.join(&file)).unwrap());
+        // Signatures broken over lines are read as one, without spaces or trailing commas.
+        let joined: String = text
+            .split_whitespace()
+            .collect::<String>()
+            .replace(",>", ">");
+        let string_error = joined.contains("Err=String;")
+            || joined.contains("Error=String;")
+            || joined
+                .match_indices(",String>")
+                .any(|(at, _)| opens_a_result(&joined[..at]));
+        if string_error {
+            found.push(format!("{}: a String as an error", file.display()));
+        }
+        if !edge(&file) && text.contains("anyhow") {
+            found.push(format!(
+                "{}: anyhow outside cli/ and manager/",
+                file.display()
+            ));
+        }
+    }
+    found
+}
+
+/// Whether `before` ends inside the angle brackets of a `Result<` it holds (`Result<Vec<u8>`).
+fn opens_a_result(before: &str) -> bool {
+    let Some(open) = before.rfind("Result<") else {
+        return false;
+    };
+    let mut depth = 1;
+    for c in before[open + "Result<".len()..].chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 {
+            return false;
+        }
+    }
+    depth == 1
+}
+
+#[test]
+fn errors_are_typed_at_every_seam_and_anyhow_stays_at_the_edge() {
+    let found = untyped_errors(&repo().join("host/src"));
+    assert!(
+        found.is_empty(),
+        "errors against docs/architecture.md's rule (a thiserror type per seam):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The error scan finds a `Result<_, String>` written over lines, a `type Err = String`, and
+/// `anyhow` in a room, and leaves alone `anyhow` in `cli/`, a `Result` with a `String` inside its
+/// value, and test code.
+#[test]
+fn the_error_scan_finds_string_errors_and_anyhow_outside_the_edge() {
+    let dir = scratch("errors");
+    let src = dir.join("src");
+    let write = |path: &str, text: &str| put(&src, path, text);
+    write("lib.rs", "pub mod cli;\npub mod room;\npub mod fine;\n");
+    write("cli/mod.rs", "fn f() -> anyhow::Result<()> { Ok(()) }\n");
+    write(
+        "room/mod.rs",
+        "mod parse;\nfn f() -> Result<\n    Vec<u8>,\n    String,\n> { todo!() }\n",
+    );
+    write(
+        "room/parse.rs",
+        "impl std::str::FromStr for X { type Err = String; }\nfn g() -> anyhow::Result<()> { Ok(()) }\n",
+    );
+    write(
+        "fine.rs",
+        "fn f() -> Result<(String, u8), E> { todo!() }\nstruct M(BTreeMap<u8, String>);\n#[cfg(test)]\nmod tests {\n    fn t() -> Result<(), String> { Ok(()) }\n}\n",
+    );
+    let found = untyped_errors(&src);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        found,
+        [
+            "room/mod.rs: a String as an error",
+            "room/parse.rs: a String as an error",
+            "room/parse.rs: anyhow outside cli/ and manager/",
         ]
     );
 }

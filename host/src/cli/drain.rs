@@ -30,10 +30,10 @@ use serde_yaml::{Mapping, Value};
 use crate::cluster::objects::Gvk;
 use crate::config::ServiceAccountRef;
 
-fn parse_account(text: &str) -> Result<(String, ServiceAccountRef), String> {
-    let (guest, account) = text
-        .split_once('=')
-        .ok_or_else(|| format!("--service-account {text:?}: write it GUEST=NAMESPACE/NAME"))?;
+fn parse_account(text: &str) -> anyhow::Result<(String, ServiceAccountRef)> {
+    let (guest, account) = text.split_once('=').ok_or_else(|| {
+        anyhow::anyhow!("--service-account {text:?}: write it GUEST=NAMESPACE/NAME")
+    })?;
     Ok((guest.to_owned(), account.parse()?))
 }
 
@@ -307,31 +307,7 @@ async fn release(
         || client.clone(),
         |a| crate::sandbox::identity::client_as(client, a),
     );
-    let mut released = 0;
-    for object in crate::cluster::finalizer::carrying(&all, &orphan.finalizer).await? {
-        let Some(ops) = crate::cluster::finalizer::remove_ops(&object, &orphan.finalizer) else {
-            continue;
-        };
-        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(serde_json::Value::Array(ops))
-        else {
-            continue;
-        };
-        let api = match &object.metadata.namespace {
-            Some(ns) => Api::<DynamicObject>::namespaced_with(writer.clone(), ns, &kind.resource),
-            None => Api::all_with(writer.clone(), &kind.resource),
-        };
-        let name = object.metadata.name.clone().unwrap_or_default();
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-        {
-            Ok(_) => released += 1,
-            // Gone meanwhile, or its finalizer already removed (the test op failed).
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(released)
+    crate::cluster::finalizer::release_all(&all, &writer, &kind.resource, &orphan.finalizer).await
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use crate::cli::offline::{OfflineRun, load_bytes, load_guest, local_runtime};
-use crate::cluster::objects::{Gvk, ObjectKey};
 use crate::config::HostConfig;
 use crate::supply::guest_set::{ActiveGuest, GrantError, Origin};
 
@@ -187,27 +186,6 @@ enum Command {
         guest: Option<crate::cli::offline::GuestRef>,
         #[command(flatten)]
         registry: RegistryArgs,
-        /// Files or directories of objects (multi-document YAML or JSON).
-        #[arg(long, num_args = 1.., required_unless_present = "replay")]
-        objects: Vec<PathBuf>,
-        /// A YAML or JSON list of HTTP exchanges (`{method, url, status, headers?, body?}` or
-        /// `{method, url, error}`) answering the guest's outbound requests; nothing is sent.
-        /// Credentials the grant names are read from the loaded Secret and ConfigMap objects.
-        #[arg(long)]
-        http: Option<PathBuf>,
-        /// Events of watched kinds (objects, or `{type, object}` watch events as `kubectl get
-        /// --watch --output-watch-events -o json` prints them; YAML or JSON): each is mapped
-        /// through the guest's watches, and the output's `watches` says which keys it wakes
-        /// and through which watch (`indexes`: each computed index's values per primary).
-        #[arg(long, conflicts_with = "replay")]
-        events: Option<PathBuf>,
-        /// Kind of the key: group/version/Kind (version/Kind for the core group). Default: the
-        /// guest's primary kind.
-        #[arg(long)]
-        kind: Option<Gvk>,
-        /// The key: [namespace/]name. Optional with --events (then only the events are mapped).
-        #[arg(long, required_unless_present_any = ["replay", "events"])]
-        key: Option<ObjectKey>,
         /// Replay a reconcile `run` recorded (a grant's `record`): every host call answered
         /// from the record, with the recorded clock and random seed. Prints the result, the
         /// calls and `replay` (identical or where the build diverged); exits 1 when it
@@ -216,15 +194,8 @@ enum Command {
         replay: Option<PathBuf>,
         #[arg(long)]
         config: Option<PathBuf>,
-        /// JSON file holding the in-memory network backend's state; read before, written after.
-        #[arg(long)]
-        backend_state: Option<PathBuf>,
-        /// The retry count the guest sees.
-        #[arg(long, default_value_t = 0)]
-        attempt: u32,
-        /// Fix the guest's wall clock at this RFC 3339 time, for reproducible output.
-        #[arg(long, value_parser = humantime::parse_rfc3339)]
-        now: Option<std::time::SystemTime>,
+        #[command(flatten)]
+        given: crate::cli::offline::Given,
     },
     /// Run every offline case in folders of fixtures, compare each output with the one pinned
     /// beside it and print a line per case; exits 1 when any differs.
@@ -320,55 +291,10 @@ pub fn main() -> ExitCode {
             Command::Reconcile {
                 guest,
                 registry,
-                objects,
-                http,
-                events,
-                kind,
-                key,
-                config,
-                backend_state,
-                attempt,
-                now,
                 replay,
-            } => {
-                let config = load_config(config.as_ref())?;
-                let auth = match &guest {
-                    Some(crate::cli::offline::GuestRef::Module(m)) => {
-                        registry.auth(m.registry())?
-                    }
-                    _ => crate::oci::Auth::Anonymous,
-                };
-                if let Some(record) = replay {
-                    return replay_record(crate::cli::offline::OfflineReplay {
-                        record,
-                        guest,
-                        auth,
-                        pull: registry.pull_options()?,
-                        config,
-                    })
-                    .await;
-                }
-                let Some(guest) = guest else {
-                    unreachable!("clap requires --guest without --replay");
-                };
-                let run = OfflineRun {
-                    guest,
-                    auth,
-                    pull: registry.pull_options()?,
-                    objects,
-                    http,
-                    events,
-                    kind,
-                    key,
-                    config,
-                    backend_state,
-                    attempt,
-                    now,
-                };
-                let output = run.reconcile().await?;
-                out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
-                Ok(())
-            }
+                config,
+                given,
+            } => reconcile(guest, &registry, replay, config.as_ref(), given).await,
             Command::Test(args) => test_fixtures(args).await,
             Command::New { lang, name, dir } => new_guest(lang, &name, dir),
             Command::Rbac {
@@ -393,6 +319,48 @@ pub fn main() -> ExitCode {
         }
     });
     exit_code(result)
+}
+
+/// `reconcile`: one offline reconcile of `guest` with what is `given`, or the replay of a
+/// record.
+async fn reconcile(
+    guest: Option<crate::cli::offline::GuestRef>,
+    registry: &RegistryArgs,
+    replay: Option<PathBuf>,
+    config: Option<&PathBuf>,
+    given: crate::cli::offline::Given,
+) -> anyhow::Result<()> {
+    let config = load_config(config)?;
+    let auth = match &guest {
+        Some(crate::cli::offline::GuestRef::Module(m)) => registry.auth(m.registry())?,
+        _ => crate::oci::Auth::Anonymous,
+    };
+    if let Some(record) = replay {
+        return replay_record(crate::cli::offline::OfflineReplay {
+            record,
+            guest,
+            auth,
+            pull: registry.pull_options()?,
+            config,
+        })
+        .await;
+    }
+    let Some(guest) = guest else {
+        unreachable!("clap requires --guest without --replay");
+    };
+    let run = OfflineRun {
+        guest,
+        auth,
+        pull: registry.pull_options()?,
+        inputs: crate::cli::offline::Inputs {
+            given,
+            http_name: None,
+            config,
+        },
+    };
+    let output = run.reconcile().await?;
+    out(&format!("{}\n", serde_json::to_string_pretty(&output)?))?;
+    Ok(())
 }
 
 fn exit_code(result: anyhow::Result<()>) -> ExitCode {
@@ -617,7 +585,7 @@ async fn check(file: PathBuf, config: Option<PathBuf>) -> anyhow::Result<()> {
                 json!({ "granted": false, "reason": format!("no grant for guest `{guest}`") })
             }
             Err(GrantError::BeyondGrant { missing, .. }) => {
-                json!({ "granted": false, "reason": missing })
+                json!({ "granted": false, "reason": missing.to_string() })
             }
             Err(other) => json!({ "granted": false, "reason": other.to_string() }),
         },

@@ -274,27 +274,7 @@ fn language_files(
         Language::Js => (
             "`app.js` (on the JavaScript SDK in `reconciler-guest/`)".into(),
             " (jco, QuickJS backend, installed from the lockfile into your cache on first use)",
-            vec![
-                plain(
-                    "app.js",
-                    renamed(
-                        include_str!("../../../guests/js/greeter/app.js"),
-                        JS_OPENING,
-                    ),
-                ),
-                plain(
-                    "package.json",
-                    include_str!("../../../guests/js/package.json"),
-                ),
-                plain(
-                    "package-lock.json",
-                    include_str!("../../../guests/js/package-lock.json"),
-                ),
-            ]
-            .into_iter()
-            .chain(js_sdk())
-            .chain(js_testing())
-            .collect(),
+            js_files(name),
         ),
         Language::C => (
             "`app.c` (on the C SDK in `sdk/`)".into(),
@@ -312,6 +292,32 @@ fn language_files(
             go_files(name).into_iter().chain(go_sdk()).collect(),
         ),
     }
+}
+
+/// A JavaScript guest's own files, its lockfile, the SDK and its testing kit.
+fn js_files(name: &str) -> Vec<File> {
+    [
+        plain(
+            "app.js",
+            from_greeter(
+                include_str!("../../../guests/js/greeter/app.js"),
+                name,
+                JS_OPENING,
+            ),
+        ),
+        plain(
+            "package.json",
+            include_str!("../../../guests/js/package.json"),
+        ),
+        plain(
+            "package-lock.json",
+            include_str!("../../../guests/js/package-lock.json"),
+        ),
+    ]
+    .into_iter()
+    .chain(js_sdk())
+    .chain(js_testing())
+    .collect()
 }
 
 /// The greeter's `source` as guest `name`'s, with `opening` as its opening comment's first

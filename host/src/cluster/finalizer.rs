@@ -70,12 +70,14 @@ pub(crate) async fn carrying(
         .collect())
 }
 
-/// Removes `finalizer` from every object of `api`'s kind that carries it (the `release`
-/// policy): listed through `api`, patched through `writer` (the account the guest wrote as,
-/// which holds the write the host itself may lack). Returns how many objects were released.
+/// Removes `finalizer` from every object of `resource` that carries it (the `release` policy):
+/// listed through `api`, patched through `writer` (the account the guest wrote as, which holds
+/// the write the host itself may lack). Returns how many objects were released; one gone
+/// meanwhile, or whose finalizer went meanwhile (the patch's test fails), is not counted.
 pub(crate) async fn release_all(
     api: &Api<DynamicObject>,
     writer: &kube::Client,
+    resource: &kube::core::ApiResource,
     finalizer: &str,
 ) -> Result<usize, kube::Error> {
     let mut released = 0;
@@ -88,8 +90,8 @@ pub(crate) async fn release_all(
         };
         let name = object.metadata.name.clone().unwrap_or_default();
         let namespaced: Api<DynamicObject> = match &object.metadata.namespace {
-            Some(ns) => Api::namespaced_with(writer.clone(), ns, &api_resource(&object)),
-            None => Api::all_with(writer.clone(), &api_resource(&object)),
+            Some(ns) => Api::namespaced_with(writer.clone(), ns, resource),
+            None => Api::all_with(writer.clone(), resource),
         };
         match namespaced
             .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
@@ -101,19 +103,6 @@ pub(crate) async fn release_all(
         }
     }
     Ok(released)
-}
-
-fn api_resource(object: &DynamicObject) -> kube::core::ApiResource {
-    let types = object.types.clone().unwrap_or_default();
-    let (group, version) = types
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", types.api_version.as_str()));
-    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        group,
-        version,
-        &types.kind,
-    ))
 }
 
 #[cfg(test)]

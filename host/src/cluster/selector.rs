@@ -194,7 +194,7 @@ impl<'a> Parser<'a> {
                 format!("expected a label key, found {}", token.describe()),
             ));
         };
-        validate_key(key).map_err(|reason| self.error(token.at, reason))?;
+        validate_key(key).map_err(|invalid| self.error(token.at, invalid.to_string()))?;
         if negated {
             return Ok(Expression::DoesNotExist(key.to_string()));
         }
@@ -243,7 +243,8 @@ impl<'a> Parser<'a> {
             Tok::Comma | Tok::End => Ok(String::new()),
             Tok::Ident(value) => {
                 self.take();
-                validate_value(value).map_err(|reason| self.error(token.at, reason))?;
+                validate_value(value)
+                    .map_err(|invalid| self.error(token.at, invalid.to_string()))?;
                 Ok(value.to_string())
             }
             _ => Err(self.error(
@@ -268,7 +269,8 @@ impl<'a> Parser<'a> {
             let token = self.take();
             match token.kind {
                 Tok::Ident(value) if expect_value => {
-                    validate_value(value).map_err(|reason| self.error(token.at, reason))?;
+                    validate_value(value)
+                        .map_err(|invalid| self.error(token.at, invalid.to_string()))?;
                     values.insert(value.to_string());
                     expect_value = false;
                 }
@@ -303,8 +305,27 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Why a label key or value is not one apimachinery accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum InvalidLabel {
+    #[error(
+        "label key {key:?} has an invalid prefix {prefix:?}: it must be a lowercase DNS subdomain (e.g. example.com) of at most 253 characters"
+    )]
+    Prefix { key: String, prefix: String },
+    #[error("label key {key:?} has an empty name")]
+    EmptyName { key: String },
+    #[error(
+        "label key {key:?} is invalid: the name must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit"
+    )]
+    Name { key: String },
+    #[error(
+        "label value {value:?} is invalid: it must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with a letter or digit"
+    )]
+    Value { value: String },
+}
+
 /// A label key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
-fn validate_key(key: &str) -> Result<(), String> {
+fn validate_key(key: &str) -> Result<(), InvalidLabel> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
@@ -319,32 +340,32 @@ fn validate_key(key: &str) -> Result<(), String> {
                 && !l.ends_with('-')
         };
         if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
-            return Err(format!(
-                "label key {key:?} has an invalid prefix {prefix:?}: it must be a lowercase DNS \
-                 subdomain (e.g. example.com) of at most 253 characters"
-            ));
+            return Err(InvalidLabel::Prefix {
+                key: key.to_owned(),
+                prefix: prefix.to_owned(),
+            });
         }
     }
     if name.is_empty() {
-        return Err(format!("label key {key:?} has an empty name"));
+        return Err(InvalidLabel::EmptyName {
+            key: key.to_owned(),
+        });
     }
     if !is_label_name(name) {
-        return Err(format!(
-            "label key {key:?} is invalid: the name must be at most 63 characters of [A-Za-z0-9-_.], \
-             starting and ending with a letter or digit"
-        ));
+        return Err(InvalidLabel::Name {
+            key: key.to_owned(),
+        });
     }
     Ok(())
 }
 
-fn validate_value(value: &str) -> Result<(), String> {
+fn validate_value(value: &str) -> Result<(), InvalidLabel> {
     if value.is_empty() || is_label_name(value) {
         Ok(())
     } else {
-        Err(format!(
-            "label value {value:?} is invalid: it must be at most 63 characters of [A-Za-z0-9-_.], \
-             starting and ending with a letter or digit"
-        ))
+        Err(InvalidLabel::Value {
+            value: value.to_owned(),
+        })
     }
 }
 

@@ -184,7 +184,7 @@ impl SlotSet {
     /// # Errors
     ///
     /// A part that is not `n` or `a-b` with `a <= b < SLOTS`.
-    pub fn from_text(text: &str) -> Result<Self, String> {
+    pub fn from_text(text: &str) -> Result<Self, SlotsError> {
         let mut set = Self::empty();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let parse = |s: &str| {
@@ -192,14 +192,14 @@ impl SlotSet {
                     .parse::<usize>()
                     .ok()
                     .filter(|n| *n < SLOTS)
-                    .ok_or_else(|| format!("slot {s:?} is not a number below {SLOTS}"))
+                    .ok_or_else(|| SlotsError::NotASlot(s.to_owned()))
             };
             let (start, end) = match part.split_once('-') {
                 Some((a, b)) => (parse(a)?, parse(b)?),
                 None => (parse(part)?, parse(part)?),
             };
             if start > end {
-                return Err(format!("slot range {part:?} runs backwards"));
+                return Err(SlotsError::Backwards(part.to_owned()));
             }
             for slot in start..=end {
                 set.insert(slot);
@@ -207,6 +207,15 @@ impl SlotSet {
         }
         Ok(set)
     }
+}
+
+/// Why a slot list ([`SlotSet::to_text`]'s form) was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotsError {
+    #[error("slot {0:?} is not a number below {SLOTS}")]
+    NotASlot(String),
+    #[error("slot range {0:?} runs backwards")]
+    Backwards(String),
 }
 
 /// Slot boundary `slot` as a hash bound: `slot << 56`, or 2^64 for the top.

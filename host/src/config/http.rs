@@ -183,30 +183,34 @@ impl From<UrlPrefix> for String {
 }
 
 impl std::str::FromStr for UrlPrefix {
-    type Err = String;
+    type Err = PrefixError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let uri: http::Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    fn from_str(s: &str) -> Result<Self, PrefixError> {
+        let wrong = |problem| PrefixError {
+            prefix: s.to_owned(),
+            problem,
+        };
+        let uri: http::Uri = s.parse().map_err(|e| wrong(PrefixProblem::NotAUrl(e)))?;
         let scheme = uri
             .scheme_str()
-            .ok_or_else(|| format!("{s:?}: a prefix needs a scheme (http:// or https://)"))?
+            .ok_or_else(|| wrong(PrefixProblem::NoScheme))?
             .to_ascii_lowercase();
         let default_port = match scheme.as_str() {
             "http" => 80,
             "https" => 443,
-            other => return Err(format!("{s:?}: scheme {other} is not http or https")),
+            other => return Err(wrong(PrefixProblem::Scheme(other.to_owned()))),
         };
         let authority = uri
             .authority()
-            .ok_or_else(|| format!("{s:?}: a prefix needs a host"))?;
+            .ok_or_else(|| wrong(PrefixProblem::NoHost))?;
         if authority.as_str().contains('@') {
-            return Err(format!("{s:?}: a prefix may not carry user information"));
+            return Err(wrong(PrefixProblem::UserInfo));
         }
         if uri.query().is_some() {
-            return Err(format!("{s:?}: a prefix may not carry a query"));
+            return Err(wrong(PrefixProblem::Query));
         }
         let path = normalise_path(uri.path())
-            .map_err(|why| format!("{s:?}: {why}"))?
+            .map_err(|why| wrong(PrefixProblem::Path(why)))?
             .trim_end_matches('/')
             .to_owned();
         Ok(Self {
@@ -220,6 +224,32 @@ impl std::str::FromStr for UrlPrefix {
             },
         })
     }
+}
+
+/// Why a text is not an `http:` rule's URL prefix.
+#[derive(Debug, thiserror::Error)]
+#[error("{prefix:?}: {problem}")]
+pub struct PrefixError {
+    prefix: String,
+    problem: PrefixProblem,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PrefixProblem {
+    #[error("not a URL: {0}")]
+    NotAUrl(http::uri::InvalidUri),
+    #[error("a prefix needs a scheme (http:// or https://)")]
+    NoScheme,
+    #[error("scheme {0} is not http or https")]
+    Scheme(String),
+    #[error("a prefix needs a host")]
+    NoHost,
+    #[error("a prefix may not carry user information")]
+    UserInfo,
+    #[error("a prefix may not carry a query")]
+    Query,
+    #[error(transparent)]
+    Path(super::http_path::PathRefused),
 }
 
 impl<'de> Deserialize<'de> for UrlPrefix {
@@ -274,7 +304,7 @@ mod tests {
             ("http://example.com/a%25", "encoded %"),
         ] {
             let err = text.parse::<UrlPrefix>().unwrap_err();
-            assert!(err.contains(why), "{text}: {err}");
+            assert!(err.to_string().contains(why), "{text}: {err}");
         }
     }
 

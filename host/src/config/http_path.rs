@@ -16,7 +16,7 @@
 /// resolves to another path than the text shows, up to outside a prefix the text is under; the
 /// table in the tests shows each against four models of real servers. Costs one pass over the
 /// path.
-pub fn normalise_path(path: &str) -> Result<String, String> {
+pub fn normalise_path(path: &str) -> Result<String, PathRefused> {
     // Besides letters and digits: the rest of the unreserved characters, the sub-delimiters
     // but `;`, and `:`, `@`, `/`.
     const PLAIN: &str = "-._~!$&'()*+,=:@/";
@@ -28,17 +28,14 @@ pub fn normalise_path(path: &str) -> Result<String, String> {
                 check_escape(&path[at..])?;
                 chars.nth(1);
             }
-            c => return Err(refused_char(c)),
+            c => return Err(PathRefused::Char(c)),
         }
     }
     if path
         .split('/')
         .any(|segment| segment == "." || segment == "..")
     {
-        return Err(
-            "the path holds a . or .. segment (servers resolve it against the segment before it)"
-                .to_owned(),
-        );
+        return Err(PathRefused::DotSegment);
     }
     Ok(if path.is_empty() {
         "/".to_owned()
@@ -47,86 +44,142 @@ pub fn normalise_path(path: &str) -> Result<String, String> {
     })
 }
 
+/// Why a request path is refused ([`normalise_path`]): what it holds that some server resolves
+/// to another path than its text shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathRefused {
+    /// A `.` or `..` segment.
+    DotSegment,
+    /// A `%` not followed by two hex digits; the text from the `%` on (6 characters at most).
+    BadEscape(String),
+    /// A `%XX` escape of a byte some server resolves: the escape as written, and its byte.
+    Escaped { escape: String, byte: u8 },
+    /// A character outside the allow-list.
+    Char(char),
+}
+
 /// Why nothing outside ASCII may be in a path, raw or percent-encoded.
 const NON_ASCII: &str = "no non-ASCII may be in a path, raw or encoded: servers that read \
     overlong UTF-8 take `%c0%ae` for `.` and `%c0%af` for `/`, and servers that fold look-alikes \
     take U+FF0E, U+2024 and U+FE52 for `.` and U+FF0F, U+2215 and U+2044 for `/`";
 
 /// Why a `%XX` escape at the start of `rest` is refused, if it is.
-fn check_escape(rest: &str) -> Result<(), String> {
+fn check_escape(rest: &str) -> Result<(), PathRefused> {
     let digits = rest
         .as_bytes()
         .get(1..3)
         .filter(|d| d.iter().all(u8::is_ascii_hexdigit));
     let Some(byte) = digits.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 16).ok())
     else {
-        let seen: String = rest.chars().take(6).collect();
-        return Err(format!(
-            "the path holds a % not followed by two hex digits ({seen:?}): servers read such \
-             text each their own way (IIS takes `%u002e` for `.`)"
-        ));
+        return Err(PathRefused::BadEscape(rest.chars().take(6).collect()));
     };
-    let escape = &rest[..3];
-    let why = match byte {
-        b'.' => format!(
+    match byte {
+        b'.' | b'/' | b'\\' | b'%' | b';' | b'?' | b'#' | b' ' | 0..=0x1f | 0x7f | 0x80.. => {
+            Err(PathRefused::Escaped {
+                escape: rest[..3].to_owned(),
+                byte,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+impl std::fmt::Display for PathRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DotSegment => f.write_str(
+                "the path holds a . or .. segment (servers resolve it against the segment before it)",
+            ),
+            Self::BadEscape(seen) => write!(
+                f,
+                "the path holds a % not followed by two hex digits ({seen:?}): servers read such \
+                 text each their own way (IIS takes `%u002e` for `.`)"
+            ),
+            Self::Escaped { escape, byte } => {
+                f.write_str("the path holds ")?;
+                escaped(f, escape, *byte)
+            }
+            Self::Char(c) => {
+                f.write_str("the path holds ")?;
+                refused_char(f, *c)
+            }
+        }
+    }
+}
+
+impl std::error::Error for PathRefused {}
+
+/// Why the escape `escape` of `byte` is refused.
+fn escaped(f: &mut std::fmt::Formatter<'_>, escape: &str, byte: u8) -> std::fmt::Result {
+    match byte {
+        b'.' => write!(
+            f,
             "an encoded . ({escape}: servers decode it before they resolve dot segments, so \
              `%2e%2e` is served as `..`)"
         ),
-        b'/' => format!(
+        b'/' => write!(
+            f,
             "an encoded / ({escape}: servers that decode it before they split segments serve \
              `..%2f` as `../`)"
         ),
-        b'\\' => format!(
+        b'\\' => write!(
+            f,
             "an encoded \\ ({escape}: servers that take `\\` for `/` decode it into a separator)"
         ),
-        b'%' => format!(
+        b'%' => write!(
+            f,
             "an encoded % ({escape}: a proxy and a server that each decode once serve `%252e` \
              as `.`)"
         ),
-        b';' => format!(
+        b';' => write!(
+            f,
             "an encoded ; ({escape}: a proxy that decodes it before Tomcat, Jetty or Spring \
              makes `..%3b` the path parameter `..;`)"
         ),
-        b'?' | b'#' => format!(
+        b'?' | b'#' => write!(
+            f,
             "an encoded {} ({escape}: a proxy that decodes it before the server ends the path \
              there, so `/api/x/..%3F` is served as `/api/x/..`, one level up)",
             char::from(byte)
         ),
-        b' ' => format!(
+        b' ' => write!(
+            f,
             "an encoded space ({escape}: Spring trims spaces from a segment's ends, so `..%20` is \
              served as `..`)"
         ),
-        0..=0x1f | 0x7f => format!(
+        0..=0x1f | 0x7f => write!(
+            f,
             "an encoded control byte ({escape}: servers trim controls from a segment's ends, so \
              `..%09` is served as `..`, or cut the path at NUL)"
         ),
-        0x80.. => format!("an encoded byte above 0x7F ({escape}); {NON_ASCII}"),
-        _ => return Ok(()),
-    };
-    Err(format!("the path holds {why}"))
+        _ => write!(f, "an encoded byte above 0x7F ({escape}); {NON_ASCII}"),
+    }
 }
 
 /// Why a character outside the allow-list is refused.
-fn refused_char(c: char) -> String {
-    let why = match c {
-        ';' => "`;` (a path parameter: Tomcat, Jetty and Spring drop `;...` from a segment, so \
-            `/api/..;/admin` is served as `/admin`)"
-            .to_owned(),
-        '\\' => "a \\ (Tomcat, Jetty, IIS and others take it for `/`)".to_owned(),
-        ' ' => "a space (Spring trims spaces from a segment's ends, so `.. ` is served as `..`)"
-            .to_owned(),
-        '\0'..='\x1f' | '\x7f' => format!(
+fn refused_char(f: &mut std::fmt::Formatter<'_>, c: char) -> std::fmt::Result {
+    match c {
+        ';' => f.write_str(
+            "`;` (a path parameter: Tomcat, Jetty and Spring drop `;...` from a segment, so \
+            `/api/..;/admin` is served as `/admin`)",
+        ),
+        '\\' => f.write_str("a \\ (Tomcat, Jetty, IIS and others take it for `/`)"),
+        ' ' => f.write_str(
+            "a space (Spring trims spaces from a segment's ends, so `.. ` is served as `..`)",
+        ),
+        '\0'..='\x1f' | '\x7f' => write!(
+            f,
             "a control byte {:#04x} (servers trim controls from a segment's ends, so `..` and a \
              tab are served as `..`, or cut the path at NUL)",
             u32::from(c)
         ),
-        c if !c.is_ascii() => format!("non-ASCII {c:?} (U+{:04X}); {NON_ASCII}", u32::from(c)),
-        c => format!(
+        c if !c.is_ascii() => write!(f, "non-ASCII {c:?} (U+{:04X}); {NON_ASCII}", u32::from(c)),
+        c => write!(
+            f,
             "{c:?}, which RFC 3986 allows in a path only percent-encoded: write it as %{:02X}",
             u32::from(c)
         ),
-    };
-    format!("the path holds {why}")
+    }
 }
 
 #[cfg(test)]
@@ -281,7 +334,7 @@ mod tests {
                 (None, checked) => wrong.push(format!(
                     "{path:?} must pass: {checked:?}, as a prefix {as_prefix:?}"
                 )),
-                (Some(why), Err(err)) if err.contains(why) && as_prefix.is_err() => {}
+                (Some(why), Err(err)) if err.to_string().contains(why) && as_prefix.is_err() => {}
                 (Some(why), checked) => wrong.push(format!(
                     "{path:?} must be refused for {why:?}: {checked:?}, as a prefix {as_prefix:?}"
                 )),

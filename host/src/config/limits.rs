@@ -1,5 +1,9 @@
 //! `limits:` and `defaults:`: deadlines, memory, rates and bursts per guest, and the ceiling a
 //! configuration's `defaults` or a tenant rule puts on them.
+//!
+//! A rate and its burst travel together as a [`Rate`] (`writesPerSecond` and `writeBurst` in
+//! YAML); [`RATES`] names each one once, with its YAML names and built-in values, and every
+//! operation over the limits (`or`, `above`, `capped_by`, `rates`) walks it.
 
 use std::time::Duration;
 
@@ -7,31 +11,68 @@ use serde::Deserialize;
 
 use super::{DEFAULT_DEADLINE, DEFAULT_INSTANCE_IDLE, DEFAULT_MEMORY_MIB, QueueConfig};
 
+/// A token bucket as configured: a rate per second and a burst, either left unset.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_second: Option<u32>,
+    pub burst: Option<u32>,
+}
+
+/// A token bucket with both values decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bucket {
+    pub(crate) per_second: u32,
+    pub(crate) burst: u32,
+}
+
+impl Bucket {
+    const UNLIMITED: Self = Self {
+        per_second: u32::MAX,
+        burst: u32::MAX,
+    };
+}
+
+impl Rate {
+    fn or(self, fallback: Rate) -> Rate {
+        Rate {
+            per_second: self.per_second.or(fallback.per_second),
+            burst: self.burst.or(fallback.burst),
+        }
+    }
+
+    /// Unset values taken from `built_in`.
+    fn filled(self, built_in: Bucket) -> Bucket {
+        Bucket {
+            per_second: self.per_second.unwrap_or(built_in.per_second),
+            burst: self.burst.unwrap_or(built_in.burst),
+        }
+    }
+}
+
 /// Per-guest limits. Unset fields fall back to `defaults:` and then to built-in values.
 #[derive(Debug, Default, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(from = "LimitsYaml")]
 pub struct Limits {
     /// Wall-clock deadline of one reconcile, e.g. `2s`, `500ms`.
-    #[serde(default, with = "humantime_serde")]
     pub deadline: Option<Duration>,
     /// Linear memory cap of one instance in MiB.
-    #[serde(rename = "memoryMiB", alias = "memoryMib")]
     pub memory_mib: Option<u64>,
     /// Keys reconciled at once (overrides the manifest's concurrency when lower).
     pub concurrency: Option<u32>,
-    /// Overall retry rate of the guest's queue (token bucket).
-    pub qps: Option<u32>,
-    pub burst: Option<u32>,
-    /// API writes per second the guest may make (status patches, applies, deletes); a write
+    /// Overall retry rate of the guest's queue (`qps`, `burst`).
+    pub queue: Rate,
+    /// API writes the guest may make (status patches, applies, deletes: `writesPerSecond`,
+    /// `writeBurst`); a write beyond the rate waits, within the reconcile's deadline.
+    pub writes: Rate,
+    /// Events (`eventsPerSecond`, `eventBurst`); beyond the rate an event is refused with
+    /// `unavailable`.
+    pub events: Rate,
+    /// Log lines (`logLinesPerSecond`, `logBurst`); beyond the rate lines are dropped and
+    /// counted.
+    pub log_lines: Rate,
+    /// Outbound HTTP requests (`http:` in the grant; `httpPerSecond`, `httpBurst`); a request
     /// beyond the rate waits, within the reconcile's deadline.
-    pub writes_per_second: Option<u32>,
-    pub write_burst: Option<u32>,
-    /// Events per second; beyond the rate an event is refused with `unavailable`.
-    pub events_per_second: Option<u32>,
-    pub event_burst: Option<u32>,
-    /// Log lines per second; beyond the rate lines are dropped and counted.
-    pub log_lines_per_second: Option<u32>,
-    pub log_burst: Option<u32>,
+    pub http: Rate,
     /// CPU the guest's running instances may use together, in thousandths of a core
     /// (`500` = half a core); beyond it they are paused at their next epoch tick until the
     /// budget refills. Default: one core. Host work done for the guest (label selectors
@@ -41,44 +82,134 @@ pub struct Limits {
     /// beyond the rate a body waits, within the reconcile's deadline. Default: 8 MiB/s (see
     /// [`Rates::default`]).
     pub body_bytes_per_second: Option<u32>,
-    /// Outbound HTTP requests per second (`http:` in the grant); a request beyond the rate
-    /// waits, within the reconcile's deadline.
-    pub http_per_second: Option<u32>,
-    pub http_burst: Option<u32>,
     /// Opt-in instance reuse: one instance serves up to this many reconciles of the guest on
     /// one worker (1, the default: a fresh instance per reconcile). State can then survive
     /// from one key to the next of the same guest; guests stay apart (see docs/security.md).
     pub instance_reuse: Option<u32>,
     /// A kept instance unused this long is dropped (default 30 s).
-    #[serde(default, with = "humantime_serde")]
     pub instance_idle: Option<Duration>,
+}
+
+/// One rate of [`Limits`]: its names in YAML, where it is kept, its built-in bucket.
+struct RateField {
+    per_second: &'static str,
+    burst: &'static str,
+    of: fn(&Limits) -> Rate,
+    of_mut: fn(&mut Limits) -> &mut Rate,
+    built_in: fn() -> Bucket,
+}
+
+/// Every rate of [`Limits`], each named once.
+const RATES: [RateField; 5] = [
+    RateField {
+        per_second: "httpPerSecond",
+        burst: "httpBurst",
+        of: |l| l.http,
+        of_mut: |l| &mut l.http,
+        built_in: || Rates::default().http,
+    },
+    RateField {
+        per_second: "qps",
+        burst: "burst",
+        of: |l| l.queue,
+        of_mut: |l| &mut l.queue,
+        built_in: || {
+            let queue = QueueConfig::default();
+            Bucket {
+                per_second: queue.qps.get(),
+                burst: queue.burst.get(),
+            }
+        },
+    },
+    RateField {
+        per_second: "writesPerSecond",
+        burst: "writeBurst",
+        of: |l| l.writes,
+        of_mut: |l| &mut l.writes,
+        built_in: || Rates::default().writes,
+    },
+    RateField {
+        per_second: "eventsPerSecond",
+        burst: "eventBurst",
+        of: |l| l.events,
+        of_mut: |l| &mut l.events,
+        built_in: || Rates::default().events,
+    },
+    RateField {
+        per_second: "logLinesPerSecond",
+        burst: "logBurst",
+        of: |l| l.log_lines,
+        of_mut: |l| &mut l.log_lines,
+        built_in: || Rates::default().log_lines,
+    },
+];
+
+/// `limits:` as written: flat, each rate and burst a key of its own.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LimitsYaml {
+    #[serde(default, with = "humantime_serde")]
+    deadline: Option<Duration>,
+    #[serde(rename = "memoryMiB", alias = "memoryMib")]
+    memory_mib: Option<u64>,
+    concurrency: Option<u32>,
+    qps: Option<u32>,
+    burst: Option<u32>,
+    writes_per_second: Option<u32>,
+    write_burst: Option<u32>,
+    events_per_second: Option<u32>,
+    event_burst: Option<u32>,
+    log_lines_per_second: Option<u32>,
+    log_burst: Option<u32>,
+    cpu_millicores: Option<u32>,
+    body_bytes_per_second: Option<u32>,
+    http_per_second: Option<u32>,
+    http_burst: Option<u32>,
+    instance_reuse: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    instance_idle: Option<Duration>,
+}
+
+impl From<LimitsYaml> for Limits {
+    fn from(y: LimitsYaml) -> Self {
+        let rate = |per_second, burst| Rate { per_second, burst };
+        Limits {
+            deadline: y.deadline,
+            memory_mib: y.memory_mib,
+            concurrency: y.concurrency,
+            queue: rate(y.qps, y.burst),
+            writes: rate(y.writes_per_second, y.write_burst),
+            events: rate(y.events_per_second, y.event_burst),
+            log_lines: rate(y.log_lines_per_second, y.log_burst),
+            http: rate(y.http_per_second, y.http_burst),
+            cpu_millicores: y.cpu_millicores,
+            body_bytes_per_second: y.body_bytes_per_second,
+            instance_reuse: y.instance_reuse,
+            instance_idle: y.instance_idle,
+        }
+    }
 }
 
 impl Limits {
     /// Unset fields taken from `fallback`.
     #[must_use]
     pub(crate) fn or(&self, fallback: &Limits) -> Limits {
-        Limits {
+        let mut limits = Limits {
             deadline: self.deadline.or(fallback.deadline),
             memory_mib: self.memory_mib.or(fallback.memory_mib),
             concurrency: self.concurrency.or(fallback.concurrency),
-            qps: self.qps.or(fallback.qps),
-            burst: self.burst.or(fallback.burst),
-            writes_per_second: self.writes_per_second.or(fallback.writes_per_second),
-            write_burst: self.write_burst.or(fallback.write_burst),
-            events_per_second: self.events_per_second.or(fallback.events_per_second),
-            event_burst: self.event_burst.or(fallback.event_burst),
-            log_lines_per_second: self.log_lines_per_second.or(fallback.log_lines_per_second),
-            log_burst: self.log_burst.or(fallback.log_burst),
             cpu_millicores: self.cpu_millicores.or(fallback.cpu_millicores),
             body_bytes_per_second: self
                 .body_bytes_per_second
                 .or(fallback.body_bytes_per_second),
-            http_per_second: self.http_per_second.or(fallback.http_per_second),
-            http_burst: self.http_burst.or(fallback.http_burst),
             instance_reuse: self.instance_reuse.or(fallback.instance_reuse),
             instance_idle: self.instance_idle.or(fallback.instance_idle),
+            ..Limits::default()
+        };
+        for field in &RATES {
+            *(field.of_mut)(&mut limits) = (field.of)(self).or((field.of)(fallback));
         }
+        limits
     }
 
     /// The reuse policy, if the guest opted in (`instanceReuse` above 1).
@@ -111,98 +242,56 @@ impl Limits {
             self.memory_mib,
             ceiling.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB as u64),
         );
-        let concurrency = ceiling
-            .concurrency
-            .map_or(max_concurrency, |c| c.min(max_concurrency));
         check(
             "concurrency",
             self.concurrency.map(u64::from),
-            u64::from(concurrency),
+            u64::from(ceiling.concurrency_cap(max_concurrency)),
         );
-        let u32s = self.rate_limits(ceiling);
         // No reuse unless the ceiling allows it: it lets state pass between keys.
         check(
             "instanceReuse",
             self.instance_reuse.map(u64::from),
             u64::from(ceiling.instance_reuse.unwrap_or(1)),
         );
-        for (name, mine, cap, built_in) in u32s {
-            check(
-                name,
-                mine.map(u64::from),
-                u64::from(cap.unwrap_or(built_in)),
+        for field in &RATES {
+            let (mine, cap) = (
+                (field.of)(self),
+                (field.of)(ceiling).filled((field.built_in)()),
             );
+            check(
+                field.per_second,
+                mine.per_second.map(u64::from),
+                u64::from(cap.per_second),
+            );
+            check(field.burst, mine.burst.map(u64::from), u64::from(cap.burst));
         }
+        let built_in = Rates::default();
+        check(
+            "cpuMillicores",
+            self.cpu_millicores.map(u64::from),
+            u64::from(
+                ceiling
+                    .cpu_millicores
+                    .unwrap_or(built_in.cpu_millicores.unwrap_or(u32::MAX)),
+            ),
+        );
+        check(
+            "bodyBytesPerSecond",
+            self.body_bytes_per_second.map(u64::from),
+            u64::from(
+                ceiling
+                    .body_bytes_per_second
+                    .unwrap_or(built_in.body_bytes_per_second),
+            ),
+        );
         above
     }
 
-    /// The rates and bursts, each as (name, this value, the ceiling's, the built-in value).
-    fn rate_limits(&self, ceiling: &Limits) -> [(&'static str, Option<u32>, Option<u32>, u32); 12] {
-        let (rates, queue) = (Rates::default(), QueueConfig::default());
-        [
-            (
-                "httpPerSecond",
-                self.http_per_second,
-                ceiling.http_per_second,
-                rates.http_per_second,
-            ),
-            (
-                "httpBurst",
-                self.http_burst,
-                ceiling.http_burst,
-                rates.http_burst,
-            ),
-            ("qps", self.qps, ceiling.qps, queue.qps.get()),
-            ("burst", self.burst, ceiling.burst, queue.burst.get()),
-            (
-                "writesPerSecond",
-                self.writes_per_second,
-                ceiling.writes_per_second,
-                rates.writes_per_second,
-            ),
-            (
-                "writeBurst",
-                self.write_burst,
-                ceiling.write_burst,
-                rates.write_burst,
-            ),
-            (
-                "eventsPerSecond",
-                self.events_per_second,
-                ceiling.events_per_second,
-                rates.events_per_second,
-            ),
-            (
-                "eventBurst",
-                self.event_burst,
-                ceiling.event_burst,
-                rates.event_burst,
-            ),
-            (
-                "logLinesPerSecond",
-                self.log_lines_per_second,
-                ceiling.log_lines_per_second,
-                rates.log_lines_per_second,
-            ),
-            (
-                "logBurst",
-                self.log_burst,
-                ceiling.log_burst,
-                rates.log_burst,
-            ),
-            (
-                "cpuMillicores",
-                self.cpu_millicores,
-                ceiling.cpu_millicores,
-                rates.cpu_millicores.unwrap_or(u32::MAX),
-            ),
-            (
-                "bodyBytesPerSecond",
-                self.body_bytes_per_second,
-                ceiling.body_bytes_per_second,
-                rates.body_bytes_per_second,
-            ),
-        ]
+    /// The most concurrency these limits, as a ceiling, allow: theirs, never above
+    /// `max_concurrency`.
+    fn concurrency_cap(&self, max_concurrency: u32) -> u32 {
+        self.concurrency
+            .map_or(max_concurrency, |c| c.min(max_concurrency))
     }
 
     /// These limits with none above `ceiling`, set or not: a limit left unset would take a
@@ -218,11 +307,9 @@ impl Limits {
                 (mine, ceiling) => Some(mine.unwrap_or(built_in).min(ceiling.unwrap_or(built_in))),
             }
         }
-        let (rates, queue) = (Rates::default(), QueueConfig::default());
-        let concurrency = ceiling
-            .concurrency
-            .map_or(max_concurrency, |c| c.min(max_concurrency));
-        Limits {
+        let built_in = Rates::default();
+        let concurrency = ceiling.concurrency_cap(max_concurrency);
+        let mut limits = Limits {
             deadline: cap(self.deadline, ceiling.deadline, DEFAULT_DEADLINE),
             memory_mib: cap(
                 self.memory_mib,
@@ -230,64 +317,44 @@ impl Limits {
                 DEFAULT_MEMORY_MIB as u64,
             ),
             concurrency: Some(self.concurrency.map_or(concurrency, |c| c.min(concurrency))),
-            qps: cap(self.qps, ceiling.qps, queue.qps.get()),
-            burst: cap(self.burst, ceiling.burst, queue.burst.get()),
-            writes_per_second: cap(
-                self.writes_per_second,
-                ceiling.writes_per_second,
-                rates.writes_per_second,
-            ),
-            write_burst: cap(self.write_burst, ceiling.write_burst, rates.write_burst),
-            events_per_second: cap(
-                self.events_per_second,
-                ceiling.events_per_second,
-                rates.events_per_second,
-            ),
-            event_burst: cap(self.event_burst, ceiling.event_burst, rates.event_burst),
-            log_lines_per_second: cap(
-                self.log_lines_per_second,
-                ceiling.log_lines_per_second,
-                rates.log_lines_per_second,
-            ),
-            log_burst: cap(self.log_burst, ceiling.log_burst, rates.log_burst),
             cpu_millicores: cap(
                 self.cpu_millicores,
                 ceiling.cpu_millicores,
-                rates.cpu_millicores.unwrap_or(u32::MAX),
+                built_in.cpu_millicores.unwrap_or(u32::MAX),
             ),
             body_bytes_per_second: cap(
                 self.body_bytes_per_second,
                 ceiling.body_bytes_per_second,
-                rates.body_bytes_per_second,
+                built_in.body_bytes_per_second,
             ),
-            http_per_second: cap(
-                self.http_per_second,
-                ceiling.http_per_second,
-                rates.http_per_second,
-            ),
-            http_burst: cap(self.http_burst, ceiling.http_burst, rates.http_burst),
             // No reuse unless the ceiling allows it: it lets state pass between keys.
             instance_reuse: cap(self.instance_reuse, ceiling.instance_reuse, 1),
             instance_idle: self.instance_idle,
+            ..Limits::default()
+        };
+        for field in &RATES {
+            let (mine, theirs, built_in) =
+                ((field.of)(self), (field.of)(ceiling), (field.built_in)());
+            *(field.of_mut)(&mut limits) = Rate {
+                per_second: cap(mine.per_second, theirs.per_second, built_in.per_second),
+                burst: cap(mine.burst, theirs.burst, built_in.burst),
+            };
         }
+        limits
     }
 
     /// The guest's per-guest rates, defaults filled in.
     pub(crate) fn rates(&self) -> Rates {
         let d = Rates::default();
         Rates {
-            writes_per_second: self.writes_per_second.unwrap_or(d.writes_per_second),
-            write_burst: self.write_burst.unwrap_or(d.write_burst),
-            events_per_second: self.events_per_second.unwrap_or(d.events_per_second),
-            event_burst: self.event_burst.unwrap_or(d.event_burst),
-            log_lines_per_second: self.log_lines_per_second.unwrap_or(d.log_lines_per_second),
-            log_burst: self.log_burst.unwrap_or(d.log_burst),
+            writes: self.writes.filled(d.writes),
+            events: self.events.filled(d.events),
+            log_lines: self.log_lines.filled(d.log_lines),
+            http: self.http.filled(d.http),
             cpu_millicores: self.cpu_millicores.or(d.cpu_millicores),
             body_bytes_per_second: self
                 .body_bytes_per_second
                 .unwrap_or(d.body_bytes_per_second),
-            http_per_second: self.http_per_second.unwrap_or(d.http_per_second),
-            http_burst: self.http_burst.unwrap_or(d.http_burst),
             host_memory_bytes: self.memory_bytes(),
         }
     }
@@ -313,19 +380,15 @@ pub struct Reuse {
 /// A guest's per-guest rates (`capabilities::Budget`), from its limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rates {
-    pub(crate) writes_per_second: u32,
-    pub(crate) write_burst: u32,
-    pub(crate) events_per_second: u32,
-    pub(crate) event_burst: u32,
-    pub(crate) log_lines_per_second: u32,
-    pub(crate) log_burst: u32,
+    pub(crate) writes: Bucket,
+    pub(crate) events: Bucket,
+    pub(crate) log_lines: Bucket,
+    /// See [`Limits::http`].
+    pub(crate) http: Bucket,
     /// None: no CPU quota.
     pub(crate) cpu_millicores: Option<u32>,
     /// See [`Limits::body_bytes_per_second`].
     pub(crate) body_bytes_per_second: u32,
-    /// See [`Limits::http_per_second`].
-    pub(crate) http_per_second: u32,
-    pub(crate) http_burst: u32,
     /// Host memory held on the guest's behalf at once (bodies being parsed and sent, list
     /// results being copied), over all its reconciles: its instance memory cap
     /// (`memoryMiB`), so the host never holds more for a guest than the guest could hold.
@@ -346,17 +409,14 @@ impl Default for Rates {
     /// hundreds of MiB/s, by shape), which is taken from its CPU share besides. A largest body
     /// (3 MiB) always fits in the bucket.
     fn default() -> Self {
+        let bucket = |per_second, burst| Bucket { per_second, burst };
         Self {
-            writes_per_second: 2000,
-            write_burst: 4000,
-            events_per_second: 5,
-            event_burst: 25,
-            log_lines_per_second: 100,
-            log_burst: 500,
+            writes: bucket(2000, 4000),
+            events: bucket(5, 25),
+            log_lines: bucket(100, 500),
             cpu_millicores: Some(1000),
             body_bytes_per_second: 8 << 20,
-            http_per_second: 20,
-            http_burst: 50,
+            http: bucket(20, 50),
             host_memory_bytes: DEFAULT_MEMORY_MIB << 20,
         }
     }
@@ -366,16 +426,12 @@ impl Rates {
     /// No practical limit: the offline runner without a configuration, benches.
     pub(crate) fn unlimited() -> Self {
         Self {
-            writes_per_second: u32::MAX,
-            write_burst: u32::MAX,
-            events_per_second: u32::MAX,
-            event_burst: u32::MAX,
-            log_lines_per_second: u32::MAX,
-            log_burst: u32::MAX,
+            writes: Bucket::UNLIMITED,
+            events: Bucket::UNLIMITED,
+            log_lines: Bucket::UNLIMITED,
+            http: Bucket::UNLIMITED,
             cpu_millicores: None,
             body_bytes_per_second: u32::MAX,
-            http_per_second: u32::MAX,
-            http_burst: u32::MAX,
             host_memory_bytes: usize::MAX,
         }
     }

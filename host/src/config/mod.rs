@@ -26,15 +26,18 @@ pub(crate) use finalizer::{FinalizerPolicy, OnUnload};
 pub(crate) use grant::Denied;
 pub use grant::{Grant, Mode, PrimaryReads, WrittenIn};
 pub use http::{HttpRule, KeyRef, UrlPrefix, ValueFrom};
-pub use http_path::normalise_path;
+pub use http_path::{PathRefused, normalise_path};
 pub(crate) use limits::Rates;
-pub use limits::{Limits, Reuse};
+pub use limits::{Limits, Rate, Reuse};
 pub use queue::QueueConfig;
 pub(crate) use reconcilers::{Allow, ReconcilerSettings, TenantRule, VerifySettings};
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
 pub use selectors::ReadSelectors;
 pub(crate) use selectors::selector_within;
-pub use service_account::{AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef};
+pub use service_account::{
+    AccountError, AllowedAccount, DEFAULT_RECHECK, IdentitySettings, ServiceAccountRef,
+};
+pub(crate) use writes::UnlistedKind;
 pub use writes::{Verb, WriteTarget, WriteVerbs};
 
 /// How often the engine's epoch advances: the granularity of deadlines and of the CPU share.
@@ -62,6 +65,17 @@ pub enum ConfigError {
     },
     #[error("host configuration {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+}
+
+impl ConfigError {
+    /// The configuration at `path` says something the host refuses: `message` names the
+    /// setting and what to change.
+    pub(crate) fn invalid(path: &Path, message: impl std::fmt::Display) -> Self {
+        Self::Invalid {
+            path: path.to_owned(),
+            message: message.to_string(),
+        }
+    }
 }
 
 /// The whole host configuration file.
@@ -124,33 +138,31 @@ impl HostConfig {
         let cap = config.max_concurrency();
         for (guest, grant) in &config.guests {
             if let Err(message) = grant.write_verbs.check(&grant.write) {
-                return Err(ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message: format!("guests.{guest}.{message}"),
-                });
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("guests.{guest}.{message}"),
+                ));
             }
             if let Some(Err(message)) = grant.record.as_ref().map(RecordPolicy::check) {
-                return Err(ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message: format!("guests.{guest}.{message}"),
-                });
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("guests.{guest}.{message}"),
+                ));
             }
             if grant.limits.concurrency.is_some_and(|c| c > cap) {
-                return Err(ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message: format!(
-                        "guests.{guest}.limits.concurrency is above maxConcurrency ({cap})"
-                    ),
-                });
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("guests.{guest}.limits.concurrency is above maxConcurrency ({cap})"),
+                ));
             }
             for backend in &grant.backends {
                 if !config.backends.contains_key(backend) {
-                    return Err(ConfigError::Invalid {
-                        path: path.to_owned(),
-                        message: format!(
+                    return Err(ConfigError::invalid(
+                        path,
+                        format!(
                             "guests.{guest}.backends names `{backend}`, which is not configured under backends:"
                         ),
-                    });
+                    ));
                 }
             }
         }
@@ -159,10 +171,9 @@ impl HostConfig {
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(verify) = config.reconcilers.as_mut().and_then(|r| r.verify.as_mut()) {
             verify.resolve_from(base);
-            verify.trust_policy().map_err(|e| ConfigError::Invalid {
-                path: path.to_owned(),
-                message: format!("reconcilers.verify: {e}"),
-            })?;
+            verify
+                .trust_policy()
+                .map_err(|e| ConfigError::invalid(path, format!("reconcilers.verify: {e}")))?;
         }
         if let Some(reconcilers) = config.reconcilers.as_mut() {
             reconcilers.read_tenant_verify(base, path)?;
@@ -172,18 +183,15 @@ impl HostConfig {
             allow
                 .write_verbs
                 .check(&allow.write)
-                .map_err(|e| ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message: format!("reconcilers.allow.{e}"),
-                })?;
+                .map_err(|e| ConfigError::invalid(path, format!("reconcilers.allow.{e}")))?;
             for backend in &reconcilers.allow.backends {
                 if !config.backends.contains_key(backend) {
-                    return Err(ConfigError::Invalid {
-                        path: path.to_owned(),
-                        message: format!(
+                    return Err(ConfigError::invalid(
+                        path,
+                        format!(
                             "reconcilers.allow.backends names `{backend}`, which is not configured under backends:"
                         ),
-                    });
+                    ));
                 }
             }
         }
@@ -198,9 +206,8 @@ impl HostConfig {
             .flat_map(|r| r.tenants.iter())
             .enumerate()
         {
-            let invalid = |message: String| ConfigError::Invalid {
-                path: path.to_owned(),
-                message: format!("{}: {message}", rule.label(i)),
+            let invalid = |message: String| {
+                ConfigError::invalid(path, format!("{}: {message}", rule.label(i)))
             };
             if let Some(selector) = &rule.namespace_selector {
                 let parsed = crate::cluster::selector::parse_selector(selector)
@@ -579,7 +586,7 @@ guests:
         let config = HostConfig::load(path).unwrap();
         assert_eq!(config.max_concurrency(), 16);
         let grant = config.grant("network").unwrap();
-        assert_eq!(grant.limits.rates().writes_per_second, 200);
+        assert_eq!(grant.limits.rates().writes.per_second, 200);
     }
 
     #[test]
@@ -596,7 +603,7 @@ guests:
             .unwrap();
         let r = grant.limits.rates();
         assert_eq!(
-            (r.events_per_second, r.log_burst, r.writes_per_second),
+            (r.events.per_second, r.log_lines.burst, r.writes.per_second),
             (2, 7, 2000)
         );
     }

@@ -137,10 +137,7 @@ impl ReconcilerSettings {
             let Some(verify) = rule.verify.as_mut() else {
                 continue;
             };
-            let invalid = |message: String| ConfigError::Invalid {
-                path: path.to_owned(),
-                message,
-            };
+            let invalid = |message: String| ConfigError::invalid(path, message);
             if host_requires && !verify.required {
                 return Err(invalid(format!(
                     "{label}.verify.required is false, but reconcilers.verify.required is true: a tenant rule may name other keys than the host's, never require less; set required: true with the team's keys, or leave the rule's verify out to inherit the host's"
@@ -209,7 +206,9 @@ impl VerifySettings {
     }
 
     /// What signatures must be made by when they are required, or why it cannot be read.
-    pub(crate) fn trust_policy(&self) -> Result<Option<crate::oci::TrustPolicy>, String> {
+    pub(crate) fn trust_policy(
+        &self,
+    ) -> Result<Option<crate::oci::TrustPolicy>, crate::oci::TrustError> {
         if !self.required {
             return Ok(None);
         }
@@ -269,4 +268,14 @@ pub(crate) struct Allow {
     /// within one of these (prefix, methods) and name only the credentials that one names.
     #[serde(default)]
     pub(crate) http: Vec<HttpRule>,
+}
+
+impl Allow {
+    /// The most a Reconciler's limits may be under this ceiling: its `limits`, `defaults`
+    /// (the host configuration's) where it is silent.
+    pub(crate) fn ceiling(&self, defaults: &Limits) -> Limits {
+        self.limits
+            .as_ref()
+            .map_or_else(|| defaults.clone(), |l| l.or(defaults))
+    }
 }

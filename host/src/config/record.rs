@@ -40,16 +40,18 @@ pub struct RecordPolicy {
 
 impl RecordPolicy {
     /// `sample` outside 0..=1 is refused where the configuration is read.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), SampleOutOfRange> {
         if !(0.0..=1.0).contains(&self.sample) {
-            return Err(format!(
-                "record.sample is {}, not between 0 and 1",
-                self.sample
-            ));
+            return Err(SampleOutOfRange(self.sample));
         }
         Ok(())
     }
 }
+
+/// `record.sample` is a share of reconciles: between 0 and 1.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("record.sample is {0}, not between 0 and 1")]
+pub(crate) struct SampleOutOfRange(f64);
 
 fn yes() -> bool {
     true
@@ -133,6 +135,7 @@ mod tests {
     #[test]
     fn a_sample_outside_zero_to_one_is_refused() {
         let policy: RecordPolicy = serde_yaml::from_str("sample: 1.5").unwrap();
-        assert!(policy.check().unwrap_err().contains("not between 0 and 1"));
+        let refused = policy.check().unwrap_err().to_string();
+        assert!(refused.contains("not between 0 and 1"), "{refused}");
     }
 }

@@ -45,16 +45,14 @@ impl fmt::Display for ServiceAccountRef {
 }
 
 impl FromStr for ServiceAccountRef {
-    type Err = String;
+    type Err = AccountError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (namespace, name) = s
             .split_once('/')
-            .ok_or_else(|| format!("serviceAccount {s:?}: write it NAMESPACE/NAME"))?;
-        crate::cluster::validation::dns1123_label("serviceAccount namespace", namespace)
-            .map_err(|e| e.to_string())?;
-        crate::cluster::validation::dns1123_subdomain("serviceAccount name", name)
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| AccountError::Shape(s.to_owned()))?;
+        crate::cluster::validation::dns1123_label("serviceAccount namespace", namespace)?;
+        crate::cluster::validation::dns1123_subdomain("serviceAccount name", name)?;
         Ok(Self {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -62,8 +60,17 @@ impl FromStr for ServiceAccountRef {
     }
 }
 
+/// Why a text is not a ServiceAccount (`NAMESPACE/NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    #[error("serviceAccount {0:?}: write it NAMESPACE/NAME")]
+    Shape(String),
+    #[error(transparent)]
+    Invalid(#[from] crate::cluster::validation::Invalid),
+}
+
 impl TryFrom<String> for ServiceAccountRef {
-    type Error = String;
+    type Error = AccountError;
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         s.parse()
@@ -93,12 +100,11 @@ impl AllowedAccount {
 }
 
 impl TryFrom<String> for AllowedAccount {
-    type Error = String;
+    type Error = AccountError;
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         if let Some(namespace) = s.strip_suffix("/*") {
-            crate::cluster::validation::dns1123_label("serviceAccounts namespace", namespace)
-                .map_err(|e| e.to_string())?;
+            crate::cluster::validation::dns1123_label("serviceAccounts namespace", namespace)?;
             return Ok(Self {
                 namespace: namespace.to_owned(),
                 name: None,

@@ -34,7 +34,7 @@ impl fmt::Display for WriteTarget {
 }
 
 impl TryFrom<String> for WriteTarget {
-    type Error = String;
+    type Error = crate::cluster::objects::GvkParseError;
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         // A kind starts with an upper-case letter, so a lower-case last segment after it is a
@@ -46,13 +46,13 @@ impl TryFrom<String> for WriteTarget {
                 .next()
                 .is_some_and(|k| k.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
         {
-            let kind = head.parse::<Gvk>().map_err(|e| e.to_string())?;
+            let kind = head.parse::<Gvk>()?;
             return Ok(Self {
                 kind,
                 subresource: Some(last.to_owned()),
             });
         }
-        let kind = s.parse::<Gvk>().map_err(|e| e.to_string())?;
+        let kind = s.parse::<Gvk>()?;
         Ok(Self {
             kind,
             subresource: None,
@@ -90,19 +90,28 @@ impl fmt::Display for Verb {
 }
 
 impl TryFrom<String> for Verb {
-    type Error = String;
+    type Error = NotAVerb;
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         match s.as_str() {
             "create" => Ok(Verb::Create),
             "patch" => Ok(Verb::Patch),
             "delete" => Ok(Verb::Delete),
-            "update" | "apply" => Err(format!(
-                "`{s}` is not a verb here: the host writes by server-side apply, which the API server authorizes as `patch` (and as `create` when it creates the object); grant those"
-            )),
-            _ => Err(format!("unknown verb `{s}`: one of create, patch, delete")),
+            "update" | "apply" => Err(NotAVerb::Apply(s)),
+            _ => Err(NotAVerb::Unknown(s)),
         }
     }
+}
+
+/// A `writeVerbs` entry that is not a verb the host writes with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAVerb {
+    #[error(
+        "`{0}` is not a verb here: the host writes by server-side apply, which the API server authorizes as `patch` (and as `create` when it creates the object); grant those"
+    )]
+    Apply(String),
+    #[error("unknown verb `{0}`: one of create, patch, delete")]
+    Unknown(String),
 }
 
 /// `writeVerbs:`: the verbs per kind, each list checked when the configuration is read.
@@ -175,20 +184,23 @@ impl WriteVerbs {
 
     /// Why these verbs do not fit `write`, if they do not: every kind named must be a kind
     /// `write` lists.
-    pub(crate) fn check(&self, write: &BTreeSet<WriteTarget>) -> Result<(), String> {
+    pub(crate) fn check(&self, write: &BTreeSet<WriteTarget>) -> Result<(), UnlistedKind> {
         for kind in self.0.keys() {
             if !write
                 .iter()
                 .any(|t| t.kind == *kind && t.subresource.is_none())
             {
-                return Err(format!(
-                    "writeVerbs names {kind}, which write does not list: add it to write, or drop it here"
-                ));
+                return Err(UnlistedKind(kind.to_string()));
             }
         }
         Ok(())
     }
 }
+
+/// `writeVerbs` names a kind `write` does not list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("writeVerbs names {0}, which write does not list: add it to write, or drop it here")]
+pub(crate) struct UnlistedKind(String);
 
 impl<'de> Deserialize<'de> for WriteVerbs {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -282,7 +294,11 @@ mod tests {
             .unwrap()
             .check(&targets(&["v1/ConfigMap"]))
             .unwrap_err();
-        assert!(error.contains("writeVerbs names v1/Secret, which write does not list"));
+        assert!(
+            error
+                .to_string()
+                .contains("writeVerbs names v1/Secret, which write does not list")
+        );
     }
 
     #[test]

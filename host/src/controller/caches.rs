@@ -27,14 +27,37 @@ pub(super) struct Caches {
     pub(super) gone: Option<Arc<parking_lot::Mutex<std::collections::HashSet<ObjectKey>>>>,
 }
 
+/// Why a guest's caches could not be acquired: its controller does not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheError {
+    /// `what` is the secondary kind and a space, or empty for the primary.
+    #[error(
+        "guest `{guest}` watches {what}in namespace {wanted} but the host is restricted to namespace {host}"
+    )]
+    Outside {
+        guest: String,
+        what: String,
+        wanted: String,
+        host: String,
+    },
+    #[error(transparent)]
+    Informer(#[from] crate::cluster::informers::InformerError),
+    #[error(transparent)]
+    Selector(#[from] crate::cluster::informers::SelectorError),
+}
+
 impl Caches {
-    pub(super) async fn acquire(shared: &Shared, guest: &ActiveGuest) -> anyhow::Result<Self> {
+    pub(super) async fn acquire(shared: &Shared, guest: &ActiveGuest) -> Result<Self, CacheError> {
         let manifest = &guest.loaded.manifest;
         let namespace = match (&manifest.namespace, &shared.namespace) {
-            (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
-                "guest `{}` watches namespace {wanted} but the host is restricted to namespace {host}",
-                manifest.name
-            ),
+            (Some(wanted), Some(host)) if wanted != host => {
+                return Err(CacheError::Outside {
+                    guest: manifest.name.clone(),
+                    what: String::new(),
+                    wanted: wanted.clone(),
+                    host: host.clone(),
+                });
+            }
             (wanted, host) => wanted.clone().or_else(|| host.clone()),
         };
         let selectors = &guest.grant.read_selectors;
@@ -54,40 +77,21 @@ impl Caches {
         let budget = Arc::new(IndexBudget::default());
         for secondary in &manifest.secondary {
             let watched = match (&secondary.namespace, &shared.namespace) {
-                (Some(wanted), Some(host)) if wanted != host => anyhow::bail!(
-                    "guest `{}` watches {} in namespace {wanted} but the host is restricted to namespace {host}",
-                    manifest.name,
-                    secondary.kind
-                ),
+                (Some(wanted), Some(host)) if wanted != host => {
+                    return Err(CacheError::Outside {
+                        guest: manifest.name.clone(),
+                        what: format!("{} ", secondary.kind),
+                        wanted: wanted.clone(),
+                        host: host.clone(),
+                    });
+                }
                 (Some(wanted), _) => Some(wanted.clone()),
                 (None, _) => namespace.clone(),
             };
-            // The lister's informer of the kind, not one of the watch's own: an event then
-            // reaches the guest only once the cache its reconcile reads holds the change (two
-            // informers of a kind see a change at different moments, and a reconcile woken by
-            // one read the other's older object). The grant's readSelectors bound that cache;
-            // the watch's namespace and selector choose among its events.
-            let informer = if let Some(informer) = readable.get(&secondary.kind) {
-                informer.clone()
-            } else {
-                let selector = selectors.get(&secondary.kind).map(str::to_owned);
-                // A tenant's informers, as its lister's, hold its namespace only.
-                let within = guest
-                    .tenant()
-                    .map(str::to_owned)
-                    .or_else(|| shared.namespace.clone());
-                match acquire_scoped(shared, &secondary.kind, within, selector, None, guest).await {
-                    Ok(informer) => informer,
-                    // No object of a cluster-scoped kind is in a namespace: a tenant's watch
-                    // of one takes no event, as its lister reads none.
-                    Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
-                        if guest.tenant().is_some() =>
-                    {
-                        tracing::warn!(guest = %manifest.name, kind = %secondary.kind, "secondary watch left out: a namespaced Reconciler's guest watches its namespace only, and this kind is cluster-scoped");
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            let Some(informer) =
+                secondary_informer(shared, guest, &readable, &secondary.kind).await?
+            else {
+                continue;
             };
             let filter = WatchFilter::new(watched, secondary.label_selector.as_deref())?;
             let index = match &secondary.mapping {
@@ -209,6 +213,40 @@ impl Caches {
 
 /// Acquires an informer limited to `namespace`; cluster-scoped kinds ignore the limit, except
 /// for a namespaced Reconciler's guest, which may not watch them.
+/// The informer a secondary watch of `kind` takes its events from: the lister's informer of
+/// the kind, not one of the watch's own, so that an event reaches the guest only once the cache
+/// its reconcile reads holds the change (two informers of a kind see a change at different
+/// moments, and a reconcile woken by one read the other's older object). The grant's
+/// readSelectors bound that cache; the watch's namespace and selector choose among its events.
+/// None: a tenant's watch of a cluster-scoped kind, which takes no event (no object of such a
+/// kind is in a namespace, as its lister reads none).
+async fn secondary_informer(
+    shared: &Shared,
+    guest: &ActiveGuest,
+    readable: &BTreeMap<Gvk, Informer>,
+    kind: &Gvk,
+) -> Result<Option<Informer>, CacheError> {
+    if let Some(informer) = readable.get(kind) {
+        return Ok(Some(informer.clone()));
+    }
+    let selector = guest.grant.read_selectors.get(kind).map(str::to_owned);
+    // A tenant's informers, as its lister's, hold its namespace only.
+    let within = guest
+        .tenant()
+        .map(str::to_owned)
+        .or_else(|| shared.namespace.clone());
+    match acquire_scoped(shared, kind, within, selector, None, guest).await {
+        Ok(informer) => Ok(Some(informer)),
+        Err(crate::cluster::informers::InformerError::ClusterScoped { .. })
+            if guest.tenant().is_some() =>
+        {
+            tracing::warn!(guest = %guest.loaded.manifest.name, %kind, "secondary watch left out: a namespaced Reconciler's guest watches its namespace only, and this kind is cluster-scoped");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn acquire_scoped(
     shared: &Shared,
     kind: &Gvk,

@@ -115,10 +115,8 @@ impl FieldIndex {
 
     /// An empty index over the path `path` (`spec.source`, `spec.targets[*]`), or why the
     /// path is not one.
-    pub fn parse(path: &str) -> Result<Self, String> {
-        FieldPath::parse("field", path)
-            .map(|path| Self::new(Source::Path(path)))
-            .map_err(|e| e.to_string())
+    pub fn parse(path: &str) -> Result<Self, crate::cluster::validation::Invalid> {
+        FieldPath::parse("field", path).map(|path| Self::new(Source::Path(path)))
     }
 
     pub(crate) fn source(&self) -> &Source {

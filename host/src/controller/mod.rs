@@ -153,17 +153,17 @@ impl Controller {
         shared: &Shared,
         guest: Arc<ActiveGuest>,
         leading: bool,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, caches::CacheError> {
         let manifest = &guest.loaded.manifest;
         let name = manifest.name.clone();
         let caches = Arc::new(Caches::acquire(shared, &guest).await?);
 
         let limits = &guest.grant.limits;
         let mut config = QueueConfig::default();
-        if let Some(qps) = limits.qps.and_then(NonZeroU32::new) {
+        if let Some(qps) = limits.queue.per_second.and_then(NonZeroU32::new) {
             config.qps = qps;
         }
-        if let Some(burst) = limits.burst.and_then(NonZeroU32::new) {
+        if let Some(burst) = limits.queue.burst.and_then(NonZeroU32::new) {
             config.burst = burst;
         }
         config.priorities = shared.queue_priorities;

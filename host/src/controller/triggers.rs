@@ -43,7 +43,10 @@ pub(crate) struct WatchFilter {
 }
 
 impl WatchFilter {
-    pub(crate) fn new(namespace: Option<String>, selector: Option<&str>) -> anyhow::Result<Self> {
+    pub(crate) fn new(
+        namespace: Option<String>,
+        selector: Option<&str>,
+    ) -> Result<Self, crate::cluster::informers::SelectorError> {
         let selector = selector
             .map(crate::cluster::informers::parse_selector)
             .transpose()?;

@@ -31,11 +31,12 @@ pub(super) async fn follow_config(path: PathBuf, guests: Arc<Guests>) {
             // Judging the guests again compiles them (from the cache): off the async workers.
             Ok(config) => {
                 let guests = guests.clone();
-                tokio::task::spawn_blocking(move || guests.reconfigure(config))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("reconfiguring panicked: {e}")))
+                match tokio::task::spawn_blocking(move || guests.reconfigure(config)).await {
+                    Ok(applied) => applied.map_err(anyhow::Error::from),
+                    Err(e) => Err(anyhow::anyhow!("reconfiguring panicked: {e}")),
+                }
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         };
         match result {
             Ok(()) => tracing::info!(config = %path.display(), "configuration change applied"),

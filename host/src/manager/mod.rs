@@ -98,34 +98,20 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     // Before any task starts: an address in use ends the host with that error, and nothing else.
     let listener = crate::manager::server::bind(settings.listen)?;
     let dir = guest_directory(&settings, &config)?;
-
-    let networks = network_backends(&config, &settings.kube.cluster_url)?;
-
     let metrics = Metrics::new();
-    // Every write of the host goes through the adaptive limit (the lease's client does not).
-    let flow =
-        crate::cluster::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
-    let client = crate::cluster::flowcontrol::client(&settings.kube, &flow)
-        .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
-    let informers = informers(&client, &metrics, &settings);
     let ownership = Ownership::join(&settings, &metrics)?;
-    let cache_dir = settings.cache_dir.clone();
-    let record_directory = record_directory(&config, cache_dir.as_deref());
-    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
-        cache_dir,
-        ..RuntimeOptions::default()
-    })?);
+    let shared = machinery(&settings, &config, &metrics, ownership.fence().clone())?;
     let (sources, reconciler_status) =
-        guest_sources(&config, dir.as_ref(), &client, &settings, &metrics)?;
+        guest_sources(&config, dir.as_ref(), &shared.client, &settings, &metrics)?;
     let guests = Guests::new(
         sources,
-        runtime.clone(),
+        shared.runtime.clone(),
         config.clone(),
         Some(metrics.clone()),
-        Arc::new(crate::sandbox::shadow::Shadows::new(Some(metrics.clone()))),
+        shared.shadows.clone(),
     );
-    guests.set_record_directory(record_directory.clone());
-    let rechecks = follow_identities(&guests, &client, &informers, &settings);
+    guests.set_record_directory(shared.record_directory.clone());
+    let rechecks = follow_identities(&guests, &shared.client, &shared.informers, &settings);
     let mut guest_events = guests.subscribe();
     let mut watcher = tokio::spawn(guests.clone().watch());
     let config_watcher = tokio::spawn(config::follow_config(
@@ -139,7 +125,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         listener,
         metrics.clone(),
         guests.clone(),
-        (readiness.clone(), informers.clone()),
+        (readiness.clone(), shared.informers.clone()),
         ownership.status(),
     )?;
     tracing::info!(%addr, guests = %dir.as_ref().map_or("-".into(), |d| d.display().to_string()),
@@ -147,25 +133,6 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     let (status_writes, status_task) =
         write_statuses(reconciler_status, &settings.status_writer, &guests);
 
-    let shared = Shared {
-        outbound: Arc::new(LiveOutbound::new(
-            Some(client.clone()),
-            settings.host_namespace.clone(),
-        )),
-        client,
-        informers,
-        runtime,
-        metrics: metrics.clone(),
-        networks,
-        namespace: settings.watch_namespace.clone(),
-        fence: ownership.fence().clone(),
-        shadows: guests.shadows(),
-        shard: None,
-        record_directory: record_directory.clone(),
-        flow,
-        max_concurrency: config.max_concurrency(),
-        queue_priorities: settings.queue_priorities,
-    };
     let mut manager = Manager {
         shared,
         guests: guests.clone(),
@@ -195,6 +162,47 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     status_task.iter().for_each(tokio::task::JoinHandle::abort);
     manager.shutdown().await;
     result
+}
+
+/// What every controller shares: the API client behind the adaptive limit on writes, the
+/// informers, the runtime, the network backends, outbound HTTP, and the write `fence` of this
+/// replica's ownership.
+fn machinery(
+    settings: &Settings,
+    config: &HostConfig,
+    metrics: &Metrics,
+    fence: crate::replicas::fence::WriteFence,
+) -> anyhow::Result<Shared> {
+    let networks = network_backends(config, &settings.kube.cluster_url)?;
+    // Every write of the host goes through the adaptive limit (the lease's client does not).
+    let flow =
+        crate::cluster::flowcontrol::FlowControl::new(&config.api_writes, Some(metrics.clone()));
+    let client = crate::cluster::flowcontrol::client(&settings.kube, &flow)
+        .context("cannot build a Kubernetes client (KUBECONFIG or in-cluster service account)")?;
+    let informers = informers(&client, metrics, settings);
+    let runtime = Arc::new(Runtime::new(&RuntimeOptions {
+        cache_dir: settings.cache_dir.clone(),
+        ..RuntimeOptions::default()
+    })?);
+    Ok(Shared {
+        outbound: Arc::new(LiveOutbound::new(
+            Some(client.clone()),
+            settings.host_namespace.clone(),
+        )),
+        client,
+        informers,
+        runtime,
+        metrics: metrics.clone(),
+        networks,
+        namespace: settings.watch_namespace.clone(),
+        fence,
+        shadows: Arc::new(crate::sandbox::shadow::Shadows::new(Some(metrics.clone()))),
+        shard: None,
+        record_directory: record_directory(config, settings.cache_dir.as_deref()),
+        flow,
+        max_concurrency: config.max_concurrency(),
+        queue_priorities: settings.queue_priorities,
+    })
 }
 
 /// Has guests' ServiceAccounts reviewed through the API server, now and every
@@ -348,7 +356,7 @@ impl Manager {
     async fn run_until_shutdown(
         &mut self,
         guest_events: &mut broadcast::Receiver<GuestEvent>,
-        watcher: &mut tokio::task::JoinHandle<anyhow::Result<()>>,
+        watcher: &mut tokio::task::JoinHandle<Result<(), crate::supply::guest_set::FollowError>>,
     ) -> anyhow::Result<()> {
         let mut retry = tokio::time::interval(START_RETRY);
         let shutdown = shutdown_signal();

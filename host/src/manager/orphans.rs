@@ -117,7 +117,7 @@ async fn release(
         || client.clone(),
         |account| crate::sandbox::identity::client_as(client, account),
     );
-    crate::cluster::finalizer::release_all(&api, &writer, &orphan.finalizer).await
+    crate::cluster::finalizer::release_all(&api, &writer, &kind.resource, &orphan.finalizer).await
 }
 
 #[cfg(test)]

@@ -287,8 +287,7 @@ fn join_ring(
     metrics: &Metrics,
 ) -> anyhow::Result<Sharding> {
     let identity = identity.to_lowercase();
-    let options = RingOptions::new(&lease.name, &lease.namespace, &identity, lease.duration)
-        .map_err(anyhow::Error::msg)?;
+    let options = RingOptions::new(&lease.name, &lease.namespace, &identity, lease.duration)?;
     tracing::info!(%identity, ring = %options.name, namespace = %options.namespace, "joining the shard ring");
     // As for the election: renewals never queue behind guests' writes.
     let client = kube::Client::try_from(kube_config.clone())

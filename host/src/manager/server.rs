@@ -245,7 +245,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(Err(why)) = state.shards.as_ref().map(|s| s.ready()) {
-        return (StatusCode::SERVICE_UNAVAILABLE, why);
+        return (StatusCode::SERVICE_UNAVAILABLE, why.to_string());
     }
     if !state.readiness.guests_applied() {
         let why = match &*state.directory.first_pass().borrow() {

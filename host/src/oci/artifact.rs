@@ -33,31 +33,27 @@ pub struct ComponentInterfaces {
 }
 
 /// The top-level imports and exports of a component, read from its sections (no compile).
-pub fn component_interfaces(bytes: &[u8]) -> Result<ComponentInterfaces, String> {
+pub fn component_interfaces(bytes: &[u8]) -> Result<ComponentInterfaces, ArtifactError> {
     use wasmparser::{Parser, Payload};
     let mut interfaces = ComponentInterfaces::default();
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(bytes) {
-        match payload.map_err(|e| e.to_string())? {
+        match payload? {
             Payload::Version { encoding, .. } => {
                 if depth == 0 && encoding != wasmparser::Encoding::Component {
-                    return Err("a core module, not a component".into());
+                    return Err(ArtifactError::CoreModule);
                 }
                 depth += 1;
             }
             Payload::End(_) => depth = depth.saturating_sub(1),
             Payload::ComponentImportSection(reader) if depth == 1 => {
                 for import in reader {
-                    interfaces
-                        .imports
-                        .push(import.map_err(|e| e.to_string())?.name.name.to_owned());
+                    interfaces.imports.push(import?.name.name.to_owned());
                 }
             }
             Payload::ComponentExportSection(reader) if depth == 1 => {
                 for export in reader {
-                    interfaces
-                        .exports
-                        .push(export.map_err(|e| e.to_string())?.name.name.to_owned());
+                    interfaces.exports.push(export?.name.name.to_owned());
                 }
             }
             _ => {}
@@ -104,40 +100,57 @@ pub(super) struct Parts {
 }
 
 /// A manifest is a Wasm artifact: a Wasm config and exactly one Wasm layer.
-pub(super) fn parse_manifest(raw: &[u8]) -> Result<Parts, String> {
+pub(super) fn parse_manifest(raw: &[u8]) -> Result<Parts, ArtifactError> {
     let manifest: OciImageManifest =
-        serde_json::from_slice(raw).map_err(|e| format!("the manifest does not parse: {e}"))?;
+        serde_json::from_slice(raw).map_err(ArtifactError::Manifest)?;
     let config = manifest.config;
     if config.media_type != WASM_CONFIG && config.media_type != OLD_WASM_CONFIG {
-        return Err(format!(
-            "config media type {} (expected {WASM_CONFIG})",
-            config.media_type
-        ));
+        return Err(ArtifactError::ConfigType(config.media_type));
     }
-    let [layer]: [OciDescriptor; 1] = manifest.layers.try_into().map_err(|layers: Vec<_>| {
-        format!("{} layers (a Wasm artifact has exactly one)", layers.len())
-    })?;
+    let [layer]: [OciDescriptor; 1] = manifest
+        .layers
+        .try_into()
+        .map_err(|layers: Vec<_>| ArtifactError::Layers(layers.len()))?;
     if layer.media_type != WASM_LAYER && layer.media_type != OLD_WASM_LAYER {
-        return Err(format!(
-            "layer media type {} (expected {WASM_LAYER})",
-            layer.media_type
-        ));
+        return Err(ArtifactError::LayerType(layer.media_type));
     }
     Ok(Parts { config, layer })
 }
 
 /// A v0 config lists the layer it describes; an older config need not.
-pub(super) fn check_config(raw: &[u8], layer_digest: &str) -> Result<(), String> {
-    let config: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| format!("the config does not parse: {e}"))?;
+pub(super) fn check_config(raw: &[u8], layer_digest: &str) -> Result<(), ArtifactError> {
+    let config: serde_json::Value = serde_json::from_slice(raw).map_err(ArtifactError::Config)?;
     if let Some(digests) = config.get("layerDigests").and_then(|d| d.as_array())
         && !digests.iter().any(|d| d.as_str() == Some(layer_digest))
     {
-        return Err(format!(
-            "the config's layerDigests do not list the layer {layer_digest}"
-        ));
+        return Err(ArtifactError::Unlisted(layer_digest.to_owned()));
     }
     Ok(())
+}
+
+/// Why bytes are not a Wasm component artifact in the layout above.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("the manifest does not parse: {0}")]
+    Manifest(serde_json::Error),
+    #[error("config media type {0} (expected {WASM_CONFIG})")]
+    ConfigType(String),
+    #[error("{0} layers (a Wasm artifact has exactly one)")]
+    Layers(usize),
+    #[error("layer media type {0} (expected {WASM_LAYER})")]
+    LayerType(String),
+    #[error("the config does not parse: {0}")]
+    Config(serde_json::Error),
+    #[error("the config's layerDigests do not list the layer {0}")]
+    Unlisted(String),
+    #[error(
+        "the layer is not a WebAssembly component (a core module, or other bytes: its first eight bytes are not a component's preamble)"
+    )]
+    NotAComponent,
+    #[error("a core module, not a component")]
+    CoreModule,
+    #[error(transparent)]
+    Sections(#[from] wasmparser::BinaryReaderError),
 }
 
 #[cfg(test)]
@@ -183,11 +196,12 @@ mod tests {
         assert!(
             tar.err()
                 .unwrap()
+                .to_string()
                 .starts_with("layer media type application/vnd.oci.image.layer.v1.tar")
         );
         let two = parse_manifest(&doc(json!([layer(WASM_LAYER), layer(WASM_LAYER)])));
         assert_eq!(
-            two.err().unwrap(),
+            two.err().unwrap().to_string(),
             "2 layers (a Wasm artifact has exactly one)"
         );
         assert!(parse_manifest(&doc(json!([layer(OLD_WASM_LAYER)]))).is_ok());

@@ -33,6 +33,8 @@ use x509_cert::der::{Decode, DecodePem, Encode};
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 
+use super::error::{Rejection, RootProblem, TrustError};
+
 /// The code-signing extended key usage (1.3.6.1.5.5.7.3.3), DER contents.
 const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
 /// Fulcio's OIDC issuer extensions: `.1.8` (a DER `UTF8String`) and the older `.1.1` (raw).
@@ -140,15 +142,22 @@ impl Identity {
 
 impl Keyless {
     /// The trusted root at `path` (Sigstore's `trusted_root.json`) and the identities allowed.
-    pub(crate) fn load(path: &Path, identities: &[CertificateIdentity]) -> Result<Self, String> {
-        let text = std::fs::read(path)
-            .map_err(|e| format!("{}: cannot read the trusted root: {e}", path.display()))?;
-        Self::parse(&text, identities).map_err(|e| format!("{}: {e}", path.display()))
+    pub(crate) fn load(
+        path: &Path,
+        identities: &[CertificateIdentity],
+    ) -> Result<Self, TrustError> {
+        let text = std::fs::read(path).map_err(|source| TrustError::ReadRoot {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, identities).map_err(|problem| TrustError::Root {
+            path: path.to_owned(),
+            problem,
+        })
     }
 
-    fn parse(text: &[u8], identities: &[CertificateIdentity]) -> Result<Self, String> {
-        let root: serde_json::Value =
-            serde_json::from_slice(text).map_err(|e| format!("not a trusted root (JSON): {e}"))?;
+    fn parse(text: &[u8], identities: &[CertificateIdentity]) -> Result<Self, RootProblem> {
+        let root: serde_json::Value = serde_json::from_slice(text).map_err(RootProblem::NotJson)?;
         let authorities = root["certificateAuthorities"]
             .as_array()
             .into_iter()
@@ -156,7 +165,7 @@ impl Keyless {
             .map(authority)
             .collect::<Result<Vec<_>, _>>()?;
         if authorities.is_empty() {
-            return Err("the trusted root lists no certificate authority".into());
+            return Err(RootProblem::NoAuthority);
         }
         let listed = root["tlogs"].as_array().map_or(0, Vec::len);
         let logs: Vec<Log> = root["tlogs"]
@@ -166,13 +175,10 @@ impl Keyless {
             .filter_map(log)
             .collect();
         if listed > 0 && logs.is_empty() {
-            return Err(
-                "the trusted root lists transparency logs, none with an ECDSA P-256 key (the only kind checked)"
-                    .into(),
-            );
+            return Err(RootProblem::NoCheckedLog);
         }
         if identities.is_empty() {
-            return Err("keyless: no identity is listed (issuer and subject)".into());
+            return Err(RootProblem::NoIdentity);
         }
         let identities = identities
             .iter()
@@ -193,22 +199,22 @@ impl Keyless {
         signed: &[u8],
         signature: &Signature,
         signature_b64: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, Rejection> {
         let engine = base64::engine::general_purpose::STANDARD;
         let leaf = engine
             .decode(&material.certificate)
-            .map_err(|_| "its certificate is not base64".to_owned())?;
+            .map_err(|_| Rejection::CertificateNotBase64)?;
         let certificate = Certificate::from_der(&leaf)
-            .map_err(|e| format!("its certificate is not X.509 DER: {e}"))?;
+            .map_err(|e| Rejection::CertificateNotDer(e.to_string()))?;
         let spki = certificate
             .tbs_certificate
             .subject_public_key_info
             .to_der()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Rejection::CertificateKeyUnreadable(e.to_string()))?;
         let key = VerifyingKey::from_public_key_der(&spki)
-            .map_err(|_| "its certificate's key is not ECDSA P-256".to_owned())?;
+            .map_err(|_| Rejection::CertificateKeyNotP256)?;
         key.verify(signed, signature)
-            .map_err(|_| "it does not verify with its certificate's key".to_owned())?;
+            .map_err(|_| Rejection::BadSignature)?;
         let at = self.signing_time(material.tlog.as_ref(), &leaf, signature_b64)?;
         self.chain(&leaf, &material.chain, at)?;
         let (issuer, subjects) = names(&certificate)?;
@@ -217,10 +223,10 @@ impl Keyless {
             .find(|s| self.identities.iter().any(|i| i.admits(&issuer, s)))
         {
             Some(subject) => Ok(format!("{subject} ({issuer})")),
-            None => Err(format!(
-                "its certificate names {} (issuer {issuer}), not an allowed identity",
-                crate::cluster::validation::message(&subjects.join(", "))
-            )),
+            None => Err(Rejection::NotAllowed {
+                subjects: crate::cluster::validation::message(&subjects.join(", ")),
+                issuer,
+            }),
         }
     }
 
@@ -231,21 +237,20 @@ impl Keyless {
         entry: Option<&TlogEntry>,
         leaf: &[u8],
         signature_b64: &str,
-    ) -> Result<SystemTime, String> {
+    ) -> Result<SystemTime, Rejection> {
         if self.logs.is_empty() {
             return Ok(SystemTime::now());
         }
-        let entry =
-            entry.ok_or("it has no transparency log entry, and the trusted root requires one")?;
+        let entry = entry.ok_or(Rejection::NoLogEntry)?;
         let at = UNIX_EPOCH
             + Duration::from_secs(
-                u64::try_from(entry.integrated_time).map_err(|_| "negative log time")?,
+                u64::try_from(entry.integrated_time).map_err(|_| Rejection::NegativeLogTime)?,
             );
         let log = self
             .logs
             .iter()
             .find(|l| hex(&l.id) == entry.log_id.to_ascii_lowercase() && l.valid.contains(at))
-            .ok_or("its log entry is from no log the trusted root lists")?;
+            .ok_or(Rejection::UnknownLog)?;
         // Rekor signs the canonical JSON of these four fields (sorted keys, no spaces).
         let promised = serde_json::to_vec(&serde_json::json!({
             "body": entry.body,
@@ -253,26 +258,26 @@ impl Keyless {
             "logID": entry.log_id.to_ascii_lowercase(),
             "logIndex": entry.log_index,
         }))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Rejection::Canonical(e.to_string()))?;
         let engine = base64::engine::general_purpose::STANDARD;
         let set = engine
             .decode(&entry.signed_entry_timestamp)
             .ok()
             .and_then(|s| Signature::from_der(&s).ok())
-            .ok_or("its signed entry timestamp is not a signature")?;
+            .ok_or(Rejection::TimestampNotSignature)?;
         log.key
             .verify(&promised, &set)
-            .map_err(|_| "its signed entry timestamp does not verify with the log's key")?;
+            .map_err(|_| Rejection::TimestampInvalid)?;
         bound(entry, leaf, signature_b64)?;
         Ok(at)
     }
 
     /// Whether `leaf` chains to a trusted authority valid at `at`, for code signing.
-    fn chain(&self, leaf: &[u8], carried: &[String], at: SystemTime) -> Result<(), String> {
+    fn chain(&self, leaf: &[u8], carried: &[String], at: SystemTime) -> Result<(), Rejection> {
         let engine = base64::engine::general_purpose::STANDARD;
         let leaf = CertificateDer::from(leaf);
         let end_entity = webpki::EndEntityCert::try_from(&leaf)
-            .map_err(|e| format!("its certificate cannot be used: {e}"))?;
+            .map_err(|e| Rejection::CertificateUnusable(e.to_string()))?;
         let carried: Vec<CertificateDer<'static>> = carried
             .iter()
             .filter_map(|c| engine.decode(c).ok())
@@ -284,7 +289,8 @@ impl Keyless {
             let Some((root, intermediates)) = authority.chain.split_last() else {
                 continue;
             };
-            let anchor = webpki::anchor_from_trusted_cert(root).map_err(|e| e.to_string())?;
+            let anchor = webpki::anchor_from_trusted_cert(root)
+                .map_err(|e| Rejection::AuthorityUnusable(e.to_string()))?;
             let mut intermediates = intermediates.to_vec();
             intermediates.extend(carried.iter().cloned());
             match end_entity.verify_for_usage(
@@ -301,21 +307,21 @@ impl Keyless {
             }
         }
         Err(match last {
-            Some(e) => format!("its certificate does not chain to a trusted authority ({e:?})"),
-            None => "no trusted authority was valid when it was signed".into(),
+            Some(e) => Rejection::NoChain(format!("{e:?}")),
+            None => Rejection::NoAuthorityValid,
         })
     }
 }
 
 /// Whether the log entry records this very signature and certificate (Rekor's `hashedrekord`
 /// and `dsse` kinds): a log's promise about another signature proves nothing about this one.
-fn bound(entry: &TlogEntry, leaf: &[u8], signature_b64: &str) -> Result<(), String> {
+fn bound(entry: &TlogEntry, leaf: &[u8], signature_b64: &str) -> Result<(), Rejection> {
     let engine = base64::engine::general_purpose::STANDARD;
     let body: serde_json::Value = engine
         .decode(&entry.body)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or("its log entry's body is not JSON")?;
+        .ok_or(Rejection::BodyNotJson)?;
     let spec = &body["spec"];
     let recorded: Vec<(&serde_json::Value, &serde_json::Value)> = match body["kind"].as_str() {
         Some("hashedrekord") => vec![(
@@ -328,7 +334,7 @@ fn bound(entry: &TlogEntry, leaf: &[u8], signature_b64: &str) -> Result<(), Stri
             .flatten()
             .map(|s| (&s["signature"], &s["verifier"]))
             .collect(),
-        other => return Err(format!("its log entry is of a kind not checked: {other:?}")),
+        other => return Err(Rejection::LogKind(other.map(ToOwned::to_owned))),
     };
     let same_signature = |v: &serde_json::Value| {
         let decode = |s: &str| engine.decode(s.trim()).ok();
@@ -348,12 +354,12 @@ fn bound(entry: &TlogEntry, leaf: &[u8], signature_b64: &str) -> Result<(), Stri
     {
         Ok(())
     } else {
-        Err("its log entry records another signature or certificate".into())
+        Err(Rejection::NotBound)
     }
 }
 
 /// The OIDC issuer and the e-mail and URI subjects a certificate names.
-fn names(certificate: &Certificate) -> Result<(String, Vec<String>), String> {
+fn names(certificate: &Certificate) -> Result<(String, Vec<String>), Rejection> {
     let mut issuer = None;
     let mut subjects = Vec::new();
     for extension in certificate.tbs_certificate.extensions.iter().flatten() {
@@ -369,7 +375,7 @@ fn names(certificate: &Certificate) -> Result<(String, Vec<String>), String> {
             }
             "2.5.29.17" => {
                 let names = SubjectAltName::from_der(value)
-                    .map_err(|e| format!("its certificate's subject names do not parse: {e}"))?;
+                    .map_err(|e| Rejection::SubjectNames(e.to_string()))?;
                 subjects.extend(names.0.into_iter().filter_map(|name| match name {
                     GeneralName::Rfc822Name(s) | GeneralName::UniformResourceIdentifier(s) => {
                         Some(s.to_string())
@@ -380,11 +386,11 @@ fn names(certificate: &Certificate) -> Result<(String, Vec<String>), String> {
             _ => {}
         }
     }
-    let issuer = issuer.ok_or("its certificate names no OIDC issuer (Fulcio's extension)")?;
+    let issuer = issuer.ok_or(Rejection::NoIssuer)?;
     Ok((issuer, subjects))
 }
 
-fn authority(value: &serde_json::Value) -> Result<Authority, String> {
+fn authority(value: &serde_json::Value) -> Result<Authority, RootProblem> {
     let engine = base64::engine::general_purpose::STANDARD;
     let chain = value["certChain"]["certificates"]
         .as_array()
@@ -395,14 +401,11 @@ fn authority(value: &serde_json::Value) -> Result<Authority, String> {
                 .as_str()
                 .and_then(|b| engine.decode(b).ok())
                 .map(CertificateDer::from)
-                .ok_or_else(|| "a certificate authority's certificate is not base64".to_owned())
+                .ok_or(RootProblem::AuthorityNotBase64)
         })
         .collect::<Result<Vec<_>, _>>()?;
     if chain.is_empty() {
-        return Err(format!(
-            "certificate authority {} has no certificate",
-            value["uri"]
-        ));
+        return Err(RootProblem::AuthorityEmpty(value["uri"].to_string()));
     }
     Ok(Authority {
         chain,
@@ -423,11 +426,14 @@ fn log(value: &serde_json::Value) -> Option<Log> {
     })
 }
 
-fn window(value: &serde_json::Value) -> Result<Window, String> {
-    let time = |field: &str| {
+fn window(value: &serde_json::Value) -> Result<Window, RootProblem> {
+    let time = |field: &'static str| {
         value[field]
             .as_str()
-            .map(|t| humantime::parse_rfc3339_weak(t).map_err(|e| format!("validFor.{field}: {e}")))
+            .map(|t| {
+                humantime::parse_rfc3339_weak(t)
+                    .map_err(|source| RootProblem::Validity { field, source })
+            })
             .transpose()
     };
     Ok(Window {
@@ -436,19 +442,18 @@ fn window(value: &serde_json::Value) -> Result<Window, String> {
     })
 }
 
-fn identity(settings: &CertificateIdentity) -> Result<Identity, String> {
+fn identity(settings: &CertificateIdentity) -> Result<Identity, RootProblem> {
     let subject = match (&settings.subject, &settings.subject_reg_exp) {
         (Some(subject), None) => Subject::Exact(subject.clone()),
-        (None, Some(pattern)) => Subject::Pattern(
-            Regex::new(&format!("^(?:{pattern})$"))
-                .map_err(|e| format!("subjectRegExp {pattern:?}: {e}"))?,
-        ),
-        _ => {
-            return Err(format!(
-                "identity of issuer {}: give exactly one of subject and subjectRegExp",
-                settings.issuer
-            ));
+        (None, Some(pattern)) => {
+            Subject::Pattern(Regex::new(&format!("^(?:{pattern})$")).map_err(|source| {
+                RootProblem::SubjectPattern {
+                    pattern: pattern.clone(),
+                    source,
+                }
+            })?)
         }
+        _ => return Err(RootProblem::SubjectChoice(settings.issuer.clone())),
     };
     Ok(Identity {
         issuer: settings.issuer.clone(),
@@ -689,7 +694,7 @@ mod tests {
             let refused =
                 policy.verify(&material(&certificate, None), b"payload", &signature, &text);
             assert!(
-                matches!(&refused, Err(e) if e.contains("does not chain")),
+                matches!(&refused, Err(e) if e.to_string().contains("does not chain")),
                 "{why}: {refused:?}"
             );
         }
@@ -747,7 +752,7 @@ mod tests {
                 &text,
             );
             assert!(
-                matches!(&refused, Err(e) if e.contains(why)),
+                matches!(&refused, Err(e) if e.to_string().contains(why)),
                 "{why}: {refused:?}"
             );
         }

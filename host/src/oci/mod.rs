@@ -65,10 +65,13 @@ use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor};
 
-pub use artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, component_interfaces};
+pub use artifact::{
+    ArtifactError, ComponentInterfaces, WASM_CONFIG, WASM_LAYER, component_interfaces,
+};
 pub(crate) use cache::ModuleCache;
 pub use credentials::{Auth, CredentialsError, DockerConfig};
 pub(crate) use error::PullError;
+pub use error::{RootProblem, TrustError};
 pub(crate) use keyless::{CertificateIdentity, Keyless};
 pub use reference::ModuleRef;
 pub(crate) use reference::{AllowedRegistry, ModuleRefError};
@@ -299,6 +302,26 @@ impl Puller {
         registry::Session::new(module, auth, https, &self.endpoints)
     }
 
+    /// Keeps a pulled module's `blobs` (digest, bytes) in the cache, within its bound.
+    fn store(&self, name: &str, blobs: &[(&str, &[u8])]) -> Result<(), PullError> {
+        let in_use = self.in_use.lock().clone();
+        self.cache
+            .store_bounded(blobs, &in_use, self.settings.cache_max_bytes())
+            .map_err(|e| match e {
+                cache::StoreError::Full {
+                    in_use,
+                    needed,
+                    max,
+                } => PullError::CacheFull {
+                    module: name.to_owned(),
+                    max,
+                    in_use,
+                    needed,
+                },
+                cache::StoreError::Io(e) => PullError::Cache(e),
+            })
+    }
+
     async fn fetch(
         &self,
         session: &mut registry::Session,
@@ -323,17 +346,17 @@ impl Puller {
                 got: digest,
             });
         }
-        let parts =
-            artifact::parse_manifest(&raw).map_err(|reason| PullError::NotAWasmArtifact {
-                module: name.clone(),
-                reason,
-            })?;
+        let not_wasm = |reason| PullError::NotAWasmArtifact {
+            module: name.clone(),
+            reason,
+        };
+        let parts = artifact::parse_manifest(&raw).map_err(not_wasm)?;
         // Before a byte of the module is downloaded or stored.
         let signed_by = self.verify(session, module, &digest, trust).await?;
         let layer_size = u64::try_from(parts.layer.size).unwrap_or(u64::MAX);
         if layer_size > self.max_bytes {
             return Err(PullError::TooLarge {
-                module: name,
+                module: name.clone(),
                 size: format!("the module the manifest describes ({layer_size} bytes)"),
                 max: self.max_bytes,
                 hint: RAISE_MODULE_CAP,
@@ -347,40 +370,19 @@ impl Puller {
             "the config",
         )
         .await?;
-        artifact::check_config(&config, &parts.layer.digest).map_err(|reason| {
-            PullError::NotAWasmArtifact {
-                module: name.clone(),
-                reason,
-            }
-        })?;
+        artifact::check_config(&config, &parts.layer.digest).map_err(not_wasm)?;
         let layer = blob(session, module, &parts.layer, self.max_bytes, "the layer").await?;
         if !layer.starts_with(COMPONENT_PREAMBLE) {
-            return Err(PullError::NotAWasmArtifact {
-                module: name,
-                reason: "the layer is not a WebAssembly component (a core module, or other bytes: its first eight bytes are not a component's preamble)".into(),
-            });
+            return Err(not_wasm(artifact::ArtifactError::NotAComponent));
         }
-        let blobs = [
-            (digest.as_str(), raw.as_slice()),
-            (parts.config.digest.as_str(), config.as_slice()),
-            (parts.layer.digest.as_str(), layer.as_slice()),
-        ];
-        let in_use = self.in_use.lock().clone();
-        self.cache
-            .store_bounded(&blobs, &in_use, self.settings.cache_max_bytes())
-            .map_err(|e| match e {
-                cache::StoreError::Full {
-                    in_use,
-                    needed,
-                    max,
-                } => PullError::CacheFull {
-                    module: name.clone(),
-                    max,
-                    in_use,
-                    needed,
-                },
-                cache::StoreError::Io(e) => PullError::Cache(e),
-            })?;
+        self.store(
+            &name,
+            &[
+                (digest.as_str(), raw.as_slice()),
+                (parts.config.digest.as_str(), config.as_slice()),
+                (parts.layer.digest.as_str(), layer.as_slice()),
+            ],
+        )?;
         if module.digest().is_none() {
             self.cache.remember(module, &digest)?;
         }

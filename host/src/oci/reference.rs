@@ -226,13 +226,12 @@ impl std::fmt::Display for AllowedRegistry {
 }
 
 impl std::str::FromStr for AllowedRegistry {
-    type Err = String;
+    type Err = NotARegistry;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| {
-            format!(
-                "registry {text:?}: {why}; expected HOST[:PORT] or HOST[:PORT]/PATH (no scheme)"
-            )
+        let bad = |why: &'static str| NotARegistry {
+            text: text.to_owned(),
+            why,
         };
         if text.contains("://") {
             return Err(bad("a scheme is not part of it"));
@@ -256,6 +255,14 @@ impl std::str::FromStr for AllowedRegistry {
             prefix: prefix.map(ToOwned::to_owned),
         })
     }
+}
+
+/// Why a text is not an allowed registry entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("registry {text:?}: {why}; expected HOST[:PORT] or HOST[:PORT]/PATH (no scheme)")]
+pub(crate) struct NotARegistry {
+    text: String,
+    why: &'static str,
 }
 
 impl<'de> serde::Deserialize<'de> for AllowedRegistry {

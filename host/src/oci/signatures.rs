@@ -37,7 +37,7 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
 use super::artifact;
-use super::error::PullError;
+use super::error::{PullError, Rejection, TrustError};
 use super::keyless::{Keyless, Material, TlogEntry};
 use super::registry::{self, Session};
 
@@ -90,18 +90,15 @@ impl TrustPolicy {
         files: &[PathBuf],
         base: &Path,
         keyless: Option<Keyless>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TrustError> {
         if files.is_empty() && keyless.is_none() {
-            return Err(
-                "no key and no keyless identity is listed: signatures required, and none could be verified"
-                    .into(),
-            );
+            return Err(TrustError::NothingTrusted);
         }
         let mut keys = Vec::new();
         for file in files {
             let path = base.join(file);
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("{}: cannot read the key: {e}", path.display()))?;
+                .map_err(|source| TrustError::ReadKey { path, source })?;
             keys.push(Self::key(&file.display().to_string(), &text)?);
         }
         Ok(Self {
@@ -123,9 +120,10 @@ impl TrustPolicy {
         &self.source
     }
 
-    fn key(name: &str, pem: &str) -> Result<TrustedKey, String> {
-        let key = VerifyingKey::from_public_key_pem(pem).map_err(|e| {
-            format!("{name}: not an ECDSA P-256 public key in PEM, as `cosign generate-key-pair` writes ({e})")
+    fn key(name: &str, pem: &str) -> Result<TrustedKey, TrustError> {
+        let key = VerifyingKey::from_public_key_pem(pem).map_err(|e| TrustError::NotAKey {
+            name: name.to_owned(),
+            reason: e.to_string(),
         })?;
         Ok(TrustedKey {
             name: name.to_owned(),
@@ -143,7 +141,7 @@ impl TrustPolicy {
     }
 
     /// The keys in PEM texts, named: for tests and the command line.
-    pub fn from_pems(pems: &[(&str, &str)]) -> Result<Self, String> {
+    pub fn from_pems(pems: &[(&str, &str)]) -> Result<Self, TrustError> {
         let keys = pems
             .iter()
             .map(|(name, pem)| Self::key(name, pem))
@@ -162,7 +160,7 @@ impl TrustPolicy {
         candidate: &Found,
         signed: &[u8],
         signature: &Signature,
-    ) -> Result<String, String> {
+    ) -> Result<String, Rejection> {
         if let Some(key) = self
             .keys
             .iter()
@@ -171,13 +169,11 @@ impl TrustPolicy {
             return Ok(key.name.clone());
         }
         match (candidate.material(), &self.keyless) {
-            (None, _) => Err("made by no trusted key".into()),
+            (None, _) => Err(Rejection::NoTrustedKey),
             (Some(material), Some(keyless)) => {
                 keyless.verify(material, signed, signature, candidate.signature())
             }
-            (Some(_), None) => {
-                Err("keyless (a certificate's key), and no keyless identity is trusted".into())
-            }
+            (Some(_), None) => Err(Rejection::NoKeylessTrusted),
         }
     }
 }
@@ -284,13 +280,13 @@ pub(super) fn check(
     let mut why_not = Vec::new();
     for candidate in found {
         let Some((signed, signature, vouched)) = candidate.parts() else {
-            why_not.push("does not decode".to_owned());
+            why_not.push(Rejection::Undecodable.to_string());
             continue;
         };
         let by = match policy.signer(candidate, &signed, &signature) {
             Ok(by) => by,
             Err(why) => {
-                why_not.push(why);
+                why_not.push(why.to_string());
                 continue;
             }
         };

@@ -67,12 +67,15 @@ pub(crate) struct RecordedRequest {
 }
 
 impl Record {
-    pub(crate) fn read(path: &Path) -> anyhow::Result<Self> {
-        use anyhow::Context as _;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read record {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a reconcile record", path.display()))
+    pub(crate) fn read(path: &Path) -> Result<Self, RecordError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RecordError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| RecordError::NotARecord {
+            path: path.to_owned(),
+            source,
+        })
     }
 
     /// The clock and seed to give the guest again.
@@ -275,13 +278,14 @@ fn write(
     record: &Record,
     outcome: &str,
     max_bytes: u64,
-) -> anyhow::Result<PathBuf> {
-    let text = serde_json::to_vec_pretty(record)?;
-    anyhow::ensure!(
-        (text.len() as u64) <= max_bytes,
-        "the record takes {} bytes, more than record.maxBytes ({max_bytes})",
-        text.len()
-    );
+) -> Result<PathBuf, RecordError> {
+    let text = serde_json::to_vec_pretty(record).map_err(RecordError::Encode)?;
+    if text.len() as u64 > max_bytes {
+        return Err(RecordError::TooLarge {
+            bytes: text.len(),
+            max_bytes,
+        });
+    }
     std::fs::create_dir_all(directory)?;
     let nanos = record
         .clock
@@ -302,9 +306,30 @@ fn write(
     let path = directory.join(format!("{nanos:020}-{key}-{outcome}.json"));
     let mut file = tempfile::NamedTempFile::new_in(directory)?;
     std::io::Write::write_all(&mut file, &text)?;
-    file.persist(&path)?;
+    file.persist(&path).map_err(|e| e.error)?;
     prune(directory, max_bytes)?;
     Ok(path)
+}
+
+/// Why a reconcile record was not read or written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordError {
+    #[error("cannot read record {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a reconcile record: {source}", path.display())]
+    NotARecord {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot encode the record: {0}")]
+    Encode(serde_json::Error),
+    #[error("the record takes {bytes} bytes, more than record.maxBytes ({max_bytes})")]
+    TooLarge { bytes: usize, max_bytes: u64 },
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
 }
 
 /// Deletes the oldest records (by name, which starts with the time) beyond `max_bytes`.

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::Value;
 
-use super::{GuestRef, Inputs, PullOptions, load, local_runtime};
+use super::{Given, GuestRef, Inputs, PullOptions, load, local_runtime};
 use crate::config::HostConfig;
 use crate::oci::Auth;
 use crate::sandbox::runtime::{LoadedGuest, Runtime};
@@ -67,10 +67,9 @@ impl CaseFile {
                 case_file.display()
             );
         }
-        Ok(Inputs {
+        let given = Given {
             objects: vec![dir.join("objects.yaml")],
             http: http.exists().then_some(http),
-            http_name: Some(PathBuf::from("http.yaml")),
             events: events.exists().then_some(events),
             kind: self
                 .kind
@@ -84,10 +83,14 @@ impl CaseFile {
                 .map(str::parse)
                 .transpose()
                 .with_context(|| format!("{}: key", case_file.display()))?,
-            config,
             backend_state: Some(state.to_owned()),
             attempt: self.attempt,
             now,
+        };
+        Ok(Inputs {
+            given,
+            http_name: Some(PathBuf::from("http.yaml")),
+            config,
         })
     }
 }
@@ -307,7 +310,7 @@ struct Loaded<'a> {
     /// `--guest`'s.
     one: Option<(LoadedGuest, Origin)>,
     /// `--guests DIR`'s, by name: loaded, or why not.
-    named: BTreeMap<String, Result<(LoadedGuest, Origin), String>>,
+    named: BTreeMap<String, Result<(LoadedGuest, Origin), Arc<anyhow::Error>>>,
 }
 
 impl<'a> Loaded<'a> {
@@ -351,13 +354,13 @@ impl<'a> Loaded<'a> {
                     &self.run.pull,
                 )
                 .await
-                .map_err(|e| one_line(&e))
+                .map_err(|e| Arc::new(anyhow::anyhow!(one_line(&e))))
             } else {
-                Err(format!(
+                Err(Arc::new(anyhow::anyhow!(
                     "guest `{name}` has no build in {}: no {} (build it, or point --guests at its folder)",
                     dir.display(),
                     file.display()
-                ))
+                )))
             };
             self.named.insert(name.to_owned(), loaded);
         }

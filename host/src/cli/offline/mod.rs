@@ -51,31 +51,15 @@ impl std::str::FromStr for GuestRef {
     }
 }
 
-/// One offline reconcile, as `reconciler-host reconcile` is asked for it.
+/// One offline reconcile as `reconcile` asks for it: the guest, how to pull it, and what it is
+/// given.
 pub(crate) struct OfflineRun {
     /// The guest component: a file, or a module in a registry.
     pub guest: GuestRef,
     /// Registry credentials for a module, `--plain-http` and `--verify-key`.
     pub auth: Auth,
     pub pull: PullOptions,
-    /// Files or directories of objects (multi-document YAML or JSON) for the cache.
-    pub objects: Vec<PathBuf>,
-    /// The HTTP exchanges that answer the guest's outbound requests (`--http`).
-    pub http: Option<PathBuf>,
-    /// Events of watched kinds to map to keys (`--events`).
-    pub events: Option<PathBuf>,
-    /// The key's kind (default: the guest's primary kind) and the key (none: only the events
-    /// are mapped).
-    pub kind: Option<Gvk>,
-    pub key: Option<ObjectKey>,
-    /// With a configuration, the guest's grant applies as in `run`; without, every call is
-    /// allowed.
-    pub config: Option<HostConfig>,
-    /// The memory network backend's state file, read before and written after.
-    pub backend_state: Option<PathBuf>,
-    pub attempt: u32,
-    /// The guest's wall clock, fixed (for fixtures that compare timestamps).
-    pub now: Option<std::time::SystemTime>,
+    pub inputs: Inputs,
 }
 
 /// How a module is pulled from the command line.
@@ -92,60 +76,58 @@ impl OfflineRun {
     /// objects) and maps the events; returns `{"result": ..., "calls": [...]}` and
     /// `{"indexes": ..., "watches": [...]}`.
     pub(crate) async fn reconcile(self) -> anyhow::Result<serde_json::Value> {
-        let OfflineRun {
-            guest,
-            auth,
-            pull,
-            objects,
-            http,
-            events,
-            kind,
-            key,
-            config,
-            backend_state,
-            attempt,
-            now,
-        } = self;
         let runtime = local_runtime()?;
-        let (loaded, origin) = load(runtime.clone(), guest, config.as_ref(), &auth, &pull).await?;
-        let inputs = Inputs {
-            objects,
-            http,
-            http_name: None,
-            events,
-            kind,
-            key,
-            config,
-            backend_state,
-            attempt,
-            now,
-        };
-        inputs.reconcile(runtime, loaded, &origin).await
+        let config = self.inputs.config.as_ref();
+        let (loaded, origin) =
+            load(runtime.clone(), self.guest, config, &self.auth, &self.pull).await?;
+        self.inputs.reconcile(runtime, loaded, &origin).await
     }
+}
+
+/// What one offline reconcile is given besides the guest: the objects, the HTTP exchanges, the
+/// events and the key. `reconcile`'s flags, or a test case's files.
+#[derive(clap::Args)]
+pub(crate) struct Given {
+    /// Files or directories of objects (multi-document YAML or JSON).
+    #[arg(long, num_args = 1.., required_unless_present = "replay")]
+    pub objects: Vec<PathBuf>,
+    /// A YAML or JSON list of HTTP exchanges (`{method, url, status, headers?, body?}` or
+    /// `{method, url, error}`) answering the guest's outbound requests; nothing is sent.
+    /// Credentials the grant names are read from the loaded Secret and ConfigMap objects.
+    #[arg(long)]
+    pub http: Option<PathBuf>,
+    /// Events of watched kinds (objects, or `{type, object}` watch events as `kubectl get
+    /// --watch --output-watch-events -o json` prints them; YAML or JSON): each is mapped
+    /// through the guest's watches, and the output's `watches` says which keys it wakes
+    /// and through which watch (`indexes`: each computed index's values per primary).
+    #[arg(long, conflicts_with = "replay")]
+    pub events: Option<PathBuf>,
+    /// Kind of the key: group/version/Kind (version/Kind for the core group). Default: the
+    /// guest's primary kind.
+    #[arg(long)]
+    pub kind: Option<Gvk>,
+    /// The key: [namespace/]name. Optional with --events (then only the events are mapped).
+    #[arg(long, required_unless_present_any = ["replay", "events"])]
+    pub key: Option<ObjectKey>,
+    /// JSON file holding the in-memory network backend's state; read before, written after.
+    #[arg(long)]
+    pub backend_state: Option<PathBuf>,
+    /// The retry count the guest sees.
+    #[arg(long, default_value_t = 0)]
+    pub attempt: u32,
+    /// Fix the guest's wall clock at this RFC 3339 time, for reproducible output.
+    #[arg(long, value_parser = humantime::parse_rfc3339)]
+    pub now: Option<std::time::SystemTime>,
 }
 
 /// Everything one offline reconcile is given but the guest: the world it runs in and the key.
 pub(crate) struct Inputs {
-    /// Files or directories of objects (multi-document YAML or JSON) for the cache.
-    pub objects: Vec<PathBuf>,
-    /// The HTTP exchanges that answer the guest's outbound requests (`--http`).
-    pub http: Option<PathBuf>,
+    pub given: Given,
     /// How answers name the `http` file (a case's own `http.yaml`); default: as given.
     pub http_name: Option<PathBuf>,
-    /// Events of watched kinds to map to keys.
-    pub events: Option<PathBuf>,
-    /// The key's kind (default: the guest's primary kind) and the key (none: only the events
-    /// are mapped).
-    pub kind: Option<Gvk>,
-    pub key: Option<ObjectKey>,
     /// With a configuration, the guest's grant applies as in `run`; without, every call is
     /// allowed.
     pub config: Option<HostConfig>,
-    /// The memory network backend's state file, read before and written after.
-    pub backend_state: Option<PathBuf>,
-    pub attempt: u32,
-    /// The guest's wall clock, fixed (for fixtures that compare timestamps).
-    pub now: Option<std::time::SystemTime>,
 }
 
 impl Inputs {
@@ -162,29 +144,48 @@ impl Inputs {
         loaded: LoadedGuest,
         origin: &Origin,
     ) -> anyhow::Result<serde_json::Value> {
-        let cache = Arc::new(MemoryCache::load(&self.objects)?);
+        let cache = Arc::new(MemoryCache::load(&self.given.objects)?);
         let (loaded, grant) = admit(origin, loaded, self.config.as_ref())?;
         let mut output = serde_json::Map::new();
-        if let Some(key) = &self.key {
+        if let Some(key) = &self.given.key {
             let ran = self
                 .reconcile_key(runtime.clone(), &loaded, grant.clone(), cache.clone(), key)
                 .await?;
             output.extend(ran);
         }
-        if let Some(events) = &self.events {
+        if let Some(events) = &self.given.events {
             // Before the reconcile's writes reach the cache, so the events meet the loaded
             // objects.
             let watches = watches::Watches {
                 runtime,
                 loaded: &loaded,
                 grant: &grant,
-                cache: Arc::new(MemoryCache::load(&self.objects)?),
+                cache: Arc::new(MemoryCache::load(&self.given.objects)?),
             };
             if let serde_json::Value::Object(mapped) = watches.map(events).await? {
                 output.extend(mapped);
             }
         }
         Ok(serde_json::Value::Object(output))
+    }
+
+    /// The network backend: in memory whatever the configuration's provider (its state read
+    /// from and written to `--backend-state`), its `allowedCidrs` applying as in `run`.
+    fn network(&self) -> anyhow::Result<Arc<MemoryBackend>> {
+        let allowed = self
+            .config
+            .as_ref()
+            .and_then(|c| {
+                c.backends
+                    .get(crate::sandbox::capabilities::NETWORK_BACKEND)
+            })
+            .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
+        let policy = crate::sandbox::backends::Policy::new(allowed)?;
+        let backend = match &self.given.backend_state {
+            Some(path) => MemoryBackend::with_state_file(path.clone())?,
+            None => MemoryBackend::new(),
+        };
+        Ok(Arc::new(backend.with_policy(policy)))
     }
 
     /// One reconcile of `key`: `{"result": ..., "calls": [...]}`.
@@ -196,33 +197,17 @@ impl Inputs {
         cache: Arc<MemoryCache>,
         key: &ObjectKey,
     ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-        let mut outbound = FixtureOutbound::load(self.http.as_deref(), cache.clone())?;
+        let mut outbound = FixtureOutbound::load(self.given.http.as_deref(), cache.clone())?;
         if let Some(name) = &self.http_name {
             outbound = outbound.shown_as(name);
         }
         let manifest = &loaded.manifest;
         let kind = self
+            .given
             .kind
             .clone()
             .unwrap_or_else(|| manifest.primary.clone());
-        // Offline, networks live in memory whatever the configuration's provider; its
-        // `allowedCidrs` apply as in `run`.
-        let allowed = self
-            .config
-            .as_ref()
-            .and_then(|c| {
-                c.backends
-                    .get(crate::sandbox::capabilities::NETWORK_BACKEND)
-            })
-            .and_then(|b| b.allowed_cidrs().map(<[ipnet::IpNet]>::to_vec));
-        let policy = crate::sandbox::backends::Policy::new(allowed)?;
-        let network = Arc::new(
-            match &self.backend_state {
-                Some(path) => MemoryBackend::with_state_file(path.clone())?,
-                None => MemoryBackend::new(),
-            }
-            .with_policy(policy),
-        );
+        let network = self.network()?;
         let cluster = Arc::new(RecordingCluster::new(cache.clone()).with_namespaces());
         // The grant's check comes first: a guest without `http:` rules never reaches it.
         let providers = crate::sandbox::providers::offline::providers_writing_to(
@@ -234,7 +219,7 @@ impl Inputs {
         let context = Arc::new(
             GuestContext::new(manifest.name.clone(), grant, providers)
                 .with_scope(Scope::of(manifest, None))
-                .with_clock(self.now),
+                .with_clock(self.given.now),
         );
 
         // The reconcile step `run` takes, finalizer writes included, on the loaded objects.
@@ -251,7 +236,7 @@ impl Inputs {
             name: key.name.clone(),
         };
         let existed = cache.get(&object_ref).is_some();
-        let synced = sync(step, &primary, key, self.attempt, async |request| {
+        let synced = sync(step, &primary, key, self.given.attempt, async |request| {
             let call = CallContext::new(context.clone(), key.to_string(), Some(handle)).recording();
             let (loaded, runtime) = (loaded.clone(), runtime.clone());
             tokio::task::spawn_blocking(move || runtime.reconcile(&loaded, call, request))

@@ -324,7 +324,7 @@ impl Watches<'_> {
                         }
                     }
                     Err(error) => {
-                        shown.insert("error".into(), json!(error));
+                        shown.insert("error".into(), json!(error.to_string()));
                     }
                 }
             }
@@ -348,7 +348,7 @@ impl Watches<'_> {
         object: &DynamicObject,
         indexes: &Indexes,
         map_context: &Arc<GuestContext>,
-    ) -> Result<(Vec<ObjectKey>, Vec<String>), String> {
+    ) -> anyhow::Result<(Vec<ObjectKey>, Vec<String>)> {
         match &watch.mapping {
             Mapping::Field { path, value } => {
                 let text = serde_json::to_value(path)
@@ -374,7 +374,7 @@ impl Watches<'_> {
             )),
             Mapping::Function => {
                 let kind = &watch.kind;
-                let json = serde_json::to_string(object).map_err(|e| e.to_string())?;
+                let json = serde_json::to_string(object)?;
                 let what = format!("{kind} {}", key_of(object));
                 let call = CallContext::new(
                     map_context.clone(),
@@ -403,7 +403,7 @@ impl Watches<'_> {
                         Ok((kept, dropped))
                     }
                     Mapped::Failed { result, message } => {
-                        Err(format!("{}: {message}", result.as_str()))
+                        Err(anyhow::anyhow!("{}: {message}", result.as_str()))
                     }
                 }
             }

@@ -189,36 +189,7 @@ pub(crate) fn objects(
     let host = options.subject();
     let prefix = &options.prefix;
     let mut out = Vec::new();
-    // The host itself: events about any object a guest without an identity may read, written
-    // by the host's aggregating recorder (create, then patch for repeats); with identities, the
-    // access reviews of their reads.
-    let mut own = vec![PolicyRule {
-        api_groups: Some(vec!["events.k8s.io".into()]),
-        resources: Some(vec!["events".into()]),
-        verbs: vec!["create".into(), "patch".into()],
-        ..PolicyRule::default()
-    }];
-    if impersonation::any(config) {
-        own.push(impersonation::access_reviews());
-    }
-    out.extend(bound_cluster_role(prefix, own, &host));
-    out.extend(bound_role(
-        &format!("{prefix}-leader-election"),
-        &options.namespace,
-        vec![PolicyRule {
-            api_groups: Some(vec!["coordination.k8s.io".into()]),
-            resources: Some(vec!["leases".into()]),
-            // The lease manager reads and watches the lease, creates it once, then patches it.
-            // Sharded mode also lists the ring's leases and deletes a member's that expired.
-            verbs: [
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            ..PolicyRule::default()
-        }],
-        &host,
-    ));
+    out.extend(host_objects(config, options));
     for (guest, grant) in &config.guests {
         if guests.is_some_and(|only| !only.contains(guest)) {
             continue;
@@ -240,45 +211,99 @@ pub(crate) fn objects(
         ));
     }
     if let Some(reconcilers) = &config.reconcilers {
-        // Reconciler objects: followed, their status written; the most any of them may be
-        // granted (`reconcilers.allow`): reads for the shared informers, writes unless every
-        // guest writes as its own account.
-        let own = reconciler_objects_rules(reconcilers);
-        let allow = &reconcilers.allow;
-        let writes = if config.identity.required {
-            Vec::new()
-        } else {
-            allow.write_verbs.each(&allow.write)
-        };
-        let mut role_rules = rules(&allow.read, &writes, resources, own);
-        role_rules.extend(impersonation::reconciler_impersonation(
-            allow, resources, options,
-        ));
-        out.extend(bound_cluster_role(
-            &format!("{prefix}-reconcilers"),
-            role_rules,
-            &host,
-        ));
-        out.extend(impersonation::reconciler_accounts(allow, options));
-        out.extend(impersonation::tenant_objects(config, resources, options));
-        // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
-        if !reconcilers.pull_secrets.is_empty() {
-            out.extend(bound_role(
-                &format!("{prefix}-pull-secrets"),
-                &options.namespace,
-                vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["secrets".into()]),
-                    resource_names: Some(reconcilers.pull_secrets.iter().cloned().collect()),
-                    verbs: vec!["get".into()],
-                    ..PolicyRule::default()
-                }],
-                &host,
-            ));
-        }
+        out.extend(reconciler_objects(config, reconcilers, resources, options));
     }
     out.extend(http_credentials(config, guests, options));
     out
+}
+
+/// The host's own roles: events about any object a guest without an identity may read, the
+/// access reviews of guests' identities, and the leader election's lease.
+fn host_objects(config: &HostConfig, options: &Options) -> Vec<Object> {
+    let host = options.subject();
+    let prefix = &options.prefix;
+    let mut objects = Vec::new();
+    // The host itself: events about any object a guest without an identity may read, written
+    // by the host's aggregating recorder (create, then patch for repeats); with identities, the
+    // access reviews of their reads.
+    let mut own = vec![PolicyRule {
+        api_groups: Some(vec!["events.k8s.io".into()]),
+        resources: Some(vec!["events".into()]),
+        verbs: vec!["create".into(), "patch".into()],
+        ..PolicyRule::default()
+    }];
+    if impersonation::any(config) {
+        own.push(impersonation::access_reviews());
+    }
+    objects.extend(bound_cluster_role(prefix, own, &host));
+    objects.extend(bound_role(
+        &format!("{prefix}-leader-election"),
+        &options.namespace,
+        vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            // The lease manager reads and watches the lease, creates it once, then patches it.
+            // Sharded mode also lists the ring's leases and deletes a member's that expired.
+            verbs: [
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            ..PolicyRule::default()
+        }],
+        &host,
+    ));
+    objects
+}
+
+/// The roles for Reconciler objects: their kinds followed and status written; the most any of
+/// them may be granted (`reconcilers.allow`); their accounts; the tenants'; the pull Secrets.
+fn reconciler_objects(
+    config: &HostConfig,
+    reconcilers: &crate::config::ReconcilerSettings,
+    resources: &dyn Resources,
+    options: &Options,
+) -> Vec<Object> {
+    let host = options.subject();
+    let prefix = &options.prefix;
+    let mut objects = Vec::new();
+    // Reconciler objects: followed, their status written; the most any of them may be
+    // granted (`reconcilers.allow`): reads for the shared informers, writes unless every
+    // guest writes as its own account.
+    let own = reconciler_objects_rules(reconcilers);
+    let allow = &reconcilers.allow;
+    let writes = if config.identity.required {
+        Vec::new()
+    } else {
+        allow.write_verbs.each(&allow.write)
+    };
+    let mut role_rules = rules(&allow.read, &writes, resources, own);
+    role_rules.extend(impersonation::reconciler_impersonation(
+        allow, resources, options,
+    ));
+    objects.extend(bound_cluster_role(
+        &format!("{prefix}-reconcilers"),
+        role_rules,
+        &host,
+    ));
+    objects.extend(impersonation::reconciler_accounts(allow, options));
+    objects.extend(impersonation::tenant_objects(config, resources, options));
+    // Only the pull Secrets a Reconciler may name, only `get`: the host lists no Secret.
+    if !reconcilers.pull_secrets.is_empty() {
+        objects.extend(bound_role(
+            &format!("{prefix}-pull-secrets"),
+            &options.namespace,
+            vec![PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["secrets".into()]),
+                resource_names: Some(reconcilers.pull_secrets.iter().cloned().collect()),
+                verbs: vec!["get".into()],
+                ..PolicyRule::default()
+            }],
+            &host,
+        ));
+    }
+    objects
 }
 
 /// The host's rules on the Reconciler objects themselves: both kinds followed and their

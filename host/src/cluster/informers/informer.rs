@@ -49,6 +49,24 @@ pub(super) struct InformerState {
     pub(super) registry: Weak<Registry>,
 }
 
+/// How logs name the informer of `key`: its kind, and its scope unless it watches everything.
+fn label(key: &Key) -> String {
+    match (
+        &key.scope.namespace,
+        &key.scope.label_selector,
+        &key.scope.shard,
+    ) {
+        (None, None, None) => describe(&key.gvk),
+        (ns, sel, shard) => format!(
+            "{} [namespace={} selector={} slots={}]",
+            describe(&key.gvk),
+            ns.as_deref().unwrap_or("*"),
+            sel.as_deref().unwrap_or("*"),
+            shard.map_or_else(|| "*".to_owned(), |slots| slots.to_text()),
+        ),
+    }
+}
+
 impl InformerState {
     /// `metadata`: watch only the objects' metadata until a read asks for more.
     pub(super) fn start(
@@ -83,20 +101,7 @@ impl InformerState {
         if let Some(selector) = &key.scope.label_selector {
             config = config.labels(selector);
         }
-        let label = match (
-            &key.scope.namespace,
-            &key.scope.label_selector,
-            &key.scope.shard,
-        ) {
-            (None, None, None) => describe(gvk),
-            (ns, sel, shard) => format!(
-                "{} [namespace={} selector={} slots={}]",
-                describe(gvk),
-                ns.as_deref().unwrap_or("*"),
-                sel.as_deref().unwrap_or("*"),
-                shard.map_or_else(|| "*".to_owned(), |slots| slots.to_text()),
-            ),
-        };
+        let label = label(&key);
         let (task, source) = if key.scope.shard.is_some_and(|slots| slots.is_empty()) {
             tracing::info!(informer = %label, "sharded informer owns no slots; not watching");
             cache.synced.send_replace(true);

@@ -100,18 +100,21 @@ impl fmt::Display for InitialList {
 }
 
 impl FromStr for InitialList {
-    type Err = String;
+    type Err = UnknownInitialList;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
             "stream" | "streaming" => Ok(Self::Stream),
             "paged" | "pages" => Ok(Self::Paged),
-            other => Err(format!(
-                "unknown initial list {other:?}; use stream or paged"
-            )),
+            other => Err(UnknownInitialList(other.to_owned())),
         }
     }
 }
+
+/// A name that is no [`InitialList`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown initial list {0:?}; use stream or paged")]
+pub struct UnknownInitialList(String);
 
 #[cfg(test)]
 mod tests {
@@ -127,6 +130,7 @@ mod tests {
             "watch"
                 .parse::<InitialList>()
                 .unwrap_err()
+                .to_string()
                 .contains("stream or paged")
         );
     }

@@ -66,19 +66,22 @@ impl fmt::Display for ShardFilter {
 }
 
 impl FromStr for ShardFilter {
-    type Err = String;
+    type Err = UnknownShardFilter;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Self::Auto),
             "server" => Ok(Self::Server),
             "client" => Ok(Self::Client),
-            other => Err(format!(
-                "unknown shard filter {other:?}; use auto, server or client"
-            )),
+            other => Err(UnknownShardFilter(other.to_owned())),
         }
     }
 }
+
+/// A name that is no [`ShardFilter`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown shard filter {0:?}; use auto, server or client")]
+pub struct UnknownShardFilter(String);
 
 /// Where a sharded informer's objects are filtered, once decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -276,6 +279,7 @@ mod tests {
             "both"
                 .parse::<ShardFilter>()
                 .unwrap_err()
+                .to_string()
                 .contains("auto, server or client")
         );
         assert_eq!(ShardFilter::default(), ShardFilter::Auto);

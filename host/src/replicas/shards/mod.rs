@@ -13,5 +13,5 @@ pub(crate) mod ring;
 pub(crate) mod status;
 
 pub(crate) use ring::{FenceProbe, ShardState};
-pub use ring::{Ring, RingOptions};
+pub use ring::{Ring, RingError, RingOptions};
 pub(crate) use status::ShardStatus;

@@ -32,7 +32,7 @@
 //! Costs: per replica, one lease update and one LIST of the ring's leases every
 //! `renew_every`; assignment updates only when membership changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,35 @@ pub struct RingOptions {
     pub(crate) fence_margin: Duration,
 }
 
+/// Why a ring cannot be joined with these options.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error(
+        "ring (lease) name {0:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it is a label value and the prefix of the leases' names"
+    )]
+    Name(String),
+    #[error(
+        "identity {0:?} must be a DNS label (lowercase letters, digits, '-'): it names this replica's member lease; set --identity or POD_NAME"
+    )]
+    Identity(String),
+    #[error("lease duration {0:?} is too short for sharding; use at least 3s")]
+    LeaseTooShort(Duration),
+}
+
+/// Why the assignment lease's annotation cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum AssignmentError {
+    #[error("annotation {SLOTS_ANNOTATION} does not parse: {0}")]
+    Parse(serde_json::Error),
+    #[error("holder {holder}: {source}")]
+    Slots {
+        holder: String,
+        source: crate::cluster::shard_ranges::SlotsError,
+    },
+    #[error("slots {0} are assigned twice")]
+    Twice(String),
+}
+
 impl RingOptions {
     /// Renewal at a sixth and the fence at a third of the lease duration (at least 1 s and 2 s):
     /// five renewals may fail before the replica fences itself.
@@ -80,22 +109,16 @@ impl RingOptions {
         namespace: &str,
         identity: &str,
         lease_duration: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RingError> {
         let label_ok = |s: &str| crate::cluster::validation::dns1123_label("", s).is_ok();
         if !label_ok(name) {
-            return Err(format!(
-                "ring (lease) name {name:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it is a label value and the prefix of the leases' names"
-            ));
+            return Err(RingError::Name(name.to_owned()));
         }
         if !label_ok(identity) || name.len() + identity.len() + 8 > 253 {
-            return Err(format!(
-                "identity {identity:?} must be a DNS label (lowercase letters, digits, '-'): it names this replica's member lease; set --identity or POD_NAME"
-            ));
+            return Err(RingError::Identity(identity.to_owned()));
         }
         if lease_duration < Duration::from_secs(3) {
-            return Err(format!(
-                "lease duration {lease_duration:?} is too short for sharding; use at least 3s"
-            ));
+            return Err(RingError::LeaseTooShort(lease_duration));
         }
         Ok(Self {
             name: name.to_owned(),
@@ -156,7 +179,7 @@ struct Holder {
 }
 
 impl Assignment {
-    fn parse(lease: &Lease) -> Result<Self, String> {
+    fn parse(lease: &Lease) -> Result<Self, AssignmentError> {
         let Some(text) = lease
             .metadata
             .annotations
@@ -165,17 +188,16 @@ impl Assignment {
         else {
             return Ok(Self::default());
         };
-        let assignment: Self = serde_json::from_str(text)
-            .map_err(|e| format!("annotation {SLOTS_ANNOTATION} does not parse: {e}"))?;
+        let assignment: Self = serde_json::from_str(text).map_err(AssignmentError::Parse)?;
         let mut seen = SlotSet::empty();
         for holder in &assignment.holders {
-            let slots = SlotSet::from_text(&holder.slots)
-                .map_err(|e| format!("holder {}: {e}", holder.identity))?;
+            let slots =
+                SlotSet::from_text(&holder.slots).map_err(|source| AssignmentError::Slots {
+                    holder: holder.identity.clone(),
+                    source,
+                })?;
             if !slots.intersection(&seen).is_empty() {
-                return Err(format!(
-                    "slots {} are assigned twice",
-                    slots.intersection(&seen).to_text()
-                ));
+                return Err(AssignmentError::Twice(slots.intersection(&seen).to_text()));
             }
             seen = seen.union(&slots);
         }
@@ -476,16 +498,9 @@ async fn renew_loop(api: Api<Lease>, options: RingOptions, own: Arc<Mutex<Own>>,
             let own = own.lock();
             own.uid.clone().zip(own.resource_version.clone())
         };
-        let result = match current.clone() {
+        let lease = member_lease(&options, &name, current.clone());
+        let result = match &current {
             None => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        labels: Some(labels(&options, "member")),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(member_spec(&options)),
-                };
                 match within(
                     options.renew_every,
                     api.create(&PostParams::default(), &lease),
@@ -501,17 +516,7 @@ async fn renew_loop(api: Api<Lease>, options: RingOptions, own: Arc<Mutex<Own>>,
                     other => other,
                 }
             }
-            Some((uid, resource_version)) => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        uid: Some(uid),
-                        resource_version: Some(resource_version),
-                        labels: Some(labels(&options, "member")),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(member_spec(&options)),
-                };
+            Some(_) => {
                 within(
                     options.renew_every,
                     api.replace(&name, &PostParams::default(), &lease),
@@ -520,22 +525,7 @@ async fn renew_loop(api: Api<Lease>, options: RingOptions, own: Arc<Mutex<Own>>,
             }
         };
         match result {
-            Ok(lease) => {
-                let mut own = own.lock();
-                if own.uid.is_none() {
-                    tracing::info!(identity = %options.identity, lease = %name, "joined the ring");
-                }
-                own.uid.clone_from(&lease.metadata.uid);
-                own.resource_version
-                    .clone_from(&lease.metadata.resource_version);
-                own.renewed = Some(sent);
-                fence.writes.hold_until(sent + options.work_window());
-                // A renewal that succeeded means nobody removed the lease, so nobody took
-                // the slots: working again is safe.
-                if sent + options.work_window() > Instant::now() {
-                    fence.lower();
-                }
-            }
+            Ok(lease) => renewed(&own, &fence, &options, &lease, sent),
             // Our resourceVersion is old: a renewal that timed out here may have gone through.
             // Still ours if the uid is: take its version, renew next round.
             Err(e) if status_code(&e) == Some(409) && current.is_some() => {
@@ -551,6 +541,41 @@ async fn renew_loop(api: Api<Lease>, options: RingOptions, own: Arc<Mutex<Own>>,
             Err(e) if status_code(&e) == Some(404) => evicted(&name, &fence, &own, &e),
             Err(e) => tracing::warn!(lease = %name, "renewing the member lease failed: {e}"),
         }
+    }
+}
+
+/// This replica's member lease as sent: a new one (`current` none), or the version held
+/// (uid and resourceVersion) renewed.
+fn member_lease(options: &RingOptions, name: &str, current: Option<(String, String)>) -> Lease {
+    let (uid, resource_version) = current.unzip();
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            uid,
+            resource_version,
+            labels: Some(labels(options, "member")),
+            ..ObjectMeta::default()
+        },
+        spec: Some(member_spec(options)),
+    }
+}
+
+/// The member `lease`, sent at `sent`, was written: it is ours, and writes may go on for the
+/// work window after `sent`.
+fn renewed(own: &Mutex<Own>, fence: &Fence, options: &RingOptions, lease: &Lease, sent: Instant) {
+    let mut own = own.lock();
+    if own.uid.is_none() {
+        tracing::info!(identity = %options.identity, lease = %options.member_lease(), "joined the ring");
+    }
+    own.uid.clone_from(&lease.metadata.uid);
+    own.resource_version
+        .clone_from(&lease.metadata.resource_version);
+    own.renewed = Some(sent);
+    fence.writes.hold_until(sent + options.work_window());
+    // A renewal that succeeded means nobody removed the lease, so nobody took the slots:
+    // working again is safe.
+    if sent + options.work_window() > Instant::now() {
+        fence.lower();
     }
 }
 
@@ -644,26 +669,17 @@ impl Coordinator {
         )
         .await?;
         let (Some(me), false) = (my_uid.clone(), self.fence.is_raised()) else {
-            // Not a member (yet): still time the others' leases, so that a lease left by a
-            // previous life of this identity expires and this replica can join.
-            let now = Instant::now();
-            for lease in &leases.items {
-                if is_role(lease, "member") {
-                    self.check_member(lease, my_uid.as_deref().unwrap_or(""), now)
-                        .await;
-                }
-            }
-            self.publish(|s| {
-                s.fenced = true;
-                s.active = SlotSet::empty();
-                s.owned = SlotSet::empty();
-            });
+            self.outside(&leases.items, my_uid.as_deref().unwrap_or(""))
+                .await;
             return Ok(());
         };
         let (live, assignment_lease) = self.scan(leases.items, &me).await;
-        let mut members: Vec<String> = live.values().cloned().collect();
-        members.sort();
-        members.dedup();
+        let members: Vec<String> = live
+            .values()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let index = members
             .iter()
             .position(|m| *m == self.options.identity)
@@ -727,6 +743,23 @@ impl Coordinator {
             s.active = claim;
         });
         Ok(())
+    }
+
+    /// A round while not a member (yet): nothing is owned, and the others' leases are still
+    /// timed, so that a lease left by a previous life of this identity expires and this
+    /// replica can join.
+    async fn outside(&mut self, leases: &[Lease], my_uid: &str) {
+        let now = Instant::now();
+        for lease in leases {
+            if is_role(lease, "member") {
+                self.check_member(lease, my_uid, now).await;
+            }
+        }
+        self.publish(|s| {
+            s.fenced = true;
+            s.active = SlotSet::empty();
+            s.owned = SlotSet::empty();
+        });
     }
 
     /// The live members (lease uid → identity), stale ones deleted, and the assignment lease.
@@ -992,7 +1025,7 @@ mod tests {
         };
         let err =
             Assignment::parse(&lease_with(&serde_json::to_string(&bad).unwrap())).unwrap_err();
-        assert!(err.contains("assigned twice"), "{err}");
+        assert!(err.to_string().contains("assigned twice"), "{err}");
         assert!(Assignment::parse(&lease_with("{")).is_err());
     }
 

@@ -58,12 +58,9 @@ impl ShardStatus {
     /// # Errors
     ///
     /// Why it is not ready.
-    pub(crate) fn ready(&self) -> Result<(), String> {
-        let state = self.state.borrow();
-        if state.fenced {
-            return Err(
-                "sharding: not a ring member (joining, or member lease not renewed)".into(),
-            );
+    pub(crate) fn ready(&self) -> Result<(), NotReady> {
+        if self.state.borrow().fenced {
+            return Err(NotReady);
         }
         Ok(())
     }
@@ -105,3 +102,8 @@ impl ScrapeHook for ShardStatus {
         }
     }
 }
+
+/// Why a sharded replica is not ready: it is not a ring member, or not one it can act as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("sharding: not a ring member (joining, or member lease not renewed)")]
+pub(crate) struct NotReady;

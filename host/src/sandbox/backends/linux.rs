@@ -395,25 +395,7 @@ fn namespace_reserved(
             _ => continue,
         };
         let len = msg.header.destination_prefix_length;
-        let mut destination = None;
-        let mut devices = Vec::new();
-        let mut table = u32::from(msg.header.table);
-        for attr in &msg.attributes {
-            match attr {
-                RouteAttribute::Destination(RouteAddress::Inet(ip)) => {
-                    destination = Some(IpAddr::V4(*ip));
-                }
-                RouteAttribute::Destination(RouteAddress::Inet6(ip)) => {
-                    destination = Some(IpAddr::V6(*ip));
-                }
-                RouteAttribute::Oif(index) => devices.push(*index),
-                RouteAttribute::MultiPath(hops) => {
-                    devices.extend(hops.iter().map(|hop| hop.interface_index));
-                }
-                RouteAttribute::Table(id) => table = *id,
-                _ => {}
-            }
-        }
+        let (destination, devices, table) = route_parts(msg);
         // No destination: a default route, which every range overlaps.
         let Some(destination) = destination else {
             continue;
@@ -441,6 +423,31 @@ fn namespace_reserved(
         });
     }
     reserved
+}
+
+/// A route's destination (none: a default route), the interfaces it leaves through and its
+/// table.
+fn route_parts(msg: &RouteMessage) -> (Option<IpAddr>, Vec<u32>, u32) {
+    let mut destination = None;
+    let mut devices = Vec::new();
+    let mut table = u32::from(msg.header.table);
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Destination(RouteAddress::Inet(ip)) => {
+                destination = Some(IpAddr::V4(*ip));
+            }
+            RouteAttribute::Destination(RouteAddress::Inet6(ip)) => {
+                destination = Some(IpAddr::V6(*ip));
+            }
+            RouteAttribute::Oif(index) => devices.push(*index),
+            RouteAttribute::MultiPath(hops) => {
+                devices.extend(hops.iter().map(|hop| hop.interface_index));
+            }
+            RouteAttribute::Table(id) => table = *id,
+            _ => {}
+        }
+    }
+    (destination, devices, table)
 }
 
 fn is_errno(err: &rtnetlink::Error, errno: Errno) -> bool {

@@ -117,10 +117,10 @@ impl Budget {
             .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         let http_memory_kib = (host_memory_kib / 4).max(1);
         Self {
-            writes: quota(rates.writes_per_second, rates.write_burst),
-            events: quota(rates.events_per_second, rates.event_burst),
-            logs: quota(rates.log_lines_per_second, rates.log_burst),
-            http: quota(rates.http_per_second, rates.http_burst),
+            writes: quota(rates.writes.per_second, rates.writes.burst),
+            events: quota(rates.events.per_second, rates.events.burst),
+            logs: quota(rates.log_lines.per_second, rates.log_lines.burst),
+            http: quota(rates.http.per_second, rates.http.burst),
             cpu,
             cpu_burst,
             cpu_owed_ns: AtomicU64::new(0),

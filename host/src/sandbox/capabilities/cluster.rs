@@ -328,7 +328,7 @@ impl CallContext {
             return Err(HostError::Limited(format!(
                 "guest `{}` records events faster than its event rate ({}/s); this one was dropped",
                 self.name(),
-                self.guest.grant.limits.rates().events_per_second
+                self.guest.grant.limits.rates().events.per_second
             )));
         }
         if self.shadow() {

@@ -100,7 +100,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
 
 /// Checks a guest against its grant at load: everything every capability finds missing, at
 /// once.
-pub(crate) fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
+pub(crate) fn check_grant(check: &LoadCheck<'_>) -> Result<(), Missing> {
     let missing: Vec<String> = CAPABILITIES
         .iter()
         .flat_map(|c| (c.requirement)(check))
@@ -108,9 +108,14 @@ pub(crate) fn check_grant(check: &LoadCheck<'_>) -> Result<(), String> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(missing.join(", "))
+        Err(Missing(missing))
     }
 }
+
+/// What a guest uses that its grant does not give: each item names the grant entry to add.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join(", "))]
+pub(crate) struct Missing(pub(crate) Vec<String>);
 
 /// Links every capability into `linker`; `get` finds the call context in the store's data.
 pub(crate) fn add_to_linker<T: Send + 'static>(

@@ -16,4 +16,6 @@ mod impersonate;
 mod review;
 
 pub(crate) use impersonate::client_as;
-pub use review::{AccessReview, ApiServerReview, READ_VERBS, Review, ReviewOutcome, review_reads};
+pub use review::{
+    AccessReview, ApiServerReview, READ_VERBS, Review, ReviewError, ReviewOutcome, review_reads,
+};

@@ -31,7 +31,21 @@ pub trait AccessReview: Send + Sync {
         kind: &Gvk,
         verb: &str,
         namespace: Option<&str>,
-    ) -> Result<bool, String>;
+    ) -> Result<bool, ReviewError>;
+}
+
+/// Why the API server could not be asked whether an account may make a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("discovery of {kind}: {source}")]
+    Discovery { kind: Gvk, source: kube::Error },
+    #[error("SubjectAccessReview for {account} ({verb} {kind}): {source}")]
+    Review {
+        account: String,
+        verb: String,
+        kind: Gvk,
+        source: kube::Error,
+    },
 }
 
 /// The last review of one guest's identity, as `/guests` shows it.
@@ -95,7 +109,10 @@ pub async fn review_reads(
                 );
                 missing.push(format!("{verb} {kind} in {place}"));
             }
-            Err(error) => return Review::now(account, ReviewOutcome::Failed { error }),
+            Err(error) => {
+                let error = error.to_string();
+                return Review::now(account, ReviewOutcome::Failed { error });
+            }
         }
     }
     let outcome = if missing.is_empty() {
@@ -133,12 +150,15 @@ impl AccessReview for ApiServerReview {
         kind: &Gvk,
         verb: &str,
         namespace: Option<&str>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ReviewError> {
         let resolved = self
             .discovery
             .resolve(&self.client, &GroupVersionKind::from(kind))
             .await
-            .map_err(|e| format!("discovery of {kind}: {e}"))?;
+            .map_err(|source| ReviewError::Discovery {
+                kind: kind.clone(),
+                source,
+            })?;
         // A cluster-scoped kind is reviewed without a namespace, so a RoleBinding cannot
         // appear to grant it.
         let namespace = namespace.filter(|_| resolved.namespaced);
@@ -161,7 +181,12 @@ impl AccessReview for ApiServerReview {
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| format!("SubjectAccessReview for {account} ({verb} {kind}): {e}"))?;
+            .map_err(|source| ReviewError::Review {
+                account: account.to_string(),
+                verb: verb.to_owned(),
+                kind: kind.clone(),
+                source,
+            })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }
@@ -187,13 +212,16 @@ mod tests {
             kind: &Gvk,
             verb: &str,
             namespace: Option<&str>,
-        ) -> Result<bool, String> {
+        ) -> Result<bool, ReviewError> {
             self.asked
                 .lock()
                 .unwrap()
                 .push((format!("{verb} {kind}"), namespace.map(str::to_owned)));
             if self.fail {
-                return Err("connection refused".into());
+                return Err(ReviewError::Discovery {
+                    kind: kind.clone(),
+                    source: kube::Error::Service("connection refused".into()),
+                });
             }
             Ok(!self.denied.iter().any(|(v, k)| *v == verb && k == kind))
         }
@@ -235,7 +263,7 @@ mod tests {
         };
         let review = review_reads(&down, &account, &kinds, None).await;
         assert!(
-            matches!(review.outcome, ReviewOutcome::Failed { ref error } if error == "connection refused")
+            matches!(review.outcome, ReviewOutcome::Failed { ref error } if error.contains("connection refused"))
         );
     }
 }

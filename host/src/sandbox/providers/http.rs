@@ -24,7 +24,7 @@ use wasmtime_wasi_http::Error;
 
 use crate::config::ValueFrom;
 use crate::sandbox::capabilities::http::{
-    MAX_HEADERS, MAX_RESPONSE_HEADER_BYTES, Outbound, OutboundRequest, OutboundResponse,
+    MAX_HEADERS, MAX_RESPONSE_HEADER_BYTES, Outbound, OutboundRequest, OutboundResponse, ValueError,
 };
 
 /// A value read from a Secret or ConfigMap is used this long before it is read again, so a
@@ -69,7 +69,7 @@ impl Outbound for LiveOutbound {
         send(request).await
     }
 
-    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String> {
+    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, ValueError> {
         if let Some(value) = self.fixed.get(from) {
             return Ok(value.clone());
         }
@@ -81,30 +81,46 @@ impl Outbound for LiveOutbound {
         let client = self
             .client
             .clone()
-            .ok_or_else(|| format!("{from}: this host has no API server to read it from"))?;
+            .ok_or_else(|| ValueError::NoApiServer(from.to_string()))?;
         let namespace = &self.namespace;
         let value = match from {
             ValueFrom::SecretKeyRef(r) => {
+                let object = format!("{namespace}/{}", r.name);
                 let secret = Api::<Secret>::namespaced(client, namespace)
                     .get(&r.name)
                     .await
-                    .map_err(|e| format!("cannot read Secret {namespace}/{}: {e}", r.name))?;
+                    .map_err(|source| ValueError::Read {
+                        kind: "Secret",
+                        object: object.clone(),
+                        source,
+                    })?;
                 secret
                     .data
                     .and_then(|mut data| data.remove(&r.key))
                     .map(|bytes| bytes.0)
-                    .ok_or_else(|| format!("Secret {namespace}/{} has no key {}", r.name, r.key))?
+                    .ok_or_else(|| ValueError::NoKey {
+                        kind: "Secret",
+                        object,
+                        key: r.key.clone(),
+                    })?
             }
             ValueFrom::ConfigMapKeyRef(r) => {
+                let object = format!("{namespace}/{}", r.name);
                 let map = Api::<ConfigMap>::namespaced(client, namespace)
                     .get(&r.name)
                     .await
-                    .map_err(|e| format!("cannot read ConfigMap {namespace}/{}: {e}", r.name))?;
+                    .map_err(|source| ValueError::Read {
+                        kind: "ConfigMap",
+                        object: object.clone(),
+                        source,
+                    })?;
                 map.data
                     .and_then(|mut data| data.remove(&r.key))
                     .map(String::into_bytes)
-                    .ok_or_else(|| {
-                        format!("ConfigMap {namespace}/{} has no key {}", r.name, r.key)
+                    .ok_or_else(|| ValueError::NoKey {
+                        kind: "ConfigMap",
+                        object,
+                        key: r.key.clone(),
                     })?
             }
         };
@@ -306,35 +322,7 @@ where
     )
     .await?;
     let (mut parts, mut body) = response.into_parts();
-    let header_bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len())
-        .sum();
-    if header_bytes > MAX_RESPONSE_HEADER_BYTES {
-        return Err(Error::HttpResponseHeaderSectionSize(
-            u32::try_from(header_bytes).ok(),
-        ));
-    }
-    // A transfer coding beside `chunked` (`gzip, chunked`) reaches the client still encoded:
-    // the host could neither hand the guest a body it can read nor look in it for credentials.
-    if let Some(coding) = parts
-        .headers
-        .get_all(http::header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .split(',')
-                .map(|c| c.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .find(|c| !c.is_empty() && c != "chunked" && c != "identity")
-    {
-        return Err(Error::InternalError(Some(format!(
-            "unavailable: the response has transfer coding {coding}, which the host does not \
-             decode (it asks for none); only chunked is read"
-        ))));
-    }
+    check_head(&parts.headers)?;
     let mut collected = Vec::new();
     loop {
         let frame = within(
@@ -363,6 +351,38 @@ where
         headers: parts.headers,
         body: Bytes::from(collected),
     })
+}
+
+/// A response's headers within the cap, and no transfer coding beside `chunked`: one such
+/// (`gzip, chunked`) reaches the client still encoded, and the host could neither hand the
+/// guest a body it can read nor look in it for credentials.
+fn check_head(headers: &http::HeaderMap) -> Result<(), Error> {
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if header_bytes > MAX_RESPONSE_HEADER_BYTES {
+        return Err(Error::HttpResponseHeaderSectionSize(
+            u32::try_from(header_bytes).ok(),
+        ));
+    }
+    if let Some(coding) = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.is_empty() && c != "chunked" && c != "identity")
+    {
+        return Err(Error::InternalError(Some(format!(
+            "unavailable: the response has transfer coding {coding}, which the host does not \
+             decode (it asks for none); only chunked is read"
+        ))));
+    }
+    Ok(())
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -13,7 +13,7 @@ use wasmtime_wasi_http::Error as HttpError;
 
 use crate::cluster::objects::{Gvk, ObjectKey, ObjectRef};
 use crate::config::ValueFrom;
-use crate::sandbox::capabilities::http::{Outbound, OutboundRequest, OutboundResponse};
+use crate::sandbox::capabilities::http::{Outbound, OutboundRequest, OutboundResponse, ValueError};
 use crate::sandbox::capabilities::lister::Listed;
 use crate::sandbox::capabilities::{Cluster, Enqueuer, EventRecord, HostError, Lister, Providers};
 
@@ -500,8 +500,14 @@ struct Exchange {
     method: String,
     /// As `http::Uri` writes it, which is how the capability writes the request's.
     url: String,
-    /// The response, or the error text the guest is given.
-    answer: Result<OutboundResponse, String>,
+    answer: Answer,
+}
+
+/// What one fixture exchange answers: a response, or the error text the guest is given.
+#[derive(Clone)]
+enum Answer {
+    Response(OutboundResponse),
+    Error(String),
 }
 
 /// Outbound HTTP of the offline runner: every request the capability let through is answered
@@ -600,12 +606,12 @@ fn read_exchanges(path: &Path) -> Result<Vec<Exchange>, FixtureError> {
             let answer = match (&entry.status, &entry.error) {
                 (Some(status), None) => {
                     let shape = serde_json::json!({"status": status, "headers": entry.headers, "body": entry.body});
-                    Ok(crate::sandbox::capabilities::http::response_from_json(&shape).map_err(|_| {
+                    Answer::Response(crate::sandbox::capabilities::http::response_from_json(&shape).map_err(|_| {
                         bad("status is 100 to 999, headers are names and values HTTP allows, body is text or {base64: ...}")
                     })?)
                 }
                 (None, Some(error)) if entry.headers.is_empty() && entry.body.is_none() => {
-                    Err(error.clone())
+                    Answer::Error(error.clone())
                 }
                 _ => return Err(bad("give either status (with headers and body) or error")),
             };
@@ -636,10 +642,10 @@ impl Outbound for FixtureOutbound {
         let Some(i) = found else {
             return Err(HttpError::InternalError(Some(self.missing(method, &url))));
         };
-        let response = self.exchanges[i]
-            .answer
-            .clone()
-            .map_err(|text| HttpError::InternalError(Some(text)))?;
+        let response = match self.exchanges[i].answer.clone() {
+            Answer::Response(response) => response,
+            Answer::Error(text) => return Err(HttpError::InternalError(Some(text))),
+        };
         // The live provider's cap on what it reads, so a fixture cannot pass what `run` cuts.
         if response.body.len() > request.max_body {
             return Err(HttpError::HttpResponseBodySize(Some(
@@ -649,7 +655,7 @@ impl Outbound for FixtureOutbound {
         Ok(response)
     }
 
-    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String> {
+    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, ValueError> {
         let (kind, r) = match from {
             ValueFrom::SecretKeyRef(r) => ("Secret", r),
             ValueFrom::ConfigMapKeyRef(r) => ("ConfigMap", r),
@@ -657,10 +663,11 @@ impl Outbound for FixtureOutbound {
         let mut found = self.cache.named(&Gvk::new("", "v1", kind), &r.name);
         let object = match found.len() {
             0 => {
-                return Err(format!(
-                    "{kind} {} is not among the loaded objects: add it, with {} in its data, to them",
-                    r.name, r.key
-                ));
+                return Err(ValueError::NotLoaded {
+                    kind,
+                    name: r.name.clone(),
+                    key: r.key.clone(),
+                });
             }
             1 => found.remove(0),
             _ => {
@@ -668,11 +675,11 @@ impl Outbound for FixtureOutbound {
                     .iter()
                     .filter_map(|o| ObjectRef::of_object(o).and_then(|r| r.namespace))
                     .collect();
-                return Err(format!(
-                    "the loaded objects hold a {kind} {} in several namespaces ({}): `run` reads the host's namespace only; keep one",
-                    r.name,
-                    namespaces.join(", ")
-                ));
+                return Err(ValueError::Ambiguous {
+                    kind,
+                    name: r.name.clone(),
+                    namespaces: namespaces.join(", "),
+                });
             }
         };
         let text = |field: &str| {
@@ -689,17 +696,19 @@ impl Outbound for FixtureOutbound {
                 use base64::Engine as _;
                 return base64::engine::general_purpose::STANDARD
                     .decode(encoded)
-                    .map_err(|_| {
-                        format!(
-                            "Secret {} key {} is not base64 (a Secret's data is; write plain text under stringData)",
-                            r.name, r.key
-                        )
+                    .map_err(|_| ValueError::NotBase64 {
+                        object: r.name.clone(),
+                        key: r.key.clone(),
                     });
             }
         } else if let Some(plain) = text("data") {
             return Ok(plain.as_bytes().to_vec());
         }
-        Err(format!("{kind} {} has no key {}", r.name, r.key))
+        Err(ValueError::NoKey {
+            kind,
+            object: r.name.clone(),
+            key: r.key.clone(),
+        })
     }
 }
 
@@ -982,7 +991,11 @@ mod tests {
             ("gone", "key", "Secret gone is not among the loaded objects"),
             ("twice", "key", "in several namespaces (a, b)"),
         ] {
-            let err = outbound.value(&of(name, key)).await.unwrap_err();
+            let err = outbound
+                .value(&of(name, key))
+                .await
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(why), "{name}: {err}");
             assert!(!err.contains("s3cr3t"), "{err}");
         }

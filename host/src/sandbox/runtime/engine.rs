@@ -47,7 +47,7 @@ impl RuntimeOptions {
 
 /// A component-model engine with epoch interruption and a pooling allocator of
 /// `options.slots()` instances.
-pub(super) fn new_engine(options: &RuntimeOptions) -> anyhow::Result<Engine> {
+pub(super) fn new_engine(options: &RuntimeOptions) -> Result<Engine, StartError> {
     let mut pool = PoolingAllocationConfig::default();
     let instances = options.slots();
     pool.total_component_instances(instances)
@@ -59,7 +59,10 @@ pub(super) fn new_engine(options: &RuntimeOptions) -> anyhow::Result<Engine> {
         .max_memories_per_component(4)
         .total_tables(instances * 4)
         .max_tables_per_component(8)
-        .max_memory_size(usize::try_from(options.max_memory_mib << 20)?)
+        .max_memory_size(
+            usize::try_from(options.max_memory_mib << 20)
+                .map_err(|_| StartError::MemoryCap(options.max_memory_mib))?,
+        )
         // Reset a returned slot by finding its dirty pages (the PAGEMAP_SCAN ioctl, Linux
         // 6.7+; `Auto` falls back to madvise elsewhere) and restoring only those with
         // memset, up to KEEP_RESIDENT; beyond it, madvise. The next instance then takes no
@@ -73,7 +76,21 @@ pub(super) fn new_engine(options: &RuntimeOptions) -> anyhow::Result<Engine> {
         .wasm_component_model(true)
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Ok(Engine::new(&config)?)
+    Engine::new(&config).map_err(StartError::Engine)
+}
+
+/// Why a runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("a memory cap of {0} MiB does not fit this machine's address space")]
+    MemoryCap(u64),
+    // `wasmtime::Error` is not a `std::error::Error`: shown, not chained as a source.
+    #[error("cannot configure the WebAssembly engine: {0:#}")]
+    Engine(wasmtime::Error),
+    #[error("cannot link the host's interfaces into the engine: {0:#}")]
+    Linker(wasmtime::Error),
+    #[error("cannot start the epoch ticker thread: {0}")]
+    Ticker(#[source] std::io::Error),
 }
 
 /// A thread that advances the engine's epoch every `EPOCH_TICK`, so that a running guest

@@ -60,7 +60,7 @@ pub use call::{
     Indexed, MAX_INDEX_VALUE_BYTES, MAX_INDEX_VALUES, MAX_MAPPED_KEYS, Mapped, Outcome, Request,
     Warm,
 };
-pub use engine::RuntimeOptions;
+pub use engine::{RuntimeOptions, StartError};
 pub use load::{LoadError, LoadedGuest, MANIFEST_DEADLINE, content_hash};
 pub(crate) use store::HostState;
 
@@ -91,10 +91,10 @@ const SLOW_MANIFEST_REMEMBERED: std::time::Duration = std::time::Duration::from_
 type Remembered = Result<crate::sandbox::manifest::Manifest, (String, Option<std::time::Instant>)>;
 
 impl Runtime {
-    pub fn new(options: &RuntimeOptions) -> anyhow::Result<Self> {
+    pub fn new(options: &RuntimeOptions) -> Result<Self, StartError> {
         let engine = engine::new_engine(options)?;
-        let linker = store::linker(&engine)?;
-        let ticker = EpochTicker::start(&engine)?;
+        let linker = store::linker(&engine).map_err(StartError::Linker)?;
+        let ticker = EpochTicker::start(&engine).map_err(StartError::Ticker)?;
         let compiler = Compiler::new(engine.clone(), options.cache_dir.as_deref());
         Ok(Self {
             engine,

@@ -68,7 +68,7 @@ impl HostState {
 
 /// The host's linker: async WASI (language toolchains import it) and the contract's
 /// interfaces, each served by its capability from the store's call context.
-pub(super) fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
+pub(super) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::<HostState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     // `wasi:http/outgoing-handler` (the contract's `http-controller` world), and the types it

@@ -4,8 +4,8 @@
 //! load and on every configuration change; `check`, `reconcile` and `rbac` judge a file the
 //! same way. Cost: no compilation, a walk over the capabilities' requirements.
 
-use crate::config::{Allow, Grant, HostConfig, Limits, WrittenIn};
-use crate::sandbox::capabilities::{LoadCheck, reserved_key};
+use crate::config::{Allow, Grant, HostConfig, WrittenIn};
+use crate::sandbox::capabilities::{LoadCheck, Missing, reserved_key};
 use crate::sandbox::runtime::{LoadError, LoadedGuest};
 
 use super::source::{GrantKey, NotItsGrant, Origin};
@@ -175,7 +175,7 @@ fn object_grant(
     // What the Reconciler left out takes defaults and built-ins, which the ceiling bounds too.
     grant.limits = grant
         .limits
-        .capped_by(&ceiling(allow, config), config.max_concurrency());
+        .capped_by(&allow.ceiling(&config.defaults), config.max_concurrency());
     if account.is_some() {
         grant.service_account = account;
     }
@@ -298,18 +298,9 @@ fn beyond_allowed(grant: &Grant, allow: &Allow, config: &HostConfig) -> Vec<Stri
     beyond.extend(
         grant
             .limits
-            .above(&ceiling(allow, config), config.max_concurrency()),
+            .above(&allow.ceiling(&config.defaults), config.max_concurrency()),
     );
     beyond
-}
-
-/// The most a Reconciler's limits may be: `allow.limits`, the host's defaults where it is
-/// silent.
-fn ceiling(allow: &Allow, config: &HostConfig) -> Limits {
-    allow
-        .limits
-        .as_ref()
-        .map_or_else(|| config.defaults.clone(), |l| l.or(&config.defaults))
 }
 
 /// Whether a grant's label or annotation entry (a key, or a prefix ending in `*`) may match a
@@ -327,7 +318,7 @@ fn check_within_grant(
     loaded: &LoadedGuest,
     grant: &Grant,
     config: &HostConfig,
-) -> Result<(), String> {
+) -> Result<(), Missing> {
     let manifest = &loaded.manifest;
     let mut missing = Vec::new();
     let cap = config.max_concurrency();
@@ -343,12 +334,12 @@ fn check_within_grant(
         grant,
         config,
     }) {
-        missing.push(more);
+        missing.extend(more.0);
     }
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(missing.join(", "))
+        Err(Missing(missing))
     }
 }
 
@@ -369,7 +360,7 @@ pub(crate) enum GrantError {
     BeyondGrant {
         file: String,
         guest: String,
-        missing: String,
+        missing: Missing,
     },
     #[error(
         "Reconciler {object}: spec.grant asks for more than the host allows any Reconciler (reconcilers.allow in the host configuration): {beyond}"
@@ -707,7 +698,7 @@ reconcilers:
         let set = object_grant(&origin, "widget", &own, &config).unwrap();
         assert_eq!(set.limits.memory_mib, Some(8));
         assert_eq!(set.limits.concurrency, Some(1));
-        assert_eq!(set.limits.qps, None);
+        assert_eq!(set.limits.queue.per_second, None);
         // Without a ceiling on concurrency, the host's maxConcurrency bounds it.
         let open = object_grant(&origin, "widget", &Grant::default(), &config_open()).unwrap();
         assert_eq!(open.limits.concurrency, Some(3));

@@ -205,7 +205,7 @@ impl Guests {
 impl Guests {
     /// Loads everything now, then follows the source until the returned task is
     /// dropped/aborted.
-    pub async fn watch(self: Arc<Self>) -> anyhow::Result<()> {
+    pub async fn watch(self: Arc<Self>) -> Result<(), FollowError> {
         let mut changes = self.source.watch()?;
         loop {
             let this = self.clone();
@@ -330,11 +330,9 @@ impl Guests {
     /// Applies a new host configuration: every item is judged again against it (see the
     /// module docs). Backends cannot change while the host runs: such a configuration is
     /// refused whole and the current one stays.
-    pub fn reconfigure(&self, config: HostConfig) -> Result<(), String> {
+    pub fn reconfigure(&self, config: HostConfig) -> Result<(), BackendsChanged> {
         if config.backends != self.config().backends {
-            return Err(
-                "backends: differ from the running configuration; backends change only with a restart, so nothing of the new configuration was applied".into(),
-            );
+            return Err(BackendsChanged);
         }
         let _judging = self.judging.lock();
         self.source.reconfigured(&config);
@@ -706,3 +704,19 @@ enum Revoked {
     /// version admitted before keeps running.
     KeepLastGood,
 }
+
+/// Why a guest set stopped following its source.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("judging the guests panicked: {0}")]
+    Panicked(#[from] tokio::task::JoinError),
+}
+
+/// A new configuration whose backends differ from the running one's: refused whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "backends: differ from the running configuration; backends change only with a restart, so nothing of the new configuration was applied"
+)]
+pub struct BackendsChanged;

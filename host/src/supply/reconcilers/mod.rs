@@ -210,6 +210,17 @@ impl Tenants {
         }
     }
 
+    /// The namespaced objects, by namespace.
+    fn by_namespace(&self) -> BTreeMap<String, Vec<Arc<DynamicObject>>> {
+        let mut by_namespace: BTreeMap<String, Vec<Arc<DynamicObject>>> = BTreeMap::new();
+        for object in self.store.state() {
+            if let Some(ns) = object.metadata.namespace.clone() {
+                by_namespace.entry(ns).or_default().push(object);
+            }
+        }
+        by_namespace
+    }
+
     /// The namespaced objects as items: those a tenant rule selects and its quota holds;
     /// the others noted as held back (never pulled), when the host reports them.
     fn list(
@@ -222,13 +233,7 @@ impl Tenants {
         let Some(settings) = &self.config.reconcilers else {
             return;
         };
-        let mut by_namespace: BTreeMap<String, Vec<Arc<DynamicObject>>> = BTreeMap::new();
-        for object in self.store.state() {
-            if let Some(ns) = object.metadata.namespace.clone() {
-                by_namespace.entry(ns).or_default().push(object);
-            }
-        }
-        for (namespace, mut objects) in by_namespace {
+        for (namespace, mut objects) in self.by_namespace() {
             // Those served at the last listing first, then the oldest: a quota never evicts a
             // Reconciler for a newer one, not even for one created in the same second (creation
             // times are whole seconds) with a name that sorts first.
@@ -254,22 +259,8 @@ impl Tenants {
                 let key = format!("{namespace}.{name}");
                 let generation = object.metadata.generation.unwrap_or(0);
                 let Some((index, rule)) = rule else {
-                    // Another host's status: that host serves the namespace (or did, and marks
-                    // it when it stops), so two hosts never take turns rewriting it.
-                    if written_by_another(&object, host) {
-                        continue;
-                    }
-                    if settings.report_unmatched {
-                        records.observe_held(&key, generation, "NoTenantRule", format!(
-                            "no rule of reconcilers.tenants selects namespace {namespace} (by its name or labels): this host neither pulls nor runs its Reconcilers; a platform administrator adds the namespace to a rule"
-                        ));
-                        names.insert(key);
-                    } else if written_by(&object, host) {
-                        // Its status is this host's: left as it was, it would say Ready of a
-                        // guest that no longer runs.
-                        records.observe_held(&key, generation, "NoTenantRule", format!(
-                            "host {host} no longer serves namespace {namespace}: no rule of its reconcilers.tenants selects it (by its name or labels), so it stopped this Reconciler; a platform administrator adds the namespace to a rule"
-                        ));
+                    if let Some(message) = unmatched(settings, &object, host, &namespace) {
+                        records.observe_held(&key, generation, "NoTenantRule", message);
                         names.insert(key);
                     }
                     continue;
@@ -310,6 +301,32 @@ impl Tenants {
     }
 }
 
+/// Why `object`, in a `namespace` no tenant rule selects, is held back, when its status says
+/// so: the host reports such objects, or the status is this host's (left as it was, it would
+/// say Ready of a guest that no longer runs). None for another host's status: that host serves
+/// the namespace (or did, and marks it when it stops), so two hosts never take turns
+/// rewriting it.
+fn unmatched(
+    settings: &crate::config::ReconcilerSettings,
+    object: &DynamicObject,
+    host: &str,
+    namespace: &str,
+) -> Option<String> {
+    if written_by_another(object, host) {
+        None
+    } else if settings.report_unmatched {
+        Some(format!(
+            "no rule of reconcilers.tenants selects namespace {namespace} (by its name or labels): this host neither pulls nor runs its Reconcilers; a platform administrator adds the namespace to a rule"
+        ))
+    } else if written_by(object, host) {
+        Some(format!(
+            "host {host} no longer serves namespace {namespace}: no rule of its reconcilers.tenants selects it (by its name or labels), so it stopped this Reconciler; a platform administrator adds the namespace to a rule"
+        ))
+    } else {
+        None
+    }
+}
+
 /// The namespace's current tenant rule, as a Reconciler whose spec cannot run is judged by.
 struct Judged<'a> {
     config: &'a HostConfig,
@@ -328,7 +345,7 @@ impl Judged<'_> {
         records: &mut Records,
         key: &str,
         generation: i64,
-        why: String,
+        why: spec::SpecError,
         used: &mut Usage,
     ) -> Option<Origin> {
         let Some((origin, last, ran_under)) = records.kept(key) else {

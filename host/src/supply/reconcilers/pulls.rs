@@ -11,7 +11,7 @@ use kube::api::Api;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::spec::Spec;
+use super::spec::{Spec, SpecError};
 use super::trust::{Scope, Trust};
 use crate::cluster::validation;
 use crate::config::HostConfig;
@@ -47,11 +47,25 @@ pub(super) struct Records {
     restart: BTreeSet<String>,
 }
 
+/// Why the host does not run an object at its generation.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unrunnable {
+    /// Its spec cannot run.
+    #[error(transparent)]
+    Invalid(SpecError),
+    /// A tenant rule holds it back (`Record::held` says why).
+    #[error("held back by its namespace's tenant rule")]
+    Held,
+    /// Not read yet (a record just made).
+    #[error("not read yet")]
+    Unread,
+}
+
 /// One object, as the source last saw it.
 pub(super) struct Record {
     pub generation: i64,
-    /// Its spec at `generation`, or why the host cannot run it.
-    pub spec: Result<Spec, String>,
+    /// Its spec at `generation`, or why the host does not run it.
+    pub spec: Result<Spec, Unrunnable>,
     /// The item as it last went to the guest set with a spec that could run.
     last_origin: Option<Origin>,
     /// The spec of `last_origin`: what a tenant's kept version is judged by while a newer
@@ -113,6 +127,18 @@ struct LoadedVersion {
 /// Where a module came from, and whose signatures it needed: its reference, pull Secret and
 /// trust scope. Pulled (and its signature checked) again only when one of them changes.
 type PullKey = (ModuleRef, Option<String>, Scope);
+
+/// What one pull needs, taken from the records under their lock.
+struct PullPlan {
+    key: PullKey,
+    puller: Arc<Puller>,
+    client: kube::Client,
+    /// Where the pull Secret is read.
+    namespace: String,
+    /// The digest, content hash and signer of the last pull of the same key, if it succeeded.
+    memo: Option<(String, String, Option<String>)>,
+    trust: Arc<Trust>,
+}
 
 pub(super) enum Pull {
     /// Not pulled yet for this spec.
@@ -230,7 +256,7 @@ impl Records {
         message: String,
     ) {
         let record = self.record(name, generation);
-        record.spec = Err(message.clone());
+        record.spec = Err(Unrunnable::Held);
         record.held = Some((reason, message));
         record.last_origin = None;
         record.last_spec = None;
@@ -269,10 +295,10 @@ impl Records {
         &mut self,
         name: &str,
         generation: i64,
-        why: String,
+        why: SpecError,
     ) -> Option<Origin> {
         let record = self.record(name, generation);
-        record.spec = Err(why);
+        record.spec = Err(Unrunnable::Invalid(why));
         record.held = None;
         record.last_origin.clone()
     }
@@ -280,7 +306,7 @@ impl Records {
     fn record(&mut self, name: &str, generation: i64) -> &mut Record {
         let record = self.objects.entry(name.to_owned()).or_insert(Record {
             generation,
-            spec: Err("not read yet".into()),
+            spec: Err(Unrunnable::Unread),
             last_origin: None,
             last_spec: None,
             pull: Pull::Pending,
@@ -378,57 +404,14 @@ impl Records {
             what: origin.name().to_owned(),
             error: why.into(),
         };
-        let (key, puller, client, namespace, memo, trust) = {
-            let mut this = records.lock();
-            let this = &mut *this;
-            let Some(record) = this.objects.get_mut(name) else {
-                return Err(unreadable("the object is gone".into()));
-            };
-            let Ok(spec) = &record.spec else {
-                return Err(unreadable("its spec cannot run".into()));
-            };
-            let key = record.pull_key(spec);
-            // Before any connection, the cache included: a module of another registry is not
-            // this host's to fetch, nor to run from what another Reconciler pulled.
-            if !this.allowed_registries.iter().any(|r| r.covers(&key.0)) {
-                let message = registry_not_allowed(&key.0, &this.allowed_registries);
-                record.failed(key, "RegistryNotAllowed", message.clone());
-                return Err(unreadable(message));
-            }
-            let mut memo = None;
-            match record.current_pull() {
-                Some(Pull::Pulled {
-                    digest,
-                    hash,
-                    signed_by,
-                    ..
-                }) => {
-                    memo = Some((digest.clone(), hash.clone(), signed_by.clone()));
-                }
-                Some(Pull::Failed {
-                    message, retry_at, ..
-                }) if Instant::now() < *retry_at => {
-                    return Err(unreadable(message.clone()));
-                }
-                Some(Pull::InFlight { .. }) => {
-                    return Err(unreadable(format!("pulling {} now", key.0)));
-                }
-                _ => {}
-            }
-            if let Some(secret) = &key.1
-                && !this.allowed_secrets.contains(secret)
-            {
-                let message = format!(
-                    "spec.pullSecretRef: Secret {secret} is not one the host may read for Reconcilers (reconcilers.pullSecrets in the host configuration)"
-                );
-                record.failed(key, "PullSecretInvalid", message.clone());
-                return Err(unreadable(message));
-            }
-            let (puller, client) = (this.puller.clone(), this.client.clone());
-            puller.set_in_use(this.in_use());
-            let trust = this.trust.clone();
-            (key, puller, client, this.namespace.clone(), memo, trust)
-        };
+        let PullPlan {
+            key,
+            puller,
+            client,
+            namespace,
+            memo,
+            trust,
+        } = records.lock().plan(name, &unreadable)?;
         // Pulled before: the bytes are in the module cache (verified as they are read, and
         // their signatures judged again under this record's scope), not kept in memory; a
         // cache emptied since is pulled again.
@@ -450,26 +433,82 @@ impl Records {
         let (records, name) = (records.clone(), name.to_owned());
         let message = format!("pulling {} now", key.0);
         handle.spawn(async move {
-            let outcome = match tokio::time::timeout(
-                PULL_DEADLINE,
-                pull(&puller, &client, &namespace, &key, trust.policy(key.2)),
-            )
-            .await
-            {
-                Ok(outcome) => outcome,
-                Err(_) => Err((
-                    "PullFailed",
-                    format!(
-                        "{}: the pull took longer than {}s (the registry answers too slowly, or sends too much); retrying with a backoff",
-                        key.0,
-                        PULL_DEADLINE.as_secs()
-                    ),
-                )),
-            };
+            let pulled = pull(&puller, &client, &namespace, &key, trust.policy(key.2));
+            let outcome = tokio::time::timeout(PULL_DEADLINE, pulled)
+                .await
+                .unwrap_or_else(|_| {
+                    Err((
+                        "PullFailed",
+                        format!(
+                            "{}: the pull took longer than {}s (the registry answers too slowly, or sends too much); retrying with a backoff",
+                            key.0,
+                            PULL_DEADLINE.as_secs()
+                        ),
+                    ))
+                });
             Self::pull_ended(&records, &name, key, outcome);
             on_end();
         });
         Err(unreadable(message))
+    }
+
+    /// What a pull of object `name` needs, taken under the lock; or why it does not start
+    /// (`unreadable` says so): the object is gone, cannot run, may not be pulled, or failed
+    /// and waits for its retry.
+    fn plan(
+        &mut self,
+        name: &str,
+        unreadable: &dyn Fn(String) -> SourceError,
+    ) -> Result<PullPlan, SourceError> {
+        let Some(record) = self.objects.get_mut(name) else {
+            return Err(unreadable("the object is gone".into()));
+        };
+        let Ok(spec) = &record.spec else {
+            return Err(unreadable("its spec cannot run".into()));
+        };
+        let key = record.pull_key(spec);
+        // Before any connection, the cache included: a module of another registry is not
+        // this host's to fetch, nor to run from what another Reconciler pulled.
+        if !self.allowed_registries.iter().any(|r| r.covers(&key.0)) {
+            let message = registry_not_allowed(&key.0, &self.allowed_registries);
+            record.failed(key, "RegistryNotAllowed", message.clone());
+            return Err(unreadable(message));
+        }
+        let mut memo = None;
+        match record.current_pull() {
+            Some(Pull::Pulled {
+                digest,
+                hash,
+                signed_by,
+                ..
+            }) => {
+                memo = Some((digest.clone(), hash.clone(), signed_by.clone()));
+            }
+            Some(Pull::Failed {
+                message, retry_at, ..
+            }) if Instant::now() < *retry_at => {
+                return Err(unreadable(message.clone()));
+            }
+            Some(Pull::InFlight { .. }) => {
+                return Err(unreadable(format!("pulling {} now", key.0)));
+            }
+            _ => {}
+        }
+        if let Some(message) = secret_refused(&key, &self.allowed_secrets) {
+            record.failed(key, "PullSecretInvalid", message.clone());
+            return Err(unreadable(message));
+        }
+        let (puller, client) = (self.puller.clone(), self.client.clone());
+        puller.set_in_use(self.in_use());
+        let trust = self.trust.clone();
+        Ok(PullPlan {
+            key,
+            puller,
+            client,
+            namespace: self.namespace.clone(),
+            memo,
+            trust,
+        })
     }
 
     /// Records how the pull of `key` for object `name` ended, unless its spec moved on.
@@ -516,6 +555,14 @@ fn verify_of(config: &HostConfig, rule: Option<usize>) -> Option<&crate::config:
     let settings = config.reconcilers.as_ref()?;
     rule.and_then(|index| settings.tenants.get(index)?.verify.as_ref())
         .or(settings.verify.as_ref())
+}
+
+/// Why `key`'s pull Secret is not one the host may read for Reconcilers, if it is not.
+fn secret_refused(key: &PullKey, secrets: &BTreeSet<String>) -> Option<String> {
+    let secret = key.1.as_ref().filter(|s| !secrets.contains(*s))?;
+    Some(format!(
+        "spec.pullSecretRef: Secret {secret} is not one the host may read for Reconcilers (reconcilers.pullSecrets in the host configuration)"
+    ))
 }
 
 fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> String {

@@ -60,26 +60,20 @@ struct SecretRef {
 
 impl Spec {
     /// The spec of `object`, or why it cannot run (the field and the rule).
-    pub(crate) fn of(object: &DynamicObject) -> Result<Self, String> {
-        let spec = object
-            .data
-            .get("spec")
-            .ok_or_else(|| "spec: missing".to_owned())?;
+    pub(crate) fn of(object: &DynamicObject) -> Result<Self, SpecError> {
+        let spec = object.data.get("spec").ok_or(SpecError::Missing)?;
         // Read in place: this runs for every object on every rescan.
-        let raw = RawSpec::deserialize(spec).map_err(|e| format!("spec: {e}"))?;
-        let module = raw
-            .module
-            .parse::<ModuleRef>()
-            .map_err(|e| format!("spec.module: {e}"))?;
+        let raw = RawSpec::deserialize(spec).map_err(SpecError::Shape)?;
+        let module = raw.module.parse::<ModuleRef>().map_err(SpecError::Module)?;
         let grant = if raw.grant.is_null() {
             Grant::default()
         } else {
-            serde_json::from_value::<Grant>(raw.grant).map_err(|e| format!("spec.grant: {e}"))?
+            serde_json::from_value::<Grant>(raw.grant).map_err(SpecError::Grant)?
         };
         grant
             .write_verbs
             .check(&grant.write)
-            .map_err(|e| format!("spec.grant.{e}"))?;
+            .map_err(SpecError::WriteVerbs)?;
         Ok(Self {
             module,
             grant,
@@ -87,6 +81,21 @@ impl Spec {
             service_account_name: raw.service_account_name,
         })
     }
+}
+
+/// Why a Reconciler's spec cannot run: the field, and the rule it breaks.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecError {
+    #[error("spec: missing")]
+    Missing,
+    #[error("spec: {0}")]
+    Shape(serde_json::Error),
+    #[error("spec.module: {0}")]
+    Module(crate::oci::ModuleRefError),
+    #[error("spec.grant: {0}")]
+    Grant(serde_json::Error),
+    #[error("spec.grant.{0}")]
+    WriteVerbs(crate::config::UnlistedKind),
 }
 
 #[cfg(test)]
@@ -150,7 +159,7 @@ mod tests {
                 "spec.grant: `update` is not a verb here",
             ),
         ] {
-            let err = Spec::of(&object(&spec)).unwrap_err();
+            let err = Spec::of(&object(&spec)).unwrap_err().to_string();
             assert!(err.starts_with(field), "{spec}: {err}");
         }
     }

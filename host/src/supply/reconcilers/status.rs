@@ -88,69 +88,7 @@ impl StatusWriter {
             }
             // Decided in one go, before any write is awaited, so that every status of a pass
             // comes from the same moment of the guest set and the records.
-            let statuses = guests.statuses();
-            let shadows = guests.shadows();
-            let cluster = self.store.state().into_iter().map(|o| (o, None));
-            let namespaced = self
-                .shared
-                .namespaced
-                .lock()
-                .iter()
-                .flat_map(Store::state)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
-            let mut decided = Vec::new();
-            {
-                let records = self.shared.records.lock();
-                for (object, namespace) in cluster.chain(namespaced) {
-                    // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
-                    let name = match &namespace {
-                        Some(ns) => format!("{ns}.{}", object.name_any()),
-                        None => object.name_any(),
-                    };
-                    let Some(record) = records.objects.get(&name) else {
-                        continue;
-                    };
-                    // Another host's, in a namespace this one does not serve: the record may
-                    // predate that host's write, which the next listing drops it for.
-                    if record.unserved() && super::written_by_another(&object, &self.shared.host) {
-                        continue;
-                    }
-                    let entry = running(&statuses, &name);
-                    let generation = object.metadata.generation.unwrap_or(0);
-                    let runs = entry.and_then(|e| e.active_hash.as_deref());
-                    if !settled(record.verdict.as_ref(), generation, runs) {
-                        // Between a load or unload and its verdict: the verdict's own
-                        // notification brings the pass that sees both.
-                        continue;
-                    }
-                    let running = entry.map(|s| Running {
-                        guest: s.guest.clone().unwrap_or_default(),
-                        digest: s
-                            .active_hash
-                            .as_deref()
-                            .and_then(|h| records.digest_of(&name, h))
-                            .map(str::to_owned),
-                        signed_by: s
-                            .active_hash
-                            .as_deref()
-                            .and_then(|h| records.signer_of(&name, h))
-                            .map(str::to_owned),
-                        mode: s.mode,
-                    });
-                    let shadow = running
-                        .as_ref()
-                        .filter(|r| r.mode == Some(crate::config::Mode::Shadow))
-                        .and_then(|r| shadows.report(&r.guest));
-                    if let Some(mut status) =
-                        desired(&object, record, running.as_ref(), shadow.as_ref())
-                    {
-                        status["host"] = json!(self.shared.host);
-                        decided.push((name, object, namespace, status));
-                    }
-                }
-            }
+            let decided = self.decide(&guests);
             for (name, object, namespace, desired) in decided {
                 let api = match &namespace {
                     Some(ns) => {
@@ -163,6 +101,75 @@ impl StatusWriter {
                 }
             }
         }
+    }
+
+    /// The status every object should have now, from one moment of `guests` and the
+    /// records: `(item name, object, its namespace, status)`.
+    fn decide(&self, guests: &Guests) -> Vec<(String, Arc<DynamicObject>, Option<String>, Value)> {
+        let statuses = guests.statuses();
+        let shadows = guests.shadows();
+        let cluster = self.store.state().into_iter().map(|o| (o, None));
+        let namespaced = self
+            .shared
+            .namespaced
+            .lock()
+            .iter()
+            .flat_map(Store::state)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
+        let mut decided = Vec::new();
+        {
+            let records = self.shared.records.lock();
+            for (object, namespace) in cluster.chain(namespaced) {
+                // A namespaced object's record and item are keyed `NAMESPACE.NAME`.
+                let name = match &namespace {
+                    Some(ns) => format!("{ns}.{}", object.name_any()),
+                    None => object.name_any(),
+                };
+                let Some(record) = records.objects.get(&name) else {
+                    continue;
+                };
+                // Another host's, in a namespace this one does not serve: the record may
+                // predate that host's write, which the next listing drops it for.
+                if record.unserved() && super::written_by_another(&object, &self.shared.host) {
+                    continue;
+                }
+                let entry = running(&statuses, &name);
+                let generation = object.metadata.generation.unwrap_or(0);
+                let runs = entry.and_then(|e| e.active_hash.as_deref());
+                if !settled(record.verdict.as_ref(), generation, runs) {
+                    // Between a load or unload and its verdict: the verdict's own
+                    // notification brings the pass that sees both.
+                    continue;
+                }
+                let running = entry.map(|s| Running {
+                    guest: s.guest.clone().unwrap_or_default(),
+                    digest: s
+                        .active_hash
+                        .as_deref()
+                        .and_then(|h| records.digest_of(&name, h))
+                        .map(str::to_owned),
+                    signed_by: s
+                        .active_hash
+                        .as_deref()
+                        .and_then(|h| records.signer_of(&name, h))
+                        .map(str::to_owned),
+                    mode: s.mode,
+                });
+                let shadow = running
+                    .as_ref()
+                    .filter(|r| r.mode == Some(crate::config::Mode::Shadow))
+                    .and_then(|r| shadows.report(&r.guest));
+                if let Some(mut status) =
+                    desired(&object, record, running.as_ref(), shadow.as_ref())
+                {
+                    status["host"] = json!(self.shared.host);
+                    decided.push((name, object, namespace, status));
+                }
+            }
+        }
+        decided
     }
 }
 
@@ -233,48 +240,8 @@ fn desired(
     if record.generation != generation {
         return None;
     }
-    let pulled = match (&record.spec, record.current_pull()) {
-        (Err(why), _) if let Some((reason, _)) = &record.held => {
-            Decided::new("False", reason, why.clone())
-        }
-        (Err(why), _) => Decided::new("Unknown", "InvalidSpec", why.clone()),
-        (
-            Ok(_),
-            Some(Pull::Pulled {
-                digest,
-                from_cache,
-                signed_by,
-                ..
-            }),
-        ) => {
-            let (reason, how) = if *from_cache {
-                ("FromCache", "from the module cache")
-            } else {
-                ("Pulled", "from the registry")
-            };
-            let signed = signed_by
-                .as_ref()
-                .map(|key| format!(", signed by {key}"))
-                .unwrap_or_default();
-            Decided::new("True", reason, format!("{digest}, {how}{signed}"))
-        }
-        (Ok(_), Some(Pull::Failed { cause, message, .. })) => {
-            Decided::new("False", cause, message.clone())
-        }
-        (Ok(_), _) => Decided::new("Unknown", "Pending", "pulling the module"),
-    };
-    let loaded = match &record.verdict {
-        Some((g, Verdict::Loaded { guest, .. })) if *g == generation && pulled.status == "True" => {
-            Decided::new("True", "Loaded", format!("runs as guest {guest}"))
-        }
-        Some((g, Verdict::Refused { cause, message, .. })) if *g == generation => {
-            Decided::new("False", cause, message.clone())
-        }
-        Some((g, Verdict::Unloaded)) if *g == generation => {
-            Decided::new("False", "Unloaded", "the guest was unloaded")
-        }
-        _ => Decided::new("Unknown", "Pending", "waiting for the module"),
-    };
+    let pulled = pulled_condition(record);
+    let loaded = loaded_condition(record, generation, pulled.status);
     let mut ready = match (pulled.status, loaded.status) {
         ("True", "True") => Decided::new(
             "True",
@@ -325,6 +292,57 @@ fn desired(
         "shadow": shadow.map(|s| json!({"agreements": s.agreements, "differences": s.diffs})),
         "conditions": conditions,
     }))
+}
+
+/// The `Pulled` condition: the spec's validity and the last pull.
+fn pulled_condition(record: &Record) -> Decided {
+    match (&record.spec, record.current_pull()) {
+        (Err(_), _) if let Some((reason, message)) = &record.held => {
+            Decided::new("False", reason, message.clone())
+        }
+        (Err(why), _) => Decided::new("Unknown", "InvalidSpec", why.to_string()),
+        (
+            Ok(_),
+            Some(Pull::Pulled {
+                digest,
+                from_cache,
+                signed_by,
+                ..
+            }),
+        ) => {
+            let (reason, how) = if *from_cache {
+                ("FromCache", "from the module cache")
+            } else {
+                ("Pulled", "from the registry")
+            };
+            let signed = signed_by
+                .as_ref()
+                .map(|key| format!(", signed by {key}"))
+                .unwrap_or_default();
+            Decided::new("True", reason, format!("{digest}, {how}{signed}"))
+        }
+        (Ok(_), Some(Pull::Failed { cause, message, .. })) => {
+            Decided::new("False", cause, message.clone())
+        }
+        (Ok(_), _) => Decided::new("Unknown", "Pending", "pulling the module"),
+    }
+}
+
+/// The `Loaded` condition at `generation`: the guest set's verdict, once the module was
+/// `pulled` (that condition's status).
+fn loaded_condition(record: &Record, generation: i64, pulled: &str) -> Decided {
+    match &record.verdict {
+        Some((g, Verdict::Loaded { guest, .. })) if *g == generation && pulled == "True" => {
+            Decided::new("True", "Loaded", format!("runs as guest {guest}"))
+        }
+        Some((g, Verdict::Refused { cause, message, .. })) if *g == generation => {
+            Decided::new("False", cause, message.clone())
+        }
+        Some((g, Verdict::Unloaded)) if *g == generation => {
+            Decided::new("False", "Unloaded", "the guest was unloaded")
+        }
+        _ => Decided::new("Unknown", "Pending", "waiting for the module"),
+    }
 }
 
 /// A condition, keeping its transition time when its status did not change.

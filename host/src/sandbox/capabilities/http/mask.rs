@@ -684,7 +684,7 @@ mod tests {
             headers,
             body: Bytes::from_static(b"{}"),
         };
-        super::super::mask_response(&secrets, &mut response);
+        super::super::mask_response(&secrets, &mut response).unwrap();
         assert_eq!(response.headers.len(), 7, "{:?}", response.headers);
         assert_eq!(response.headers["x-plain"], "fine");
         assert!(

@@ -41,7 +41,7 @@ use wasmtime_wasi_http::{Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
 
 pub use address::{AddressPolicy, special};
 pub(crate) use ledger::{Charged, ChargedHttp, Ledger, MAX_RESOURCES};
-pub use outbound::{Outbound, OutboundRequest, OutboundResponse};
+pub use outbound::{Outbound, OutboundRequest, OutboundResponse, ValueError};
 pub(crate) use session::{FUNCTION, INTERFACE, Session, lock};
 
 use super::budget::HostBytes;
@@ -185,7 +185,20 @@ fn redirecting(name: &str) -> bool {
 }
 
 /// A denial as the guest receives it.
-fn denied(text: &str) -> Error {
+/// The CA bundle `rule` names, read through `provider`, if it names one.
+async fn ca_bundle(provider: &dyn Outbound, rule: &HttpRule) -> Result<Option<Vec<u8>>, Error> {
+    let Some(from) = &rule.ca_bundle else {
+        return Ok(None);
+    };
+    provider.value(from).await.map(Some).map_err(|why| {
+        Error::InternalError(Some(format!(
+            "unavailable: the CA bundle of {}: {why}",
+            rule.prefix
+        )))
+    })
+}
+
+fn denied(text: impl std::fmt::Display) -> Error {
     Error::InternalError(Some(format!("denied: {text}")))
 }
 
@@ -228,7 +241,7 @@ impl Exchanger {
                     // A guest writes the body after `handle`: it is read and thrown away (held
                     // nowhere), so the guest gets the refusal rather than a failed write.
                     self.drain(body).await;
-                    return Err(denied(&text));
+                    return Err(denied(text));
                 }
             };
         let body = self.read_body(body).await;
@@ -361,7 +374,7 @@ impl Exchanger {
             return answer.map(|response| (response, None));
         }
         let Some(provider) = self.guest.providers.http.clone() else {
-            return Err(denied(&format!(
+            return Err(denied(format!(
                 "guest `{}` may not {} {url}: this host sends no HTTP for its guests",
                 self.name(),
                 parts.method
@@ -375,15 +388,7 @@ impl Exchanger {
             HeaderValue::from_str(parts.uri.authority().map_or("", |a| a.as_str()))
                 .map_err(|_| Error::HttpRequestUriInvalid)?,
         );
-        let ca_bundle = match &rule.ca_bundle {
-            Some(from) => Some(provider.value(from).await.map_err(|why| {
-                Error::InternalError(Some(format!(
-                    "unavailable: the CA bundle of {}: {why}",
-                    rule.prefix
-                )))
-            })?),
-            None => None,
-        };
+        let ca_bundle = ca_bundle(provider.as_ref(), rule).await?;
         let (max_body, mut held) = self.hold_response().await?;
         let option =
             |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick);
@@ -405,38 +410,33 @@ impl Exchanger {
         let mut response = tokio::time::timeout_at(self.deadline.into(), provider.send(request))
             .await
             .unwrap_or(Err(Error::HttpResponseTimeout))
-            .map_err(|e| {
-                if !is_denial(&e) {
-                    return e;
-                }
-                // The provider refused an address: say whose request and where a grant goes.
-                self.count(host, "denied");
-                let text = format!(
-                    "guest `{}` may not {}; add a prefix naming the address to {}",
-                    self.name(),
-                    error_text(&e).trim_start_matches("denied: "),
-                    self.guest.grant.place_in_full(self.name(), "http")
-                );
-                tracing::warn!(guest = %self.name(), "{text}");
-                denied(&text)
-            })?;
+            .map_err(|e| self.refused_address(host, e))?;
         if let Some(held) = &mut held {
             held.shrink_to(response.body.len() + header_bytes(&response.headers));
         }
         let _ = budget.body_bytes(response.body.len()).await;
         if !secrets.is_empty() {
-            if let Some(encoding) = encoded(&response) {
-                self.count(host, "error");
-                return Err(Error::InternalError(Some(format!(
-                    "unavailable: the response from {url} is {encoding}-encoded although the \
-                     host asked for identity; the grant has credentials, and the host cannot \
-                     find them in a compressed body to mask them"
-                ))));
-            }
-            mask_response(&secrets, &mut response);
+            mask_response(&secrets, &mut response).inspect_err(|_| self.count(host, "error"))?;
         }
         self.count(host, status_class(response.status));
         Ok((response, held))
+    }
+
+    /// `e` as the guest is told it: when the provider refused an address, whose request it was
+    /// and where a grant goes.
+    fn refused_address(&self, host: &str, e: Error) -> Error {
+        if !is_denial(&e) {
+            return e;
+        }
+        self.count(host, "denied");
+        let text = format!(
+            "guest `{}` may not {}; add a prefix naming the address to {}",
+            self.name(),
+            error_text(&e).trim_start_matches("denied: "),
+            self.guest.grant.place_in_full(self.name(), "http")
+        );
+        tracing::warn!(guest = %self.name(), "{text}");
+        denied(&text)
     }
 
     /// The most a response may hold, and that much held from the guest's memory for HTTP
@@ -641,11 +641,21 @@ fn encoded(response: &OutboundResponse) -> Option<String> {
 }
 
 /// Overwrites the grant's credentials in the body, the header values and the header names.
-fn mask_response(secrets: &mask::Secrets, response: &mut OutboundResponse) {
+/// Masks the grant's `secrets` in `response`, or refuses it when its body is compressed (the
+/// host cannot find them there).
+fn mask_response(secrets: &mask::Secrets, response: &mut OutboundResponse) -> Result<(), Error> {
+    if let Some(encoding) = encoded(response) {
+        return Err(Error::InternalError(Some(format!(
+            "unavailable: the response is {encoding}-encoded although the host asked for \
+             identity; the grant has credentials, and the host cannot find them in a \
+             compressed body to mask them"
+        ))));
+    }
     if let Some(body) = secrets.masked(&response.body) {
         response.body = Bytes::from(body);
     }
     secrets.mask_headers(&mut response.headers);
+    Ok(())
 }
 
 fn status_class(status: http::StatusCode) -> &'static str {

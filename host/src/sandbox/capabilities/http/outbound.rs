@@ -47,7 +47,47 @@ pub struct OutboundResponse {
 #[async_trait]
 pub trait Outbound: Send + Sync {
     async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, Error>;
-    /// The bytes of a Secret's or ConfigMap's key, or why they cannot be read (the text names
-    /// the object and key, never a value).
-    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, String>;
+    /// The bytes of a Secret's or ConfigMap's key, or why they cannot be read.
+    async fn value(&self, from: &ValueFrom) -> Result<Vec<u8>, ValueError>;
+}
+
+/// Why the value a grant's credential names cannot be read: names the object and key, never a
+/// value. `kind` is `Secret` or `ConfigMap`; `object` is `NAMESPACE/NAME` where the namespace
+/// is known.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error("{0}: this host has no API server to read it from")]
+    NoApiServer(String),
+    #[error("cannot read {kind} {object}: {source}")]
+    Read {
+        kind: &'static str,
+        object: String,
+        source: kube::Error,
+    },
+    #[error("{kind} {object} has no key {key}")]
+    NoKey {
+        kind: &'static str,
+        object: String,
+        key: String,
+    },
+    #[error(
+        "Secret {object} key {key} is not base64 (a Secret's data is; write plain text under stringData)"
+    )]
+    NotBase64 { object: String, key: String },
+    #[error(
+        "{kind} {name} is not among the loaded objects: add it, with {key} in its data, to them"
+    )]
+    NotLoaded {
+        kind: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error(
+        "the loaded objects hold a {kind} {name} in several namespaces ({namespaces}): `run` reads the host's namespace only; keep one"
+    )]
+    Ambiguous {
+        kind: &'static str,
+        name: String,
+        namespaces: String,
+    },
 }

@@ -10,46 +10,39 @@ pub(super) fn authorize<'g>(
     grant: &'g Grant,
     method: &http::Method,
     uri: &http::Uri,
-) -> Result<&'g HttpRule, String> {
-    let url = uri.to_string();
-    let refuse = |why: String| {
-        format!(
-            "guest `{guest}` may not {method} {url}: {why}; add it to {}",
-            grant.place_in_full(guest, "http")
-        )
+) -> Result<&'g HttpRule, Box<Refused>> {
+    // Boxed: a refusal is the rare path, and its four strings would make every answer large.
+    let refuse = |why: Why| {
+        Box::new(Refused {
+            guest: guest.to_owned(),
+            method: method.to_string(),
+            url: uri.to_string(),
+            place: grant.place_in_full(guest, "http"),
+            why,
+        })
     };
     let scheme = uri
         .scheme_str()
         .map(str::to_ascii_lowercase)
-        .ok_or_else(|| refuse("the URL has no scheme".to_owned()))?;
-    let authority = uri
-        .authority()
-        .ok_or_else(|| refuse("the URL has no host".to_owned()))?;
+        .ok_or_else(|| refuse(Why::NoScheme))?;
+    let authority = uri.authority().ok_or_else(|| refuse(Why::NoHost))?;
     if authority.as_str().contains('@') {
-        return Err(refuse("the URL carries user information".to_owned()));
+        return Err(refuse(Why::UserInfo));
     }
     // `:044615` or `:+44615` reach the same port but travel in the Host header as written.
     if let Some(port) = authority.port()
         && port.as_str() != port.as_u16().to_string()
     {
-        return Err(refuse(format!(
-            "the port is spelled {}; write it as {}",
-            port.as_str(),
-            port.as_u16()
-        )));
+        return Err(refuse(Why::PortSpelling {
+            written: port.as_str().to_owned(),
+            port: port.as_u16(),
+        }));
     }
     let port = authority.port_u16().unwrap_or(match scheme.as_str() {
         "https" => 443,
         _ => 80,
     });
-    // A path some server resolves elsewhere is no grant's to allow: the advice differs.
-    let path = normalise_path(uri.path()).map_err(|why| {
-        format!(
-            "guest `{guest}` may not {method} {url}: {why}; no rule of {} can allow such a \
-             path, so write it as the server should read it",
-            grant.place_in_full(guest, "http")
-        )
-    })?;
+    let path = normalise_path(uri.path()).map_err(|why| refuse(Why::Path(why)))?;
     let host = authority.host();
     let under: Vec<&HttpRule> = grant
         .http
@@ -62,26 +55,93 @@ pub(super) fn authorize<'g>(
     {
         return Ok(rule);
     }
-    let allowed = if grant.http.is_empty() {
-        "the grant allows no HTTP at all".to_owned()
-    } else {
-        let rules: Vec<String> = grant
-            .http
-            .iter()
-            .map(|rule| {
-                let methods: Vec<String> = rule.methods().into_iter().collect();
-                format!("{} {}", methods.join(","), rule.prefix)
-            })
-            .collect();
-        let which = if under.is_empty() {
-            "no prefix of the grant holds the URL"
-        } else {
-            "the prefixes that hold the URL do not allow the method"
-        };
-        format!("{which} (allowed: {})", rules.join("; "))
-    };
-    Err(refuse(allowed))
+    if grant.http.is_empty() {
+        return Err(refuse(Why::NoHttp));
+    }
+    let rules: Vec<String> = grant
+        .http
+        .iter()
+        .map(|rule| {
+            let methods: Vec<String> = rule.methods().into_iter().collect();
+            format!("{} {}", methods.join(","), rule.prefix)
+        })
+        .collect();
+    Err(refuse(Why::NotAllowed {
+        under_a_prefix: !under.is_empty(),
+        allowed: rules.join("; "),
+    }))
 }
+
+/// A request the grant does not allow: the guest, the request, where its grant lives and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    guest: String,
+    method: String,
+    url: String,
+    /// Where the guest's `http:` rules are written (`guests.NAME.http`, a Reconciler's grant).
+    place: String,
+    why: Why,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Why {
+    NoScheme,
+    NoHost,
+    UserInfo,
+    PortSpelling {
+        written: String,
+        port: u16,
+    },
+    Path(crate::config::PathRefused),
+    NoHttp,
+    NotAllowed {
+        under_a_prefix: bool,
+        allowed: String,
+    },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            guest,
+            method,
+            url,
+            place,
+            why,
+        } = self;
+        write!(f, "guest `{guest}` may not {method} {url}: ")?;
+        match why {
+            Why::NoScheme => f.write_str("the URL has no scheme")?,
+            Why::NoHost => f.write_str("the URL has no host")?,
+            Why::UserInfo => f.write_str("the URL carries user information")?,
+            Why::PortSpelling { written, port } => {
+                write!(f, "the port is spelled {written}; write it as {port}")?;
+            }
+            // A path some server resolves elsewhere is no grant's to allow: the advice differs.
+            Why::Path(why) => {
+                return write!(
+                    f,
+                    "{why}; no rule of {place} can allow such a path, so write it as the server should read it"
+                );
+            }
+            Why::NoHttp => f.write_str("the grant allows no HTTP at all")?,
+            Why::NotAllowed {
+                under_a_prefix,
+                allowed,
+            } => {
+                let which = if *under_a_prefix {
+                    "the prefixes that hold the URL do not allow the method"
+                } else {
+                    "no prefix of the grant holds the URL"
+                };
+                write!(f, "{which} (allowed: {allowed})")?;
+            }
+        }
+        write!(f, "; add it to {place}")
+    }
+}
+
+impl std::error::Error for Refused {}
 
 #[cfg(test)]
 mod tests {
@@ -99,6 +159,7 @@ mod tests {
             &url.parse().unwrap(),
         )
         .map(|rule| rule.prefix.to_string())
+        .map_err(|refused| refused.to_string())
     }
 
     #[test]
