@@ -162,6 +162,16 @@ pub struct ShardState {
     pub(crate) fences: u64,
 }
 
+/// What one round read: the live members, the assignment, and this replica's part of it.
+struct Round<'a> {
+    me: &'a str,
+    live: &'a BTreeMap<String, String>,
+    members: usize,
+    assignment: &'a Assignment,
+    owned: SlotSet,
+    target: SlotSet,
+}
+
 /// Who holds which slots, kept in the assignment lease's annotation.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 struct Assignment {
@@ -708,35 +718,61 @@ impl Coordinator {
             s.fenced = false;
         });
 
-        let losing = owned.difference(&target);
-        if !losing.is_empty() {
-            let keep = owned.intersection(&target);
-            self.publish(|s| s.active = keep);
-            if !self.wait_stopped(&keep).await {
-                return Ok(());
-            }
-            let next = assignment.with(&me, &self.options.identity, keep, &live);
-            self.write_assignment(&mut lease, &next).await?;
-            tracing::info!(released = %losing, keeps = %keep, members = members.len(), "handed slots over");
-            self.publish(|s| s.owned = keep);
+        let round = Round {
+            me: &me,
+            live: &live,
+            members: members.len(),
+            assignment: &assignment,
+            owned,
+            target,
+        };
+        if owned.difference(&target).is_empty() {
+            self.claim(&round, &mut lease).await
+        } else {
+            self.release(&round, &mut lease).await
+        }
+    }
+
+    /// Stops reconciling the owned slots outside the target, waits for their in-flight
+    /// reconciles, then writes the assignment without them.
+    async fn release(&mut self, round: &Round<'_>, lease: &mut Lease) -> Result<(), kube::Error> {
+        let losing = round.owned.difference(&round.target);
+        let keep = round.owned.intersection(&round.target);
+        self.publish(|s| s.active = keep);
+        if !self.wait_stopped(&keep).await {
             return Ok(());
         }
+        let next = round
+            .assignment
+            .with(round.me, &self.options.identity, keep, round.live);
+        self.write_assignment(lease, &next).await?;
+        tracing::info!(released = %losing, keeps = %keep, members = round.members, "handed slots over");
+        self.publish(|s| s.owned = keep);
+        Ok(())
+    }
 
-        let taken = assignment.held_by_others(&me, &live);
-        let gaining = target.difference(&owned).difference(&taken);
-        let orphaned = assignment
+    /// Claims the target's slots no live member holds (and rewrites an assignment naming a
+    /// member that is gone); with nothing to change, reconciles what it owns.
+    async fn claim(&mut self, round: &Round<'_>, lease: &mut Lease) -> Result<(), kube::Error> {
+        let taken = round.assignment.held_by_others(round.me, round.live);
+        let gaining = round.target.difference(&round.owned).difference(&taken);
+        let orphaned = round
+            .assignment
             .holders
             .iter()
-            .any(|h| !live.contains_key(&h.lease));
+            .any(|h| !round.live.contains_key(&h.lease));
         if gaining.is_empty() && !orphaned {
+            let owned = round.owned;
             self.publish(|s| s.active = owned);
             return Ok(());
         }
-        let claim = owned.union(&gaining);
-        let next = assignment.with(&me, &self.options.identity, claim, &live);
-        self.write_assignment(&mut lease, &next).await?;
+        let claim = round.owned.union(&gaining);
+        let next = round
+            .assignment
+            .with(round.me, &self.options.identity, claim, round.live);
+        self.write_assignment(lease, &next).await?;
         if !gaining.is_empty() {
-            tracing::info!(gained = %gaining, owns = %claim, members = members.len(), "claimed slots");
+            tracing::info!(gained = %gaining, owns = %claim, members = round.members, "claimed slots");
         }
         self.publish(|s| {
             s.owned = claim;
