@@ -17,6 +17,7 @@ mod limits;
 mod queue;
 mod reconcilers;
 mod record;
+mod rollout;
 mod selectors;
 mod service_account;
 mod writes;
@@ -32,6 +33,7 @@ pub use limits::{Limits, Rate, Reuse};
 pub use queue::QueueConfig;
 pub(crate) use reconcilers::{Allow, ReconcilerSettings, TenantRule, VerifySettings};
 pub use record::{DEFAULT_RECORD_BYTES, RecordPolicy};
+pub use rollout::{Canary, Gates, Hold, Percent, PercentOutOfRange, PlanError, Rollout, Step};
 pub use selectors::ReadSelectors;
 pub(crate) use selectors::selector_within;
 pub use service_account::{

@@ -1,0 +1,857 @@
+//! A rollout in flight: which version reconciles which key, what each version showed in the
+//! current step, and what the plan's gates make of it.
+//!
+//! Everything here is a pure function of the plan, the measurements and the clock, so the
+//! decisions are tested without a cluster; the state a rollout must survive a restart or a
+//! failover with ([`RolloutStatus`]) is what goes into the Reconciler's status.
+
+// The decisions are tested on their own; the guest set and the controllers take them up next
+// (issue 56), and until then nothing outside the tests calls them.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::shard_ranges::fnv1a64;
+use crate::config::{Canary, Rollout, Step};
+
+/// Durations kept per version and window for the p99: a window's last this many reconciles.
+const DURATIONS: usize = 4096;
+/// Differing paths kept as evidence per window (the most frequent are shown).
+const EVIDENCE: usize = 64;
+/// Points of a key's place on the share line: a canary of 1 % holds 100 of them.
+const POINTS: u32 = 10_000;
+
+/// Who reconciles the keys while a rollout is at a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// The old version reconciles every key; the new one runs on each in shadow.
+    Shadow,
+    /// The new version reconciles the keys whose [`point`] is below `percent`; the old the rest.
+    Canary(u8),
+    /// The new version reconciles every key: promoted.
+    New,
+    /// The old version reconciles every key and the new one does not run: before the first
+    /// step, or rolled back.
+    Old,
+}
+
+impl Share {
+    /// Whether the new version reconciles this key (actively, not in shadow).
+    pub(crate) fn new_version_holds(self, namespace: Option<&str>, name: &str) -> bool {
+        match self {
+            Self::Shadow | Self::Old => false,
+            Self::New => true,
+            Self::Canary(percent) => point(namespace, name) < u32::from(percent) * (POINTS / 100),
+        }
+    }
+
+    /// Whether the new version also runs, in shadow, on keys the old one reconciles.
+    pub(crate) fn shadows(self) -> bool {
+        self == Self::Shadow
+    }
+}
+
+impl fmt::Display for Share {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shadow => f.write_str("shadow"),
+            Self::Canary(percent) => write!(f, "{percent}%"),
+            Self::New => f.write_str("100%"),
+            Self::Old => f.write_str("0%"),
+        }
+    }
+}
+
+/// Where `namespace/name` falls on the share line, 0 to 9,999. Names, not uids: a key keeps its
+/// side when its object is deleted and created again, and the ring's slots (a hash of the uid)
+/// are independent of it, so a reshard moves no key across versions.
+pub(crate) fn point(namespace: Option<&str>, name: &str) -> u32 {
+    let key = format!("{}/{name}", namespace.unwrap_or_default());
+    // The hash scaled onto 0..POINTS by its high bits: every point equally likely.
+    let scaled = (u128::from(spread(fnv1a64(key.as_bytes()))) * u128::from(POINTS)) >> 64;
+    u32::try_from(scaled).unwrap_or(POINTS - 1)
+}
+
+/// The 64-bit finaliser of murmur3: FNV-1a leaves its high bits barely touched by the last
+/// bytes of similar names (`w-00001`, `w-00002`), so shares read off them came out 15 % wide.
+fn spread(mut hash: u64) -> u64 {
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
+}
+
+/// How one reconcile of a version ended, as the gates count it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub took: Duration,
+    /// A permanent error, a trap or a deadline (not a requeue a guest asked for).
+    pub failed: bool,
+    /// In shadow: the paths its writes would change (empty: it agrees). `None` when it ran
+    /// actively.
+    pub differing: Option<Vec<String>>,
+}
+
+/// What one version showed in the current step.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Window {
+    reconciles: u64,
+    errors: u64,
+    compared: u64,
+    agreed: u64,
+    durations: Vec<Duration>,
+    next: usize,
+    evidence: BTreeMap<String, u64>,
+}
+
+impl Window {
+    pub(crate) fn record(&mut self, outcome: &Outcome) {
+        self.reconciles += 1;
+        self.errors += u64::from(outcome.failed);
+        if self.durations.len() < DURATIONS {
+            self.durations.push(outcome.took);
+        } else {
+            self.durations[self.next] = outcome.took;
+            self.next = (self.next + 1) % DURATIONS;
+        }
+        let Some(differing) = &outcome.differing else {
+            return;
+        };
+        self.compared += 1;
+        if differing.is_empty() {
+            self.agreed += 1;
+        }
+        for path in differing {
+            if let Some(count) = self.evidence.get_mut(path) {
+                *count += 1;
+            } else if self.evidence.len() < EVIDENCE {
+                self.evidence.insert(path.clone(), 1);
+            }
+        }
+    }
+
+    pub(crate) fn reconciles(&self) -> u64 {
+        self.reconciles
+    }
+
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    fn error_rate(&self) -> f64 {
+        if self.reconciles == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.reconciles as f64
+        }
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    fn agreement(&self) -> f64 {
+        if self.compared == 0 {
+            1.0
+        } else {
+            self.agreed as f64 / self.compared as f64
+        }
+    }
+
+    /// The 99th percentile of the kept durations (nearest rank).
+    fn p99(&self) -> Option<Duration> {
+        if self.durations.is_empty() {
+            return None;
+        }
+        let mut sorted = self.durations.clone();
+        sorted.sort_unstable();
+        let rank = (sorted.len() * 99).div_ceil(100).max(1);
+        Some(sorted[rank - 1])
+    }
+
+    /// The differing paths, most frequent first, with their counts.
+    fn evidence(&self) -> Vec<String> {
+        let mut paths: Vec<(&String, &u64)> = self.evidence.iter().collect();
+        paths.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        paths
+            .into_iter()
+            .take(8)
+            .map(|(path, count)| format!("{path} ({count})"))
+            .collect()
+    }
+}
+
+/// What the plan makes of a step so far.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Verdict {
+    /// Stay at this step, for the reason given.
+    Wait(Waiting),
+    /// The step is done and every gate held: on to the next step (or the promotion).
+    Next,
+    /// A gate failed: roll back.
+    Fail(GateFailure),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// The step's duration has this much left.
+    Time(Duration),
+    /// A version has fewer reconciles in the step than it needs.
+    Sample {
+        version: &'static str,
+        has: u64,
+        needs: u64,
+    },
+    /// A pause: a person promotes or aborts.
+    Person,
+}
+
+impl fmt::Display for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Time(left) => write!(f, "{} left in the step", humantime::format_duration(*left)),
+            Self::Sample {
+                version,
+                has,
+                needs,
+            } => write!(
+                f,
+                "the {version} version has {has} of the {needs} reconciles the step needs"
+            ),
+            Self::Person => f.write_str("paused until a person promotes or aborts"),
+        }
+    }
+}
+
+/// A gate that failed, with the numbers it judged.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum GateFailure {
+    Agreement {
+        agreed: u64,
+        compared: u64,
+        min: f64,
+        evidence: Vec<String>,
+    },
+    ErrorRate {
+        new: (u64, u64),
+        old: (u64, u64),
+        max_increase: f64,
+    },
+    P99 {
+        new: Duration,
+        old: Duration,
+        limit: Duration,
+    },
+}
+
+impl GateFailure {
+    /// The gate's name, for a metric label and the status.
+    pub(crate) fn gate(&self) -> &'static str {
+        match self {
+            Self::Agreement { .. } => "agreement",
+            Self::ErrorRate { .. } => "errorRate",
+            Self::P99 { .. } => "p99",
+        }
+    }
+}
+
+impl fmt::Display for GateFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Agreement {
+                agreed,
+                compared,
+                min,
+                evidence,
+            } => {
+                write!(
+                    f,
+                    "agreement: {agreed} of {compared} compared reconciles agree, below {min}"
+                )?;
+                if !evidence.is_empty() {
+                    write!(f, "; differing: {}", evidence.join(", "))?;
+                }
+                Ok(())
+            }
+            Self::ErrorRate {
+                new,
+                old,
+                max_increase,
+            } => write!(
+                f,
+                "errorRate: the new version failed {} of {} reconciles, the old one {} of {}: more than {max_increase} above",
+                new.0, new.1, old.0, old.1
+            ),
+            Self::P99 { new, old, limit } => write!(
+                f,
+                "p99: the new version's p99 reconcile time is {new:?}, the old one's {old:?}; the limit is {limit:?}"
+            ),
+        }
+    }
+}
+
+/// Judges step `step` of `plan` after `elapsed` in it, from the two versions' windows.
+/// The gates are judged as soon as both versions have the plan's minimum sample, so a failing
+/// version is rolled back without waiting out the step; the step ends when its duration is
+/// over, the new version has its minimum count of reconciles, and every gate held.
+pub(crate) fn judge(
+    plan: &Rollout,
+    step: usize,
+    elapsed: Duration,
+    new: &Window,
+    old: &Window,
+) -> Verdict {
+    let gates = &plan.gates;
+    let sampled = new.reconciles >= gates.min_sample && old.reconciles >= gates.min_sample;
+    if sampled && let Some(failure) = gates_failed(plan, new, old) {
+        return Verdict::Fail(failure);
+    }
+    let Some(hold) = plan.steps.get(step).and_then(Step::hold) else {
+        return Verdict::Wait(Waiting::Person);
+    };
+    if let Some(left) = hold.duration.checked_sub(elapsed)
+        && !left.is_zero()
+    {
+        return Verdict::Wait(Waiting::Time(left));
+    }
+    let needs = plan.min_reconciles(step);
+    if new.reconciles < needs {
+        return Verdict::Wait(Waiting::Sample {
+            version: "new",
+            has: new.reconciles,
+            needs,
+        });
+    }
+    if !sampled {
+        let (version, window) = if new.reconciles < gates.min_sample {
+            ("new", new)
+        } else {
+            ("old", old)
+        };
+        return Verdict::Wait(Waiting::Sample {
+            version,
+            has: window.reconciles,
+            needs: gates.min_sample,
+        });
+    }
+    Verdict::Next
+}
+
+fn gates_failed(plan: &Rollout, new: &Window, old: &Window) -> Option<GateFailure> {
+    let gates = &plan.gates;
+    if new.compared >= gates.min_sample && new.agreement() < gates.min_agreement {
+        return Some(GateFailure::Agreement {
+            agreed: new.agreed,
+            compared: new.compared,
+            min: gates.min_agreement,
+            evidence: new.evidence(),
+        });
+    }
+    if new.error_rate() > old.error_rate() + gates.max_error_rate_increase {
+        return Some(GateFailure::ErrorRate {
+            new: (new.errors, new.reconciles),
+            old: (old.errors, old.reconciles),
+            max_increase: gates.max_error_rate_increase,
+        });
+    }
+    if let (Some(new_p99), Some(old_p99)) = (new.p99(), old.p99()) {
+        let limit = old_p99
+            .mul_f64(gates.max_p99_ratio)
+            .max(old_p99 + gates.p99_slack);
+        if new_p99 > limit {
+            return Some(GateFailure::P99 {
+                new: new_p99,
+                old: old_p99,
+                limit,
+            });
+        }
+    }
+    None
+}
+
+/// Where a rollout stands; kept in the Reconciler's status, so a restart or a failover resumes
+/// at the same step with the same share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RolloutStatus {
+    /// The digest of the version being replaced.
+    pub from: String,
+    /// The digest of the version rolling out.
+    pub to: String,
+    /// The index of the current step in the plan's `steps`.
+    pub step: usize,
+    /// When the current step began (RFC 3339).
+    pub step_started: String,
+    pub phase: Phase,
+    /// Why it waits, or which gate failed with its numbers.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Phase {
+    /// Walking the steps.
+    Progressing,
+    /// Stopped at the current share by a person; gates are still judged.
+    Paused,
+    /// The new version took every key.
+    Promoted,
+    /// A gate failed: the old version took every key back; `to` is not tried again until the
+    /// spec changes.
+    RolledBack,
+    /// A person aborted: as rolled back.
+    Aborted,
+}
+
+/// What changed when a rollout moved, for the event, the log and the metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Moved {
+    pub from: Share,
+    pub to: Share,
+    pub phase: Phase,
+}
+
+impl RolloutStatus {
+    /// A rollout from `from` to `to`, at its first step from `now`.
+    pub(crate) fn begin(from: String, to: String, now: Timestamp) -> Self {
+        Self {
+            from,
+            to,
+            step: 0,
+            step_started: now.to_string(),
+            phase: Phase::Progressing,
+            message: String::new(),
+        }
+    }
+
+    /// Who reconciles which key now.
+    pub(crate) fn share(&self, plan: &Rollout) -> Share {
+        match self.phase {
+            Phase::Promoted => Share::New,
+            Phase::RolledBack | Phase::Aborted => Share::Old,
+            Phase::Progressing | Phase::Paused => share_at(plan, self.step),
+        }
+    }
+
+    /// How long the current step has run at `now` (zero for a start time that does not read,
+    /// so a damaged status restarts the step's clock rather than skipping it).
+    pub(crate) fn elapsed(&self, now: Timestamp) -> Duration {
+        self.step_started
+            .parse::<Timestamp>()
+            .ok()
+            .and_then(|started| Duration::try_from(now.duration_since(started)).ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether the rollout still runs the new version beside the old.
+    pub(crate) fn in_flight(&self) -> bool {
+        matches!(self.phase, Phase::Progressing | Phase::Paused)
+    }
+
+    /// Applies a verdict at `now`; what moved, if the share changed or the rollout ended.
+    pub(crate) fn apply(
+        &mut self,
+        plan: &Rollout,
+        verdict: Verdict,
+        now: Timestamp,
+    ) -> Option<Moved> {
+        if !self.in_flight() {
+            return None;
+        }
+        match verdict {
+            Verdict::Wait(why) => {
+                self.message = why.to_string();
+                None
+            }
+            Verdict::Next if self.phase == Phase::Paused => None,
+            Verdict::Next => Some(self.step_on(plan, now)),
+            Verdict::Fail(failure) => {
+                self.message = failure.to_string();
+                Some(self.end(plan, Phase::RolledBack))
+            }
+        }
+    }
+
+    /// A person's `promote`: the next step now, gates or not (a pause ends here).
+    pub(crate) fn promote(&mut self, plan: &Rollout, now: Timestamp) -> Option<Moved> {
+        if !self.in_flight() {
+            return None;
+        }
+        self.phase = Phase::Progressing;
+        "promoted by a person".clone_into(&mut self.message);
+        Some(self.step_on(plan, now))
+    }
+
+    /// A person's `pause`: the share stays; the gates are still judged.
+    pub(crate) fn pause(&mut self) {
+        if self.in_flight() {
+            self.phase = Phase::Paused;
+            "paused by a person".clone_into(&mut self.message);
+        }
+    }
+
+    /// A person's `abort`: the old version takes every key back.
+    pub(crate) fn abort(&mut self, plan: &Rollout) -> Option<Moved> {
+        if !self.in_flight() {
+            return None;
+        }
+        "aborted by a person".clone_into(&mut self.message);
+        Some(self.end(plan, Phase::Aborted))
+    }
+
+    fn step_on(&mut self, plan: &Rollout, now: Timestamp) -> Moved {
+        let from = self.share(plan);
+        if self.step + 1 >= plan.steps.len() {
+            self.phase = Phase::Promoted;
+        } else {
+            self.step += 1;
+            self.step_started = now.to_string();
+        }
+        let to = self.share(plan);
+        Moved {
+            from,
+            to,
+            phase: self.phase,
+        }
+    }
+
+    fn end(&mut self, plan: &Rollout, phase: Phase) -> Moved {
+        let from = self.share(plan);
+        self.phase = phase;
+        Moved {
+            from,
+            to: Share::Old,
+            phase,
+        }
+    }
+}
+
+/// The share at step `step`: a pause keeps the share of the step before it.
+fn share_at(plan: &Rollout, step: usize) -> Share {
+    plan.steps
+        .iter()
+        .take(step + 1)
+        .rev()
+        .find_map(|step| match step {
+            Step::Shadow(_) => Some(Share::Shadow),
+            Step::Canary(Canary { percent, .. }) => Some(Share::Canary(percent.get())),
+            Step::Pause {} => None,
+        })
+        .unwrap_or(Share::Old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(yaml: &str) -> Rollout {
+        let plan: Rollout = serde_yaml::from_str(yaml).unwrap();
+        plan.check().unwrap();
+        plan
+    }
+
+    fn window(reconciles: u64, errors: u64, took_ms: u64) -> Window {
+        let mut window = Window::default();
+        for i in 0..reconciles {
+            window.record(&Outcome {
+                took: Duration::from_millis(took_ms),
+                failed: i < errors,
+                differing: None,
+            });
+        }
+        window
+    }
+
+    fn shadowed(agree: u64, differ: &[&str]) -> Window {
+        let mut window = Window::default();
+        for _ in 0..agree {
+            window.record(&Outcome {
+                took: Duration::from_millis(2),
+                failed: false,
+                differing: Some(vec![]),
+            });
+        }
+        for path in differ {
+            window.record(&Outcome {
+                took: Duration::from_millis(2),
+                failed: false,
+                differing: Some(vec![(*path).to_owned()]),
+            });
+        }
+        window
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    #[test]
+    fn a_canary_holds_about_its_share_of_keys_and_the_same_keys_as_it_grows() {
+        let keys: Vec<String> = (0..20_000).map(|i| format!("w-{i:05}")).collect();
+        let holds = |percent: u8| -> Vec<&String> {
+            keys.iter()
+                .filter(|k| Share::Canary(percent).new_version_holds(Some("team-a"), k))
+                .collect()
+        };
+        let ten = holds(10);
+        let fifty = holds(50);
+        assert!((1_800..=2_200).contains(&ten.len()), "{}", ten.len());
+        assert!((9_600..=10_400).contains(&fifty.len()), "{}", fifty.len());
+        // A key on the new side at 10 % stays there at 50 %: shares grow, keys never flip back.
+        assert!(ten.iter().all(|k| fifty.contains(k)));
+        // The namespace is part of the key.
+        assert_ne!(point(Some("a"), "x"), point(Some("b"), "x"));
+        assert_eq!(point(None, "x"), point(Some(""), "x"));
+        assert!(!Share::Shadow.new_version_holds(None, "x"));
+        assert!(!Share::Old.new_version_holds(None, "x"));
+        assert!(Share::New.new_version_holds(None, "x"));
+    }
+
+    #[test]
+    fn a_good_version_walks_every_step_and_is_promoted() {
+        let plan = plan(
+            "steps: [{shadow: {duration: 1m}}, {canary: {percent: 10, duration: 1m}}, {canary: {percent: 50, duration: 1m}}]\n\
+             gates: {minSample: 20}",
+        );
+        let mut status = RolloutStatus::begin("sha256:a".into(), "sha256:b".into(), at(0));
+        assert_eq!(status.share(&plan), Share::Shadow);
+        let mut shares = vec![status.share(&plan)];
+        let mut now = 0;
+        while status.in_flight() {
+            let new = if status.share(&plan) == Share::Shadow {
+                shadowed(30, &[])
+            } else {
+                window(30, 0, 3)
+            };
+            let verdict = judge(
+                &plan,
+                status.step,
+                status.elapsed(at(now)),
+                &new,
+                &window(30, 0, 3),
+            );
+            if let Some(moved) = status.apply(&plan, verdict, at(now)) {
+                assert_eq!(moved.from, *shares.last().unwrap());
+                shares.push(moved.to);
+            }
+            now += 30;
+            assert!(now < 600, "stuck at {status:?}");
+        }
+        assert_eq!(
+            shares,
+            vec![
+                Share::Shadow,
+                Share::Canary(10),
+                Share::Canary(50),
+                Share::New
+            ]
+        );
+        assert_eq!(status.phase, Phase::Promoted);
+    }
+
+    #[test]
+    fn a_step_waits_for_its_time_and_for_both_samples() {
+        let plan = plan(
+            "steps: [{canary: {percent: 10, duration: 2m, minReconciles: 40}}]\ngates: {minSample: 20}",
+        );
+        let good = window(50, 0, 3);
+        assert_eq!(
+            judge(&plan, 0, Duration::from_secs(30), &good, &good),
+            Verdict::Wait(Waiting::Time(Duration::from_secs(90)))
+        );
+        assert_eq!(
+            judge(&plan, 0, Duration::from_mins(2), &window(39, 0, 3), &good),
+            Verdict::Wait(Waiting::Sample {
+                version: "new",
+                has: 39,
+                needs: 40
+            })
+        );
+        assert_eq!(
+            judge(&plan, 0, Duration::from_mins(2), &good, &window(5, 0, 3)),
+            Verdict::Wait(Waiting::Sample {
+                version: "old",
+                has: 5,
+                needs: 20
+            })
+        );
+        assert_eq!(
+            judge(&plan, 0, Duration::from_mins(2), &good, &good),
+            Verdict::Next
+        );
+    }
+
+    #[test]
+    fn disagreement_in_shadow_fails_before_the_step_ends_and_names_the_paths() {
+        let plan = plan("gates: {minSample: 20}");
+        let new = shadowed(
+            18,
+            &[
+                "status.conditions[Ready].status",
+                "status.conditions[Ready].status",
+                "spec.replicas",
+            ],
+        );
+        let verdict = judge(&plan, 0, Duration::from_secs(1), &new, &window(21, 0, 2));
+        let Verdict::Fail(failure) = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!(failure.gate(), "agreement");
+        let text = failure.to_string();
+        assert!(
+            text.contains("18 of 21 compared reconciles agree, below 0.99"),
+            "{text}"
+        );
+        assert!(
+            text.contains("status.conditions[Ready].status (2), spec.replicas (1)"),
+            "{text}"
+        );
+        // Below the minimum sample, nothing is judged yet.
+        assert!(matches!(
+            judge(
+                &plan,
+                0,
+                Duration::from_secs(1),
+                &shadowed(5, &["x"]),
+                &window(21, 0, 2)
+            ),
+            Verdict::Wait(Waiting::Time(_))
+        ));
+    }
+
+    #[test]
+    fn errors_above_the_old_versions_rate_fail_the_canary() {
+        let plan = plan(
+            "steps: [{canary: {percent: 10}}]\ngates: {minSample: 50, maxErrorRateIncrease: 0.05}",
+        );
+        let old = window(100, 2, 3);
+        // 0.06 against 0.02: within 0.05.
+        assert!(matches!(
+            judge(&plan, 0, Duration::ZERO, &window(50, 3, 3), &old),
+            Verdict::Wait(_)
+        ));
+        // 0.1 against 0.02: beyond.
+        let verdict = judge(&plan, 0, Duration::ZERO, &window(50, 5, 3), &old);
+        let Verdict::Fail(failure) = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!(failure.gate(), "errorRate");
+        assert!(
+            failure
+                .to_string()
+                .contains("failed 5 of 50 reconciles, the old one 2 of 100")
+        );
+    }
+
+    #[test]
+    fn a_slower_p99_fails_only_beyond_both_the_ratio_and_the_slack() {
+        let plan = plan(
+            "steps: [{canary: {percent: 10}}]\ngates: {minSample: 20, maxP99Ratio: 1.5, p99Slack: 5ms}",
+        );
+        let old = window(100, 0, 2);
+        // 6 ms against 2 ms: three times, but within 5 ms of slack.
+        assert!(matches!(
+            judge(&plan, 0, Duration::ZERO, &window(100, 0, 6), &old),
+            Verdict::Wait(_)
+        ));
+        let verdict = judge(&plan, 0, Duration::ZERO, &window(100, 0, 8), &old);
+        assert_eq!(
+            verdict,
+            Verdict::Fail(GateFailure::P99 {
+                new: Duration::from_millis(8),
+                old: Duration::from_millis(2),
+                limit: Duration::from_millis(7),
+            })
+        );
+        // The p99 is the 99th of 100, not the maximum: one slow reconcile is no regression.
+        let mut one_slow = window(99, 0, 2);
+        one_slow.record(&Outcome {
+            took: Duration::from_secs(1),
+            failed: false,
+            differing: None,
+        });
+        assert_eq!(one_slow.p99(), Some(Duration::from_millis(2)));
+    }
+
+    #[test]
+    fn a_failed_gate_rolls_back_and_nothing_moves_afterwards() {
+        let plan = plan("{}");
+        let mut status = RolloutStatus::begin("a".into(), "b".into(), at(0));
+        let failure = GateFailure::ErrorRate {
+            new: (9, 50),
+            old: (0, 50),
+            max_increase: 0.01,
+        };
+        let moved = status.apply(&plan, Verdict::Fail(failure.clone()), at(10));
+        assert_eq!(
+            moved,
+            Some(Moved {
+                from: Share::Shadow,
+                to: Share::Old,
+                phase: Phase::RolledBack
+            })
+        );
+        assert_eq!(status.share(&plan), Share::Old);
+        assert_eq!(status.message, failure.to_string());
+        assert_eq!(status.apply(&plan, Verdict::Next, at(20)), None);
+        assert_eq!(status.promote(&plan, at(20)), None);
+        assert_eq!(status.share(&plan), Share::Old);
+    }
+
+    #[test]
+    fn a_pause_holds_the_share_before_it_until_a_person_promotes() {
+        let plan = plan(
+            "steps: [{canary: {percent: 20, duration: 1s}}, {pause: {}}]\ngates: {minSample: 1}",
+        );
+        let mut status = RolloutStatus::begin("a".into(), "b".into(), at(0));
+        let good = window(5, 0, 1);
+        let verdict = judge(&plan, 0, status.elapsed(at(2)), &good, &good);
+        status.apply(&plan, verdict, at(2));
+        assert_eq!((status.step, status.share(&plan)), (1, Share::Canary(20)));
+        let verdict = judge(&plan, 1, status.elapsed(at(3600)), &good, &good);
+        assert_eq!(verdict, Verdict::Wait(Waiting::Person));
+        assert_eq!(status.apply(&plan, verdict, at(3600)), None);
+        let moved = status.promote(&plan, at(3601)).unwrap();
+        assert_eq!((moved.from, moved.to), (Share::Canary(20), Share::New));
+        assert_eq!(status.phase, Phase::Promoted);
+    }
+
+    #[test]
+    fn a_person_pauses_and_aborts_and_a_pause_still_rolls_back_on_a_gate() {
+        let plan = plan("{}");
+        let mut status = RolloutStatus::begin("a".into(), "b".into(), at(0));
+        status.pause();
+        assert_eq!(status.phase, Phase::Paused);
+        assert_eq!(status.apply(&plan, Verdict::Next, at(1000)), None);
+        assert_eq!(status.share(&plan), Share::Shadow);
+        let failure = GateFailure::P99 {
+            new: Duration::from_secs(1),
+            old: Duration::from_millis(1),
+            limit: Duration::from_millis(6),
+        };
+        assert!(
+            status
+                .apply(&plan, Verdict::Fail(failure), at(1001))
+                .is_some()
+        );
+        assert_eq!(status.phase, Phase::RolledBack);
+
+        let mut status = RolloutStatus::begin("a".into(), "b".into(), at(0));
+        let moved = status.abort(&plan).unwrap();
+        assert_eq!((moved.to, moved.phase), (Share::Old, Phase::Aborted));
+    }
+
+    #[test]
+    fn the_status_survives_a_round_trip_and_a_damaged_clock_restarts_the_step() {
+        let mut status = RolloutStatus::begin("sha256:a".into(), "sha256:b".into(), at(0));
+        status.step = 2;
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["stepStarted"], "2027-01-15T08:00:00Z");
+        assert_eq!(json["phase"], "Progressing");
+        let back: RolloutStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(back, status);
+        assert_eq!(back.elapsed(at(90)), Duration::from_secs(90));
+        status.step_started = "yesterday".into();
+        assert_eq!(status.elapsed(at(90)), Duration::ZERO);
+    }
+}
