@@ -85,6 +85,11 @@ pub struct Grant {
     /// host configuration sets it: a `Reconciler`'s grant cannot (its schema has no such field).
     #[serde(default)]
     pub record: Option<RecordPolicy>,
+    /// How a new version of the guest's module takes over (`crate::config::Rollout`): unset,
+    /// at once; set, through shadow and canary steps judged by gates. A `Reconciler` writes it
+    /// as `spec.rollout`.
+    #[serde(default)]
+    pub rollout: Option<super::Rollout>,
     /// Allows every read, write and backend: only the offline runner uses this, when it is
     /// given no host configuration.
     #[serde(skip)]

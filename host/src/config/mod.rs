@@ -145,6 +145,12 @@ impl HostConfig {
                     format!("guests.{guest}.{message}"),
                 ));
             }
+            if let Some(Err(message)) = grant.rollout.as_ref().map(Rollout::check) {
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("guests.{guest}.{message}"),
+                ));
+            }
             if let Some(Err(message)) = grant.record.as_ref().map(RecordPolicy::check) {
                 return Err(ConfigError::invalid(
                     path,

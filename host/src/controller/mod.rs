@@ -39,6 +39,7 @@ mod caches;
 mod index;
 mod keys;
 pub mod queue;
+mod rolling;
 pub(crate) mod sync;
 mod triggers;
 mod version;
@@ -63,6 +64,7 @@ use caches::Caches;
 pub use index::{FieldIndex, Held, IndexBudget};
 use index::{Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
+use rolling::{Driver, Rolling, Side};
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, map_events};
 pub(crate) use triggers::{WatchFilter, index_keys, kept_generation, primary_keys, valid_keys};
@@ -96,6 +98,8 @@ pub(crate) struct Shared {
     pub(crate) max_concurrency: u32,
     /// Low-priority keys behind changes (the default); off with [`QUEUE_ENV`]`=fifo`.
     pub(crate) queue_priorities: bool,
+    /// Where controllers publish their rollouts, and the versions rolled back.
+    pub(crate) rollouts: Arc<crate::supply::guest_set::Rollouts>,
 }
 
 /// A running controller. Dropping it without `stop` aborts its tasks.
@@ -103,6 +107,10 @@ pub struct Controller {
     name: String,
     queue: WorkQueue<ObjectKey>,
     version: watch::Sender<Arc<GuestVersion>>,
+    /// A rollout in flight: a new version beside `version`, on a share of the keys.
+    rolling: watch::Sender<Option<Arc<Rolling>>>,
+    /// The task that judges the rollout in flight.
+    driver: Option<tokio::task::AbortHandle>,
     tasks: JoinSet<()>,
     /// The workers, started once the caches synced. Held here, not inside the task that
     /// starts them, so that stopping the controller waits until each has really ended: an
@@ -172,6 +180,7 @@ impl Controller {
         let keys = Keys::new(queue.clone(), guest.tenant(), &name, shared.metrics.clone());
         let (version, _) =
             watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &keys)));
+        let (rolling, _) = watch::channel(None);
 
         let mut tasks = JoinSet::new();
         let (leading, lead) = watch::channel(leading);
@@ -201,6 +210,7 @@ impl Controller {
             caches: caches.clone(),
             queue: queue.clone(),
             version: version.subscribe(),
+            rolling: rolling.subscribe(),
             slots,
         };
         let (guest_name, starter, mut lead) = (name.clone(), workers.clone(), lead);
@@ -220,6 +230,8 @@ impl Controller {
             name,
             queue,
             version,
+            rolling,
+            driver: None,
             tasks,
             workers,
             synced,
@@ -277,9 +289,14 @@ impl Controller {
         self.synced.clone()
     }
 
-    /// Whether this controller runs exactly this version of its guest.
+    /// Whether this controller runs exactly this version of its guest, or rolls it out.
     pub(crate) fn runs(&self, guest: &Arc<ActiveGuest>) -> bool {
         Arc::ptr_eq(&self.version.borrow().guest, guest)
+            || self
+                .rolling
+                .borrow()
+                .as_ref()
+                .is_some_and(|r| Arc::ptr_eq(&r.new.guest, guest))
     }
 
     /// Whether `new` can replace the running version in place (same watches, finalizer and
@@ -301,9 +318,55 @@ impl Controller {
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
-    pub(crate) fn swap(&self, shared: &Shared, guest: Arc<ActiveGuest>) {
+    /// A rollout in flight ends: the new version takes every key at once.
+    pub(crate) fn swap(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
+        self.end_rollout();
         let version = GuestVersion::swapped(shared, guest, &self.version.borrow());
         self.version.send_replace(Arc::new(version));
+    }
+
+    /// Rolls a new version of the same guest out by `plan` (see [`rolling`]): the running
+    /// version stays stable while the new one walks the plan's steps. A rollout in flight to
+    /// another version ends first (its keys go back to the stable version).
+    pub(crate) fn roll(
+        &mut self,
+        shared: &Shared,
+        guest: &Arc<ActiveGuest>,
+        plan: crate::config::Rollout,
+    ) {
+        self.end_rollout();
+        let stable = self.version.borrow().clone();
+        let new = Arc::new(GuestVersion::swapped(shared, guest.clone(), &stable));
+        let shadow = Arc::new(GuestVersion::shadowing(shared, guest, &stable));
+        let rolling = Arc::new(Rolling::begin(
+            plan,
+            stable.guest.clone(),
+            new,
+            shadow,
+            shared.metrics.clone(),
+        ));
+        shared.rollouts.publish(&self.name, rolling.view());
+        self.rolling.send_replace(Some(rolling.clone()));
+        let driver = Driver {
+            stable: self.version.clone(),
+            rolling: self.rolling.clone(),
+            rollouts: shared.rollouts.clone(),
+            queue: self.queue.clone(),
+            primary: self.primary.clone(),
+        };
+        self.driver = Some(self.tasks.spawn(driver.drive(rolling)));
+        tracing::info!(guest = %self.name, hash = %guest.loaded.hash, "rolling a new guest version out");
+    }
+
+    /// Ends the rollout in flight, if any, without promoting it: its keys go back to the
+    /// stable version (and a canary's are reconciled by it again on their next change).
+    fn end_rollout(&mut self) {
+        if let Some(driver) = self.driver.take() {
+            driver.abort();
+        }
+        if let Some(rolling) = self.rolling.send_replace(None) {
+            tracing::info!(guest = %self.name, hash = %rolling.new.guest.loaded.hash, "rollout ended by a newer version");
+        }
     }
 
     /// Stops taking keys, lets running reconciles finish, then stops every task.
@@ -415,6 +478,7 @@ struct Worker {
     caches: Arc<Caches>,
     queue: WorkQueue<ObjectKey>,
     version: watch::Receiver<Arc<GuestVersion>>,
+    rolling: watch::Receiver<Option<Arc<Rolling>>>,
     /// An adaptive guest's slots under the host's write limit (see `version::Concurrency`).
     slots: Option<Arc<crate::cluster::flowcontrol::Slots>>,
 }
@@ -429,9 +493,11 @@ impl Worker {
                 Some(slots) => Some(slots.take().await),
                 None => None,
             };
-            let (shared, caches, queue, version) =
-                (&self.shared, &self.caches, &self.queue, &self.version);
-            if !process_next(shared, caches, queue, version, &mut kept).await {
+            let versions = Versions {
+                stable: &self.version,
+                rolling: &self.rolling,
+            };
+            if !process_next(&self.shared, &self.caches, &self.queue, versions, &mut kept).await {
                 return;
             }
             drop(slot);
@@ -471,15 +537,23 @@ impl Kept {
 /// How long a key taken while the write fence is shut waits before it is tried again.
 const FENCED_RETRY: Duration = Duration::from_millis(200);
 
+/// The versions a worker takes a key's version from: the stable one, and the rollout in
+/// flight if any.
+#[derive(Clone, Copy)]
+struct Versions<'a> {
+    stable: &'a watch::Receiver<Arc<GuestVersion>>,
+    rolling: &'a watch::Receiver<Option<Arc<Rolling>>>,
+}
+
 /// Takes one key, syncs it, and tells the queue how it went. Returns false on shutdown.
 async fn process_next(
     shared: &Shared,
     caches: &Caches,
     queue: &WorkQueue<ObjectKey>,
-    version: &watch::Receiver<Arc<GuestVersion>>,
+    versions: Versions<'_>,
     kept: &mut Kept,
 ) -> bool {
-    let idle_until = kept.idle_until(&version.borrow());
+    let idle_until = kept.idle_until(&versions.stable.borrow());
     let next = match idle_until {
         // A kept instance is dropped once it has waited its idle time for a key (`get` is
         // cancel-safe).
@@ -503,13 +577,33 @@ async fn process_next(
         queue.add_after(key, FENCED_RETRY);
         return true;
     }
-    let version = version.borrow().clone();
+    // The version is chosen as the key is taken: a share change moves a key only between
+    // two of its reconciles (the queue hands a key to one worker at a time).
+    let rolling = versions.rolling.borrow().clone();
+    let side = rolling.as_ref().map(|r| r.side_of(&key));
+    let version = match (&rolling, side) {
+        (Some(rolling), Some(Side::New)) => rolling.new.clone(),
+        _ => versions.stable.borrow().clone(),
+    };
     let attempt = queue.num_requeues(&key);
     let span = tracing::info_span!(crate::sandbox::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt);
     let warm = kept.for_version(&version);
-    let next = sync(shared, caches, &version, &key, attempt, warm)
-        .instrument(span)
+    let (next, outcome) = sync(shared, caches, &version, &key, attempt, warm)
+        .instrument(span.clone())
         .await;
+    if let (Some(rolling), Some(side), Some(outcome)) = (&rolling, side, outcome) {
+        rolling.record(side, &outcome);
+        // In shadow, the new version runs on the same key after the old one, its writes
+        // compared with what the old one left.
+        if side == Side::Old && rolling.share().shadows() {
+            let (_, shadowed) = sync(shared, caches, &rolling.shadow, &key, attempt, &mut None)
+                .instrument(span)
+                .await;
+            if let Some(shadowed) = shadowed {
+                rolling.record(Side::Shadow, &shadowed);
+            }
+        }
+    }
     if !matches!(next, Next::Retry)
         && let Some(gone) = &caches.gone
     {
@@ -531,7 +625,8 @@ async fn process_next(
 }
 
 /// One key through the reconcile step ([`sync::sync`]) against the informer caches and the
-/// API server; a shadow verdict is recorded.
+/// API server; a shadow verdict is recorded. Also returns how the guest's call went, as a
+/// rollout counts it (none when the guest was not called).
 async fn sync(
     shared: &Shared,
     caches: &Caches,
@@ -539,7 +634,7 @@ async fn sync(
     key: &ObjectKey,
     attempt: u32,
     warm: &mut Option<crate::sandbox::runtime::Warm>,
-) -> Next {
+) -> (Next, Option<crate::supply::rollout::Outcome>) {
     let guest = &version.guest;
     let step = Step {
         kind: &guest.loaded.manifest.primary,
@@ -552,16 +647,32 @@ async fn sync(
         metrics: &shared.metrics,
         guest: guest.name(),
     };
+    let mut called = None;
     let synced = sync::sync(step, &primary, key, attempt, async |request| {
-        run(shared, version, key, request, warm).await
+        let started = Instant::now();
+        let run = run(shared, version, key, request, warm).await;
+        called = Some((started.elapsed(), run.outcome.is_failure()));
+        run
     })
     .await;
-    if let Some(differences) = synced.verdict {
+    let differing = synced
+        .verdict
+        .as_deref()
+        .map(crate::sandbox::shadow::Difference::paths_of);
+    if version.counted
+        && let Some(differences) = synced.verdict
+    {
         shared
             .shadows
             .record(guest.name(), &key.to_string(), differences);
     }
-    synced.next
+    let outcome = called.map(|(took, failed)| crate::supply::rollout::Outcome {
+        took,
+        failed,
+        // A shadow run that ended without a verdict (it failed) counts as an error only.
+        differing,
+    });
+    (synced.next, outcome)
 }
 
 /// The primary object as a controller sees it: its informer's cache, the API server for the
@@ -644,6 +755,10 @@ async fn run(
     let metrics = &shared.metrics;
     if !run.reused {
         metrics.instantiated(name, run.instantiate_time);
+    }
+    if !version.counted {
+        // A rollout's shadow run: the rollout's metrics count it.
+        return run;
     }
     // Also counts deadline and memory-limit hits.
     metrics.reconcile_finished(name, run.outcome.result(), started.elapsed());

@@ -24,6 +24,9 @@ pub(super) struct GuestVersion {
     pub(super) cluster: Arc<KubeCluster>,
     /// When the grant sets `record`: which reconciles are written down for replay.
     pub(super) recorder: Option<Recorder>,
+    /// Whether its reconciles count in the guest's metrics and shadow verdicts: not for a
+    /// rollout's shadow runs of a new version, which the rollout counts.
+    pub(super) counted: bool,
 }
 
 impl GuestVersion {
@@ -69,6 +72,7 @@ impl GuestVersion {
             index_context,
             cluster,
             recorder: recorder(shared, guest),
+            counted: true,
         }
     }
 }
@@ -96,7 +100,18 @@ impl GuestVersion {
             recorder: recorder(shared, &guest),
             guest,
             cluster: current.cluster.clone(),
+            counted: true,
         }
+    }
+
+    /// A rollout's shadow runs of `guest` beside `current`: its grant in shadow mode, so its
+    /// writes are compared with the live state, not sent; nothing recorded for replay; its
+    /// reconciles counted by the rollout only.
+    pub(super) fn shadowing(shared: &Shared, guest: &ActiveGuest, current: &GuestVersion) -> Self {
+        let mut version = Self::swapped(shared, Arc::new(guest.in_shadow()), current);
+        version.recorder = None;
+        version.counted = false;
+        version
     }
 }
 

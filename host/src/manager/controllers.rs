@@ -57,19 +57,28 @@ impl ControllerSet {
             .collect()
     }
 
-    /// Starts, swaps or restarts the controller of `guest`.
+    /// Starts, swaps, rolls out or restarts the controller of `guest`. A version rolled back
+    /// under the same grant is not taken again: the version that replaced it runs instead.
     pub(super) async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
+        let guest = match shared.rollouts.instead_of(&guest) {
+            Some(old) => old,
+            None => guest,
+        };
         if let Some(controller) = self.controllers.get(&name)
             && controller.runs(&guest)
         {
             return;
         }
-        if let Some(controller) = self.controllers.get(&name)
+        if let Some(controller) = self.controllers.get_mut(&name)
             && controller.can_swap_to(&guest)
         {
-            controller.swap(shared, guest);
-            tracing::info!(guest = %name, "new guest version swapped in");
+            if let Some(plan) = guest.grant.rollout.clone() {
+                controller.roll(shared, &guest, plan);
+            } else {
+                controller.swap(shared, guest);
+                tracing::info!(guest = %name, "new guest version swapped in");
+            }
             return;
         }
         self.stop(&name).await;
@@ -111,8 +120,10 @@ impl ControllerSet {
     }
 
     /// Stops the controller of an unloaded guest and forgets its retry.
-    pub(super) async fn remove(&mut self, name: &str) {
+    pub(super) async fn remove(&mut self, shared: &Shared, name: &str) {
         self.pending.remove(name);
+        // A version loaded again later starts afresh, its rollbacks forgotten.
+        shared.rollouts.forget(name);
         self.stop(name).await;
     }
 

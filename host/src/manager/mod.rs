@@ -111,6 +111,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         shared.shadows.clone(),
     );
     guests.set_record_directory(shared.record_directory.clone());
+    guests.set_rollouts(shared.rollouts.clone());
     let rechecks = follow_identities(&guests, &shared.client, &shared.informers, &settings);
     let mut guest_events = guests.subscribe();
     let mut watcher = tokio::spawn(guests.clone().watch());
@@ -202,6 +203,7 @@ fn machinery(
         flow,
         max_concurrency: config.max_concurrency(),
         queue_priorities: settings.queue_priorities,
+        rollouts: Arc::default(),
     })
 }
 
@@ -429,7 +431,7 @@ impl Manager {
                 let controllers = &self.controllers;
                 self.orphans
                     .unloaded(&name, |finalizer| controllers.carrying(&name, finalizer));
-                self.controllers.remove(&name).await;
+                self.controllers.remove(&self.shared, &name).await;
             }
         }
     }

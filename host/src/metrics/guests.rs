@@ -159,7 +159,7 @@ struct HostCallLabels {
 
 /// controller-runtime's reconcile buckets: fine around the usual 10 ms–1 s, coarse up to
 /// a minute, so dashboards built for Go controllers read the same.
-fn reconcile_histogram() -> Histogram {
+pub(super) fn reconcile_histogram() -> Histogram {
     Histogram::new([
         0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
         0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,

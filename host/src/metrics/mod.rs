@@ -33,6 +33,12 @@
 //! | `writes.rs` | `reconciler_api_write_limit`, `reconciler_api_writes_in_flight`, `reconciler_api_write_duration_seconds` | none |
 //! | | `reconciler_api_write_throttled_total` | `reason` |
 //! | | `reconciler_guest_concurrency` | `guest` |
+//! | `rollouts.rs` | `reconciler_rollout_reconciles_total` | `guest`, `version`, `result` |
+//! | | `reconciler_rollout_reconcile_duration_seconds` | `guest`, `version` |
+//! | | `reconciler_rollout_compared_total` | `guest`, `verdict` |
+//! | | `reconciler_rollout_step`, `reconciler_rollout_share_percent` | `guest` |
+//! | | `reconciler_rollout_phase` | `guest`, `phase` |
+//! | | `reconciler_rollout_rollbacks_total` | `guest`, `gate` |
 //!
 //! `family.rs` also holds the `guest` label set and the value types the areas share;
 //! `scrape.rs` holds [`ScrapeHook`]s (here and in `workqueue.rs`). Imports run one way: this
@@ -82,6 +88,7 @@ mod family;
 mod guests;
 mod informers;
 mod outbound;
+mod rollouts;
 mod scrape;
 mod shards;
 mod watches;
@@ -102,6 +109,7 @@ pub use guests::ReconcileResult;
 use informers::InformerFamilies;
 pub(crate) use informers::InformerMetrics;
 use outbound::OutboundFamilies;
+use rollouts::RolloutFamilies;
 pub(crate) use scrape::ScrapeHook;
 use scrape::ScrapeHooks;
 use shards::ShardFamilies;
@@ -124,6 +132,7 @@ struct Inner {
     outbound: OutboundFamilies,
     watches: WatchFamilies,
     writes: WriteFamilies,
+    rollouts: RolloutFamilies,
     scrape_hooks: ScrapeHooks,
 }
 
@@ -160,6 +169,7 @@ impl Metrics {
         let outbound = OutboundFamilies::register(&mut r);
         let watches = WatchFamilies::register(&mut r);
         let writes = WriteFamilies::register(&mut r);
+        let rollouts = RolloutFamilies::register(&mut r);
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -170,6 +180,7 @@ impl Metrics {
                 outbound,
                 watches,
                 writes,
+                rollouts,
                 scrape_hooks: ScrapeHooks::default(),
             }),
         }
@@ -397,6 +408,29 @@ impl Metrics {
     }
 
     /// `guest` may reconcile `keys` keys at once now.
+    /// A reconcile of the old or the new version in a rollout (a shadow run counts as new).
+    pub(crate) fn rollout_reconciled(&self, guest: &str, new: bool, failed: bool, took: Duration) {
+        self.inner.rollouts.reconciled(guest, new, failed, took);
+    }
+
+    /// A shadow run of the new version in a rollout, compared with the live state.
+    pub(crate) fn rollout_compared(&self, guest: &str, agreed: bool) {
+        self.inner.rollouts.compared(guest, agreed);
+    }
+
+    /// Where `guest`'s rollout stands: its step, the share of keys the new version holds,
+    /// its phase (one of `rollouts::PHASES`).
+    pub(crate) fn rollout_stands(&self, guest: &str, step: usize, share_percent: u8, phase: &str) {
+        self.inner
+            .rollouts
+            .stands(guest, step, share_percent, phase);
+    }
+
+    /// A rollout of `guest` rolled back by `gate` (`abort` for a person).
+    pub(crate) fn rollout_rolled_back(&self, guest: &str, gate: &'static str) {
+        self.inner.rollouts.rolled_back(guest, gate);
+    }
+
     pub(crate) fn guest_concurrency(&self, guest: &str, keys: usize) {
         self.inner.writes.concurrency(guest, keys);
     }

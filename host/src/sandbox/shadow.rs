@@ -60,6 +60,31 @@ impl std::fmt::Display for Difference {
     }
 }
 
+impl Difference {
+    /// The paths `differences` would change (what was intended, for a difference without
+    /// lines), each once, in order: a rollout's evidence.
+    pub(crate) fn paths_of(differences: &[Difference]) -> Vec<String> {
+        let mut paths: Vec<String> = Vec::new();
+        for difference in differences {
+            let lines = difference.changes.iter().map(|line| {
+                line.split_once(": ")
+                    .map_or(line.as_str(), |(path, _)| path)
+            });
+            let named: Vec<&str> = if difference.changes.is_empty() {
+                vec![difference.intended.as_str()]
+            } else {
+                lines.collect()
+            };
+            for path in named {
+                if !paths.iter().any(|p| p == path) {
+                    paths.push(path.to_owned());
+                }
+            }
+        }
+        paths
+    }
+}
+
 /// The differences of a status merge patch: `live` with `patch` merged in, compared whole
 /// (every field the patch would change, not only `status`: the verdict must see all of a
 /// write), except `metadata.resourceVersion`, which a patch carries as a precondition. Returns

@@ -7,7 +7,6 @@
 
 // The decisions are tested on their own; the guest set and the controllers take them up next
 // (issue 56), and until then nothing outside the tests calls them.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -134,10 +133,6 @@ impl Window {
                 self.evidence.insert(path.clone(), 1);
             }
         }
-    }
-
-    pub(crate) fn reconciles(&self) -> u64 {
-        self.reconciles
     }
 
     #[allow(clippy::cast_precision_loss)] // counts far below 2^52
@@ -409,6 +404,8 @@ pub(crate) struct Moved {
     pub from: Share,
     pub to: Share,
     pub phase: Phase,
+    /// The gate that failed, when a gate rolled it back.
+    pub gate: Option<&'static str>,
 }
 
 impl RolloutStatus {
@@ -467,12 +464,16 @@ impl RolloutStatus {
             Verdict::Next => Some(self.step_on(plan, now)),
             Verdict::Fail(failure) => {
                 self.message = failure.to_string();
-                Some(self.end(plan, Phase::RolledBack))
+                let mut moved = self.end(plan, Phase::RolledBack);
+                moved.gate = Some(failure.gate());
+                Some(moved)
             }
         }
     }
 
     /// A person's `promote`: the next step now, gates or not (a pause ends here).
+    // The `rollout` command and the Reconciler's annotation take these up next (issue 56).
+    #[allow(dead_code)]
     pub(crate) fn promote(&mut self, plan: &Rollout, now: Timestamp) -> Option<Moved> {
         if !self.in_flight() {
             return None;
@@ -483,6 +484,7 @@ impl RolloutStatus {
     }
 
     /// A person's `pause`: the share stays; the gates are still judged.
+    #[allow(dead_code)]
     pub(crate) fn pause(&mut self) {
         if self.in_flight() {
             self.phase = Phase::Paused;
@@ -491,6 +493,7 @@ impl RolloutStatus {
     }
 
     /// A person's `abort`: the old version takes every key back.
+    #[allow(dead_code)]
     pub(crate) fn abort(&mut self, plan: &Rollout) -> Option<Moved> {
         if !self.in_flight() {
             return None;
@@ -512,6 +515,7 @@ impl RolloutStatus {
             from,
             to,
             phase: self.phase,
+            gate: None,
         }
     }
 
@@ -522,8 +526,93 @@ impl RolloutStatus {
             from,
             to: Share::Old,
             phase,
+            gate: None,
         }
     }
+}
+
+impl Phase {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Progressing => "Progressing",
+            Self::Paused => "Paused",
+            Self::Promoted => "Promoted",
+            Self::RolledBack => "RolledBack",
+            Self::Aborted => "Aborted",
+        }
+    }
+}
+
+impl Share {
+    /// The percent of keys the new version reconciles actively (0 in shadow).
+    pub(crate) fn percent(self) -> u8 {
+        match self {
+            Self::Shadow | Self::Old => 0,
+            Self::Canary(percent) => percent,
+            Self::New => 100,
+        }
+    }
+}
+
+/// What one version showed in the current step, as `/guests` and a Reconciler's status show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WindowView {
+    pub reconciles: u64,
+    pub errors: u64,
+    pub error_rate: f64,
+    /// Shadow runs compared with the live state, and how many agreed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub compared: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub agreed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<f64>,
+    /// The p99 reconcile time, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    /// The paths its writes would change, most frequent first, with their counts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Window {
+    pub(crate) fn view(&self) -> WindowView {
+        WindowView {
+            reconciles: self.reconciles,
+            errors: self.errors,
+            error_rate: self.error_rate(),
+            compared: self.compared,
+            agreed: self.agreed,
+            agreement: (self.compared > 0).then(|| self.agreement()),
+            p99_ms: self.p99().map(|d| d.as_secs_f64() * 1000.0),
+            evidence: self.evidence(),
+        }
+    }
+}
+
+/// A rollout as `/guests` and a Reconciler's `status.rollout` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RolloutView {
+    #[serde(flatten)]
+    pub status: RolloutStatus,
+    /// Who reconciles the keys now (`shadow`, `10%`, `100%`, `0%`).
+    pub share: String,
+    /// The gates' values in the current step (the last step's, once it ended).
+    pub gates: Measured,
+}
+
+/// The two versions' windows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Measured {
+    pub new: WindowView,
+    pub old: WindowView,
 }
 
 /// The share at step `step`: a pause keeps the share of the step before it.
@@ -788,7 +877,8 @@ mod tests {
             Some(Moved {
                 from: Share::Shadow,
                 to: Share::Old,
-                phase: Phase::RolledBack
+                phase: Phase::RolledBack,
+                gate: Some("errorRate"),
             })
         );
         assert_eq!(status.share(&plan), Share::Old);

@@ -30,6 +30,14 @@
 //! 8. Event `Normal Reconciled` "reconcile n"; `enqueue: [names]` (after `enqueueAfterMs`).
 //! 9. Done, requeued after `requeueAfterMs` if set.
 //!
+//! Two fields change the steps above, for rollout tests (two versions side by side):
+//! - `byVersion: {"<VERSION>": {...}}`: the fields under this build's `VERSION` replace the
+//!   spec's own before any step (`{"2": {"permanentError": "v2 cannot"}}` fails only in v2).
+//! - `steady: true`: the status is only `observedGeneration` and `message`, so every version
+//!   and every repeat writes the same; the event's reason is `ReconciledByVersion<VERSION>`
+//!   (events are not compared in shadow, so they tell the versions apart; the reason, not the
+//!   note, as the host's recorder folds events of one reason on one object into a series).
+//!
 //! Its manifest asks for `generation_changed_only`: status, label and annotation writes do not
 //! wake it (its own status write would otherwise wake it for ever, the counter being new each
 //! time); spec changes, deletion, its `ConfigMap`s, requeues and the queue do.
@@ -84,7 +92,7 @@ impl Guest for Widget {
             event::normal(&req.ref_, "Finalized", "cleanup done");
             return Ok(Action::await_change());
         }
-        let widget: WidgetObject = serde_json::from_value(object)
+        let widget: WidgetObject = serde_json::from_value(for_this_version(object))
             .map_err(|e| permanent(format!("{} does not parse: {e}", req.ref_)))?;
         if !widget.spec.journal {
             return reconcile_spec(&req, &widget);
@@ -109,6 +117,18 @@ impl Guest for Widget {
 }
 
 reconciler_guest::export!(Widget);
+
+/// The object with `spec.byVersion[VERSION]`'s fields in place of the spec's own.
+fn for_this_version(mut object: Value) -> Value {
+    let overrides = object
+        .pointer(&format!("/spec/byVersion/{VERSION}"))
+        .and_then(Value::as_object)
+        .cloned();
+    if let (Some(overrides), Some(spec)) = (overrides, object["spec"].as_object_mut()) {
+        spec.extend(overrides);
+    }
+    object
+}
 
 /// Steps 3 to 9: what the spec asks for, then the status.
 fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, ReconcileError> {
@@ -160,6 +180,9 @@ fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, Reconc
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
+    if spec.steady {
+        return steady(req, widget);
+    }
     let mut status = json!({
         "observedGeneration": widget.metadata.generation,
         "reconciles": reconciles,
@@ -207,6 +230,23 @@ fn reconcile_spec(req: &Request, widget: &WidgetObject) -> Result<Action, Reconc
     })
 }
 
+/// Step 6 to 9 with `steady`: the same status whatever the version and the repeat.
+fn steady(req: &Request, widget: &WidgetObject) -> Result<Action, ReconcileError> {
+    let status = json!({
+        "observedGeneration": widget.metadata.generation,
+        "message": widget.spec.message,
+    });
+    cluster::patch_status(&req.ref_, &status).map_err(|e| transient(e.describe()))?;
+    event::normal(
+        &req.ref_,
+        &format!("ReconciledByVersion{VERSION}"),
+        "reconciled",
+    );
+    Ok(Action {
+        requeue_after_ms: widget.spec.requeue_after_ms,
+    })
+}
+
 #[derive(Deserialize)]
 struct WidgetObject {
     metadata: ObjectMeta,
@@ -216,6 +256,8 @@ struct WidgetObject {
     status: Option<Value>,
 }
 
+// A test's switchboard: each flag turns one host path on.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Deserialize, Default, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 struct WidgetSpec {
@@ -236,6 +278,10 @@ struct WidgetSpec {
     leak_kib: Option<usize>,
     journal: bool,
     env: Vec<String>,
+    steady: bool,
+    /// Read by `for_this_version` before the spec is parsed.
+    #[serde(rename = "byVersion")]
+    _by_version: Option<Value>,
 }
 
 #[derive(Deserialize, Debug, PartialEq)]

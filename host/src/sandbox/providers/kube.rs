@@ -19,8 +19,9 @@
 //! verb. The live reads of shadow mode and discovery stay the host's.
 //!
 //! Events go through kube-runtime's `Recorder`, which aggregates repeats of the same
-//! (object, type, reason, note) into one `events.k8s.io/v1` Event with a growing series count
-//! instead of one Event per reconcile.
+//! (object, type, reason, action) into one `events.k8s.io/v1` Event with a growing series count
+//! instead of one Event per reconcile. The note is not part of that key: a later event of the
+//! same reason on the same object counts in the series and keeps the first one's note.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -36,6 +36,19 @@ impl ActiveGuest {
         self.origin.tenant().map(|t| t.namespace.as_str())
     }
 
+    /// The same version with its grant in shadow mode (a rollout's shadow step).
+    pub(crate) fn in_shadow(&self) -> Self {
+        let mut grant = self.grant.clone();
+        grant.mode = crate::config::Mode::Shadow;
+        Self {
+            loaded: self.loaded.clone(),
+            grant,
+            key: self.key.clone(),
+            origin: self.origin.clone(),
+            signed_by: self.signed_by.clone(),
+        }
+    }
+
     /// Judges a guest freshly loaded from `origin` (its manifest name is the one it declares).
     pub(crate) fn admit(
         origin: &Origin,

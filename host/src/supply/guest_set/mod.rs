@@ -28,6 +28,7 @@
 //! - `events.rs`: what the set tells the host: [`GuestEvent`]s, metrics, refusals.
 //! - `status.rs`: what the set knows of each item, and the `/guests` view ([`FileStatus`]).
 //! - `orphans.rs`: finalizers unloaded guests left behind ([`OrphanedFinalizer`]).
+//! - `rollouts.rs`: where each guest's rollout stands, and the versions rolled back ([`Rollouts`]).
 //! - `identity.rs`: access reviews of guests' own ServiceAccounts, and the last of each.
 //! - `grants.rs`: judging a loaded guest against its grant ([`ActiveGuest::admit`]).
 //! - `source.rs`: the seam, [`GuestSource`], and which grant an item's guest gets ([`Origin`],
@@ -53,6 +54,7 @@ mod directory;
 mod events;
 mod grants;
 mod orphans;
+mod rollouts;
 mod source;
 mod status;
 
@@ -60,6 +62,7 @@ pub use directory::{Directory, WRITING};
 pub use events::GuestEvent;
 pub(crate) use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
 pub(crate) use orphans::OrphanedFinalizer;
+pub(crate) use rollouts::{Failed, Rollouts};
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
     SourceError, Sources, Tenant, Verdict,
@@ -92,6 +95,8 @@ pub struct Guests {
     finalizer_freed: AtomicBool,
     /// Where guests whose grant sets `record` keep their records; `/guests` lists them.
     record_directory: RwLock<Option<PathBuf>>,
+    /// Where controllers publish their rollouts; `/guests` shows them.
+    rollouts: RwLock<Arc<Rollouts>>,
     /// Whether a pass over the sources has judged every item they held, the operator's
     /// (tenants' `Reconciler`s never hold readiness back); until then, why not.
     first_pass: tokio::sync::watch::Sender<FirstPass>,
@@ -126,6 +131,7 @@ impl Guests {
             retry_soon: AtomicBool::new(false),
             finalizer_freed: AtomicBool::new(false),
             record_directory: RwLock::new(None),
+            rollouts: RwLock::default(),
             first_pass: tokio::sync::watch::Sender::new(FirstPass::Waiting(
                 "the guests have not been read yet".into(),
             )),
@@ -154,6 +160,16 @@ impl Guests {
         *self.record_directory.write() = directory;
     }
 
+    /// Where controllers publish their rollouts, for `/guests` and the Reconcilers' status.
+    pub(crate) fn set_rollouts(&self, rollouts: Arc<Rollouts>) {
+        *self.rollouts.write() = rollouts;
+    }
+
+    /// Where controllers publish their rollouts.
+    pub(crate) fn rollouts(&self) -> Arc<Rollouts> {
+        self.rollouts.read().clone()
+    }
+
     /// The host configuration guests are checked against (the latest one applied).
     pub(crate) fn config(&self) -> Arc<HostConfig> {
         self.config.read().clone()
@@ -177,7 +193,13 @@ impl Guests {
     pub fn statuses(&self) -> Vec<FileStatus> {
         let mut statuses = self.ledger.lock().statuses(&self.shadows);
         let records = self.record_directory.read().clone();
+        let rollouts = self.rollouts();
         for status in &mut statuses {
+            status.rollout = status
+                .guest
+                .as_deref()
+                .and_then(|guest| rollouts.view(guest))
+                .and_then(|view| serde_json::to_value(view).ok());
             status.access_review = self.reviews.last(&status.file.to_string_lossy());
             if let (Some(root), Some(guest)) = (&records, &status.guest)
                 && status.recording

@@ -51,6 +51,9 @@ pub struct FileStatus {
     /// The records kept of its reconciles, when its grant sets `record`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) records: Option<crate::sandbox::records::RecordsSummary>,
+    /// The guest's last rollout of a new version (`crate::supply::rollout::RolloutView`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rollout: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -255,6 +258,7 @@ impl Ledger {
                 .as_ref()
                 .is_some_and(|a| a.grant.record.is_some()),
             records: None,
+            rollout: None,
         });
         let orphans = self
             .orphans
@@ -273,6 +277,7 @@ impl Ledger {
                 access_review: None,
                 recording: false,
                 records: None,
+                rollout: None,
             });
         files.chain(orphans).collect()
     }

@@ -50,6 +50,8 @@ struct RawSpec {
     pull_secret_ref: Option<SecretRef>,
     #[serde(default)]
     service_account_name: Option<String>,
+    #[serde(default)]
+    rollout: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +76,13 @@ impl Spec {
             .write_verbs
             .check(&grant.write)
             .map_err(SpecError::WriteVerbs)?;
+        let mut grant = grant;
+        if let Some(rollout) = raw.rollout {
+            let plan = serde_json::from_value::<crate::config::Rollout>(rollout)
+                .map_err(SpecError::Rollout)?;
+            plan.check().map_err(SpecError::Plan)?;
+            grant.rollout = Some(plan);
+        }
         Ok(Self {
             module,
             grant,
@@ -96,6 +105,10 @@ pub(crate) enum SpecError {
     Grant(serde_json::Error),
     #[error("spec.grant.{0}")]
     WriteVerbs(crate::config::UnlistedKind),
+    #[error("spec.rollout: {0}")]
+    Rollout(serde_json::Error),
+    #[error("spec.{0}")]
+    Plan(crate::config::PlanError),
 }
 
 #[cfg(test)]
@@ -130,6 +143,20 @@ mod tests {
         assert_eq!(spec.grant.write.len(), 1);
         assert_eq!(spec.grant.limits.memory_mib, Some(32));
         assert_eq!(spec.pull_secret.as_deref(), Some("registry"));
+        assert_eq!(spec.grant.rollout, None, "no rollout: an immediate switch");
+    }
+
+    #[test]
+    fn a_rollout_in_the_spec_becomes_the_grants_plan() {
+        let spec = Spec::of(&object(&serde_json::json!({
+            "module": "oci://127.0.0.1:5000/guests/greeter:v2",
+            "rollout": {"steps": [{"shadow": {"duration": "1m"}}, {"canary": {"percent": 20}}],
+                        "gates": {"minSample": 30}}
+        })))
+        .unwrap();
+        let plan = spec.grant.rollout.expect("the plan");
+        assert_eq!(plan.steps.len(), 2);
+        assert_eq!(plan.gates.min_sample, 30);
     }
 
     #[test]
@@ -152,6 +179,16 @@ mod tests {
                 serde_json::json!({"module": "oci://r.example/g", "grant": {
                     "write": ["v1/ConfigMap"], "writeVerbs": {"v1/Secret": ["patch"]}}}),
                 "spec.grant.writeVerbs names v1/Secret",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g",
+                    "rollout": {"steps": [{"canary": {"percent": 0}}]}}),
+                "spec.rollout: ",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g",
+                    "rollout": {"steps": [{"canary": {"percent": 50}}, {"shadow": {}}]}}),
+                "spec.rollout.steps[1]: a shadow step after a canary",
             ),
             (
                 serde_json::json!({"module": "oci://r.example/g", "grant": {

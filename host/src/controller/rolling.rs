@@ -1,0 +1,241 @@
+//! A rollout in a running controller: the new version beside the stable one, which of them
+//! each key goes to, what each did, and the task that judges the steps and ends the rollout.
+//! The decisions themselves (shares, gates, steps) are `crate::supply::rollout`'s; this file
+//! applies them to the workers.
+//!
+//! Why it is safe to move keys between versions at any moment: a key is handed to one worker
+//! at a time (the work queue holds a key taken until `done`), and the version is chosen when a
+//! key is taken. A share change (or the end of the rollout) thus moves a key only after its
+//! reconcile in flight on the other version has ended; no key is reconciled by both at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::version::GuestVersion;
+use crate::cluster::informers::Informer;
+use crate::cluster::objects::ObjectKey;
+use crate::config::Rollout;
+use crate::controller::queue::{Priority, WorkQueue};
+use crate::metrics::Metrics;
+use crate::supply::guest_set::ActiveGuest;
+use crate::supply::guest_set::{Failed, Rollouts};
+use crate::supply::rollout::{
+    Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window, judge,
+};
+
+/// How often the driver judges the current step.
+const JUDGE_EVERY: Duration = Duration::from_millis(500);
+
+/// Which version ran a reconcile, as a rollout counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    /// The stable (old) version, actively.
+    Old,
+    /// The new version, actively (a canary key).
+    New,
+    /// The new version, in shadow, after the old one on the same key.
+    Shadow,
+}
+
+/// A rollout in flight in one controller.
+pub(super) struct Rolling {
+    pub(super) plan: Rollout,
+    /// The new version, active on its share of keys.
+    pub(super) new: Arc<GuestVersion>,
+    /// The new version with its writes compared, not sent (its grant in shadow mode).
+    pub(super) shadow: Arc<GuestVersion>,
+    /// The version it replaces, kept to run again if the new one is rolled back.
+    old: Arc<ActiveGuest>,
+    guest: String,
+    metrics: Metrics,
+    state: Mutex<State>,
+}
+
+struct State {
+    status: RolloutStatus,
+    share: Share,
+    new: Window,
+    old: Window,
+}
+
+impl Rolling {
+    /// A rollout from `old` (the stable version) to `new` at the plan's first step, from now.
+    pub(super) fn begin(
+        plan: Rollout,
+        old: Arc<ActiveGuest>,
+        new: Arc<GuestVersion>,
+        shadow: Arc<GuestVersion>,
+        metrics: Metrics,
+    ) -> Self {
+        let status = RolloutStatus::begin(
+            old.loaded.hash.clone(),
+            new.guest.loaded.hash.clone(),
+            Timestamp::now(),
+        );
+        let share = status.share(&plan);
+        let guest = new.guest.name().to_owned();
+        metrics.rollout_stands(&guest, 0, share.percent(), status.phase.as_str());
+        Self {
+            plan,
+            new,
+            shadow,
+            old,
+            guest,
+            metrics,
+            state: Mutex::new(State {
+                status,
+                share,
+                new: Window::default(),
+                old: Window::default(),
+            }),
+        }
+    }
+
+    /// Who reconciles which key now.
+    pub(super) fn share(&self) -> Share {
+        self.state.lock().share
+    }
+
+    /// The version that reconciles `key` actively now, and the side it counts on.
+    pub(super) fn side_of(&self, key: &ObjectKey) -> Side {
+        if self
+            .share()
+            .new_version_holds(key.namespace.as_deref(), &key.name)
+        {
+            Side::New
+        } else {
+            Side::Old
+        }
+    }
+
+    /// Counts one reconcile of `side` in the current step.
+    pub(super) fn record(&self, side: Side, outcome: &Outcome) {
+        let new = side != Side::Old;
+        self.metrics
+            .rollout_reconciled(&self.guest, new, outcome.failed, outcome.took);
+        if let Some(differing) = &outcome.differing {
+            self.metrics
+                .rollout_compared(&self.guest, differing.is_empty());
+        }
+        let mut state = self.state.lock();
+        if new {
+            state.new.record(outcome);
+        } else {
+            state.old.record(outcome);
+        }
+    }
+
+    /// Judges the current step at `now` and applies the verdict; what moved, if anything.
+    /// A move starts a new window for both versions.
+    fn judge(&self, now: Timestamp) -> Option<Moved> {
+        let mut state = self.state.lock();
+        let State {
+            status, new, old, ..
+        } = &mut *state;
+        let verdict = judge(&self.plan, status.step, status.elapsed(now), new, old);
+        let moved = status.apply(&self.plan, verdict, now)?;
+        state.share = state.status.share(&self.plan);
+        if state.status.in_flight() {
+            state.new = Window::default();
+            state.old = Window::default();
+        }
+        let (step, phase) = (state.status.step, state.status.phase);
+        self.metrics
+            .rollout_stands(&self.guest, step, state.share.percent(), phase.as_str());
+        Some(moved)
+    }
+
+    /// Where the rollout stands, with both versions' windows.
+    pub(super) fn view(&self) -> RolloutView {
+        let state = self.state.lock();
+        RolloutView {
+            status: state.status.clone(),
+            share: state.share.to_string(),
+            gates: Measured {
+                new: state.new.view(),
+                old: state.old.view(),
+            },
+        }
+    }
+}
+
+/// What the driver of a rollout acts on when it ends.
+pub(super) struct Driver {
+    pub(super) stable: watch::Sender<Arc<GuestVersion>>,
+    pub(super) rolling: watch::Sender<Option<Arc<Rolling>>>,
+    pub(super) rollouts: Arc<Rollouts>,
+    pub(super) queue: WorkQueue<ObjectKey>,
+    pub(super) primary: Informer,
+}
+
+impl Driver {
+    /// Judges `rolling` every [`JUDGE_EVERY`] until it is promoted or rolled back.
+    pub(super) async fn drive(self, rolling: Arc<Rolling>) {
+        let guest = rolling.guest.clone();
+        loop {
+            tokio::time::sleep(JUDGE_EVERY).await;
+            let moved = rolling.judge(Timestamp::now());
+            self.rollouts.publish(&guest, rolling.view());
+            let Some(moved) = moved else {
+                continue;
+            };
+            match moved.phase {
+                Phase::Progressing | Phase::Paused => {
+                    tracing::info!(guest = %guest, from = %moved.from, to = %moved.to, "rollout: next step");
+                }
+                Phase::Promoted => {
+                    self.stable.send_replace(rolling.new.clone());
+                    self.rolling.send_replace(None);
+                    tracing::info!(guest = %guest, hash = %rolling.new.guest.loaded.hash, "rollout: promoted; the new version reconciles every key");
+                    return;
+                }
+                Phase::RolledBack | Phase::Aborted => {
+                    self.roll_back(&rolling, &moved);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The old version takes every key back: the new one's keys are reconciled again by it,
+    /// and the new version's content is not taken again under the same grant.
+    fn roll_back(&self, rolling: &Rolling, moved: &Moved) {
+        let view = rolling.view();
+        self.rolling.send_replace(None);
+        let gate = moved.gate.unwrap_or("abort");
+        rolling.metrics.rollout_rolled_back(&rolling.guest, gate);
+        self.rollouts.fail(
+            &rolling.guest,
+            Failed {
+                hash: rolling.new.guest.loaded.hash.clone(),
+                grant: rolling.new.guest.grant.clone(),
+                old: rolling.old.clone(),
+            },
+        );
+        let mut again = 0;
+        for object in self.primary.list(None, None) {
+            let key = ObjectKey {
+                namespace: object.metadata.namespace.clone(),
+                name: object.metadata.name.clone().unwrap_or_default(),
+            };
+            if moved
+                .from
+                .new_version_holds(key.namespace.as_deref(), &key.name)
+            {
+                self.queue.add_with(key, Priority::Normal);
+                again += 1;
+            }
+        }
+        tracing::warn!(
+            guest = %rolling.guest,
+            hash = %rolling.new.guest.loaded.hash,
+            keys = again,
+            "rollout: rolled back ({}); the old version reconciles every key again",
+            view.status.message
+        );
+    }
+}

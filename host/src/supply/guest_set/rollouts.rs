@@ -1,0 +1,67 @@
+//! Where each guest's rollout stands (`crate::supply::rollout`), as its controller publishes
+//! it for `/guests`, and the versions rolled back, so the controller set does not take a failed
+//! version again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::Grant;
+use crate::supply::rollout::RolloutView;
+
+use super::grants::ActiveGuest;
+
+/// Where each guest's rollout stands, written by its controller and read by `/guests`, the
+/// Reconcilers' status and the controller set; and the versions rolled back, so a failed one
+/// is not taken again until its grant (a Reconciler's spec) changes.
+#[derive(Default)]
+pub(crate) struct Rollouts {
+    guests: parking_lot::Mutex<BTreeMap<String, Tracked>>,
+}
+
+#[derive(Default)]
+struct Tracked {
+    view: Option<RolloutView>,
+    failed: Option<Failed>,
+}
+
+/// A version rolled back, and the one that took its keys back.
+#[derive(Clone)]
+pub(crate) struct Failed {
+    /// The content hash of the version that failed.
+    pub hash: String,
+    /// The grant it was judged under: another grant is another spec, tried again.
+    pub grant: Grant,
+    /// The version that runs instead.
+    pub old: Arc<ActiveGuest>,
+}
+
+impl Rollouts {
+    pub(crate) fn publish(&self, guest: &str, view: RolloutView) {
+        self.guests.lock().entry(guest.to_owned()).or_default().view = Some(view);
+    }
+
+    pub(crate) fn view(&self, guest: &str) -> Option<RolloutView> {
+        self.guests.lock().get(guest).and_then(|t| t.view.clone())
+    }
+
+    pub(crate) fn fail(&self, guest: &str, failed: Failed) {
+        self.guests
+            .lock()
+            .entry(guest.to_owned())
+            .or_default()
+            .failed = Some(failed);
+    }
+
+    /// The version to run instead of `new`, when `new` is one that was rolled back under the
+    /// same grant.
+    pub(crate) fn instead_of(&self, new: &ActiveGuest) -> Option<Arc<ActiveGuest>> {
+        let guests = self.guests.lock();
+        let failed = guests.get(new.name())?.failed.as_ref()?;
+        (failed.hash == new.loaded.hash && failed.grant == new.grant).then(|| failed.old.clone())
+    }
+
+    /// Forgets `guest` (unloaded): a version loaded again later starts afresh.
+    pub(crate) fn forget(&self, guest: &str) {
+        self.guests.lock().remove(guest);
+    }
+}
