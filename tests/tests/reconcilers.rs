@@ -1272,3 +1272,74 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
     world.delete_reconcilers(&refs).await;
     Ok(())
 }
+
+/// A Reconciler's `spec.rollout`: a new digest walks the plan instead of replacing the old at
+/// once, and the object's status and events say where it stands.
+#[tokio::test]
+async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Result<()> {
+    let mut world = World::new("rec-rollout").await?;
+    let c = world.push("greeter-c", "guests/greeter:c")?;
+    let go = world.push("greeter-go", "guests/greeter:go")?;
+    world.start_host("").await?;
+    let name = format!("greeter-{}", world.ns);
+    let pinned = |digest: &str| world.module(&format!("guests/greeter@{digest}"));
+    let spec = |digest: &str| {
+        json!({"module": pinned(digest), "pullSecretRef": {"name": "registry"},
+               "grant": greeter_grant(),
+               "rollout": {"steps": [{"shadow": {"duration": "1s", "minReconciles": 3}}],
+                           "gates": {"minSample": 3, "maxP99Ratio": 4, "p99Slack": "500ms"}}})
+    };
+    world.declare(&name, spec(&c)).await?;
+    world.ready(&name, "True", "Ready").await?;
+    world.greeted("w0", "zero").await?;
+
+    // The new digest runs in shadow beside the C guest: the status names the C digest as the
+    // one running and the rollout in flight.
+    world.declare(&name, spec(&go)).await?;
+    let api = reconcilers(&world.client);
+    wait_until(
+        "the rollout in the status",
+        Duration::from_secs(60),
+        || async {
+            let st = api.get(&name).await?.data["status"].clone();
+            ensure!(
+                st["rollout"]["phase"] == "Progressing" && st["rollout"]["share"] == "shadow",
+                "status is {st}"
+            );
+            ensure!(
+                st["rollout"]["to"] == go.as_str() && st["digest"] == c.as_str(),
+                "{st}"
+            );
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    // Changes the two versions greet alike: the shadow step's sample.
+    for (i, message) in ["one", "two", "three", "four"].into_iter().enumerate() {
+        world.greeted(&format!("w{i}"), message).await?;
+    }
+    let st = wait_until("the rollout promoted", Duration::from_secs(60), || async {
+        let st = api.get(&name).await?.data["status"].clone();
+        ensure!(st["rollout"]["phase"] == "Promoted", "status is {st}");
+        Ok(st)
+    })
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    assert_eq!(st["digest"], go.as_str(), "{st}");
+    assert_eq!(st["rollout"]["share"], "100%", "{st}");
+    assert!(
+        st["rollout"]["gates"]["new"]["agreed"].as_u64() >= Some(3),
+        "the shadow runs agreed: {st}"
+    );
+    world.greeted("w0", "after").await?;
+    let reasons = world.event_reasons(&name).await?;
+    for reason in ["RolloutStep", "RolloutPromoted"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "{reason} in {reasons:?}"
+        );
+    }
+    world.delete_reconcilers(&[&name]).await;
+    Ok(())
+}

@@ -16,6 +16,9 @@ use super::grants::ActiveGuest;
 #[derive(Default)]
 pub(crate) struct Rollouts {
     guests: parking_lot::Mutex<BTreeMap<String, Tracked>>,
+    /// Told when a rollout moves (a step, a promotion, a rollback), so a Reconciler's status
+    /// shows each step, not only what a periodic refresh samples.
+    moved: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -37,7 +40,22 @@ pub(crate) struct Failed {
 
 impl Rollouts {
     pub(crate) fn publish(&self, guest: &str, view: RolloutView) {
-        self.guests.lock().entry(guest.to_owned()).or_default().view = Some(view);
+        let mut guests = self.guests.lock();
+        let tracked = guests.entry(guest.to_owned()).or_default();
+        let moved = tracked.view.as_ref().is_none_or(|before| {
+            (before.status.step, before.status.phase, &before.status.to)
+                != (view.status.step, view.status.phase, &view.status.to)
+        });
+        tracked.view = Some(view);
+        drop(guests);
+        if moved {
+            self.moved.notify_one();
+        }
+    }
+
+    /// Completes at the next move of any rollout.
+    pub(crate) async fn moved(&self) {
+        self.moved.notified().await;
     }
 
     pub(crate) fn view(&self, guest: &str) -> Option<RolloutView> {

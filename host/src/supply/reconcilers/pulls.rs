@@ -77,6 +77,9 @@ pub(super) struct Record {
     /// The version last loaded, so the status names what runs by the digest a user pushed
     /// (and the key that signed it), also while a newer spec is refused.
     loaded: Option<LoadedVersion>,
+    /// The version loaded before it: a rollout (`spec.rollout`) keeps it running beside the
+    /// new one, or instead of it after a rollback, and the status names it by its digest.
+    previous: Option<LoadedVersion>,
     /// Why the host holds the object back without pulling it (a namespaced Reconciler no
     /// tenant rule selects, or one beyond its namespace's quota): the reason and message.
     pub held: Option<(&'static str, String)>,
@@ -312,6 +315,7 @@ impl Records {
             pull: Pull::Pending,
             verdict: None,
             loaded: None,
+            previous: None,
             held: None,
             scope: Scope::Host,
             rule: None,
@@ -346,12 +350,17 @@ impl Records {
                 }) = record.current_pull()
                 && pulled == hash
             {
-                record.loaded = Some(LoadedVersion {
+                let now = LoadedVersion {
                     hash: hash.clone(),
                     digest: digest.clone(),
                     signed_by: signed_by.clone(),
                     spec: record.spec.as_ref().ok().cloned(),
-                });
+                };
+                if let Some(before) = record.loaded.replace(now)
+                    && before.hash != *hash
+                {
+                    record.previous = Some(before);
+                }
             }
         }
     }
@@ -359,14 +368,21 @@ impl Records {
     /// The manifest digest of object `name`'s version with content `hash`, if it was loaded
     /// from a pull of this host.
     pub(super) fn digest_of(&self, name: &str, hash: &str) -> Option<&str> {
-        let loaded = self.objects.get(name)?.loaded.as_ref()?;
-        (loaded.hash == hash).then_some(loaded.digest.as_str())
+        Some(self.version_of(name, hash)?.digest.as_str())
     }
 
     /// The trusted key that signed object `name`'s version with content `hash`, if one did.
     pub(super) fn signer_of(&self, name: &str, hash: &str) -> Option<&str> {
-        let loaded = self.objects.get(name)?.loaded.as_ref()?;
-        (loaded.hash == hash).then_some(loaded.signed_by.as_deref()?)
+        self.version_of(name, hash)?.signed_by.as_deref()
+    }
+
+    /// Object `name`'s version with content `hash`: the last loaded or the one before.
+    fn version_of(&self, name: &str, hash: &str) -> Option<&LoadedVersion> {
+        let record = self.objects.get(name)?;
+        [record.loaded.as_ref(), record.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|v| v.hash == hash)
     }
 
     /// The content hash of object `name`'s module, if pulled for its current spec.

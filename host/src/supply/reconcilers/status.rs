@@ -78,8 +78,10 @@ impl StatusWriter {
         );
         let mut refresh = tokio::time::interval(REFRESH);
         loop {
+            let rollouts = guests.rollouts();
             tokio::select! {
                 () = self.shared.status_changed.notified() => {}
+                () = rollouts.moved() => {}
                 _ = refresh.tick() => {}
                 changed = writes.changed() => if changed.is_err() { return },
             }
@@ -143,19 +145,32 @@ impl StatusWriter {
                     // notification brings the pass that sees both.
                     continue;
                 }
-                let running = entry.map(|s| Running {
-                    guest: s.guest.clone().unwrap_or_default(),
-                    digest: s
-                        .active_hash
-                        .as_deref()
-                        .and_then(|h| records.digest_of(&name, h))
-                        .map(str::to_owned),
-                    signed_by: s
-                        .active_hash
-                        .as_deref()
-                        .and_then(|h| records.signer_of(&name, h))
-                        .map(str::to_owned),
-                    mode: s.mode,
+                let rollout = entry.and_then(|e| e.rollout.clone());
+                let running = entry.map(|s| {
+                    // While a rollout is in flight or after it was rolled back, the version it
+                    // replaces is the one that runs (the guest set's item is the new one).
+                    let hash = stable_hash(rollout.as_ref()).or(s.active_hash.as_deref());
+                    Running {
+                        guest: s.guest.clone().unwrap_or_default(),
+                        digest: hash
+                            .and_then(|h| records.digest_of(&name, h))
+                            .map(str::to_owned),
+                        signed_by: hash
+                            .and_then(|h| records.signer_of(&name, h))
+                            .map(str::to_owned),
+                        mode: s.mode,
+                    }
+                });
+                let rollout = rollout.map(|mut view| {
+                    // Digests, as `status.digest` and `spec.module` name versions.
+                    for end in ["from", "to"] {
+                        if let Some(digest) =
+                            view[end].as_str().and_then(|h| records.digest_of(&name, h))
+                        {
+                            view[end] = json!(digest);
+                        }
+                    }
+                    view
                 });
                 let shadow = running
                     .as_ref()
@@ -165,6 +180,7 @@ impl StatusWriter {
                     desired(&object, record, running.as_ref(), shadow.as_ref())
                 {
                     status["host"] = json!(self.shared.host);
+                    status["rollout"] = rollout.unwrap_or(Value::Null);
                     decided.push((name, object, namespace, status));
                 }
             }
@@ -191,6 +207,16 @@ fn settled(verdict: Option<&(i64, Verdict)>, generation: i64, runs: Option<&str>
         Verdict::Unloaded => None,
     };
     verdict_runs == runs
+}
+
+/// The content hash of the version that reconciles every key not in a rollout's share: the
+/// one replaced, unless the rollout promoted the new one.
+fn stable_hash(rollout: Option<&Value>) -> Option<&str> {
+    let rollout = rollout?;
+    match rollout["phase"].as_str()? {
+        "Promoted" => rollout["to"].as_str(),
+        _ => rollout["from"].as_str(),
+    }
 }
 
 /// The `/guests` entry of object `name`, if a version of it runs.
@@ -421,6 +447,7 @@ async fn write(
                 )
             })
     };
+    rollout_event(recorder, object, &current, &desired).await;
     let (before, after) = (ready(&current), ready(&desired));
     if let Some((status, reason, message)) = after
         && before.as_ref().map(|b| (&b.0, &b.1)) != Some((&status, &reason))
@@ -445,6 +472,72 @@ async fn write(
         }
     }
     Ok(())
+}
+
+/// The event a rollout's move leaves on the object: `RolloutStep` (Normal) when the share
+/// changes, `RolloutPromoted` (Normal), `RolloutRolledBack` or `RolloutAborted` (Warning, with
+/// the failed gate and its numbers) when it ends.
+async fn rollout_event(
+    recorder: &Recorder,
+    object: &DynamicObject,
+    current: &Value,
+    desired: &Value,
+) {
+    let at = |status: &Value| {
+        let rollout = &status["rollout"];
+        (
+            rollout["to"].clone(),
+            rollout["phase"].clone(),
+            rollout["share"].clone(),
+        )
+    };
+    let (before, after) = (at(current), at(desired));
+    let (to, phase, share) = &after;
+    if to.is_null() || before == after {
+        return;
+    }
+    let same_rollout = before.0 == *to;
+    let (type_, reason, note) = match phase.as_str().unwrap_or_default() {
+        "Progressing" | "Paused" if same_rollout && before.2 == *share => return,
+        "Progressing" | "Paused" => (
+            EventType::Normal,
+            "RolloutStep",
+            format!("rolling {to} out: it reconciles {share} of the keys"),
+        ),
+        "Promoted" => (
+            EventType::Normal,
+            "RolloutPromoted",
+            format!("{to} reconciles every key"),
+        ),
+        ended @ ("RolledBack" | "Aborted") => (
+            EventType::Warning,
+            if ended == "Aborted" {
+                "RolloutAborted"
+            } else {
+                "RolloutRolledBack"
+            },
+            format!(
+                "{to} rolled back, the old version reconciles every key: {}",
+                desired["rollout"]["message"].as_str().unwrap_or_default()
+            ),
+        ),
+        _ => return,
+    };
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(truncate(&note, 1000)),
+        // The recorder folds events of one reason and action into a series that keeps its
+        // first note: each share is an action of its own, so each step's event is seen.
+        action: format!("Rollout {share}"),
+        secondary: None,
+    };
+    if let Err(e) = recorder
+        .publish(&event, &object.object_ref(&spec::api_resource()))
+        .await
+    {
+        tracing::warn!(reconciler = %object.name_any(), "cannot record an event: {e}");
+    }
 }
 
 /// A status without transition times, for "has it changed".
