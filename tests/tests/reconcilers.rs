@@ -1274,7 +1274,8 @@ async fn only_a_module_a_trusted_key_signed_runs() -> Result<()> {
 }
 
 /// A Reconciler's `spec.rollout`: a new digest walks the plan instead of replacing the old at
-/// once, and the object's status and events say where it stands.
+/// once, the object's status and events say where it stands, and a person promotes it past a
+/// pause with `reconciler-host rollout`.
 #[tokio::test]
 async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Result<()> {
     let mut world = World::new("rec-rollout").await?;
@@ -1286,7 +1287,7 @@ async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Resul
     let spec = |digest: &str| {
         json!({"module": pinned(digest), "pullSecretRef": {"name": "registry"},
                "grant": greeter_grant(),
-               "rollout": {"steps": [{"shadow": {"duration": "1s", "minReconciles": 3}}],
+               "rollout": {"steps": [{"shadow": {"duration": "1s", "minReconciles": 3}}, {"pause": {}}],
                            "gates": {"minSample": 3, "maxP99Ratio": 4, "p99Slack": "500ms"}}})
     };
     world.declare(&name, spec(&c)).await?;
@@ -1319,6 +1320,47 @@ async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Resul
     for (i, message) in ["one", "two", "three", "four"].into_iter().enumerate() {
         world.greeted(&format!("w{i}"), message).await?;
     }
+    wait_until(
+        "the rollout at its pause",
+        Duration::from_secs(60),
+        || async {
+            let st = api.get(&name).await?.data["status"].clone();
+            ensure!(
+                st["rollout"]["step"] == 1 && st["rollout"]["phase"] == "Progressing",
+                "status is {st}"
+            );
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(world.log_tail()))?;
+    let rollout = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new(target_dir().join("debug/reconciler-host"))
+            .arg("rollout")
+            .args(args)
+            .arg(&name)
+            .env("KUBECONFIG", &world.kubeconfig)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "rollout {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let shown = rollout(&["status"])?;
+    for line in [
+        "Step        2 of 2",
+        "Share       shadow",
+        "paused until a person promotes",
+    ] {
+        assert!(shown.contains(line), "{line:?} in\n{shown}");
+    }
+    // Nothing moves without the person; then their promote ends the pause.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(api.get(&name).await?.data["status"]["rollout"]["step"], 1);
+    let asked = rollout(&["promote"])?;
+    assert!(asked.contains(&format!("promote {go} 1")), "{asked}");
     let st = wait_until("the rollout promoted", Duration::from_secs(60), || async {
         let st = api.get(&name).await?.data["status"].clone();
         ensure!(st["rollout"]["phase"] == "Promoted", "status is {st}");
@@ -1328,10 +1370,14 @@ async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Resul
     .map_err(|e| e.context(world.log_tail()))?;
     assert_eq!(st["digest"], go.as_str(), "{st}");
     assert_eq!(st["rollout"]["share"], "100%", "{st}");
-    assert!(
-        st["rollout"]["gates"]["new"]["agreed"].as_u64() >= Some(3),
-        "the shadow runs agreed: {st}"
-    );
+    let agreed = world
+        .host()
+        .metric(&format!(
+            "reconciler_rollout_compared_total{{guest=\"{}\",verdict=\"agreed\"}}",
+            st["guest"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert!(agreed >= 3.0, "{agreed} shadow runs agreed");
     world.greeted("w0", "after").await?;
     let reasons = world.event_reasons(&name).await?;
     for reason in ["RolloutStep", "RolloutPromoted"] {

@@ -22,6 +22,7 @@ use crate::supply::guest_set::{ActiveGuest, GrantError, Origin};
 mod drain;
 pub(crate) mod offline;
 pub(crate) mod rbac;
+mod rollout;
 mod run;
 pub mod scaffold;
 
@@ -248,6 +249,10 @@ enum Command {
     /// guest, then remove the finalizers the guests left from every object (the Helm chart's
     /// pre-delete hook: nothing stays stuck deleting after an uninstall).
     Drain(drain::DrainArgs),
+    /// A Reconciler's rollout of a new module version (spec.rollout): `status` shows the
+    /// phase, step, share and each gate with both versions' values; `promote`, `pause` and
+    /// `abort` ask it of the hosts through the object (KUBECONFIG).
+    Rollout(rollout::RolloutArgs),
     /// Write a new guest that builds and works: source, build.sh, the contract, its grant and
     /// one offline fixture (see its README.md and docs/guests/<lang>.md).
     New {
@@ -315,6 +320,7 @@ pub fn main() -> ExitCode {
                 rbac(&config, guests, &options, discover).await
             }
             Command::Drain(args) => drain::drain(args).await,
+            Command::Rollout(args) => rollout::rollout(args).await,
             Command::Componentize(_) => unreachable!("run before the async runtime starts"),
         }
     });

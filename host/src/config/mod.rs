@@ -145,11 +145,24 @@ impl HostConfig {
                     format!("guests.{guest}.{message}"),
                 ));
             }
-            if let Some(Err(message)) = grant.rollout.as_ref().map(Rollout::check) {
-                return Err(ConfigError::invalid(
-                    path,
-                    format!("guests.{guest}.{message}"),
-                ));
+            if let Some(rollout) = &grant.rollout {
+                let paused = rollout
+                    .steps
+                    .iter()
+                    .position(|s| matches!(s, Step::Pause {}));
+                let refused = rollout.check().map_err(|e| e.to_string()).and_then(|()| {
+                    paused.map_or(Ok(()), |i| {
+                        Err(format!(
+                            "rollout.steps[{i}]: a pause waits for a person's promote, which only a Reconciler's rollout receives (reconciler-host rollout promote); a guest of the directory takes a step's duration instead"
+                        ))
+                    })
+                });
+                if let Err(message) = refused {
+                    return Err(ConfigError::invalid(
+                        path,
+                        format!("guests.{guest}.{message}"),
+                    ));
+                }
             }
             if let Some(Err(message)) = grant.record.as_ref().map(RecordPolicy::check) {
                 return Err(ConfigError::invalid(
@@ -614,6 +627,41 @@ guests:
             (r.events.per_second, r.log_lines.burst, r.writes.per_second),
             (2, 7, 2000)
         );
+    }
+
+    #[test]
+    fn a_rollout_in_a_grant_is_checked_and_a_pause_is_for_reconcilers_only() {
+        let parse = |rollout: &str| {
+            HostConfig::parse(
+                &format!("guests:\n  a:\n    rollout: {rollout}\n"),
+                Path::new("h.yaml"),
+            )
+        };
+        let plan = parse("{steps: [{shadow: {duration: 1m}}, {canary: {percent: 20}}]}")
+            .unwrap()
+            .grant("a")
+            .unwrap()
+            .rollout
+            .clone()
+            .unwrap();
+        assert_eq!(plan.steps.len(), 2);
+        for (rollout, refused) in [
+            (
+                "{steps: [{canary: {percent: 50}}, {canary: {percent: 10}}]}",
+                "guests.a.rollout.steps[1]: canary shares must grow",
+            ),
+            (
+                "{steps: [{shadow: {}}, {pause: {}}]}",
+                "guests.a.rollout.steps[1]: a pause waits for a person's promote",
+            ),
+            (
+                "{gates: {minAgreement: 2}}",
+                "guests.a.rollout.gates.minAgreement is 2",
+            ),
+        ] {
+            let err = parse(rollout).unwrap_err().to_string();
+            assert!(err.contains(refused), "{rollout}: {err}");
+        }
     }
 
     #[test]

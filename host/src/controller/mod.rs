@@ -299,6 +299,12 @@ impl Controller {
                 .is_some_and(|r| Arc::ptr_eq(&r.new.guest, guest))
     }
 
+    /// Whether the stable version (the one a rollout in flight would replace) has `guest`'s
+    /// content.
+    pub(crate) fn stable_is(&self, guest: &ActiveGuest) -> bool {
+        self.version.borrow().guest.loaded.hash == guest.loaded.hash
+    }
+
     /// Whether `new` can replace the running version in place (same watches, finalizer and
     /// grant). A new grant restarts the controller: its caches, rates and mode follow the
     /// grant, and every key is reconciled again under it (a guest switched from shadow to
@@ -365,7 +371,8 @@ impl Controller {
             driver.abort();
         }
         if let Some(rolling) = self.rolling.send_replace(None) {
-            tracing::info!(guest = %self.name, hash = %rolling.new.guest.loaded.hash, "rollout ended by a newer version");
+            let again = rolling::requeue(&self.queue, &self.primary, rolling.share());
+            tracing::info!(guest = %self.name, hash = %rolling.new.guest.loaded.hash, keys = again, "rollout ended by another version");
         }
     }
 

@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::supply::guest_set::ActiveGuest;
 use crate::supply::guest_set::{Failed, Rollouts};
 use crate::supply::rollout::{
-    Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window, judge,
+    Ask, Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window, judge,
 };
 
 /// How often the driver judges the current step.
@@ -51,6 +51,8 @@ pub(super) struct Rolling {
     /// The version it replaces, kept to run again if the new one is rolled back.
     old: Arc<ActiveGuest>,
     guest: String,
+    /// The item the new version came from, which people's asks name.
+    origin: String,
     metrics: Metrics,
     state: Mutex<State>,
 }
@@ -78,6 +80,7 @@ impl Rolling {
         );
         let share = status.share(&plan);
         let guest = new.guest.name().to_owned();
+        let origin = new.guest.origin.name().to_owned();
         metrics.rollout_stands(&guest, 0, share.percent(), status.phase.as_str());
         Self {
             plan,
@@ -85,6 +88,7 @@ impl Rolling {
             shadow,
             old,
             guest,
+            origin,
             metrics,
             state: Mutex::new(State {
                 status,
@@ -129,15 +133,28 @@ impl Rolling {
         }
     }
 
-    /// Judges the current step at `now` and applies the verdict; what moved, if anything.
-    /// A move starts a new window for both versions.
-    fn judge(&self, now: Timestamp) -> Option<Moved> {
+    /// Answers a person's ask, then judges the current step at `now` and applies the verdict;
+    /// what moved, if anything. A move starts a new window for both versions.
+    fn judge(&self, ask: Option<&Ask>, now: Timestamp) -> Option<Moved> {
         let mut state = self.state.lock();
         let State {
             status, new, old, ..
         } = &mut *state;
-        let verdict = judge(&self.plan, status.step, status.elapsed(now), new, old);
-        let moved = status.apply(&self.plan, verdict, now)?;
+        let answered = ask.and_then(|ask| status.answer(&self.plan, ask, now));
+        let moved = if let Some(moved) = answered {
+            moved
+        } else {
+            let verdict = judge(&self.plan, status.step, status.elapsed(now), new, old);
+            let moved = status.apply(&self.plan, verdict, now);
+            let phase = status.phase;
+            self.metrics.rollout_stands(
+                &self.guest,
+                status.step,
+                state.share.percent(),
+                phase.as_str(),
+            );
+            moved?
+        };
         state.share = state.status.share(&self.plan);
         if state.status.in_flight() {
             state.new = Window::default();
@@ -178,7 +195,8 @@ impl Driver {
         let guest = rolling.guest.clone();
         loop {
             tokio::time::sleep(JUDGE_EVERY).await;
-            let moved = rolling.judge(Timestamp::now());
+            let ask = self.rollouts.asked(&rolling.origin);
+            let moved = rolling.judge(ask.as_ref(), Timestamp::now());
             self.rollouts.publish(&guest, rolling.view());
             let Some(moved) = moved else {
                 continue;
@@ -216,20 +234,7 @@ impl Driver {
                 old: rolling.old.clone(),
             },
         );
-        let mut again = 0;
-        for object in self.primary.list(None, None) {
-            let key = ObjectKey {
-                namespace: object.metadata.namespace.clone(),
-                name: object.metadata.name.clone().unwrap_or_default(),
-            };
-            if moved
-                .from
-                .new_version_holds(key.namespace.as_deref(), &key.name)
-            {
-                self.queue.add_with(key, Priority::Normal);
-                again += 1;
-            }
-        }
+        let again = requeue(&self.queue, &self.primary, moved.from);
         tracing::warn!(
             guest = %rolling.guest,
             hash = %rolling.new.guest.loaded.hash,
@@ -238,4 +243,21 @@ impl Driver {
             view.status.message
         );
     }
+}
+
+/// Queues again every cached key the new version held at `share`, for the stable version to
+/// reconcile: what the new version wrote (or failed to) is looked at again. How many.
+pub(super) fn requeue(queue: &WorkQueue<ObjectKey>, primary: &Informer, share: Share) -> usize {
+    let mut again = 0;
+    for object in primary.list(None, None) {
+        let key = ObjectKey {
+            namespace: object.metadata.namespace.clone(),
+            name: object.metadata.name.clone().unwrap_or_default(),
+        };
+        if share.new_version_holds(key.namespace.as_deref(), &key.name) {
+            queue.add_with(key, Priority::Normal);
+            again += 1;
+        }
+    }
+    again
 }

@@ -73,7 +73,11 @@ impl ControllerSet {
         if let Some(controller) = self.controllers.get_mut(&name)
             && controller.can_swap_to(&guest)
         {
-            if let Some(plan) = guest.grant.rollout.clone() {
+            if controller.stable_is(&guest) {
+                // The content the rollout started from, back (a directory guest's old file put
+                // back): the rollout ends and the stable version goes on.
+                controller.swap(shared, guest);
+            } else if let Some(plan) = guest.grant.rollout.clone() {
                 controller.roll(shared, &guest, plan);
             } else {
                 controller.swap(shared, guest);

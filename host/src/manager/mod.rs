@@ -101,8 +101,13 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let ownership = Ownership::join(&settings, &metrics)?;
     let shared = machinery(&settings, &config, &metrics, ownership.fence().clone())?;
-    let (sources, reconciler_status) =
-        guest_sources(&config, dir.as_ref(), &shared.client, &settings, &metrics)?;
+    let (sources, reconciler_status) = guest_sources(
+        &config,
+        dir.as_ref(),
+        (&shared.client, &shared.rollouts),
+        &settings,
+        &metrics,
+    )?;
     let guests = Guests::new(
         sources,
         shared.runtime.clone(),
@@ -269,7 +274,7 @@ fn guest_directory(settings: &Settings, config: &HostConfig) -> anyhow::Result<O
 fn guest_sources(
     config: &HostConfig,
     dir: Option<&PathBuf>,
-    client: &kube::Client,
+    (client, rollouts): (&kube::Client, &Arc<crate::supply::guest_set::Rollouts>),
     settings: &Settings,
     metrics: &Metrics,
 ) -> anyhow::Result<(Sources, Option<crate::supply::reconcilers::StatusWriter>)> {
@@ -293,6 +298,7 @@ fn guest_sources(
             (namespace, host),
             metrics,
         );
+        objects.set_rollouts(rollouts.clone());
         sources.push(Box::new(objects));
         status = Some(writer);
     }

@@ -204,7 +204,12 @@ pub(crate) enum Waiting {
 impl fmt::Display for Waiting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Time(left) => write!(f, "{} left in the step", humantime::format_duration(*left)),
+            // Whole seconds: the status is read by people, and rewritten at most on a move.
+            Self::Time(left) => write!(
+                f,
+                "{} left in the step",
+                humantime::format_duration(Duration::from_secs(left.as_secs() + 1))
+            ),
             Self::Sample {
                 version,
                 has,
@@ -472,8 +477,6 @@ impl RolloutStatus {
     }
 
     /// A person's `promote`: the next step now, gates or not (a pause ends here).
-    // The `rollout` command and the Reconciler's annotation take these up next (issue 56).
-    #[allow(dead_code)]
     pub(crate) fn promote(&mut self, plan: &Rollout, now: Timestamp) -> Option<Moved> {
         if !self.in_flight() {
             return None;
@@ -484,7 +487,6 @@ impl RolloutStatus {
     }
 
     /// A person's `pause`: the share stays; the gates are still judged.
-    #[allow(dead_code)]
     pub(crate) fn pause(&mut self) {
         if self.in_flight() {
             self.phase = Phase::Paused;
@@ -493,7 +495,6 @@ impl RolloutStatus {
     }
 
     /// A person's `abort`: the old version takes every key back.
-    #[allow(dead_code)]
     pub(crate) fn abort(&mut self, plan: &Rollout) -> Option<Moved> {
         if !self.in_flight() {
             return None;
@@ -506,9 +507,15 @@ impl RolloutStatus {
         let from = self.share(plan);
         if self.step + 1 >= plan.steps.len() {
             self.phase = Phase::Promoted;
+            self.message.clear();
         } else {
             self.step += 1;
             self.step_started = now.to_string();
+            // What the new step waits for, until its first verdict says more.
+            self.message = match plan.steps[self.step] {
+                Step::Pause {} => Waiting::Person.to_string(),
+                _ => String::new(),
+            };
         }
         let to = self.share(plan);
         Moved {
@@ -613,6 +620,96 @@ pub(crate) struct RolloutView {
 pub(crate) struct Measured {
     pub new: WindowView,
     pub old: WindowView,
+}
+
+/// The annotation by which a person promotes, pauses or aborts a Reconciler's rollout:
+/// `ACTION DIGEST [STEP]`, the digest the rollout brings (`status.rollout.to`) and, to
+/// promote, the step it promotes from (`status.rollout.step`), so that an annotation left in
+/// place acts once (`reconciler-host rollout` writes it).
+pub(crate) const ASK_ANNOTATION: &str = "reconciler.dev/rollout";
+
+/// What a person asks of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// The next step now, gates or not.
+    Promote,
+    /// Stay at the current share until a promote or an abort.
+    Pause,
+    /// The old version takes every key back.
+    Abort,
+}
+
+/// A person's ask, as the annotation writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub action: Action,
+    /// The version it is about (a digest as the status names it, or a content hash).
+    pub to: String,
+    /// For a promote: the step it promotes from.
+    pub step: Option<usize>,
+}
+
+/// An annotation value that does not read as an ask.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{ASK_ANNOTATION}: {0:?} is not `promote DIGEST STEP`, `pause DIGEST` or `abort DIGEST`")]
+pub(crate) struct AskError(String);
+
+impl std::str::FromStr for Ask {
+    type Err = AskError;
+
+    fn from_str(text: &str) -> Result<Self, AskError> {
+        let refused = || AskError(text.chars().take(200).collect());
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let (action, to, step) = match words.as_slice() {
+            ["promote", to, step] => (
+                Action::Promote,
+                to,
+                Some(step.parse().map_err(|_| refused())?),
+            ),
+            ["pause", to] => (Action::Pause, to, None),
+            ["abort", to] => (Action::Abort, to, None),
+            _ => return Err(refused()),
+        };
+        Ok(Self {
+            action,
+            to: (*to).to_owned(),
+            step,
+        })
+    }
+}
+
+impl fmt::Display for Ask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let action = match self.action {
+            Action::Promote => "promote",
+            Action::Pause => "pause",
+            Action::Abort => "abort",
+        };
+        write!(f, "{action} {}", self.to)?;
+        if let Some(step) = self.step {
+            write!(f, " {step}")?;
+        }
+        Ok(())
+    }
+}
+
+impl RolloutStatus {
+    /// Applies a person's ask, if it is about this rollout as it stands (its version, and for
+    /// a promote its step); what moved.
+    pub(crate) fn answer(&mut self, plan: &Rollout, ask: &Ask, now: Timestamp) -> Option<Moved> {
+        if !self.in_flight() || ask.to != self.to {
+            return None;
+        }
+        match ask.action {
+            Action::Promote if ask.step == Some(self.step) => self.promote(plan, now),
+            Action::Pause if self.phase == Phase::Progressing => {
+                self.pause();
+                None
+            }
+            Action::Abort => self.abort(plan),
+            Action::Promote | Action::Pause => None,
+        }
+    }
 }
 
 /// The share at step `step`: a pause keeps the share of the step before it.
@@ -943,5 +1040,71 @@ mod tests {
         assert_eq!(back.elapsed(at(90)), Duration::from_secs(90));
         status.step_started = "yesterday".into();
         assert_eq!(status.elapsed(at(90)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_persons_ask_acts_once_and_only_on_the_rollout_it_names() {
+        let plan = plan(
+            "steps: [{canary: {percent: 20, duration: 1h}}, {pause: {}}, {canary: {percent: 50}}]",
+        );
+        let mut status = RolloutStatus::begin("old".into(), "new".into(), at(0));
+        let promote = |step| Ask {
+            action: Action::Promote,
+            to: "new".into(),
+            step: Some(step),
+        };
+        // Another version, or another step: nothing.
+        let other = Ask {
+            to: "other".into(),
+            ..promote(0)
+        };
+        assert_eq!(status.answer(&plan, &other, at(1)), None);
+        assert_eq!(status.answer(&plan, &promote(1), at(1)), None);
+        // Step 0 promoted: on to the pause, and the same ask left in place does nothing more.
+        let moved = status.answer(&plan, &promote(0), at(1)).unwrap();
+        assert_eq!(
+            (moved.from, moved.to),
+            (Share::Canary(20), Share::Canary(20))
+        );
+        assert_eq!(status.step, 1);
+        assert_eq!(status.answer(&plan, &promote(0), at(2)), None);
+        // A pause holds the rollout; a promote of the current step goes on.
+        let pause = Ask {
+            action: Action::Pause,
+            to: "new".into(),
+            step: None,
+        };
+        assert_eq!(status.answer(&plan, &pause, at(3)), None);
+        assert_eq!(status.phase, Phase::Paused);
+        let moved = status.answer(&plan, &promote(1), at(4)).unwrap();
+        assert_eq!(
+            (moved.to, status.phase),
+            (Share::Canary(50), Phase::Progressing)
+        );
+        // An abort ends it for good.
+        let abort = Ask {
+            action: Action::Abort,
+            to: "new".into(),
+            step: None,
+        };
+        let moved = status.answer(&plan, &abort, at(5)).unwrap();
+        assert_eq!((moved.to, moved.phase), (Share::Old, Phase::Aborted));
+        assert_eq!(status.answer(&plan, &promote(2), at(6)), None);
+    }
+
+    #[test]
+    fn an_ask_reads_as_the_annotation_writes_it() {
+        let ask: Ask = "promote sha256:abc 3".parse().unwrap();
+        assert_eq!((ask.action, ask.step), (Action::Promote, Some(3)));
+        assert_eq!(ask.to_string(), "promote sha256:abc 3");
+        for refused in [
+            "promote sha256:abc",
+            "resume sha256:abc",
+            "abort",
+            "pause a b",
+            "",
+        ] {
+            assert!(refused.parse::<Ask>().is_err(), "{refused:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::Grant;
-use crate::supply::rollout::RolloutView;
+use crate::supply::rollout::{Ask, RolloutView};
 
 use super::grants::ActiveGuest;
 
@@ -19,6 +19,9 @@ pub(crate) struct Rollouts {
     /// Told when a rollout moves (a step, a promotion, a rollback), so a Reconciler's status
     /// shows each step, not only what a periodic refresh samples.
     moved: tokio::sync::Notify,
+    /// People's asks (`crate::supply::rollout::ASK_ANNOTATION`), by the item (`Origin` name)
+    /// whose rollout they are about, with the version named by its content hash.
+    asks: parking_lot::Mutex<BTreeMap<String, Ask>>,
 }
 
 #[derive(Default)]
@@ -76,6 +79,16 @@ impl Rollouts {
         let guests = self.guests.lock();
         let failed = guests.get(new.name())?.failed.as_ref()?;
         (failed.hash == new.loaded.hash && failed.grant == new.grant).then(|| failed.old.clone())
+    }
+
+    /// Every ask standing now, by item: those of items not named are gone.
+    pub(crate) fn set_asks(&self, asks: BTreeMap<String, Ask>) {
+        *self.asks.lock() = asks;
+    }
+
+    /// The ask standing about item `origin`'s rollout, if any.
+    pub(crate) fn asked(&self, origin: &str) -> Option<Ask> {
+        self.asks.lock().get(origin).cloned()
     }
 
     /// Forgets `guest` (unloaded): a version loaded again later starts afresh.

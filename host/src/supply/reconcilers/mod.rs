@@ -72,6 +72,8 @@ pub(crate) struct Objects {
     /// adds a rule starts following them).
     tenants: Mutex<Option<Tenants>>,
     shared: Arc<Shared>,
+    /// Where people's asks about rollouts (`reconciler.dev/rollout` on an object) go.
+    rollouts: Mutex<Arc<crate::supply::guest_set::Rollouts>>,
 }
 
 /// What choosing and bounding namespaced `Reconciler`s needs.
@@ -157,9 +159,65 @@ impl Objects {
             config: Mutex::new(Arc::new(config.clone())),
             tenants: Mutex::new(None),
             shared,
+            rollouts: Mutex::default(),
         };
         objects.follow_tenants(config);
         (objects, writer)
+    }
+
+    /// Where the asks people write on objects about their rollouts go (the controllers'
+    /// registry).
+    pub(crate) fn set_rollouts(&self, rollouts: Arc<crate::supply::guest_set::Rollouts>) {
+        *self.rollouts.lock() = rollouts;
+    }
+
+    /// The asks standing on objects (`crate::supply::rollout::ASK_ANNOTATION`), by item, the
+    /// version each names resolved to its content hash; an ask that does not read or names a
+    /// version this host did not load is left out (and logged at debug).
+    fn asks(&self, records: &Records) -> BTreeMap<String, crate::supply::rollout::Ask> {
+        use crate::supply::guest_set::RECONCILER_PREFIX;
+        use crate::supply::rollout::{ASK_ANNOTATION, Ask};
+        use kube::ResourceExt as _;
+        let cluster = self.store.state().into_iter().map(|o| (o, None));
+        let namespaced: Vec<_> = self
+            .shared
+            .namespaced
+            .lock()
+            .iter()
+            .flat_map(Store::state)
+            .collect();
+        let namespaced = namespaced
+            .into_iter()
+            .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
+        let mut asks = BTreeMap::new();
+        for (object, namespace) in cluster.chain(namespaced) {
+            let Some(text) = object.annotations().get(ASK_ANNOTATION) else {
+                continue;
+            };
+            let key = match &namespace {
+                Some(ns) => format!("{ns}.{}", object.name_any()),
+                None => object.name_any(),
+            };
+            let ask = match text.parse::<Ask>() {
+                Ok(ask) => ask,
+                Err(e) => {
+                    tracing::debug!(reconciler = %key, "{e}");
+                    continue;
+                }
+            };
+            let Some(hash) = records.hash_of(&key, &ask.to) else {
+                tracing::debug!(reconciler = %key, version = %ask.to, "a rollout ask names a version this host did not load");
+                continue;
+            };
+            asks.insert(
+                format!("{RECONCILER_PREFIX}{key}"),
+                Ask {
+                    to: hash.to_owned(),
+                    ..ask
+                },
+            );
+        }
+        asks
     }
 
     /// Starts following the namespaced objects when `config` has tenant rules (or reports
@@ -597,6 +655,7 @@ impl GuestSource for Objects {
             tenants.list(&self.shared.host, &mut records, &mut names, &mut origins);
         }
         records.retain(&names);
+        self.rollouts.lock().set_asks(self.asks(&records));
         let restarts = records.take_restarts();
         drop(records);
         if !restarts.is_empty() {

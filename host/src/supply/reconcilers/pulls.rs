@@ -376,6 +376,17 @@ impl Records {
         self.version_of(name, hash)?.signed_by.as_deref()
     }
 
+    /// The content hash of object `name`'s version with manifest digest `digest` (the last
+    /// loaded or the one before).
+    pub(super) fn hash_of(&self, name: &str, digest: &str) -> Option<&str> {
+        let record = self.objects.get(name)?;
+        [record.loaded.as_ref(), record.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|v| v.digest == digest || v.hash == digest)
+            .map(|v| v.hash.as_str())
+    }
+
     /// Object `name`'s version with content `hash`: the last loaded or the one before.
     fn version_of(&self, name: &str, hash: &str) -> Option<&LoadedVersion> {
         let record = self.objects.get(name)?;
