@@ -24,20 +24,24 @@ struct Setup {
     host: HostProcess,
 }
 
+/// The host configuration: the widget's grant with `rollout` as its plan and `deadline`.
+fn config(rollout: &str, deadline: &str) -> String {
+    format!(
+        "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    \
+         write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n    \
+         limits: {{deadline: {deadline}, eventsPerSecond: 200, eventBurst: 400}}\n    rollout: {rollout}\n"
+    )
+}
+
 /// A host running `widget.wasm` (v1) with `rollout` as its grant's plan.
 async fn setup(prefix: &str, rollout: &str) -> Result<Setup> {
     let cp = ControlPlane::shared().await?;
     let client = cp.client().await?;
     apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
     let ns = test_namespace(&client, prefix).await?;
-    let config = format!(
-        "guests:\n  widget:\n    read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]\n    \
-         write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]\n    \
-         limits: {{deadline: 3s, eventsPerSecond: 200, eventBurst: 400}}\n    rollout: {rollout}\n"
-    );
     let host = HostProcess::start(HostOptions {
         kubeconfig: cp.kubeconfig(),
-        config,
+        config: config(rollout, "3s"),
         guests: vec!["widget"],
         namespace: Some(&ns),
         extra_args: vec![],
@@ -338,6 +342,75 @@ async fn a_version_failing_on_its_canary_keys_is_rolled_back_and_nothing_is_lost
     assert!(
         !failed.is_empty() && failed.len() < count,
         "v2 failed on its share of the keys only: {failed:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_version_that_only_asks_for_retries_never_reaches_a_canary() -> Result<()> {
+    let s = setup(
+        "rollout-retries",
+        &format!(
+            "{{steps: [{{shadow: {{duration: 2s, minReconciles: 20}}}}, \
+             {{canary: {{percent: 50, duration: 2s}}}}], gates: {GATES}}}"
+        ),
+    )
+    .await?;
+    // v2 asks for a retry on every attempt: it never reconciles anything.
+    s.widgets(20, |_| {
+        json!({"steady": true, "message": "same", "requeueAfterMs": 1000,
+               "byVersion": {"2": {"failTimes": 1_000_000}}})
+    })
+    .await?;
+    s.host.put_guest("widget.wasm", "widget-v2")?;
+    let mut shares = Vec::new();
+    let rollout = s.until_phase("RolledBack", &mut shares).await?;
+    assert_eq!(shares, ["shadow", "0%"], "{rollout}");
+    let message = rollout["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("agreement:") && message.contains("(no verdict"),
+        "a run without a verdict agrees with nothing: {message}"
+    );
+    Ok(())
+}
+
+/// A restart of the controller mid-rollout (here: a new grant) starts again from the stable
+/// version and rolls the new one out anew; no key goes to the new version without its plan.
+#[tokio::test]
+async fn a_new_grant_mid_rollout_starts_it_again_from_the_stable_version() -> Result<()> {
+    let plan = "{steps: [{shadow: {duration: 1h}}]}";
+    let s = setup("rollout-regrant", plan).await?;
+    s.widgets(
+        10,
+        |_| json!({"steady": true, "message": "same", "requeueAfterMs": 500}),
+    )
+    .await?;
+    s.host.put_guest("widget.wasm", "widget-v2")?;
+    let mut shares = Vec::new();
+    s.until_phase("Progressing", &mut shares).await?;
+    // The grant changes (a deadline): the controller restarts under it.
+    std::fs::write(s.host.dir.path().join("host.yaml"), config(plan, "4s"))?;
+    wait_until(
+        "the controller restarted",
+        Duration::from_secs(60),
+        || async {
+            anyhow::ensure!(
+                s.host.log().contains("controller stopped"),
+                "no restart yet"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let rollout = s.until_phase("Progressing", &mut shares).await?;
+    assert_eq!(rollout["share"], "shadow", "{rollout}");
+    // v1 still reconciles every key; v2 has reconciled none, before or after the restart.
+    let before = s.noted("ReconciledByVersion1").await?;
+    assert_eq!(before.len(), 10);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        s.noted("ReconciledByVersion2").await?.is_empty(),
+        "v2 reconciled a key"
     );
     Ok(())
 }

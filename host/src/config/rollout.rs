@@ -219,9 +219,18 @@ pub enum PlanError {
     ShadowAfterCanary(usize),
     #[error("rollout.gates.{0} is {1}; it must be between 0 and 1")]
     Fraction(&'static str, f64),
-    #[error("rollout.gates.maxP99Ratio is {0}; it must be at least 1")]
+    #[error("rollout.gates.maxP99Ratio is {0}; it must be between 1 and {MAX_RATIO}")]
     Ratio(f64),
+    #[error("rollout.{0} is {1}; it may be at most {2}")]
+    TooLarge(String, String, String),
 }
+
+/// The largest values a plan may hold: beyond them a plan says nothing a smaller one would
+/// not, and every sum and product the gates make stays in range.
+const MAX_DURATION: Duration = Duration::from_hours(24 * 30);
+const MAX_SLACK: Duration = Duration::from_hours(1);
+const MAX_RATIO: f64 = 100.0;
+const MAX_COUNT: u64 = 10_000_000;
 
 impl Rollout {
     /// Whether a rollout could follow this plan.
@@ -253,8 +262,45 @@ impl Rollout {
                 return Err(PlanError::Fraction(name, value));
             }
         }
-        if gates.max_p99_ratio.is_nan() || gates.max_p99_ratio < 1.0 {
+        if !(1.0..=MAX_RATIO).contains(&gates.max_p99_ratio) {
             return Err(PlanError::Ratio(gates.max_p99_ratio));
+        }
+        let too_large =
+            |field: String, value: String, max: String| Err(PlanError::TooLarge(field, value, max));
+        if gates.p99_slack > MAX_SLACK {
+            return too_large(
+                "gates.p99Slack".into(),
+                format!("{:?}", gates.p99_slack),
+                format!("{MAX_SLACK:?}"),
+            );
+        }
+        if gates.min_sample > MAX_COUNT {
+            return too_large(
+                "gates.minSample".into(),
+                gates.min_sample.to_string(),
+                MAX_COUNT.to_string(),
+            );
+        }
+        for (i, hold) in self
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.hold()?)))
+        {
+            if hold.duration > MAX_DURATION {
+                return too_large(
+                    format!("steps[{i}].duration"),
+                    format!("{:?}", hold.duration),
+                    format!("{MAX_DURATION:?}"),
+                );
+            }
+            if let Some(count) = hold.min_reconciles.filter(|c| *c > MAX_COUNT) {
+                return too_large(
+                    format!("steps[{i}].minReconciles"),
+                    count.to_string(),
+                    MAX_COUNT.to_string(),
+                );
+            }
         }
         Ok(())
     }
@@ -364,6 +410,31 @@ mod tests {
                 PlanError::Fraction("maxErrorRateIncrease", -0.1),
             ),
             ("gates: {maxP99Ratio: 0.5}", PlanError::Ratio(0.5)),
+            ("gates: {maxP99Ratio: 1e300}", PlanError::Ratio(1e300)),
+            (
+                "gates: {p99Slack: 1000000h}",
+                PlanError::TooLarge(
+                    "gates.p99Slack".into(),
+                    format!("{:?}", Duration::from_hours(1_000_000)),
+                    "3600s".into(),
+                ),
+            ),
+            (
+                "steps: [{shadow: {duration: 100000h}}]",
+                PlanError::TooLarge(
+                    "steps[0].duration".into(),
+                    format!("{:?}", Duration::from_hours(100_000)),
+                    format!("{:?}", Duration::from_hours(720)),
+                ),
+            ),
+            (
+                "steps: [{canary: {percent: 5, minReconciles: 18446744073709551615}}]",
+                PlanError::TooLarge(
+                    "steps[0].minReconciles".into(),
+                    "18446744073709551615".into(),
+                    "10000000".into(),
+                ),
+            ),
         ] {
             assert_eq!(plan(yaml).check(), Err(want), "{yaml}");
         }

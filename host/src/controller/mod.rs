@@ -311,16 +311,7 @@ impl Controller {
     /// active writes what it held back).
     pub(crate) fn can_swap_to(&self, new: &ActiveGuest) -> bool {
         let current = self.version.borrow();
-        let (a, b) = (&current.guest.loaded.manifest, &new.loaded.manifest);
-        current.guest.grant == new.grant
-            && a.primary == b.primary
-            && a.namespace == b.namespace
-            && a.label_selector == b.label_selector
-            && a.secondary == b.secondary
-            && a.finalizer == b.finalizer
-            && a.resync == b.resync
-            && a.generation_changed_only == b.generation_changed_only
-            && concurrency(&current.guest, 0) == concurrency(new, 0)
+        current.guest.grant == new.grant && same_watches(&current.guest, new)
     }
 
     /// Swaps in a new version of the same guest: reconciles already running finish on the old.
@@ -342,11 +333,11 @@ impl Controller {
     ) {
         self.end_rollout();
         let stable = self.version.borrow().clone();
-        let new = Arc::new(GuestVersion::swapped(shared, guest.clone(), &stable));
+        let new = Arc::new(GuestVersion::candidate(shared, guest.clone(), &stable));
         let shadow = Arc::new(GuestVersion::shadowing(shared, guest, &stable));
         let rolling = Arc::new(Rolling::begin(
             plan,
-            stable.guest.clone(),
+            &stable.guest,
             new,
             shadow,
             shared.metrics.clone(),
@@ -403,6 +394,21 @@ impl Controller {
         // After this line no reconcile of the guest runs here (the robustness journal reads it).
         tracing::info!(guest = %self.name, "controller stopped; running reconciles cancelled");
     }
+}
+
+/// Whether two versions of a guest watch the same (primary, namespace, selector, secondaries,
+/// finalizer, resync, generation filter) at the same concurrency, so one controller's caches
+/// and queue serve both.
+pub(crate) fn same_watches(a: &ActiveGuest, b: &ActiveGuest) -> bool {
+    let (x, y) = (&a.loaded.manifest, &b.loaded.manifest);
+    x.primary == y.primary
+        && x.namespace == y.namespace
+        && x.label_selector == y.label_selector
+        && x.secondary == y.secondary
+        && x.finalizer == y.finalizer
+        && x.resync == y.resync
+        && x.generation_changed_only == y.generation_changed_only
+        && concurrency(a, 0) == concurrency(b, 0)
 }
 
 /// The tasks that keep the field indexes and map each secondary watch's events to keys.
@@ -589,7 +595,7 @@ async fn process_next(
     let rolling = versions.rolling.borrow().clone();
     let side = rolling.as_ref().map(|r| r.side_of(&key));
     let version = match (&rolling, side) {
-        (Some(rolling), Some(Side::New)) => rolling.new.clone(),
+        (Some(rolling), Some((Side::New, _))) => rolling.new.clone(),
         _ => versions.stable.borrow().clone(),
     };
     let attempt = queue.num_requeues(&key);
@@ -602,12 +608,12 @@ async fn process_next(
         rolling.record(side, &outcome);
         // In shadow, the new version runs on the same key after the old one, its writes
         // compared with what the old one left.
-        if side == Side::Old && rolling.share().shadows() {
+        if side.0 == Side::Old && rolling.share().shadows() {
             let (_, shadowed) = sync(shared, caches, &rolling.shadow, &key, attempt, &mut None)
                 .instrument(span)
                 .await;
             if let Some(shadowed) = shadowed {
-                rolling.record(Side::Shadow, &shadowed);
+                rolling.record((Side::Shadow, side.1), &shadowed);
             }
         }
     }
@@ -658,14 +664,17 @@ async fn sync(
     let synced = sync::sync(step, &primary, key, attempt, async |request| {
         let started = Instant::now();
         let run = run(shared, version, key, request, warm).await;
-        called = Some((started.elapsed(), run.outcome.is_failure()));
+        let succeeded = matches!(run.outcome, Outcome::Ok { .. });
+        called = Some((started.elapsed(), !succeeded));
         run
     })
     .await;
-    let differing = synced
-        .verdict
-        .as_deref()
-        .map(crate::sandbox::shadow::Difference::paths_of);
+    let differing = match synced.verdict.as_deref() {
+        Some(differences) => Some(crate::sandbox::shadow::Difference::paths_of(differences)),
+        // A shadow run that failed before its verdict agrees with nothing.
+        None if step.shadow => Some(vec![crate::supply::rollout::NO_VERDICT.to_owned()]),
+        None => None,
+    };
     if version.counted
         && let Some(differences) = synced.verdict
     {
@@ -674,6 +683,7 @@ async fn sync(
             .record(guest.name(), &key.to_string(), differences);
     }
     let outcome = called.map(|(took, failed)| crate::supply::rollout::Outcome {
+        key: crate::supply::rollout::key_id(key.namespace.as_deref(), &key.name),
         took,
         failed,
         // A shadow run that ended without a verdict (it failed) counts as an error only.

@@ -22,7 +22,7 @@ use crate::config::Rollout;
 use crate::controller::queue::{Priority, WorkQueue};
 use crate::metrics::Metrics;
 use crate::supply::guest_set::ActiveGuest;
-use crate::supply::guest_set::{Failed, Rollouts};
+use crate::supply::guest_set::Rollouts;
 use crate::supply::rollout::{
     Ask, Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window, judge,
 };
@@ -48,8 +48,6 @@ pub(super) struct Rolling {
     pub(super) new: Arc<GuestVersion>,
     /// The new version with its writes compared, not sent (its grant in shadow mode).
     pub(super) shadow: Arc<GuestVersion>,
-    /// The version it replaces, kept to run again if the new one is rolled back.
-    old: Arc<ActiveGuest>,
     guest: String,
     /// The item the new version came from, which people's asks name.
     origin: String,
@@ -60,6 +58,8 @@ pub(super) struct Rolling {
 struct State {
     status: RolloutStatus,
     share: Share,
+    /// Counts the moves: a reconcile taken in one step and ended in the next counts in none.
+    epoch: u64,
     new: Window,
     old: Window,
 }
@@ -68,7 +68,7 @@ impl Rolling {
     /// A rollout from `old` (the stable version) to `new` at the plan's first step, from now.
     pub(super) fn begin(
         plan: Rollout,
-        old: Arc<ActiveGuest>,
+        old: &ActiveGuest,
         new: Arc<GuestVersion>,
         shadow: Arc<GuestVersion>,
         metrics: Metrics,
@@ -86,13 +86,13 @@ impl Rolling {
             plan,
             new,
             shadow,
-            old,
             guest,
             origin,
             metrics,
             state: Mutex::new(State {
                 status,
                 share,
+                epoch: 0,
                 new: Window::default(),
                 old: Window::default(),
             }),
@@ -104,20 +104,23 @@ impl Rolling {
         self.state.lock().share
     }
 
-    /// The version that reconciles `key` actively now, and the side it counts on.
-    pub(super) fn side_of(&self, key: &ObjectKey) -> Side {
-        if self
-            .share()
+    /// The version that reconciles `key` actively now, the side it counts on, and the step
+    /// (the epoch of moves) it is taken in.
+    pub(super) fn side_of(&self, key: &ObjectKey) -> (Side, u64) {
+        let state = self.state.lock();
+        let side = if state
+            .share
             .new_version_holds(key.namespace.as_deref(), &key.name)
         {
             Side::New
         } else {
             Side::Old
-        }
+        };
+        (side, state.epoch)
     }
 
-    /// Counts one reconcile of `side` in the current step.
-    pub(super) fn record(&self, side: Side, outcome: &Outcome) {
+    /// Counts one reconcile of `side` taken at `epoch`, if the step has not moved since.
+    pub(super) fn record(&self, (side, epoch): (Side, u64), outcome: &Outcome) {
         let new = side != Side::Old;
         self.metrics
             .rollout_reconciled(&self.guest, new, outcome.failed, outcome.took);
@@ -126,6 +129,9 @@ impl Rolling {
                 .rollout_compared(&self.guest, differing.is_empty());
         }
         let mut state = self.state.lock();
+        if state.epoch != epoch {
+            return;
+        }
         if new {
             state.new.record(outcome);
         } else {
@@ -156,6 +162,7 @@ impl Rolling {
             moved?
         };
         state.share = state.status.share(&self.plan);
+        state.epoch += 1;
         if state.status.in_flight() {
             state.new = Window::default();
             state.old = Window::default();
@@ -206,6 +213,7 @@ impl Driver {
                     tracing::info!(guest = %guest, from = %moved.from, to = %moved.to, "rollout: next step");
                 }
                 Phase::Promoted => {
+                    self.rollouts.set_stable(&rolling.new.guest);
                     self.stable.send_replace(rolling.new.clone());
                     self.rolling.send_replace(None);
                     tracing::info!(guest = %guest, hash = %rolling.new.guest.loaded.hash, "rollout: promoted; the new version reconciles every key");
@@ -226,14 +234,7 @@ impl Driver {
         self.rolling.send_replace(None);
         let gate = moved.gate.unwrap_or("abort");
         rolling.metrics.rollout_rolled_back(&rolling.guest, gate);
-        self.rollouts.fail(
-            &rolling.guest,
-            Failed {
-                hash: rolling.new.guest.loaded.hash.clone(),
-                grant: rolling.new.guest.grant.clone(),
-                old: rolling.old.clone(),
-            },
-        );
+        self.rollouts.fail(&rolling.new.guest);
         let again = requeue(&self.queue, &self.primary, moved.from);
         tracing::warn!(
             guest = %rolling.guest,

@@ -85,33 +85,85 @@ impl GuestVersion {
         guest: Arc<ActiveGuest>,
         current: &GuestVersion,
     ) -> Self {
-        let context = &current.context;
+        let budget = current.context.budget.clone();
+        let providers = current.context.providers.clone();
+        Self::beside(shared, guest, current, providers, Some(budget))
+    }
+
+    /// A rollout's new version beside `current`: the same providers, but a budget of its own
+    /// (the grant's rates), so neither version can spend what the other may write.
+    pub(super) fn candidate(
+        shared: &Shared,
+        guest: Arc<ActiveGuest>,
+        current: &GuestVersion,
+    ) -> Self {
+        let providers = current.context.providers.clone();
+        Self::beside(shared, guest, current, providers, None)
+    }
+
+    /// A rollout's shadow runs of `guest` beside `current`: its grant in shadow mode, so its
+    /// writes are compared with the live state, not sent; its enqueues not sent either (the
+    /// queue is the stable version's); a budget of its own; nothing recorded for replay; its
+    /// reconciles counted by the rollout only.
+    pub(super) fn shadowing(shared: &Shared, guest: &ActiveGuest, current: &GuestVersion) -> Self {
+        let mut providers = current.context.providers.clone();
+        providers.queue = Arc::new(NotSent(providers.queue.clone()));
+        let mut version = Self::beside(
+            shared,
+            Arc::new(guest.in_shadow()),
+            current,
+            providers,
+            None,
+        );
+        version.recorder = None;
+        version.counted = false;
+        version
+    }
+
+    fn beside(
+        shared: &Shared,
+        guest: Arc<ActiveGuest>,
+        current: &GuestVersion,
+        providers: Providers,
+        budget: Option<Arc<crate::sandbox::capabilities::Budget>>,
+    ) -> Self {
         let scope = Scope::of(&guest.loaded.manifest, shared.namespace.as_deref())
             .in_tenant(guest.tenant());
+        let map_context = map_context(shared, &guest, &providers, scope.clone());
+        let mut context = GuestContext::new(guest.name(), guest.grant.clone(), providers)
+            .with_scope(scope.clone())
+            .with_metrics(shared.metrics.clone());
+        if let Some(budget) = budget {
+            context = context.with_budget(budget);
+        }
         GuestVersion {
-            map_context: map_context(shared, &guest, &context.providers, scope.clone()),
-            index_context: index_context(shared, &guest, scope.clone()),
-            context: Arc::new(
-                GuestContext::new(guest.name(), guest.grant.clone(), context.providers.clone())
-                    .with_scope(scope)
-                    .with_metrics(shared.metrics.clone())
-                    .with_budget(context.budget.clone()),
-            ),
+            map_context,
+            index_context: index_context(shared, &guest, scope),
+            context: Arc::new(context),
             recorder: recorder(shared, &guest),
             guest,
             cluster: current.cluster.clone(),
             counted: true,
         }
     }
+}
 
-    /// A rollout's shadow runs of `guest` beside `current`: its grant in shadow mode, so its
-    /// writes are compared with the live state, not sent; nothing recorded for replay; its
-    /// reconciles counted by the rollout only.
-    pub(super) fn shadowing(shared: &Shared, guest: &ActiveGuest, current: &GuestVersion) -> Self {
-        let mut version = Self::swapped(shared, Arc::new(guest.in_shadow()), current);
-        version.recorder = None;
-        version.counted = false;
-        version
+/// A shadow run's enqueues: answered as sent, never queued (the queue is the stable
+/// version's, and a shadow run changes nothing).
+struct NotSent(Arc<dyn crate::sandbox::capabilities::Enqueuer>);
+
+impl crate::sandbox::capabilities::Enqueuer for NotSent {
+    fn enqueue(
+        &self,
+        key: crate::cluster::objects::ObjectKey,
+        after: Option<std::time::Duration>,
+    ) -> Result<(), crate::sandbox::capabilities::HostError> {
+        tracing::debug!(%key, ?after, "shadow: enqueue not sent");
+        Ok(())
+    }
+
+    fn pending(&self) -> usize {
+        self.0.pending()
     }
 }
 

@@ -24,16 +24,23 @@ pub(super) struct ControllerSet {
     shards: Option<Arc<ShardStatus>>,
     /// Whether controllers start their workers: false while a warm standby waits for the lease.
     leading: bool,
+    /// The guest set, whose configuration judges a stable version again under a new grant.
+    guests: Arc<crate::supply::guest_set::Guests>,
 }
 
 impl ControllerSet {
-    pub(super) fn new(readiness: Arc<Readiness>, shards: Option<Arc<ShardStatus>>) -> Self {
+    pub(super) fn new(
+        readiness: Arc<Readiness>,
+        shards: Option<Arc<ShardStatus>>,
+        guests: Arc<crate::supply::guest_set::Guests>,
+    ) -> Self {
         Self {
             controllers: BTreeMap::new(),
             pending: BTreeMap::new(),
             readiness,
             shards,
             leading: true,
+            guests,
         }
     }
 
@@ -80,6 +87,7 @@ impl ControllerSet {
             } else if let Some(plan) = guest.grant.rollout.clone() {
                 controller.roll(shared, &guest, plan);
             } else {
+                shared.rollouts.set_stable(&guest);
                 controller.swap(shared, guest);
                 tracing::info!(guest = %name, "new guest version swapped in");
             }
@@ -99,8 +107,14 @@ impl ControllerSet {
 
     async fn start(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
-        match Controller::start(shared, guest.clone(), self.leading).await {
-            Ok(controller) => {
+        let (first, then) = self.first_version(shared, &guest);
+        match Controller::start(shared, first.clone(), self.leading).await {
+            Ok(mut controller) => {
+                shared.rollouts.set_stable(&first);
+                match then {
+                    Some(plan) => controller.roll(shared, &guest, plan),
+                    None => shared.rollouts.drop_in_flight(&name),
+                }
                 self.pending.remove(&name);
                 self.readiness
                     .controllers
@@ -114,6 +128,46 @@ impl ControllerSet {
                 self.pending.insert(name, guest);
             }
         }
+    }
+
+    /// The version a controller for `guest` starts with, and the plan to roll `guest` out by
+    /// once it runs. Under a plan, a controller started again (a new grant, a lease regained)
+    /// for a version other than the last stable one starts with the stable one, judged again
+    /// under the new grant, and rolls the new one out: no restart skips a rollout. A version
+    /// whose watches differ from the stable one's cannot share its controller: it is refused
+    /// (as rolled back) and the stable one runs; without the plan it would switch at once.
+    fn first_version(
+        &self,
+        shared: &Shared,
+        guest: &Arc<ActiveGuest>,
+    ) -> (Arc<ActiveGuest>, Option<crate::config::Rollout>) {
+        let (Some(plan), Some(stable)) = (
+            guest.grant.rollout.clone(),
+            shared.rollouts.stable(guest.name()),
+        ) else {
+            return (guest.clone(), None);
+        };
+        if stable.loaded.hash == guest.loaded.hash {
+            return (guest.clone(), None);
+        }
+        let stable = match stable.regrant(&guest.origin, &self.guests.config()) {
+            Ok(stable) => Arc::new(stable),
+            Err(e) => {
+                tracing::warn!(guest = %guest.name(), "the stable version cannot run under the new grant ({e}); the new version starts without a rollout");
+                return (guest.clone(), None);
+            }
+        };
+        if !crate::controller::same_watches(&stable, guest) {
+            tracing::warn!(guest = %guest.name(), hash = %guest.loaded.hash, "not rolled out: the new version watches other kinds, selectors or a finalizer than the stable one, and a rollout runs both on one controller; the stable version runs (remove rollout from the grant to switch at once)");
+            shared.rollouts.fail(guest);
+            shared.rollouts.refused(
+                guest,
+                &stable,
+                "the new version changes what the guest watches",
+            );
+            return (stable, None);
+        }
+        (stable, Some(plan))
     }
 
     pub(super) async fn retry_pending(&mut self, shared: &Shared) {

@@ -143,7 +143,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         shared,
         guests: guests.clone(),
         readiness: readiness.clone(),
-        controllers: ControllerSet::new(readiness, ownership.status()),
+        controllers: ControllerSet::new(readiness, ownership.status(), guests.clone()),
         orphans: Orphans::new(guests, metrics.clone()),
         owned: Owned::Nothing,
         ownership,

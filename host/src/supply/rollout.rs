@@ -24,6 +24,9 @@ const DURATIONS: usize = 4096;
 const EVIDENCE: usize = 64;
 /// Points of a key's place on the share line: a canary of 1 % holds 100 of them.
 const POINTS: u32 = 10_000;
+/// Keys followed per version and window for the per-key rates; keys beyond are not followed
+/// (the rates then stand for the first this many keys of the step).
+const KEYS: usize = 65_536;
 
 /// Who reconciles the keys while a rollout is at a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +79,13 @@ pub(crate) fn point(namespace: Option<&str>, name: &str) -> u32 {
     u32::try_from(scaled).unwrap_or(POINTS - 1)
 }
 
+/// A key's identity in a window: its hash, spread (collisions among 65,536 keys in 2^64 are
+/// negligible).
+pub(crate) fn key_id(namespace: Option<&str>, name: &str) -> u64 {
+    let key = format!("{}/{name}", namespace.unwrap_or_default());
+    spread(fnv1a64(key.as_bytes()))
+}
+
 /// The 64-bit finaliser of murmur3: FNV-1a leaves its high bits barely touched by the last
 /// bytes of similar names (`w-00001`, `w-00002`), so shares read off them came out 15 % wide.
 fn spread(mut hash: u64) -> u64 {
@@ -89,13 +99,20 @@ fn spread(mut hash: u64) -> u64 {
 /// How one reconcile of a version ended, as the gates count it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outcome {
+    /// The key ([`key_id`]): the gates judge keys, so a version that requeues some keys often
+    /// cannot dilute its failures on others.
+    pub key: u64,
     pub took: Duration,
-    /// A permanent error, a trap or a deadline (not a requeue a guest asked for).
+    /// It did not succeed: an error of any kind (transient ones too: a version that only
+    /// ever asks for a retry reconciles nothing), a trap, the deadline, the memory cap.
     pub failed: bool,
-    /// In shadow: the paths its writes would change (empty: it agrees). `None` when it ran
-    /// actively.
+    /// In shadow: the paths its writes would change (empty: it agrees; a shadow run that
+    /// failed before its verdict differs by `(no verdict)`). `None` when it ran actively.
     pub differing: Option<Vec<String>>,
 }
+
+/// What a shadow run that ended without a verdict counts as: a difference.
+pub(crate) const NO_VERDICT: &str = "(no verdict: the reconcile failed)";
 
 /// What one version showed in the current step.
 #[derive(Debug, Clone, Default)]
@@ -104,22 +121,42 @@ pub(crate) struct Window {
     errors: u64,
     compared: u64,
     agreed: u64,
+    /// Each key's last outcome in the window, and whether a shadow run of it ever differed.
+    keys: std::collections::HashMap<u64, KeyState>,
+    /// Reconcile times of active runs only: a shadow run reads the live state to compare, so
+    /// its time says nothing of the version's.
     durations: Vec<Duration>,
     next: usize,
     evidence: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyState {
+    failed: bool,
+    compared: bool,
+    differed: bool,
 }
 
 impl Window {
     pub(crate) fn record(&mut self, outcome: &Outcome) {
         self.reconciles += 1;
         self.errors += u64::from(outcome.failed);
-        if self.durations.len() < DURATIONS {
-            self.durations.push(outcome.took);
-        } else {
-            self.durations[self.next] = outcome.took;
-            self.next = (self.next + 1) % DURATIONS;
+        let followed = self.keys.len() < KEYS || self.keys.contains_key(&outcome.key);
+        if followed {
+            let key = self.keys.entry(outcome.key).or_default();
+            key.failed = outcome.failed;
+            if let Some(differing) = &outcome.differing {
+                key.compared = true;
+                key.differed |= !differing.is_empty();
+            }
         }
         let Some(differing) = &outcome.differing else {
+            if self.durations.len() < DURATIONS {
+                self.durations.push(outcome.took);
+            } else {
+                self.durations[self.next] = outcome.took;
+                self.next = (self.next + 1) % DURATIONS;
+            }
             return;
         };
         self.compared += 1;
@@ -135,22 +172,29 @@ impl Window {
         }
     }
 
-    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-    fn error_rate(&self) -> f64 {
-        if self.reconciles == 0 {
-            0.0
-        } else {
-            self.errors as f64 / self.reconciles as f64
-        }
+    /// Keys whose last reconcile in the window failed, of the keys reconciled.
+    fn failed_keys(&self) -> (u64, u64) {
+        let failed = self.keys.values().filter(|k| k.failed).count();
+        (failed as u64, self.keys.len() as u64)
     }
 
-    #[allow(clippy::cast_precision_loss)]
-    fn agreement(&self) -> f64 {
-        if self.compared == 0 {
-            1.0
-        } else {
-            self.agreed as f64 / self.compared as f64
+    /// Keys whose every shadow run agreed, of the keys compared.
+    fn agreeing_keys(&self) -> (u64, u64) {
+        let compared = self.keys.values().filter(|k| k.compared);
+        let (mut agreed, mut all) = (0, 0);
+        for key in compared {
+            all += 1;
+            agreed += u64::from(!key.differed);
         }
+        (agreed, all)
+    }
+
+    fn error_rate(&self) -> f64 {
+        ratio(self.failed_keys(), 0.0)
+    }
+
+    fn agreement(&self) -> f64 {
+        ratio(self.agreeing_keys(), 1.0)
     }
 
     /// The 99th percentile of the kept durations (nearest rank).
@@ -173,6 +217,16 @@ impl Window {
             .take(8)
             .map(|(path, count)| format!("{path} ({count})"))
             .collect()
+    }
+}
+
+/// `part / whole`, or `empty` when nothing was counted.
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+fn ratio((part, whole): (u64, u64), empty: f64) -> f64 {
+    if whole == 0 {
+        empty
+    } else {
+        part as f64 / whole as f64
     }
 }
 
@@ -266,7 +320,7 @@ impl fmt::Display for GateFailure {
             } => {
                 write!(
                     f,
-                    "agreement: {agreed} of {compared} compared reconciles agree, below {min}"
+                    "agreement: {agreed} of {compared} compared keys agree, below {min}"
                 )?;
                 if !evidence.is_empty() {
                     write!(f, "; differing: {}", evidence.join(", "))?;
@@ -279,7 +333,7 @@ impl fmt::Display for GateFailure {
                 max_increase,
             } => write!(
                 f,
-                "errorRate: the new version failed {} of {} reconciles, the old one {} of {}: more than {max_increase} above",
+                "errorRate: the new version failed on {} of {} keys, the old one on {} of {}: more than {max_increase} above",
                 new.0, new.1, old.0, old.1
             ),
             Self::P99 { new, old, limit } => write!(
@@ -340,24 +394,26 @@ pub(crate) fn judge(
 fn gates_failed(plan: &Rollout, new: &Window, old: &Window) -> Option<GateFailure> {
     let gates = &plan.gates;
     if new.compared >= gates.min_sample && new.agreement() < gates.min_agreement {
+        let (agreed, compared) = new.agreeing_keys();
         return Some(GateFailure::Agreement {
-            agreed: new.agreed,
-            compared: new.compared,
+            agreed,
+            compared,
             min: gates.min_agreement,
             evidence: new.evidence(),
         });
     }
     if new.error_rate() > old.error_rate() + gates.max_error_rate_increase {
         return Some(GateFailure::ErrorRate {
-            new: (new.errors, new.reconciles),
-            old: (old.errors, old.reconciles),
+            new: new.failed_keys(),
+            old: old.failed_keys(),
             max_increase: gates.max_error_rate_increase,
         });
     }
+    // Only where the new version ran actively: in shadow it has no reconcile times.
     if let (Some(new_p99), Some(old_p99)) = (new.p99(), old.p99()) {
-        let limit = old_p99
-            .mul_f64(gates.max_p99_ratio)
-            .max(old_p99 + gates.p99_slack);
+        let scaled = Duration::try_from_secs_f64(old_p99.as_secs_f64() * gates.max_p99_ratio)
+            .unwrap_or(Duration::MAX);
+        let limit = scaled.max(old_p99.saturating_add(gates.p99_slack));
         if new_p99 > limit {
             return Some(GateFailure::P99 {
                 new: new_p99,
@@ -562,7 +618,7 @@ impl Share {
 }
 
 /// What one version showed in the current step, as `/guests` and a Reconciler's status show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WindowView {
     pub reconciles: u64,
@@ -616,7 +672,7 @@ pub(crate) struct RolloutView {
 }
 
 /// The two versions' windows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct Measured {
     pub new: WindowView,
     pub old: WindowView,
@@ -740,6 +796,7 @@ mod tests {
         let mut window = Window::default();
         for i in 0..reconciles {
             window.record(&Outcome {
+                key: i,
                 took: Duration::from_millis(took_ms),
                 failed: i < errors,
                 differing: None,
@@ -748,17 +805,20 @@ mod tests {
         window
     }
 
+    /// `agree` keys whose shadow runs agree, then one key per differing path.
     fn shadowed(agree: u64, differ: &[&str]) -> Window {
         let mut window = Window::default();
-        for _ in 0..agree {
+        for key in 0..agree {
             window.record(&Outcome {
+                key,
                 took: Duration::from_millis(2),
                 failed: false,
                 differing: Some(vec![]),
             });
         }
-        for path in differ {
+        for (key, path) in (agree..).zip(differ) {
             window.record(&Outcome {
+                key,
                 took: Duration::from_millis(2),
                 failed: false,
                 differing: Some(vec![(*path).to_owned()]),
@@ -885,7 +945,7 @@ mod tests {
         assert_eq!(failure.gate(), "agreement");
         let text = failure.to_string();
         assert!(
-            text.contains("18 of 21 compared reconciles agree, below 0.99"),
+            text.contains("18 of 21 compared keys agree, below 0.99"),
             "{text}"
         );
         assert!(
@@ -925,7 +985,7 @@ mod tests {
         assert!(
             failure
                 .to_string()
-                .contains("failed 5 of 50 reconciles, the old one 2 of 100")
+                .contains("failed on 5 of 50 keys, the old one on 2 of 100")
         );
     }
 
@@ -952,6 +1012,7 @@ mod tests {
         // The p99 is the 99th of 100, not the maximum: one slow reconcile is no regression.
         let mut one_slow = window(99, 0, 2);
         one_slow.record(&Outcome {
+            key: 99,
             took: Duration::from_secs(1),
             failed: false,
             differing: None,
@@ -1106,5 +1167,71 @@ mod tests {
         ] {
             assert!(refused.parse::<Ask>().is_err(), "{refused:?}");
         }
+    }
+
+    #[test]
+    fn failures_are_judged_per_key_so_requeues_cannot_dilute_them() {
+        let plan = plan("steps: [{canary: {percent: 50, duration: 1s}}]\ngates: {minSample: 10}");
+        let reconcile = |window: &mut Window, key, failed| {
+            window.record(&Outcome {
+                key,
+                took: Duration::from_millis(2),
+                failed,
+                differing: None,
+            });
+        };
+        // Two keys of twenty fail for good; one healthy key requeued ten thousand times.
+        let mut new = Window::default();
+        for key in 0..20 {
+            reconcile(&mut new, key, key < 2);
+        }
+        for _ in 0..10_000 {
+            reconcile(&mut new, 5, false);
+        }
+        let old = window(20, 0, 2);
+        let verdict = judge(&plan, 0, Duration::from_secs(2), &new, &old);
+        assert!(
+            matches!(
+                verdict,
+                Verdict::Fail(GateFailure::ErrorRate { new: (2, 20), .. })
+            ),
+            "{verdict:?}"
+        );
+        // A key that failed once and then succeeded is not a failed key.
+        let mut retried = Window::default();
+        for key in 0..20 {
+            reconcile(&mut retried, key, true);
+            reconcile(&mut retried, key, false);
+        }
+        assert_eq!(retried.failed_keys(), (0, 20));
+    }
+
+    #[test]
+    fn a_version_that_only_asks_for_retries_fails_in_shadow_and_shows_no_p99() {
+        let plan = plan("steps: [{shadow: {duration: 1s}}]\ngates: {minSample: 10}");
+        let mut shadow = Window::default();
+        for key in 0..20 {
+            // Transient errors, no verdict: failed, and differing by `(no verdict)`.
+            shadow.record(&Outcome {
+                key,
+                took: Duration::from_millis(2),
+                failed: true,
+                differing: Some(vec![NO_VERDICT.to_owned()]),
+            });
+        }
+        let verdict = judge(&plan, 0, Duration::from_secs(2), &shadow, &window(20, 0, 2));
+        assert!(
+            matches!(
+                verdict,
+                Verdict::Fail(GateFailure::Agreement {
+                    agreed: 0,
+                    compared: 20,
+                    ..
+                })
+            ),
+            "{verdict:?}"
+        );
+        // The shadow runs' times are not the version's: no p99 is judged in shadow.
+        assert_eq!(shadow.p99(), None);
     }
 }

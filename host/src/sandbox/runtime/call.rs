@@ -50,15 +50,6 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `result` label of `reconciler_reconcile_total`.
-    /// A permanent error, a trap, the deadline or the memory cap: what a rollout's error
-    /// gate counts (a transient error is retried and counts neither way).
-    pub(crate) fn is_failure(&self) -> bool {
-        matches!(
-            self,
-            Self::Permanent(_) | Self::Trap(_) | Self::Deadline(_) | Self::MemoryLimit(_)
-        )
-    }
-
     pub(crate) fn result(&self) -> crate::metrics::ReconcileResult {
         use crate::metrics::ReconcileResult as R;
         match self {

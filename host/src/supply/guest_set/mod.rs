@@ -62,7 +62,7 @@ pub use directory::{Directory, WRITING};
 pub use events::GuestEvent;
 pub(crate) use grants::{ActiveGuest, GrantError, IdentityError, RefusalError};
 pub(crate) use orphans::OrphanedFinalizer;
-pub(crate) use rollouts::{Failed, Rollouts};
+pub(crate) use rollouts::Rollouts;
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
     SourceError, Sources, Tenant, Verdict,

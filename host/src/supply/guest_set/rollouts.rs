@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::Grant;
-use crate::supply::rollout::{Ask, RolloutView};
+use crate::supply::rollout::{Ask, Measured, Phase, RolloutStatus, RolloutView, Share};
 
 use super::grants::ActiveGuest;
 
@@ -24,21 +24,19 @@ pub(crate) struct Rollouts {
     asks: parking_lot::Mutex<BTreeMap<String, Ask>>,
 }
 
+/// Versions rolled back per guest, kept (the most recent) so none of them is taken again.
+const FAILED: usize = 16;
+
 #[derive(Default)]
 struct Tracked {
     view: Option<RolloutView>,
-    failed: Option<Failed>,
-}
-
-/// A version rolled back, and the one that took its keys back.
-#[derive(Clone)]
-pub(crate) struct Failed {
-    /// The content hash of the version that failed.
-    pub hash: String,
-    /// The grant it was judged under: another grant is another spec, tried again.
-    pub grant: Grant,
-    /// The version that runs instead.
-    pub old: Arc<ActiveGuest>,
+    /// The versions rolled back: content hash and the grant they were judged under (another
+    /// grant is another spec: a version is rolled out again under it).
+    failed: Vec<(String, Grant)>,
+    /// The version that reconciles every key outside a rollout's share: what a controller
+    /// started again (a new grant, a lease regained) starts with before it rolls a newer one
+    /// out.
+    stable: Option<Arc<ActiveGuest>>,
 }
 
 impl Rollouts {
@@ -65,20 +63,72 @@ impl Rollouts {
         self.guests.lock().get(guest).and_then(|t| t.view.clone())
     }
 
-    pub(crate) fn fail(&self, guest: &str, failed: Failed) {
-        self.guests
-            .lock()
-            .entry(guest.to_owned())
-            .or_default()
-            .failed = Some(failed);
+    /// `version` was rolled back (or refused): not taken again under its grant.
+    pub(crate) fn fail(&self, version: &ActiveGuest) {
+        let mut guests = self.guests.lock();
+        let failed = &mut guests.entry(version.name().to_owned()).or_default().failed;
+        if failed.len() == FAILED {
+            failed.remove(0);
+        }
+        failed.push((version.loaded.hash.clone(), version.grant.clone()));
     }
 
-    /// The version to run instead of `new`, when `new` is one that was rolled back under the
-    /// same grant.
+    /// The version to run instead of `new`, when `new` is one rolled back under the same
+    /// grant: the stable one.
     pub(crate) fn instead_of(&self, new: &ActiveGuest) -> Option<Arc<ActiveGuest>> {
         let guests = self.guests.lock();
-        let failed = guests.get(new.name())?.failed.as_ref()?;
-        (failed.hash == new.loaded.hash && failed.grant == new.grant).then(|| failed.old.clone())
+        let tracked = guests.get(new.name())?;
+        tracked
+            .failed
+            .iter()
+            .any(|(hash, grant)| *hash == new.loaded.hash && *grant == new.grant)
+            .then(|| tracked.stable.clone())
+            .flatten()
+    }
+
+    /// `version` reconciles every key outside a rollout's share from now on.
+    pub(crate) fn set_stable(&self, version: &Arc<ActiveGuest>) {
+        self.guests
+            .lock()
+            .entry(version.name().to_owned())
+            .or_default()
+            .stable = Some(version.clone());
+    }
+
+    /// The version that reconciled every key outside a rollout's share last.
+    pub(crate) fn stable(&self, guest: &str) -> Option<Arc<ActiveGuest>> {
+        self.guests.lock().get(guest)?.stable.clone()
+    }
+
+    /// A view of `new` refused outright in favour of `stable`, with the reason.
+    pub(crate) fn refused(&self, new: &ActiveGuest, stable: &ActiveGuest, why: &str) {
+        let mut status = RolloutStatus::begin(
+            stable.loaded.hash.clone(),
+            new.loaded.hash.clone(),
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        status.phase = Phase::RolledBack;
+        status.message = format!(
+            "not rolled out: {why}; a rollout runs both versions on one controller, so their watches must match (remove rollout from the grant to switch at once)"
+        );
+        self.publish(
+            new.name(),
+            RolloutView {
+                status,
+                share: Share::Old.to_string(),
+                gates: Measured::default(),
+            },
+        );
+    }
+
+    /// Drops a view of a rollout in flight that no controller drives any more (it was
+    /// started again without one).
+    pub(crate) fn drop_in_flight(&self, guest: &str) {
+        if let Some(tracked) = self.guests.lock().get_mut(guest)
+            && tracked.view.as_ref().is_some_and(|v| v.status.in_flight())
+        {
+            tracked.view = None;
+        }
     }
 
     /// Every ask standing now, by item: those of items not named are gone.
