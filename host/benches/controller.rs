@@ -67,6 +67,7 @@
 //! and the Go baselines (their `build.sh`). Each run's Widgets are
 //! deleted after it, so the API server's cache is the same size for every controller.
 
+#[allow(dead_code)] // each live bench uses part of it
 mod live;
 #[path = "../../guests/testing/bench/src/logic.rs"]
 mod logic;

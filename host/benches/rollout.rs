@@ -29,19 +29,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use live::{cpu_seconds, env_usize, http_get, proc_status_kib};
+use live::{cpu_seconds, env_usize, host_profile, http_get, proc_status_kib};
 use reconciler_host_tests::host::free_port;
-use reconciler_host_tests::{Profile, guest_component, host::run_command, test_namespace};
+use reconciler_host_tests::{guest_component, host::run_command, test_namespace};
 use serde_json::{Value, json};
-
-/// The host build the bench runs (`BENCH_HOST=debug`: the debug one).
-fn host_profile() -> Profile {
-    if std::env::var("BENCH_HOST").is_ok_and(|p| p == "debug") {
-        Profile::Debug
-    } else {
-        Profile::Release
-    }
-}
 
 const SETTLE: Duration = Duration::from_secs(5);
 

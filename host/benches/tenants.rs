@@ -43,24 +43,15 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
-use live::{cpu_seconds, env_usize};
+use live::{cpu_seconds, env_usize, host_profile};
 use parking_lot::Mutex;
 use reconciler_host_tests::host::free_port;
 use reconciler_host_tests::namespace::unique_name;
 use reconciler_host_tests::{
-    Profile, Registry, apply_crd_file, guest_component, host::run_command, test_namespace,
-    wait_until, widgets, with_password,
+    Registry, apply_crd_file, guest_component, host::run_command, test_namespace, wait_until,
+    widgets, with_password,
 };
 use serde_json::{Value, json};
-
-/// The host build the bench runs (`BENCH_HOST=debug`: the debug one).
-fn host_profile() -> Profile {
-    if std::env::var("BENCH_HOST").is_ok_and(|p| p == "debug") {
-        Profile::Debug
-    } else {
-        Profile::Release
-    }
-}
 
 /// A change of B's not seen reconciled within this long counts as this long.
 const SAMPLE_LIMIT: Duration = Duration::from_secs(30);

@@ -161,6 +161,14 @@ impl Setup {
 /// (the gate itself is tested without a cluster).
 const GATES: &str = "{minSample: 10, maxP99Ratio: 4, p99Slack: 200ms}";
 
+/// A shadow step of 2 s and 20 reconciles, then a canary of 50 %.
+fn shadow_then_half() -> String {
+    format!(
+        "{{steps: [{{shadow: {{duration: 2s, minReconciles: 20}}}}, \
+         {{canary: {{percent: 50, duration: 2s}}}}], gates: {GATES}}}"
+    )
+}
+
 #[tokio::test]
 async fn a_good_version_is_promoted_through_shadow_and_canaries_by_itself() -> Result<()> {
     let s = setup(
@@ -226,14 +234,7 @@ async fn a_good_version_is_promoted_through_shadow_and_canaries_by_itself() -> R
 
 #[tokio::test]
 async fn a_version_that_disagrees_in_shadow_never_reaches_a_canary() -> Result<()> {
-    let s = setup(
-        "rollout-differs",
-        &format!(
-            "{{steps: [{{shadow: {{duration: 2s, minReconciles: 20}}}}, \
-             {{canary: {{percent: 50, duration: 2s}}}}], gates: {GATES}}}"
-        ),
-    )
-    .await?;
+    let s = setup("rollout-differs", &shadow_then_half()).await?;
     // A third of the widgets would get another message from v2.
     s.widgets(30, |i| {
         let mut spec = json!({"steady": true, "message": "same", "requeueAfterMs": 1000});
@@ -348,14 +349,7 @@ async fn a_version_failing_on_its_canary_keys_is_rolled_back_and_nothing_is_lost
 
 #[tokio::test]
 async fn a_version_that_only_asks_for_retries_never_reaches_a_canary() -> Result<()> {
-    let s = setup(
-        "rollout-retries",
-        &format!(
-            "{{steps: [{{shadow: {{duration: 2s, minReconciles: 20}}}}, \
-             {{canary: {{percent: 50, duration: 2s}}}}], gates: {GATES}}}"
-        ),
-    )
-    .await?;
+    let s = setup("rollout-retries", &shadow_then_half()).await?;
     // v2 asks for a retry on every attempt: it never reconciles anything.
     s.widgets(20, |_| {
         json!({"steady": true, "message": "same", "requeueAfterMs": 1000,

@@ -19,6 +19,16 @@ use reconciler_host_tests::host::{Profile, build_host_and_guests_as, run_command
 use reconciler_host_tests::{ControlPlane, apply_crd_file, repo_root};
 use serde_json::json;
 
+/// The host build a bench runs (`BENCH_HOST=debug`: the debug one, for a quick run while a
+/// release build is out of reach).
+pub fn host_profile() -> Profile {
+    if std::env::var("BENCH_HOST").is_ok_and(|p| p == "debug") {
+        Profile::Debug
+    } else {
+        Profile::Release
+    }
+}
+
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()

@@ -639,7 +639,7 @@ async fn process_next(
 
 /// One key through the reconcile step ([`sync::sync`]) against the informer caches and the
 /// API server; a shadow verdict is recorded. Also returns how the guest's call went, as a
-/// rollout counts it (none when the guest was not called).
+/// rollout counts it (none when the guest was not called, or called for an absent object).
 async fn sync(
     shared: &Shared,
     caches: &Caches,
@@ -662,10 +662,15 @@ async fn sync(
     };
     let mut called = None;
     let synced = sync::sync(step, &primary, key, attempt, async |request| {
+        // Only reconciles of objects that exist count in a rollout: keys of absent objects
+        // (a guest may enqueue any name) would let a version dilute its failures.
+        let exists = request.object.is_some();
         let started = Instant::now();
         let run = run(shared, version, key, request, warm).await;
         let succeeded = matches!(run.outcome, Outcome::Ok { .. });
-        called = Some((started.elapsed(), !succeeded));
+        if exists {
+            called = Some((started.elapsed(), !succeeded));
+        }
         run
     })
     .await;
