@@ -599,7 +599,11 @@ async fn process_next(
         _ => versions.stable.borrow().clone(),
     };
     let attempt = queue.num_requeues(&key);
-    let span = tracing::info_span!(crate::sandbox::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt);
+    let span = tracing::info_span!(crate::sandbox::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt, rollout = tracing::field::Empty);
+    if let Some((side, _)) = side {
+        // During a rollout every line says which version ran: `old`, `new` (or `shadow`).
+        span.record("rollout", side.label());
+    }
     let warm = kept.for_version(&version);
     let (next, outcome) = sync(shared, caches, &version, &key, attempt, warm)
         .instrument(span.clone())
@@ -609,6 +613,7 @@ async fn process_next(
         // In shadow, the new version runs on the same key after the old one, its writes
         // compared with what the old one left.
         if side.0 == Side::Old && rolling.share().shadows() {
+            let span = tracing::info_span!(crate::sandbox::capabilities::RECONCILE_SPAN, guest = %version.guest.name(), key = %key, attempt, rollout = Side::Shadow.label());
             let (_, shadowed) = sync(shared, caches, &rolling.shadow, &key, attempt, &mut None)
                 .instrument(span)
                 .await;

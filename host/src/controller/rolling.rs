@@ -41,6 +41,17 @@ pub(super) enum Side {
     Shadow,
 }
 
+impl Side {
+    /// How the reconcile span names it (`rollout = "old"`, `"new"`, `"shadow"`).
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Self::Old => "old",
+            Self::New => "new",
+            Self::Shadow => "shadow",
+        }
+    }
+}
+
 /// A rollout in flight in one controller.
 pub(super) struct Rolling {
     pub(super) plan: Rollout,

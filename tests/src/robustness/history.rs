@@ -306,7 +306,7 @@ pub fn read_audit(path: &Path, namespace: &str) -> Result<Vec<Write>> {
 }
 
 /// Reads one incarnation's JSON log into its reconciles: the guest's `journal begin`/`end`
-/// lines, closed by the host's `reconcile failed` line when the guest trapped or ran out of
+/// lines (not a rollout's shadow runs, which change nothing), closed by the host's `reconcile failed` line when the guest trapped or ran out of
 /// time (its journal then has no `end`), or by the host's `controller stopped` line (cancelled).
 /// A begin with none of these is `unfinished` until the incarnation ended.
 pub fn read_journal(path: &Path, incarnation: &Incarnation) -> Result<Vec<Reconcile>> {
@@ -326,6 +326,10 @@ pub fn read_journal(path: &Path, incarnation: &Incarnation) -> Result<Vec<Reconc
             continue;
         };
         let message = value["fields"]["message"].as_str().unwrap_or_default();
+        // A rollout's shadow run writes nothing: its journal lines are no reconcile.
+        if value["span"]["rollout"] == "shadow" {
+            continue;
+        }
         if value["target"] == "guest" {
             let mut words = message.split_whitespace();
             let (Some("journal"), Some(what), Some(key)) =
@@ -399,4 +403,48 @@ pub fn read_journal(path: &Path, incarnation: &Incarnation) -> Result<Vec<Reconc
     }
     done.extend(open.into_values());
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rollout's shadow run logs the guest's journal too, inside a span that says so: its
+    /// lines are no reconcile, while the same lines of the active version are.
+    #[test]
+    fn a_rollouts_shadow_runs_are_not_read_as_reconciles() {
+        let line = |rollout: &str, what: &str, at: &str| {
+            serde_json::json!({
+                "timestamp": format!("2026-12-07T20:00:{at}Z"),
+                "target": "guest",
+                "fields": {"message": format!("journal {what} ns/w-1 generation=3 version=2")},
+                "span": {"name": "reconcile", "key": "ns/w-1", "rollout": rollout},
+            })
+            .to_string()
+        };
+        let log = [
+            line("old", "begin", "01"),
+            line("old", "end", "02"),
+            line("shadow", "begin", "03"),
+            line("shadow", "end", "04"),
+        ]
+        .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replica-a.0.log");
+        std::fs::write(&path, log).unwrap();
+        let incarnation = Incarnation {
+            replica: "a".into(),
+            index: 0,
+            log: "replica-a.0.log".into(),
+            started: SystemTime::UNIX_EPOCH,
+            ended: None,
+            pauses: Vec::new(),
+            rss_before: None,
+            rss_after: None,
+            relists: 0,
+        };
+        let reconciles = read_journal(&path, &incarnation).unwrap();
+        assert_eq!(reconciles.len(), 1, "{reconciles:?}");
+        assert_eq!(reconciles[0].outcome, "ok");
+    }
 }
