@@ -177,7 +177,9 @@ pub fn exclusive(history: &History) -> Vec<Violation> {
     for (key, spans) in by_key {
         for (i, (a, a_from, a_to)) in spans.iter().enumerate() {
             for (b, b_from, b_to) in &spans[i + 1..] {
-                if a.by != b.by && a_from < b_to && b_from < a_to {
+                // Two replicas, or two versions of the guest in one (a rollout's old and new).
+                let two = a.by != b.by || a.version != b.version;
+                if two && a_from < b_to && b_from < a_to {
                     found.push(Violation {
                         check: "exclusive",
                         message: format!(
@@ -728,6 +730,26 @@ mod tests {
         assert_eq!(checks(&found), ["exclusive"]);
         assert!(found[0].message.contains("ns/w-1"), "{}", found[0]);
         assert!(found[0].message.contains("a#0") && found[0].message.contains("b#0"));
+    }
+
+    /// A rollout's two versions on one key in one replica: a violation when they overlap,
+    /// none when one follows the other.
+    #[test]
+    fn two_versions_reconciling_one_key_at_once_in_one_replica_are_named() {
+        let mut h = history(Mode::Leader);
+        let by_v2 = |key: &str, from, to| Reconcile {
+            version: Some("2".into()),
+            ..reconcile("a#0", key, from, to)
+        };
+        h.reconciles = vec![
+            reconcile("a#0", "ns/w-1", 10, 12),
+            by_v2("ns/w-1", 11, 13),
+            reconcile("a#0", "ns/w-2", 10, 12),
+            by_v2("ns/w-2", 12, 14),
+        ];
+        let found = exclusive(&h);
+        assert_eq!(checks(&found), ["exclusive"]);
+        assert!(found[0].message.contains("ns/w-1"), "{}", found[0]);
     }
 
     #[test]

@@ -433,7 +433,7 @@ impl Replica {
             guest_component("widget")?,
             guests.join(deployed_file_name("widget").await?),
         )?;
-        std::fs::write(dir.join("host.yaml"), host_config(0))?;
+        std::fs::write(dir.join("host.yaml"), host_config(0, false))?;
         // The replica reaches kube-apiserver only through its relay.
         let kubeconfig = std::fs::read_to_string(plane.kubeconfig())?;
         let api = plane.apiserver_addr()?;
@@ -642,15 +642,27 @@ impl Drop for Replica {
 }
 
 /// The replicas' host.yaml; `variant` changes the limits (a configuration reload restarts the
-/// guest's controller). Log and event rates no journal line can exceed.
-fn host_config(variant: u32) -> String {
+/// guest's controller). Log and event rates no journal line can exceed. With `rollout`, a plan
+/// that walks a new version through a shadow step and a canary of 50 % (3 s each; the p99 gate
+/// loosened for a loaded machine): a swap of the guest file then rolls out. The two builds
+/// write different statuses (`guestVersion`), so an odd variant's agreement gate rolls the new
+/// one back in shadow and an even variant's (agreement off) lets it through to a promotion.
+fn host_config(variant: u32, rollout: bool) -> String {
+    let plan = if rollout {
+        let agreement = if variant % 2 == 0 { 0.0 } else { 0.99 };
+        format!(
+            "    rollout:\n      steps: [{{shadow: {{duration: 3s, minReconciles: 5}}}}, {{canary: {{percent: 50, duration: 3s, minReconciles: 5}}}}]\n      gates: {{minSample: 5, minAgreement: {agreement}, maxP99Ratio: 10, p99Slack: 1s}}\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         r"guests:
   widget:
     read: [test.reconciler.dev/v1/Widget, v1/ConfigMap]
     write: [test.reconciler.dev/v1/Widget, test.reconciler.dev/v1/Widget/status, v1/ConfigMap]
     limits: {{logLinesPerSecond: 100000, logBurst: {}, eventsPerSecond: 10000, eventBurst: 10000}}
-",
+{plan}",
         100_000 + variant
     )
 }
@@ -725,9 +737,26 @@ impl ClusterLane<'_> {
                 FaultKind::ConfigReload => {
                     variant += 1;
                     for dir in self.dirs {
-                        write_atomically(&dir.join("host.yaml"), &host_config(variant))?;
+                        write_atomically(&dir.join("host.yaml"), &host_config(variant, false))?;
                     }
                     format!("host.yaml rewritten (variant {variant})")
+                }
+                FaultKind::Rollout => {
+                    // The plan first (a new grant restarts the controller), then the other
+                    // build: the swap rolls out instead of switching.
+                    variant += 1;
+                    for dir in self.dirs {
+                        write_atomically(&dir.join("host.yaml"), &host_config(variant, true))?;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    version = 3 - version;
+                    let component = if version == 2 { "widget-v2" } else { "widget" };
+                    for dir in self.dirs {
+                        put_guest(dir, component).await?;
+                    }
+                    format!(
+                        "host.yaml with a rollout plan (variant {variant}), then every replica's guest replaced by {component}"
+                    )
                 }
                 other => bail!("{} is not a cluster fault", other.name()),
             };

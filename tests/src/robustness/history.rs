@@ -356,10 +356,19 @@ pub fn read_journal(path: &Path, incarnation: &Incarnation) -> Result<Vec<Reconc
                         place: format!("{}:{}", incarnation.log, i + 1),
                     };
                     // A second begin of a key: the first was cancelled (one worker per key), no
-                    // later than this.
+                    // later than this; unless the other version began it, which a rollout must
+                    // never let happen: left running, the `exclusive` check sees both at once.
+                    let version = begun.version.clone();
                     if let Some(mut previous) = open.insert(key.to_owned(), begun) {
-                        previous.end = Some(at);
-                        previous.outcome = "cancelled".into();
+                        if previous.version == version {
+                            previous.end = Some(at);
+                            previous.outcome = "cancelled".into();
+                        } else {
+                            previous.outcome = format!(
+                                "still running when version {} began",
+                                version.as_deref().unwrap_or("?")
+                            );
+                        }
                         done.push(previous);
                     }
                 }
@@ -446,5 +455,21 @@ mod tests {
         let reconciles = read_journal(&path, &incarnation).unwrap();
         assert_eq!(reconciles.len(), 1, "{reconciles:?}");
         assert_eq!(reconciles[0].outcome, "ok");
+
+        // Version 1 still open when version 2 begins the same key: left running, not read as
+        // cancelled, so the `exclusive` check sees both at once.
+        let mut v1 = line("old", "begin", "05");
+        v1 = v1.replace("version=2", "version=1");
+        let log = [v1, line("new", "begin", "06"), line("new", "end", "07")].join("\n");
+        std::fs::write(&path, log).unwrap();
+        let reconciles = read_journal(&path, &incarnation).unwrap();
+        let first = reconciles
+            .iter()
+            .find(|r| r.version.as_deref() == Some("1"))
+            .unwrap();
+        assert_eq!(
+            (first.end, first.outcome.as_str()),
+            (None, "still running when version 2 began")
+        );
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Faults come in two lanes that run at once, so they combine: the **cluster** lane
 //! (kube-apiserver or etcd killed, history compacted, a competing writer, a guest hot swap, a
-//! configuration reload) and the **replica** lane (a replica killed, paused past its lease, or
+//! configuration reload, a rollout of the other version through shadow and a canary) and the **replica** lane (a replica killed, paused past its lease, or
 //! cut off from the API server by its relay). Within a lane one fault follows another after a
 //! gap.
 
@@ -34,6 +34,10 @@ pub enum FaultKind {
     HotSwap,
     /// Every replica's host.yaml rewritten with other limits: the guest's controller restarts.
     ConfigReload,
+    /// Every replica's host.yaml given a rollout plan (shadow, then a canary of 50 %), then its
+    /// guest file replaced by the other build: the new version rolls out beside the old one
+    /// (promoted, or rolled back by a gate) while the other faults go on.
+    Rollout,
     /// A replica `SIGKILL`ed, started again after `hold`.
     ReplicaKill,
     /// A replica `SIGSTOP`ped for `hold` (longer than its lease), then `SIGCONT`.
@@ -47,13 +51,14 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::ApiserverKill,
         Self::EtcdKill,
         Self::Compaction,
         Self::Competitor,
         Self::HotSwap,
         Self::ConfigReload,
+        Self::Rollout,
         Self::ReplicaKill,
         Self::ReplicaPause,
         Self::Blackhole,
@@ -69,6 +74,7 @@ impl FaultKind {
             Self::Competitor => "competitor",
             Self::HotSwap => "hot-swap",
             Self::ConfigReload => "config-reload",
+            Self::Rollout => "rollout",
             Self::ReplicaKill => "replica-kill",
             Self::ReplicaPause => "replica-pause",
             Self::Blackhole => "blackhole",
@@ -215,6 +221,8 @@ fn hold(rng: &mut ChaCha8Rng, kind: FaultKind, lease: Duration) -> Duration {
     match kind {
         FaultKind::ApiserverKill | FaultKind::EtcdKill => secs(rng, 0.5, 4.0),
         FaultKind::Compaction | FaultKind::HotSwap | FaultKind::ConfigReload => Duration::ZERO,
+        // The plan's steps: a shadow of 3 s and a canary of 3 s, then the promotion.
+        FaultKind::Rollout => secs(rng, 6.0, 8.0),
         FaultKind::Competitor => secs(rng, 4.0, 10.0),
         FaultKind::ReplicaKill => secs(rng, 0.5, 5.0),
         // Longer than the lease: the classic stalled leader.
