@@ -288,10 +288,12 @@ async fn a_version_that_disagrees_in_shadow_never_reaches_a_canary() -> Result<(
 async fn a_version_failing_on_its_canary_keys_is_rolled_back_and_nothing_is_lost() -> Result<()> {
     let s = setup(
         "rollout-fails",
-        "{steps: [{canary: {percent: 50, duration: 60s}}], gates: {minSample: 5, maxP99Ratio: 4, p99Slack: 200ms}}",
+        "{steps: [{canary: {percent: 50, duration: 60s}}], gates: {minSample: 3, maxP99Ratio: 4, p99Slack: 200ms}}",
     )
     .await?;
-    let count = 20;
+    // Each Widget is reconciled once per change here: enough of them that either half holds
+    // the gates' sample whatever the namespace's hash does to the split.
+    let count = 40;
     s.widgets(count, |_| {
         json!({"steady": true, "message": "before",
                "byVersion": {"2": {"permanentError": "v2 cannot reconcile this widget"}}})

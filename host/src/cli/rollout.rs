@@ -100,10 +100,14 @@ fn ask(action: Action, rollout: Option<&Value>) -> anyhow::Result<Ask> {
         .as_u64()
         .and_then(|s| usize::try_from(s).ok())
         .context("status.rollout has no `step`")?;
+    let began = rollout["began"]
+        .as_str()
+        .context("status.rollout has no `began` (a host older than this command wrote it)")?;
     Ok(Ask {
         action,
         to: to.to_owned(),
         step: (action == Action::Promote).then_some(step),
+        began: began.to_owned(),
     })
 }
 
@@ -201,13 +205,17 @@ mod tests {
 
     #[test]
     fn an_ask_names_the_version_and_a_promote_its_step() {
-        let rollout = json!({"phase": "Progressing", "to": "sha256:abc", "step": 2});
+        let rollout = json!({"phase": "Progressing", "to": "sha256:abc", "step": 2,
+                             "began": "2026-12-07T20:00:00Z"});
         let promote = ask(Action::Promote, Some(&rollout)).unwrap();
-        assert_eq!(promote.to_string(), "promote sha256:abc 2");
+        assert_eq!(
+            promote.to_string(),
+            "promote sha256:abc 2 2026-12-07T20:00:00Z"
+        );
         assert_eq!(promote.to_string().parse::<Ask>().unwrap(), promote);
         assert_eq!(
             ask(Action::Abort, Some(&rollout)).unwrap().to_string(),
-            "abort sha256:abc"
+            "abort sha256:abc 2026-12-07T20:00:00Z"
         );
         let over = json!({"phase": "RolledBack", "to": "sha256:abc", "step": 0});
         let refused = ask(Action::Promote, Some(&over)).unwrap_err().to_string();

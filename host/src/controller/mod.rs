@@ -333,13 +333,18 @@ impl Controller {
     ) {
         self.end_rollout();
         let stable = self.version.borrow().clone();
-        let new = Arc::new(GuestVersion::candidate(shared, guest.clone(), &stable));
+        let enqueued = version::Enqueued::default();
+        let new = Arc::new(GuestVersion::candidate(
+            shared,
+            guest.clone(),
+            &stable,
+            enqueued.clone(),
+        ));
         let shadow = Arc::new(GuestVersion::shadowing(shared, guest, &stable));
         let rolling = Arc::new(Rolling::begin(
             plan,
             &stable.guest,
-            new,
-            shadow,
+            (new, shadow, enqueued),
             shared.metrics.clone(),
         ));
         shared.rollouts.publish(&self.name, rolling.view());

@@ -24,7 +24,8 @@ use crate::metrics::Metrics;
 use crate::supply::guest_set::ActiveGuest;
 use crate::supply::guest_set::Rollouts;
 use crate::supply::rollout::{
-    Ask, Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window, judge,
+    Ask, Holds, Measured, Moved, Outcome, Phase, RolloutStatus, RolloutView, Share, Window,
+    judge_holding,
 };
 
 /// How often the driver judges the current step.
@@ -62,6 +63,9 @@ pub(super) struct Rolling {
     guest: String,
     /// The item the new version came from, which people's asks name.
     origin: String,
+    /// Keys the new version enqueued: the old version's next reconcile of each is left out
+    /// of its window.
+    enqueued: super::version::Enqueued,
     metrics: Metrics,
     state: Mutex<State>,
 }
@@ -80,8 +84,11 @@ impl Rolling {
     pub(super) fn begin(
         plan: Rollout,
         old: &ActiveGuest,
-        new: Arc<GuestVersion>,
-        shadow: Arc<GuestVersion>,
+        (new, shadow, enqueued): (
+            Arc<GuestVersion>,
+            Arc<GuestVersion>,
+            super::version::Enqueued,
+        ),
         metrics: Metrics,
     ) -> Self {
         let status = RolloutStatus::begin(
@@ -99,6 +106,7 @@ impl Rolling {
             shadow,
             guest,
             origin,
+            enqueued,
             metrics,
             state: Mutex::new(State {
                 status,
@@ -133,6 +141,10 @@ impl Rolling {
     /// Counts one reconcile of `side` taken at `epoch`, if the step has not moved since.
     pub(super) fn record(&self, (side, epoch): (Side, u64), outcome: &Outcome) {
         let new = side != Side::Old;
+        if !new && self.enqueued.lock().remove(&outcome.key) {
+            // Queued by the new version: not the old version's own doing.
+            return;
+        }
         self.metrics
             .rollout_reconciled(&self.guest, new, outcome.failed, outcome.took);
         if let Some(differing) = &outcome.differing {
@@ -152,7 +164,7 @@ impl Rolling {
 
     /// Answers a person's ask, then judges the current step at `now` and applies the verdict;
     /// what moved, if anything. A move starts a new window for both versions.
-    fn judge(&self, ask: Option<&Ask>, now: Timestamp) -> Option<Moved> {
+    fn judge(&self, ask: Option<&Ask>, holds: Holds, now: Timestamp) -> Option<Moved> {
         let mut state = self.state.lock();
         let State {
             status, new, old, ..
@@ -161,7 +173,8 @@ impl Rolling {
         let moved = if let Some(moved) = answered {
             moved
         } else {
-            let verdict = judge(&self.plan, status.step, status.elapsed(now), new, old);
+            let elapsed = status.elapsed(now);
+            let verdict = judge_holding(&self.plan, status.step, elapsed, (new, old), holds);
             let moved = status.apply(&self.plan, verdict, now);
             let phase = status.phase;
             self.metrics.rollout_stands(
@@ -214,7 +227,8 @@ impl Driver {
         loop {
             tokio::time::sleep(JUDGE_EVERY).await;
             let ask = self.rollouts.asked(&rolling.origin);
-            let moved = rolling.judge(ask.as_ref(), Timestamp::now());
+            let holds = holds(&self.primary, rolling.share());
+            let moved = rolling.judge(ask.as_ref(), holds, Timestamp::now());
             self.rollouts.publish(&guest, rolling.view());
             let Some(moved) = moved else {
                 continue;
@@ -272,4 +286,30 @@ pub(super) fn requeue(queue: &WorkQueue<ObjectKey>, primary: &Informer, share: S
         }
     }
     again
+}
+
+/// Which sides of `share` hold a cached object now (in shadow, both sides are every key).
+fn holds(primary: &Informer, share: Share) -> Holds {
+    let mut holds = Holds {
+        new: false,
+        old: false,
+    };
+    for object in primary.list(None, None) {
+        let (namespace, name) = (
+            object.metadata.namespace.as_deref(),
+            object.metadata.name.as_deref().unwrap_or_default(),
+        );
+        if share == Share::Shadow {
+            return Holds::BOTH;
+        }
+        if share.new_version_holds(namespace, name) {
+            holds.new = true;
+        } else {
+            holds.old = true;
+        }
+        if holds == Holds::BOTH {
+            break;
+        }
+    }
+    holds
 }

@@ -91,13 +91,20 @@ impl GuestVersion {
     }
 
     /// A rollout's new version beside `current`: the same providers, but a budget of its own
-    /// (the grant's rates), so neither version can spend what the other may write.
+    /// (the grant's rates), so neither version can spend what the other may write; the keys
+    /// it enqueues are noted in `enqueued`, so the old version's reconciles they cause do not
+    /// count in its window (a version must not make its baseline look worse).
     pub(super) fn candidate(
         shared: &Shared,
         guest: Arc<ActiveGuest>,
         current: &GuestVersion,
+        enqueued: Enqueued,
     ) -> Self {
-        let providers = current.context.providers.clone();
+        let mut providers = current.context.providers.clone();
+        providers.queue = Arc::new(Noted {
+            queue: providers.queue.clone(),
+            enqueued,
+        });
         Self::beside(shared, guest, current, providers, None)
     }
 
@@ -145,6 +152,36 @@ impl GuestVersion {
             cluster: current.cluster.clone(),
             counted: true,
         }
+    }
+}
+
+/// Keys (their [`crate::supply::rollout::key_id`]) a rollout's new version enqueued.
+pub(super) type Enqueued = Arc<parking_lot::Mutex<std::collections::HashSet<u64>>>;
+
+/// The new version's enqueues: sent, and noted.
+struct Noted {
+    queue: Arc<dyn crate::sandbox::capabilities::Enqueuer>,
+    enqueued: Enqueued,
+}
+
+impl crate::sandbox::capabilities::Enqueuer for Noted {
+    fn enqueue(
+        &self,
+        key: crate::cluster::objects::ObjectKey,
+        after: Option<std::time::Duration>,
+    ) -> Result<(), crate::sandbox::capabilities::HostError> {
+        let id = crate::supply::rollout::key_id(key.namespace.as_deref(), &key.name);
+        self.queue.enqueue(key, after)?;
+        let mut enqueued = self.enqueued.lock();
+        // Bounded as a window's keys are; beyond, the old version's runs count again.
+        if enqueued.len() < 65_536 {
+            enqueued.insert(id);
+        }
+        Ok(())
+    }
+
+    fn pending(&self) -> usize {
+        self.queue.pending()
     }
 }
 

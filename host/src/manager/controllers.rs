@@ -69,7 +69,17 @@ impl ControllerSet {
     pub(super) async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         let guest = match shared.rollouts.instead_of(&guest) {
-            Some(old) => old,
+            // The stable version, under the grant the guest has now (a grant narrowed while
+            // a rolled-back version waits must take effect).
+            Some(stable) if stable.grant == guest.grant => stable,
+            Some(stable) => match stable.regrant(&guest.origin, &self.guests.config()) {
+                Ok(regranted) => Arc::new(regranted),
+                Err(e) => {
+                    tracing::error!(guest = %name, "the stable version cannot run under the new grant ({e}) and the new one was rolled back under this spec: the guest stops");
+                    self.remove(shared, &name).await;
+                    return;
+                }
+            },
             None => guest,
         };
         if let Some(controller) = self.controllers.get(&name)
@@ -113,7 +123,7 @@ impl ControllerSet {
                 shared.rollouts.set_stable(&first);
                 match then {
                     Some(plan) => controller.roll(shared, &guest, plan),
-                    None => shared.rollouts.drop_in_flight(&name),
+                    None => shared.rollouts.drop_view(&name),
                 }
                 self.pending.remove(&name);
                 self.readiness

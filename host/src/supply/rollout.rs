@@ -20,6 +20,9 @@ use crate::config::{Canary, Rollout, Step};
 
 /// Durations kept per version and window for the p99: a window's last this many reconciles.
 const DURATIONS: usize = 4096;
+/// Reconcile times each version needs in a window before its p99 is compared: below 100 the
+/// nearest-rank 99th percentile is the slowest one.
+const P99_SAMPLES: usize = 100;
 /// Differing paths kept as evidence per window (the most frequent are shown).
 const EVIDENCE: usize = 64;
 /// Points of a key's place on the share line: a canary of 1 % holds 100 of them.
@@ -348,6 +351,7 @@ impl fmt::Display for GateFailure {
 /// The gates are judged as soon as both versions have the plan's minimum sample, so a failing
 /// version is rolled back without waiting out the step; the step ends when its duration is
 /// over, the new version has its minimum count of reconciles, and every gate held.
+#[cfg(test)]
 pub(crate) fn judge(
     plan: &Rollout,
     step: usize,
@@ -355,8 +359,35 @@ pub(crate) fn judge(
     new: &Window,
     old: &Window,
 ) -> Verdict {
+    judge_holding(plan, step, elapsed, (new, old), Holds::BOTH)
+}
+
+/// Which sides of the share hold at least one object now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Holds {
+    pub new: bool,
+    pub old: bool,
+}
+
+impl Holds {
+    pub(crate) const BOTH: Self = Self {
+        new: true,
+        old: true,
+    };
+}
+
+/// [`judge`], where a side that holds no object needs no sample: a canary of 80 % of twelve
+/// keys that all fall on the new side would otherwise wait for the old version for ever.
+pub(crate) fn judge_holding(
+    plan: &Rollout,
+    step: usize,
+    elapsed: Duration,
+    (new, old): (&Window, &Window),
+    holds: Holds,
+) -> Verdict {
     let gates = &plan.gates;
-    let sampled = new.reconciles >= gates.min_sample && old.reconciles >= gates.min_sample;
+    let enough = |window: &Window, held: bool| !held || window.reconciles >= gates.min_sample;
+    let sampled = enough(new, holds.new) && enough(old, holds.old);
     if sampled && let Some(failure) = gates_failed(plan, new, old) {
         return Verdict::Fail(failure);
     }
@@ -369,7 +400,7 @@ pub(crate) fn judge(
         return Verdict::Wait(Waiting::Time(left));
     }
     let needs = plan.min_reconciles(step);
-    if new.reconciles < needs {
+    if holds.new && new.reconciles < needs {
         return Verdict::Wait(Waiting::Sample {
             version: "new",
             has: new.reconciles,
@@ -377,10 +408,10 @@ pub(crate) fn judge(
         });
     }
     if !sampled {
-        let (version, window) = if new.reconciles < gates.min_sample {
-            ("new", new)
-        } else {
+        let (version, window) = if enough(new, holds.new) {
             ("old", old)
+        } else {
+            ("new", new)
         };
         return Verdict::Wait(Waiting::Sample {
             version,
@@ -409,8 +440,10 @@ fn gates_failed(plan: &Rollout, new: &Window, old: &Window) -> Option<GateFailur
             max_increase: gates.max_error_rate_increase,
         });
     }
-    // Only where the new version ran actively: in shadow it has no reconcile times.
-    if let (Some(new_p99), Some(old_p99)) = (new.p99(), old.p99()) {
+    // Only where the new version ran actively (in shadow it has no reconcile times), and on
+    // enough of them that the 99th is not simply the slowest.
+    let timed = new.durations.len().min(old.durations.len()) >= P99_SAMPLES;
+    if timed && let (Some(new_p99), Some(old_p99)) = (new.p99(), old.p99()) {
         let scaled = Duration::try_from_secs_f64(old_p99.as_secs_f64() * gates.max_p99_ratio)
             .unwrap_or(Duration::MAX);
         let limit = scaled.max(old_p99.saturating_add(gates.p99_slack));
@@ -438,6 +471,10 @@ pub(crate) struct RolloutStatus {
     pub step: usize,
     /// When the current step began (RFC 3339).
     pub step_started: String,
+    /// When this rollout began (RFC 3339): a person's ask names it, so an ask left in place
+    /// never acts on a later rollout of the same version.
+    #[serde(default)]
+    pub began: String,
     pub phase: Phase,
     /// Why it waits, or which gate failed with its numbers.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -477,6 +514,7 @@ impl RolloutStatus {
             to,
             step: 0,
             step_started: now.to_string(),
+            began: now.to_string(),
             phase: Phase::Progressing,
             message: String::new(),
         }
@@ -679,9 +717,10 @@ pub(crate) struct Measured {
 }
 
 /// The annotation by which a person promotes, pauses or aborts a Reconciler's rollout:
-/// `ACTION DIGEST [STEP]`, the digest the rollout brings (`status.rollout.to`) and, to
-/// promote, the step it promotes from (`status.rollout.step`), so that an annotation left in
-/// place acts once (`reconciler-host rollout` writes it).
+/// `ACTION DIGEST [STEP] BEGAN`: the digest the rollout brings (`status.rollout.to`), to
+/// promote, the step it promotes from (`status.rollout.step`), and when the rollout began
+/// (`status.rollout.began`), so that an annotation left in place acts once, and never on a
+/// later rollout (`reconciler-host rollout` writes it).
 pub(crate) const ASK_ANNOTATION: &str = "reconciler.dev/rollout";
 
 /// What a person asks of a rollout.
@@ -703,11 +742,15 @@ pub(crate) struct Ask {
     pub to: String,
     /// For a promote: the step it promotes from.
     pub step: Option<usize>,
+    /// When the rollout it is about began.
+    pub began: String,
 }
 
 /// An annotation value that does not read as an ask.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{ASK_ANNOTATION}: {0:?} is not `promote DIGEST STEP`, `pause DIGEST` or `abort DIGEST`")]
+#[error(
+    "{ASK_ANNOTATION}: {0:?} is not `promote DIGEST STEP BEGAN`, `pause DIGEST BEGAN` or `abort DIGEST BEGAN`"
+)]
 pub(crate) struct AskError(String);
 
 impl std::str::FromStr for Ask {
@@ -716,20 +759,22 @@ impl std::str::FromStr for Ask {
     fn from_str(text: &str) -> Result<Self, AskError> {
         let refused = || AskError(text.chars().take(200).collect());
         let words: Vec<&str> = text.split_whitespace().collect();
-        let (action, to, step) = match words.as_slice() {
-            ["promote", to, step] => (
+        let (action, to, step, began) = match words.as_slice() {
+            ["promote", to, step, began] => (
                 Action::Promote,
                 to,
                 Some(step.parse().map_err(|_| refused())?),
+                began,
             ),
-            ["pause", to] => (Action::Pause, to, None),
-            ["abort", to] => (Action::Abort, to, None),
+            ["pause", to, began] => (Action::Pause, to, None, began),
+            ["abort", to, began] => (Action::Abort, to, None, began),
             _ => return Err(refused()),
         };
         Ok(Self {
             action,
             to: (*to).to_owned(),
             step,
+            began: (*began).to_owned(),
         })
     }
 }
@@ -745,7 +790,7 @@ impl fmt::Display for Ask {
         if let Some(step) = self.step {
             write!(f, " {step}")?;
         }
-        Ok(())
+        write!(f, " {}", self.began)
     }
 }
 
@@ -753,7 +798,7 @@ impl RolloutStatus {
     /// Applies a person's ask, if it is about this rollout as it stands (its version, and for
     /// a promote its step); what moved.
     pub(crate) fn answer(&mut self, plan: &Rollout, ask: &Ask, now: Timestamp) -> Option<Moved> {
-        if !self.in_flight() || ask.to != self.to {
+        if !self.in_flight() || ask.to != self.to || ask.began != self.began {
             return None;
         }
         match ask.action {
@@ -1109,10 +1154,12 @@ mod tests {
             "steps: [{canary: {percent: 20, duration: 1h}}, {pause: {}}, {canary: {percent: 50}}]",
         );
         let mut status = RolloutStatus::begin("old".into(), "new".into(), at(0));
+        let began = status.began.clone();
         let promote = |step| Ask {
             action: Action::Promote,
             to: "new".into(),
             step: Some(step),
+            began: began.clone(),
         };
         // Another version, or another step: nothing.
         let other = Ask {
@@ -1134,6 +1181,7 @@ mod tests {
             action: Action::Pause,
             to: "new".into(),
             step: None,
+            began: began.clone(),
         };
         assert_eq!(status.answer(&plan, &pause, at(3)), None);
         assert_eq!(status.phase, Phase::Paused);
@@ -1147,7 +1195,14 @@ mod tests {
             action: Action::Abort,
             to: "new".into(),
             step: None,
+            began: began.clone(),
         };
+        // The same abort about another rollout of this version (began another time): nothing.
+        let earlier = Ask {
+            began: at(-60).to_string(),
+            ..abort.clone()
+        };
+        assert_eq!(status.answer(&plan, &earlier, at(5)), None);
         let moved = status.answer(&plan, &abort, at(5)).unwrap();
         assert_eq!((moved.to, moved.phase), (Share::Old, Phase::Aborted));
         assert_eq!(status.answer(&plan, &promote(2), at(6)), None);
@@ -1155,14 +1210,16 @@ mod tests {
 
     #[test]
     fn an_ask_reads_as_the_annotation_writes_it() {
-        let ask: Ask = "promote sha256:abc 3".parse().unwrap();
+        let ask: Ask = "promote sha256:abc 3 2026-12-07T20:00:00Z".parse().unwrap();
         assert_eq!((ask.action, ask.step), (Action::Promote, Some(3)));
-        assert_eq!(ask.to_string(), "promote sha256:abc 3");
+        assert_eq!(ask.to_string(), "promote sha256:abc 3 2026-12-07T20:00:00Z");
         for refused in [
+            "promote sha256:abc 3",
             "promote sha256:abc",
-            "resume sha256:abc",
+            "resume sha256:abc t",
+            "abort sha256:abc",
             "abort",
-            "pause a b",
+            "pause a b c",
             "",
         ] {
             assert!(refused.parse::<Ask>().is_err(), "{refused:?}");
@@ -1233,5 +1290,29 @@ mod tests {
         );
         // The shadow runs' times are not the version's: no p99 is judged in shadow.
         assert_eq!(shadow.p99(), None);
+    }
+
+    #[test]
+    fn a_side_that_holds_no_object_needs_no_sample() {
+        let plan = plan("steps: [{canary: {percent: 80, duration: 1s}}]\ngates: {minSample: 5}");
+        let (new, none) = (window(12, 0, 2), Window::default());
+        let every_key_new = Holds {
+            new: true,
+            old: false,
+        };
+        let elapsed = Duration::from_secs(2);
+        assert!(matches!(
+            judge(&plan, 0, elapsed, &new, &none),
+            Verdict::Wait(Waiting::Sample { version: "old", .. })
+        ));
+        assert_eq!(
+            judge_holding(&plan, 0, elapsed, (&new, &none), every_key_new),
+            Verdict::Next
+        );
+        // A side that holds objects still waits for its sample.
+        assert!(matches!(
+            judge_holding(&plan, 0, elapsed, (&none, &new), every_key_new),
+            Verdict::Wait(Waiting::Sample { version: "new", .. })
+        ));
     }
 }

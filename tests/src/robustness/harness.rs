@@ -649,7 +649,7 @@ impl Drop for Replica {
 /// one back in shadow and an even variant's (agreement off) lets it through to a promotion.
 fn host_config(variant: u32, rollout: bool) -> String {
     let plan = if rollout {
-        let agreement = if variant % 2 == 0 { 0.0 } else { 0.99 };
+        let agreement = if variant.is_multiple_of(2) { 0.0 } else { 0.99 };
         format!(
             "    rollout:\n      steps: [{{shadow: {{duration: 3s, minReconciles: 5}}}}, {{canary: {{percent: 50, duration: 3s, minReconciles: 5}}}}]\n      gates: {{minSample: 5, minAgreement: {agreement}, maxP99Ratio: 10, p99Slack: 1s}}\n"
         )

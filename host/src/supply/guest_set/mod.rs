@@ -195,11 +195,16 @@ impl Guests {
         let records = self.record_directory.read().clone();
         let rollouts = self.rollouts();
         for status in &mut statuses {
-            status.rollout = status
+            if let Some(guest) = status
                 .guest
                 .as_deref()
-                .and_then(|guest| rollouts.view(guest))
-                .and_then(|view| serde_json::to_value(view).ok());
+                .filter(|_| status.active_hash.is_some())
+            {
+                status.rollout = rollouts
+                    .view(guest)
+                    .and_then(|view| serde_json::to_value(view).ok());
+                status.serving_hash = rollouts.stable(guest).map(|s| s.loaded.hash.clone());
+            }
             status.access_review = self.reviews.last(&status.file.to_string_lossy());
             if let (Some(root), Some(guest)) = (&records, &status.guest)
                 && status.recording

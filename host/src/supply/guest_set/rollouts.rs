@@ -27,12 +27,31 @@ pub(crate) struct Rollouts {
 /// Versions rolled back per guest, kept (the most recent) so none of them is taken again.
 const FAILED: usize = 16;
 
+/// What "the same spec" means for a rolled-back version.
+#[derive(Debug, Clone, PartialEq)]
+enum Spec {
+    /// A Reconciler's `metadata.generation`.
+    Generation(i64),
+    /// A file's grant in `host.yaml`.
+    Grant(Box<Grant>),
+}
+
+impl Spec {
+    fn of(version: &ActiveGuest) -> Self {
+        match version.origin.generation() {
+            Some(generation) => Self::Generation(generation),
+            None => Self::Grant(Box::new(version.grant.clone())),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Tracked {
     view: Option<RolloutView>,
-    /// The versions rolled back: content hash and the grant they were judged under (another
-    /// grant is another spec: a version is rolled out again under it).
-    failed: Vec<(String, Grant)>,
+    /// The versions rolled back, and the spec they were rolled back under: a Reconciler's
+    /// generation, or a file's grant (another spec rolls the version out again; a change of the
+    /// host's bounds alone does not).
+    failed: Vec<(String, Spec)>,
     /// The version that reconciles every key outside a rollout's share: what a controller
     /// started again (a new grant, a lease regained) starts with before it rolls a newer one
     /// out.
@@ -63,36 +82,47 @@ impl Rollouts {
         self.guests.lock().get(guest).and_then(|t| t.view.clone())
     }
 
-    /// `version` was rolled back (or refused): not taken again under its grant.
+    /// `version` was rolled back (or refused): not taken again under its spec.
     pub(crate) fn fail(&self, version: &ActiveGuest) {
         let mut guests = self.guests.lock();
         let failed = &mut guests.entry(version.name().to_owned()).or_default().failed;
         if failed.len() == FAILED {
             failed.remove(0);
         }
-        failed.push((version.loaded.hash.clone(), version.grant.clone()));
+        failed.push((version.loaded.hash.clone(), Spec::of(version)));
     }
 
-    /// The version to run instead of `new`, when `new` is one rolled back under the same
-    /// grant: the stable one.
+    /// The stable version, when `new` is one rolled back under the same spec: what runs
+    /// instead (the caller judges it under `new`'s grant).
     pub(crate) fn instead_of(&self, new: &ActiveGuest) -> Option<Arc<ActiveGuest>> {
         let guests = self.guests.lock();
         let tracked = guests.get(new.name())?;
+        let spec = Spec::of(new);
         tracked
             .failed
             .iter()
-            .any(|(hash, grant)| *hash == new.loaded.hash && *grant == new.grant)
+            .any(|(hash, failed)| *hash == new.loaded.hash && *failed == spec)
             .then(|| tracked.stable.clone())
             .flatten()
     }
 
-    /// `version` reconciles every key outside a rollout's share from now on.
+    /// `version` reconciles every key outside a rollout's share from now on; a content
+    /// rolled back before and now promoted (under another spec) is no longer held back.
     pub(crate) fn set_stable(&self, version: &Arc<ActiveGuest>) {
-        self.guests
-            .lock()
-            .entry(version.name().to_owned())
-            .or_default()
-            .stable = Some(version.clone());
+        let mut guests = self.guests.lock();
+        let tracked = guests.entry(version.name().to_owned()).or_default();
+        tracked
+            .failed
+            .retain(|(hash, _)| *hash != version.loaded.hash);
+        tracked.stable = Some(version.clone());
+    }
+
+    /// Drops the view of `guest`'s last rollout: a controller started without one runs a
+    /// single version, and an old view's `from` or share would say otherwise.
+    pub(crate) fn drop_view(&self, guest: &str) {
+        if let Some(tracked) = self.guests.lock().get_mut(guest) {
+            tracked.view = None;
+        }
     }
 
     /// The version that reconciled every key outside a rollout's share last.
@@ -119,16 +149,6 @@ impl Rollouts {
                 gates: Measured::default(),
             },
         );
-    }
-
-    /// Drops a view of a rollout in flight that no controller drives any more (it was
-    /// started again without one).
-    pub(crate) fn drop_in_flight(&self, guest: &str) {
-        if let Some(tracked) = self.guests.lock().get_mut(guest)
-            && tracked.view.as_ref().is_some_and(|v| v.status.in_flight())
-        {
-            tracked.view = None;
-        }
     }
 
     /// Every ask standing now, by item: those of items not named are gone.

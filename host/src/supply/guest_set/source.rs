@@ -392,6 +392,14 @@ impl Origin {
         &self.name
     }
 
+    /// A `Reconciler`'s generation (its spec's version); none for a file.
+    pub(crate) fn generation(&self) -> Option<i64> {
+        match &self.kind {
+            OriginKind::Reconciler { generation, .. } => Some(*generation),
+            OriginKind::File | OriginKind::Module => None,
+        }
+    }
+
     pub fn stem(&self) -> &str {
         &self.stem
     }

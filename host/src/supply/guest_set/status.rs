@@ -54,6 +54,11 @@ pub struct FileStatus {
     /// The guest's last rollout of a new version (`crate::supply::rollout::RolloutView`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rollout: Option<serde_json::Value>,
+    /// The content hash of the version that reconciles every key outside a rollout's share,
+    /// as the controller runs it (differs from `activeHash` while a rollout is in flight or
+    /// after one was rolled back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) serving_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -259,6 +264,7 @@ impl Ledger {
                 .is_some_and(|a| a.grant.record.is_some()),
             records: None,
             rollout: None,
+            serving_hash: None,
         });
         let orphans = self
             .orphans
@@ -278,6 +284,7 @@ impl Ledger {
                 recording: false,
                 records: None,
                 rollout: None,
+                serving_hash: None,
             });
         files.chain(orphans).collect()
     }

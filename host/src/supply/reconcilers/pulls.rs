@@ -77,9 +77,10 @@ pub(super) struct Record {
     /// The version last loaded, so the status names what runs by the digest a user pushed
     /// (and the key that signed it), also while a newer spec is refused.
     loaded: Option<LoadedVersion>,
-    /// The version loaded before it: a rollout (`spec.rollout`) keeps it running beside the
-    /// new one, or instead of it after a rollback, and the status names it by its digest.
-    previous: Option<LoadedVersion>,
+    /// The versions loaded before it, the latest first (at most [`PREVIOUS`]): a rollout
+    /// (`spec.rollout`) keeps one running beside the new one, or instead of it after a
+    /// rollback or a third version, and the status names it by its digest.
+    previous: std::collections::VecDeque<LoadedVersion>,
     /// Why the host holds the object back without pulling it (a namespaced Reconciler no
     /// tenant rule selects, or one beyond its namespace's quota): the reason and message.
     pub held: Option<(&'static str, String)>,
@@ -119,6 +120,9 @@ impl Record {
 }
 
 /// A version of an object's module that the guest set loaded.
+/// Versions loaded before the last kept per object, for their digests.
+const PREVIOUS: usize = 8;
+
 struct LoadedVersion {
     hash: String,
     digest: String,
@@ -315,7 +319,7 @@ impl Records {
             pull: Pull::Pending,
             verdict: None,
             loaded: None,
-            previous: None,
+            previous: std::collections::VecDeque::new(),
             held: None,
             scope: Scope::Host,
             rule: None,
@@ -359,7 +363,9 @@ impl Records {
                 if let Some(before) = record.loaded.replace(now)
                     && before.hash != *hash
                 {
-                    record.previous = Some(before);
+                    record.previous.retain(|v| v.hash != before.hash);
+                    record.previous.push_front(before);
+                    record.previous.truncate(PREVIOUS);
                 }
             }
         }
@@ -380,9 +386,10 @@ impl Records {
     /// loaded or the one before).
     pub(super) fn hash_of(&self, name: &str, digest: &str) -> Option<&str> {
         let record = self.objects.get(name)?;
-        [record.loaded.as_ref(), record.previous.as_ref()]
-            .into_iter()
-            .flatten()
+        record
+            .loaded
+            .iter()
+            .chain(&record.previous)
             .find(|v| v.digest == digest || v.hash == digest)
             .map(|v| v.hash.as_str())
     }
@@ -390,9 +397,10 @@ impl Records {
     /// Object `name`'s version with content `hash`: the last loaded or the one before.
     fn version_of(&self, name: &str, hash: &str) -> Option<&LoadedVersion> {
         let record = self.objects.get(name)?;
-        [record.loaded.as_ref(), record.previous.as_ref()]
-            .into_iter()
-            .flatten()
+        record
+            .loaded
+            .iter()
+            .chain(&record.previous)
             .find(|v| v.hash == hash)
     }
 

@@ -147,9 +147,10 @@ impl StatusWriter {
                 }
                 let rollout = entry.and_then(|e| e.rollout.clone());
                 let running = entry.map(|s| {
-                    // While a rollout is in flight or after it was rolled back, the version it
-                    // replaces is the one that runs (the guest set's item is the new one).
-                    let hash = stable_hash(rollout.as_ref()).or(s.active_hash.as_deref());
+                    // While a rollout is in flight or after it was rolled back, the version
+                    // the controller serves the keys outside the share with (the guest set's
+                    // item is the new one).
+                    let hash = s.serving_hash.as_deref().or(s.active_hash.as_deref());
                     Running {
                         guest: s.guest.clone().unwrap_or_default(),
                         digest: hash
@@ -207,16 +208,6 @@ fn settled(verdict: Option<&(i64, Verdict)>, generation: i64, runs: Option<&str>
         Verdict::Unloaded => None,
     };
     verdict_runs == runs
-}
-
-/// The content hash of the version that reconciles every key not in a rollout's share: the
-/// one replaced, unless the rollout promoted the new one.
-fn stable_hash(rollout: Option<&Value>) -> Option<&str> {
-    let rollout = rollout?;
-    match rollout["phase"].as_str()? {
-        "Promoted" => rollout["to"].as_str(),
-        _ => rollout["from"].as_str(),
-    }
 }
 
 /// The `/guests` entry of object `name`, if a version of it runs.
@@ -492,13 +483,14 @@ async fn rollout_event(
         )
     };
     let (before, after) = (at(current), at(desired));
-    let (to, phase, share) = &after;
-    if to.is_null() || before == after {
+    if after.0.is_null() || before == after {
         return;
     }
-    let same_rollout = before.0 == *to;
-    let (type_, reason, note) = match phase.as_str().unwrap_or_default() {
-        "Progressing" | "Paused" if same_rollout && before.2 == *share => return,
+    let same_rollout = before.0 == after.0;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let (to, phase, share) = (text(&after.0), text(&after.1), text(&after.2));
+    let (type_, reason, note) = match phase.as_str() {
+        "Progressing" | "Paused" if same_rollout && before.2 == after.2 => return,
         "Progressing" | "Paused" => (
             EventType::Normal,
             "RolloutStep",
@@ -528,8 +520,9 @@ async fn rollout_event(
         reason: reason.to_owned(),
         note: Some(truncate(&note, 1000)),
         // The recorder folds events of one reason and action into a series that keeps its
-        // first note: each share is an action of its own, so each step's event is seen.
-        action: format!("Rollout {share}"),
+        // first note: each share of each rollout is an action of its own, so each step's
+        // event is seen.
+        action: truncate(&format!("Rollout {share} {to}"), 128),
         secondary: None,
     };
     if let Err(e) = recorder
