@@ -65,7 +65,8 @@ impl ControllerSet {
     }
 
     /// Starts, swaps, rolls out or restarts the controller of `guest`. A version rolled back
-    /// under the same grant is not taken again: the version that replaced it runs instead.
+    /// under the same spec is not taken again: the stable version runs instead, under the
+    /// grant the guest has now.
     pub(super) async fn apply(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         let guest = match shared.rollouts.instead_of(&guest) {
@@ -76,7 +77,9 @@ impl ControllerSet {
                 Ok(regranted) => Arc::new(regranted),
                 Err(e) => {
                     tracing::error!(guest = %name, "the stable version cannot run under the new grant ({e}) and the new one was rolled back under this spec: the guest stops");
-                    self.remove(shared, &name).await;
+                    // Stopped, not forgotten: the rollback stays remembered.
+                    self.pending.remove(&name);
+                    self.stop(&name).await;
                     return;
                 }
             },
@@ -123,7 +126,10 @@ impl ControllerSet {
                 shared.rollouts.set_stable(&first);
                 match then {
                     Some(plan) => controller.roll(shared, &guest, plan),
-                    None => shared.rollouts.drop_view(&name),
+                    // One version, the one asked for: no rollout view says otherwise. (A
+                    // version refused for its watches keeps the view that says why.)
+                    None if Arc::ptr_eq(&first, &guest) => shared.rollouts.drop_view(&name),
+                    None => {}
                 }
                 self.pending.remove(&name);
                 self.readiness
