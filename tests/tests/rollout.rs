@@ -139,6 +139,16 @@ impl Setup {
         result.map_err(|e| e.context(self.host.log_tail()))
     }
 
+    /// Puts v2 in place and waits until it is rolled back from its shadow step, never having
+    /// reached a canary; the rollout's message.
+    async fn rolled_back_in_shadow(&self) -> Result<String> {
+        self.host.put_guest("widget.wasm", "widget-v2")?;
+        let mut shares = Vec::new();
+        let rollout = self.until_phase("RolledBack", &mut shares).await?;
+        assert_eq!(shares, ["shadow", "0%"], "{rollout}");
+        Ok(rollout["message"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// The widgets an event with `reason` regards, as the API server has them.
     async fn noted(&self, reason: &str) -> Result<BTreeSet<String>> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
@@ -245,11 +255,7 @@ async fn a_version_that_disagrees_in_shadow_never_reaches_a_canary() -> Result<(
     })
     .await?;
 
-    s.host.put_guest("widget.wasm", "widget-v2")?;
-    let mut shares = Vec::new();
-    let rollout = s.until_phase("RolledBack", &mut shares).await?;
-    assert_eq!(shares, ["shadow", "0%"], "{rollout}");
-    let message = rollout["message"].as_str().unwrap_or_default();
+    let message = s.rolled_back_in_shadow().await?;
     assert!(
         message.starts_with("agreement:") && message.contains("status.message"),
         "the failed gate and its evidence: {message}"
@@ -358,11 +364,7 @@ async fn a_version_that_only_asks_for_retries_never_reaches_a_canary() -> Result
                "byVersion": {"2": {"failTimes": 1_000_000}}})
     })
     .await?;
-    s.host.put_guest("widget.wasm", "widget-v2")?;
-    let mut shares = Vec::new();
-    let rollout = s.until_phase("RolledBack", &mut shares).await?;
-    assert_eq!(shares, ["shadow", "0%"], "{rollout}");
-    let message = rollout["message"].as_str().unwrap_or_default();
+    let message = s.rolled_back_in_shadow().await?;
     assert!(
         message.starts_with("agreement:") && message.contains("(no verdict"),
         "a run without a verdict agrees with nothing: {message}"
