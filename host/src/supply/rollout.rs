@@ -223,6 +223,21 @@ impl Window {
     }
 }
 
+/// The one-sided 95 % Wilson score bounds (low, high) of the proportion `part / whole`; (0, 0)
+/// when nothing was counted. Written out here: two lines of arithmetic, no crate needed.
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+fn wilson((part, whole): (u64, u64)) -> (f64, f64) {
+    const Z: f64 = 1.645;
+    if whole == 0 {
+        return (0.0, 0.0);
+    }
+    let (p, n) = (part as f64 / whole as f64, whole as f64);
+    let z2 = Z * Z;
+    let center = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let margin = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
+    ((center - margin).max(0.0), (center + margin).min(1.0))
+}
+
 /// `part / whole`, or `empty` when nothing was counted.
 #[allow(clippy::cast_precision_loss)] // counts far below 2^52
 fn ratio((part, whole): (u64, u64), empty: f64) -> f64 {
@@ -336,7 +351,7 @@ impl fmt::Display for GateFailure {
                 max_increase,
             } => write!(
                 f,
-                "errorRate: the new version failed on {} of {} keys, the old one on {} of {}: more than {max_increase} above",
+                "errorRate: the new version failed on {} of {} keys, the old one on {} of {}: more than {max_increase} above, at 95 % confidence",
                 new.0, new.1, old.0, old.1
             ),
             Self::P99 { new, old, limit } => write!(
@@ -433,7 +448,12 @@ fn gates_failed(plan: &Rollout, new: &Window, old: &Window) -> Option<GateFailur
             evidence: new.evidence(),
         });
     }
-    if new.error_rate() > old.error_rate() + gates.max_error_rate_increase {
+    // Judged with the samples' uncertainty: the new version fails only when even the low end
+    // of its failure rate is above the high end of the old one's (plus the allowed increase),
+    // so a few keys' noise that both versions share (a trap, a conflict) rolls nothing back.
+    let (new_low, _) = wilson(new.failed_keys());
+    let (_, old_high) = wilson(old.failed_keys());
+    if new_low > old_high + gates.max_error_rate_increase {
         return Some(GateFailure::ErrorRate {
             new: new.failed_keys(),
             old: old.failed_keys(),
@@ -1021,8 +1041,13 @@ mod tests {
             judge(&plan, 0, Duration::ZERO, &window(50, 3, 3), &old),
             Verdict::Wait(_)
         ));
-        // 0.1 against 0.02: beyond.
-        let verdict = judge(&plan, 0, Duration::ZERO, &window(50, 5, 3), &old);
+        // 0.1 against 0.02 on 50 keys: above, but not beyond what 50 keys can tell apart.
+        assert!(matches!(
+            judge(&plan, 0, Duration::ZERO, &window(50, 5, 3), &old),
+            Verdict::Wait(_)
+        ));
+        // 0.3 against 0.02: beyond, whatever the noise.
+        let verdict = judge(&plan, 0, Duration::ZERO, &window(50, 15, 3), &old);
         let Verdict::Fail(failure) = verdict else {
             panic!("{verdict:?}")
         };
@@ -1030,7 +1055,7 @@ mod tests {
         assert!(
             failure
                 .to_string()
-                .contains("failed on 5 of 50 keys, the old one on 2 of 100")
+                .contains("failed on 15 of 50 keys, the old one on 2 of 100")
         );
     }
 
@@ -1237,20 +1262,20 @@ mod tests {
                 differing: None,
             });
         };
-        // Two keys of twenty fail for good; one healthy key requeued ten thousand times.
+        // Eight keys of twenty fail for good; one healthy key requeued ten thousand times.
         let mut new = Window::default();
         for key in 0..20 {
-            reconcile(&mut new, key, key < 2);
+            reconcile(&mut new, key, key < 8);
         }
         for _ in 0..10_000 {
-            reconcile(&mut new, 5, false);
+            reconcile(&mut new, 15, false);
         }
         let old = window(20, 0, 2);
         let verdict = judge(&plan, 0, Duration::from_secs(2), &new, &old);
         assert!(
             matches!(
                 verdict,
-                Verdict::Fail(GateFailure::ErrorRate { new: (2, 20), .. })
+                Verdict::Fail(GateFailure::ErrorRate { new: (8, 20), .. })
             ),
             "{verdict:?}"
         );
@@ -1313,6 +1338,30 @@ mod tests {
         assert!(matches!(
             judge_holding(&plan, 0, elapsed, (&none, &new), every_key_new),
             Verdict::Wait(Waiting::Sample { version: "new", .. })
+        ));
+    }
+
+    #[test]
+    fn the_error_gate_allows_for_the_noise_of_a_small_sample() {
+        let (low, high) = wilson((1, 5));
+        assert!(low > 0.0 && low < 0.05 && high > 0.5, "({low}, {high})");
+        assert_eq!(wilson((0, 0)), (0.0, 0.0));
+        let (low, high) = wilson((500, 1000));
+        assert!(
+            (low - 0.474).abs() < 0.002 && (high - 0.526).abs() < 0.002,
+            "({low}, {high})"
+        );
+        // One key of five failing against none of five: noise both builds share (a trap) is
+        // no rollback; five of five against none of five is one.
+        let plan = plan("steps: [{canary: {percent: 50, duration: 1s}}]\ngates: {minSample: 5}");
+        let elapsed = Duration::from_secs(2);
+        assert_eq!(
+            judge(&plan, 0, elapsed, &window(5, 1, 2), &window(5, 0, 2)),
+            Verdict::Next
+        );
+        assert!(matches!(
+            judge(&plan, 0, elapsed, &window(5, 5, 2), &window(5, 0, 2)),
+            Verdict::Fail(GateFailure::ErrorRate { .. })
         ));
     }
 }
