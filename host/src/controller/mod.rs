@@ -341,13 +341,16 @@ impl Controller {
             enqueued.clone(),
         ));
         let shadow = Arc::new(GuestVersion::shadowing(shared, guest, &stable));
+        let resumed = shared.rollouts.resumable(&stable.guest, guest, &plan);
+        let resumes = resumed.as_ref().map(|r| r.step);
         let rolling = Arc::new(Rolling::begin(
             plan,
             &stable.guest,
             (new, shadow, enqueued),
+            resumed,
             shared.metrics.clone(),
         ));
-        shared.rollouts.publish(&self.name, rolling.view());
+        shared.rollouts.publish(guest, rolling.view());
         self.rolling.send_replace(Some(rolling.clone()));
         let driver = Driver {
             stable: self.version.clone(),
@@ -355,9 +358,17 @@ impl Controller {
             rollouts: shared.rollouts.clone(),
             queue: self.queue.clone(),
             primary: self.primary.clone(),
+            leading: self.leading.subscribe(),
         };
         self.driver = Some(self.tasks.spawn(driver.drive(rolling)));
-        tracing::info!(guest = %self.name, hash = %guest.loaded.hash, "rolling a new guest version out");
+        match resumes {
+            Some(step) => {
+                tracing::info!(guest = %self.name, hash = %guest.loaded.hash, step, "rolling a new guest version out, resumed where it stood");
+            }
+            None => {
+                tracing::info!(guest = %self.name, hash = %guest.loaded.hash, "rolling a new guest version out");
+            }
+        }
     }
 
     /// Ends the rollout in flight, if any, without promoting it: its keys go back to the

@@ -75,12 +75,16 @@ struct State {
     share: Share,
     /// Counts the moves: a reconcile taken in one step and ended in the next counts in none.
     epoch: u64,
+    /// The step `share` and the windows belong to.
+    share_step: usize,
     new: Window,
     old: Window,
 }
 
 impl Rolling {
-    /// A rollout from `old` (the stable version) to `new` at the plan's first step, from now.
+    /// A rollout from `old` (the stable version) to `new`: at the plan's first step from now,
+    /// or where `resumed` stands (a rollout of the same versions under the same spec, taken up
+    /// after a restart or a failover).
     pub(super) fn begin(
         plan: Rollout,
         old: &ActiveGuest,
@@ -89,17 +93,23 @@ impl Rolling {
             Arc<GuestVersion>,
             super::version::Enqueued,
         ),
+        resumed: Option<RolloutStatus>,
         metrics: Metrics,
     ) -> Self {
-        let status = RolloutStatus::begin(
-            old.loaded.hash.clone(),
-            new.guest.loaded.hash.clone(),
-            Timestamp::now(),
-        );
+        let status = resumed.unwrap_or_else(|| {
+            let mut status = RolloutStatus::begin(
+                old.loaded.hash.clone(),
+                new.guest.loaded.hash.clone(),
+                Timestamp::now(),
+            );
+            status.generation = new.guest.origin.generation();
+            status
+        });
         let share = status.share(&plan);
+        let share_step = status.step;
         let guest = new.guest.name().to_owned();
         let origin = new.guest.origin.name().to_owned();
-        metrics.rollout_stands(&guest, 0, share.percent(), status.phase.as_str());
+        metrics.rollout_stands(&guest, status.step, share.percent(), status.phase.as_str());
         Self {
             plan,
             new,
@@ -111,6 +121,7 @@ impl Rolling {
             state: Mutex::new(State {
                 status,
                 share,
+                share_step,
                 epoch: 0,
                 new: Window::default(),
                 old: Window::default(),
@@ -185,16 +196,32 @@ impl Rolling {
             );
             moved?
         };
-        state.share = state.status.share(&self.plan);
+        Self::step(&self.metrics, &self.guest, &self.plan, &mut state);
+        Some(moved)
+    }
+
+    /// Takes `recorded` (the status the judging replica wrote) as where the rollout stands;
+    /// what moved, if anything.
+    fn follow(&self, recorded: &RolloutStatus) -> Option<Moved> {
+        let mut state = self.state.lock();
+        let moved = state.status.follow(&self.plan, recorded);
+        if moved.is_some() || state.status.step != state.share_step {
+            Self::step(&self.metrics, &self.guest, &self.plan, &mut state);
+        }
+        moved
+    }
+
+    /// After a move: the share of the new step, a new epoch, and fresh windows.
+    fn step(metrics: &Metrics, guest: &str, plan: &Rollout, state: &mut State) {
+        state.share = state.status.share(plan);
+        state.share_step = state.status.step;
         state.epoch += 1;
         if state.status.in_flight() {
             state.new = Window::default();
             state.old = Window::default();
         }
         let (step, phase) = (state.status.step, state.status.phase);
-        self.metrics
-            .rollout_stands(&self.guest, step, state.share.percent(), phase.as_str());
-        Some(moved)
+        metrics.rollout_stands(guest, step, state.share.percent(), phase.as_str());
     }
 
     /// Where the rollout stands, with both versions' windows.
@@ -218,30 +245,48 @@ pub(super) struct Driver {
     pub(super) rollouts: Arc<Rollouts>,
     pub(super) queue: WorkQueue<ObjectKey>,
     pub(super) primary: Informer,
+    /// Whether the controller's workers run (not a warm standby's).
+    pub(super) leading: watch::Receiver<bool>,
 }
 
 impl Driver {
-    /// Judges `rolling` every [`JUDGE_EVERY`] until it is promoted or rolled back.
+    /// Judges `rolling` every [`JUDGE_EVERY`] (or follows the replica that judges) until it
+    /// is promoted or rolled back.
     pub(super) async fn drive(self, rolling: Arc<Rolling>) {
         let guest = rolling.guest.clone();
+        let object = rolling.new.guest.origin.generation().is_some();
         loop {
             tokio::time::sleep(JUDGE_EVERY).await;
-            let ask = self.rollouts.asked(&rolling.origin);
-            let holds = holds(&self.primary, rolling.share());
-            let moved = rolling.judge(ask.as_ref(), holds, Timestamp::now());
-            self.rollouts.publish(&guest, rolling.view());
+            // A Reconciler's rollout is judged by the replica that writes its status, which
+            // every other replica (a standby, another shard) follows; a directory guest's has
+            // no object to share it through, so each replica that reconciles judges its own.
+            let judges = if object {
+                self.rollouts.judging()
+            } else {
+                *self.leading.borrow()
+            };
+            let moved = if judges {
+                let ask = self.rollouts.asked(&rolling.origin);
+                let holds = holds(&self.primary, rolling.share());
+                rolling.judge(ask.as_ref(), holds, Timestamp::now())
+            } else {
+                self.rollouts
+                    .recorded(&rolling.origin)
+                    .and_then(|recorded| rolling.follow(&recorded))
+            };
+            self.rollouts.publish(&rolling.new.guest, rolling.view());
             let Some(moved) = moved else {
                 continue;
             };
             match moved.phase {
                 Phase::Progressing | Phase::Paused => {
-                    tracing::info!(guest = %guest, from = %moved.from, to = %moved.to, "rollout: next step");
+                    tracing::info!(guest = %guest, from = %moved.from, to = %moved.to, judged = judges, "rollout: next step");
                 }
                 Phase::Promoted => {
                     self.rollouts.set_stable(&rolling.new.guest);
                     self.stable.send_replace(rolling.new.clone());
                     self.rolling.send_replace(None);
-                    tracing::info!(guest = %guest, hash = %rolling.new.guest.loaded.hash, "rollout: promoted; the new version reconciles every key");
+                    tracing::info!(guest = %guest, hash = %rolling.new.guest.loaded.hash, judged = judges, "rollout: promoted; the new version reconciles every key");
                     return;
                 }
                 Phase::RolledBack | Phase::Aborted => {

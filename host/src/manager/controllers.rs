@@ -128,7 +128,7 @@ impl ControllerSet {
                     Some(plan) => controller.roll(shared, &guest, plan),
                     // One version, the one asked for: no rollout view says otherwise. (A
                     // version refused for its watches keeps the view that says why.)
-                    None if Arc::ptr_eq(&first, &guest) => shared.rollouts.drop_view(&name),
+                    None if Arc::ptr_eq(&first, &guest) => shared.rollouts.drop_view(&name, &first),
                     None => {}
                 }
                 self.pending.remove(&name);
@@ -173,6 +173,16 @@ impl ControllerSet {
                 return (guest.clone(), None);
             }
         };
+        // Ended where another replica judged it (this one ran no controller meanwhile, or
+        // followed from a standby): promoted, the new version runs alone; rolled back, the
+        // stable one does, and the rollback stays in view.
+        if let Some(ended) = shared.rollouts.ended(&stable, guest) {
+            if ended.phase == crate::supply::rollout::Phase::Promoted {
+                return (guest.clone(), None);
+            }
+            shared.rollouts.resume(stable.clone(), guest, ended);
+            return (stable, None);
+        }
         if !crate::controller::same_watches(&stable, guest) {
             tracing::warn!(guest = %guest.name(), hash = %guest.loaded.hash, "not rolled out: the new version watches other kinds, selectors or a finalizer than the stable one, and a rollout runs both on one controller; the stable version runs (remove rollout from the grant to switch at once)");
             shared.rollouts.fail(guest);

@@ -533,8 +533,11 @@ impl Manager {
     fn set_owned(&mut self, owned: Owned) {
         self.owned = owned;
         self.shared.shard = self.ownership.is_sharded().then(|| owned.slots());
-        self.status_writes
-            .send_replace(self.ownership.coordinates(owned));
+        let coordinates = self.ownership.coordinates(owned);
+        // The replica that writes the Reconcilers' statuses judges their rollouts; the others
+        // follow what it writes.
+        self.shared.rollouts.set_judging(coordinates);
+        self.status_writes.send_replace(coordinates);
     }
 
     async fn start_all(&mut self) {

@@ -499,6 +499,10 @@ pub(crate) struct RolloutStatus {
     /// Why it waits, or which gate failed with its numbers.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The Reconciler's `metadata.generation` it runs under (none for a directory guest): a
+    /// status of another spec is never resumed nor followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -537,7 +541,43 @@ impl RolloutStatus {
             began: now.to_string(),
             phase: Phase::Progressing,
             message: String::new(),
+            generation: None,
         }
+    }
+
+    /// Whether `other` is about the same rollout: the same two versions under the same spec.
+    pub(crate) fn same_rollout(&self, other: &Self) -> bool {
+        (&self.from, &self.to, self.generation) == (&other.from, &other.to, other.generation)
+    }
+
+    /// Whether this status (kept in the object, or from before a controller restarted) can be
+    /// taken up by a rollout of the same versions under `plan`: it is in flight at a step the
+    /// plan has.
+    pub(crate) fn resumable_under(&self, plan: &Rollout) -> bool {
+        self.in_flight() && self.step < plan.steps.len()
+    }
+
+    /// Takes `recorded` (the object's status, written by the replica that judges) as where
+    /// this rollout stands: a replica that does not judge follows it. What moved, if the share
+    /// changed or the rollout ended; nothing for a status of another rollout or one that goes
+    /// back to an earlier step or a step the plan does not have.
+    pub(crate) fn follow(&mut self, plan: &Rollout, recorded: &Self) -> Option<Moved> {
+        if !self.in_flight() || !self.same_rollout(recorded) || *self == *recorded {
+            return None;
+        }
+        if recorded.step >= plan.steps.len() || recorded.step < self.step && recorded.in_flight() {
+            return None;
+        }
+        let from = self.share(plan);
+        let phase = self.phase;
+        *self = recorded.clone();
+        let to = self.share(plan);
+        (from != to || phase != self.phase).then(|| Moved {
+            from,
+            to,
+            phase: self.phase,
+            gate: None,
+        })
     }
 
     /// Who reconciles which key now.
@@ -1132,6 +1172,50 @@ mod tests {
         let moved = status.promote(&plan, at(3601)).unwrap();
         assert_eq!((moved.from, moved.to), (Share::Canary(20), Share::New));
         assert_eq!(status.phase, Phase::Promoted);
+    }
+
+    #[test]
+    fn a_replica_that_does_not_judge_follows_the_recorded_status_of_its_own_rollout_only() {
+        let plan = plan(
+            "steps: [{shadow: {duration: 1s}}, {canary: {percent: 20, duration: 1s}}, {pause: {}}]",
+        );
+        let under = |generation| {
+            let mut status = RolloutStatus::begin("a".into(), "b".into(), at(0));
+            status.generation = Some(generation);
+            status
+        };
+        let mut here = under(3);
+        // The judge's status, a step on: taken whole (its step's start and its began too).
+        let mut recorded = under(3);
+        recorded.began = at(-5).to_string();
+        recorded.step = 1;
+        recorded.step_started = at(7).to_string();
+        let moved = here.follow(&plan, &recorded).expect("a move");
+        assert_eq!((moved.from, moved.to), (Share::Shadow, Share::Canary(20)));
+        assert_eq!(here, recorded);
+        assert_eq!(here.follow(&plan, &recorded), None, "nothing new");
+        // Another spec's status, another version's, an earlier step, a step the plan lacks.
+        let mut other = recorded.clone();
+        other.generation = Some(4);
+        other.step = 2;
+        assert_eq!(here.follow(&plan, &other), None);
+        other.generation = Some(3);
+        other.to = "c".into();
+        assert_eq!(here.follow(&plan, &other), None);
+        let mut back = recorded.clone();
+        back.step = 0;
+        assert_eq!(here.follow(&plan, &back), None);
+        back.step = 3;
+        assert_eq!(here.follow(&plan, &back), None);
+        assert_eq!(here.step, 1);
+        // The judge rolled it back: so does the follower, and nothing moves it after.
+        let mut ended = recorded.clone();
+        ended.phase = Phase::RolledBack;
+        let moved = here.follow(&plan, &ended).expect("the rollback");
+        assert_eq!((moved.to, moved.phase), (Share::Old, Phase::RolledBack));
+        assert_eq!(here.follow(&plan, &recorded), None);
+        assert!(!here.resumable_under(&plan));
+        assert!(recorded.resumable_under(&plan));
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub(crate) use orphans::OrphanedFinalizer;
 pub(crate) use rollouts::Rollouts;
 pub use source::{
     Artefact, Changes, GrantKey, GuestSource, NotItsGrant, Origin, OriginKind, RECONCILER_PREFIX,
-    SourceError, Sources, Tenant, Verdict,
+    Resume, SourceError, Sources, Tenant, Verdict,
 };
 pub use status::{FileState, FileStatus};
 
@@ -530,10 +530,50 @@ impl Guests {
         // Back before its finalizer was released: it handles its objects again.
         ledger.orphans.forget(&name);
         self.notices.count(&active, true);
-        ledger.insert(Entry::loaded(origin.clone(), hash, active.clone()));
+        let first = previous.is_none();
+        ledger.insert(Entry::loaded(origin.clone(), hash.clone(), active.clone()));
         drop(ledger);
+        if first {
+            self.resume(&origin, &hash, &active);
+        } else if let Some(previous) = previous.filter(|p| p.name() == name)
+            && active.grant.rollout.is_some()
+            && self.rollouts().stable(&name).is_none()
+        {
+            // No controller ran the version it replaces (a standby that runs none): that
+            // version is the stable one a rollout starts from when this replica takes over.
+            self.rollouts().set_stable(&previous);
+        }
         self.source.judged(&origin, &Self::loaded_verdict(&active));
         self.notices.loaded(active);
+    }
+
+    /// At an item's first load here (a host started afresh, a failover), takes up the rollout
+    /// its source kept, if any: the version it rolls out from is judged like any content and,
+    /// admitted, reconciles the keys outside the share while `active` walks on from the step
+    /// the rollout stood at. A version that cannot be admitted leaves `active` alone.
+    fn resume(&self, origin: &Origin, hash: &str, active: &ActiveGuest) {
+        if self.rollouts().stable(active.name()).is_some() {
+            return;
+        }
+        let Some(Resume { from, status }) = self.source.resumes(origin, hash) else {
+            return;
+        };
+        match self.validate(origin, &from.bytes) {
+            Ok(mut stable) if stable.name() == active.name() => {
+                stable.signed_by = from.signed_by;
+                tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
+                    step = status.step, phase = status.phase.as_str(), "taking up the rollout the source kept");
+                self.rollouts().resume(Arc::new(stable), active, status);
+            }
+            Ok(stable) => {
+                tracing::warn!(file = %origin.name(), guest = %active.name(), other = %stable.name(),
+                    "the version the rollout rolled out from names another guest; the new version takes every key");
+            }
+            Err(e) => {
+                tracing::warn!(file = %origin.name(), guest = %active.name(),
+                    "the version the rollout rolled out from cannot run here ({e}); the new version takes every key");
+            }
+        }
     }
 
     fn loaded_verdict(active: &ActiveGuest) -> Verdict {

@@ -13,7 +13,6 @@ use super::grants::ActiveGuest;
 /// Where each guest's rollout stands, written by its controller and read by `/guests`, the
 /// Reconcilers' status and the controller set; and the versions rolled back, so a failed one
 /// is not taken again until its grant (a Reconciler's spec) changes.
-#[derive(Default)]
 pub(crate) struct Rollouts {
     guests: parking_lot::Mutex<BTreeMap<String, Tracked>>,
     /// Told when a rollout moves (a step, a promotion, a rollback), so a Reconciler's status
@@ -22,6 +21,25 @@ pub(crate) struct Rollouts {
     /// People's asks (`crate::supply::rollout::ASK_ANNOTATION`), by the item (`Origin` name)
     /// whose rollout they are about, with the version named by its content hash.
     asks: parking_lot::Mutex<BTreeMap<String, Ask>>,
+    /// The rollouts as the objects' statuses record them, by item, versions named by their
+    /// content hashes: what a controller that does not judge follows, and what a controller
+    /// started afresh (a restart, a failover) resumes.
+    recorded: parking_lot::Mutex<BTreeMap<String, RolloutStatus>>,
+    /// Whether this replica judges the rollouts of `Reconciler` objects (the one that writes
+    /// their status); the others follow what it wrote.
+    judging: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Rollouts {
+    fn default() -> Self {
+        Self {
+            guests: parking_lot::Mutex::default(),
+            moved: tokio::sync::Notify::new(),
+            asks: parking_lot::Mutex::default(),
+            recorded: parking_lot::Mutex::default(),
+            judging: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
 }
 
 /// Versions rolled back per guest, kept (the most recent) so none of them is taken again.
@@ -48,6 +66,9 @@ impl Spec {
 #[derive(Default)]
 struct Tracked {
     view: Option<RolloutView>,
+    /// The spec `view`'s new version runs under: a controller started again under the same
+    /// spec resumes the rollout where `view` stands.
+    view_spec: Option<Spec>,
     /// The versions rolled back, and the spec they were rolled back under: a Reconciler's
     /// generation, or a file's grant (another spec rolls the version out again; a change of the
     /// host's bounds alone does not).
@@ -59,9 +80,11 @@ struct Tracked {
 }
 
 impl Rollouts {
-    pub(crate) fn publish(&self, guest: &str, view: RolloutView) {
+    /// Where the rollout of `new` stands now.
+    pub(crate) fn publish(&self, new: &ActiveGuest, view: RolloutView) {
         let mut guests = self.guests.lock();
-        let tracked = guests.entry(guest.to_owned()).or_default();
+        let tracked = guests.entry(new.name().to_owned()).or_default();
+        tracked.view_spec = Some(Spec::of(new));
         let moved = tracked.view.as_ref().is_none_or(|before| {
             (before.status.step, before.status.phase, &before.status.to)
                 != (view.status.step, view.status.phase, &view.status.to)
@@ -117,11 +140,20 @@ impl Rollouts {
         tracked.stable = Some(version.clone());
     }
 
-    /// Drops the view of `guest`'s last rollout: a controller started without one runs a
-    /// single version, and an old view's `from` or share would say otherwise.
-    pub(crate) fn drop_view(&self, guest: &str) {
+    /// Drops the view of `guest`'s last rollout, now that a controller started without one
+    /// runs the single version `running`: an old view's `from` or share would say otherwise.
+    /// A rollback back to `running` stays in view while its version is held back, so the
+    /// status keeps saying so (and a restarted host keeps it rolled back).
+    pub(crate) fn drop_view(&self, guest: &str, running: &ActiveGuest) {
         if let Some(tracked) = self.guests.lock().get_mut(guest) {
-            tracked.view = None;
+            let rolled_back_to_it = tracked.view.as_ref().is_some_and(|v| {
+                matches!(v.status.phase, Phase::RolledBack | Phase::Aborted)
+                    && v.status.from == running.loaded.hash
+                    && tracked.failed.iter().any(|(hash, _)| *hash == v.status.to)
+            });
+            if !rolled_back_to_it {
+                tracked.view = None;
+            }
         }
     }
 
@@ -142,7 +174,7 @@ impl Rollouts {
             "not rolled out: {why}; a rollout runs both versions on one controller, so their watches must match (remove rollout from the grant to switch at once)"
         );
         self.publish(
-            new.name(),
+            new,
             RolloutView {
                 status,
                 share: Share::Old.to_string(),
@@ -159,6 +191,93 @@ impl Rollouts {
     /// The ask standing about item `origin`'s rollout, if any.
     pub(crate) fn asked(&self, origin: &str) -> Option<Ask> {
         self.asks.lock().get(origin).cloned()
+    }
+
+    /// Every rollout the objects' statuses record now, by item.
+    pub(crate) fn set_recorded(&self, recorded: BTreeMap<String, RolloutStatus>) {
+        *self.recorded.lock() = recorded;
+    }
+
+    /// The rollout item `origin`'s status records, if any.
+    pub(crate) fn recorded(&self, origin: &str) -> Option<RolloutStatus> {
+        self.recorded.lock().get(origin).cloned()
+    }
+
+    /// Whether this replica judges the rollouts of `Reconciler` objects.
+    pub(crate) fn set_judging(&self, judging: bool) {
+        self.judging
+            .store(judging, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn judging(&self) -> bool {
+        self.judging.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Where a rollout from `stable` to `new` under `plan` resumes, if one of the same versions
+    /// under the same spec was in flight: the last this process saw (a controller restarted by
+    /// a reshard or a regained lease), else the object's status (a restarted host, a failover).
+    pub(crate) fn resumable(
+        &self,
+        stable: &ActiveGuest,
+        new: &ActiveGuest,
+        plan: &crate::config::Rollout,
+    ) -> Option<RolloutStatus> {
+        let ours = |status: &RolloutStatus| {
+            (status.from == stable.loaded.hash && status.to == new.loaded.hash)
+                && status.resumable_under(plan)
+        };
+        let spec = Spec::of(new);
+        let seen = self.guests.lock().get(new.name()).and_then(|t| {
+            let view = t.view.as_ref()?;
+            (t.view_spec.as_ref() == Some(&spec) && ours(&view.status)).then(|| view.status.clone())
+        });
+        seen.or_else(|| {
+            let recorded = self.recorded(new.origin.name())?;
+            (recorded.generation.is_some()
+                && recorded.generation == new.origin.generation()
+                && ours(&recorded))
+            .then_some(recorded)
+        })
+    }
+
+    /// How a rollout from `stable` to `new` under `new`'s spec ended, if it did, as this
+    /// process saw it or the object's status records it (a replica that took over, or that ran
+    /// no controller while another judged): promoted, or rolled back.
+    pub(crate) fn ended(&self, stable: &ActiveGuest, new: &ActiveGuest) -> Option<RolloutStatus> {
+        let ours = |status: &RolloutStatus| {
+            status.from == stable.loaded.hash && status.to == new.loaded.hash && !status.in_flight()
+        };
+        let spec = Spec::of(new);
+        let seen = self.guests.lock().get(new.name()).and_then(|t| {
+            let view = t.view.as_ref()?;
+            (t.view_spec.as_ref() == Some(&spec) && ours(&view.status)).then(|| view.status.clone())
+        });
+        seen.or_else(|| {
+            let recorded = self.recorded(new.origin.name())?;
+            (recorded.generation.is_some()
+                && recorded.generation == new.origin.generation()
+                && ours(&recorded))
+            .then_some(recorded)
+        })
+    }
+
+    /// A host started afresh takes up `status`, a rollout from `from` to `new` that its object
+    /// records: `from` reconciles the keys outside the share, and a rollout rolled back stays
+    /// rolled back (`new` is not taken again under this spec) and keeps saying so.
+    pub(crate) fn resume(&self, from: Arc<ActiveGuest>, new: &ActiveGuest, status: RolloutStatus) {
+        self.set_stable(&from);
+        if status.in_flight() {
+            return;
+        }
+        self.fail(new);
+        self.publish(
+            new,
+            RolloutView {
+                status,
+                share: Share::Old.to_string(),
+                gates: Measured::default(),
+            },
+        );
     }
 
     /// Forgets `guest` (unloaded): a version loaded again later starts afresh.

@@ -63,6 +63,20 @@ pub trait GuestSource: Send + Sync {
     /// A reloaded configuration, applied by the guest set: a source whose items depend on it
     /// (which `Reconciler`s tenant rules admit) takes it and wakes its next rescan.
     fn reconfigured(&self, _config: &HostConfig) {}
+    /// The rollout `origin`'s content `hash` was in when this host last ran it, if the source
+    /// keeps one (a `Reconciler`'s status) and holds the version it rolled out from: what a
+    /// host that starts afresh takes up instead of switching at once. Asked once, at the item's
+    /// first load in this process.
+    fn resumes(&self, _origin: &Origin, _hash: &str) -> Option<Resume> {
+        None
+    }
+}
+
+/// A rollout a source kept across a restart: the version it rolls out from, read, and where it
+/// stood (its versions named by content hash).
+pub struct Resume {
+    pub from: Artefact,
+    pub(crate) status: crate::supply::rollout::RolloutStatus,
 }
 
 /// The guest set's decision on one item, as its source hears it.
@@ -142,6 +156,10 @@ impl GuestSource for Sources {
         for source in &self.0 {
             source.reconfigured(config);
         }
+    }
+
+    fn resumes(&self, origin: &Origin, hash: &str) -> Option<Resume> {
+        self.of(origin).ok()?.resumes(origin, hash)
     }
 }
 

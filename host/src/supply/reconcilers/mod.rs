@@ -29,6 +29,7 @@
 //! memory beyond the compiled guest.
 
 mod pulls;
+mod resume;
 pub(crate) mod spec;
 mod status;
 mod trust;
@@ -171,14 +172,10 @@ impl Objects {
         *self.rollouts.lock() = rollouts;
     }
 
-    /// The asks standing on objects (`crate::supply::rollout::ASK_ANNOTATION`), by item, the
-    /// version each names resolved to its content hash; an ask that does not read or names a
-    /// version this host did not load is left out (and logged at debug).
-    fn asks(&self, records: &Records) -> BTreeMap<String, crate::supply::rollout::Ask> {
-        use crate::supply::guest_set::RECONCILER_PREFIX;
-        use crate::supply::rollout::{ASK_ANNOTATION, Ask};
+    /// Every object followed, by its record's key (`NAME`, or `NAMESPACE.NAME`).
+    fn keyed(&self) -> Vec<(String, Arc<DynamicObject>)> {
         use kube::ResourceExt as _;
-        let cluster = self.store.state().into_iter().map(|o| (o, None));
+        let cluster = self.store.state().into_iter().map(|o| (o.name_any(), o));
         let namespaced: Vec<_> = self
             .shared
             .namespaced
@@ -186,17 +183,27 @@ impl Objects {
             .iter()
             .flat_map(Store::state)
             .collect();
-        let namespaced = namespaced
-            .into_iter()
-            .filter_map(|o| o.metadata.namespace.clone().map(|ns| (o, Some(ns))));
+        let namespaced = namespaced.into_iter().filter_map(|o| {
+            let ns = o.metadata.namespace.clone()?;
+            Some((format!("{ns}.{}", o.name_any()), o))
+        });
+        cluster.chain(namespaced).collect()
+    }
+
+    /// The asks standing on `objects` (`crate::supply::rollout::ASK_ANNOTATION`), by item, the
+    /// version each names resolved to its content hash; an ask that does not read or names a
+    /// version this host did not load is left out (and logged at debug).
+    fn asks(
+        records: &Records,
+        objects: &[(String, Arc<DynamicObject>)],
+    ) -> BTreeMap<String, crate::supply::rollout::Ask> {
+        use crate::supply::guest_set::RECONCILER_PREFIX;
+        use crate::supply::rollout::{ASK_ANNOTATION, Ask};
+        use kube::ResourceExt as _;
         let mut asks = BTreeMap::new();
-        for (object, namespace) in cluster.chain(namespaced) {
+        for (key, object) in objects {
             let Some(text) = object.annotations().get(ASK_ANNOTATION) else {
                 continue;
-            };
-            let key = match &namespace {
-                Some(ns) => format!("{ns}.{}", object.name_any()),
-                None => object.name_any(),
             };
             let ask = match text.parse::<Ask>() {
                 Ok(ask) => ask,
@@ -655,7 +662,16 @@ impl GuestSource for Objects {
             tenants.list(&self.shared.host, &mut records, &mut names, &mut origins);
         }
         records.retain(&names);
-        self.rollouts.lock().set_asks(self.asks(&records));
+        let objects = self.keyed();
+        let rollouts = self.rollouts.lock().clone();
+        rollouts.set_asks(Self::asks(&records, &objects));
+        let config = self.config.lock().clone();
+        let recorded = resume::recorded(
+            objects.iter().map(|(key, o)| (key.clone(), &**o)),
+            &mut records,
+            &config,
+        );
+        rollouts.set_recorded(recorded);
         let restarts = records.take_restarts();
         drop(records);
         if !restarts.is_empty() {
@@ -708,6 +724,12 @@ impl GuestSource for Objects {
 
     fn known_hash(&self, origin: &Origin) -> Option<String> {
         self.shared.records.lock().known_hash(origin.stem())
+    }
+
+    fn resumes(&self, origin: &Origin, hash: &str) -> Option<crate::supply::guest_set::Resume> {
+        let (from, status) =
+            Records::take_resume(&self.shared.records, origin.stem(), origin, hash)?;
+        Some(crate::supply::guest_set::Resume { from, status })
     }
 
     fn judged(&self, origin: &Origin, verdict: &Verdict) {

@@ -89,6 +89,8 @@ pub(super) struct Record {
     /// The tenant rule that admitted it (by index), none for a `ClusterReconciler`: whose
     /// `verify` (its own, or the host's it inherits) a reload may change.
     rule: Option<usize>,
+    /// A rollout its status records, to take up at its first load here (`super::resume`).
+    pub resuming: Option<super::resume::Resuming>,
 }
 
 impl Record {
@@ -101,6 +103,16 @@ impl Record {
     /// valid, and nothing held it back since.
     pub(super) fn runs(&self) -> bool {
         self.last_origin.is_some()
+    }
+
+    /// Whether a version of it was loaded here (by this process).
+    pub(super) fn loaded_here(&self) -> bool {
+        self.loaded.is_some()
+    }
+
+    /// The tenant rule that admitted it (by index), none for a `ClusterReconciler`.
+    pub(super) fn rule(&self) -> Option<usize> {
+        self.rule
     }
 
     /// What its module is pulled by under `spec`.
@@ -123,12 +135,14 @@ impl Record {
 /// Versions loaded before the last kept per object, for their digests.
 const PREVIOUS: usize = 8;
 
-struct LoadedVersion {
-    hash: String,
-    digest: String,
-    signed_by: Option<String>,
+pub(super) struct LoadedVersion {
+    pub hash: String,
+    pub digest: String,
+    pub signed_by: Option<String>,
     /// The spec it was loaded with: what a tenant rule judges while a newer spec is refused.
-    spec: Option<Spec>,
+    pub spec: Option<Spec>,
+    /// The module it was pulled as (its repository is what `status.rollout.fromModule` names).
+    pub module: ModuleRef,
 }
 
 /// Where a module came from, and whose signatures it needed: its reference, pull Secret and
@@ -323,6 +337,7 @@ impl Records {
             held: None,
             scope: Scope::Host,
             rule: None,
+            resuming: None,
         });
         record.generation = generation;
         record
@@ -354,18 +369,23 @@ impl Records {
                 }) = record.current_pull()
                 && pulled == hash
             {
+                let spec = record.spec.as_ref().ok().cloned();
+                let Some(module) = spec.as_ref().map(|s| s.module.clone()) else {
+                    return;
+                };
                 let now = LoadedVersion {
                     hash: hash.clone(),
                     digest: digest.clone(),
                     signed_by: signed_by.clone(),
-                    spec: record.spec.as_ref().ok().cloned(),
+                    spec,
+                    module,
                 };
+                // Loaded: a rollout its status kept is taken up (or not) by now.
+                record.resuming = None;
                 if let Some(before) = record.loaded.replace(now)
                     && before.hash != *hash
                 {
-                    record.previous.retain(|v| v.hash != before.hash);
-                    record.previous.push_front(before);
-                    record.previous.truncate(PREVIOUS);
+                    record.remember(before);
                 }
             }
         }
@@ -383,15 +403,35 @@ impl Records {
     }
 
     /// The content hash of object `name`'s version with manifest digest `digest` (the last
-    /// loaded or the one before).
+    /// loaded or one before, or the module pulled for its spec).
     pub(super) fn hash_of(&self, name: &str, digest: &str) -> Option<&str> {
         let record = self.objects.get(name)?;
-        record
+        let known = record
             .loaded
             .iter()
             .chain(&record.previous)
             .find(|v| v.digest == digest || v.hash == digest)
-            .map(|v| v.hash.as_str())
+            .map(|v| v.hash.as_str());
+        known.or_else(|| match record.current_pull()? {
+            Pull::Pulled {
+                digest: pulled,
+                hash,
+                ..
+            } if pulled == digest => Some(hash.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The module of object `name`'s version with content `hash`, pinned by its digest.
+    pub(super) fn module_of(&self, name: &str, hash: &str) -> Option<String> {
+        let version = self.version_of(name, hash)?;
+        let reference = version.module.reference();
+        Some(format!(
+            "oci://{}/{}@{}",
+            reference.registry(),
+            reference.repository(),
+            version.digest
+        ))
     }
 
     /// Object `name`'s version with content `hash`: the last loaded or the one before.
@@ -433,7 +473,7 @@ impl Records {
         records: &Arc<Mutex<Self>>,
         name: &str,
         origin: &Origin,
-        on_end: impl FnOnce() + Send + 'static,
+        on_end: impl FnOnce() + Clone + Send + 'static,
     ) -> Result<Artefact, SourceError> {
         let unreadable = |why: String| SourceError::Unreadable {
             what: origin.name().to_owned(),
@@ -453,6 +493,9 @@ impl Records {
         if let Some((digest, hash, signed_by)) = memo
             && let Ok(Some(bytes)) = puller.cached(&key.0, &digest, trust.policy(key.2))
         {
+            // At a first load, the version a rollout in the status rolls out from is pulled
+            // first, so the rollout is taken up rather than skipped.
+            Self::resume_ready(records, name, &digest, &unreadable, on_end.clone())?;
             return Ok(Artefact {
                 origin: origin.clone(),
                 bytes,
@@ -546,6 +589,182 @@ impl Records {
         })
     }
 
+    /// Before the first load of object `name`'s module `digest`: whether the version a
+    /// rollout in its status rolls out from is there. Ok when it is, or when there is nothing
+    /// to wait for (no such rollout; another version; that version cannot be pulled, which is
+    /// logged and the spec's version loads alone). Otherwise its pull starts (under the same
+    /// registries, pull Secret and signatures as the spec's module) and this answers that the
+    /// module is not there yet; `on_end` is called when that pull ends.
+    pub(super) fn resume_ready(
+        records: &Arc<Mutex<Self>>,
+        name: &str,
+        digest: &str,
+        unreadable: &dyn Fn(String) -> SourceError,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> Result<(), SourceError> {
+        let mut this = records.lock();
+        let (allowed_registries, allowed_secrets) = (
+            this.allowed_registries.clone(),
+            this.allowed_secrets.clone(),
+        );
+        let (puller, client, namespace, trust) = (
+            this.puller.clone(),
+            this.client.clone(),
+            this.namespace.clone(),
+            this.trust.clone(),
+        );
+        let Some(record) = this.objects.get_mut(name) else {
+            return Ok(());
+        };
+        let (Ok(spec), None) = (&record.spec, &record.loaded) else {
+            record.resuming = None;
+            return Ok(());
+        };
+        let key = (
+            record.resuming.as_ref().map(|r| r.module.clone()),
+            spec.pull_secret.clone(),
+            record.scope,
+        );
+        let Some(resuming) = record.resuming.as_mut() else {
+            return Ok(());
+        };
+        if resuming.status.to != digest {
+            record.resuming = None;
+            return Ok(());
+        }
+        let (Some(module), secret, scope) = key else {
+            return Ok(());
+        };
+        let key: PullKey = (module, secret, scope);
+        let refused = match &resuming.pull {
+            Pull::Pulled { .. } => return Ok(()),
+            Pull::InFlight { .. } => {
+                return Err(unreadable(format!(
+                    "pulling {}, the version the rollout in its status rolls out from",
+                    key.0
+                )));
+            }
+            Pull::Failed { message, .. } => Some(message.clone()),
+            Pull::Pending if !allowed_registries.iter().any(|r| r.covers(&key.0)) => {
+                Some(registry_not_allowed(&key.0, &allowed_registries))
+            }
+            Pull::Pending => secret_refused(&key, &allowed_secrets),
+        };
+        if let Some(why) = refused {
+            tracing::warn!(reconciler = name, module = %key.0, "the version the rollout in the status rolls out from cannot be pulled ({why}); the spec's version takes every key");
+            record.resuming = None;
+            return Ok(());
+        }
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
+        resuming.pull = Pull::InFlight { key: key.clone() };
+        drop(this);
+        let (records, name) = (records.clone(), name.to_owned());
+        let message = format!(
+            "pulling {}, the version the rollout in its status rolls out from",
+            key.0
+        );
+        handle.spawn(async move {
+            let pulled = pull(&puller, &client, &namespace, &key, trust.policy(key.2));
+            let outcome = tokio::time::timeout(PULL_DEADLINE, pulled)
+                .await
+                .unwrap_or_else(|_| Err(("PullFailed", "the pull took too long".to_owned())));
+            let mut this = records.lock();
+            if let Some(record) = this.objects.get_mut(&name)
+                && record
+                    .resuming
+                    .as_ref()
+                    .is_some_and(|r| matches!(&r.pull, Pull::InFlight { key: k } if *k == key))
+            {
+                let pull = match outcome {
+                    Ok((module, hash)) => {
+                        tracing::info!(reconciler = name, module = %key.0, "pulled the version the rollout in the status rolls out from");
+                        record.remember(LoadedVersion {
+                            hash: hash.clone(),
+                            digest: module.digest.clone(),
+                            signed_by: module.signed_by.clone(),
+                            spec: None,
+                            module: key.0.clone(),
+                        });
+                        Pull::Pulled {
+                            key,
+                            digest: module.digest,
+                            hash,
+                            from_cache: module.from_cache,
+                            signed_by: module.signed_by,
+                        }
+                    }
+                    Err((cause, message)) => Pull::Failed {
+                        key,
+                        cause,
+                        message,
+                        attempts: 1,
+                        retry_at: Instant::now(),
+                    },
+                };
+                if let Some(resuming) = record.resuming.as_mut() {
+                    resuming.pull = pull;
+                }
+            }
+            drop(this);
+            on_end();
+        });
+        Err(unreadable(message))
+    }
+
+    /// The version object `name`'s rollout rolls out from, read from the module cache, with
+    /// the rollout (by digests), once its module `hash` loads for the first time; taken once.
+    pub(super) fn take_resume(
+        records: &Mutex<Self>,
+        name: &str,
+        origin: &Origin,
+        hash: &str,
+    ) -> Option<(Artefact, crate::supply::rollout::RolloutStatus)> {
+        let mut this = records.lock();
+        let trust = this.trust.clone();
+        let puller = this.puller.clone();
+        let record = this.objects.get_mut(name)?;
+        let to = match record.current_pull()? {
+            Pull::Pulled { hash: pulled, .. } if pulled == hash => hash.to_owned(),
+            _ => return None,
+        };
+        let resuming = record.resuming.take()?;
+        let Pull::Pulled {
+            key,
+            digest,
+            hash: from,
+            signed_by,
+            ..
+        } = resuming.pull
+        else {
+            return None;
+        };
+        drop(this);
+        let bytes = match puller.cached(&key.0, &digest, trust.policy(key.2)) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                tracing::warn!(reconciler = name, module = %key.0, "the version the rollout rolls out from left the module cache; the spec's version takes every key");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(reconciler = name, module = %key.0, "cannot read the version the rollout rolls out from ({e}); the spec's version takes every key");
+                return None;
+            }
+        };
+        let status = crate::supply::rollout::RolloutStatus {
+            from: from.clone(),
+            to,
+            ..resuming.status
+        };
+        let artefact = Artefact {
+            origin: origin.clone(),
+            bytes,
+            hash: from,
+            signed_by,
+        };
+        Some((artefact, status))
+    }
+
     /// Records how the pull of `key` for object `name` ended, unless its spec moved on.
     fn pull_ended(
         records: &Mutex<Self>,
@@ -616,6 +835,13 @@ fn registry_not_allowed(module: &ModuleRef, allowed: &[AllowedRegistry]) -> Stri
 }
 
 impl Record {
+    /// Keeps `version` among the versions loaded before (the latest first).
+    pub(super) fn remember(&mut self, version: LoadedVersion) {
+        self.previous.retain(|v| v.hash != version.hash);
+        self.previous.push_front(version);
+        self.previous.truncate(PREVIOUS);
+    }
+
     /// Records a failed pull of `key`, due again after a backoff that doubles per attempt.
     fn failed(&mut self, key: PullKey, cause: &'static str, message: String) {
         let attempts = match &self.pull {

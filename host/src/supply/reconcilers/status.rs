@@ -163,6 +163,13 @@ impl StatusWriter {
                     }
                 });
                 let rollout = rollout.map(|mut view| {
+                    // The module a restarted host pulls to take the rollout up.
+                    if let Some(module) = view["from"]
+                        .as_str()
+                        .and_then(|h| records.module_of(&name, h))
+                    {
+                        view["fromModule"] = json!(module);
+                    }
                     // Digests, as `status.digest` and `spec.module` name versions.
                     for end in ["from", "to"] {
                         if let Some(digest) =

@@ -1,0 +1,126 @@
+//! The rollouts that `Reconciler` objects' statuses record (`status.rollout`, written by the
+//! replica that judges them): what every other replica follows, and what a host that starts
+//! afresh (a restart, a failover to a process that never ran the rollout) takes up.
+//!
+//! Taking one up: when an object's status records a rollout under its current generation that
+//! was not promoted, its first load here waits until the version it rolls out from
+//! (`status.rollout.fromModule`) is pulled too, under the same registries, pull Secret and
+//! signatures as `spec.module`. The guest set then judges that version like any content and
+//! runs it as the stable one; the rollout goes on from the step its status names (or stays
+//! rolled back). The status is trusted as far as the spec is: whoever may write an object's
+//! status may name the version it rolls out from, within the same rules as the spec's module.
+
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+
+use super::pulls::{Pull, Records};
+use crate::config::HostConfig;
+use crate::oci::ModuleRef;
+use crate::supply::rollout::{Phase, RolloutStatus};
+
+/// A rollout an object's status records, to take up at the object's first load here.
+pub(crate) struct Resuming {
+    /// As the status records it: versions named by their digests.
+    pub status: RolloutStatus,
+    /// The version it rolls out from, pinned by its digest.
+    pub module: ModuleRef,
+    /// Its pull.
+    pub pull: Pull,
+}
+
+/// The rollouts the statuses of `objects` (by record key) record, by item, their versions
+/// named by content hash where this host knows them. An object not loaded here yet whose
+/// status records one under its current generation is noted in `records`, to be taken up at
+/// its first load.
+pub(super) fn recorded<'a>(
+    objects: impl Iterator<Item = (String, &'a DynamicObject)>,
+    records: &mut Records,
+    config: &HostConfig,
+) -> BTreeMap<String, RolloutStatus> {
+    let mut recorded = BTreeMap::new();
+    for (key, object) in objects {
+        let Some(status) = object
+            .data
+            .pointer("/status/rollout")
+            .filter(|r| !r.is_null())
+            .and_then(|r| serde_json::from_value::<RolloutStatus>(r.clone()).ok())
+        else {
+            continue;
+        };
+        let from_module = object
+            .data
+            .pointer("/status/rollout/fromModule")
+            .and_then(serde_json::Value::as_str);
+        note(records, &key, object, &status, from_module, config);
+        let hash = |digest: &str| records.hash_of(&key, digest).map(str::to_owned);
+        if let (Some(from), Some(to)) = (hash(&status.from), hash(&status.to)) {
+            recorded.insert(
+                format!("{}{key}", crate::supply::guest_set::RECONCILER_PREFIX),
+                RolloutStatus { from, to, ..status },
+            );
+        }
+    }
+    recorded
+}
+
+/// Notes `status` to be taken up at object `key`'s first load, when it can be: the object is
+/// not loaded here yet, the rollout runs under its generation and was not promoted, and the
+/// version it rolls out from is named by a module pinned to its digest that the object's
+/// tenant rule (if any) lets it pull.
+fn note(
+    records: &mut Records,
+    key: &str,
+    object: &DynamicObject,
+    status: &RolloutStatus,
+    from_module: Option<&str>,
+    config: &HostConfig,
+) {
+    let Some(record) = records.objects.get_mut(key) else {
+        return;
+    };
+    let fresh = record.verdict.is_none() && !record.loaded_here() && record.spec.is_ok();
+    let current = status.generation.is_some() && status.generation == object.metadata.generation;
+    if !fresh || !current || status.phase == Phase::Promoted || status.from == status.to {
+        record.resuming = None;
+        return;
+    }
+    if let Some(resuming) = record
+        .resuming
+        .as_mut()
+        .filter(|r| r.status.same_rollout(status))
+    {
+        // Its pull goes on; the step is the judge's latest.
+        resuming.status = status.clone();
+        return;
+    }
+    let module = match from_module.map(str::parse::<ModuleRef>) {
+        Some(Ok(module)) if module.digest() == Some(status.from.as_str()) => module,
+        _ => {
+            tracing::warn!(
+                reconciler = key,
+                "status.rollout.fromModule does not name the version it rolls out from by its digest; the rollout is not taken up"
+            );
+            record.resuming = None;
+            return;
+        }
+    };
+    let tenant_rule = record.rule().and_then(|index| {
+        config
+            .reconcilers
+            .as_ref()
+            .and_then(|r| r.tenants.get(index))
+    });
+    if let Some(rule) = tenant_rule
+        && !rule.allow.registries.iter().any(|r| r.covers(&module))
+    {
+        tracing::warn!(reconciler = key, module = %module, "status.rollout.fromModule is in a registry the namespace's tenant rule does not allow; the rollout is not taken up");
+        record.resuming = None;
+        return;
+    }
+    record.resuming = Some(Resuming {
+        status: status.clone(),
+        module,
+        pull: Pull::Pending,
+    });
+}
