@@ -6,6 +6,7 @@
 //! Reconcilers are cluster-scoped, so each test labels its own and its host selects them
 //! (`reconcilers.selector`); each test has its own registry, namespace and module cache.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -56,6 +57,9 @@ struct World {
     verify_keys: Vec<PathBuf>,
     /// `reconcilers.verify.keyless`, as YAML flow, when keyless signatures are trusted.
     verify_keyless: Option<String>,
+    /// Whether Reconcilers may run the widget test guest (it writes Widgets for its finalizer
+    /// and watches the ConfigMaps it owns).
+    allow_widget_guest: bool,
 }
 
 impl World {
@@ -77,6 +81,7 @@ impl World {
             more_registries: Vec::new(),
             verify_keys: Vec::new(),
             verify_keyless: None,
+            allow_widget_guest: false,
         };
         world
             .pull_secret("registry", world.registry.password())
@@ -98,14 +103,24 @@ reconcilers:
   selector: test={ns}
   pullSecrets: [registry, wrong-password, absent]
   allow:
-    read: [{WIDGET_READ}, samplecrd.k8s.io/v1/Network]
-    write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status]
+    read: [{WIDGET_READ}, samplecrd.k8s.io/v1/Network{widget_read}]
+    write: [{WIDGET_READ}/status, samplecrd.k8s.io/v1/Network, samplecrd.k8s.io/v1/Network/status{widget_write}]
     backends: [network]
     serviceAccounts: ["{ns}/*"]
     registries: ["{registry}/guests", "127.0.0.1:9"{more}]
 {verify}"#,
             registry = self.registry.address(),
             ns = self.ns,
+            widget_read = if self.allow_widget_guest {
+                ", v1/ConfigMap"
+            } else {
+                ""
+            },
+            widget_write = if self.allow_widget_guest {
+                format!(", {WIDGET_READ}")
+            } else {
+                String::new()
+            },
             more = self
                 .more_registries
                 .iter()
@@ -148,6 +163,26 @@ reconcilers:
         .await?;
         self.host = Some(host);
         Ok(())
+    }
+
+    /// Another `reconciler-host run` of this world's configuration, with `args` (a replica's
+    /// lease or ring) and a module cache of its own in `cache`: a process that pulls afresh.
+    async fn replica(&self, args: Vec<String>, cache: PathBuf) -> Result<HostProcess> {
+        let mut extra_args: Vec<String> = vec![
+            "--namespace".into(),
+            self.ns.clone(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ];
+        extra_args.extend(args);
+        HostProcess::start(HostOptions {
+            kubeconfig: &self.kubeconfig,
+            config: self.config(""),
+            guests: vec![],
+            namespace: Some(&self.ns),
+            extra_args,
+        })
+        .await
     }
 
     fn host(&self) -> &HostProcess {
@@ -1388,4 +1423,322 @@ async fn a_new_digest_rolls_out_by_the_spec_and_the_status_follows_it() -> Resul
     }
     world.delete_reconcilers(&[&name]).await;
     Ok(())
+}
+
+/// Resuming a rollout: the widget test guest, v1 then v2, in this world's registry, and a
+/// Widget whose status says which version reconciled it last.
+struct Resuming {
+    world: World,
+    name: String,
+    v1: String,
+    v2: String,
+    widgets: Api<DynamicObject>,
+    /// How many times every Widget was changed.
+    round: std::cell::Cell<usize>,
+}
+
+/// Widgets the resume tests reconcile.
+const RESUMED_WIDGETS: usize = 16;
+
+impl Resuming {
+    async fn new(prefix: &str) -> Result<Self> {
+        let mut world = World::new(prefix).await?;
+        world.allow_widget_guest = true;
+        let v1 = world.push("widget", "guests/widget:v1")?;
+        let v2 = world.push("widget-v2", "guests/widget:v2")?;
+        let name = format!("widget-{}", world.ns);
+        let widgets = namespaced(&world.client, &world.ns, "test.reconciler.dev", "Widget");
+        Ok(Self {
+            world,
+            name,
+            v1,
+            v2,
+            widgets,
+            round: std::cell::Cell::new(0),
+        })
+    }
+
+    /// The ClusterReconciler of the widget guest at `digest`: a canary of half the keys, then
+    /// a pause, so a rollout stands still at 50 % until a person promotes it.
+    async fn declare(&self, digest: &str) -> Result<()> {
+        let spec = json!({
+            "module": self.world.module(&format!("guests/widget@{digest}")),
+            "pullSecretRef": {"name": "registry"},
+            "grant": {"read": [WIDGET_READ, "v1/ConfigMap"], "write": [WIDGET_READ, format!("{WIDGET_READ}/status")]},
+            "rollout": {"steps": [{"canary": {"percent": 50, "duration": "1s"}}, {"pause": {}}],
+                        "gates": {"minSample": 2, "maxP99Ratio": 100, "p99Slack": "1h"}},
+        });
+        self.world.declare(&self.name, spec).await
+    }
+
+    /// Changes every Widget (creating them the first time) and waits until each was
+    /// reconciled at its new generation; the Widgets v2 reconciled. Each version writes a
+    /// message of its own (`byVersion`), so the status says which one ran.
+    async fn change_all(&self) -> Result<BTreeSet<String>> {
+        let round = self.round.get() + 1;
+        self.round.set(round);
+        for i in 0..RESUMED_WIDGETS {
+            let widget = json!({
+                "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+                "metadata": {"name": format!("w-{i:02}")},
+                "spec": {"steady": true, "message": format!("r{round}"),
+                         "byVersion": {"2": {"message": format!("r{round}-v2")}}},
+            });
+            self.widgets
+                .patch(
+                    &format!("w-{i:02}"),
+                    &PatchParams::apply("reconcilers-test").force(),
+                    &Patch::Apply(widget),
+                )
+                .await?;
+        }
+        let by_v2 = wait_until(
+            &format!("every Widget reconciled in round {round}"),
+            Duration::from_secs(90),
+            || async {
+                let mut by_v2 = BTreeSet::new();
+                for widget in self.widgets.list(&Default::default()).await?.items {
+                    let name = widget.metadata.name.clone().unwrap_or_default();
+                    let status = &widget.data["status"];
+                    ensure!(
+                        status["observedGeneration"] == widget.metadata.generation.unwrap_or(0),
+                        "{name} is at {status}"
+                    );
+                    match status["message"].as_str() {
+                        Some(m) if m == format!("r{round}-v2") => {
+                            by_v2.insert(name);
+                        }
+                        Some(m) if m == format!("r{round}") => {}
+                        other => anyhow::bail!("{name} says {other:?}"),
+                    }
+                }
+                Ok(by_v2)
+            },
+        )
+        .await;
+        by_v2.map_err(|e| e.context(self.world.log_tail()))
+    }
+
+    /// The object's `status.rollout`.
+    async fn rollout(&self) -> Result<Value> {
+        Ok(reconcilers(&self.world.client)
+            .get(&self.name)
+            .await?
+            .data["status"]
+            .clone())
+    }
+
+    /// Declares v1 with the Widgets, then v2, and changes the Widgets until the rollout stands
+    /// at its pause; its status then, and the Widgets v2 reconciles.
+    async fn to_the_pause(&self) -> Result<(Value, BTreeSet<String>)> {
+        self.declare(&self.v1).await?;
+        self.world.ready(&self.name, "True", "Ready").await?;
+        assert!(self.change_all().await?.is_empty(), "v1 alone before");
+        self.declare(&self.v2).await?;
+        let status = wait_until("the rollout at its pause", Duration::from_secs(120), || async {
+            self.change_all().await?;
+            let status = self.rollout().await?;
+            ensure!(
+                status["rollout"]["step"] == 1 && status["rollout"]["share"] == "50%",
+                "status is {status}"
+            );
+            Ok(status)
+        })
+        .await?;
+        let by_v2 = self.change_all().await?;
+        assert!(
+            !by_v2.is_empty() && by_v2.len() < RESUMED_WIDGETS,
+            "half the keys or so go to v2: {by_v2:?}"
+        );
+        let rollout = &status["rollout"];
+        assert_eq!(rollout["from"], self.v1.as_str(), "{status}");
+        assert_eq!(rollout["to"], self.v2.as_str(), "{status}");
+        assert_eq!(
+            rollout["fromModule"],
+            self.world.module(&format!("guests/widget@{}", self.v1)),
+            "{status}"
+        );
+        Ok((status, by_v2))
+    }
+
+    /// Waits until the status records the same rollout as `before`, at the same step, share
+    /// and phase, written by a host that runs now, and the Widgets v2 reconciles are `by_v2`.
+    async fn resumed(&self, before: &Value, by_v2: &BTreeSet<String>, who: &str) -> Result<()> {
+        // The next round of changes is reconciled by the replica that took over: the same keys
+        // on each side, so the share held through the handover.
+        let after = self.change_all().await.context(who.to_owned())?;
+        ensure!(&after == by_v2, "{who}: v2 reconciled {after:?}, not {by_v2:?}");
+        let status = self.rollout().await?;
+        for field in ["from", "to", "fromModule", "began", "step", "share", "phase"] {
+            ensure!(
+                status["rollout"][field] == before["rollout"][field],
+                "{who}: rollout.{field} is {} in {status}, was {}",
+                status["rollout"][field],
+                before["rollout"][field]
+            );
+        }
+        ensure!(
+            status["digest"] == self.v1.as_str(),
+            "{who}: v1 serves the rest: {status}"
+        );
+        Ok(())
+    }
+}
+
+/// The leader elected of two warm replicas runs a rollout to its pause; it is killed, and the
+/// standby (which followed the status) takes over at the same step and share; that one is
+/// killed too, and a single host started afresh (a restart: a process that never ran the
+/// rollout, with an empty module cache) pulls v1 back by the status's `fromModule` and goes on
+/// from the status. Each time the same Widgets are
+/// reconciled by v2, read from the API server; a person's promote then ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh_process()
+-> Result<()> {
+    let resuming = Resuming::new("rec-resume").await?;
+    let world = &resuming.world;
+    let caches = [tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?];
+    let lease = format!("rollout-{}", world.ns);
+    let args = |identity: &str| {
+        [
+            "--leader-elect",
+            "--standby",
+            "warm",
+            "--lease-name",
+            &lease,
+            "--lease-namespace",
+            &world.ns,
+            "--lease-duration",
+            "4s",
+            "--identity",
+            identity,
+        ]
+        .map(str::to_owned)
+    };
+    let start = |identity: &str, cache: &tempfile::TempDir| {
+        world.replica(args(identity).to_vec(), cache.path().to_path_buf())
+    };
+    let mut a = start("a", &caches[0]).await?;
+    wait_leader(&a, "a").await?;
+    let mut b = start("b", &caches[1]).await?;
+    let (before, by_v2) = resuming.to_the_pause().await?;
+
+    a.kill()?;
+    wait_leader(&b, "b").await?;
+    resuming
+        .resumed(&before, &by_v2, "the warm standby")
+        .await
+        .map_err(|e| e.context(b.log_tail()))?;
+
+    // A restart: a single host (no election) starts afresh, judging from its first moment,
+    // from what the status says.
+    b.kill()?;
+    let c = world
+        .replica(Vec::new(), caches[2].path().to_path_buf())
+        .await?;
+    wait_leader(&c, "c").await?;
+    resuming
+        .resumed(&before, &by_v2, "a fresh process")
+        .await
+        .map_err(|e| e.context(c.log_tail()))?;
+    let log = c.log();
+    assert!(
+        log.contains("taking up the rollout the source kept"),
+        "the fresh replica took the rollout up from the status"
+    );
+
+    // A person's promote, through the object, acts on the resumed rollout.
+    let began = before["rollout"]["began"].as_str().unwrap_or_default();
+    let ask = format!("promote {} 1 {began}", resuming.v2);
+    reconcilers(&world.client)
+        .patch(
+            &resuming.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"reconciler.dev/rollout": ask}}})),
+        )
+        .await?;
+    wait_until("the rollout promoted", Duration::from_secs(60), || async {
+        let status = resuming.rollout().await?;
+        ensure!(status["rollout"]["phase"] == "Promoted", "status is {status}");
+        ensure!(status["digest"] == resuming.v2.as_str(), "status is {status}");
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.context(c.log_tail()))?;
+    assert_eq!(resuming.change_all().await?.len(), RESUMED_WIDGETS);
+    world.delete_reconcilers(&[&resuming.name]).await;
+    Ok(())
+}
+
+/// Two replicas of a ring share the keys; the one holding slot 0 judges the rollout and the
+/// other follows its status. One is killed mid-canary: the survivor takes every slot and goes
+/// on at the same step and share, the same Widgets on v2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshard_mid_canary_keeps_the_step_and_share() -> Result<()> {
+    let resuming = Resuming::new("rec-reshard").await?;
+    let world = &resuming.world;
+    let caches = [tempfile::tempdir()?, tempfile::tempdir()?];
+    let ring = format!("ring-{}", world.ns);
+    let args = |identity: &str| {
+        [
+            "--shards",
+            "auto",
+            "--shard-filter",
+            "client",
+            "--lease-name",
+            &ring,
+            "--lease-namespace",
+            &world.ns,
+            "--lease-duration",
+            "4s",
+            "--identity",
+            identity,
+        ]
+        .map(str::to_owned)
+    };
+    let start = |identity: &str, cache: &tempfile::TempDir| {
+        world.replica(args(identity).to_vec(), cache.path().to_path_buf())
+    };
+    let mut a = start("a", &caches[0]).await?;
+    let b = start("b", &caches[1]).await?;
+    wait_until("both replicas own slots", Duration::from_secs(60), || async {
+        for replica in [&a, &b] {
+            let owned = replica
+                .metric("reconciler_shard_owned_slots")
+                .await
+                .unwrap_or(0.0);
+            ensure!(owned > 0.0, "a replica owns {owned} slots");
+        }
+        Ok(())
+    })
+    .await?;
+    let (before, by_v2) = resuming.to_the_pause().await?;
+
+    a.kill()?;
+    wait_until("the survivor owns every slot", Duration::from_secs(60), || async {
+        let ratio = b.metric("reconciler_shard_owned_ratio").await?;
+        ensure!(ratio >= 1.0, "it owns {ratio} of the slots");
+        Ok(())
+    })
+    .await?;
+    resuming
+        .resumed(&before, &by_v2, "the survivor")
+        .await
+        .map_err(|e| e.context(b.log_tail()))?;
+    world.delete_reconcilers(&[&resuming.name]).await;
+    Ok(())
+}
+
+/// Waits until `host` holds the lease.
+async fn wait_leader(host: &HostProcess, who: &str) -> Result<()> {
+    wait_until(
+        &format!("{who} to lead"),
+        Duration::from_secs(60),
+        || async {
+            let leader = host.metric("reconciler_leader").await?;
+            ensure!(leader == 1.0, "{who} is not the leader");
+            Ok(())
+        },
+    )
+    .await
+    .map_err(|e| e.context(host.log_tail()))
 }

@@ -342,7 +342,7 @@ impl Controller {
         ));
         let shadow = Arc::new(GuestVersion::shadowing(shared, guest, &stable));
         let resumed = shared.rollouts.resumable(&stable.guest, guest, &plan);
-        let resumes = resumed.as_ref().map(|r| r.step);
+        let resumed_at = resumed.as_ref().map(|r| r.step);
         let rolling = Arc::new(Rolling::begin(
             plan,
             &stable.guest,
@@ -361,7 +361,7 @@ impl Controller {
             leading: self.leading.subscribe(),
         };
         self.driver = Some(self.tasks.spawn(driver.drive(rolling)));
-        match resumes {
+        match resumed_at {
             Some(step) => {
                 tracing::info!(guest = %self.name, hash = %guest.loaded.hash, step, "rolling a new guest version out, resumed where it stood");
             }

@@ -180,7 +180,7 @@ impl ControllerSet {
             if ended.phase == crate::supply::rollout::Phase::Promoted {
                 return (guest.clone(), None);
             }
-            shared.rollouts.resume(stable.clone(), guest, ended);
+            shared.rollouts.resume(&stable, guest, ended);
             return (stable, None);
         }
         if !crate::controller::same_watches(&stable, guest) {

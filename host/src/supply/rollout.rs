@@ -572,7 +572,7 @@ impl RolloutStatus {
         let phase = self.phase;
         *self = recorded.clone();
         let to = self.share(plan);
-        (from != to || phase != self.phase).then(|| Moved {
+        (from != to || phase != self.phase).then_some(Moved {
             from,
             to,
             phase: self.phase,

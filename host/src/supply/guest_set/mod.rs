@@ -563,7 +563,7 @@ impl Guests {
                 stable.signed_by = from.signed_by;
                 tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
                     step = status.step, phase = status.phase.as_str(), "taking up the rollout the source kept");
-                self.rollouts().resume(Arc::new(stable), active, status);
+                self.rollouts().resume(&Arc::new(stable), active, status);
             }
             Ok(stable) => {
                 tracing::warn!(file = %origin.name(), guest = %active.name(), other = %stable.name(),

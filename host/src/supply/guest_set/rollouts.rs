@@ -264,17 +264,22 @@ impl Rollouts {
     /// A host started afresh takes up `status`, a rollout from `from` to `new` that its object
     /// records: `from` reconciles the keys outside the share, and a rollout rolled back stays
     /// rolled back (`new` is not taken again under this spec) and keeps saying so.
-    pub(crate) fn resume(&self, from: Arc<ActiveGuest>, new: &ActiveGuest, status: RolloutStatus) {
-        self.set_stable(&from);
-        if status.in_flight() {
-            return;
+    /// Until its controller starts it, the rollout is in view as recorded, so the status
+    /// keeps saying where it stands.
+    pub(crate) fn resume(&self, from: &Arc<ActiveGuest>, new: &ActiveGuest, status: RolloutStatus) {
+        self.set_stable(from);
+        let share = match &new.grant.rollout {
+            Some(plan) if status.in_flight() => status.share(plan),
+            _ => Share::Old,
+        };
+        if !status.in_flight() {
+            self.fail(new);
         }
-        self.fail(new);
         self.publish(
             new,
             RolloutView {
                 status,
-                share: Share::Old.to_string(),
+                share: share.to_string(),
                 gates: Measured::default(),
             },
         );

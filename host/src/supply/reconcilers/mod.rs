@@ -212,7 +212,7 @@ impl Objects {
                     continue;
                 }
             };
-            let Some(hash) = records.hash_of(&key, &ask.to) else {
+            let Some(hash) = records.hash_of(key, &ask.to) else {
                 tracing::debug!(reconciler = %key, version = %ask.to, "a rollout ask names a version this host did not load");
                 continue;
             };

@@ -90,7 +90,7 @@ pub(super) struct Record {
     /// `verify` (its own, or the host's it inherits) a reload may change.
     rule: Option<usize>,
     /// A rollout its status records, to take up at its first load here (`super::resume`).
-    pub resuming: Option<super::resume::Resuming>,
+    pub resuming: Option<Resuming>,
 }
 
 impl Record {
@@ -129,6 +129,17 @@ impl Record {
         };
         (*key == self.pull_key(spec)).then_some(&self.pull)
     }
+}
+
+/// A rollout an object's status records, to take up at the object's first load here
+/// (`super::resume`).
+pub(super) struct Resuming {
+    /// As the status records it: versions named by their digests.
+    pub status: crate::supply::rollout::RolloutStatus,
+    /// The version it rolls out from, pinned by its digest.
+    pub module: ModuleRef,
+    /// Its pull.
+    pub pull: Pull,
 }
 
 /// A version of an object's module that the guest set loaded.
@@ -659,57 +670,85 @@ impl Records {
             .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
         resuming.pull = Pull::InFlight { key: key.clone() };
         drop(this);
-        let (records, name) = (records.clone(), name.to_owned());
         let message = format!(
             "pulling {}, the version the rollout in its status rolls out from",
             key.0
         );
-        handle.spawn(async move {
-            let pulled = pull(&puller, &client, &namespace, &key, trust.policy(key.2));
-            let outcome = tokio::time::timeout(PULL_DEADLINE, pulled)
-                .await
-                .unwrap_or_else(|_| Err(("PullFailed", "the pull took too long".to_owned())));
-            let mut this = records.lock();
-            if let Some(record) = this.objects.get_mut(&name)
-                && record
-                    .resuming
-                    .as_ref()
-                    .is_some_and(|r| matches!(&r.pull, Pull::InFlight { key: k } if *k == key))
-            {
-                let pull = match outcome {
-                    Ok((module, hash)) => {
-                        tracing::info!(reconciler = name, module = %key.0, "pulled the version the rollout in the status rolls out from");
-                        record.remember(LoadedVersion {
-                            hash: hash.clone(),
-                            digest: module.digest.clone(),
-                            signed_by: module.signed_by.clone(),
-                            spec: None,
-                            module: key.0.clone(),
-                        });
-                        Pull::Pulled {
-                            key,
-                            digest: module.digest,
-                            hash,
-                            from_cache: module.from_cache,
-                            signed_by: module.signed_by,
-                        }
-                    }
-                    Err((cause, message)) => Pull::Failed {
-                        key,
-                        cause,
-                        message,
-                        attempts: 1,
-                        retry_at: Instant::now(),
-                    },
-                };
-                if let Some(resuming) = record.resuming.as_mut() {
-                    resuming.pull = pull;
-                }
-            }
-            drop(this);
-            on_end();
-        });
+        let plan = PullPlan {
+            key,
+            puller,
+            client,
+            namespace,
+            memo: None,
+            trust,
+        };
+        handle.spawn(Self::pull_resumed(
+            records.clone(),
+            name.to_owned(),
+            plan,
+            on_end,
+        ));
         Err(unreadable(message))
+    }
+
+    /// Pulls the version object `name`'s rollout rolls out from, and records how it ended.
+    async fn pull_resumed(
+        records: Arc<Mutex<Self>>,
+        name: String,
+        plan: PullPlan,
+        on_end: impl FnOnce() + Send + 'static,
+    ) {
+        let PullPlan {
+            key,
+            puller,
+            client,
+            namespace,
+            trust,
+            ..
+        } = plan;
+        let fetching = pull(&puller, &client, &namespace, &key, trust.policy(key.2));
+        let outcome = tokio::time::timeout(PULL_DEADLINE, fetching)
+            .await
+            .unwrap_or_else(|_| Err(("PullFailed", "the pull took too long".to_owned())));
+        let mut this = records.lock();
+        if let Some(record) = this.objects.get_mut(&name)
+            && record
+                .resuming
+                .as_ref()
+                .is_some_and(|r| matches!(&r.pull, Pull::InFlight { key: k } if *k == key))
+        {
+            let pull = match outcome {
+                Ok((module, hash)) => {
+                    tracing::info!(reconciler = name, module = %key.0, "pulled the version the rollout in the status rolls out from");
+                    record.remember(LoadedVersion {
+                        hash: hash.clone(),
+                        digest: module.digest.clone(),
+                        signed_by: module.signed_by.clone(),
+                        spec: None,
+                        module: key.0.clone(),
+                    });
+                    Pull::Pulled {
+                        key,
+                        digest: module.digest,
+                        hash,
+                        from_cache: module.from_cache,
+                        signed_by: module.signed_by,
+                    }
+                }
+                Err((cause, message)) => Pull::Failed {
+                    key,
+                    cause,
+                    message,
+                    attempts: 1,
+                    retry_at: Instant::now(),
+                },
+            };
+            if let Some(resuming) = record.resuming.as_mut() {
+                resuming.pull = pull;
+            }
+        }
+        drop(this);
+        on_end();
     }
 
     /// The version object `name`'s rollout rolls out from, read from the module cache, with
@@ -725,7 +764,7 @@ impl Records {
         let puller = this.puller.clone();
         let record = this.objects.get_mut(name)?;
         let to = match record.current_pull()? {
-            Pull::Pulled { hash: pulled, .. } if pulled == hash => hash.to_owned(),
+            Pull::Pulled { hash: current, .. } if current == hash => hash.to_owned(),
             _ => return None,
         };
         let resuming = record.resuming.take()?;

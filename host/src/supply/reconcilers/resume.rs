@@ -14,20 +14,10 @@ use std::collections::BTreeMap;
 
 use kube::api::DynamicObject;
 
-use super::pulls::{Pull, Records};
+use super::pulls::{Pull, Records, Resuming};
 use crate::config::HostConfig;
 use crate::oci::ModuleRef;
 use crate::supply::rollout::{Phase, RolloutStatus};
-
-/// A rollout an object's status records, to take up at the object's first load here.
-pub(crate) struct Resuming {
-    /// As the status records it: versions named by their digests.
-    pub status: RolloutStatus,
-    /// The version it rolls out from, pinned by its digest.
-    pub module: ModuleRef,
-    /// Its pull.
-    pub pull: Pull,
-}
 
 /// The rollouts the statuses of `objects` (by record key) record, by item, their versions
 /// named by content hash where this host knows them. An object not loaded here yet whose

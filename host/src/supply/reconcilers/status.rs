@@ -188,7 +188,13 @@ impl StatusWriter {
                     desired(&object, record, running.as_ref(), shadow.as_ref())
                 {
                     status["host"] = json!(self.shared.host);
-                    status["rollout"] = rollout.unwrap_or(Value::Null);
+                    // A rollout recorded here and not taken up yet (its first version is
+                    // being pulled) stays recorded.
+                    let recorded = record
+                        .resuming
+                        .as_ref()
+                        .and_then(|_| object.data.pointer("/status/rollout").cloned());
+                    status["rollout"] = rollout.or(recorded).unwrap_or(Value::Null);
                     decided.push((name, object, namespace, status));
                 }
             }
