@@ -121,11 +121,19 @@ impl ControllerSet {
     async fn start(&mut self, shared: &Shared, guest: Arc<ActiveGuest>) {
         let name = guest.name().to_owned();
         let (first, then) = self.first_version(shared, &guest);
-        match Controller::start(shared, first.clone(), self.leading).await {
+        // A rollout is in place before the workers start: no key of the new version's share
+        // is taken by the stable one first.
+        let leading = self.leading && then.is_none();
+        match Controller::start(shared, first.clone(), leading).await {
             Ok(mut controller) => {
                 shared.rollouts.set_stable(&first);
                 match then {
-                    Some(plan) => controller.roll(shared, &guest, plan),
+                    Some(plan) => {
+                        controller.roll(shared, &guest, plan);
+                        if self.leading {
+                            controller.lead();
+                        }
+                    }
                     // One version, the one asked for: no rollout view says otherwise. (A
                     // version refused for its watches keeps the view that says why.)
                     None if Arc::ptr_eq(&first, &guest) => shared.rollouts.drop_view(&name, &first),
