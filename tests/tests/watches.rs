@@ -73,6 +73,11 @@ struct Setup {
 
 impl Setup {
     async fn start() -> Result<Self> {
+        Self::start_with(grants).await
+    }
+
+    /// A host of the mapper guest whose configuration is `config` of the run's label value.
+    async fn start_with(config: impl FnOnce(&str) -> String) -> Result<Self> {
         let cp = ControlPlane::shared().await?;
         let client = cp.client().await?;
         apply_crd_file(&client, "guests/testing/widget/crd.yaml").await?;
@@ -80,7 +85,7 @@ impl Setup {
         let run = unique_name("run");
         let host = HostProcess::start(HostOptions {
             kubeconfig: cp.kubeconfig(),
-            config: grants(&run),
+            config: config(&run),
             guests: vec!["mapper"],
             namespace: None,
             extra_args: Vec::new(),
@@ -523,5 +528,89 @@ async fn a_computed_index_wakes_the_widgets_whose_values_name_the_configmap() ->
         field_is(st, "source", &json!("s2"))
     })
     .await?;
+    Ok(())
+}
+
+/// During a rollout the new version's `map` and computed index run beside the stable one's from
+/// the first step: `mapper-v2` also reads the annotation `mapper.test/widgets-v2` and
+/// `spec.listedV2`, which v1 ignores. With v1 alone, changes of ConfigMaps that only v2 relates
+/// to the Widgets reconcile nothing; with v2 in its shadow step, the same changes reconcile
+/// them (read from the Widgets' `status.reconciles` on the API server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_versions_map_and_index_run_from_the_first_step_of_its_rollout() -> Result<()> {
+    let s = Setup::start_with(|run| {
+        format!(
+            "{}    rollout: {{steps: [{{shadow: {{duration: 1h}}}}]}}\n",
+            grants(run)
+        )
+    })
+    .await?;
+    let ns = s.ns.clone();
+    s.create_widget("pointed", true, json!({})).await?;
+    s.create_widget("indexed", true, json!({"listedV2": "only-v2"}))
+        .await?;
+    let reconciles = |name: &'static str| {
+        let api = widgets(&s.client, &s.ns);
+        async move {
+            let widget = api.get(name).await?;
+            Ok::<_, anyhow::Error>(widget.data["status"]["reconciles"].as_u64().unwrap_or(0))
+        }
+    };
+    for name in ["pointed", "indexed"] {
+        s.wait_status("the first reconcile", name, |st| {
+            ensure!(st["reconciles"].as_u64() >= Some(1), "{st}");
+            Ok(())
+        })
+        .await?;
+    }
+    let pointer = [(ROLE, "pointer")];
+    let listed = [(ROLE, "listed")];
+    let pointing = format!("{ns}/pointed");
+    s.config_maps(&ns)
+        .create(
+            &Default::default(),
+            &config_map("p", &pointer, &[("mapper.test/widgets-v2", &pointing)], "1"),
+        )
+        .await?;
+    s.config_maps(&ns)
+        .create(
+            &Default::default(),
+            &config_map("only-v2", &listed, &[], "1"),
+        )
+        .await?;
+    // With v1 alone, nothing relates them to the Widgets: a change of each, a settling wait.
+    let before = (reconciles("pointed").await?, reconciles("indexed").await?);
+    s.set_value(&ns, "p", "2").await?;
+    s.set_value(&ns, "only-v2", "2").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        (reconciles("pointed").await?, reconciles("indexed").await?),
+        before,
+        "v1's map and index ignore what only v2 reads"
+    );
+
+    s.host.put_guest("mapper.wasm", "mapper-v2")?;
+    wait_until("v2 in its shadow step", Duration::from_secs(60), || async {
+        let guests: Value = serde_json::from_str(&s.host.get("/guests").await?)?;
+        let rolling = guests
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|g| g["rollout"]["share"] == "shadow" && g["rollout"]["phase"] == "Progressing");
+        ensure!(rolling, "no rollout in {guests}");
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.context(s.host.log_tail()))?;
+    let before = (reconciles("pointed").await?, reconciles("indexed").await?);
+    s.set_value(&ns, "p", "3").await?;
+    s.set_value(&ns, "only-v2", "3").await?;
+    for (name, was) in [("pointed", before.0), ("indexed", before.1)] {
+        s.wait_status("a change only v2's functions relate to it", name, |st| {
+            ensure!(st["reconciles"].as_u64() > Some(was), "{st}");
+            Ok(())
+        })
+        .await?;
+    }
     Ok(())
 }

@@ -276,6 +276,8 @@ pub(super) struct Indexer {
     pub(super) keys: super::keys::Keys,
     pub(super) runtime: Arc<Runtime>,
     pub(super) version: watch::Receiver<Arc<GuestVersion>>,
+    /// The new version of a rollout in flight: its values are held beside the stable one's.
+    pub(super) candidate: watch::Receiver<Option<Arc<GuestVersion>>>,
     pub(super) metrics: crate::metrics::Metrics,
     pub(super) primary: Informer,
 }
@@ -298,6 +300,7 @@ pub(super) async fn follow_computed(
     let mut tick = tokio::time::interval(RETRY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     indexer.version.mark_unchanged();
+    indexer.candidate.mark_unchanged();
     loop {
         tokio::select! {
             event = events.next() => {
@@ -317,13 +320,17 @@ pub(super) async fn follow_computed(
                 }
                 changed();
             }
-            Ok(()) = indexer.version.changed() => {
-                // Every primary again with the new version; a newer one starts it over.
+            // A new version, or a rollout begun or ended: every primary again with the
+            // versions that run now; a newer change starts it over.
+            Ok(()) = versions_changed(&mut indexer) => {
                 'versions: loop {
                     indexer.version.mark_unchanged();
+                    indexer.candidate.mark_unchanged();
                     state.at.clear();
                     for cached in indexer.primary.list_cached(None, None) {
-                        if indexer.version.has_changed().unwrap_or(false) {
+                        let moved = indexer.version.has_changed().unwrap_or(false)
+                            || indexer.candidate.has_changed().unwrap_or(false);
+                        if moved {
                             continue 'versions;
                         }
                         let Some(head) = cached.to_head() else { continue };
@@ -341,6 +348,18 @@ pub(super) async fn follow_computed(
                 changed();
             }
         }
+    }
+}
+
+/// Completes when the stable version changes, or a rollout begins or ends (a step of one does
+/// not: both versions' values are held at every step).
+async fn versions_changed(indexer: &mut Indexer) -> Result<(), watch::error::RecvError> {
+    let Indexer {
+        version, candidate, ..
+    } = indexer;
+    tokio::select! {
+        changed = version.changed() => changed,
+        changed = candidate.changed() => changed,
     }
 }
 
@@ -427,7 +446,9 @@ enum Outcome {
     NoSlot,
 }
 
-/// Asks the guest for `object`'s values in `index` and holds them.
+/// Asks the guest for `object`'s values in `index` and holds them. During a rollout the new
+/// version is asked too and the values of both are held: a watched object's event then reaches
+/// the primaries either version relates it to.
 async fn index_one(
     indexer: &Indexer,
     index: &FieldIndex,
@@ -437,14 +458,58 @@ async fn index_one(
     let Source::Computed(name) = index.source() else {
         return Outcome::Left;
     };
-    let version = indexer.version.borrow().clone();
-    let guest = version.guest.name();
+    let stable = indexer.version.borrow().clone();
+    let new = indexer.candidate.borrow().clone();
     let what = format!("{} {key}", indexer.primary.gvk().kind);
+    let mut values = match values_of(indexer, &stable, name, &what, object).await {
+        Ok(values) => values,
+        Err(outcome) => {
+            if matches!(outcome, Outcome::Left) {
+                index.set(key, Vec::new());
+            }
+            return outcome;
+        }
+    };
+    // The new version's failure leaves the stable one's values (logged and counted).
+    if let Some(new) = new
+        && let Ok(more) = values_of(indexer, &new, name, &what, object).await
+    {
+        values.extend(more);
+        values.sort();
+        values.dedup();
+    }
+    let guest = stable.guest.name();
+    match index.set(key, values) {
+        Held::OverBudget => {
+            indexer.metrics.index_called(
+                guest,
+                crate::metrics::ReconcileResult::Error,
+                Duration::ZERO,
+            );
+            tracing::warn!(guest = %guest, index = %name, object = %what, "index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", INDEX_BYTES >> 20);
+            index.set(key, Vec::new());
+            Outcome::Left
+        }
+        held => Outcome::Held(held),
+    }
+}
+
+/// `version`'s values for `object` (`what`) in its computed index `name`; what the index
+/// should do instead when the call gave none ([`Outcome::Left`]: drop the object's values,
+/// [`Outcome::NoSlot`]: keep them and try again).
+async fn values_of(
+    indexer: &Indexer,
+    version: &GuestVersion,
+    name: &str,
+    what: &str,
+    object: &DynamicObject,
+) -> Result<Vec<String>, Outcome> {
+    let guest = version.guest.name();
     let json = match serde_json::to_string(object) {
         Ok(json) => json,
         Err(e) => {
             tracing::warn!(guest = %guest, index = %name, object = %what, "index not called: the object does not serialise: {e}");
-            return Outcome::Left;
+            return Err(Outcome::Left);
         }
     };
     let call = CallContext::new(
@@ -467,34 +532,21 @@ async fn index_one(
             if dropped > 0 {
                 tracing::warn!(guest = %guest, index = %name, object = %what, "index returned {dropped} values it does not keep (empty, longer than {} bytes, or past the first {})", crate::sandbox::runtime::MAX_INDEX_VALUE_BYTES, crate::sandbox::runtime::MAX_INDEX_VALUES);
             }
-            match index.set(key, values) {
-                Held::OverBudget => {
-                    indexer.metrics.index_called(
-                        guest,
-                        crate::metrics::ReconcileResult::Error,
-                        Duration::ZERO,
-                    );
-                    tracing::warn!(guest = %guest, index = %name, object = %what, "index values left out: the guest's indexes hold {} MiB, their most; the object is out of the index until its next change", INDEX_BYTES >> 20);
-                    index.set(key, Vec::new());
-                    Outcome::Left
-                }
-                held => Outcome::Held(held),
-            }
+            Ok(values)
         }
         Indexed::Failed { result, message } if result == crate::metrics::ReconcileResult::Error => {
             indexer
                 .metrics
                 .index_called(guest, result, started.elapsed());
             tracing::warn!(guest = %guest, index = %name, object = %what, "index not run ({message}); the object keeps its values and is tried again in {RETRY:?}");
-            Outcome::NoSlot
+            Err(Outcome::NoSlot)
         }
         Indexed::Failed { result, message } => {
             indexer
                 .metrics
                 .index_called(guest, result, started.elapsed());
             tracing::warn!(guest = %guest, index = %name, object = %what, "index failed ({}); the object is left out of the index until its next change: {message}", result.as_str());
-            index.set(key, Vec::new());
-            Outcome::Left
+            Err(Outcome::Left)
         }
     }
 }

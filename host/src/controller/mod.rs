@@ -64,7 +64,7 @@ use caches::Caches;
 pub use index::{FieldIndex, Held, IndexBudget};
 use index::{Indexer, Source as IndexSource, follow_computed};
 use keys::Keys;
-use rolling::{Driver, Rolling, Side};
+use rolling::{Driver, InFlight, Rolling, Side};
 use sync::{Next, Primary, Step};
 use triggers::{FunctionMapper, Mapper, Route, map_events};
 pub(crate) use triggers::{WatchFilter, index_keys, kept_generation, primary_keys, valid_keys};
@@ -108,7 +108,7 @@ pub struct Controller {
     queue: WorkQueue<ObjectKey>,
     version: watch::Sender<Arc<GuestVersion>>,
     /// A rollout in flight: a new version beside `version`, on a share of the keys.
-    rolling: watch::Sender<Option<Arc<Rolling>>>,
+    rolling: InFlight,
     /// The task that judges the rollout in flight.
     driver: Option<tokio::task::AbortHandle>,
     tasks: JoinSet<()>,
@@ -180,7 +180,7 @@ impl Controller {
         let keys = Keys::new(queue.clone(), guest.tenant(), &name, shared.metrics.clone());
         let (version, _) =
             watch::channel(Arc::new(GuestVersion::new(shared, &guest, &caches, &keys)));
-        let (rolling, _) = watch::channel(None);
+        let rolling = InFlight::new();
 
         let mut tasks = JoinSet::new();
         let (leading, lead) = watch::channel(leading);
@@ -199,7 +199,15 @@ impl Controller {
             manifest.primary.clone(),
             lead.clone(),
         ));
-        spawn_secondaries(&mut tasks, shared, &caches, &keys, &version, &name, &lead);
+        spawn_secondaries(
+            &mut tasks,
+            shared,
+            &caches,
+            &keys,
+            (&version, &rolling),
+            &name,
+            &lead,
+        );
 
         let (synced_tx, synced) = watch::channel(false);
         let concurrency = concurrency(&guest, shared.max_concurrency);
@@ -294,8 +302,7 @@ impl Controller {
         Arc::ptr_eq(&self.version.borrow().guest, guest)
             || self
                 .rolling
-                .borrow()
-                .as_ref()
+                .get()
                 .is_some_and(|r| Arc::ptr_eq(&r.new.guest, guest))
     }
 
@@ -351,7 +358,7 @@ impl Controller {
             shared.metrics.clone(),
         ));
         shared.rollouts.publish(guest, rolling.view());
-        self.rolling.send_replace(Some(rolling.clone()));
+        self.rolling.set(Some(rolling.clone()));
         let driver = Driver {
             stable: self.version.clone(),
             rolling: self.rolling.clone(),
@@ -377,7 +384,7 @@ impl Controller {
         if let Some(driver) = self.driver.take() {
             driver.abort();
         }
-        if let Some(rolling) = self.rolling.send_replace(None) {
+        if let Some(rolling) = self.rolling.set(None) {
             let again = rolling::requeue(&self.queue, &self.primary, rolling.share());
             tracing::info!(guest = %self.name, hash = %rolling.new.guest.loaded.hash, keys = again, "rollout ended by another version");
         }
@@ -433,7 +440,7 @@ fn spawn_secondaries(
     shared: &Shared,
     caches: &Arc<Caches>,
     keys: &Keys,
-    version: &watch::Sender<Arc<GuestVersion>>,
+    (version, rolling): (&watch::Sender<Arc<GuestVersion>>, &InFlight),
     name: &str,
     lead: &watch::Receiver<bool>,
 ) {
@@ -465,6 +472,7 @@ fn spawn_secondaries(
             keys: keys.clone(),
             runtime: shared.runtime.clone(),
             version: version.subscribe(),
+            candidate: rolling.candidate(),
             metrics: shared.metrics.clone(),
             primary: caches.primary.clone(),
         };
@@ -485,6 +493,7 @@ fn spawn_secondaries(
                 kind: watch.kind.clone(),
                 runtime: shared.runtime.clone(),
                 version: version.subscribe(),
+                candidate: rolling.candidate(),
                 metrics: shared.metrics.clone(),
                 calls: map_calls.clone(),
             }),

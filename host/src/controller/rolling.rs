@@ -238,10 +238,47 @@ impl Rolling {
     }
 }
 
+/// A controller's rollout in flight, as its workers see it (the whole rollout) and as its
+/// mappings see it (the new version alone, whose `map` and `index` run beside the stable one's).
+#[derive(Clone)]
+pub(super) struct InFlight {
+    rolling: watch::Sender<Option<Arc<Rolling>>>,
+    candidate: watch::Sender<Option<Arc<GuestVersion>>>,
+}
+
+impl InFlight {
+    pub(super) fn new() -> Self {
+        Self {
+            rolling: watch::channel(None).0,
+            candidate: watch::channel(None).0,
+        }
+    }
+
+    /// Begins or ends a rollout; the one it replaces.
+    pub(super) fn set(&self, rolling: Option<Arc<Rolling>>) -> Option<Arc<Rolling>> {
+        self.candidate
+            .send_replace(rolling.as_ref().map(|r| r.new.clone()));
+        self.rolling.send_replace(rolling)
+    }
+
+    pub(super) fn get(&self) -> Option<Arc<Rolling>> {
+        self.rolling.borrow().clone()
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<Option<Arc<Rolling>>> {
+        self.rolling.subscribe()
+    }
+
+    /// The new version of the rollout in flight, if any.
+    pub(super) fn candidate(&self) -> watch::Receiver<Option<Arc<GuestVersion>>> {
+        self.candidate.subscribe()
+    }
+}
+
 /// What the driver of a rollout acts on when it ends.
 pub(super) struct Driver {
     pub(super) stable: watch::Sender<Arc<GuestVersion>>,
-    pub(super) rolling: watch::Sender<Option<Arc<Rolling>>>,
+    pub(super) rolling: InFlight,
     pub(super) rollouts: Arc<Rollouts>,
     pub(super) queue: WorkQueue<ObjectKey>,
     pub(super) primary: Informer,
@@ -285,7 +322,7 @@ impl Driver {
                 Phase::Promoted => {
                     self.rollouts.set_stable(&rolling.new.guest);
                     self.stable.send_replace(rolling.new.clone());
-                    self.rolling.send_replace(None);
+                    self.rolling.set(None);
                     tracing::info!(guest = %guest, hash = %rolling.new.guest.loaded.hash, judged = judges, "rollout: promoted; the new version reconciles every key");
                     return;
                 }
@@ -301,7 +338,7 @@ impl Driver {
     /// and the new version's content is not taken again under the same grant.
     fn roll_back(&self, rolling: &Rolling, moved: &Moved) {
         let view = rolling.view();
-        self.rolling.send_replace(None);
+        self.rolling.set(None);
         let gate = moved.gate.unwrap_or("abort");
         rolling.metrics.rollout_rolled_back(&rolling.guest, gate);
         self.rollouts.fail(&rolling.new.guest);

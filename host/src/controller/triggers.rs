@@ -88,6 +88,8 @@ pub(super) struct FunctionMapper {
     pub(super) kind: Gvk,
     pub(super) runtime: Arc<Runtime>,
     pub(super) version: watch::Receiver<Arc<GuestVersion>>,
+    /// The new version of a rollout in flight: its `map` runs too.
+    pub(super) candidate: watch::Receiver<Option<Arc<GuestVersion>>>,
     pub(super) metrics: crate::metrics::Metrics,
     /// The guest's one permit for `map` calls, shared by its function watches.
     pub(super) calls: Arc<tokio::sync::Semaphore>,
@@ -124,10 +126,27 @@ pub(crate) fn index_keys(
 }
 
 impl FunctionMapper {
-    /// Calls the guest's `map` on `object`: the keys it named, or none when the call failed
-    /// (logged and counted; the next change or resync repairs what this event missed).
+    /// Calls the guest's `map` on `object`: the keys it named. During a rollout the new
+    /// version's `map` runs too, and the keys either named are enqueued (a key the other side
+    /// reconciles is only reconciled once more): each version gets the events its own `map`
+    /// relates to its keys, from the first step on.
     async fn call(&self, object: &DynamicObject) -> Vec<ObjectKey> {
-        let version = self.version.borrow().clone();
+        let stable = self.version.borrow().clone();
+        let new = self.candidate.borrow().clone();
+        let mut keys = self.call_version(&stable, object).await;
+        if let Some(new) = new {
+            for key in self.call_version(&new, object).await {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys
+    }
+
+    /// Calls `version`'s `map` on `object`: the keys it named, or none when the call failed
+    /// (logged and counted; the next change or resync repairs what this event missed).
+    async fn call_version(&self, version: &GuestVersion, object: &DynamicObject) -> Vec<ObjectKey> {
         let name = version.guest.name();
         let what = format!("{} {}", self.kind, key_of(object));
         let json = match serde_json::to_string(object) {

@@ -11,6 +11,10 @@
 //! | `Namespace` | none | field index: `spec.targets[*]` = its name |
 //! | `ConfigMap` | `mapper.test/role=listed` | computed index `listed`: the names `spec.listed` (`"a,b"`) holds |
 //!
+//! Built as `mapper-v2` (its `v2` feature), `map` also reads the annotation `mapper.test/widgets-v2`
+//! and `index` also splits `spec.listedV2`: a new version whose functions relate objects the first
+//! does not, with the same watches, for the rollout tests.
+//!
 //! `map` of a pointer `ConfigMap` returns the keys its annotation `mapper.test/widgets` lists
 //! (`ns/name ns/name`); its annotation `mapper.test/map` makes it misbehave: `trap` panics,
 //! `loop` spins past the deadline, `write` first tries to write the `Widget`'s status (the host
@@ -59,6 +63,8 @@ use serde_json::{Value, json};
 const OWNER_NAMESPACE: &str = "mapper.test/owner-namespace";
 const OWNER_NAME: &str = "mapper.test/owner-name";
 const WIDGETS: &str = "mapper.test/widgets";
+/// What `map` also reads in the `v2` build.
+const WIDGETS_V2: &str = "mapper.test/widgets-v2";
 const MISBEHAVE: &str = "mapper.test/map";
 
 fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
@@ -301,7 +307,11 @@ impl Indexes for Mapper {
             }
             _ => {}
         }
-        listed(&widget)
+        let mut values = listed(&widget);
+        if cfg!(feature = "v2") {
+            values.extend(split_names(&widget["spec"]["listedV2"]));
+        }
+        values
     }
 }
 
@@ -329,8 +339,12 @@ fn listed_values(namespace: Option<&str>, widget: &Value) -> Result<Vec<String>,
 
 /// The `ConfigMap` names a Widget's `spec.listed` (`"a,b"`) holds.
 fn listed(widget: &Value) -> Vec<String> {
-    widget["spec"]["listed"]
-        .as_str()
+    split_names(&widget["spec"]["listed"])
+}
+
+/// The names a comma-separated string holds.
+fn split_names(text: &Value) -> Vec<String> {
+    text.as_str()
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
@@ -363,10 +377,19 @@ fn listing(config_map: &Value) -> Vec<ObjectKey> {
 
 /// The keys (`ns/name`) a pointer `ConfigMap`'s annotation names.
 fn names(object: &Value) -> Vec<String> {
-    object["metadata"]["annotations"][WIDGETS]
-        .as_str()
-        .unwrap_or_default()
-        .split_whitespace()
+    let annotations = &object["metadata"]["annotations"];
+    let read: &[&str] = if cfg!(feature = "v2") {
+        &[WIDGETS, WIDGETS_V2]
+    } else {
+        &[WIDGETS]
+    };
+    read.iter()
+        .flat_map(|a| {
+            annotations[*a]
+                .as_str()
+                .unwrap_or_default()
+                .split_whitespace()
+        })
         .map(str::to_owned)
         .collect()
 }
