@@ -165,16 +165,36 @@ reconcilers:
         Ok(())
     }
 
-    /// Another `reconciler-host run` of this world's configuration, with `args` (a replica's
-    /// lease or ring) and a module cache of its own in `cache`: a process that pulls afresh.
-    async fn replica(&self, args: Vec<String>, cache: PathBuf) -> Result<HostProcess> {
+    /// Another `reconciler-host run` of this world's configuration, with a module cache of its
+    /// own in `cache` (a process that pulls afresh): a replica `identity` of the lease (or ring)
+    /// `lease` with the flags of its mode `replication`, or a host alone.
+    async fn replica(
+        &self,
+        replication: Option<(&[&str], &str, &str)>,
+        cache: PathBuf,
+    ) -> Result<HostProcess> {
         let mut extra_args: Vec<String> = vec![
             "--namespace".into(),
             self.ns.clone(),
             "--cache-dir".into(),
             cache.display().to_string(),
         ];
-        extra_args.extend(args);
+        if let Some((mode, lease, identity)) = replication {
+            extra_args.extend(mode.iter().map(|a| (*a).to_owned()));
+            extra_args.extend(
+                [
+                    "--lease-name",
+                    lease,
+                    "--lease-namespace",
+                    &self.ns,
+                    "--lease-duration",
+                    "4s",
+                    "--identity",
+                    identity,
+                ]
+                .map(str::to_owned),
+            );
+        }
         HostProcess::start(HostOptions {
             kubeconfig: &self.kubeconfig,
             config: self.config(""),
@@ -1519,6 +1539,37 @@ impl Resuming {
         by_v2.map_err(|e| e.context(self.world.log_tail()))
     }
 
+    /// Changes every Widget and, after `wait`, checks that none was reconciled: no version
+    /// of the guest runs.
+    async fn change_all_unreconciled(&self, wait: Duration) -> Result<()> {
+        let round = self.round.get() + 1;
+        self.round.set(round);
+        for i in 0..RESUMED_WIDGETS {
+            self.widgets
+                .patch(
+                    &format!("w-{i:02}"),
+                    &PatchParams::apply("reconcilers-test").force(),
+                    &Patch::Apply(json!({
+                        "apiVersion": "test.reconciler.dev/v1", "kind": "Widget",
+                        "metadata": {"name": format!("w-{i:02}")},
+                        "spec": {"steady": true, "message": format!("r{round}"),
+                                 "byVersion": {"2": {"message": format!("r{round}-v2")}}},
+                    })),
+                )
+                .await?;
+        }
+        tokio::time::sleep(wait).await;
+        for widget in self.widgets.list(&Default::default()).await?.items {
+            let status = &widget.data["status"];
+            ensure!(
+                status["observedGeneration"] != widget.metadata.generation.unwrap_or(0),
+                "{} was reconciled: {status}",
+                widget.metadata.name.clone().unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
     /// The object's `status.rollout`.
     async fn rollout(&self) -> Result<Value> {
         Ok(reconcilers(&self.world.client)
@@ -1598,24 +1649,9 @@ async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh
     let world = &resuming.world;
     let caches = [tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?];
     let lease = format!("rollout-{}", world.ns);
-    let args = |identity: &str| {
-        [
-            "--leader-elect",
-            "--standby",
-            "warm",
-            "--lease-name",
-            &lease,
-            "--lease-namespace",
-            &world.ns,
-            "--lease-duration",
-            "4s",
-            "--identity",
-            identity,
-        ]
-        .map(str::to_owned)
-    };
-    let start = |identity: &str, cache: &tempfile::TempDir| {
-        world.replica(args(identity).to_vec(), cache.path().to_path_buf())
+    let elected: &[&str] = &["--leader-elect", "--standby", "warm"];
+    let start = |identity: &'static str, cache: &tempfile::TempDir| {
+        world.replica(Some((elected, &lease, identity)), cache.path().to_path_buf())
     };
     let mut a = start("a", &caches[0]).await?;
     wait_leader(&a, "a").await?;
@@ -1632,9 +1668,7 @@ async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh
     // A restart: a single host (no election) starts afresh, judging from its first moment,
     // from what the status says.
     b.kill()?;
-    let c = world
-        .replica(Vec::new(), caches[2].path().to_path_buf())
-        .await?;
+    let c = world.replica(None, caches[2].path().to_path_buf()).await?;
     wait_leader(&c, "c").await?;
     resuming
         .resumed(&before, &by_v2, "a fresh process")
@@ -1678,25 +1712,9 @@ async fn a_reshard_mid_canary_keeps_the_step_and_share() -> Result<()> {
     let world = &resuming.world;
     let caches = [tempfile::tempdir()?, tempfile::tempdir()?];
     let ring = format!("ring-{}", world.ns);
-    let args = |identity: &str| {
-        [
-            "--shards",
-            "auto",
-            "--shard-filter",
-            "client",
-            "--lease-name",
-            &ring,
-            "--lease-namespace",
-            &world.ns,
-            "--lease-duration",
-            "4s",
-            "--identity",
-            identity,
-        ]
-        .map(str::to_owned)
-    };
-    let start = |identity: &str, cache: &tempfile::TempDir| {
-        world.replica(args(identity).to_vec(), cache.path().to_path_buf())
+    let sharded: &[&str] = &["--shards", "auto", "--shard-filter", "client"];
+    let start = |identity: &'static str, cache: &tempfile::TempDir| {
+        world.replica(Some((sharded, &ring, identity)), cache.path().to_path_buf())
     };
     let mut a = start("a", &caches[0]).await?;
     let b = start("b", &caches[1]).await?;
@@ -1724,6 +1742,59 @@ async fn a_reshard_mid_canary_keeps_the_step_and_share() -> Result<()> {
         .resumed(&before, &by_v2, "the survivor")
         .await
         .map_err(|e| e.context(b.log_tail()))?;
+    world.delete_reconcilers(&[&resuming.name]).await;
+    Ok(())
+}
+
+/// A restarted host does not skip a rollout it cannot take up: a status whose old version
+/// cannot be pulled (its digest is not in the registry; written here as whoever may write the
+/// status could) leaves the spec's version waiting, with the status kept as it is and no Widget
+/// reconciled by either version. A change of the spec starts over without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_cannot_pull_the_old_version_waits_rather_than_skip_the_rollout()
+-> Result<()> {
+    let resuming = Resuming::new("rec-unpullable").await?;
+    let world = &resuming.world;
+    let caches = [tempfile::tempdir()?, tempfile::tempdir()?];
+    let mut a = world.replica(None, caches[0].path().to_path_buf()).await?;
+    resuming.to_the_pause().await?;
+    a.kill()?;
+    let absent = format!("sha256:{}", "0".repeat(64));
+    let api = reconcilers(&world.client);
+    api.patch_status(
+        &resuming.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"rollout": {
+            "from": absent,
+            "fromModule": world.module(&format!("guests/widget@{absent}")),
+        }}})),
+    )
+    .await?;
+    let b = world.replica(None, caches[1].path().to_path_buf()).await?;
+    resuming
+        .change_all_unreconciled(Duration::from_secs(8))
+        .await
+        .map_err(|e| e.context(b.log_tail()))?;
+    let status = resuming.rollout().await?;
+    assert_eq!(status["rollout"]["from"], absent.as_str(), "kept: {status}");
+    assert_eq!(status["rollout"]["phase"], "Progressing", "{status}");
+    assert!(
+        b.log().contains("cannot pull the version the rollout in the status rolls out from"),
+        "the log says why"
+    );
+    // Another plan is another spec: v2 runs, alone.
+    let spec = json!({
+        "module": world.module(&format!("guests/widget@{}", resuming.v2)),
+        "pullSecretRef": {"name": "registry"},
+        "grant": {"read": [WIDGET_READ, "v1/ConfigMap"], "write": [WIDGET_READ, format!("{WIDGET_READ}/status")]},
+        "rollout": {"steps": [{"canary": {"percent": 40, "duration": "1s"}}, {"pause": {}}]},
+    });
+    world.declare(&resuming.name, spec).await?;
+    let by_v2 = resuming
+        .change_all()
+        .await
+        .map_err(|e| e.context(b.log_tail()))?;
+    assert_eq!(by_v2.len(), RESUMED_WIDGETS, "{by_v2:?}");
     world.delete_reconcilers(&[&resuming.name]).await;
     Ok(())
 }

@@ -115,7 +115,7 @@ fn ask(action: Action, rollout: Option<&Value>) -> anyhow::Result<Ask> {
 fn status(target: &Target, object: &DynamicObject, rollout: Option<&Value>) -> String {
     let mut out = format!("{}\n", described(target));
     let Some(rollout) = rollout else {
-        out.push_str("No rollout (none began since the host started serving it).\n");
+        out.push_str("No rollout in its status (none began under this spec).\n");
         return out;
     };
     let plan = Spec::of(object)
@@ -226,7 +226,8 @@ mod tests {
     #[test]
     fn the_status_shows_each_gate_with_both_versions_and_its_limit() {
         let mut object = DynamicObject::new("greeter", &spec::api_resource());
-        object.data = json!({"spec": {"module": "oci://r.example/g",
+        let module = format!("oci://r.example/g@sha256:{}", "b".repeat(64));
+        object.data = json!({"spec": {"module": module,
             "rollout": {"steps": [{"shadow": {}}, {"pause": {}}], "gates": {"minSample": 20}}}});
         let rollout = json!({"phase": "Progressing", "step": 1, "share": "shadow",
             "from": "sha256:a", "to": "sha256:b", "message": "paused until a person promotes or aborts",

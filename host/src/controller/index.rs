@@ -470,16 +470,24 @@ async fn index_one(
             return outcome;
         }
     };
-    // The new version's failure leaves the stable one's values (logged and counted).
+    // The new version's failure leaves the stable one's values (logged and counted); so does
+    // a share of the budget the stable one's values would not need: the new version cannot
+    // crowd the stable one's events out of the index.
+    let mut held = None;
     if let Some(new) = new
         && let Ok(more) = values_of(indexer, &new, name, &what, object).await
     {
-        values.extend(more);
-        values.sort();
-        values.dedup();
+        let mut both = values.clone();
+        both.extend(more);
+        both.sort();
+        both.dedup();
+        match index.set(key, both) {
+            Held::OverBudget => {}
+            kept => held = Some(kept),
+        }
     }
     let guest = stable.guest.name();
-    match index.set(key, values) {
+    match held.unwrap_or_else(|| index.set(key, std::mem::take(&mut values))) {
         Held::OverBudget => {
             indexer.metrics.index_called(
                 guest,

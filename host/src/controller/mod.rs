@@ -423,15 +423,7 @@ impl Controller {
 /// finalizer, resync, generation filter) at the same concurrency, so one controller's caches
 /// and queue serve both.
 pub(crate) fn same_watches(a: &ActiveGuest, b: &ActiveGuest) -> bool {
-    let (x, y) = (&a.loaded.manifest, &b.loaded.manifest);
-    x.primary == y.primary
-        && x.namespace == y.namespace
-        && x.label_selector == y.label_selector
-        && x.secondary == y.secondary
-        && x.finalizer == y.finalizer
-        && x.resync == y.resync
-        && x.generation_changed_only == y.generation_changed_only
-        && concurrency(a, 0) == concurrency(b, 0)
+    a.loaded.manifest.watches_like(&b.loaded.manifest) && concurrency(a, 0) == concurrency(b, 0)
 }
 
 /// The tasks that keep the field indexes and map each secondary watch's events to keys.

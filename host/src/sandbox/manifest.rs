@@ -235,6 +235,18 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Whether `other` watches what this one does (primary, namespace, selector, secondary
+    /// watches, finalizer, resync, generation filter): two versions one controller can run.
+    pub(crate) fn watches_like(&self, other: &Self) -> bool {
+        self.primary == other.primary
+            && self.namespace == other.namespace
+            && self.label_selector == other.label_selector
+            && self.secondary == other.secondary
+            && self.finalizer == other.finalizer
+            && self.resync == other.resync
+            && self.generation_changed_only == other.generation_changed_only
+    }
+
     /// Converts and validates what the guest's `manifest()` returned, and what its
     /// `watches()` and `indexes()` returned when it exports them (`secondary[N]` numbers the
     /// manifest's and the watches together, the manifest's first; `indexes[N]` the indexes).

@@ -558,16 +558,26 @@ impl Guests {
         let Some(Resume { from, status }) = self.source.resumes(origin, hash) else {
             return;
         };
-        match self.validate(origin, &from.bytes) {
-            Ok(mut stable) if stable.name() == active.name() => {
+        // Named by a status, not by a spec the host admitted before: it runs only where the
+        // spec's version could (same name, same watches and finalizer, so no finalizer or kind
+        // the spec's version was not admitted with) and its ServiceAccount review passes.
+        let admitted = self.validate(origin, &from.bytes).and_then(|stable| {
+            self.reviews.check(origin.name(), &stable)?;
+            Ok(stable)
+        });
+        match admitted {
+            Ok(stable)
+                if stable.name() != active.name()
+                    || !stable.loaded.manifest.watches_like(&active.loaded.manifest) =>
+            {
+                tracing::warn!(file = %origin.name(), guest = %active.name(), other = %stable.name(),
+                    "the version the rollout rolls out from names another guest or watches other kinds or a finalizer; the rollout is not taken up and the new version takes every key");
+            }
+            Ok(mut stable) => {
                 stable.signed_by = from.signed_by;
                 tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
                     step = status.step, phase = status.phase.as_str(), "taking up the rollout the source kept");
                 self.rollouts().resume(&Arc::new(stable), active, status);
-            }
-            Ok(stable) => {
-                tracing::warn!(file = %origin.name(), guest = %active.name(), other = %stable.name(),
-                    "the version the rollout rolled out from names another guest; the new version takes every key");
             }
             Err(e) => {
                 tracing::warn!(file = %origin.name(), guest = %active.name(),

@@ -222,30 +222,26 @@ impl Rollouts {
         new: &ActiveGuest,
         plan: &crate::config::Rollout,
     ) -> Option<RolloutStatus> {
-        let ours = |status: &RolloutStatus| {
-            (status.from == stable.loaded.hash && status.to == new.loaded.hash)
-                && status.resumable_under(plan)
-        };
-        let spec = Spec::of(new);
-        let seen = self.guests.lock().get(new.name()).and_then(|t| {
-            let view = t.view.as_ref()?;
-            (t.view_spec.as_ref() == Some(&spec) && ours(&view.status)).then(|| view.status.clone())
-        });
-        seen.or_else(|| {
-            let recorded = self.recorded(new.origin.name())?;
-            (recorded.generation.is_some()
-                && recorded.generation == new.origin.generation()
-                && ours(&recorded))
-            .then_some(recorded)
-        })
+        self.about(stable, new, |status| status.resumable_under(plan))
     }
 
     /// How a rollout from `stable` to `new` under `new`'s spec ended, if it did, as this
     /// process saw it or the object's status records it (a replica that took over, or that ran
     /// no controller while another judged): promoted, or rolled back.
     pub(crate) fn ended(&self, stable: &ActiveGuest, new: &ActiveGuest) -> Option<RolloutStatus> {
+        self.about(stable, new, |status| !status.in_flight())
+    }
+
+    /// The rollout from `stable` to `new` under `new`'s spec that `wanted` accepts: as this
+    /// process last saw it, else as the object's status records it.
+    fn about(
+        &self,
+        stable: &ActiveGuest,
+        new: &ActiveGuest,
+        wanted: impl Fn(&RolloutStatus) -> bool,
+    ) -> Option<RolloutStatus> {
         let ours = |status: &RolloutStatus| {
-            status.from == stable.loaded.hash && status.to == new.loaded.hash && !status.in_flight()
+            status.from == stable.loaded.hash && status.to == new.loaded.hash && wanted(status)
         };
         let spec = Spec::of(new);
         let seen = self.guests.lock().get(new.name()).and_then(|t| {

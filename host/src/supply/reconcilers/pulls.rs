@@ -105,11 +105,6 @@ impl Record {
         self.last_origin.is_some()
     }
 
-    /// Whether a version of it was loaded here (by this process).
-    pub(super) fn loaded_here(&self) -> bool {
-        self.loaded.is_some()
-    }
-
     /// The tenant rule that admitted it (by index), none for a `ClusterReconciler`.
     pub(super) fn rule(&self) -> Option<usize> {
         self.rule
@@ -463,11 +458,20 @@ impl Records {
         }
     }
 
-    /// When the earliest failed pull of a current spec is due again.
+    /// When the earliest failed pull of a current spec (or of the version a recorded rollout
+    /// rolls out from) is due again.
     pub(super) fn next_retry(&self) -> Option<Instant> {
         self.objects
             .values()
-            .filter_map(|r| match r.current_pull()? {
+            .flat_map(|r| {
+                let resuming = r
+                    .resuming
+                    .as_ref()
+                    .filter(|_| r.spec.is_ok())
+                    .map(|r| &r.pull);
+                [r.current_pull(), resuming]
+            })
+            .filter_map(|pull| match pull? {
                 Pull::Failed { retry_at, .. } => Some(*retry_at),
                 _ => None,
             })
@@ -600,12 +604,12 @@ impl Records {
         })
     }
 
-    /// Before the first load of object `name`'s module `digest`: whether the version a
-    /// rollout in its status rolls out from is there. Ok when it is, or when there is nothing
-    /// to wait for (no such rollout; another version; that version cannot be pulled, which is
-    /// logged and the spec's version loads alone). Otherwise its pull starts (under the same
-    /// registries, pull Secret and signatures as the spec's module) and this answers that the
-    /// module is not there yet; `on_end` is called when that pull ends.
+    /// Before object `name`'s module `digest` loads where it does not run yet: whether the
+    /// version a rollout in its status rolls out from is there. Ok when it is, or when there is
+    /// nothing to wait for (no such rollout, or one to another version). Otherwise its pull
+    /// starts (under the same registries, pull Secret and signatures as the spec's module), or
+    /// waits for its backoff after a failure, and this answers that the module is not there yet:
+    /// the spec's version does not run without it. `on_end` is called when the pull ends.
     pub(super) fn resume_ready(
         records: &Arc<Mutex<Self>>,
         name: &str,
@@ -627,10 +631,13 @@ impl Records {
         let Some(record) = this.objects.get_mut(name) else {
             return Ok(());
         };
-        let (Ok(spec), None) = (&record.spec, &record.loaded) else {
+        let Ok(spec) = &record.spec else {
             record.resuming = None;
             return Ok(());
         };
+        // This content runs here already: this process holds its rollout.
+        let runs = matches!(&record.verdict, Some((_, Verdict::Loaded { hash, .. }))
+            if record.loaded.as_ref().is_some_and(|l| l.hash == *hash && l.digest == digest));
         let key = (
             record.resuming.as_ref().map(|r| r.module.clone()),
             spec.pull_secret.clone(),
@@ -639,32 +646,37 @@ impl Records {
         let Some(resuming) = record.resuming.as_mut() else {
             return Ok(());
         };
-        if resuming.status.to != digest {
-            record.resuming = None;
+        if resuming.status.to != digest || runs {
             return Ok(());
         }
         let (Some(module), secret, scope) = key else {
             return Ok(());
         };
         let key: PullKey = (module, secret, scope);
+        let waiting = |why: &str| {
+            unreadable(format!(
+                "{why} {}, the version the rollout in its status rolls out from; the spec's version waits for it (a change of the spec starts over)",
+                key.0
+            ))
+        };
+        // Refused or failed: the spec's version does not run without it (a rollout is not
+        // skipped by a restart); a failed pull is tried again after its backoff.
         let refused = match &resuming.pull {
             Pull::Pulled { .. } => return Ok(()),
-            Pull::InFlight { .. } => {
-                return Err(unreadable(format!(
-                    "pulling {}, the version the rollout in its status rolls out from",
-                    key.0
-                )));
+            Pull::InFlight { .. } => return Err(waiting("pulling")),
+            Pull::Failed {
+                message, retry_at, ..
+            } if Instant::now() < *retry_at => Some(message.clone()),
+            Pull::Failed { .. } | Pull::Pending => {
+                if allowed_registries.iter().any(|r| r.covers(&key.0)) {
+                    secret_refused(&key, &allowed_secrets)
+                } else {
+                    Some(registry_not_allowed(&key.0, &allowed_registries))
+                }
             }
-            Pull::Failed { message, .. } => Some(message.clone()),
-            Pull::Pending if !allowed_registries.iter().any(|r| r.covers(&key.0)) => {
-                Some(registry_not_allowed(&key.0, &allowed_registries))
-            }
-            Pull::Pending => secret_refused(&key, &allowed_secrets),
         };
         if let Some(why) = refused {
-            tracing::warn!(reconciler = name, module = %key.0, "the version the rollout in the status rolls out from cannot be pulled ({why}); the spec's version takes every key");
-            record.resuming = None;
-            return Ok(());
+            return Err(waiting(&format!("cannot pull ({why})")));
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| unreadable(format!("no runtime to pull in: {e}")))?;
@@ -735,13 +747,20 @@ impl Records {
                         signed_by: module.signed_by,
                     }
                 }
-                Err((cause, message)) => Pull::Failed {
-                    key,
-                    cause,
-                    message,
-                    attempts: 1,
-                    retry_at: Instant::now(),
-                },
+                Err((cause, message)) => {
+                    let attempts = match record.resuming.as_ref().map(|r| &r.pull) {
+                        Some(Pull::Failed { attempts, .. }) => attempts + 1,
+                        _ => 1,
+                    };
+                    tracing::warn!(reconciler = name, module = %key.0, cause, attempts, "cannot pull the version the rollout in the status rolls out from: {message}");
+                    Pull::Failed {
+                        key,
+                        cause,
+                        message,
+                        attempts,
+                        retry_at: Instant::now() + backoff(attempts),
+                    }
+                }
             };
             if let Some(resuming) = record.resuming.as_mut() {
                 resuming.pull = pull;
@@ -891,17 +910,22 @@ impl Record {
             } if *before == key => attempts + 1,
             _ => 1,
         };
-        let backoff = FIRST_RETRY
-            .saturating_mul(1 << (attempts - 1).min(10))
-            .min(MAX_RETRY);
         self.pull = Pull::Failed {
             key,
             cause,
             message,
             attempts,
-            retry_at: Instant::now() + backoff,
+            retry_at: Instant::now() + backoff(attempts),
         };
     }
+}
+
+/// How long after its `attempts`th failure a pull is tried again: doubling from
+/// [`FIRST_RETRY`] to [`MAX_RETRY`].
+fn backoff(attempts: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1 << attempts.saturating_sub(1).min(10))
+        .min(MAX_RETRY)
 }
 
 /// Pulls `key`'s module with its Secret's credentials; the pull and the content hash, or the

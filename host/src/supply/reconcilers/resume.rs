@@ -36,6 +36,9 @@ pub(super) fn recorded<'a>(
             .filter(|r| !r.is_null())
             .and_then(|r| serde_json::from_value::<RolloutStatus>(r.clone()).ok())
         else {
+            if let Some(record) = records.objects.get_mut(&key) {
+                record.resuming = None;
+            }
             continue;
         };
         let from_module = object
@@ -54,10 +57,10 @@ pub(super) fn recorded<'a>(
     recorded
 }
 
-/// Notes `status` to be taken up at object `key`'s first load, when it can be: the object is
-/// not loaded here yet, the rollout runs under its generation and was not promoted, and the
-/// version it rolls out from is named by a module pinned to its digest that the object's
-/// tenant rule (if any) lets it pull.
+/// Notes `status` to be taken up at object `key`'s next first load (a host started afresh, or
+/// the object's guest loaded again after it stopped), when it can be: the rollout runs under
+/// the object's generation and was not promoted, and the version it rolls out from is named by a
+/// module pinned to its digest that the object's tenant rule (if any) lets it pull.
 fn note(
     records: &mut Records,
     key: &str,
@@ -69,9 +72,12 @@ fn note(
     let Some(record) = records.objects.get_mut(key) else {
         return;
     };
-    let fresh = record.verdict.is_none() && !record.loaded_here() && record.spec.is_ok();
     let current = status.generation.is_some() && status.generation == object.metadata.generation;
-    if !fresh || !current || status.phase == Phase::Promoted || status.from == status.to {
+    if record.spec.is_err()
+        || !current
+        || status.phase == Phase::Promoted
+        || status.from == status.to
+    {
         record.resuming = None;
         return;
     }

@@ -78,6 +78,11 @@ impl Spec {
             .map_err(SpecError::WriteVerbs)?;
         let mut grant = grant;
         if let Some(rollout) = raw.rollout {
+            // A tag is resolved again by every process that starts: a rollout's two versions
+            // must be the same on every replica and after every restart.
+            if module.digest().is_none() {
+                return Err(SpecError::RolloutTag);
+            }
             let plan = serde_json::from_value::<crate::config::Rollout>(rollout)
                 .map_err(SpecError::Rollout)?;
             plan.check().map_err(SpecError::Plan)?;
@@ -107,6 +112,10 @@ pub(crate) enum SpecError {
     WriteVerbs(crate::config::UnlistedKind),
     #[error("spec.rollout: {0}")]
     Rollout(serde_json::Error),
+    #[error(
+        "spec.module: with spec.rollout, the module is pinned by its digest (REPO@sha256:…); a tag would be resolved again by each replica and after each restart"
+    )]
+    RolloutTag,
     #[error("spec.{0}")]
     Plan(crate::config::PlanError),
 }
@@ -149,7 +158,7 @@ mod tests {
     #[test]
     fn a_rollout_in_the_spec_becomes_the_grants_plan() {
         let spec = Spec::of(&object(&serde_json::json!({
-            "module": "oci://127.0.0.1:5000/guests/greeter:v2",
+            "module": "oci://127.0.0.1:5000/guests/greeter:v2@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             "rollout": {"steps": [{"shadow": {"duration": "1m"}}, {"canary": {"percent": 20}}],
                         "gates": {"minSample": 30}}
         })))
@@ -181,12 +190,16 @@ mod tests {
                 "spec.grant.writeVerbs names v1/Secret",
             ),
             (
-                serde_json::json!({"module": "oci://r.example/g",
+                serde_json::json!({"module": "oci://r.example/g@sha256:0000000000000000000000000000000000000000000000000000000000000000",
                     "rollout": {"steps": [{"canary": {"percent": 0}}]}}),
                 "spec.rollout: ",
             ),
             (
-                serde_json::json!({"module": "oci://r.example/g",
+                serde_json::json!({"module": "oci://r.example/g:v2", "rollout": {}}),
+                "spec.module: with spec.rollout, the module is pinned by its digest",
+            ),
+            (
+                serde_json::json!({"module": "oci://r.example/g@sha256:0000000000000000000000000000000000000000000000000000000000000000",
                     "rollout": {"steps": [{"canary": {"percent": 50}}, {"shadow": {}}]}}),
                 "spec.rollout.steps[1]: a shadow step after a canary",
             ),

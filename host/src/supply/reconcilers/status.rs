@@ -188,19 +188,26 @@ impl StatusWriter {
                     desired(&object, record, running.as_ref(), shadow.as_ref())
                 {
                     status["host"] = json!(self.shared.host);
-                    // A rollout recorded here and not taken up yet (its first version is
-                    // being pulled) stays recorded.
-                    let recorded = record
-                        .resuming
-                        .as_ref()
-                        .and_then(|_| object.data.pointer("/status/rollout").cloned());
-                    status["rollout"] = rollout.or(recorded).unwrap_or(Value::Null);
+                    status["rollout"] = rollout
+                        .or_else(|| kept_rollout(&object))
+                        .unwrap_or(Value::Null);
                     decided.push((name, object, namespace, status));
                 }
             }
         }
         decided
     }
+}
+
+/// The rollout `object`'s status records, while this host has none in view for it (a host
+/// started afresh pulling the version it rolls out from, a guest stopped and loaded again): kept
+/// as it is while it runs under the object's generation and was not promoted, so what a
+/// restarted host takes up is never erased on the way.
+fn kept_rollout(object: &DynamicObject) -> Option<Value> {
+    let recorded = object.data.pointer("/status/rollout")?;
+    let current = recorded["generation"].as_i64().is_some()
+        && recorded["generation"].as_i64() == object.metadata.generation;
+    (current && recorded["phase"] != "Promoted").then(|| recorded.clone())
 }
 
 /// Whether the guest set (`runs`: the content hash its item for the object runs) and the
@@ -565,6 +572,37 @@ fn comparable(status: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_rollout_is_kept_only_under_the_objects_generation_and_until_promoted() {
+        let object = |generation: i64, rollout: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "reconciler.dev/v1alpha1", "kind": "ClusterReconciler",
+                "metadata": {"name": "g", "generation": generation},
+                "status": {"rollout": rollout},
+            }))
+            .expect("an object")
+        };
+        let rollout = |generation: i64, phase: &str| {
+            json!({"from": "sha256:a", "to": "sha256:b", "step": 1, "phase": phase,
+                   "generation": generation, "began": "2026-12-07T22:00:00Z"})
+        };
+        for phase in ["Progressing", "Paused", "RolledBack", "Aborted"] {
+            let kept = kept_rollout(&object(3, rollout(3, phase)));
+            assert_eq!(
+                kept,
+                Some(rollout(3, phase)),
+                "{phase} under the generation"
+            );
+        }
+        assert_eq!(kept_rollout(&object(4, rollout(3, "Progressing"))), None);
+        assert_eq!(kept_rollout(&object(3, rollout(3, "Promoted"))), None);
+        assert_eq!(
+            kept_rollout(&object(3, json!({"phase": "Progressing"}))),
+            None,
+            "no generation: a status of no known spec"
+        );
+    }
 
     fn loaded(hash: &str) -> Verdict {
         Verdict::Loaded {
