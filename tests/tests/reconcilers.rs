@@ -1572,11 +1572,7 @@ impl Resuming {
 
     /// The object's `status.rollout`.
     async fn rollout(&self) -> Result<Value> {
-        Ok(reconcilers(&self.world.client)
-            .get(&self.name)
-            .await?
-            .data["status"]
-            .clone())
+        Ok(reconcilers(&self.world.client).get(&self.name).await?.data["status"].clone())
     }
 
     /// Declares v1 with the Widgets, then v2, and changes the Widgets until the rollout stands
@@ -1586,15 +1582,19 @@ impl Resuming {
         self.world.ready(&self.name, "True", "Ready").await?;
         assert!(self.change_all().await?.is_empty(), "v1 alone before");
         self.declare(&self.v2).await?;
-        let status = wait_until("the rollout at its pause", Duration::from_secs(120), || async {
-            self.change_all().await?;
-            let status = self.rollout().await?;
-            ensure!(
-                status["rollout"]["step"] == 1 && status["rollout"]["share"] == "50%",
-                "status is {status}"
-            );
-            Ok(status)
-        })
+        let status = wait_until(
+            "the rollout at its pause",
+            Duration::from_secs(120),
+            || async {
+                self.change_all().await?;
+                let status = self.rollout().await?;
+                ensure!(
+                    status["rollout"]["step"] == 1 && status["rollout"]["share"] == "50%",
+                    "status is {status}"
+                );
+                Ok(status)
+            },
+        )
         .await?;
         let by_v2 = self.change_all().await?;
         assert!(
@@ -1618,9 +1618,20 @@ impl Resuming {
         // The next round of changes is reconciled by the replica that took over: the same keys
         // on each side, so the share held through the handover.
         let after = self.change_all().await.context(who.to_owned())?;
-        ensure!(&after == by_v2, "{who}: v2 reconciled {after:?}, not {by_v2:?}");
+        ensure!(
+            &after == by_v2,
+            "{who}: v2 reconciled {after:?}, not {by_v2:?}"
+        );
         let status = self.rollout().await?;
-        for field in ["from", "to", "fromModule", "began", "step", "share", "phase"] {
+        for field in [
+            "from",
+            "to",
+            "fromModule",
+            "began",
+            "step",
+            "share",
+            "phase",
+        ] {
             ensure!(
                 status["rollout"][field] == before["rollout"][field],
                 "{who}: rollout.{field} is {} in {status}, was {}",
@@ -1647,11 +1658,18 @@ async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh
 -> Result<()> {
     let resuming = Resuming::new("rec-resume").await?;
     let world = &resuming.world;
-    let caches = [tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?];
+    let caches = [
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+    ];
     let lease = format!("rollout-{}", world.ns);
     let elected: &[&str] = &["--leader-elect", "--standby", "warm"];
     let start = |identity: &'static str, cache: &tempfile::TempDir| {
-        world.replica(Some((elected, &lease, identity)), cache.path().to_path_buf())
+        world.replica(
+            Some((elected, &lease, identity)),
+            cache.path().to_path_buf(),
+        )
     };
     let mut a = start("a", &caches[0]).await?;
     wait_leader(&a, "a").await?;
@@ -1692,8 +1710,14 @@ async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh
         .await?;
     wait_until("the rollout promoted", Duration::from_secs(60), || async {
         let status = resuming.rollout().await?;
-        ensure!(status["rollout"]["phase"] == "Promoted", "status is {status}");
-        ensure!(status["digest"] == resuming.v2.as_str(), "status is {status}");
+        ensure!(
+            status["rollout"]["phase"] == "Promoted",
+            "status is {status}"
+        );
+        ensure!(
+            status["digest"] == resuming.v2.as_str(),
+            "status is {status}"
+        );
         Ok(())
     })
     .await
@@ -1718,25 +1742,33 @@ async fn a_reshard_mid_canary_keeps_the_step_and_share() -> Result<()> {
     };
     let mut a = start("a", &caches[0]).await?;
     let b = start("b", &caches[1]).await?;
-    wait_until("both replicas own slots", Duration::from_secs(60), || async {
-        for replica in [&a, &b] {
-            let owned = replica
-                .metric("reconciler_shard_owned_slots")
-                .await
-                .unwrap_or(0.0);
-            ensure!(owned > 0.0, "a replica owns {owned} slots");
-        }
-        Ok(())
-    })
+    wait_until(
+        "both replicas own slots",
+        Duration::from_secs(60),
+        || async {
+            for replica in [&a, &b] {
+                let owned = replica
+                    .metric("reconciler_shard_owned_slots")
+                    .await
+                    .unwrap_or(0.0);
+                ensure!(owned > 0.0, "a replica owns {owned} slots");
+            }
+            Ok(())
+        },
+    )
     .await?;
     let (before, by_v2) = resuming.to_the_pause().await?;
 
     a.kill()?;
-    wait_until("the survivor owns every slot", Duration::from_secs(60), || async {
-        let ratio = b.metric("reconciler_shard_owned_ratio").await?;
-        ensure!(ratio >= 1.0, "it owns {ratio} of the slots");
-        Ok(())
-    })
+    wait_until(
+        "the survivor owns every slot",
+        Duration::from_secs(60),
+        || async {
+            let ratio = b.metric("reconciler_shard_owned_ratio").await?;
+            ensure!(ratio >= 1.0, "it owns {ratio} of the slots");
+            Ok(())
+        },
+    )
     .await?;
     resuming
         .resumed(&before, &by_v2, "the survivor")
@@ -1779,7 +1811,8 @@ async fn a_restart_that_cannot_pull_the_old_version_waits_rather_than_skip_the_r
     assert_eq!(status["rollout"]["from"], absent.as_str(), "kept: {status}");
     assert_eq!(status["rollout"]["phase"], "Progressing", "{status}");
     assert!(
-        b.log().contains("cannot pull the version the rollout in the status rolls out from"),
+        b.log()
+            .contains("cannot pull the version the rollout in the status rolls out from"),
         "the log says why"
     );
     // Another plan is another spec: v2 runs, alone.

@@ -592,11 +592,10 @@ async fn a_new_versions_map_and_index_run_from_the_first_step_of_its_rollout() -
     s.host.put_guest("mapper.wasm", "mapper-v2")?;
     wait_until("v2 in its shadow step", Duration::from_secs(60), || async {
         let guests: Value = serde_json::from_str(&s.host.get("/guests").await?)?;
-        let rolling = guests
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|g| g["rollout"]["share"] == "shadow" && g["rollout"]["phase"] == "Progressing");
+        let rolling =
+            guests.as_array().into_iter().flatten().any(|g| {
+                g["rollout"]["share"] == "shadow" && g["rollout"]["phase"] == "Progressing"
+            });
         ensure!(rolling, "no rollout in {guests}");
         Ok(())
     })
