@@ -1651,8 +1651,8 @@ impl Resuming {
 /// standby (which followed the status) takes over at the same step and share; that one is
 /// killed too, and a single host started afresh (a restart: a process that never ran the
 /// rollout, with an empty module cache) pulls v1 back by the status's `fromModule` and goes on
-/// from the status. Each time the same Widgets are
-/// reconciled by v2, read from the API server; a person's promote then ends it.
+/// from the status. Each time the same Widgets are reconciled by v2, read from the API server;
+/// a person's promote then ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_resumes_at_its_step_and_share_after_a_failover_and_in_a_fresh_process()
 -> Result<()> {

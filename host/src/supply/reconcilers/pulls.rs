@@ -192,6 +192,19 @@ pub(super) enum Pull {
     },
 }
 
+impl Pull {
+    /// `key` pulled as `module`, its content hash `hash`.
+    fn pulled(key: PullKey, module: crate::oci::Pulled, hash: String) -> Self {
+        Self::Pulled {
+            key,
+            digest: module.digest,
+            hash,
+            from_cache: module.from_cache,
+            signed_by: module.signed_by,
+        }
+    }
+}
+
 impl Records {
     pub(super) fn new(
         puller: Puller,
@@ -739,13 +752,7 @@ impl Records {
                         spec: None,
                         module: key.0.clone(),
                     });
-                    Pull::Pulled {
-                        key,
-                        digest: module.digest,
-                        hash,
-                        from_cache: module.from_cache,
-                        signed_by: module.signed_by,
-                    }
+                    Pull::pulled(key, module, hash)
                 }
                 Err((cause, message)) => {
                     let attempts = match record.resuming.as_ref().map(|r| &r.pull) {
@@ -841,13 +848,7 @@ impl Records {
             Ok((module, hash)) => {
                 tracing::info!(reconciler = name, module = %key.0, digest = %module.digest,
                     from_cache = module.from_cache, "module pulled");
-                record.pull = Pull::Pulled {
-                    key,
-                    digest: module.digest,
-                    hash,
-                    from_cache: module.from_cache,
-                    signed_by: module.signed_by,
-                };
+                record.pull = Pull::pulled(key, module, hash);
             }
             Err((cause, message)) => {
                 tracing::error!(reconciler = name, module = %key.0, cause, "{message}");
