@@ -1781,7 +1781,8 @@ async fn a_reshard_mid_canary_keeps_the_step_and_share() -> Result<()> {
 /// A restarted host does not skip a rollout it cannot take up: a status whose old version
 /// cannot be pulled (its digest is not in the registry; written here as whoever may write the
 /// status could) leaves the spec's version waiting, with the status kept as it is and no Widget
-/// reconciled by either version. A change of the spec starts over without it.
+/// reconciled by either version. A change of the spec starts the rollout over, from the module
+/// that served (`status.module`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_cannot_pull_the_old_version_waits_rather_than_skip_the_rollout()
 -> Result<()> {
@@ -1815,7 +1816,8 @@ async fn a_restart_that_cannot_pull_the_old_version_waits_rather_than_skip_the_r
             .contains("cannot pull the version the rollout in the status rolls out from"),
         "the log says why"
     );
-    // Another plan is another spec: v2 runs, alone.
+    // Another plan is another spec: the rollout starts over, from the version that served
+    // (`status.module`), which the registry has.
     let spec = json!({
         "module": world.module(&format!("guests/widget@{}", resuming.v2)),
         "pullSecretRef": {"name": "registry"},
@@ -1827,7 +1829,58 @@ async fn a_restart_that_cannot_pull_the_old_version_waits_rather_than_skip_the_r
         .change_all()
         .await
         .map_err(|e| e.context(b.log_tail()))?;
-    assert_eq!(by_v2.len(), RESUMED_WIDGETS, "{by_v2:?}");
+    assert!(
+        !by_v2.is_empty() && by_v2.len() < RESUMED_WIDGETS,
+        "a share of the keys on v2: {by_v2:?}"
+    );
+    let status = resuming.rollout().await?;
+    assert_eq!(status["rollout"]["from"], resuming.v1.as_str(), "{status}");
+    assert_eq!(status["digest"], resuming.v1.as_str(), "{status}");
+    world.delete_reconcilers(&[&resuming.name]).await;
+    Ok(())
+}
+
+/// A spec changed while no host ran is rolled out, not switched to: the status names the module
+/// that served (`status.module`), and a host that starts finds the spec naming another and
+/// rolls it out from that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_changed_while_no_host_ran_is_rolled_out_from_the_version_that_served() -> Result<()>
+{
+    let resuming = Resuming::new("rec-offline").await?;
+    let world = &resuming.world;
+    let caches = [tempfile::tempdir()?, tempfile::tempdir()?];
+    let mut a = world.replica(None, caches[0].path().to_path_buf()).await?;
+    resuming.declare(&resuming.v1).await?;
+    world.ready(&resuming.name, "True", "Ready").await?;
+    assert!(resuming.change_all().await?.is_empty(), "v1 alone");
+    let serving = world.module(&format!("guests/widget@{}", resuming.v1));
+    wait_until("status.module", Duration::from_secs(30), || async {
+        let status = resuming.rollout().await?;
+        ensure!(status["module"] == serving.as_str(), "status is {status}");
+        Ok(())
+    })
+    .await?;
+    a.kill()?;
+    resuming.declare(&resuming.v2).await?;
+    let b = world.replica(None, caches[1].path().to_path_buf()).await?;
+    let status = wait_until("v2 rolled out from v1", Duration::from_secs(60), || async {
+        let status = resuming.rollout().await?;
+        ensure!(
+            status["rollout"]["from"] == resuming.v1.as_str()
+                && status["rollout"]["to"] == resuming.v2.as_str()
+                && status["rollout"]["phase"] == "Progressing",
+            "status is {status}"
+        );
+        Ok(status)
+    })
+    .await
+    .map_err(|e| e.context(b.log_tail()))?;
+    assert_eq!(status["digest"], resuming.v1.as_str(), "{status}");
+    let by_v2 = resuming.change_all().await?;
+    assert!(
+        !by_v2.is_empty() && by_v2.len() < RESUMED_WIDGETS,
+        "a share of the keys on v2: {by_v2:?}"
+    );
     world.delete_reconcilers(&[&resuming.name]).await;
     Ok(())
 }

@@ -188,7 +188,7 @@ impl ControllerSet {
             if ended.phase == crate::supply::rollout::Phase::Promoted {
                 return (guest.clone(), None);
             }
-            shared.rollouts.resume(&stable, guest, ended);
+            shared.rollouts.resume(&stable, guest, Some(ended));
             return (stable, None);
         }
         if !crate::controller::same_watches(&stable, guest) {

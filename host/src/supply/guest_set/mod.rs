@@ -575,8 +575,16 @@ impl Guests {
             }
             Ok(mut stable) => {
                 stable.signed_by = from.signed_by;
-                tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
-                    step = status.step, phase = status.phase.as_str(), "taking up the rollout the source kept");
+                match &status {
+                    Some(status) => {
+                        tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
+                            step = status.step, phase = status.phase.as_str(), "taking up the rollout the source kept");
+                    }
+                    None => {
+                        tracing::info!(file = %origin.name(), guest = %active.name(), from = %from.hash,
+                            "the version that served before the item changed is the stable one; the new one is rolled out from it");
+                    }
+                }
                 self.rollouts().resume(&Arc::new(stable), active, status);
             }
             Err(e) => {

@@ -262,8 +262,17 @@ impl Rollouts {
     /// rolled back (`new` is not taken again under this spec) and keeps saying so.
     /// Until its controller starts it, the rollout is in view as recorded, so the status
     /// keeps saying where it stands.
-    pub(crate) fn resume(&self, from: &Arc<ActiveGuest>, new: &ActiveGuest, status: RolloutStatus) {
+    pub(crate) fn resume(
+        &self,
+        from: &Arc<ActiveGuest>,
+        new: &ActiveGuest,
+        status: Option<RolloutStatus>,
+    ) {
         self.set_stable(from);
+        // Not begun yet: it begins from `from`.
+        let Some(status) = status else {
+            return;
+        };
         let share = match &new.grant.rollout {
             Some(plan) if status.in_flight() => status.share(plan),
             _ => Share::Old,

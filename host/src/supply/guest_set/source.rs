@@ -73,10 +73,11 @@ pub trait GuestSource: Send + Sync {
 }
 
 /// A rollout a source kept across a restart: the version it rolls out from, read, and where it
-/// stood (its versions named by content hash).
+/// stood (its versions named by content hash); none where it has not begun yet (the item
+/// changed while no host ran: it begins from `from`).
 pub struct Resume {
     pub from: Artefact,
-    pub(crate) status: crate::supply::rollout::RolloutStatus,
+    pub(crate) status: Option<crate::supply::rollout::RolloutStatus>,
 }
 
 /// The guest set's decision on one item, as its source hears it.

@@ -129,8 +129,9 @@ impl Record {
 /// A rollout an object's status records, to take up at the object's first load here
 /// (`super::resume`).
 pub(super) struct Resuming {
-    /// As the status records it: versions named by their digests.
-    pub status: crate::supply::rollout::RolloutStatus,
+    /// As the status records it, versions named by their digests; none for a rollout that
+    /// has not begun (the spec changed while no host ran), which begins from `module`.
+    pub status: Option<crate::supply::rollout::RolloutStatus>,
     /// The version it rolls out from, pinned by its digest.
     pub module: ModuleRef,
     /// Its pull.
@@ -648,9 +649,14 @@ impl Records {
             record.resuming = None;
             return Ok(());
         };
-        // This content runs here already: this process holds its rollout.
-        let runs = matches!(&record.verdict, Some((_, Verdict::Loaded { hash, .. }))
-            if record.loaded.as_ref().is_some_and(|l| l.hash == *hash && l.digest == digest));
+        // A version of the object runs here already: this process holds its rollouts.
+        let runs = matches!(
+            &record.verdict,
+            Some((
+                _,
+                Verdict::Loaded { .. } | Verdict::Refused { kept: Some(_), .. }
+            ))
+        );
         let key = (
             record.resuming.as_ref().map(|r| r.module.clone()),
             spec.pull_secret.clone(),
@@ -659,7 +665,11 @@ impl Records {
         let Some(resuming) = record.resuming.as_mut() else {
             return Ok(());
         };
-        if resuming.status.to != digest || runs {
+        let other = match &resuming.status {
+            Some(status) => status.to != digest,
+            None => resuming.module.digest() == Some(digest),
+        };
+        if other || runs {
             return Ok(());
         }
         let (Some(module), secret, scope) = key else {
@@ -784,7 +794,7 @@ impl Records {
         name: &str,
         origin: &Origin,
         hash: &str,
-    ) -> Option<(Artefact, crate::supply::rollout::RolloutStatus)> {
+    ) -> Option<(Artefact, Option<crate::supply::rollout::RolloutStatus>)> {
         let mut this = records.lock();
         let trust = this.trust.clone();
         let puller = this.puller.clone();
@@ -816,11 +826,13 @@ impl Records {
                 return None;
             }
         };
-        let status = crate::supply::rollout::RolloutStatus {
-            from: from.clone(),
-            to,
-            ..resuming.status
-        };
+        let status = resuming
+            .status
+            .map(|status| crate::supply::rollout::RolloutStatus {
+                from: from.clone(),
+                to,
+                ..status
+            });
         let artefact = Artefact {
             origin: origin.clone(),
             bytes,

@@ -30,22 +30,24 @@ pub(super) fn recorded<'a>(
 ) -> BTreeMap<String, RolloutStatus> {
     let mut recorded = BTreeMap::new();
     for (key, object) in objects {
-        let Some(status) = object
+        let status = object
             .data
             .pointer("/status/rollout")
             .filter(|r| !r.is_null())
-            .and_then(|r| serde_json::from_value::<RolloutStatus>(r.clone()).ok())
-        else {
-            if let Some(record) = records.objects.get_mut(&key) {
-                record.resuming = None;
-            }
-            continue;
-        };
+            .and_then(|r| serde_json::from_value::<RolloutStatus>(r.clone()).ok());
         let from_module = object
             .data
             .pointer("/status/rollout/fromModule")
             .and_then(serde_json::Value::as_str);
-        note(records, &key, object, &status, from_module, config);
+        let noted = status
+            .as_ref()
+            .is_some_and(|status| note(records, &key, object, status, from_module, config));
+        if !noted {
+            note_serving(records, &key, object, config);
+        }
+        let Some(status) = status else {
+            continue;
+        };
         let hash = |digest: &str| records.hash_of(&key, digest).map(str::to_owned);
         if let (Some(from), Some(to)) = (hash(&status.from), hash(&status.to)) {
             recorded.insert(
@@ -68,9 +70,9 @@ fn note(
     status: &RolloutStatus,
     from_module: Option<&str>,
     config: &HostConfig,
-) {
+) -> bool {
     let Some(record) = records.objects.get_mut(key) else {
-        return;
+        return false;
     };
     let current = status.generation.is_some() && status.generation == object.metadata.generation;
     if record.spec.is_err()
@@ -78,45 +80,89 @@ fn note(
         || status.phase == Phase::Promoted
         || status.from == status.to
     {
-        record.resuming = None;
-        return;
+        return false;
     }
-    if let Some(resuming) = record
-        .resuming
-        .as_mut()
-        .filter(|r| r.status.same_rollout(status))
-    {
+    if let Some(resuming) = record.resuming.as_mut().filter(|r| {
+        r.status
+            .as_ref()
+            .is_some_and(|recorded| recorded.same_rollout(status))
+    }) {
         // Its pull goes on; the step is the judge's latest.
-        resuming.status = status.clone();
-        return;
+        resuming.status = Some(status.clone());
+        return true;
     }
     let module = match from_module.map(str::parse::<ModuleRef>) {
         Some(Ok(module)) if module.digest() == Some(status.from.as_str()) => module,
         _ => {
-            tracing::warn!(
+            // Read at every rescan: said at debug, not as a flood of warnings.
+            tracing::debug!(
                 reconciler = key,
                 "status.rollout.fromModule does not name the version it rolls out from by its digest; the rollout is not taken up"
             );
-            record.resuming = None;
-            return;
+            return false;
         }
     };
-    let tenant_rule = record.rule().and_then(|index| {
+    if !tenant_allows(record.rule(), &module, config) {
+        tracing::debug!(reconciler = key, module = %module, "status.rollout.fromModule is in a registry the namespace's tenant rule does not allow; the rollout is not taken up");
+        return false;
+    }
+    record.resuming = Some(Resuming {
+        status: Some(status.clone()),
+        module,
+        pull: Pull::Pending,
+    });
+    true
+}
+
+/// Notes, for object `key` whose status records no rollout to take up, the module that served
+/// it last (`status.module`) when its spec, with a rollout plan, names another: the spec changed
+/// while no host ran, and the new module is rolled out from the one that served.
+fn note_serving(records: &mut Records, key: &str, object: &DynamicObject, config: &HostConfig) {
+    let Some(record) = records.objects.get_mut(key) else {
+        return;
+    };
+    let serving = object
+        .data
+        .pointer("/status/module")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|m| m.parse::<ModuleRef>().ok())
+        .filter(|m| m.digest().is_some());
+    let wanted = match (&record.spec, serving) {
+        (Ok(spec), Some(serving))
+            if spec.grant.rollout.is_some()
+                && spec.module.digest().is_some()
+                && spec.module.digest() != serving.digest() =>
+        {
+            Some(serving)
+        }
+        _ => None,
+    };
+    let Some(module) = wanted.filter(|m| tenant_allows(record.rule(), m, config)) else {
+        record.resuming = None;
+        return;
+    };
+    if record
+        .resuming
+        .as_ref()
+        .is_some_and(|r| r.status.is_none() && r.module == module)
+    {
+        return;
+    }
+    record.resuming = Some(Resuming {
+        status: None,
+        module,
+        pull: Pull::Pending,
+    });
+}
+
+/// Whether the tenant rule `rule` (by index; none for a `ClusterReconciler`) lets its
+/// Reconcilers pull `module`.
+fn tenant_allows(rule: Option<usize>, module: &ModuleRef, config: &HostConfig) -> bool {
+    let rule = rule.and_then(|index| {
         config
             .reconcilers
             .as_ref()
             .and_then(|r| r.tenants.get(index))
     });
-    if let Some(rule) = tenant_rule
-        && !rule.allow.registries.iter().any(|r| r.covers(&module))
-    {
-        tracing::warn!(reconciler = key, module = %module, "status.rollout.fromModule is in a registry the namespace's tenant rule does not allow; the rollout is not taken up");
-        record.resuming = None;
-        return;
-    }
-    record.resuming = Some(Resuming {
-        status: status.clone(),
-        module,
-        pull: Pull::Pending,
-    });
+    rule.is_none_or(|rule| rule.allow.registries.iter().any(|r| r.covers(module)))
 }

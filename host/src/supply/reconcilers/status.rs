@@ -7,7 +7,9 @@
 //! | `Loaded` | the guest set runs this spec's module with this spec's grant | the refusal's cause: `NotAComponent`, `WrongWorld`, `ManifestRefused`, `BeyondGrant`, `GrantBeyondAllowed`, `NameConflict`, ... |
 //! | `Ready` | both | the first that is not; `InvalidSpec` for a spec the host cannot run |
 //!
-//! `Unknown` (reason `Pending`) while a spec is being pulled or judged. `status.digest`,
+//! `Unknown` (reason `Pending`) while a spec is being pulled or judged. `status.digest`
+//! (with `status.module`, the module pinned by it, which a host started after a change of a
+//! spec with `spec.rollout` rolls the new module out from),
 //! `status.guest`, `status.signedBy` (the trusted key that signed it, when signatures are
 //! required) and `status.mode` name the version running now, which after a refusal is the
 //! last good one (the `Ready` message says so); `status.observedGeneration` the generation the
@@ -146,6 +148,11 @@ impl StatusWriter {
                     continue;
                 }
                 let rollout = entry.and_then(|e| e.rollout.clone());
+                // The module serving the keys outside a rollout's share, pinned: what a host
+                // that starts after the spec changed rolls the spec's module out from.
+                let serving_module = entry
+                    .and_then(|s| s.serving_hash.as_deref().or(s.active_hash.as_deref()))
+                    .and_then(|h| records.module_of(&name, h));
                 let running = entry.map(|s| {
                     // While a rollout is in flight or after it was rolled back, the version
                     // the controller serves the keys outside the share with (the guest set's
@@ -190,6 +197,11 @@ impl StatusWriter {
                     status["host"] = json!(self.shared.host);
                     status["rollout"] = rollout
                         .or_else(|| kept_rollout(&object))
+                        .unwrap_or(Value::Null);
+                    // Nothing running here yet (a host starting): the module recorded stays.
+                    status["module"] = serving_module
+                        .map(Value::from)
+                        .or_else(|| object.data.pointer("/status/module").cloned())
                         .unwrap_or(Value::Null);
                     decided.push((name, object, namespace, status));
                 }
