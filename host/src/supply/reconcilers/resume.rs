@@ -1,14 +1,18 @@
 //! The rollouts that `Reconciler` objects' statuses record (`status.rollout`, written by the
 //! replica that judges them): what every other replica follows, and what a host that starts
-//! afresh (a restart, a failover to a process that never ran the rollout) takes up.
+//! afresh (a restart, a failover to a process that never ran the rollout, a guest loaded again
+//! after it stopped) takes up.
 //!
 //! Taking one up: when an object's status records a rollout under its current generation that
-//! was not promoted, its first load here waits until the version it rolls out from
-//! (`status.rollout.fromModule`) is pulled too, under the same registries, pull Secret and
-//! signatures as `spec.module`. The guest set then judges that version like any content and
-//! runs it as the stable one; the rollout goes on from the step its status names (or stays
-//! rolled back). The status is trusted as far as the spec is: whoever may write an object's
-//! status may name the version it rolls out from, within the same rules as the spec's module.
+//! was not promoted, a load of its module where no version of it runs waits until the version
+//! it rolls out from (`status.rollout.fromModule`) is pulled too, under the same registries,
+//! pull Secret and signatures as `spec.module` (a failed pull is retried; the spec's module does
+//! not run without it). The guest set then admits that version like any content and runs it as
+//! the stable one; the rollout goes on from the step its status names (or stays rolled back).
+//! Without such a rollout, a spec with a plan whose module is not the one that served
+//! (`status.module`: it changed while no host ran) is rolled out from that one, from the first
+//! step. The status is trusted as far as the spec is: whoever may write an object's status may
+//! name these versions, within the same rules as the spec's module.
 
 use std::collections::BTreeMap;
 
@@ -20,9 +24,8 @@ use crate::oci::ModuleRef;
 use crate::supply::rollout::{Phase, RolloutStatus};
 
 /// The rollouts the statuses of `objects` (by record key) record, by item, their versions
-/// named by content hash where this host knows them. An object not loaded here yet whose
-/// status records one under its current generation is noted in `records`, to be taken up at
-/// its first load.
+/// named by content hash where this host knows them. What a load of each object would take up
+/// is noted in `records` (`Record::resuming`).
 pub(super) fn recorded<'a>(
     objects: impl Iterator<Item = (String, &'a DynamicObject)>,
     records: &mut Records,
